@@ -1,0 +1,156 @@
+// Configuration: environment > INKGATE_CONFIG file > config/default.json, validated once and frozen.
+// This folder is the only place that reads process.env.
+import { readFileSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import Type, { type Static } from 'typebox';
+import { Compile } from 'typebox/compile';
+
+const NullableString = Type.Union([Type.String({ minLength: 1 }), Type.Null()]);
+const Ms = Type.Integer({ minimum: 1, maximum: 86_400_000 });
+const Vendor = Type.Object({ baseUrl: NullableString, apiKey: NullableString });
+
+export const ConfigSchema = Type.Object({
+  server: Type.Object({
+    host: Type.String({ minLength: 1 }),
+    port: Type.Integer({ minimum: 0, maximum: 65535 }),
+    maxHeaderBytes: Type.Integer({ minimum: 1024, maximum: 1_048_576 }),
+    idleTimeoutS: Type.Integer({ minimum: 1, maximum: 3600 }),
+  }),
+  dataDir: Type.String({ minLength: 1 }),
+  mediaUrl: NullableString,
+  db: Type.Object({
+    url: NullableString,
+    poolMax: Type.Integer({ minimum: 1, maximum: 500 }),
+    connectionTimeoutMs: Ms,
+    queryTimeoutMs: Ms,
+    lockTimeoutMs: Ms,
+    statementTimeoutMs: Ms,
+  }),
+  redis: Type.Object({
+    url: NullableString,
+    commandTimeoutMs: Ms,
+    connectTimeoutMs: Ms,
+    keyPrefix: Type.String(),
+  }),
+  limits: Type.Object({
+    requestsPerMinute: Type.Integer({ minimum: 1, maximum: 1_000_000 }),
+    publicRequestsPerMinute: Type.Integer({ minimum: 1, maximum: 1_000_000 }),
+    videoBodyBytes: Type.Integer({ minimum: 1024, maximum: 67_108_864 }),
+    textBodyBytes: Type.Integer({ minimum: 1024, maximum: 67_108_864 }),
+    publicBodyBytes: Type.Integer({ minimum: 1024, maximum: 67_108_864 }),
+  }),
+  pricing: Type.Object({
+    videoPriceSet: Type.Union([Type.Literal('billing'), Type.Literal('catalogue')]),
+  }),
+  vendors: Type.Object({
+    anthropic: Type.Object({ baseUrl: NullableString, apiKey: NullableString, version: Type.String({ minLength: 1 }) }),
+    openai: Vendor,
+    ark: Vendor,
+    gemini: Vendor,
+  }),
+  upstream: Type.Object({
+    connectTimeoutMs: Ms,
+    headersTimeoutMs: Ms,
+    idleTimeoutMs: Ms,
+    streamTotalMs: Ms,
+    connections: Type.Integer({ minimum: 1, maximum: 10_000 }),
+  }),
+  responses: Type.Object({
+    visibleOutputCapTokens: Type.Integer({ minimum: 1, maximum: 128_000 }),
+  }),
+  demo: Type.Object({
+    createAccount: Type.Boolean(),
+    paygUsd: Type.Integer({ minimum: 0, maximum: 1_000_000 }),
+    grantInk: Type.Integer({ minimum: 0, maximum: 100_000_000 }),
+  }),
+  allowUwsFallback: Type.Boolean(),
+});
+
+export type Config = Static<typeof ConfigSchema>;
+type Env = Readonly<Record<string, string | undefined>>;
+
+const here = dirname(fileURLToPath(import.meta.url));
+/** Project root: src/config -> ../.. (also right for dist/config). */
+export const PROJECT_ROOT = resolve(here, '..', '..');
+const DEFAULT_FILE = resolve(PROJECT_ROOT, 'config', 'default.json');
+
+const validator = Compile(ConfigSchema);
+
+export type DeepPartial<T> = { [K in keyof T]?: T[K] extends object ? (T[K] extends unknown[] ? T[K] : DeepPartial<T[K]>) : T[K] };
+
+function isPlainObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+function merge(base: Record<string, unknown>, over: Record<string, unknown>): Record<string, unknown> {
+  const out: Record<string, unknown> = { ...base };
+  for (const [k, v] of Object.entries(over)) {
+    if (v === undefined) continue;
+    out[k] = isPlainObject(v) && isPlainObject(out[k]) ? merge(out[k] as Record<string, unknown>, v) : v;
+  }
+  return out;
+}
+
+function deepFreeze<T>(o: T): T {
+  if (isPlainObject(o)) {
+    for (const v of Object.values(o)) deepFreeze(v);
+    Object.freeze(o);
+  }
+  return o;
+}
+
+const int = (name: string, v: string | undefined): number | undefined => {
+  if (v === undefined || v === '') return undefined;
+  const n = Number(v);
+  if (!Number.isInteger(n)) throw new Error(`config: ${name} must be an integer, got ${JSON.stringify(v)}`);
+  return n;
+};
+const str = (v: string | undefined): string | undefined => (v === undefined || v === '' ? undefined : v);
+const bool = (v: string | undefined): boolean | undefined => (v === undefined || v === '' ? undefined : v === '1' || v === 'true');
+
+/** The environment's part of the configuration (the names in DESIGN.md). */
+function fromEnv(env: Env): Record<string, unknown> {
+  const vendor = (p: string) => ({ baseUrl: str(env[`INKGATE_${p}_BASE_URL`]), apiKey: str(env[`INKGATE_${p}_API_KEY`]) });
+  return {
+    server: { host: str(env.INKGATE_HOST), port: int('INKGATE_PORT', env.INKGATE_PORT) },
+    dataDir: str(env.INKGATE_DATA_DIR),
+    mediaUrl: str(env.INKGATE_MEDIA_URL),
+    db: { url: str(env.DATABASE_URL) },
+    redis: { url: str(env.REDIS_URL) },
+    pricing: { videoPriceSet: str(env.INKGATE_VIDEO_PRICE_SET) },
+    vendors: { anthropic: vendor('ANTHROPIC'), openai: vendor('OPENAI'), ark: vendor('ARK'), gemini: vendor('GEMINI') },
+    allowUwsFallback: bool(env.INKGATE_ALLOW_UWS_FALLBACK),
+  };
+}
+
+export function readJsonFile(path: string): Record<string, unknown> {
+  const v: unknown = JSON.parse(readFileSync(path, 'utf8'));
+  if (!isPlainObject(v)) throw new Error(`config: ${path} must hold a JSON object`);
+  return v;
+}
+
+/**
+ * Builds the frozen configuration. `overrides` (tests, the demo) win over everything else.
+ * Throws with every validation failure listed: a bad config never half-starts the gateway.
+ */
+export function loadConfig(env: Env = process.env, overrides: DeepPartial<Config> = {}): Config {
+  let merged = readJsonFile(DEFAULT_FILE);
+  const file = str(env.INKGATE_CONFIG);
+  if (file) merged = merge(merged, readJsonFile(resolve(file)));
+  merged = merge(merged, fromEnv(env));
+  merged = merge(merged, overrides as Record<string, unknown>);
+  if (!validator.Check(merged)) {
+    const problems = [...validator.Errors(merged)].map((e) => `${e.instancePath || '/'} ${e.message}`);
+    throw new Error(`config: invalid configuration:\n  ${problems.join('\n  ')}`);
+  }
+  const cfg = merged as Config;
+  cfg.dataDir = resolve(cfg.dataDir);
+  return deepFreeze(cfg);
+}
+
+/** The rest of process.env that parts of the program are allowed to see, read here only. */
+export const runtimeEnv = Object.freeze({
+  isCi: process.env.CI === 'true',
+  nodeEnv: process.env.NODE_ENV ?? 'development',
+});
