@@ -66,7 +66,6 @@ const table = {
   provider_error: { status: 502, type: 'provider_error', message: 'The vendor failed or gave no usable usage receipt.' },
   provider_unavailable: { status: 503, type: 'provider_error', message: 'The provider is unavailable; retry after Retry-After.' },
   rate_limiter_unavailable: { status: 503, type: 'server_error', message: 'The rate limiter is unreachable; retry after Retry-After.' },
-  storage_unavailable: { status: 503, type: 'server_error', message: 'The ledger store is unavailable; retry after Retry-After.' },
   // Streaming failure frames (sent as `event: error`, never as an HTTP status of their own)
   usage_unknown: { status: 502, type: 'provider_error', message: 'The stream ended without a usage receipt; the hold is kept until reconciled.' },
   incomplete_stream: { status: 502, type: 'provider_error', message: 'The stream ended without a terminal event.' },
@@ -81,7 +80,6 @@ export const ERRORS: Readonly<Record<ErrorCode, ErrorSpec>> = Object.freeze(
 export const DEFAULT_RETRY_AFTER_S: Readonly<Partial<Record<ErrorCode, number>>> = Object.freeze({
   rate_limiter_unavailable: 5,
   concurrency_limit: 15,
-  storage_unavailable: 2,
   provider_unavailable: 30,
   rate_limit_exceeded: 1,
   daily_cap_reached: 3600,

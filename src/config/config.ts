@@ -21,6 +21,8 @@ export const ConfigSchema = Type.Object({
   mediaUrl: NullableString,
   db: Type.Object({
     url: NullableString,
+    /** Postgres schema the gateway's tables live in (tests use one per file). */
+    schema: Type.String({ pattern: '^[a-z_][a-z0-9_]{0,62}$' }),
     poolMax: Type.Integer({ minimum: 1, maximum: 500 }),
     connectionTimeoutMs: Ms,
     queryTimeoutMs: Ms,

@@ -1,0 +1,134 @@
+// Accounts, plans and keys: the records behind "one key, one wallet".
+import { generateKey, newId } from '../auth/api-key.js';
+import type { Pool, Queryable } from '../store/pool.js';
+import { withTx } from '../store/pool.js';
+
+export interface PlanRow {
+  id: string;
+  label: string;
+  paid: boolean;
+  video_allowed: boolean;
+  daily_generation_cap: number;
+  period_grant_ink: number;
+  period_days: number;
+}
+
+export interface KeyRow {
+  id: string;
+  account_id: string;
+  name: string;
+  prefix: string;
+  last4: string;
+  ink_limit: number | null;
+  ink_charged: number;
+  ink_reserved: number;
+  expires_at: Date | null;
+  revoked_at: Date | null;
+  created_at: Date;
+}
+
+export class AdminError extends Error {}
+
+export async function listPlans(db: Queryable): Promise<PlanRow[]> {
+  return (await db.query<PlanRow>('SELECT * FROM plans ORDER BY period_grant_ink, id')).rows;
+}
+
+export async function createAccount(pool: Pool, input: { name: string; planId: string }): Promise<{ id: string }> {
+  const id = newId('usr_');
+  return withTx(pool, async (c) => {
+    const plan = await c.query('SELECT 1 FROM plans WHERE id = $1', [input.planId]);
+    if (plan.rowCount === 0) throw new AdminError(`unknown plan ${JSON.stringify(input.planId)}`);
+    await c.query('INSERT INTO accounts (id, name, plan_id) VALUES ($1, $2, $3)', [id, input.name, input.planId]);
+    await c.query('INSERT INTO wallets (account_id) VALUES ($1)', [id]);
+    return { id };
+  });
+}
+
+export async function getAccount(db: Queryable, accountId: string): Promise<{ id: string; name: string; plan_id: string } | undefined> {
+  return (await db.query('SELECT id, name, plan_id FROM accounts WHERE id = $1', [accountId])).rows[0];
+}
+
+export async function setAccountPlan(db: Queryable, accountId: string, planId: string): Promise<void> {
+  const r = await db.query('UPDATE accounts SET plan_id = $2 WHERE id = $1', [accountId, planId]);
+  if (r.rowCount === 0) throw new AdminError(`unknown account ${accountId}`);
+}
+
+export interface CreatedKey {
+  id: string;
+  key: string;
+  prefix: string;
+  last4: string;
+  name: string;
+  ink_limit: number | null;
+  expires_at: string | null;
+}
+
+/** Creating a key needs a paid plan or at least one completed top-up (spec, Authentication 2). */
+export async function createKey(
+  pool: Pool,
+  input: { accountId: string; name: string; inkLimit?: number | null; expiresAt?: Date | null },
+): Promise<CreatedKey> {
+  const k = generateKey();
+  const id = newId('key_');
+  return withTx(pool, async (c) => {
+    const acc = await c.query<{ paid: boolean; topups_completed: number }>(
+      `SELECT p.paid, w.topups_completed FROM accounts a JOIN plans p ON p.id = a.plan_id
+         JOIN wallets w ON w.account_id = a.id WHERE a.id = $1`,
+      [input.accountId],
+    );
+    const row = acc.rows[0];
+    if (!row) throw new AdminError(`unknown account ${input.accountId}`);
+    if (!row.paid && row.topups_completed === 0) {
+      throw new AdminError('creating a key needs a paid plan or at least one completed Ink top-up');
+    }
+    await c.query(
+      `INSERT INTO api_keys (id, account_id, name, key_hash, prefix, last4, ink_limit, expires_at)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+      [id, input.accountId, input.name, k.hash, k.prefix, k.last4, input.inkLimit ?? null, input.expiresAt ?? null],
+    );
+    return {
+      id, key: k.raw, prefix: k.prefix, last4: k.last4, name: input.name,
+      ink_limit: input.inkLimit ?? null, expires_at: input.expiresAt ? input.expiresAt.toISOString() : null,
+    };
+  });
+}
+
+export async function listKeys(db: Queryable, accountId?: string): Promise<KeyRow[]> {
+  const cols = 'id, account_id, name, prefix, last4, ink_limit, ink_charged, ink_reserved, expires_at, revoked_at, created_at';
+  const r = accountId
+    ? await db.query<KeyRow>(`SELECT ${cols} FROM api_keys WHERE account_id = $1 ORDER BY created_at`, [accountId])
+    : await db.query<KeyRow>(`SELECT ${cols} FROM api_keys ORDER BY created_at LIMIT 1000`);
+  return r.rows;
+}
+
+export async function revokeKey(db: Queryable, keyId: string): Promise<void> {
+  const r = await db.query('UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1', [keyId]);
+  if (r.rowCount === 0) throw new AdminError(`unknown key ${keyId}`);
+}
+
+/** Edits a key's lifetime cap (null removes it). Lowering it below what was spent blocks new holds only. */
+export async function setKeyLimit(db: Queryable, keyId: string, inkLimit: number | null): Promise<void> {
+  if (inkLimit !== null && (!Number.isSafeInteger(inkLimit) || inkLimit < 0)) throw new AdminError('--ink-limit must be a whole number of Ink >= 0');
+  const r = await db.query('UPDATE api_keys SET ink_limit = $2 WHERE id = $1', [keyId, inkLimit]);
+  if (r.rowCount === 0) throw new AdminError(`unknown key ${keyId}`);
+}
+
+export interface AuthRow {
+  id: string;
+  account_id: string;
+  name: string;
+  prefix: string;
+  plan_id: string;
+}
+
+/** The key behind a hash, only when it is live: not revoked, not expired. One indexed read, no cache. */
+export async function findLiveKey(db: Queryable, hash: Buffer): Promise<AuthRow | undefined> {
+  const r = await db.query<AuthRow>(
+    `SELECT k.id, k.account_id, k.name, k.prefix, a.plan_id
+       FROM api_keys k JOIN accounts a ON a.id = k.account_id
+      WHERE k.key_hash = $1 AND k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now())`,
+    [hash],
+  );
+  return r.rows[0];
+}
+

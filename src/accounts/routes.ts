@@ -1,0 +1,57 @@
+// GET /v1/me: the account object of the spec's "Account" table, straight from the ledger's rows.
+import { ApiError } from '../errors.js';
+import type { Route } from '../server/router.js';
+import type { Queryable } from '../store/pool.js';
+
+interface MeRow {
+  user_id: string;
+  key_id: string;
+  prefix: string;
+  name: string;
+  ink_limit: number | null;
+  ink_charged: number;
+  ink_reserved: number;
+  grant_ink: number;
+  payg_ink: number;
+}
+
+export function accountRoutes(db: Queryable): Route[] {
+  return [
+    {
+      method: 'GET',
+      pattern: '/v1/me',
+      access: 'key',
+      handler: async (ctx) => {
+        const auth = ctx.auth!;
+        const r = await db.query<MeRow>(
+          `SELECT a.id AS user_id, k.id AS key_id, k.prefix, k.name, k.ink_limit, k.ink_charged, k.ink_reserved,
+                  w.grant_ink, w.payg_ink
+             FROM api_keys k JOIN accounts a ON a.id = k.account_id JOIN wallets w ON w.account_id = a.id
+            WHERE k.id = $1`,
+          [auth.keyId],
+        );
+        const row = r.rows[0];
+        if (!row) throw new ApiError('invalid_api_key');
+        const balance = row.grant_ink + row.payg_ink;
+        ctx.sendJson(200, {
+          object: 'account',
+          user_id: row.user_id,
+          key: {
+            id: row.key_id,
+            prefix: row.prefix,
+            name: row.name,
+            ink_limit: row.ink_limit,
+            ink_charged: row.ink_charged,
+            ink_reserved: row.ink_reserved,
+          },
+          ink: {
+            balance,
+            period_grant_remaining: row.grant_ink,
+            payg_balance: row.payg_ink,
+            usd_payg_equivalent: balance / 100,
+          },
+        });
+      },
+    },
+  ];
+}

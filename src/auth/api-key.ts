@@ -1,0 +1,46 @@
+// API key format and storage form. Keys are `svc_` + 43 URL-safe characters (32 random bytes,
+// base64url). We keep only the SHA-256 hash, a 12-character display prefix and the last four.
+import { createHash, randomBytes } from 'node:crypto';
+
+export const KEY_PREFIX = 'svc_';
+const KEY_RE = /^svc_[A-Za-z0-9_-]{43}$/;
+
+export interface NewKey {
+  readonly raw: string;
+  readonly hash: Buffer;
+  readonly prefix: string;
+  readonly last4: string;
+}
+
+export function generateKey(): NewKey {
+  const raw = KEY_PREFIX + randomBytes(32).toString('base64url');
+  return { raw, hash: hashKey(raw), prefix: raw.slice(0, 12), last4: raw.slice(-4) };
+}
+
+export function isWellFormedKey(raw: string): boolean {
+  return raw.length === 47 && KEY_RE.test(raw);
+}
+
+export function hashKey(raw: string): Buffer {
+  return createHash('sha256').update(raw).digest();
+}
+
+/** The bearer token from an Authorization header value, or undefined. Only `Bearer` is read. */
+export function bearerToken(header: string | undefined): string | undefined {
+  if (header === undefined || header.length > 200) return undefined;
+  const m = /^Bearer[ ]+(\S+)\s*$/i.exec(header);
+  return m ? m[1] : undefined;
+}
+
+/** Opaque identifiers with a type prefix: 24 base62 characters from a CSPRNG. */
+const ALPHABET = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
+export function newId(prefix: string, length = 24): string {
+  let out = prefix;
+  while (out.length < prefix.length + length) {
+    for (const b of randomBytes(length * 2)) {
+      // 248 = 4 * 62: rejecting the top bytes keeps every character equally likely.
+      if (b < 248 && out.length < prefix.length + length) out += ALPHABET[b % 62];
+    }
+  }
+  return out;
+}

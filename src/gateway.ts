@@ -1,0 +1,93 @@
+// Composition: config -> stores -> services -> routes -> server. Used by `npm start` (main.ts)
+// and by the tests, which start a real gateway on port 0 against a real Postgres schema.
+import { accountRoutes } from './accounts/routes.js';
+import { loadCatalog, type Catalog } from './catalog/models.js';
+import { catalogRoutes } from './catalog/routes.js';
+import type { Config } from './config/config.js';
+import { DeploymentState } from './deployment/state.js';
+import { createRateLimiter, type RateLimiter } from './limits/rate-limiter.js';
+import type { HttpContext } from './server/http-context.js';
+import { Router, type Route } from './server/router.js';
+import { startServer, type RunningServer } from './server/server.js';
+import { migrate } from './store/migrate.js';
+import { createPool, type Pool } from './store/pool.js';
+import { createLogger, type Logger } from './util/log.js';
+
+export interface Services {
+  readonly config: Config;
+  readonly pool: Pool;
+  readonly state: DeploymentState;
+  readonly limiter: RateLimiter;
+  readonly catalog: Catalog;
+  readonly log: Logger;
+}
+
+export interface Gateway {
+  readonly url: string;
+  readonly port: number;
+  readonly services: Services;
+  close(): Promise<void>;
+}
+
+export interface GatewayOptions {
+  /** Overrides the catalogue file (tests). */
+  catalog?: Catalog;
+  log?: Logger;
+  /** Injected limiter (tests of a shared limiter across two gateways). */
+  limiter?: RateLimiter;
+  /** Skip migrations when the caller already ran them. */
+  skipMigrate?: boolean;
+}
+
+export async function createGateway(config: Config, opts: GatewayOptions = {}): Promise<Gateway> {
+  if (config.db.url === null) throw new Error('createGateway needs config.db.url (main.ts starts the embedded Postgres)');
+  const log = opts.log ?? createLogger('info');
+  const pool = createPool({ ...config.db, url: config.db.url });
+  const cleanups: Array<() => Promise<void> | void> = [() => pool.end()];
+  const cleanup = async () => {
+    for (const c of cleanups.reverse()) await c();
+  };
+  try {
+    if (!opts.skipMigrate) await migrate(pool, config.db.schema);
+    const state = new DeploymentState(pool);
+    await state.start();
+    cleanups.push(() => state.stop());
+    const limiter =
+      opts.limiter ??
+      createRateLimiter({
+        redisUrl: config.redis.url,
+        redis: config.redis,
+        onRedisError: (e) => log.warn('redis unavailable', { err: e.message }),
+      });
+    if (!opts.limiter) cleanups.push(() => limiter.close());
+    const catalog = opts.catalog ?? loadCatalog();
+    const services: Services = { config, pool, state, limiter, catalog, log };
+
+    const routes: Route[] = [...catalogRoutes(config, catalog, state), ...accountRoutes(pool)];
+    const server: RunningServer = await startServer({
+      host: config.server.host,
+      port: config.server.port,
+      allowUwsFallback: config.allowUwsFallback,
+      idleTimeoutS: config.server.idleTimeoutS,
+      router: new Router(routes),
+      state,
+      limiter,
+      db: pool,
+      requestsPerMinute: config.limits.requestsPerMinute,
+      publicRequestsPerMinute: config.limits.publicRequestsPerMinute,
+      log,
+      other: (_ctx: HttpContext) => false,
+    });
+    cleanups.push(() => server.close());
+    const host = config.server.host.includes(':') ? `[${config.server.host}]` : config.server.host;
+    return {
+      url: `http://${host}:${server.port}`,
+      port: server.port,
+      services,
+      close: cleanup,
+    };
+  } catch (e) {
+    await cleanup();
+    throw e;
+  }
+}

@@ -1,0 +1,256 @@
+// One HTTP exchange on uWS: the request snapshot (uWS only lets us read the request synchronously),
+// the body collector with its cap, and the response writers (JSON, error envelope, SSE stream).
+import { randomUUID } from 'node:crypto';
+import { ApiError } from '../errors.js';
+import type { HttpRequest, HttpResponse } from './uws.js';
+
+const STATUS_LINES: Record<number, string> = {
+  200: '200 OK', 201: '201 Created', 202: '202 Accepted', 204: '204 No Content', 302: '302 Found',
+  400: '400 Bad Request', 401: '401 Unauthorized', 402: '402 Payment Required', 403: '403 Forbidden',
+  404: '404 Not Found', 405: '405 Method Not Allowed', 409: '409 Conflict', 410: '410 Gone',
+  413: '413 Payload Too Large', 415: '415 Unsupported Media Type', 422: '422 Unprocessable Entity',
+  429: '429 Too Many Requests', 500: '500 Internal Server Error', 502: '502 Bad Gateway',
+  503: '503 Service Unavailable', 504: '504 Gateway Timeout',
+};
+export const statusLine = (s: number): string => STATUS_LINES[s] ?? `${s} Status`;
+
+export type HeaderList = ReadonlyArray<readonly [string, string]>;
+
+/** What the authenticated key brings to a handler (filled in by the auth step). */
+export interface AuthInfo {
+  readonly keyId: string;
+  readonly accountId: string;
+  readonly keyName: string;
+  readonly keyPrefix: string;
+  readonly planId: string;
+}
+
+/** Request ids are `req_` + 32 hex; randomUUID draws from a cached entropy pool, so this is cheap. */
+export function newRequestId(): string {
+  const u = randomUUID();
+  return 'req_' + u.slice(0, 8) + u.slice(9, 13) + u.slice(14, 18) + u.slice(19, 23) + u.slice(24);
+}
+
+const MAX_HEADERS = 100;
+
+export class HttpContext {
+  readonly res: HttpResponse;
+  readonly method: string;
+  readonly path: string;
+  readonly query: string;
+  readonly headers: Record<string, string>;
+  readonly requestId: string;
+  readonly remoteAddress: string;
+  params: string[] = [];
+  auth: AuthInfo | undefined;
+  aborted = false;
+  responded = false;
+  /** Status sent, for logs and tests. */
+  status = 0;
+  private abortHandlers: Array<() => void> = [];
+  private body: BodyCollector | undefined;
+
+  constructor(res: HttpResponse, req: HttpRequest) {
+    this.res = res;
+    // uWS hands out the request only during this synchronous call: copy what we need now.
+    this.method = req.getCaseSensitiveMethod();
+    this.path = req.getUrl();
+    this.query = req.getQuery() ?? '';
+    const headers: Record<string, string> = Object.create(null) as Record<string, string>;
+    let n = 0;
+    req.forEach((k, v) => {
+      if (++n > MAX_HEADERS) return;
+      // uWS lowercases names; a repeated header keeps its first value (no list-merging tricks).
+      if (headers[k] === undefined) headers[k] = v;
+    });
+    this.headers = headers;
+    this.requestId = newRequestId();
+    this.remoteAddress = Buffer.from(res.getRemoteAddressAsText()).toString();
+    res.onAborted(() => {
+      this.aborted = true;
+      this.body?.fail(new ApiError('invalid_body', { message: 'The client went away.' }));
+      for (const h of this.abortHandlers) h();
+    });
+  }
+
+  header(name: string): string | undefined {
+    return this.headers[name];
+  }
+
+  onAbort(h: () => void): void {
+    if (this.aborted) h();
+    else this.abortHandlers.push(h);
+  }
+
+  get done(): boolean {
+    return this.aborted || this.responded;
+  }
+
+  /**
+   * Starts collecting the body now (uWS requires onData to be attached in the handler's first tick),
+   * never storing more than maxBytes. Above the cap the exchange is answered 413 at once and the
+   * connection closed, so a client cannot make us buffer or read an unbounded body.
+   */
+  collectBody(maxBytes: number): void {
+    const declared = this.headers['content-length'];
+    if (declared !== undefined) {
+      const n = Number(declared);
+      if (!Number.isSafeInteger(n) || n < 0) {
+        this.sendError(new ApiError('invalid_body', { message: 'Content-Length is not valid.' }), true);
+        return;
+      }
+      if (n > maxBytes) {
+        this.sendError(tooLarge(maxBytes), true);
+        return;
+      }
+    }
+    this.body = new BodyCollector(maxBytes, declared === undefined ? undefined : Number(declared));
+    this.res.onData((ab, isLast) => {
+      const b = this.body!;
+      if (!b.add(ab, isLast)) this.sendError(tooLarge(maxBytes), true);
+    });
+  }
+
+  /** The collected body. Rejects with the 413 once the cap was crossed. */
+  readBody(): Promise<Buffer> {
+    if (!this.body) return Promise.resolve(Buffer.alloc(0));
+    return this.body.promise;
+  }
+
+  private writeCommon(status: number, extra: HeaderList | undefined): void {
+    const res = this.res;
+    this.status = status;
+    res.writeStatus(statusLine(status));
+    res.writeHeader('Cache-Control', 'no-store');
+    res.writeHeader('X-Request-Id', this.requestId);
+    if (extra) for (const [k, v] of extra) res.writeHeader(k, v);
+  }
+
+  /** Sends a complete JSON response; `body` may be pre-serialised. Safe to call from any tick. */
+  sendJson(status: number, body: unknown, extra?: HeaderList, closeConnection = false): void {
+    if (this.done) return;
+    this.responded = true;
+    const text = typeof body === 'string' ? body : JSON.stringify(body);
+    this.res.cork(() => {
+      this.writeCommon(status, extra);
+      this.res.writeHeader('Content-Type', 'application/json');
+      this.res.end(text, closeConnection);
+    });
+  }
+
+  sendEmpty(status: number, extra?: HeaderList): void {
+    if (this.done) return;
+    this.responded = true;
+    this.res.cork(() => {
+      this.writeCommon(status, extra);
+      this.res.end();
+    });
+  }
+
+  /** The spec's error envelope, with Retry-After on 429/503 and WWW-Authenticate on 401. */
+  sendError(err: ApiError, closeConnection = false): void {
+    const extra: Array<[string, string]> = [];
+    if (err.status === 401) extra.push(['WWW-Authenticate', 'Bearer']);
+    if (err.retryAfterS !== undefined && (err.status === 429 || err.status === 503)) {
+      extra.push(['Retry-After', String(Math.max(1, Math.ceil(err.retryAfterS)))]);
+    }
+    if (err.code === 'method_not_allowed' && err.param) extra.push(['Allow', err.param]);
+    this.sendJson(err.status, err.toBody(this.requestId), extra, closeConnection);
+  }
+
+  // ---- streaming (SSE) -------------------------------------------------------------------------
+
+  /** Sends status and headers of a stream; the body follows with write() and end(). */
+  startStream(status: number, extra: HeaderList): void {
+    if (this.done) return;
+    this.responded = true;
+    this.res.cork(() => this.writeCommon(status, extra));
+  }
+
+  /** Writes a chunk; false means uWS buffered it (backpressure): wait for onWritable before more. */
+  write(chunk: Uint8Array | string): boolean {
+    if (this.aborted) return true;
+    let ok = true;
+    this.res.cork(() => {
+      ok = this.res.write(chunk);
+    });
+    return ok;
+  }
+
+  /** Resolves when the socket drained what uWS buffered, or the client went away. */
+  waitWritable(): Promise<void> {
+    if (this.aborted) return Promise.resolve();
+    return new Promise((resolveW) => {
+      let settled = false;
+      const finish = () => {
+        if (settled) return;
+        settled = true;
+        resolveW();
+      };
+      this.res.onWritable(() => {
+        finish();
+        return true;
+      });
+      this.onAbort(finish);
+    });
+  }
+
+  end(last?: Uint8Array | string): void {
+    if (this.aborted) return;
+    this.res.cork(() => {
+      this.res.end(last);
+    });
+  }
+}
+
+function tooLarge(maxBytes: number): ApiError {
+  return new ApiError('payload_too_large', { message: `The request body is larger than ${maxBytes} bytes.` });
+}
+
+/** Copies uWS's transient ArrayBuffers into one buffer (pre-sized when Content-Length is known). */
+class BodyCollector {
+  readonly promise: Promise<Buffer>;
+  private resolveP!: (b: Buffer) => void;
+  private rejectP!: (e: unknown) => void;
+  private chunks: Buffer[] = [];
+  private fixed: Buffer | undefined;
+  private size = 0;
+  private finished = false;
+
+  constructor(private readonly maxBytes: number, declared: number | undefined) {
+    this.promise = new Promise((res, rej) => {
+      this.resolveP = res;
+      this.rejectP = rej;
+    });
+    // Unhandled until a handler awaits it: that is fine, the response already went out.
+    this.promise.catch(() => undefined);
+    if (declared !== undefined) this.fixed = Buffer.allocUnsafe(declared);
+  }
+
+  /** Returns false when the cap is crossed. */
+  add(ab: ArrayBuffer, isLast: boolean): boolean {
+    if (this.finished) return true;
+    const n = ab.byteLength;
+    if (this.size + n > this.maxBytes || (this.fixed && this.size + n > this.fixed.length)) {
+      this.fail(tooLarge(this.maxBytes));
+      return false;
+    }
+    if (this.fixed) Buffer.from(ab).copy(this.fixed, this.size);
+    else if (n > 0) this.chunks.push(Buffer.from(new Uint8Array(ab))); // copy: uWS reuses ab
+    this.size += n;
+    if (isLast) {
+      this.finished = true;
+      if (this.fixed) this.resolveP(this.size === this.fixed.length ? this.fixed : this.fixed.subarray(0, this.size));
+      else this.resolveP(this.chunks.length === 1 ? this.chunks[0]! : Buffer.concat(this.chunks, this.size));
+      this.chunks = [];
+    }
+    return true;
+  }
+
+  fail(e: unknown): void {
+    if (this.finished) return;
+    this.finished = true;
+    this.chunks = [];
+    this.rejectP(e);
+  }
+}

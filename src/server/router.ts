@@ -1,0 +1,80 @@
+// The route table: exact paths in a map, parameterised paths (":id") matched segment by segment.
+// Built once at start-up.
+import type { HttpContext } from './http-context.js';
+
+export type Access = 'public' | 'key';
+
+export interface Route {
+  readonly method: 'GET' | 'POST';
+  readonly pattern: string;
+  readonly access: Access;
+  /** Body cap in bytes for routes that take a JSON body. */
+  readonly bodyBytes?: number;
+  readonly handler: (ctx: HttpContext) => Promise<void>;
+}
+
+interface Compiled {
+  readonly route: Route;
+  readonly segments: readonly string[];
+}
+
+export type Match = { route: Route; params: string[] } | { allow: string } | undefined;
+
+export class Router {
+  private readonly exact = new Map<string, Route>();
+  private readonly exactMethods = new Map<string, string[]>();
+  private readonly patterned: Compiled[] = [];
+
+  constructor(routes: readonly Route[]) {
+    for (const r of routes) {
+      if (r.pattern.includes(':')) this.patterned.push({ route: r, segments: r.pattern.split('/') });
+      else {
+        this.exact.set(r.method + ' ' + r.pattern, r);
+        const ms = this.exactMethods.get(r.pattern) ?? [];
+        ms.push(r.method);
+        this.exactMethods.set(r.pattern, ms);
+      }
+    }
+  }
+
+  /** A route, or the methods the path does allow (for 405), or undefined (404). */
+  match(method: string, path: string): Match {
+    // A trailing slash is the same resource; anything else must match exactly.
+    const p = path.length > 1 && path.endsWith('/') ? path.slice(0, -1) : path;
+    const hit = this.exact.get(method + ' ' + p);
+    if (hit) return { route: hit, params: [] };
+    const allowed = this.exactMethods.get(p);
+    const parts = p.split('/');
+    const allow: string[] = allowed ? [...allowed] : [];
+    for (const c of this.patterned) {
+      if (c.segments.length !== parts.length) continue;
+      const params: string[] = [];
+      let ok = true;
+      for (let i = 0; i < parts.length; i++) {
+        const s = c.segments[i]!;
+        if (s.startsWith(':')) {
+          if (parts[i] === '') {
+            ok = false;
+            break;
+          }
+          params.push(decodeURIComponentSafe(parts[i]!));
+        } else if (s !== parts[i]) {
+          ok = false;
+          break;
+        }
+      }
+      if (!ok) continue;
+      if (c.route.method === method) return { route: c.route, params };
+      allow.push(c.route.method);
+    }
+    return allow.length > 0 ? { allow: [...new Set(allow)].join(', ') } : undefined;
+  }
+}
+
+function decodeURIComponentSafe(s: string): string {
+  try {
+    return decodeURIComponent(s);
+  } catch {
+    return s;
+  }
+}

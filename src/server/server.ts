@@ -1,0 +1,111 @@
+// The uWS server: every request goes request id -> API open? -> route -> limit/auth -> handler,
+// and every failure leaves as the spec's error envelope. Nothing here knows about products.
+import { authenticate } from '../auth/authenticate.js';
+import type { DeploymentState } from '../deployment/state.js';
+import { ApiError, isApiError } from '../errors.js';
+import type { RateLimiter } from '../limits/rate-limiter.js';
+import { isStoreUnavailable, storeError, type Queryable } from '../store/pool.js';
+import type { Logger } from '../util/log.js';
+import { HttpContext } from './http-context.js';
+import type { Route, Router } from './router.js';
+import { loadUws, type UsListenSocket } from './uws.js';
+
+export interface ServerDeps {
+  readonly host: string;
+  readonly port: number;
+  readonly allowUwsFallback: boolean;
+  readonly idleTimeoutS: number;
+  readonly router: Router;
+  readonly state: DeploymentState;
+  readonly limiter: RateLimiter;
+  readonly db: Queryable;
+  readonly requestsPerMinute: number;
+  readonly publicRequestsPerMinute: number;
+  readonly log: Logger;
+  /** Non-/v1 paths (the media host) are handed here; return false for 404. */
+  readonly other?: (ctx: HttpContext) => boolean;
+}
+
+export interface RunningServer {
+  readonly port: number;
+  readonly native: boolean;
+  close(): void;
+}
+
+export function toApiError(e: unknown, log: Logger, ctx: HttpContext): ApiError {
+  if (isApiError(e)) return e;
+  if (isStoreUnavailable(e)) {
+    try {
+      storeError(e);
+    } catch (mapped) {
+      return mapped as ApiError;
+    }
+  }
+  log.error('unhandled error', { request_id: ctx.requestId, path: ctx.path, err: e instanceof Error ? e.stack : String(e) });
+  return new ApiError('internal_error', { message: `The service failed; quote request id ${ctx.requestId}.` });
+}
+
+export function startServer(d: ServerDeps): Promise<RunningServer> {
+  const uws = loadUws(d.allowUwsFallback);
+  const app = uws.App();
+
+  const fail = (ctx: HttpContext, e: unknown) => {
+    if (ctx.done) return;
+    ctx.sendError(toApiError(e, d.log, ctx));
+  };
+
+  async function run(ctx: HttpContext, r: Route): Promise<void> {
+    if (r.access === 'public') {
+      const decision = await d.limiter.take('ip:' + ctx.remoteAddress, d.publicRequestsPerMinute);
+      if (!decision.allowed) throw new ApiError('rate_limit_exceeded', { retryAfterS: decision.retryAfterS });
+    } else {
+      ctx.auth = await authenticate(d.db, ctx.header('authorization'));
+      const decision = await d.limiter.take('key:' + ctx.auth.keyId, d.requestsPerMinute);
+      if (!decision.allowed) throw new ApiError('rate_limit_exceeded', { retryAfterS: decision.retryAfterS });
+    }
+    if (ctx.aborted) return;
+    await r.handler(ctx);
+  }
+
+  app.any('/*', (res, req) => {
+    const ctx = new HttpContext(res, req);
+    const path = ctx.path;
+    if (!(path === '/v1' || path.startsWith('/v1/'))) {
+      if (d.other?.(ctx)) return;
+      ctx.sendError(new ApiError('not_found'));
+      return;
+    }
+    if (!d.state.current.apiOpen) {
+      ctx.sendError(new ApiError('external_api_disabled'));
+      return;
+    }
+    const m = d.router.match(ctx.method, path);
+    if (m === undefined) {
+      ctx.sendError(new ApiError('not_found', { message: `No route ${ctx.method} ${path}.` }));
+      return;
+    }
+    if ('allow' in m) {
+      ctx.sendError(new ApiError('method_not_allowed', { message: `${ctx.method} is not allowed on ${path}; use ${m.allow}.`, param: m.allow }));
+      return;
+    }
+    ctx.params = m.params;
+    // uWS needs the body reader attached in this tick; auth runs while the body arrives.
+    if (m.route.bodyBytes !== undefined) ctx.collectBody(m.route.bodyBytes);
+    if (ctx.done) return;
+    run(ctx, m.route).catch((e: unknown) => fail(ctx, e));
+  });
+
+  return new Promise((resolveS, reject) => {
+    app.listen(d.host, d.port, (sock: UsListenSocket | false) => {
+      if (!sock) {
+        reject(new Error(`cannot listen on ${d.host}:${d.port}`));
+        return;
+      }
+      resolveS({
+        port: uws.us_socket_local_port(sock),
+        native: uws.native,
+        close: () => uws.us_listen_socket_close(sock),
+      });
+    });
+  });
+}

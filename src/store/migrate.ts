@@ -1,0 +1,65 @@
+// Numbered SQL migrations, applied in order under an advisory lock so instances starting together are safe.
+import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { PROJECT_ROOT } from '../config/config.js';
+import type { Pool } from './pool.js';
+
+// The .sql files are read from src/ in both the TS and the compiled (dist/) run: src/ ships with the package.
+export const MIGRATIONS_DIR = join(PROJECT_ROOT, 'src', 'store', 'migrations');
+const LOCK_KEY = 0x1a7e_9a7e; // arbitrary, fixed: "inkgate migrate"
+
+export interface Migration {
+  readonly version: number;
+  readonly name: string;
+  readonly sql: string;
+}
+
+export function listMigrations(dir = MIGRATIONS_DIR): Migration[] {
+  const out: Migration[] = [];
+  for (const f of readdirSync(dir).sort()) {
+    const m = /^(\d{3})_([a-z0-9_]+)\.sql$/.exec(f);
+    if (!m) continue;
+    out.push({ version: Number(m[1]), name: m[2]!, sql: readFileSync(join(dir, f), 'utf8') });
+  }
+  out.forEach((m, i) => {
+    if (m.version !== i + 1) throw new Error(`migrations: expected version ${i + 1}, found ${m.version}_${m.name}`);
+  });
+  return out;
+}
+
+/** Applies every pending migration; returns the versions applied. */
+export async function migrate(pool: Pool, schema: string): Promise<number[]> {
+  const client = await pool.connect();
+  const applied: number[] = [];
+  try {
+    // Migrations may take longer than a request's statement budget.
+    await client.query('SET statement_timeout = 60000; SET lock_timeout = 60000');
+    await client.query('SELECT pg_advisory_lock($1)', [LOCK_KEY]);
+    try {
+      await client.query(`CREATE SCHEMA IF NOT EXISTS ${client.escapeIdentifier(schema)}`);
+      await client.query(`SET search_path = ${client.escapeIdentifier(schema)}, public`);
+      await client.query(
+        'CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())',
+      );
+      const done = new Set((await client.query<{ version: number }>('SELECT version FROM schema_migrations')).rows.map((r) => r.version));
+      for (const m of listMigrations()) {
+        if (done.has(m.version)) continue;
+        await client.query('BEGIN');
+        try {
+          await client.query(m.sql);
+          await client.query('INSERT INTO schema_migrations (version, name) VALUES ($1, $2)', [m.version, m.name]);
+          await client.query('COMMIT');
+          applied.push(m.version);
+        } catch (e) {
+          await client.query('ROLLBACK');
+          throw new Error(`migration ${m.version}_${m.name} failed: ${(e as Error).message}`, { cause: e });
+        }
+      }
+    } finally {
+      await client.query('SELECT pg_advisory_unlock($1)', [LOCK_KEY]);
+    }
+  } finally {
+    client.release();
+  }
+  return applied;
+}

@@ -1,0 +1,64 @@
+// Spec "Conventions shared by all endpoints", "Error object", "Authentication": driven over HTTP.
+import t, { type Test } from "tap";
+import { startTestGateway, type Reply } from '../helpers/gateway.js';
+import { setApiOpen } from '../../src/deployment/state.js';
+
+function assertEnvelope(t: Test, r: Reply, status: number, code: string) {
+  t.equal(r.status, status, `status ${status} for ${code}`);
+  t.equal(r.headers['cache-control'], 'no-store');
+  t.match(r.headers['x-request-id'], /^req_[0-9a-f]{32}$/);
+  t.equal(r.json?.error?.code, code);
+  t.type(r.json.error.type, 'string');
+  t.type(r.json.error.message, 'string');
+  t.equal(r.json.error.request_id, r.headers['x-request-id'], 'request_id equals the X-Request-Id header');
+}
+
+t.test('shared conventions', async (t) => {
+  const g = await startTestGateway(t);
+  const { key } = await g.newKey();
+
+  t.test('unknown /v1 path: JSON 404 not_found', async (t) => {
+    assertEnvelope(t, await g.call('GET', '/v1/nope', { key }), 404, 'not_found');
+    assertEnvelope(t, await g.call('GET', '/v1', {}), 404, 'not_found');
+  });
+
+  t.test('every /v1 response carries no-store and a request id, success too', async (t) => {
+    const r = await g.call('GET', '/v1/models');
+    t.equal(r.status, 200);
+    t.equal(r.headers['cache-control'], 'no-store');
+    t.match(r.headers['x-request-id'], /^req_/);
+    const r2 = await g.call('GET', '/v1/models');
+    t.not(r2.headers['x-request-id'], r.headers['x-request-id'], 'a fresh id per request');
+  });
+
+  t.test('401 carries WWW-Authenticate: Bearer, for every bad key shape', async (t) => {
+    for (const auth of [undefined, 'Bearer', 'Bearer svc_short', 'Basic abc', `Bearer svc_${'A'.repeat(43)}`, `Token ${key}`]) {
+      const r = await g.call('GET', '/v1/me', { headers: auth ? { authorization: auth } : {} });
+      assertEnvelope(t, r, 401, 'invalid_api_key');
+      t.equal(r.json.error.type, 'authentication_error');
+      t.equal(r.headers['www-authenticate'], 'Bearer');
+    }
+  });
+
+  t.test('x-api-key and query-string keys are ignored', async (t) => {
+    assertEnvelope(t, await g.call('GET', '/v1/me', { headers: { 'x-api-key': key } }), 401, 'invalid_api_key');
+    assertEnvelope(t, await g.call('GET', `/v1/me?api_key=${key}`), 401, 'invalid_api_key');
+  });
+
+  t.test('a known path with another method answers 405 with Allow', async (t) => {
+    const r = await g.call('POST', '/v1/me', { key, body: {} });
+    assertEnvelope(t, r, 405, 'method_not_allowed');
+    t.equal(r.headers.allow, 'GET');
+  });
+
+  t.test('a closed API answers 404 external_api_disabled on every /v1 path', async (t) => {
+    await setApiOpen(g.db.pool, false);
+    await g.gw.services.state.refresh();
+    for (const p of ['/v1/models', '/v1/me', '/v1/nope', '/v1/models/clip-2.5']) {
+      assertEnvelope(t, await g.call('GET', p, { key }), 404, 'external_api_disabled');
+    }
+    await setApiOpen(g.db.pool, true);
+    await g.gw.services.state.refresh();
+    t.equal((await g.call('GET', '/v1/me', { key })).status, 200);
+  });
+});

@@ -1,0 +1,27 @@
+import t from 'tap';
+import { testDb } from '../helpers/db.js';
+import { migrate } from '../../src/store/migrate.js';
+
+t.test('migrations apply once, and a second run applies nothing', async (t) => {
+  const db = await testDb(t);
+  const again = await migrate(db.pool, db.schema);
+  t.same(again, []);
+  const { rows } = await db.pool.query('SELECT api_open FROM deployment');
+  t.same(rows, [{ api_open: true }]);
+});
+
+t.test('two instances migrating at once are serialised by the advisory lock', async (t) => {
+  const db = await testDb(t);
+  await db.pool.query(`DROP SCHEMA ${db.schema} CASCADE`);
+  const [a, b] = await Promise.all([migrate(db.pool, db.schema), migrate(db.pool, db.schema)]);
+  t.ok((a.length === 0) !== (b.length === 0), 'exactly one of them applied the migrations');
+  t.ok(a.length + b.length > 0);
+});
+
+t.test('the wallet invariant is a constraint the database enforces', async (t) => {
+  const db = await testDb(t);
+  await db.pool.query("INSERT INTO accounts (id, name, plan_id) VALUES ('usr_a', 'a', 'pro')");
+  await db.pool.query("INSERT INTO wallets (account_id) VALUES ('usr_a')");
+  await t.rejects(db.pool.query("UPDATE wallets SET payg_ink = 10 WHERE account_id = 'usr_a'"), /wallet_balances/);
+  await db.pool.query("UPDATE wallets SET payg_ink = 10, credited_ink = 10 WHERE account_id = 'usr_a'");
+});
