@@ -35,6 +35,8 @@ export interface GatewayOptions {
   log?: Logger;
   /** Injected limiter (tests of a shared limiter across two gateways). */
   limiter?: RateLimiter;
+  /** More routes (tests of the server layer). */
+  extraRoutes?: (s: Services) => Route[];
   /** Skip migrations when the caller already ran them. */
   skipMigrate?: boolean;
 }
@@ -63,7 +65,7 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
     const catalog = opts.catalog ?? loadCatalog();
     const services: Services = { config, pool, state, limiter, catalog, log };
 
-    const routes: Route[] = [...catalogRoutes(config, catalog, state), ...accountRoutes(pool)];
+    const routes: Route[] = [...catalogRoutes(config, catalog, state), ...accountRoutes(pool), ...(opts.extraRoutes?.(services) ?? [])];
     const server: RunningServer = await startServer({
       host: config.server.host,
       port: config.server.port,

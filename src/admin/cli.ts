@@ -1,0 +1,243 @@
+// `inkgate <command>`: the operator's tool. It talks to the same database as the gateway.
+// Every command prints a human line or, with --json, one JSON document; errors are one line and exit 1.
+import { createAccount, createKey, listKeys, listPlans, revokeKey, setAccountPlan, setKeyLimit, AdminError } from '../accounts/accounts.js';
+import { loadCatalog } from '../catalog/models.js';
+import { loadConfig, type Config } from '../config/config.js';
+import { LANES, pauseModel, resumeModel, setApiOpen, setLane, type Lane } from '../deployment/state.js';
+import { Ledger } from '../ledger/ledger.js';
+import { openDatabase } from '../store/connect.js';
+import { migrate } from '../store/migrate.js';
+import { createPool } from '../store/pool.js';
+import type { AdminCommand, AdminContext } from './command.js';
+import { ledgerCommands } from './ledger-commands.js';
+
+export interface ParsedArgs {
+  flags: Record<string, string | true>;
+  positional: string[];
+}
+
+export function parseArgs(argv: string[]): ParsedArgs {
+  const flags: Record<string, string | true> = Object.create(null) as Record<string, string | true>;
+  const positional: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i]!;
+    if (a.startsWith('--')) {
+      const eq = a.indexOf('=');
+      if (eq > 0) flags[a.slice(2, eq)] = a.slice(eq + 1);
+      else if (i + 1 < argv.length && !argv[i + 1]!.startsWith('--') && a !== '--json') flags[a.slice(2)] = argv[++i]!;
+      else flags[a.slice(2)] = true;
+    } else positional.push(a);
+  }
+  return { flags, positional };
+}
+
+const need = (args: ParsedArgs, name: string): string => {
+  const v = args.flags[name];
+  if (typeof v !== 'string' || v === '') throw new AdminError(`--${name} is required`);
+  return v;
+};
+const wholeInk = (v: string, name: string): number => {
+  if (!/^\d{1,15}$/.test(v)) throw new AdminError(`--${name} must be a whole number of Ink`);
+  return Number(v);
+};
+
+const lane = (v: string | undefined): Lane => {
+  if (!v || !(LANES as readonly string[]).includes(v)) throw new AdminError(`lane must be one of ${LANES.join(', ')}`);
+  return v as Lane;
+};
+
+const coreCommands: Record<string, AdminCommand> = {
+  migrate: {
+    usage: 'migrate',
+    summary: 'apply pending database migrations',
+    run: async (_a, ctx) => ({ applied: await migrate(ctx.pool, ctx.config.db.schema) }),
+  },
+  'plan list': {
+    usage: 'plan list',
+    summary: 'list plans (video allowed, daily cap, period grant)',
+    run: async (_a, ctx) => listPlans(ctx.pool),
+  },
+  'account create': {
+    usage: 'account create --name N --plan P',
+    summary: 'create an account with an empty wallet; prints its usr_ id',
+    run: async (a, ctx) => {
+      const acc = await createAccount(ctx.pool, { name: need(a, 'name'), planId: need(a, 'plan') });
+      return { id: acc.id };
+    },
+  },
+  'account set-plan': {
+    usage: 'account set-plan --account A --plan P',
+    summary: "change an account's plan",
+    run: async (a, ctx) => {
+      await setAccountPlan(ctx.pool, need(a, 'account'), need(a, 'plan'));
+      return { ok: true };
+    },
+  },
+  'key create': {
+    usage: 'key create --account A --name N [--ink-limit N] [--expires ISO]',
+    summary: 'create a key; prints the raw key once',
+    run: async (a, ctx) => {
+      const lim = a.flags['ink-limit'];
+      const exp = a.flags.expires;
+      let expiresAt: Date | null = null;
+      if (typeof exp === 'string') {
+        expiresAt = new Date(exp);
+        if (Number.isNaN(expiresAt.getTime())) throw new AdminError('--expires must be an ISO 8601 timestamp');
+      }
+      return createKey(ctx.pool, {
+        accountId: need(a, 'account'),
+        name: need(a, 'name'),
+        inkLimit: typeof lim === 'string' ? wholeInk(lim, 'ink-limit') : null,
+        expiresAt,
+      });
+    },
+  },
+  'key list': {
+    usage: 'key list [--account A]',
+    summary: 'list keys (prefix and last four only)',
+    run: async (a, ctx) => listKeys(ctx.pool, typeof a.flags.account === 'string' ? a.flags.account : undefined),
+  },
+  'key revoke': {
+    usage: 'key revoke KEY_ID',
+    summary: 'refuse the key from the next request on',
+    run: async (a, ctx) => {
+      const id = a.positional[0] ?? need(a, 'key');
+      await revokeKey(ctx.pool, id);
+      return { id, revoked: true };
+    },
+  },
+  'key set-limit': {
+    usage: 'key set-limit KEY_ID --ink-limit N|none',
+    summary: "edit a key's lifetime Ink cap",
+    run: async (a, ctx) => {
+      const id = a.positional[0] ?? need(a, 'key');
+      const v = need(a, 'ink-limit');
+      const limit = v === 'none' ? null : wholeInk(v, 'ink-limit');
+      await setKeyLimit(ctx.pool, id, limit);
+      return { id, ink_limit: limit };
+    },
+  },
+  'model pause': {
+    usage: 'model pause MODEL_ID [--retry-after S]',
+    summary: 'mark a model unavailable; submits answer 503 with Retry-After',
+    run: async (a, ctx) => {
+      const id = ctx.catalog().resolveId(a.positional[0] ?? '');
+      if (!id) throw new AdminError(`unknown model ${JSON.stringify(a.positional[0] ?? '')}`);
+      const ra = typeof a.flags['retry-after'] === 'string' ? Number(a.flags['retry-after']) : 300;
+      if (!Number.isInteger(ra) || ra < 1 || ra > 86400) throw new AdminError('--retry-after must be 1 to 86400 seconds');
+      await pauseModel(ctx.pool, id, ra);
+      return { model: id, paused: true, retry_after_s: ra };
+    },
+  },
+  'model resume': {
+    usage: 'model resume MODEL_ID',
+    summary: 'put a paused model back on sale',
+    run: async (a, ctx) => {
+      const id = ctx.catalog().resolveId(a.positional[0] ?? '');
+      if (!id) throw new AdminError(`unknown model ${JSON.stringify(a.positional[0] ?? '')}`);
+      await resumeModel(ctx.pool, id);
+      return { model: id, paused: false };
+    },
+  },
+  'lane enable': {
+    usage: 'lane enable messages|responses|video|images',
+    summary: 'open a lane (text lanes: after vendor certification)',
+    run: async (a, ctx) => {
+      const l = lane(a.positional[0]);
+      await setLane(ctx.pool, l, true);
+      return { lane: l, enabled: true };
+    },
+  },
+  'lane disable': {
+    usage: 'lane disable messages|responses|video|images',
+    summary: 'close a lane: cards show available: false, calls answer 503',
+    run: async (a, ctx) => {
+      const l = lane(a.positional[0]);
+      await setLane(ctx.pool, l, false);
+      return { lane: l, enabled: false };
+    },
+  },
+  'api open': {
+    usage: 'api open',
+    summary: 'open the /v1 API on this deployment',
+    run: async (_a, ctx) => {
+      await setApiOpen(ctx.pool, true);
+      return { api_open: true };
+    },
+  },
+  'api close': {
+    usage: 'api close',
+    summary: 'close the API: every /v1 path answers 404 external_api_disabled',
+    run: async (_a, ctx) => {
+      await setApiOpen(ctx.pool, false);
+      return { api_open: false };
+    },
+  },
+};
+
+export const commands: Readonly<Record<string, AdminCommand>> = Object.freeze({ ...coreCommands, ...ledgerCommands });
+
+function usage(): string {
+  const rows = Object.values(commands).map((c) => `  inkgate ${c.usage}\n      ${c.summary}`);
+  return `usage: inkgate <command> [--json]\n\n${rows.join('\n')}\n`;
+}
+
+/** Finds the longest command name that prefixes the positional words. */
+function findCommand(words: string[]): { name: string; rest: string[] } | undefined {
+  for (const n of [2, 1]) {
+    const name = words.slice(0, n).join(' ');
+    if (commands[name]) return { name, rest: words.slice(n) };
+  }
+  return undefined;
+}
+
+function human(v: unknown): string {
+  if (Array.isArray(v)) return v.map((r) => human(r)).join('\n') || '(none)';
+  if (v && typeof v === 'object') {
+    return Object.entries(v)
+      .map(([k, x]) => `${k}: ${x instanceof Date ? x.toISOString() : typeof x === 'object' && x !== null ? JSON.stringify(x) : String(x)}`)
+      .join('  ');
+  }
+  return String(v);
+}
+
+export async function runCli(argv: string[], out = (s: string) => process.stdout.write(s), err = (s: string) => process.stderr.write(s), config?: Config): Promise<number> {
+  const args = parseArgs(argv);
+  const json = args.flags.json === true;
+  if (args.positional.length === 0 || args.flags.help === true || args.positional[0] === 'help') {
+    out(usage());
+    return args.positional.length === 0 && args.flags.help !== true ? 1 : 0;
+  }
+  const found = findCommand(args.positional);
+  if (!found) {
+    err(`inkgate: unknown command ${JSON.stringify(args.positional.join(' '))}; run inkgate help\n`);
+    return 1;
+  }
+  const cfg = config ?? loadConfig();
+  let db;
+  try {
+    db = await openDatabase(cfg, { share: false, log: () => undefined });
+  } catch (e) {
+    err(`inkgate: cannot reach the database: ${(e as Error).message.split('\n')[0]}\n`);
+    return 1;
+  }
+  const pool = createPool({ ...cfg.db, url: db.url, poolMax: 4 });
+  const ledger = new Ledger(pool);
+  try {
+    if (found.name !== 'migrate') await migrate(pool, cfg.db.schema);
+    let catalog: ReturnType<typeof loadCatalog> | undefined;
+    const ctx: AdminContext = { pool, ledger, config: cfg, catalog: () => (catalog ??= loadCatalog()) };
+    const result = await commands[found.name]!.run({ flags: args.flags, positional: found.rest }, ctx);
+    out(json ? JSON.stringify(result, null, 2) + '\n' : human(result) + '\n');
+    return 0;
+  } catch (e) {
+    const msg = e instanceof Error ? e.message.split('\n')[0] : String(e);
+    if (json) out(JSON.stringify({ error: msg }) + '\n');
+    err(`inkgate: ${msg}\n`);
+    return 1;
+  } finally {
+    await ledger.close().catch(() => undefined);
+    await pool.end().catch(() => undefined);
+    await db.stop();
+  }
+}

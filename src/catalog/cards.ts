@@ -1,0 +1,270 @@
+// Public model cards (`GET /v1/models`, `GET /v1/models/{id}`), shaped as the spec's card tables.
+// Everything but `available` is computed once per price set when the builder is made; a request
+// only copies the precomputed parts into a fresh top-level object with the live `available` flag.
+import type { Catalog, CatalogModel, ImageModel, TextModel, TextRates, VideoModel, VideoPriceSet, VideoResolution } from './models.js';
+import { imageInk, inkToUsd, videoClipInk, videoDisplayInkPerSecond } from '../ledger/pricing.js';
+
+export interface InkUsd {
+  readonly ink: number;
+  readonly usd_payg: number;
+}
+
+export interface VideoCard {
+  id: string;
+  object: 'model';
+  type: 'video';
+  label: string;
+  endpoint: string;
+  available: boolean;
+  pricing: {
+    unit: 'second';
+    ink_per_second: Partial<Record<VideoResolution, number>>;
+    usd_payg_per_second: Partial<Record<VideoResolution, number>>;
+    ink_per_5_second_clip: Partial<Record<VideoResolution, number>>;
+    note: string;
+  };
+  constraints: {
+    resolutions: string[];
+    aspect_ratios: string[];
+    resolution_ceiling_by_aspect?: Record<string, string>;
+    duration_seconds: { min: number; max: number };
+    references: { total: number; images: number; videos: number; audio: number };
+  };
+}
+
+export interface TextCard {
+  id: string;
+  object: 'model';
+  type: 'text';
+  aliases: string[];
+  label: string;
+  vendor_label: string;
+  endpoint: string;
+  protocol: string;
+  available: boolean;
+  pricing: {
+    unit: '1M tokens';
+    input: InkUsd;
+    output: InkUsd;
+    cache_read: InkUsd;
+    cache_write: InkUsd;
+    note: string;
+    long_context?: { above_input_tokens: number; input: InkUsd; output: InkUsd; cache_read: InkUsd; cache_write: InkUsd };
+  };
+  constraints: {
+    max_input_tokens: number;
+    default_max_output_tokens: number | null;
+    max_output_tokens: number;
+    images: boolean;
+    streaming: boolean;
+  };
+}
+
+export interface ImageCard {
+  id: string;
+  object: 'model';
+  type: 'image';
+  aliases: string[];
+  label: string;
+  endpoint: string;
+  available: boolean;
+  pricing: {
+    unit: 'image';
+    ink_per_image: Record<string, number>;
+    usd_payg_per_image: Record<string, number>;
+    note: string;
+  };
+  constraints: {
+    sizes: string[];
+    default_size: string;
+    aspect_ratios: string[];
+    default_aspect_ratio: string;
+    max_reference_images: number;
+    images_per_request: 1;
+  };
+}
+
+export type ModelCard = VideoCard | TextCard | ImageCard;
+export interface ModelList {
+  object: 'list';
+  data: ModelCard[];
+}
+
+/** Whether a model can be used right now (lane certified and configured, model not paused). */
+export type AvailabilityFn = (modelId: string) => boolean;
+
+export const VIDEO_PRICING_NOTE =
+  'Charged for the seconds delivered (never more than requested) at the requested resolution, rounded up to whole Ink once per clip; the requested duration is held at submit.';
+export const MESSAGES_PRICING_NOTE =
+  'Holds the prompt as cache writes plus max_tokens at the output rate; settles to the vendor-reported usage with each bucket at its own rate (cache writes at the 1-hour rate), rounded up to whole Ink once per request.';
+export const RESPONSES_PRICING_NOTE =
+  'Holds the prompt as cache writes plus max_output_tokens (at least 32,768) at the output rate of its tier; settles to the vendor-reported usage, rounded up to whole Ink once per request; a prompt (input, cache read and cache write together) above the long-context threshold bills every bucket at the long-context rates.';
+export const IMAGE_PRICING_NOTE = 'One image per request at a fixed price per output size; the price is held at submit and refunded if the generation fails.';
+
+const inkUsd = (ink: number): InkUsd => ({ ink, usd_payg: inkToUsd(ink) });
+
+const ratesCard = (r: TextRates) => ({
+  input: inkUsd(r.input),
+  output: inkUsd(r.output),
+  cache_read: inkUsd(r.cacheRead),
+  cache_write: inkUsd(r.cacheWrite),
+});
+
+/** Everything on a card except `available`, built once. */
+type StaticCard = Omit<VideoCard, 'available'> | Omit<TextCard, 'available'> | Omit<ImageCard, 'available'>;
+
+function videoStatic(m: VideoModel, priceSet: VideoPriceSet): Omit<VideoCard, 'available'> {
+  const inkPerSecond: Partial<Record<VideoResolution, number>> = {};
+  const usdPerSecond: Partial<Record<VideoResolution, number>> = {};
+  const clip: Partial<Record<VideoResolution, number>> = {};
+  for (const res of m.resolutions) {
+    const display = videoDisplayInkPerSecond(m, res, priceSet);
+    inkPerSecond[res] = display;
+    // The displayed Ink figure divided by 100, computed from integer tenths so it prints exactly.
+    usdPerSecond[res] = Math.round(display * 10) / 1000;
+    clip[res] = videoClipInk(m, res, 5, priceSet);
+  }
+  const constraints: VideoCard['constraints'] = {
+    resolutions: [...m.resolutions],
+    aspect_ratios: [...m.aspectRatios],
+    duration_seconds: { ...m.durationSeconds },
+    references: { ...m.references },
+  };
+  if (m.resolutionCeilingByAspect !== null) {
+    // Keep the spec's field order: the ceiling sits between aspect_ratios and duration_seconds.
+    const { resolutions, aspect_ratios, duration_seconds, references } = constraints;
+    return {
+      id: m.id,
+      object: 'model',
+      type: 'video',
+      label: m.label,
+      endpoint: m.endpoint,
+      pricing: { unit: 'second', ink_per_second: inkPerSecond, usd_payg_per_second: usdPerSecond, ink_per_5_second_clip: clip, note: VIDEO_PRICING_NOTE },
+      constraints: {
+        resolutions,
+        aspect_ratios,
+        resolution_ceiling_by_aspect: { ...(m.resolutionCeilingByAspect as Record<string, string>) },
+        duration_seconds,
+        references,
+      },
+    };
+  }
+  return {
+    id: m.id,
+    object: 'model',
+    type: 'video',
+    label: m.label,
+    endpoint: m.endpoint,
+    pricing: { unit: 'second', ink_per_second: inkPerSecond, usd_payg_per_second: usdPerSecond, ink_per_5_second_clip: clip, note: VIDEO_PRICING_NOTE },
+    constraints,
+  };
+}
+
+function textStatic(m: TextModel): Omit<TextCard, 'available'> {
+  const pricing: TextCard['pricing'] = {
+    unit: '1M tokens',
+    ...ratesCard(m.rates),
+    note: m.protocol === 'openai-responses' ? RESPONSES_PRICING_NOTE : MESSAGES_PRICING_NOTE,
+  };
+  if (m.longContext !== null) pricing.long_context = { above_input_tokens: m.longContext.aboveInputTokens, ...ratesCard(m.longContext.rates) };
+  const c = m.constraints;
+  return {
+    id: m.id,
+    object: 'model',
+    type: 'text',
+    aliases: [...m.aliases],
+    label: m.label,
+    vendor_label: m.vendorLabel,
+    endpoint: m.endpoint,
+    protocol: m.protocol,
+    pricing,
+    constraints: {
+      max_input_tokens: c.maxInputTokens,
+      default_max_output_tokens: c.defaultMaxOutputTokens,
+      max_output_tokens: c.maxOutputTokens,
+      images: c.images,
+      streaming: c.streaming,
+    },
+  };
+}
+
+function imageStatic(m: ImageModel): Omit<ImageCard, 'available'> {
+  const ink: Record<string, number> = {};
+  const usd: Record<string, number> = {};
+  for (const size of m.sizes) {
+    ink[size] = imageInk(size, m);
+    usd[size] = inkToUsd(ink[size]);
+  }
+  return {
+    id: m.id,
+    object: 'model',
+    type: 'image',
+    aliases: [...m.aliases],
+    label: m.label,
+    endpoint: m.endpoint,
+    pricing: { unit: 'image', ink_per_image: ink, usd_payg_per_image: usd, note: IMAGE_PRICING_NOTE },
+    constraints: {
+      sizes: [...m.sizes],
+      default_size: m.defaultSize,
+      aspect_ratios: [...m.aspectRatios],
+      default_aspect_ratio: m.defaultAspectRatio,
+      max_reference_images: m.maxReferenceImages,
+      images_per_request: 1,
+    },
+  };
+}
+
+function staticCard(m: CatalogModel, priceSet: VideoPriceSet): StaticCard {
+  switch (m.type) {
+    case 'video':
+      return videoStatic(m, priceSet);
+    case 'text':
+      return textStatic(m);
+    case 'image':
+      return imageStatic(m);
+  }
+}
+
+function deepFreeze<T>(o: T): T {
+  if (typeof o === 'object' && o !== null && !Object.isFrozen(o)) {
+    Object.freeze(o);
+    for (const v of Object.values(o)) deepFreeze(v);
+  }
+  return o;
+}
+
+/** Places `available` where the spec's tables put it (after endpoint / protocol), on a fresh object. */
+function withAvailable(card: StaticCard, available: boolean): ModelCard {
+  const { pricing, constraints, ...head } = card;
+  return { ...head, available, pricing, constraints } as ModelCard;
+}
+
+/** Builds one card (not precomputed; for tests and one-off use). */
+export function modelCard(model: CatalogModel, priceSet: VideoPriceSet, available: boolean): ModelCard {
+  return withAvailable(staticCard(model, priceSet), available);
+}
+
+export interface CardBuilder {
+  /** `{object: 'list', data}` of the listed models, in catalogue order. */
+  list(available: AvailabilityFn): ModelList;
+  /** The card for an id or alias of a listed model; undefined answers 404 `model_not_found`. */
+  get(idOrAlias: string, available: AvailabilityFn): ModelCard | undefined;
+}
+
+/**
+ * Precomputes every listed model's card for the deployment's video price set. The returned cards
+ * share frozen `pricing` / `constraints` objects; callers serialise them, never mutate them.
+ */
+export function createCardBuilder(catalog: Catalog, priceSet: VideoPriceSet): CardBuilder {
+  const statics = new Map<string, StaticCard>();
+  for (const m of catalog.listed) statics.set(m.id, deepFreeze(staticCard(m, priceSet)));
+  const order = [...statics.values()];
+  return {
+    list: (available) => ({ object: 'list', data: order.map((c) => withAvailable(c, available(c.id))) }),
+    get: (idOrAlias, available) => {
+      const id = catalog.resolveId(idOrAlias);
+      const c = id === undefined ? undefined : statics.get(id);
+      return c === undefined ? undefined : withAvailable(c, available(c.id));
+    },
+  };
+}

@@ -1,0 +1,464 @@
+// The model catalogue: config/models.json, validated once with a compiled typebox schema, turned into
+// frozen, camelCase model objects with every price converted to exact integers (micro-Ink).
+// Everything the gateway knows about a model (limits, vendor id, rates) is read from here, so a
+// price change is a config change and the published figures are checked by tests, not typed twice.
+import { readFileSync } from 'node:fs';
+import { resolve } from 'node:path';
+import Type, { type Static } from 'typebox';
+import { Compile } from 'typebox/compile';
+import { PROJECT_ROOT } from '../config/config.js';
+
+export const MODELS_FILE = resolve(PROJECT_ROOT, 'config', 'models.json');
+
+export const VIDEO_RESOLUTIONS = ['480p', '720p', '1080p'] as const;
+export type VideoResolution = (typeof VIDEO_RESOLUTIONS)[number];
+export const VIDEO_ASPECT_RATIOS = ['21:9', '16:9', '4:3', '1:1', '3:4', '9:16', 'adaptive'] as const;
+export type VideoAspectRatio = (typeof VIDEO_ASPECT_RATIOS)[number];
+export const VIDEO_PRICE_SETS = ['billing', 'catalogue'] as const;
+/** Which published video price set the ledger charges from (`config.pricing.videoPriceSet`). */
+export type VideoPriceSet = (typeof VIDEO_PRICE_SETS)[number];
+export const IMAGE_SIZES = ['1K', '2K', '4K'] as const;
+export type ImageSize = (typeof IMAGE_SIZES)[number];
+export type TextProtocol = 'openai-responses' | 'anthropic-messages';
+export type VendorName = 'ark' | 'anthropic' | 'openai' | 'gemini';
+
+/** Upper bound on any text rate (Ink per million tokens): keeps every product a safe integer. */
+export const MAX_INK_PER_MILLION_TOKENS = 1_000_000;
+const MICRO = 1_000_000;
+
+// ---------------------------------------------------------------------------------------------
+// Schema of config/models.json (snake_case, as written by operators)
+
+const Id = Type.String({ pattern: '^[a-z0-9][a-z0-9.-]{0,63}$' });
+const Label = Type.String({ minLength: 1, maxLength: 80 });
+const VendorModel = Type.String({ minLength: 1, maxLength: 200 });
+/**
+ * A price as an exact decimal string ("10.225"): at most six fractional digits, so it converts to
+ * whole micro-Ink without ever passing through a float.
+ */
+const Decimal = Type.String({ pattern: '^(0|[1-9][0-9]{0,5})(\\.[0-9]{1,6})?$' });
+const Resolution = Type.Union([Type.Literal('480p'), Type.Literal('720p'), Type.Literal('1080p')]);
+const Aspect = Type.Union([
+  Type.Literal('21:9'),
+  Type.Literal('16:9'),
+  Type.Literal('4:3'),
+  Type.Literal('1:1'),
+  Type.Literal('3:4'),
+  Type.Literal('9:16'),
+  Type.Literal('adaptive'),
+]);
+const Size = Type.Union([Type.Literal('1K'), Type.Literal('2K'), Type.Literal('4K')]);
+const Count = (max: number) => Type.Integer({ minimum: 0, maximum: max });
+const Strict = { additionalProperties: false } as const;
+
+const ResolutionRates = Type.Object(
+  { '480p': Type.Optional(Decimal), '720p': Type.Optional(Decimal), '1080p': Type.Optional(Decimal) },
+  Strict,
+);
+
+const VideoEntry = Type.Object(
+  {
+    id: Id,
+    label: Label,
+    listed: Type.Boolean(),
+    vendor: Type.Literal('ark'),
+    vendor_model: VendorModel,
+    endpoint: Type.Literal('/v1/video/generations'),
+    resolutions: Type.Array(Resolution, { minItems: 1, maxItems: 3, uniqueItems: true }),
+    aspect_ratios: Type.Array(Aspect, { minItems: 1, maxItems: 7, uniqueItems: true }),
+    resolution_ceiling_by_aspect: Type.Optional(
+      Type.Object(Object.fromEntries(VIDEO_ASPECT_RATIOS.map((a) => [a, Type.Optional(Resolution)])), Strict),
+    ),
+    duration_seconds: Type.Object({ min: Count(3600), max: Count(3600) }, Strict),
+    references: Type.Object({ total: Count(1000), images: Count(1000), videos: Count(1000), audio: Count(1000) }, Strict),
+    audio_needs_visual_reference: Type.Boolean(),
+    ink_per_second: Type.Object({ billing: ResolutionRates, catalogue: ResolutionRates }, Strict),
+  },
+  Strict,
+);
+
+const Rate = Type.Integer({ minimum: 0, maximum: MAX_INK_PER_MILLION_TOKENS });
+const TextRatesEntry = Type.Object({ input: Rate, output: Rate, cache_read: Rate, cache_write: Rate }, Strict);
+
+const TextEntry = Type.Object(
+  {
+    id: Id,
+    aliases: Type.Array(Id, { maxItems: 8, uniqueItems: true }),
+    label: Label,
+    vendor_label: Label,
+    listed: Type.Boolean(),
+    vendor: Type.Union([Type.Literal('anthropic'), Type.Literal('openai')]),
+    vendor_model: VendorModel,
+    endpoint: Type.Union([Type.Literal('/v1/responses'), Type.Literal('/v1/messages')]),
+    protocol: Type.Union([Type.Literal('openai-responses'), Type.Literal('anthropic-messages')]),
+    ink_per_million_tokens: TextRatesEntry,
+    long_context: Type.Optional(
+      Type.Object({ above_input_tokens: Count(100_000_000), ink_per_million_tokens: TextRatesEntry }, Strict),
+    ),
+    hold_output_floor_tokens: Count(10_000_000),
+    constraints: Type.Object(
+      {
+        max_input_tokens: Type.Integer({ minimum: 1, maximum: 100_000_000 }),
+        default_max_output_tokens: Type.Union([Type.Integer({ minimum: 1, maximum: 10_000_000 }), Type.Null()]),
+        max_output_tokens: Type.Integer({ minimum: 1, maximum: 10_000_000 }),
+        images: Type.Boolean(),
+        streaming: Type.Boolean(),
+      },
+      Strict,
+    ),
+  },
+  Strict,
+);
+
+const ImageEntry = Type.Object(
+  {
+    id: Id,
+    aliases: Type.Array(Id, { maxItems: 8, uniqueItems: true }),
+    label: Label,
+    listed: Type.Boolean(),
+    vendor: Type.Literal('gemini'),
+    vendor_model: VendorModel,
+    endpoint: Type.Literal('/v1/images/generations'),
+    sizes: Type.Array(Size, { minItems: 1, maxItems: 3, uniqueItems: true }),
+    default_size: Size,
+    aspect_ratios: Type.Array(Type.String({ pattern: '^[0-9]{1,2}:[0-9]{1,2}$' }), { minItems: 1, maxItems: 32, uniqueItems: true }),
+    default_aspect_ratio: Type.String({ minLength: 1 }),
+    max_reference_images: Count(100),
+    ink_per_image: Type.Object(
+      { '1K': Type.Optional(Count(1_000_000)), '2K': Type.Optional(Count(1_000_000)), '4K': Type.Optional(Count(1_000_000)) },
+      Strict,
+    ),
+  },
+  Strict,
+);
+
+export const ModelsFileSchema = Type.Object(
+  {
+    video: Type.Array(VideoEntry, { maxItems: 64 }),
+    text: Type.Array(TextEntry, { maxItems: 64 }),
+    image: Type.Array(ImageEntry, { maxItems: 64 }),
+  },
+  Strict,
+);
+export type ModelsFile = Static<typeof ModelsFileSchema>;
+
+const validator = Compile(ModelsFileSchema);
+
+// ---------------------------------------------------------------------------------------------
+// The model objects the rest of the program uses
+
+export interface VideoModel {
+  readonly type: 'video';
+  readonly id: string;
+  readonly aliases: readonly string[];
+  readonly label: string;
+  readonly listed: boolean;
+  readonly vendor: 'ark';
+  readonly vendorModel: string;
+  readonly endpoint: '/v1/video/generations';
+  readonly resolutions: readonly VideoResolution[];
+  readonly aspectRatios: readonly VideoAspectRatio[];
+  /** Highest resolution allowed with an aspect ratio; null when the model has no such ceiling. */
+  readonly resolutionCeilingByAspect: Readonly<Partial<Record<VideoAspectRatio, VideoResolution>>> | null;
+  readonly durationSeconds: Readonly<{ min: number; max: number }>;
+  readonly references: Readonly<{ total: number; images: number; videos: number; audio: number }>;
+  /** clip-2.0 family: an audio reference needs an image or video reference beside it. */
+  readonly audioNeedsVisualReference: boolean;
+  /** Precise rates in integer micro-Ink per second, per price set, for exactly the offered resolutions. */
+  readonly microInkPerSecond: Readonly<Record<VideoPriceSet, Readonly<Partial<Record<VideoResolution, number>>>>>;
+}
+
+/** Ink per million tokens; tokens x rate is exactly micro-Ink. */
+export interface TextRates {
+  readonly input: number;
+  readonly output: number;
+  readonly cacheRead: number;
+  readonly cacheWrite: number;
+}
+
+export interface TextModel {
+  readonly type: 'text';
+  readonly id: string;
+  readonly aliases: readonly string[];
+  readonly label: string;
+  readonly vendorLabel: string;
+  readonly listed: boolean;
+  readonly vendor: 'anthropic' | 'openai';
+  readonly vendorModel: string;
+  readonly endpoint: '/v1/responses' | '/v1/messages';
+  readonly protocol: TextProtocol;
+  readonly rates: TextRates;
+  /** When the whole prompt is above `aboveInputTokens`, every bucket bills at `rates`. */
+  readonly longContext: Readonly<{ aboveInputTokens: number; rates: TextRates }> | null;
+  /** Reservation floor for the output part of a hold (Responses: 32,768); 0 when none. */
+  readonly holdOutputFloorTokens: number;
+  readonly constraints: Readonly<{
+    maxInputTokens: number;
+    /** null: the protocol requires the client to send a cap (Messages `max_tokens`). */
+    defaultMaxOutputTokens: number | null;
+    maxOutputTokens: number;
+    images: boolean;
+    streaming: boolean;
+  }>;
+}
+
+export interface ImageModel {
+  readonly type: 'image';
+  readonly id: string;
+  readonly aliases: readonly string[];
+  readonly label: string;
+  readonly listed: boolean;
+  readonly vendor: 'gemini';
+  readonly vendorModel: string;
+  readonly endpoint: '/v1/images/generations';
+  readonly sizes: readonly ImageSize[];
+  readonly defaultSize: ImageSize;
+  readonly aspectRatios: readonly string[];
+  readonly defaultAspectRatio: string;
+  readonly maxReferenceImages: number;
+  /** Whole Ink per image, per offered size. */
+  readonly inkPerImage: Readonly<Partial<Record<ImageSize, number>>>;
+}
+
+export type CatalogModel = VideoModel | TextModel | ImageModel;
+
+export interface Catalog {
+  /** Every model in config order (video, text, image), listed or not. */
+  readonly models: readonly CatalogModel[];
+  /** Listed models only: what `GET /v1/models` shows. */
+  readonly listed: readonly CatalogModel[];
+  /** Id or alias to the canonical id; undefined when unknown. */
+  resolveId(idOrAlias: string): string | undefined;
+  /** Id or alias to the model; undefined when unknown. */
+  get(idOrAlias: string): CatalogModel | undefined;
+  video(idOrAlias: string): VideoModel | undefined;
+  /** A text model, optionally only one that speaks `protocol` (a lane asks for its own). */
+  text(idOrAlias: string, protocol?: TextProtocol): TextModel | undefined;
+  image(idOrAlias: string): ImageModel | undefined;
+  /** The first listed-or-not text model speaking `protocol` (the Responses lane's default model). */
+  firstText(protocol: TextProtocol): TextModel | undefined;
+}
+
+/**
+ * Parses an exact decimal string ("10.225") into integer micro-units without floats.
+ * The schema has already bounded it to six integer and six fractional digits.
+ */
+export function decimalToMicro(s: string): number {
+  const dot = s.indexOf('.');
+  const whole = dot === -1 ? s : s.slice(0, dot);
+  const frac = dot === -1 ? '' : s.slice(dot + 1);
+  if (!/^[0-9]{1,6}$/.test(whole) || !/^[0-9]{0,6}$/.test(frac)) throw new RangeError(`not an exact decimal with at most 6 places: ${JSON.stringify(s)}`);
+  return Number(whole) * MICRO + Number(frac.padEnd(6, '0'));
+}
+
+function deepFreeze<T>(o: T): T {
+  if (typeof o === 'object' && o !== null && !Object.isFrozen(o)) {
+    Object.freeze(o);
+    for (const v of Object.values(o)) deepFreeze(v);
+  }
+  return o;
+}
+
+const textRates = (r: Static<typeof TextRatesEntry>): TextRates => ({
+  input: r.input,
+  output: r.output,
+  cacheRead: r.cache_read,
+  cacheWrite: r.cache_write,
+});
+
+const PROTOCOL_ENDPOINT: Record<TextProtocol, string> = {
+  'openai-responses': '/v1/responses',
+  'anthropic-messages': '/v1/messages',
+};
+
+/**
+ * Validates a parsed models file (schema, then the cross-field rules the schema cannot say) and
+ * builds the frozen catalogue. Every problem is listed; a bad catalogue never half-loads.
+ */
+export function parseCatalog(raw: unknown, source = 'models.json'): Catalog {
+  if (!validator.Check(raw)) {
+    const problems = [...validator.Errors(raw)].slice(0, 50).map((e) => `${e.instancePath || '/'} ${e.message}`);
+    throw new Error(`catalog: ${source} is invalid:\n  ${problems.join('\n  ')}`);
+  }
+  const file = raw as ModelsFile;
+  const problems: string[] = [];
+  const models: CatalogModel[] = [];
+
+  file.video.forEach((v, i) => {
+    const at = `/video/${i} (${v.id})`;
+    const microInkPerSecond = {} as Record<VideoPriceSet, Partial<Record<VideoResolution, number>>>;
+    for (const set of VIDEO_PRICE_SETS) {
+      const table = v.ink_per_second[set];
+      const out: Partial<Record<VideoResolution, number>> = {};
+      for (const res of VIDEO_RESOLUTIONS) {
+        const dec = table[res];
+        const offered = v.resolutions.includes(res);
+        if (offered && dec === undefined) problems.push(`${at} ink_per_second.${set} lacks offered resolution ${res}`);
+        if (!offered && dec !== undefined) problems.push(`${at} ink_per_second.${set} prices ${res}, which is not offered`);
+        if (offered && dec !== undefined) {
+          const micro = decimalToMicro(dec);
+          if (micro <= 0) problems.push(`${at} ink_per_second.${set}.${res} must be above 0`);
+          out[res] = micro;
+        }
+      }
+      microInkPerSecond[set] = out;
+    }
+    const ceiling = v.resolution_ceiling_by_aspect;
+    if (ceiling) {
+      for (const [aspect, res] of Object.entries(ceiling)) {
+        if (!v.aspect_ratios.includes(aspect as VideoAspectRatio)) problems.push(`${at} ceiling names aspect ${aspect}, which is not offered`);
+        if (res !== undefined && !v.resolutions.includes(res)) problems.push(`${at} ceiling for ${aspect} is ${res}, which is not offered`);
+      }
+    }
+    if (v.duration_seconds.min < 1 || v.duration_seconds.min > v.duration_seconds.max) problems.push(`${at} duration_seconds needs 1 <= min <= max`);
+    const refs = v.references;
+    if (refs.images > refs.total || refs.videos > refs.total || refs.audio > refs.total) problems.push(`${at} a per-kind reference cap is above the total`);
+    models.push({
+      type: 'video',
+      id: v.id,
+      aliases: [],
+      label: v.label,
+      listed: v.listed,
+      vendor: v.vendor,
+      vendorModel: v.vendor_model,
+      endpoint: v.endpoint,
+      resolutions: VIDEO_RESOLUTIONS.filter((r) => v.resolutions.includes(r)),
+      aspectRatios: [...v.aspect_ratios],
+      resolutionCeilingByAspect: ceiling && Object.keys(ceiling).length > 0 ? { ...ceiling } : null,
+      durationSeconds: { ...v.duration_seconds },
+      references: { ...refs },
+      audioNeedsVisualReference: v.audio_needs_visual_reference,
+      microInkPerSecond,
+    });
+  });
+
+  file.text.forEach((t, i) => {
+    const at = `/text/${i} (${t.id})`;
+    if (PROTOCOL_ENDPOINT[t.protocol] !== t.endpoint) problems.push(`${at} protocol ${t.protocol} is served on ${PROTOCOL_ENDPOINT[t.protocol]}, not ${t.endpoint}`);
+    const rates = textRates(t.ink_per_million_tokens);
+    // Holds count the whole prompt at the cache-write rate; that covers any split of the prompt
+    // into input / cache read / cache write only if cache write is the dearest prompt bucket.
+    const checkHoldable = (r: TextRates, where: string) => {
+      if (r.cacheWrite < r.input || r.cacheWrite < r.cacheRead) problems.push(`${at} ${where}: cache_write must be the highest prompt rate (holds count the prompt as cache writes)`);
+    };
+    checkHoldable(rates, 'ink_per_million_tokens');
+    let longContext: TextModel['longContext'] = null;
+    if (t.long_context) {
+      const lr = textRates(t.long_context.ink_per_million_tokens);
+      checkHoldable(lr, 'long_context');
+      if (lr.input < rates.input || lr.output < rates.output || lr.cacheRead < rates.cacheRead || lr.cacheWrite < rates.cacheWrite) {
+        problems.push(`${at} long_context rates must not be below the base rates (a hold priced at the lower tier must cover the charge)`);
+      }
+      if (t.long_context.above_input_tokens >= t.constraints.max_input_tokens) problems.push(`${at} long_context.above_input_tokens must be below max_input_tokens`);
+      longContext = { aboveInputTokens: t.long_context.above_input_tokens, rates: lr };
+    }
+    const c = t.constraints;
+    if (c.default_max_output_tokens !== null && c.default_max_output_tokens > c.max_output_tokens) problems.push(`${at} default_max_output_tokens above max_output_tokens`);
+    if (t.hold_output_floor_tokens > c.max_output_tokens) problems.push(`${at} hold_output_floor_tokens above max_output_tokens`);
+    models.push({
+      type: 'text',
+      id: t.id,
+      aliases: [...t.aliases],
+      label: t.label,
+      vendorLabel: t.vendor_label,
+      listed: t.listed,
+      vendor: t.vendor,
+      vendorModel: t.vendor_model,
+      endpoint: t.endpoint,
+      protocol: t.protocol,
+      rates,
+      longContext,
+      holdOutputFloorTokens: t.hold_output_floor_tokens,
+      constraints: {
+        maxInputTokens: c.max_input_tokens,
+        defaultMaxOutputTokens: c.default_max_output_tokens,
+        maxOutputTokens: c.max_output_tokens,
+        images: c.images,
+        streaming: c.streaming,
+      },
+    });
+  });
+
+  file.image.forEach((m, i) => {
+    const at = `/image/${i} (${m.id})`;
+    const inkPerImage: Partial<Record<ImageSize, number>> = {};
+    for (const size of IMAGE_SIZES) {
+      const ink = m.ink_per_image[size];
+      const offered = m.sizes.includes(size);
+      if (offered && ink === undefined) problems.push(`${at} ink_per_image lacks offered size ${size}`);
+      if (!offered && ink !== undefined) problems.push(`${at} ink_per_image prices ${size}, which is not offered`);
+      if (offered && ink !== undefined) inkPerImage[size] = ink;
+    }
+    if (!m.sizes.includes(m.default_size)) problems.push(`${at} default_size is not offered`);
+    if (!m.aspect_ratios.includes(m.default_aspect_ratio)) problems.push(`${at} default_aspect_ratio is not offered`);
+    models.push({
+      type: 'image',
+      id: m.id,
+      aliases: [...m.aliases],
+      label: m.label,
+      listed: m.listed,
+      vendor: m.vendor,
+      vendorModel: m.vendor_model,
+      endpoint: m.endpoint,
+      sizes: IMAGE_SIZES.filter((s) => m.sizes.includes(s)),
+      defaultSize: m.default_size,
+      aspectRatios: [...m.aspect_ratios],
+      defaultAspectRatio: m.default_aspect_ratio,
+      maxReferenceImages: m.max_reference_images,
+      inkPerImage,
+    });
+  });
+
+  // One namespace for ids and aliases across every product: `GET /v1/models/{id}` resolves both.
+  const byName = new Map<string, CatalogModel>();
+  for (const m of models) {
+    for (const name of [m.id, ...m.aliases]) {
+      const prior = byName.get(name);
+      if (prior) problems.push(`name ${JSON.stringify(name)} is used by both ${prior.id} and ${m.id}`);
+      else byName.set(name, m);
+    }
+  }
+
+  if (problems.length > 0) throw new Error(`catalog: ${source} is invalid:\n  ${problems.join('\n  ')}`);
+
+  deepFreeze(models);
+  const listed = Object.freeze(models.filter((m) => m.listed));
+  const get = (name: string): CatalogModel | undefined => byName.get(name);
+  return Object.freeze({
+    models: Object.freeze(models),
+    listed,
+    resolveId: (name: string) => byName.get(name)?.id,
+    get,
+    video: (name: string) => {
+      const m = get(name);
+      return m?.type === 'video' ? m : undefined;
+    },
+    text: (name: string, protocol?: TextProtocol) => {
+      const m = get(name);
+      return m?.type === 'text' && (protocol === undefined || m.protocol === protocol) ? m : undefined;
+    },
+    image: (name: string) => {
+      const m = get(name);
+      return m?.type === 'image' ? m : undefined;
+    },
+    firstText: (protocol: TextProtocol) => models.find((m): m is TextModel => m.type === 'text' && m.protocol === protocol),
+  });
+}
+
+/** Reads and validates a models file (default: config/models.json). */
+export function loadCatalog(path: string = MODELS_FILE): Catalog {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(readFileSync(path, 'utf8'));
+  } catch (err) {
+    throw new Error(`catalog: cannot read ${path}: ${(err as Error).message}`);
+  }
+  return parseCatalog(raw, path);
+}
+
+let shared: Catalog | undefined;
+/** The catalogue from config/models.json, loaded and validated on first use, then shared. */
+export function defaultCatalog(): Catalog {
+  shared ??= loadCatalog();
+  return shared;
+}

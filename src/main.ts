@@ -1,0 +1,63 @@
+// `npm start`: the gateway with its embedded default (and `npm run demo`: plus the vendor simulators).
+import { ensureDemoAccount, demoKeyPath } from './admin/demo.js';
+import { loadConfig } from './config/config.js';
+import { createGateway } from './gateway.js';
+import { Ledger } from './ledger/ledger.js';
+import { openDatabase } from './store/connect.js';
+import { createPool } from './store/pool.js';
+import { createLogger } from './util/log.js';
+import { startDemoVendors } from './vendors/demo.js';
+
+export async function main(argv: string[]): Promise<void> {
+  const log = createLogger('info');
+  const demo = argv.includes('--demo');
+  let config = loadConfig();
+  const stops: Array<() => Promise<void>> = [];
+  if (demo) {
+    const vendors = await startDemoVendors();
+    stops.push(vendors.close);
+    config = loadConfig(process.env, { vendors: vendors.config });
+    log.info('demo: vendor simulators started', { anthropic: vendors.config.anthropic.baseUrl, openai: vendors.config.openai.baseUrl });
+  }
+  const db = await openDatabase(config, { share: true, log: (m) => log.info(m) });
+  stops.unshift(db.stop);
+  config = loadConfig(process.env, { db: { url: db.url }, ...(demo ? { vendors: config.vendors } : {}) });
+  log.info(db.kind === 'external' ? 'store: PostgreSQL from DATABASE_URL' : `store: embedded PostgreSQL in ${config.dataDir}/pg`);
+  log.info(config.redis.url ? 'limits: Redis (shared by every instance)' : 'limits: in-process (REDIS_URL unset): serves one instance only');
+
+  const gw = await createGateway(config, { log });
+  stops.unshift(gw.close);
+  if (demo) {
+    const pool = createPool({ ...config.db, url: db.url });
+    await pool.query("UPDATE lanes SET enabled = true WHERE lane IN ('messages', 'responses')");
+    await pool.end();
+    await gw.services.state.refresh();
+  }
+  const pool = createPool({ ...config.db, url: db.url, poolMax: 2 });
+  const ledger = new Ledger(pool);
+  const key = await ensureDemoAccount(config, pool, ledger);
+  await ledger.close();
+  await pool.end();
+  if (key) {
+    process.stdout.write(`\nDemo account created. Its API key (shown once, also in ${demoKeyPath(config)}):\n\n  ${key}\n\n`);
+  }
+  log.info(`inkgate listening on ${gw.url}`, { url: gw.url });
+  process.stdout.write(`Try: curl -H "Authorization: Bearer $(cat ${demoKeyPath(config)})" ${gw.url}/v1/me\n`);
+
+  let stopping = false;
+  const stop = async (sig: string) => {
+    if (stopping) return;
+    stopping = true;
+    log.info(`${sig}: shutting down`);
+    for (const s of stops) {
+      try {
+        await s();
+      } catch (e) {
+        log.warn('shutdown step failed', { err: (e as Error).message });
+      }
+    }
+    process.exit(0);
+  };
+  process.on('SIGINT', () => void stop('SIGINT'));
+  process.on('SIGTERM', () => void stop('SIGTERM'));
+}

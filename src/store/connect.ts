@@ -1,0 +1,52 @@
+// Finding the database: DATABASE_URL when set; otherwise the embedded PostgreSQL in the data dir.
+// The gateway that starts the embedded cluster records its address in $INKGATE_DATA_DIR/embedded-pg.json
+// so the admin CLI reaches the same cluster while the gateway runs, and starts it itself when not.
+import { readFileSync, rmSync, writeFileSync, mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Config } from '../config/config.js';
+import { startEmbeddedPostgres } from './embedded.js';
+
+export interface Database {
+  readonly url: string;
+  /** 'external' (DATABASE_URL), 'embedded' (started here) or 'embedded-shared' (a running gateway's). */
+  readonly kind: 'external' | 'embedded' | 'embedded-shared';
+  stop(): Promise<void>;
+}
+
+const recordFile = (cfg: Config) => join(cfg.dataDir, 'embedded-pg.json');
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+export async function openDatabase(cfg: Config, opts: { share: boolean; log: (m: string) => void }): Promise<Database> {
+  if (cfg.db.url !== null) return { url: cfg.db.url, kind: 'external', stop: async () => undefined };
+  if (!opts.share) {
+    try {
+      const rec = JSON.parse(readFileSync(recordFile(cfg), 'utf8')) as { url: string; pid: number };
+      if (typeof rec.url === 'string' && Number.isInteger(rec.pid) && alive(rec.pid)) {
+        return { url: rec.url, kind: 'embedded-shared', stop: async () => undefined };
+      }
+    } catch {
+      /* no running gateway: start the cluster ourselves */
+    }
+  }
+  const h = await startEmbeddedPostgres(cfg.dataDir, opts.log);
+  if (opts.share) {
+    mkdirSync(cfg.dataDir, { recursive: true });
+    writeFileSync(recordFile(cfg), JSON.stringify({ url: h.url, pid: process.pid }), { mode: 0o600 });
+  }
+  return {
+    url: h.url,
+    kind: 'embedded',
+    stop: async () => {
+      if (opts.share) rmSync(recordFile(cfg), { force: true });
+      await h.stop();
+    },
+  };
+}

@@ -1,0 +1,51 @@
+// GET /v1/me: the spec's Account table, and key lifecycle (revocation, expiry) on the very next request.
+import t from 'tap';
+import { createAccount, createKey, revokeKey } from '../../src/accounts/accounts.js';
+import { startTestGateway } from '../helpers/gateway.js';
+
+t.test('/v1/me', async (t) => {
+  const g = await startTestGateway(t);
+  const k = await g.newKey({ inkLimit: 500, name: 'ci key' });
+  const r = await g.call('GET', '/v1/me', { key: k.key });
+  t.equal(r.status, 200);
+  t.equal(r.json.object, 'account');
+  t.equal(r.json.user_id, k.accountId);
+  t.match(r.json.user_id, /^usr_/);
+  t.same(r.json.key, { id: k.keyId, prefix: k.key.slice(0, 12), name: 'ci key', ink_limit: 500, ink_charged: 0, ink_reserved: 0 });
+  t.match(r.json.key.id, /^key_/);
+  t.same(r.json.ink, { balance: 0, period_grant_remaining: 0, payg_balance: 0, usd_payg_equivalent: 0 });
+  const nolimit = await g.newKey();
+  t.equal((await g.call('GET', '/v1/me', { key: nolimit.key })).json.key.ink_limit, null, 'no cap: null');
+});
+
+t.test('revocation and expiry take effect on the very next request', async (t) => {
+  const g = await startTestGateway(t);
+  const k = await g.newKey();
+  t.equal((await g.call('GET', '/v1/me', { key: k.key })).status, 200);
+  await revokeKey(g.db.pool, k.keyId);
+  const r = await g.call('GET', '/v1/me', { key: k.key });
+  t.equal(r.status, 401);
+  t.equal(r.json.error.code, 'invalid_api_key');
+
+  const acc = await createAccount(g.db.pool, { name: 'x', planId: 'pro' });
+  const past = await createKey(g.db.pool, { accountId: acc.id, name: 'old', expiresAt: new Date(Date.now() - 1000) });
+  t.equal((await g.call('GET', '/v1/me', { key: past.key })).status, 401, 'expired key');
+});
+
+t.test('keys are stored only as hash, prefix and last four', async (t) => {
+  const g = await startTestGateway(t);
+  const k = await g.newKey();
+  t.match(k.key, /^svc_[A-Za-z0-9_-]{43}$/);
+  const { rows } = await g.db.pool.query('SELECT * FROM api_keys WHERE id = $1', [k.keyId]);
+  const stored = JSON.stringify(rows[0], (_k, v) => (v && v.type === 'Buffer' ? Buffer.from(v.data).toString('hex') : v));
+  t.notOk(stored.includes(k.key), 'raw key not stored');
+  t.notOk(stored.includes(k.key.slice(12, -4)), 'middle of the key not stored');
+  t.equal(rows[0].prefix, k.key.slice(0, 12));
+  t.equal(rows[0].last4, k.key.slice(-4));
+});
+
+t.test('creating a key needs a paid plan or a completed top-up', async (t) => {
+  const g = await startTestGateway(t);
+  const acc = await createAccount(g.db.pool, { name: 'free', planId: 'free' });
+  await t.rejects(createKey(g.db.pool, { accountId: acc.id, name: 'k' }), /paid plan or at least one completed/);
+});

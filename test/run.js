@@ -1,0 +1,98 @@
+#!/usr/bin/env node
+// `npm test`: typecheck, build, pick the stores, run every test with tap, print one closing line.
+// Stores: the machine's PostgreSQL (127.0.0.1:5432, database test) and Redis (127.0.0.1:6379) when
+// they answer, otherwise an embedded PostgreSQL and the in-process limiter. It says which it used.
+import { spawn, spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { connect } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join, dirname } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const root = join(dirname(fileURLToPath(import.meta.url)), '..');
+const bin = (n) => join(root, 'node_modules', '.bin', n);
+
+function step(name, cmd, args) {
+  process.stdout.write(`# ${name}\n`);
+  const r = spawnSync(cmd, args, { cwd: root, stdio: 'inherit' });
+  if (r.status !== 0) {
+    process.stdout.write(`0 passed, 1 failed\n# ${name} failed\n`);
+    process.exit(1);
+  }
+}
+
+/** Sends `probe` to host:port and resolves true when the answer starts with `expect` within 1 s. */
+function answers(port, probe, expect) {
+  return new Promise((resolve) => {
+    const s = connect({ host: '127.0.0.1', port });
+    const done = (ok) => {
+      s.destroy();
+      resolve(ok);
+    };
+    s.setTimeout(1000, () => done(false));
+    s.on('error', () => done(false));
+    s.on('connect', () => s.write(probe));
+    s.on('data', (d) => done(expect(d)));
+  });
+}
+
+const pgProbe = Buffer.from([0, 0, 0, 8, 4, 210, 22, 47]); // SSLRequest: a Postgres answers 'S' or 'N'
+const isPg = (d) => d.length >= 1 && (d[0] === 0x53 || d[0] === 0x4e);
+const isRedis = (d) => d.toString().startsWith('+PONG');
+
+step('typecheck (tsc --noEmit)', bin('tsc'), ['-p', 'tsconfig.json', '--noEmit']);
+step('build (tsc -> dist/)', bin('tsc'), ['-p', 'tsconfig.build.json']);
+
+const env = { ...process.env };
+let embedded;
+let tmp;
+if (env.DATABASE_URL) {
+  env.TEST_DATABASE_URL = env.DATABASE_URL;
+  console.log(`# stores: PostgreSQL from DATABASE_URL`);
+} else if (await answers(5432, pgProbe, isPg)) {
+  env.TEST_DATABASE_URL = 'postgres://postgres@127.0.0.1:5432/test';
+  console.log('# stores: PostgreSQL at 127.0.0.1:5432/test (the machine\'s)');
+} else {
+  tmp = mkdtempSync(join(tmpdir(), 'inkgate-test-'));
+  const { startEmbeddedPostgres } = await import(join(root, 'dist', 'store', 'embedded.js'));
+  embedded = await startEmbeddedPostgres(tmp, (m) => console.log(`# ${m}`));
+  env.TEST_DATABASE_URL = embedded.url;
+  console.log('# stores: embedded PostgreSQL (127.0.0.1:5432 did not answer)');
+}
+if (env.REDIS_URL) {
+  env.TEST_REDIS_URL = env.REDIS_URL;
+  console.log('# stores: Redis from REDIS_URL');
+} else if (await answers(6379, 'PING\r\n', isRedis)) {
+  env.TEST_REDIS_URL = 'redis://127.0.0.1:6379';
+  console.log('# stores: Redis at 127.0.0.1:6379 (the machine\'s)');
+} else {
+  env.TEST_REDIS_URL = '';
+  console.log('# stores: in-process rate limiter (127.0.0.1:6379 did not answer); Redis-only tests use a private redis-server when one is installed');
+}
+
+const files = process.argv.slice(2);
+const child = spawn(bin('tap'), ['--reporter=tap', ...files], { cwd: root, env, stdio: ['ignore', 'pipe', 'inherit'] });
+let pass = 0;
+let fail = 0;
+let carry = '';
+child.stdout.on('data', (d) => {
+  process.stdout.write(d);
+  const text = carry + d.toString();
+  const lines = text.split('\n');
+  carry = lines.pop() ?? '';
+  for (const l of lines) {
+    // Top-level results of each test file count once per assertion via the summary below.
+    const m = /^# \{ total: (\d+), pass: (\d+)(?:, fail: (\d+))?/.exec(l);
+    if (m) {
+      pass = Number(m[2]);
+      fail = Number(m[3] ?? 0);
+    }
+    if (/^# (fail|failed)\s+(\d+)/.test(l)) fail = Math.max(fail, Number(/(\d+)/.exec(l)[1]));
+  }
+});
+const code = await new Promise((r) => child.on('close', (c) => r(c ?? 1)));
+if (embedded) await embedded.stop();
+if (tmp) rmSync(tmp, { recursive: true, force: true });
+if (code !== 0 && fail === 0) fail = 1;
+console.log(`${pass} passed, ${fail} failed`);
+process.exit(code);
