@@ -44,6 +44,8 @@ const table = {
   insufficient_ink: { status: 402, type: 'insufficient_ink_error', message: 'The wallet cannot cover the reservation.' },
   key_ink_limit_reached: { status: 402, type: 'insufficient_ink_error', message: "This key's Ink cap would be crossed." },
   tier_gated: { status: 403, type: 'permission_error', message: 'Your plan does not include this product.' },
+  invalid_signature: { status: 403, type: 'permission_error', message: 'The media link signature is missing or wrong.' },
+  link_expired: { status: 403, type: 'permission_error', message: 'The media link has expired; read the generation again for a fresh one.' },
   // 404-415
   not_found: { status: 404, type: 'not_found_error', message: 'Unknown route.' },
   model_not_found: { status: 404, type: 'not_found_error', message: 'Unknown model.' },

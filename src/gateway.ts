@@ -6,6 +6,11 @@ import { catalogRoutes } from './catalog/routes.js';
 import type { Config } from './config/config.js';
 import { DeploymentState } from './deployment/state.js';
 import { createRateLimiter, type RateLimiter } from './limits/rate-limiter.js';
+import { Ledger } from './ledger/ledger.js';
+import { messagesLane } from './lanes/messages/lane.js';
+import { responsesLane } from './lanes/responses/lane.js';
+import { createTextHandler } from './lanes/text-proxy.js';
+import { createUpstream, type Upstream } from './lanes/upstream.js';
 import type { HttpContext } from './server/http-context.js';
 import { Router, type Route } from './server/router.js';
 import { startServer, type RunningServer } from './server/server.js';
@@ -19,6 +24,7 @@ export interface Services {
   readonly state: DeploymentState;
   readonly limiter: RateLimiter;
   readonly catalog: Catalog;
+  readonly ledger: Ledger;
   readonly log: Logger;
 }
 
@@ -63,9 +69,41 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
       });
     if (!opts.limiter) cleanups.push(() => limiter.close());
     const catalog = opts.catalog ?? loadCatalog();
-    const services: Services = { config, pool, state, limiter, catalog, log };
+    const ledger = new Ledger(pool, { log: (msg, fields) => log.warn(msg, fields as Record<string, unknown>) });
+    cleanups.push(() => ledger.close());
+    const services: Services = { config, pool, state, limiter, catalog, ledger, log };
 
-    const routes: Route[] = [...catalogRoutes(config, catalog, state), ...accountRoutes(pool), ...(opts.extraRoutes?.(services) ?? [])];
+    const upstreams: Upstream[] = [];
+    const upstream = (v: 'anthropic' | 'openai'): Upstream | undefined => {
+      const vc = config.vendors[v];
+      if (vc.baseUrl === null || vc.apiKey === null) return undefined;
+      const u = createUpstream(vc.baseUrl, vc.apiKey, config.upstream);
+      upstreams.push(u);
+      return u;
+    };
+    const text = config.limits.textBodyBytes;
+    const routes: Route[] = [
+      ...catalogRoutes(config, catalog, state),
+      ...accountRoutes(pool),
+      {
+        method: 'POST',
+        pattern: '/v1/messages',
+        access: 'key',
+        bodyBytes: text,
+        handler: createTextHandler(messagesLane(config, catalog), { services, ledger, upstream: upstream('anthropic') }),
+      },
+      {
+        method: 'POST',
+        pattern: '/v1/responses',
+        access: 'key',
+        bodyBytes: text,
+        handler: createTextHandler(responsesLane(config, catalog), { services, ledger, upstream: upstream('openai') }),
+      },
+      ...(opts.extraRoutes?.(services) ?? []),
+    ];
+    cleanups.push(async () => {
+      await Promise.all(upstreams.map((u) => u.pool.close()));
+    });
     const server: RunningServer = await startServer({
       host: config.server.host,
       port: config.server.port,

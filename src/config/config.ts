@@ -58,8 +58,30 @@ export const ConfigSchema = Type.Object({
     streamTotalMs: Ms,
     connections: Type.Integer({ minimum: 1, maximum: 10_000 }),
   }),
+  jobs: Type.Object({
+    /** First poll of a vendor task after this long, then backing off up to maxPollIntervalMs. */
+    pollIntervalMs: Ms,
+    maxPollIntervalMs: Ms,
+    /** A generation with no result this long after submit fails with `timeout` (refunded). */
+    timeoutMs: Ms,
+    /** A claimed job is another instance's to take once its lease lapses (crash recovery). */
+    leaseMs: Ms,
+    batchSize: Type.Integer({ minimum: 1, maximum: 1000 }),
+    tickMs: Ms,
+    sweepIntervalMs: Ms,
+    maxRunningPerAccount: Type.Integer({ minimum: 1, maximum: 1000 }),
+  }),
+  media: Type.Object({
+    linkTtlS: Type.Integer({ minimum: 1, maximum: 86_400 }),
+    retentionDays: Type.Integer({ minimum: 1, maximum: 3650 }),
+    maxResultBytes: Type.Integer({ minimum: 1024, maximum: 17_179_869_184 }),
+    referenceMaxBytes: Type.Integer({ minimum: 1024, maximum: 1_073_741_824 }),
+    referenceTimeoutMs: Ms,
+    referenceMaxRedirects: Type.Integer({ minimum: 0, maximum: 10 }),
+  }),
   responses: Type.Object({
-    visibleOutputCapTokens: Type.Integer({ minimum: 1, maximum: 128_000 }),
+    /** The service stops a Responses reply whose visible text passes this many characters; the charge is then the hold. */
+    visibleOutputCapChars: Type.Integer({ minimum: 1, maximum: 10_000_000 }),
   }),
   demo: Type.Object({
     createAccount: Type.Boolean(),

@@ -1,0 +1,86 @@
+// POST /v1/messages: the Anthropic Messages protocol, proxied to the vendor through the shared
+// text proxy. Only what differs lives here: request parsing, vendor headers, tally, frames.
+import { createHash } from 'node:crypto';
+import type { Catalog } from '../../catalog/models.js';
+import type { Config } from '../../config/config.js';
+import { messagesHoldInk, textChargeInk } from '../../ledger/pricing.js';
+import type { BodyResult, ParsedTextRequest, StreamTally, TextLane } from '../text-proxy.js';
+import { forwardedBetaHeader, parseMessagesRequest } from './request.js';
+import { MessagesUsageTally, tallyMessageBody, type MessagesUsage } from './usage-tally.js';
+import type { TextModel } from '../../catalog/models.js';
+
+/** Prices a Messages receipt; input and output must be reported, absent cache buckets mean none used. */
+function charge(model: TextModel, u: MessagesUsage): number | undefined {
+  if (u.inputTokens === undefined || u.outputTokens === undefined) return undefined;
+  try {
+    return textChargeInk(model, {
+      inputTokens: u.inputTokens,
+      outputTokens: u.outputTokens,
+      cacheReadTokens: u.cacheReadTokens ?? 0,
+      cacheWriteTokens: u.cacheWriteTokens ?? 0,
+    });
+  } catch {
+    return undefined; // a receipt outside any sane range is not usable
+  }
+}
+
+function sseEvent(name: string, data: unknown): string {
+  return `event: ${name}\ndata: ${JSON.stringify(data)}\n\n`;
+}
+
+export function messagesLane(cfg: Config, catalog: Catalog): TextLane {
+  const apiKey = cfg.vendors.anthropic.apiKey ?? '';
+  return {
+    product: 'messages',
+    lane: 'messages',
+    vendorPath: '/v1/messages',
+    vendorHeaders: Object.freeze({
+      'x-api-key': apiKey,
+      // The protocol version header toward the vendor is ours; a client's value is never forwarded.
+      'anthropic-version': cfg.vendors.anthropic.version,
+      'content-type': 'application/json',
+      accept: 'application/json',
+    }),
+    parse(body, ctx): ParsedTextRequest {
+      // metadata.user_id on the wire: a hash of the key id, stable per key, meaningless outside.
+      const keyUserId = createHash('sha256').update('inkgate:' + ctx.auth!.keyId).digest('hex').slice(0, 32);
+      const r = parseMessagesRequest(body, catalog, { keyUserId });
+      const beta = forwardedBetaHeader(ctx.header('anthropic-beta'));
+      return {
+        model: r.model,
+        stream: r.stream,
+        holdInk: messagesHoldInk(r.model, r.promptTokensEstimate, r.maxTokens),
+        vendorBody: r.vendorBody,
+        extraHeaders: beta ? { 'anthropic-beta': beta } : undefined,
+      };
+    },
+    newTally(req): StreamTally {
+      const t = new MessagesUsageTally();
+      return {
+        push: (c) => t.push(c),
+        end: () => t.end(),
+        outcome: () => t.outcome(),
+        chargeInk: () => charge(req.model, t.usage()),
+        usage: () => t.usage(),
+        vendorRequestId: () => t.vendorMessageId,
+      };
+    },
+    finishBody(json, req): BodyResult {
+      const t = tallyMessageBody(json);
+      if (json && typeof json === 'object' && 'model' in json) (json as Record<string, unknown>).model = req.model.id;
+      return {
+        chargeInk: t.hasUsageReceipt ? charge(req.model, t.usage) : undefined,
+        usage: t.usage,
+        vendorRequestId: t.vendorMessageId,
+        clientBody: JSON.stringify(json),
+      };
+    },
+    usageFrame(inkCharged, requestId) {
+      return sseEvent('service.usage', { type: 'service.usage', ink_charged: inkCharged, usd_payg_charged: inkCharged / 100, request_id: requestId });
+    },
+    errorFrame(code, message, requestId) {
+      // The protocol's error event shape, with our code and request id inside `error`.
+      return sseEvent('error', { type: 'error', error: { type: 'provider_error', code, message, request_id: requestId } });
+    },
+  };
+}

@@ -1,0 +1,385 @@
+// The Messages lane's request side: validates a client body against the v1 contract, resolves the
+// product model, builds the vendor body once and bounds the prompt size for the Ink hold. Pure.
+//
+// Validation checks only what the contract's rules need (allow-listed fields, the model, the shape
+// of turns and blocks, media and server tools refused) and passes everything else through as
+// sent; sampling ranges and other per-model rules are the vendor's, whose refusal the lane turns
+// into `upstream_rejected`. One walk over messages and blocks reads structure and string lengths
+// only; the single JSON.stringify of the vendor body and one byte count over it are the only
+// passes over the text itself.
+//
+// Decisions (documented in the README):
+// - `model` that is not a string answers `unknown_model` like an unknown name.
+// - `null` for an optional top-level field answers `invalid_type` (the protocol has no nulls
+//   there); it is not read as "absent".
+// - `thinking.budget_tokens` not an integer answers `invalid_type`; below 1,024 (the protocol's
+//   minimum) or, on opus and sonnet, not below `max_tokens` answers `invalid_value`.
+// - `metadata` is always sent as `{ user_id }` (the key hash), whether or not the client sent one,
+//   so every vendor request is attributable to a key.
+// - A block refused by type (media, server-tool blocks, wrong role, unknown) names
+//   `messages.N.content.M.type` (or `...content.M.content.K.type` inside a tool_result).
+// - Top-level `cache_control` (the protocol's automatic caching) is not on the allow-list, so it
+//   answers `unsupported_parameter`; block-level `cache_control` is passed through.
+import { ApiError } from '../../errors.js';
+import type { Catalog, TextModel } from '../../catalog/models.js';
+import { promptTokensLowerBound, promptTokensUpperBound } from './prompt-estimate.js';
+
+export { promptTokensLowerBound, promptTokensUpperBound } from './prompt-estimate.js';
+
+export interface MessagesRequest {
+  /** The resolved product model. */
+  model: TextModel;
+  stream: boolean;
+  maxTokens: number;
+  /** Upper bound on the vendor's prompt count (input + cache writes + cache reads); see prompt-estimate.ts. */
+  promptTokensEstimate: number;
+  /** Floor under the vendor's prompt count (assumption-based; see prompt-estimate.ts). */
+  promptTokensLowerBound: number;
+  /** JSON for the vendor: the client's fields with `model` and `metadata` replaced. */
+  vendorBody: string;
+}
+
+export interface ParseMessagesOptions {
+  /** The `metadata.user_id` sent to the vendor (a hash of the key id). */
+  keyUserId: string;
+}
+
+type Obj = Record<string, unknown>;
+const isObj = (v: unknown): v is Obj => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+const ALLOWED_FIELDS: ReadonlySet<string> = new Set([
+  'model',
+  'messages',
+  'max_tokens',
+  'system',
+  'tools',
+  'tool_choice',
+  'thinking',
+  'output_config',
+  'temperature',
+  'top_p',
+  'top_k',
+  'stop_sequences',
+  'stream',
+  'metadata',
+]);
+
+/** Protocol blocks v1 does not carry: media and documents (text only) and server-tool traffic. */
+const UNSUPPORTED_BLOCKS: ReadonlySet<string> = new Set([
+  'image',
+  'document',
+  'video',
+  'audio',
+  'file',
+  'search_result',
+  'container_upload',
+  'server_tool_use',
+  'web_search_tool_result',
+  'web_fetch_tool_result',
+  'code_execution_tool_result',
+  'bash_code_execution_tool_result',
+  'text_editor_code_execution_tool_result',
+  'tool_search_tool_result',
+  'mcp_tool_use',
+  'mcp_tool_result',
+  'tool_reference',
+  'browser_state',
+]);
+
+const TOOL_CHOICE_TYPES: ReadonlySet<string> = new Set(['auto', 'any', 'tool', 'none']);
+const THINKING_TYPES: ReadonlySet<string> = new Set(['adaptive', 'enabled', 'disabled']);
+const EFFORTS: ReadonlySet<string> = new Set(['low', 'medium', 'high', 'xhigh', 'max']);
+/** The protocol's minimum `thinking.budget_tokens`. */
+export const THINKING_MIN_BUDGET_TOKENS = 1_024;
+
+/**
+ * Per-model thinking rules the contract states. The fable model refuses `disabled` and is not
+ * bound to `budget_tokens < max_tokens`; any other Messages model (opus, sonnet, future ones)
+ * follows the protocol's general rules.
+ */
+const NO_DISABLED_THINKING: ReadonlySet<string> = new Set(['assistant-fable-5-1']);
+const BUDGET_BELOW_MAX_TOKENS_EXEMPT: ReadonlySet<string> = new Set(['assistant-fable-5-1']);
+
+const BETA_FORWARDED = 'prompt-caching-2024-07-31';
+
+function fail(code: ConstructorParameters<typeof ApiError>[0], param: string, message: string): never {
+  throw new ApiError(code, { param, message });
+}
+
+const describe = (v: unknown): string => (v === null ? 'null' : Array.isArray(v) ? 'array' : typeof v);
+
+/** Running totals of the one walk over the body. */
+interface Walk {
+  messages: number;
+  blocks: number;
+  /** UTF-16 units of text the vendor tokenizes verbatim (for the lower bound). */
+  verbatimChars: number;
+}
+
+/**
+ * Validates a parsed JSON body for `POST /v1/messages` and builds the vendor request.
+ * Throws ApiError with the contract's code and `param` naming the field as a dotted path.
+ */
+export function parseMessagesRequest(body: Record<string, unknown>, catalog: Catalog, opts: ParseMessagesOptions): MessagesRequest {
+  if (!isObj(body)) fail('invalid_body', 'body', 'The request body must be a JSON object.');
+
+  for (const key of Object.keys(body)) {
+    if (!ALLOWED_FIELDS.has(key)) fail('unsupported_parameter', key, `\`${key}\` is not supported in v1.`);
+  }
+
+  // model
+  const modelName = body.model;
+  if (modelName === undefined) fail('unknown_model', 'model', '`model` is required: one of assistant-fable-5-1, assistant-opus-5, assistant-sonnet-5 (or fable, opus, sonnet).');
+  const model = typeof modelName === 'string' ? catalog.text(modelName, 'anthropic-messages') : undefined;
+  if (model === undefined) {
+    fail('unknown_model', 'model', `Unknown model ${JSON.stringify(typeof modelName === 'string' ? modelName.slice(0, 100) : describe(modelName))} for /v1/messages.`);
+  }
+
+  // max_tokens
+  const maxTokens = body.max_tokens;
+  if (typeof maxTokens !== 'number' || !Number.isInteger(maxTokens) || maxTokens < 1) {
+    fail('missing_max_tokens', 'max_tokens', '`max_tokens` is required and must be a positive integer.');
+  }
+  if (maxTokens > model.constraints.maxOutputTokens) {
+    fail('too_large', 'max_tokens', `\`max_tokens\` may be at most ${model.constraints.maxOutputTokens} for ${model.id}.`);
+  }
+
+  // messages
+  const walk: Walk = { messages: 0, blocks: 0, verbatimChars: 0 };
+  checkMessages(body.messages, walk);
+
+  // system
+  if (body.system !== undefined) checkSystem(body.system, walk);
+
+  // tools, tool_choice
+  let tools = 0;
+  if (body.tools !== undefined) tools = checkTools(body.tools);
+  if (body.tool_choice !== undefined) checkToolChoice(body.tool_choice);
+
+  // thinking
+  if (body.thinking !== undefined) checkThinking(body.thinking, model, maxTokens);
+
+  // output_config
+  let hasOutputFormat = false;
+  if (body.output_config !== undefined) hasOutputFormat = checkOutputConfig(body.output_config);
+
+  // sampling: types only; ranges and per-model support are the vendor's.
+  for (const key of ['temperature', 'top_p', 'top_k'] as const) {
+    const v = body[key];
+    if (v !== undefined && (typeof v !== 'number' || !Number.isFinite(v))) fail('invalid_type', key, `\`${key}\` must be a number.`);
+  }
+
+  if (body.stop_sequences !== undefined) {
+    const s = body.stop_sequences;
+    if (!Array.isArray(s)) fail('invalid_type', 'stop_sequences', '`stop_sequences` must be an array of strings.');
+    for (let i = 0; i < s.length; i++) {
+      if (typeof s[i] !== 'string') fail('invalid_type', `stop_sequences.${i}`, '`stop_sequences` must be an array of strings.');
+    }
+  }
+
+  const stream = body.stream;
+  if (stream !== undefined && typeof stream !== 'boolean') fail('invalid_type', 'stream', '`stream` must be a boolean.');
+
+  if (body.metadata !== undefined && !isObj(body.metadata)) fail('invalid_type', 'metadata', '`metadata` must be an object.');
+
+  // Refuse only what the vendor could never accept (see prompt-estimate.ts for why this floor is
+  // an assumption and why it rarely fires); checked before building the body, which it saves.
+  const lowerBound = promptTokensLowerBound(walk.verbatimChars);
+  if (lowerBound > model.constraints.maxInputTokens) {
+    fail('payload_too_large', 'messages', `The prompt is above the ${model.constraints.maxInputTokens}-token context of ${model.id}.`);
+  }
+
+  const vendorBody = JSON.stringify({ ...body, model: model.vendorModel, metadata: { user_id: opts.keyUserId } });
+  const promptTokensEstimate = promptTokensUpperBound(
+    { bodyBytes: Buffer.byteLength(vendorBody, 'utf8'), messages: walk.messages, blocks: walk.blocks, tools, hasOutputFormat },
+    model.constraints.maxInputTokens,
+  );
+
+  return { model, stream: stream === true, maxTokens, promptTokensEstimate, promptTokensLowerBound: lowerBound, vendorBody };
+}
+
+/**
+ * The `anthropic-beta` value to forward: of the client's comma-separated values only
+ * `prompt-caching-2024-07-31` survives; undefined when nothing does (send no header).
+ */
+export function forwardedBetaHeader(clientValue: string | undefined): string | undefined {
+  if (clientValue === undefined || !clientValue.includes(BETA_FORWARDED)) return undefined;
+  for (const part of clientValue.split(',')) {
+    if (part.trim() === BETA_FORWARDED) return BETA_FORWARDED;
+  }
+  return undefined;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+function checkMessages(messages: unknown, walk: Walk): void {
+  if (!Array.isArray(messages) || messages.length === 0) {
+    fail('missing_messages', 'messages', '`messages` must be a non-empty array of user and assistant turns.');
+  }
+  walk.messages = messages.length;
+  for (let i = 0; i < messages.length; i++) {
+    const m = messages[i];
+    const at = `messages.${i}`;
+    if (!isObj(m)) fail('invalid_message', at, `\`${at}\` must be an object with \`role\` and \`content\`.`);
+    const role = m.role;
+    if (role !== 'user' && role !== 'assistant') fail('invalid_message', `${at}.role`, `\`${at}.role\` must be "user" or "assistant".`);
+    const content = m.content;
+    if (typeof content === 'string') {
+      if (content.length === 0) fail('invalid_message', `${at}.content`, `\`${at}.content\` must not be empty.`);
+      walk.verbatimChars += content.length;
+      continue;
+    }
+    if (!Array.isArray(content) || content.length === 0) {
+      fail('invalid_message', `${at}.content`, `\`${at}.content\` must be a non-empty string or a non-empty array of content blocks.`);
+    }
+    walk.blocks += content.length;
+    for (let j = 0; j < content.length; j++) checkBlock(content[j], role, `${at}.content.${j}`, walk);
+  }
+}
+
+function checkBlock(b: unknown, role: 'user' | 'assistant', at: string, walk: Walk): void {
+  if (!isObj(b)) fail('invalid_message', at, `\`${at}\` must be a content block object.`);
+  const type = b.type;
+  if (typeof type !== 'string') fail('invalid_message', `${at}.type`, `\`${at}.type\` is required.`);
+  switch (type) {
+    case 'text':
+      if (typeof b.text !== 'string') fail('invalid_message', `${at}.text`, `\`${at}.text\` must be a string.`);
+      walk.verbatimChars += b.text.length;
+      return;
+    case 'tool_use':
+      onlyIn(role, 'assistant', type, at);
+      if (typeof b.id !== 'string' || b.id.length === 0) fail('invalid_message', `${at}.id`, `\`${at}.id\` must be a non-empty string.`);
+      if (typeof b.name !== 'string' || b.name.length === 0) fail('invalid_message', `${at}.name`, `\`${at}.name\` must be a non-empty string.`);
+      if (!isObj(b.input)) fail('invalid_message', `${at}.input`, `\`${at}.input\` must be an object.`);
+      return;
+    case 'tool_result':
+      onlyIn(role, 'user', type, at);
+      if (typeof b.tool_use_id !== 'string' || b.tool_use_id.length === 0) {
+        fail('invalid_message', `${at}.tool_use_id`, `\`${at}.tool_use_id\` must be a non-empty string.`);
+      }
+      if (b.is_error !== undefined && typeof b.is_error !== 'boolean') fail('invalid_message', `${at}.is_error`, `\`${at}.is_error\` must be a boolean.`);
+      checkToolResultContent(b.content, `${at}.content`, walk);
+      return;
+    case 'thinking':
+      onlyIn(role, 'assistant', type, at);
+      if (typeof b.thinking !== 'string') fail('invalid_message', `${at}.thinking`, `\`${at}.thinking\` must be a string.`);
+      if (typeof b.signature !== 'string') fail('invalid_message', `${at}.signature`, `\`${at}.signature\` must be a string.`);
+      return;
+    case 'redacted_thinking':
+      onlyIn(role, 'assistant', type, at);
+      if (typeof b.data !== 'string') fail('invalid_message', `${at}.data`, `\`${at}.data\` must be a string.`);
+      return;
+    default:
+      if (UNSUPPORTED_BLOCKS.has(type)) fail('unsupported_parameter', `${at}.type`, `\`${type}\` blocks are not supported in v1 (text only, no server tools).`);
+      fail('invalid_message', `${at}.type`, `Unknown content block type ${JSON.stringify(type.slice(0, 100))}.`);
+  }
+}
+
+function onlyIn(role: 'user' | 'assistant', allowed: 'user' | 'assistant', type: string, at: string): void {
+  if (role !== allowed) fail('invalid_message', `${at}.type`, `\`${type}\` blocks belong in ${allowed} turns.`);
+}
+
+function checkToolResultContent(content: unknown, at: string, walk: Walk): void {
+  if (content === undefined || content === null) return; // optional in the protocol
+  if (typeof content === 'string') {
+    walk.verbatimChars += content.length;
+    return;
+  }
+  if (!Array.isArray(content)) fail('invalid_message', at, `\`${at}\` must be a string or an array of text blocks.`);
+  for (let k = 0; k < content.length; k++) {
+    const c = content[k];
+    const cat = `${at}.${k}`;
+    if (!isObj(c)) fail('invalid_message', cat, `\`${cat}\` must be a content block object.`);
+    const type = c.type;
+    if (type === 'text') {
+      if (typeof c.text !== 'string') fail('invalid_message', `${cat}.text`, `\`${cat}.text\` must be a string.`);
+      walk.verbatimChars += c.text.length;
+      continue;
+    }
+    if (typeof type === 'string' && UNSUPPORTED_BLOCKS.has(type)) {
+      fail('unsupported_parameter', `${cat}.type`, `\`${type}\` blocks are not supported in v1 (text only).`);
+    }
+    fail('invalid_message', `${cat}.type`, `A tool_result may hold only text blocks; got ${JSON.stringify(typeof type === 'string' ? type.slice(0, 100) : describe(type))}.`);
+  }
+}
+
+function checkSystem(system: unknown, walk: Walk): void {
+  if (typeof system === 'string') {
+    walk.verbatimChars += system.length;
+    return;
+  }
+  if (!Array.isArray(system)) fail('invalid_type', 'system', '`system` must be a string or an array of text blocks.');
+  for (let i = 0; i < system.length; i++) {
+    const b = system[i];
+    const at = `system.${i}`;
+    if (!isObj(b)) fail('invalid_type', at, `\`${at}\` must be a text block.`);
+    if (b.type !== 'text') fail('invalid_type', `${at}.type`, `\`${at}.type\` must be "text".`);
+    if (typeof b.text !== 'string') fail('invalid_type', `${at}.text`, `\`${at}.text\` must be a string.`);
+    walk.verbatimChars += b.text.length;
+  }
+}
+
+/** Returns the number of tools. */
+function checkTools(tools: unknown): number {
+  if (!Array.isArray(tools)) fail('invalid_type', 'tools', '`tools` must be an array.');
+  for (let i = 0; i < tools.length; i++) {
+    const t = tools[i];
+    const at = `tools.${i}`;
+    if (!isObj(t)) fail('invalid_tool', at, `\`${at}\` must be an object.`);
+    // Server tools first: they have no input_schema, and their answer is "not in v1", not "invalid".
+    if (t.type !== undefined && t.type !== null && t.type !== 'custom') {
+      fail('unsupported_parameter', `${at}.type`, `Server tools (${JSON.stringify(typeof t.type === 'string' ? t.type.slice(0, 100) : describe(t.type))}) are not supported in v1; declare client tools with \`name\` and \`input_schema\`.`);
+    }
+    if (typeof t.name !== 'string' || t.name.length === 0) fail('invalid_tool', `${at}.name`, `\`${at}.name\` must be a non-empty string.`);
+    if (t.description !== undefined && typeof t.description !== 'string') fail('invalid_tool', `${at}.description`, `\`${at}.description\` must be a string.`);
+    if (!isObj(t.input_schema)) fail('invalid_tool', `${at}.input_schema`, `\`${at}.input_schema\` must be a JSON Schema object.`);
+  }
+  return tools.length;
+}
+
+function checkToolChoice(choice: unknown): void {
+  if (!isObj(choice)) fail('invalid_type', 'tool_choice', '`tool_choice` must be an object.');
+  if (typeof choice.type !== 'string' || !TOOL_CHOICE_TYPES.has(choice.type)) {
+    fail('invalid_enum', 'tool_choice.type', '`tool_choice.type` must be one of auto, any, tool, none.');
+  }
+  if (choice.type === 'tool' && (typeof choice.name !== 'string' || choice.name.length === 0)) {
+    fail('invalid_type', 'tool_choice.name', '`tool_choice.name` must name a tool when `tool_choice.type` is "tool".');
+  }
+}
+
+function checkThinking(thinking: unknown, model: TextModel, maxTokens: number): void {
+  if (!isObj(thinking)) fail('invalid_type', 'thinking', '`thinking` must be an object.');
+  const type = thinking.type;
+  if (typeof type !== 'string' || !THINKING_TYPES.has(type)) {
+    fail('invalid_enum', 'thinking.type', '`thinking.type` must be one of adaptive, enabled, disabled.');
+  }
+  if (type === 'disabled' && NO_DISABLED_THINKING.has(model.id)) {
+    fail(
+      'unsupported_parameter',
+      'thinking.type',
+      `${model.id} does not accept thinking {"type":"disabled"}; send {"type":"adaptive"} and set \`output_config.effort\` (for example "low") to limit thinking.`,
+    );
+  }
+  if (type === 'enabled') {
+    const budget = thinking.budget_tokens;
+    if (typeof budget !== 'number' || !Number.isInteger(budget)) fail('invalid_type', 'thinking.budget_tokens', '`thinking.budget_tokens` must be an integer.');
+    if (budget < THINKING_MIN_BUDGET_TOKENS) {
+      fail('invalid_value', 'thinking.budget_tokens', `\`thinking.budget_tokens\` must be at least ${THINKING_MIN_BUDGET_TOKENS}.`);
+    }
+    if (budget >= maxTokens && !BUDGET_BELOW_MAX_TOKENS_EXEMPT.has(model.id)) {
+      fail('invalid_value', 'thinking.budget_tokens', `\`thinking.budget_tokens\` must be below \`max_tokens\` (${maxTokens}) on ${model.id}.`);
+    }
+  }
+}
+
+/** Returns whether a structured-output format is set. */
+function checkOutputConfig(config: unknown): boolean {
+  if (!isObj(config)) fail('invalid_type', 'output_config', '`output_config` must be an object.');
+  const effort = config.effort;
+  if (effort !== undefined && effort !== null && (typeof effort !== 'string' || !EFFORTS.has(effort))) {
+    fail('invalid_enum', 'output_config.effort', '`output_config.effort` must be one of low, medium, high, xhigh, max.');
+  }
+  const format = config.format;
+  if (format !== undefined && format !== null && !isObj(format)) fail('invalid_type', 'output_config.format', '`output_config.format` must be an object.');
+  return isObj(format);
+}

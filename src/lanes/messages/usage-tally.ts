@@ -1,0 +1,224 @@
+// Usage tally for the Messages lane: parses the forwarded vendor SSE alongside the byte
+// pass-through and records what the vendor reported, so the call can be settled.
+//
+// Anthropic semantics (vendors/anthropic/MESSAGES_API.md):
+// - `message_start.message.usage` carries input_tokens, cache_creation_input_tokens,
+//   cache_read_input_tokens and a small placeholder output_tokens.
+// - `message_delta.usage.output_tokens` is the cumulative output total (thinking included);
+//   newer API versions repeat cumulative input/cache fields there too. Every field is a
+//   whole-message total, so the latest value seen wins (never add), as the official SDK does.
+// - `message_stop` is the terminal event; `error` (e.g. overloaded_error) can arrive mid-stream.
+// "Not reported" is not zero: each bucket stays `undefined` until the vendor sends an integer
+// for it (a null, negative, fractional or non-number value counts as not reported).
+//
+// Only the four events that matter are JSON-parsed; content_block_delta (the bulk of the
+// stream) is skipped by its event name, so the tally costs one UTF-8 decode and one SSE line
+// scan per chunk. An SSE event with no `event:` field is parsed to read its `type`.
+
+import { createParser, type EventSourceMessage, type EventSourceParser } from 'eventsource-parser';
+
+export interface MessagesUsage {
+  inputTokens?: number;
+  outputTokens?: number;
+  cacheReadTokens?: number;
+  cacheWriteTokens?: number;
+}
+
+export interface MessagesStreamState {
+  messageStart: boolean;
+  messageDelta: boolean;
+  messageStop: boolean;
+  error: boolean;
+}
+
+export interface MessagesErrorEvent {
+  type: string | undefined;
+  message: string | undefined;
+}
+
+/**
+ * How a stream ended, for settlement (spec, Events 4):
+ * - `complete`: `message_stop` was seen and a `message_delta` reported an integer
+ *   `usage.output_tokens` (the usage receipt). Settle on `usage()`.
+ * - `usage_unknown`: no usage receipt, i.e. no `message_delta` with integer output_tokens,
+ *   whatever else arrived (cut before message_delta, mid-stream `error` before it, nothing at
+ *   all). The `message_start` placeholder output_tokens is not a receipt. Keep the hold.
+ * - `incomplete_stream`: the receipt arrived but `message_stop` did not (cut after
+ *   message_delta, or an `error` event after it).
+ * Events after `message_stop` do not change the outcome (the vendor finished and reported).
+ * An `error` event therefore never yields `complete` unless it follows `message_stop`.
+ */
+export type MessagesOutcome = 'complete' | 'usage_unknown' | 'incomplete_stream';
+
+/** Default cap on characters eventsource-parser may buffer for one incomplete line/event. */
+export const DEFAULT_TALLY_MAX_BUFFER_CHARS = 1 << 20;
+
+function count(v: unknown): number | undefined {
+  return typeof v === 'number' && Number.isInteger(v) && v >= 0 ? v : undefined;
+}
+
+function str(v: unknown): string | undefined {
+  return typeof v === 'string' ? v : undefined;
+}
+
+export class MessagesUsageTally {
+  inputTokens: number | undefined = undefined;
+  outputTokens: number | undefined = undefined;
+  cacheReadTokens: number | undefined = undefined;
+  cacheWriteTokens: number | undefined = undefined;
+
+  readonly state: MessagesStreamState = { messageStart: false, messageDelta: false, messageStop: false, error: false };
+  /** True once a `message_delta` carried an integer `usage.output_tokens`. */
+  hasUsageReceipt = false;
+  stopReason: string | undefined = undefined;
+  vendorMessageId: string | undefined = undefined;
+  /** The vendor model id from `message_start.message.model`. */
+  vendorModel: string | undefined = undefined;
+  errorEvent: MessagesErrorEvent | undefined = undefined;
+  /** Events whose JSON could not be parsed (they are otherwise ignored). */
+  malformedEvents = 0;
+  /** True when the SSE parser hit its buffer cap; the tally stops reading after that. */
+  overflowed = false;
+
+  private readonly parser: EventSourceParser;
+  private readonly decoder = new TextDecoder('utf-8');
+  private ended = false;
+
+  constructor(maxBufferChars: number = DEFAULT_TALLY_MAX_BUFFER_CHARS) {
+    this.parser = createParser({
+      maxBufferSize: maxBufferChars,
+      onEvent: (ev) => this.onEvent(ev),
+      onError: (err) => {
+        if (err.type === 'max-buffer-size-exceeded') this.overflowed = true;
+      },
+    });
+  }
+
+  /** Feeds forwarded bytes (any chunking). */
+  push(chunk: Buffer | Uint8Array): void {
+    if (this.ended || this.overflowed) return;
+    const text = this.decoder.decode(chunk, { stream: true });
+    if (text.length > 0) this.parser.feed(text);
+  }
+
+  /**
+   * Marks the end of the vendor stream. An incomplete trailing event (no blank line after it)
+   * is discarded, as the SSE spec and the official SDK do: the client never sees it either.
+   */
+  end(): void {
+    if (this.ended) return;
+    if (!this.overflowed) {
+      const text = this.decoder.decode();
+      if (text.length > 0) this.parser.feed(text);
+    }
+    this.ended = true;
+  }
+
+  usage(): MessagesUsage {
+    const u: MessagesUsage = {};
+    if (this.inputTokens !== undefined) u.inputTokens = this.inputTokens;
+    if (this.outputTokens !== undefined) u.outputTokens = this.outputTokens;
+    if (this.cacheReadTokens !== undefined) u.cacheReadTokens = this.cacheReadTokens;
+    if (this.cacheWriteTokens !== undefined) u.cacheWriteTokens = this.cacheWriteTokens;
+    return u;
+  }
+
+  outcome(): MessagesOutcome {
+    if (!this.hasUsageReceipt) return 'usage_unknown';
+    return this.state.messageStop ? 'complete' : 'incomplete_stream';
+  }
+
+  private onEvent(ev: EventSourceMessage): void {
+    if (this.state.messageStop) return;
+    const name = ev.event;
+    if (name !== undefined && name !== 'message_start' && name !== 'message_delta' && name !== 'message_stop' && name !== 'error') {
+      return;
+    }
+    let data: any;
+    try {
+      data = JSON.parse(ev.data);
+    } catch {
+      if (name === 'error') this.recordError(undefined);
+      else this.malformedEvents++;
+      return;
+    }
+    if (data === null || typeof data !== 'object') {
+      this.malformedEvents++;
+      return;
+    }
+    switch (name ?? data.type) {
+      case 'message_start': {
+        this.state.messageStart = true;
+        const msg = data.message;
+        if (msg && typeof msg === 'object') {
+          this.vendorMessageId = str(msg.id) ?? this.vendorMessageId;
+          this.vendorModel = str(msg.model) ?? this.vendorModel;
+          this.takeUsage(msg.usage);
+        }
+        break;
+      }
+      case 'message_delta': {
+        this.state.messageDelta = true;
+        const delta = data.delta;
+        if (delta && typeof delta === 'object' && typeof delta.stop_reason === 'string') this.stopReason = delta.stop_reason;
+        const usage = data.usage;
+        this.takeUsage(usage);
+        if (usage && typeof usage === 'object' && count(usage.output_tokens) !== undefined) this.hasUsageReceipt = true;
+        break;
+      }
+      case 'message_stop':
+        this.state.messageStop = true;
+        break;
+      case 'error':
+        this.recordError(data);
+        break;
+      default:
+        break;
+    }
+  }
+
+  private recordError(data: any): void {
+    this.state.error = true;
+    const e = data && typeof data === 'object' ? data.error : undefined;
+    this.errorEvent = { type: e ? str(e.type) : undefined, message: e ? str(e.message) : undefined };
+  }
+
+  private takeUsage(usage: any): void {
+    if (!usage || typeof usage !== 'object') return;
+    this.inputTokens = count(usage.input_tokens) ?? this.inputTokens;
+    this.outputTokens = count(usage.output_tokens) ?? this.outputTokens;
+    this.cacheReadTokens = count(usage.cache_read_input_tokens) ?? this.cacheReadTokens;
+    this.cacheWriteTokens = count(usage.cache_creation_input_tokens) ?? this.cacheWriteTokens;
+  }
+}
+
+export interface MessageBodyTally {
+  usage: MessagesUsage;
+  /** True when `usage.output_tokens` is an integer: the body is a usage receipt. */
+  hasUsageReceipt: boolean;
+  stopReason: string | undefined;
+  vendorMessageId: string | undefined;
+  vendorModel: string | undefined;
+}
+
+/** Tallies a non-streaming Message body (already JSON-parsed). */
+export function tallyMessageBody(body: unknown): MessageBodyTally {
+  const b = body !== null && typeof body === 'object' ? (body as Record<string, any>) : {};
+  const u = b.usage && typeof b.usage === 'object' ? b.usage : {};
+  const usage: MessagesUsage = {};
+  const input = count(u.input_tokens);
+  const output = count(u.output_tokens);
+  const read = count(u.cache_read_input_tokens);
+  const write = count(u.cache_creation_input_tokens);
+  if (input !== undefined) usage.inputTokens = input;
+  if (output !== undefined) usage.outputTokens = output;
+  if (read !== undefined) usage.cacheReadTokens = read;
+  if (write !== undefined) usage.cacheWriteTokens = write;
+  return {
+    usage,
+    hasUsageReceipt: output !== undefined,
+    stopReason: str(b.stop_reason),
+    vendorMessageId: str(b.id),
+    vendorModel: str(b.model),
+  };
+}

@@ -1,0 +1,122 @@
+// POST /v1/responses: the OpenAI Responses protocol for text-6-astra through the shared text proxy.
+// The usage frame is an SSE comment after the terminal event: the official SDK (6.45+, 7.x) throws
+// on any event type it does not know in responses.stream(), but every version ignores comments.
+import { createHash } from 'node:crypto';
+import type { Catalog, TextModel } from '../../catalog/models.js';
+import type { Config } from '../../config/config.js';
+import { responsesHoldInk, textChargeInk, textUsageFromResponses } from '../../ledger/pricing.js';
+import type { BodyResult, ParsedTextRequest, StreamTally, TextLane } from '../text-proxy.js';
+import { parseResponsesRequest } from './request.js';
+import { ResponsesUsageTally, tallyResponseBody, type ResponsesUsage } from './usage-tally.js';
+
+/** Prices a Responses receipt (input includes the cached and cache-write parts); undefined when unusable. */
+function charge(model: TextModel, u: ResponsesUsage): number | undefined {
+  if (u.inputTokens === undefined || u.outputTokens === undefined) return undefined;
+  try {
+    return textChargeInk(
+      model,
+      textUsageFromResponses({ inputTokens: u.inputTokens, cachedTokens: u.cachedTokens ?? 0, cacheWriteTokens: u.cacheWriteTokens ?? 0, outputTokens: u.outputTokens }),
+    );
+  } catch {
+    return undefined;
+  }
+}
+
+function usageRecord(u: ResponsesUsage): Record<string, number> {
+  const r: Record<string, number> = {};
+  if (u.inputTokens !== undefined) r.input_tokens = u.inputTokens;
+  if (u.cachedTokens !== undefined) r.cached_tokens = u.cachedTokens;
+  if (u.cacheWriteTokens !== undefined) r.cache_write_tokens = u.cacheWriteTokens;
+  if (u.outputTokens !== undefined) r.output_tokens = u.outputTokens;
+  if (u.reasoningTokens !== undefined) r.reasoning_tokens = u.reasoningTokens;
+  return r;
+}
+
+const usagePayload = (ink: number, requestId: string) =>
+  JSON.stringify({ type: 'service.usage', ink_charged: ink, usd_payg_charged: ink / 100, request_id: requestId });
+
+export function responsesLane(cfg: Config, catalog: Catalog): TextLane {
+  const capChars = cfg.responses.visibleOutputCapChars;
+  return {
+    product: 'responses',
+    lane: 'responses',
+    vendorPath: '/responses',
+    vendorHeaders: Object.freeze({
+      authorization: `Bearer ${cfg.vendors.openai.apiKey ?? ''}`,
+      'content-type': 'application/json',
+      accept: 'application/json',
+    }),
+    parse(body, ctx): ParsedTextRequest {
+      const userHash = createHash('sha256').update('inkgate:' + ctx.auth!.keyId).digest('hex').slice(0, 32);
+      const r = parseResponsesRequest(body, catalog, { userHash });
+      return {
+        model: r.model,
+        stream: r.stream,
+        holdInk: responsesHoldInk(r.promptTokensForHold, r.maxOutputTokens, r.model),
+        vendorBody: r.vendorBody,
+      };
+    },
+    newTally(req): StreamTally {
+      const t = new ResponsesUsageTally();
+      const tally = {
+        capped: false,
+        push: (c: Buffer) => {
+          t.feed(c);
+          if (t.visibleTextChars > capChars && !t.sawTerminal) tally.capped = true;
+        },
+        end: () => t.end(),
+        outcome: () => t.outcome(),
+        chargeInk: () => (t.usageUsable ? charge(req.model, t.usage) : undefined),
+        usage: () => usageRecord(t.usage),
+        vendorRequestId: () => t.responseId,
+        inner: t,
+        model: req.model.id,
+      };
+      return tally;
+    },
+    finishBody(json, req): BodyResult {
+      const t = tallyResponseBody(json);
+      if (json && typeof json === 'object' && 'model' in json) (json as Record<string, unknown>).model = req.model.id;
+      const usable = t.usageUsable && (t.status === 'completed' || t.status === 'incomplete');
+      return {
+        chargeInk: usable ? charge(req.model, t.usage) : undefined,
+        usage: usageRecord(t.usage),
+        vendorRequestId: t.responseId,
+        clientBody: JSON.stringify(json),
+      };
+    },
+    usageFrame(inkCharged, requestId) {
+      return `: service.usage ${usagePayload(inkCharged, requestId)}\n\n`;
+    },
+    errorFrame(code, message, requestId, tally) {
+      const seq = ((tally as unknown as { inner: ResponsesUsageTally }).inner.maxSequenceNumber ?? -1) + 1;
+      // Nested `error` (the first-party shape) makes the SDK raise a typed APIError; the flat
+      // fields keep clients that read `code`/`message` at the top level working too.
+      return `event: error\ndata: ${JSON.stringify({
+        type: 'error',
+        sequence_number: seq,
+        code,
+        message,
+        param: null,
+        error: { type: 'provider_error', code, message, param: null, request_id: requestId },
+      })}\n\n`;
+    },
+    cappedFrame(inkCharged, requestId, tally) {
+      const inner = (tally as unknown as { inner: ResponsesUsageTally; model: string }).inner;
+      const seq = inner.maxSequenceNumber + 1;
+      const response = {
+        id: inner.responseId ?? null,
+        object: 'response',
+        status: 'incomplete',
+        incomplete_details: { reason: 'max_output_tokens' },
+        model: (tally as unknown as { model: string }).model,
+        output: [],
+        usage: null,
+      };
+      return (
+        `event: response.incomplete\ndata: ${JSON.stringify({ type: 'response.incomplete', sequence_number: seq, response })}\n\n` +
+        `: service.usage ${usagePayload(inkCharged, requestId)}\n\n`
+      );
+    },
+  };
+}

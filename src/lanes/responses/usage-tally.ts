@@ -1,0 +1,474 @@
+// Usage tally for the OpenAI Responses protocol: reads the vendor's SSE bytes on the side of the
+// pass-through (tee, don't transform) and keeps what settlement needs: the terminal event, the
+// usage receipt of the terminal snapshot, error events, the vendor response id, the highest
+// sequence_number and how much visible text has gone by (for the lane's visible-output cap).
+//
+// "Not reported" is not zero: every usage bucket is `number | undefined`, undefined meaning the
+// vendor did not send that field (or sent something that is not a non-negative integer).
+//
+// Outcome (what settlement does with the stream), decided by `outcome()`:
+//   'complete'          a terminal event (`response.completed`, `response.incomplete` or
+//                       `response.failed`) arrived and its `response.usage` is usable: an object
+//                       with `input_tokens` and `output_tokens` both non-negative safe integers.
+//                       The other buckets may still be undefined (not reported).
+//   'usage_unknown'     a terminal event arrived without usable usage (usage null, missing, or
+//                       missing either of the two required counts), or no terminal event arrived
+//                       but an `error` event did (error events never carry usage). The vendor ran
+//                       something; what it cost is unknown, so the hold stays until reconciled.
+//   'incomplete_stream' neither a terminal event nor an `error` event arrived: the stream ended
+//                       (or the parser gave up on an oversized event) before the receipt.
+// Only the first terminal event counts; events after it still move `maxSequenceNumber`, nothing
+// else. `data: [DONE]` (OpenAI-compatible servers, the SDK's own test streams) is tolerated and
+// noted in `sawDone`; it is not a receipt. An event is only seen once its blank line arrives:
+// a stream cut after a terminal event's `data:` line but before the blank line has not delivered
+// that event (the official SDK discards it as well).
+//
+// Parsing cost: JSON.parse runs only for events that carry something we keep (terminal events,
+// `error`, text deltas, `response.created` (and `response.in_progress` / `response.queued` while
+// the response id is still unknown), and data-only frames whose type is unknown until parsed). Other named events (item and part
+// snapshots, argument deltas, reasoning) only have their sequence_number read by a scan.
+
+import { createParser, type EventSourceMessage, type EventSourceParser } from 'eventsource-parser';
+
+export type ResponsesTerminalEvent = 'response.completed' | 'response.incomplete' | 'response.failed';
+export type ResponsesTallyOutcome = 'complete' | 'usage_unknown' | 'incomplete_stream';
+
+/** Usage buckets as the vendor reported them; undefined = not reported (never read as 0). */
+export interface ResponsesUsage {
+  inputTokens: number | undefined;
+  /** `input_tokens_details.cached_tokens`: a part of inputTokens, read from cache. */
+  cachedTokens: number | undefined;
+  /** `input_tokens_details.cache_write_tokens` (listed in openai 6.49 types); a part of inputTokens. */
+  cacheWriteTokens: number | undefined;
+  outputTokens: number | undefined;
+  /** `output_tokens_details.reasoning_tokens`: a part of outputTokens. */
+  reasoningTokens: number | undefined;
+  totalTokens: number | undefined;
+}
+
+export interface ResponsesErrorInfo {
+  code: string | null;
+  message: string;
+  param: string | null;
+  /** 'flat' = SDK type `{type:"error",code,message,param}`; 'nested' = first-party `{type:"error",error:{…}}`. */
+  shape: 'flat' | 'nested';
+}
+
+/** Plain-data result of a tally, for logging and settlement. */
+export interface ResponsesTallyResult {
+  outcome: ResponsesTallyOutcome;
+  terminalEvent: ResponsesTerminalEvent | undefined;
+  /** `response.status` of the terminal snapshot (or of the non-stream body). */
+  status: string | undefined;
+  usage: ResponsesUsage;
+  /** True when usage had both input_tokens and output_tokens as non-negative integers. */
+  usageUsable: boolean;
+  responseId: string | undefined;
+  model: string | undefined;
+  incompleteReason: string | undefined;
+  /** First `error` event of the stream. */
+  error: ResponsesErrorInfo | undefined;
+  /** `response.error` of a failed terminal snapshot (or non-stream body). */
+  responseError: { code: string | null; message: string } | undefined;
+  /** Highest sequence_number seen; -1 when none. */
+  maxSequenceNumber: number;
+  /** Sum of `.length` (UTF-16 code units) of all `response.output_text.delta` deltas. */
+  visibleTextChars: number;
+  eventCount: number;
+  sawDone: boolean;
+  /**
+   * First parse problem: an event whose data is not JSON (skipped, tallying goes on) or an event
+   * larger than maxEventChars (tallying stops there).
+   */
+  parseError: string | undefined;
+}
+
+export interface ResponsesUsageTallyOptions {
+  /**
+   * Most characters the SSE parser may hold across feeds (an unfinished line plus the data of an
+   * unfinished event) before tallying gives up. Snapshots echo `instructions` (a request body is
+   * at most 4 MiB) plus the whole output text, so one event can legitimately be several MB.
+   */
+  maxEventChars?: number;
+}
+
+const DEFAULT_MAX_EVENT_CHARS = 16 * 1024 * 1024;
+
+// Events whose JSON we parse; everything else named only has its sequence_number scanned.
+const PARSED_EVENTS: ReadonlySet<string> = new Set([
+  'response.created',
+  'response.in_progress',
+  'response.queued',
+  'response.completed',
+  'response.incomplete',
+  'response.failed',
+  'response.output_text.delta',
+  'error',
+]);
+
+const SEQ_KEY = '"sequence_number":';
+
+function emptyUsage(): ResponsesUsage {
+  return {
+    inputTokens: undefined,
+    cachedTokens: undefined,
+    cacheWriteTokens: undefined,
+    outputTokens: undefined,
+    reasoningTokens: undefined,
+    totalTokens: undefined,
+  };
+}
+
+function count(v: unknown): number | undefined {
+  return typeof v === 'number' && Number.isSafeInteger(v) && v >= 0 ? v : undefined;
+}
+
+function str(v: unknown): string | undefined {
+  return typeof v === 'string' ? v : undefined;
+}
+
+function strOrNull(v: unknown): string | null {
+  return typeof v === 'string' ? v : null;
+}
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+/** Reads a Responses `usage` object; returns the buckets and whether they are usable for settlement. */
+export function readResponsesUsage(raw: unknown): { usage: ResponsesUsage; usable: boolean } {
+  const usage = emptyUsage();
+  if (!isObject(raw)) return { usage, usable: false };
+  usage.inputTokens = count(raw.input_tokens);
+  usage.outputTokens = count(raw.output_tokens);
+  usage.totalTokens = count(raw.total_tokens);
+  const inDetails = raw.input_tokens_details;
+  if (isObject(inDetails)) {
+    usage.cachedTokens = count(inDetails.cached_tokens);
+    usage.cacheWriteTokens = count(inDetails.cache_write_tokens);
+  }
+  const outDetails = raw.output_tokens_details;
+  if (isObject(outDetails)) usage.reasoningTokens = count(outDetails.reasoning_tokens);
+  return { usage, usable: usage.inputTokens !== undefined && usage.outputTokens !== undefined };
+}
+
+function readErrorEvent(data: Record<string, unknown>): ResponsesErrorInfo {
+  const nested = data.error;
+  if (isObject(nested)) {
+    return {
+      code: strOrNull(nested.code),
+      message: str(nested.message) ?? '',
+      param: strOrNull(nested.param),
+      shape: 'nested',
+    };
+  }
+  return { code: strOrNull(data.code), message: str(data.message) ?? '', param: strOrNull(data.param), shape: 'flat' };
+}
+
+function readResponseError(v: unknown): { code: string | null; message: string } | undefined {
+  if (!isObject(v)) return undefined;
+  return { code: strOrNull(v.code), message: str(v.message) ?? '' };
+}
+
+/** Reads `"sequence_number":N` from raw JSON without parsing it (the key cannot occur unescaped inside a string). */
+function scanSequenceNumber(data: string): number {
+  const at = data.indexOf(SEQ_KEY);
+  if (at === -1) return -1;
+  let i = at + SEQ_KEY.length;
+  while (data.charCodeAt(i) === 32) i++;
+  let n = 0;
+  let digits = 0;
+  for (;;) {
+    const c = data.charCodeAt(i);
+    if (c < 48 || c > 57) break;
+    n = n * 10 + (c - 48);
+    digits++;
+    i++;
+    if (digits > 15) return -1;
+  }
+  return digits === 0 ? -1 : n;
+}
+
+/**
+ * Streaming tally. Feed it the upstream bytes as they pass (whole events or any split), then
+ * call `end()` when the upstream body ends. Never throws from `feed`/`end`.
+ */
+export class ResponsesUsageTally {
+  private readonly parser: EventSourceParser;
+  private readonly decoder = new TextDecoder('utf-8');
+  private lastCharWasCr = false;
+  private ended = false;
+  private stopped = false;
+
+  private _terminalEvent: ResponsesTerminalEvent | undefined;
+  private _status: string | undefined;
+  private _usage: ResponsesUsage = emptyUsage();
+  private _usageUsable = false;
+  private _responseId: string | undefined;
+  private _model: string | undefined;
+  private _incompleteReason: string | undefined;
+  private _error: ResponsesErrorInfo | undefined;
+  private _responseError: { code: string | null; message: string } | undefined;
+  private _maxSequenceNumber = -1;
+  private _visibleTextChars = 0;
+  private _eventCount = 0;
+  private _sawDone = false;
+  private _parseError: string | undefined;
+
+  constructor(opts: ResponsesUsageTallyOptions = {}) {
+    this.parser = createParser({
+      onEvent: (ev) => this.onEvent(ev),
+      onError: (err) => {
+        if (err.type === 'max-buffer-size-exceeded') this.stop(`event larger than ${opts.maxEventChars ?? DEFAULT_MAX_EVENT_CHARS} characters`);
+        // 'unknown-field' / 'invalid-retry' lines are ignored, as browsers and the SDK do.
+      },
+      maxBufferSize: opts.maxEventChars ?? DEFAULT_MAX_EVENT_CHARS,
+    });
+  }
+
+  /** Feeds upstream bytes (or already-decoded text; do not mix the two in one stream). */
+  feed(chunk: Uint8Array | string): void {
+    if (this.stopped || this.ended) return;
+    const text = typeof chunk === 'string' ? chunk : this.decoder.decode(chunk, { stream: true });
+    if (text.length === 0) return;
+    this.lastCharWasCr = text.charCodeAt(text.length - 1) === 13;
+    this.parser.feed(text);
+  }
+
+  /** Marks the upstream body as ended; an event without its closing blank line is dropped. */
+  end(): void {
+    if (this.ended) return;
+    if (!this.stopped) {
+      const rest = this.decoder.decode();
+      if (rest.length > 0) {
+        this.lastCharWasCr = rest.charCodeAt(rest.length - 1) === 13;
+        this.parser.feed(rest);
+      }
+      // eventsource-parser holds a trailing CR back in case LF follows; at EOF it is a complete
+      // line break (CR-only streams end in "\r\r"). Feeding LF completes that same break.
+      if (this.lastCharWasCr && !this.stopped) this.parser.feed('\n');
+    }
+    this.ended = true;
+  }
+
+  private stop(reason: string): void {
+    if (this.stopped) return;
+    this.stopped = true;
+    this._parseError = reason;
+  }
+
+  /** True when an oversized event made the tally stop reading. */
+  get stoppedEarly(): boolean {
+    return this.stopped;
+  }
+
+  private onEvent(ev: EventSourceMessage): void {
+    if (this.stopped) return;
+    const data = ev.data;
+    if (data === '[DONE]') {
+      this._sawDone = true;
+      return;
+    }
+    this._eventCount++;
+    const name = ev.event;
+    // Snapshots before the terminal one are parsed only until the response id is known.
+    const skip =
+      name !== undefined &&
+      (!PARSED_EVENTS.has(name) || (this._responseId !== undefined && (name === 'response.in_progress' || name === 'response.queued')));
+    if (skip) {
+      const seq = scanSequenceNumber(data);
+      if (seq > this._maxSequenceNumber) this._maxSequenceNumber = seq;
+      return;
+    }
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(data);
+    } catch {
+      // The client's SDK will choke on this event too; keep tallying so a later receipt still counts.
+      if (this._parseError === undefined) this._parseError = `event ${name ?? '(unnamed)'} data is not JSON`;
+      return;
+    }
+    if (!isObject(parsed)) return;
+    const seq = count(parsed.sequence_number);
+    if (seq !== undefined && seq > this._maxSequenceNumber) this._maxSequenceNumber = seq;
+    const type = str(parsed.type) ?? name;
+    if (this._terminalEvent !== undefined) return;
+    switch (type) {
+      case 'response.output_text.delta': {
+        const delta = parsed.delta;
+        if (typeof delta === 'string') this._visibleTextChars += delta.length;
+        return;
+      }
+      case 'response.created':
+      case 'response.in_progress':
+      case 'response.queued':
+        this.readSnapshotIdentity(parsed.response);
+        return;
+      case 'response.completed':
+      case 'response.incomplete':
+      case 'response.failed':
+        this.onTerminal(type, parsed.response);
+        return;
+      case 'error':
+        if (this._error === undefined) this._error = readErrorEvent(parsed);
+        return;
+      default:
+        return;
+    }
+  }
+
+  private readSnapshotIdentity(resp: unknown): void {
+    if (!isObject(resp)) return;
+    if (this._responseId === undefined) this._responseId = str(resp.id);
+    if (this._model === undefined) this._model = str(resp.model);
+  }
+
+  private onTerminal(type: ResponsesTerminalEvent, resp: unknown): void {
+    this._terminalEvent = type;
+    if (!isObject(resp)) return;
+    this.readSnapshotIdentity(resp);
+    this._status = str(resp.status);
+    const { usage, usable } = readResponsesUsage(resp.usage);
+    this._usage = usage;
+    this._usageUsable = usable;
+    const details = resp.incomplete_details;
+    if (isObject(details)) this._incompleteReason = str(details.reason);
+    this._responseError = readResponseError(resp.error);
+  }
+
+  get terminalEvent(): ResponsesTerminalEvent | undefined {
+    return this._terminalEvent;
+  }
+  get status(): string | undefined {
+    return this._status;
+  }
+  get usage(): Readonly<ResponsesUsage> {
+    return this._usage;
+  }
+  get usageUsable(): boolean {
+    return this._usageUsable;
+  }
+  get responseId(): string | undefined {
+    return this._responseId;
+  }
+  get model(): string | undefined {
+    return this._model;
+  }
+  get incompleteReason(): string | undefined {
+    return this._incompleteReason;
+  }
+  get error(): ResponsesErrorInfo | undefined {
+    return this._error;
+  }
+  get responseError(): { code: string | null; message: string } | undefined {
+    return this._responseError;
+  }
+  get maxSequenceNumber(): number {
+    return this._maxSequenceNumber;
+  }
+  /** Characters (UTF-16 code units) of visible text deltas so far; for the lane's visible-output cap. */
+  get visibleTextChars(): number {
+    return this._visibleTextChars;
+  }
+  get eventCount(): number {
+    return this._eventCount;
+  }
+  get sawDone(): boolean {
+    return this._sawDone;
+  }
+  get parseError(): string | undefined {
+    return this._parseError;
+  }
+  /** True once a terminal event has been seen (the receipt, usable or not). */
+  get sawTerminal(): boolean {
+    return this._terminalEvent !== undefined;
+  }
+
+  /** See the file comment for the exact rules. Valid at any time; final after `end()`. */
+  outcome(): ResponsesTallyOutcome {
+    if (this._terminalEvent !== undefined) return this._usageUsable ? 'complete' : 'usage_unknown';
+    if (this._error !== undefined) return 'usage_unknown';
+    return 'incomplete_stream';
+  }
+
+  result(): ResponsesTallyResult {
+    return {
+      outcome: this.outcome(),
+      terminalEvent: this._terminalEvent,
+      status: this._status,
+      usage: { ...this._usage },
+      usageUsable: this._usageUsable,
+      responseId: this._responseId,
+      model: this._model,
+      incompleteReason: this._incompleteReason,
+      error: this._error,
+      responseError: this._responseError,
+      maxSequenceNumber: this._maxSequenceNumber,
+      visibleTextChars: this._visibleTextChars,
+      eventCount: this._eventCount,
+      sawDone: this._sawDone,
+      parseError: this._parseError,
+    };
+  }
+}
+
+/**
+ * Tallies a non-streaming Responses body (the response object). Accepts the raw bytes/text or an
+ * already-parsed value. Outcome: 'complete' when usage is usable, otherwise 'usage_unknown' (a
+ * 2xx body that is not a response object, or not JSON, is also 'usage_unknown': the vendor was
+ * reached and may have run). `terminalEvent` stays undefined; visibleTextChars sums the
+ * `output_text` parts of message items.
+ */
+export function tallyResponseBody(body: Uint8Array | string | unknown): ResponsesTallyResult {
+  const result: ResponsesTallyResult = {
+    outcome: 'usage_unknown',
+    terminalEvent: undefined,
+    status: undefined,
+    usage: emptyUsage(),
+    usageUsable: false,
+    responseId: undefined,
+    model: undefined,
+    incompleteReason: undefined,
+    error: undefined,
+    responseError: undefined,
+    maxSequenceNumber: -1,
+    visibleTextChars: 0,
+    eventCount: 0,
+    sawDone: false,
+    parseError: undefined,
+  };
+  let value: unknown = body;
+  if (typeof body === 'string' || body instanceof Uint8Array) {
+    const text = typeof body === 'string' ? body : new TextDecoder('utf-8').decode(body);
+    try {
+      value = JSON.parse(text);
+    } catch {
+      result.parseError = 'body is not JSON';
+      return result;
+    }
+  }
+  if (!isObject(value)) {
+    result.parseError = 'body is not a JSON object';
+    return result;
+  }
+  result.responseId = str(value.id);
+  result.model = str(value.model);
+  result.status = str(value.status);
+  const { usage, usable } = readResponsesUsage(value.usage);
+  result.usage = usage;
+  result.usageUsable = usable;
+  if (isObject(value.incomplete_details)) result.incompleteReason = str(value.incomplete_details.reason);
+  result.responseError = readResponseError(value.error);
+  if (Array.isArray(value.output)) {
+    for (const item of value.output) {
+      if (!isObject(item) || item.type !== 'message' || !Array.isArray(item.content)) continue;
+      for (const part of item.content) {
+        if (isObject(part) && part.type === 'output_text' && typeof part.text === 'string') {
+          result.visibleTextChars += part.text.length;
+        }
+      }
+    }
+  }
+  result.outcome = usable ? 'complete' : 'usage_unknown';
+  return result;
+}

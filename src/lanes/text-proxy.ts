@@ -1,0 +1,314 @@
+// The shared text-lane proxy: hold, dispatch, map the vendor's answer, pass the stream through
+// event-aligned while tallying usage on the side, settle, and add the service's frame at the end.
+// Each lane (Messages, Responses) supplies only what differs: parsing, headers, tally, frames.
+//
+// Money rules on this path (DESIGN "Money"):
+// - Nothing reaches the vendor without a hold; every hold ends exactly once, or is deliberately
+//   left open (usage_unknown) for reconciliation.
+// - Refused before running (vendor 4xx, capacity, never sent): release in full.
+// - After dispatch without a usable receipt: keep the hold; never charge 0 or the hold.
+import type { Dispatcher } from 'undici';
+import type { TextModel } from '../catalog/models.js';
+import type { Lane } from '../deployment/state.js';
+import { ApiError } from '../errors.js';
+import type { Ledger } from '../ledger/ledger.js';
+import type { HttpContext } from '../server/http-context.js';
+import { readJsonObject } from '../server/json-body.js';
+import type { Services } from '../gateway.js';
+import { modelField, SseFramer } from './sse-framer.js';
+import { neverSent, type Upstream } from './upstream.js';
+
+export interface ParsedTextRequest {
+  readonly model: TextModel;
+  readonly stream: boolean;
+  readonly holdInk: number;
+  readonly vendorBody: string;
+  /** Per-request vendor headers the lane allows (already filtered). */
+  readonly extraHeaders?: Readonly<Record<string, string>>;
+}
+
+export type StreamOutcome = 'complete' | 'usage_unknown' | 'incomplete_stream';
+
+export interface StreamTally {
+  push(chunk: Buffer): void;
+  end(): void;
+  outcome(): StreamOutcome;
+  /** Whole Ink for what the vendor reported; undefined when the receipt cannot be priced. */
+  chargeInk(): number | undefined;
+  /** Usage buckets for the request record (unknown buckets absent). */
+  usage(): object;
+  vendorRequestId(): string | undefined;
+  /** True when the lane wants the proxy to stop reading (the service's own output cap). */
+  readonly capped?: boolean;
+}
+
+export interface BodyResult {
+  /** undefined when the body carries no usable usage receipt */
+  readonly chargeInk: number | undefined;
+  readonly usage: object;
+  readonly vendorRequestId: string | undefined;
+  /** The body the client receives (model ids rewritten). */
+  readonly clientBody: string;
+}
+
+export interface TextLane {
+  readonly product: 'messages' | 'responses';
+  readonly lane: Lane;
+  /** Path on the vendor, appended to the base URL's path. */
+  readonly vendorPath: string;
+  parse(body: Record<string, unknown>, ctx: HttpContext): ParsedTextRequest;
+  /** Fixed vendor headers (our key, protocol version), precomputed once. */
+  readonly vendorHeaders: Readonly<Record<string, string>>;
+  newTally(req: ParsedTextRequest): StreamTally;
+  finishBody(json: unknown, req: ParsedTextRequest): BodyResult;
+  usageFrame(inkCharged: number, requestId: string, tally: StreamTally): string;
+  errorFrame(code: 'usage_unknown' | 'incomplete_stream', message: string, requestId: string, tally: StreamTally): string;
+  /** Settles a stream the service stopped at its own cap (Responses); absent when there is none. */
+  cappedFrame?(inkCharged: number, requestId: string, tally: StreamTally): string;
+}
+
+const MAX_VENDOR_BODY_BYTES = 32 * 1024 * 1024;
+const MAX_VENDOR_ERROR_BYTES = 256 * 1024;
+const MAX_PENDING_EVENT_BYTES = 8 * 1024 * 1024;
+const STREAM_HEADERS: ReadonlyArray<readonly [string, string]> = [
+  ['Content-Type', 'text/event-stream; charset=utf-8'],
+  ['X-Accel-Buffering', 'no'],
+];
+
+async function readBounded(body: Dispatcher.ResponseData['body'], maxBytes: number): Promise<Buffer> {
+  const parts: Buffer[] = [];
+  let n = 0;
+  for await (const c of body) {
+    n += (c as Buffer).length;
+    if (n > maxBytes) {
+      body.destroy();
+      throw new Error(`vendor body above ${maxBytes} bytes`);
+    }
+    parts.push(c as Buffer);
+  }
+  return Buffer.concat(parts, n);
+}
+
+function vendorMessage(text: string): string {
+  try {
+    const j = JSON.parse(text) as { error?: { message?: unknown } | string; message?: unknown };
+    const e = j.error;
+    if (e && typeof e === 'object' && typeof e.message === 'string') return e.message.slice(0, 2000);
+    if (typeof e === 'string') return e.slice(0, 2000);
+    if (typeof j.message === 'string') return j.message.slice(0, 2000);
+  } catch {
+    /* not JSON */
+  }
+  return text.slice(0, 500) || 'The vendor refused the request.';
+}
+
+function retryAfterOf(headers: Dispatcher.ResponseData['headers'], fallbackS: number): number {
+  const v = headers['retry-after'];
+  const n = Number(Array.isArray(v) ? v[0] : v);
+  return Number.isFinite(n) && n >= 1 ? Math.min(Math.ceil(n), 3600) : fallbackS;
+}
+
+const PROMPT_TOO_LONG = /prompt is too long|context[_ ]length|maximum context|too many (input )?tokens|input exceeds/i;
+
+/** Maps a vendor refusal to the spec's answer and says whether the hold goes back. */
+export function mapVendorStatus(status: number, text: string, headers: Dispatcher.ResponseData['headers']): { error: ApiError; release: boolean } {
+  const msg = vendorMessage(text);
+  if (status === 413 || ((status === 400 || status === 422) && PROMPT_TOO_LONG.test(msg))) {
+    return { error: new ApiError('payload_too_large', { message: `The vendor refused the prompt as too long: ${msg}`, param: 'messages' }), release: true };
+  }
+  if (status === 400 || status === 404 || status === 415 || status === 422) {
+    return { error: new ApiError('upstream_rejected', { message: msg }), release: true };
+  }
+  if (status === 429 || status === 529 || status === 503) {
+    return { error: new ApiError('provider_unavailable', { message: `The vendor is at capacity or rate-limiting: ${msg}`, retryAfterS: retryAfterOf(headers, 30) }), release: true };
+  }
+  if (status === 401 || status === 403) {
+    // Our vendor credentials were refused: nothing ran; an operator must act.
+    return { error: new ApiError('provider_error', { message: 'The vendor refused the service credentials.' }), release: true };
+  }
+  // Other 4xx are the vendor refusing before running; 5xx may have run: keep the hold.
+  if (status < 500) return { error: new ApiError('upstream_rejected', { message: msg }), release: true };
+  return { error: new ApiError('provider_error', { message: `The vendor failed (${status}); the hold is kept until the vendor's record reconciles it.` }), release: false };
+}
+
+export interface TextProxyDeps {
+  readonly services: Services;
+  readonly ledger: Ledger;
+  readonly upstream: Upstream | undefined;
+}
+
+export function createTextHandler(lane: TextLane, d: TextProxyDeps): (ctx: HttpContext) => Promise<void> {
+  const { services, ledger, upstream } = d;
+  const cfg = services.config;
+  const path = upstream ? upstream.basePath + lane.vendorPath : lane.vendorPath;
+  // Per model: the exact bytes the vendor writes for its model id, and ours to put in their place.
+  const rewrites = new Map<string, { needle: Buffer; replacement: Buffer }>();
+  for (const m of services.catalog.models) {
+    if (m.type === 'text') rewrites.set(m.id, { needle: modelField(m.vendorModel), replacement: modelField(m.id) });
+  }
+
+  return async (ctx) => {
+    const snap = services.state.current;
+    if (!upstream || !snap.lanes[lane.lane]) {
+      throw new ApiError('provider_unavailable', { message: `The ${lane.product} lane is not enabled on this deployment.`, retryAfterS: 300 });
+    }
+    const req = lane.parse(await readJsonObject(ctx), ctx);
+    const pausedFor = snap.paused.get(req.model.id);
+    if (pausedFor !== undefined) throw new ApiError('provider_unavailable', { message: `${req.model.id} is paused.`, retryAfterS: pausedFor });
+    const auth = ctx.auth!;
+    const requestId = ctx.requestId;
+    await ledger.reserve({ requestId, accountId: auth.accountId, keyId: auth.keyId, product: lane.product, model: req.model.id, holdInk: req.holdInk });
+
+    let res: Dispatcher.ResponseData;
+    try {
+      res = await upstream.pool.request({
+        path,
+        method: 'POST',
+        headers: req.extraHeaders ? { ...lane.vendorHeaders, ...req.extraHeaders } : lane.vendorHeaders,
+        body: req.vendorBody,
+      });
+    } catch (e) {
+      if (neverSent(e)) {
+        await ledger.release(requestId, 'vendor unreachable before the request was sent');
+        throw new ApiError('provider_unavailable', { message: 'The vendor is unreachable.', retryAfterS: 30, cause: e });
+      }
+      await ledger.markUsageUnknown(requestId, { reason: `dispatch failed: ${(e as Error).message}` });
+      throw new ApiError('provider_error', { message: 'The vendor failed after the request was sent; the hold is kept until reconciled.', cause: e });
+    }
+
+    if (res.statusCode !== 200) {
+      let text = '';
+      try {
+        text = (await readBounded(res.body, MAX_VENDOR_ERROR_BYTES)).toString('utf8');
+      } catch {
+        /* the status decides; the message is best effort */
+      }
+      const mapped = mapVendorStatus(res.statusCode, text, res.headers);
+      if (mapped.release) await ledger.release(requestId, `vendor ${res.statusCode}`);
+      else await ledger.markUsageUnknown(requestId, { reason: `vendor ${res.statusCode}` });
+      throw mapped.error;
+    }
+
+    const rw = rewrites.get(req.model.id)!;
+    if (req.stream) return streamThrough(ctx, lane, req, res, rw, ledger, services);
+
+    let result: BodyResult;
+    try {
+      const buf = await readBounded(res.body, MAX_VENDOR_BODY_BYTES);
+      result = lane.finishBody(JSON.parse(buf.toString('utf8')), req);
+    } catch (e) {
+      await ledger.markUsageUnknown(requestId, { reason: `unreadable vendor body: ${(e as Error).message}` });
+      throw new ApiError('provider_error', { message: 'The vendor answer could not be read; the hold is kept until reconciled.', cause: e });
+    }
+    if (result.chargeInk === undefined) {
+      await ledger.markUsageUnknown(requestId, { vendorRequestId: result.vendorRequestId, reason: 'no usable usage receipt' });
+      throw new ApiError('provider_error', { message: 'The vendor answered without a usable usage receipt; the hold is kept until reconciled.' });
+    }
+    const headers: Array<[string, string]> = [['X-Service-Request-Id', requestId]];
+    try {
+      const s = await ledger.settle(requestId, result.chargeInk, { usage: result.usage, vendorRequestId: result.vendorRequestId });
+      if (s.resolved) headers.unshift(['X-Service-Ink-Charged', String(s.chargedInk)]);
+    } catch (e) {
+      // The vendor ran and we hold the answer: deliver it. The hold stays open for reconciliation.
+      services.log.error('settle failed; hold left open for reconciliation', { request_id: requestId, charge_ink: result.chargeInk, usage: result.usage, err: e as Error });
+    }
+    ctx.sendJson(200, result.clientBody, headers);
+  };
+}
+
+async function streamThrough(
+  ctx: HttpContext,
+  lane: TextLane,
+  req: ParsedTextRequest,
+  res: Dispatcher.ResponseData,
+  rw: { needle: Buffer; replacement: Buffer },
+  ledger: Ledger,
+  services: Services,
+): Promise<void> {
+  const requestId = ctx.requestId;
+  const body = res.body;
+  const framer = new SseFramer(MAX_PENDING_EVENT_BYTES);
+  const tally = lane.newTally(req);
+  ctx.startStream(200, [...STREAM_HEADERS, ['X-Service-Request-Id', requestId]]);
+
+  let failure: Error | undefined;
+  let waiting = false;
+  await new Promise<void>((resolveS) => {
+    const total = setTimeout(() => body.destroy(new Error('stream exceeded its total time cap')), services.config.upstream.streamTotalMs);
+    const finish = (err?: Error) => {
+      clearTimeout(total);
+      failure = err;
+      resolveS();
+    };
+    body.on('data', (chunk: Buffer) => {
+      let out = framer.push(chunk);
+      if (framer.overflowed) {
+        body.destroy(new Error('vendor event above the size cap'));
+        return;
+      }
+      if (out === null) return;
+      out = replaceAll(out, rw.needle, rw.replacement);
+      tally.push(out);
+      if (tally.capped) {
+        body.destroy();
+        return;
+      }
+      // A client that went away is not written to, but the vendor is read to its receipt.
+      if (!ctx.aborted && !ctx.write(out) && !waiting) {
+        waiting = true;
+        body.pause();
+        void ctx.waitWritable().then(() => {
+          waiting = false;
+          body.resume();
+        });
+      }
+    });
+    body.once('end', () => finish());
+    body.once('error', (e: Error) => finish(e));
+    body.once('close', () => finish(failure));
+  });
+  tally.end();
+
+  let frame: string;
+  const outcome = tally.capped ? 'capped' : tally.outcome();
+  const charge = outcome === 'capped' ? req.holdInk : outcome === 'usage_unknown' ? undefined : tally.chargeInk();
+  if (charge === undefined) {
+    await ledger
+      .markUsageUnknown(requestId, { vendorRequestId: tally.vendorRequestId(), reason: failure ? `stream failed: ${failure.message}` : 'no usage receipt' })
+      .catch((e: unknown) => services.log.error('markUsageUnknown failed', { request_id: requestId, err: e as Error }));
+    frame = lane.errorFrame('usage_unknown', 'The stream ended without a usage receipt; the hold is kept until the vendor record reconciles it.', requestId, tally);
+  } else {
+    let charged: number | undefined;
+    try {
+      const s = await ledger.settle(requestId, charge, { usage: tally.usage(), vendorRequestId: tally.vendorRequestId() });
+      charged = s.resolved ? s.chargedInk : undefined;
+    } catch (e) {
+      services.log.error('settle failed; hold left open for reconciliation', { request_id: requestId, charge_ink: charge, usage: tally.usage(), err: e as Error });
+    }
+    if (charged === undefined) {
+      frame = lane.errorFrame('usage_unknown', 'The charge could not be recorded; the hold is kept until reconciled.', requestId, tally);
+    } else if (outcome === 'incomplete_stream') {
+      frame = lane.errorFrame('incomplete_stream', `The stream ended without a terminal event; ${charged} Ink charged for what the vendor reported.`, requestId, tally);
+    } else if (outcome === 'capped' && lane.cappedFrame) {
+      frame = lane.cappedFrame(charged, requestId, tally);
+    } else {
+      frame = lane.usageFrame(charged, requestId, tally);
+    }
+  }
+  ctx.end(frame);
+}
+
+/** Replaces every occurrence of needle; returns buf itself when there is none (the common case). */
+export function replaceAll(buf: Buffer, needle: Buffer, replacement: Buffer): Buffer {
+  let at = buf.indexOf(needle);
+  if (at === -1) return buf;
+  const parts: Buffer[] = [];
+  let from = 0;
+  while (at !== -1) {
+    parts.push(buf.subarray(from, at), replacement);
+    from = at + needle.length;
+    at = buf.indexOf(needle, from);
+  }
+  parts.push(buf.subarray(from));
+  return Buffer.concat(parts);
+}

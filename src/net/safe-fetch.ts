@@ -1,0 +1,320 @@
+// The one way we fetch a URL a client gave us (frames, references). Every hop is re-validated
+// (https, no credentials, public host), the host is resolved and refused if ANY address is not
+// public, and the socket is vetted again at connect time: the connect-time lookup classifies the
+// address it hands to the socket (so a DNS answer that changed since the first check, i.e. DNS
+// rebinding, is refused before a SYN is sent) and the connected socket's remote address is checked
+// once more. TLS uses SNI = the URL's host name with normal certificate verification. Bounded
+// bytes, bounded total time, manual redirects, no cookies, no auth headers, no shared pool.
+import { promises as dns } from 'node:dns';
+import { connect as netConnect, isIP, type LookupFunction, type Socket } from 'node:net';
+import { connect as tlsConnect } from 'node:tls';
+import { Agent, request, type buildConnector } from 'undici';
+import { ApiError } from '../errors.js';
+import { classifyAddress, invalidUrlError, sameAddress, urlProblem } from './ssrf-guard.js';
+
+export type Resolver = (host: string) => Promise<string[]>;
+
+export interface SafeFetchOptions {
+  /** Field name for errors (`param` of `invalid_url`). Default 'url'. */
+  readonly param?: string;
+  readonly maxBytes: number;
+  /** Whole fetch: every DNS lookup, connect, redirect and the body. */
+  readonly timeoutMs: number;
+  readonly maxRedirects: number;
+  /** Test seam; default: the system resolver (all addresses). */
+  readonly resolver?: Resolver;
+  /**
+   * TEST ONLY: "host:port" pairs exempt from the host and address rules (never from https and
+   * no-credentials). There is deliberately no configuration setting that fills this.
+   */
+  readonly allowList?: ReadonlySet<string>;
+  readonly accept?: string;
+  readonly method?: 'GET' | 'HEAD';
+  /** TEST ONLY: extra trust anchor (PEM) for the local HTTPS test server. */
+  readonly ca?: string;
+}
+
+export interface SafeFetchResult {
+  readonly status: number;
+  readonly contentType: string;
+  /** The body (GET only). */
+  readonly bytes?: Buffer;
+  /** Body length (GET), or the declared Content-Length (HEAD; 0 when the server declares none). */
+  readonly sizeBytes: number;
+  /** The URL that answered, after redirects. */
+  readonly finalUrl: string;
+}
+
+const REDIRECT_STATUSES = new Set([301, 302, 303, 307, 308]);
+const MAX_REDIRECTS_CAP = 20;
+const MAX_TIMEOUT_MS = 10 * 60_000;
+const USER_AGENT = 'inkgate-media-fetch/1';
+
+export const systemResolver: Resolver = async (host) => {
+  const found = await dns.lookup(host, { all: true, verbatim: false });
+  return found.map((a) => a.address);
+};
+
+/** Raised inside the connector when the connect-time check refuses an address. */
+class BlockedAddressError extends Error {
+  constructor(readonly range: string) {
+    super(`blocked address (${range})`);
+    this.name = 'BlockedAddressError';
+  }
+}
+
+const bare = (host: string): string => (host.startsWith('[') && host.endsWith(']') ? host.slice(1, -1) : host);
+const portOf = (u: URL): number => (u.port === '' ? 443 : Number(u.port));
+const hostKey = (u: URL): string => `${bare(u.hostname)}:${portOf(u)}`;
+
+/** First non-public address of the list, or undefined when all are public. */
+function firstBlocked(addrs: readonly string[]): string | undefined {
+  for (const a of addrs) {
+    const c = classifyAddress(a);
+    if (c !== 'public') return c;
+  }
+  return undefined;
+}
+
+function abortable<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    if (signal.aborted) return reject(signal.reason);
+    const onAbort = (): void => reject(signal.reason);
+    signal.addEventListener('abort', onAbort, { once: true });
+    p.then(
+      (v) => {
+        signal.removeEventListener('abort', onAbort);
+        resolve(v);
+      },
+      (e: unknown) => {
+        signal.removeEventListener('abort', onAbort);
+        reject(e);
+      },
+    );
+  });
+}
+
+/** Drops a response body we will not read. undici's body errors on destroy; nobody is listening. */
+function discard(body: { on(ev: 'error', l: () => void): unknown; destroy(): unknown }): void {
+  body.on('error', () => undefined);
+  body.destroy();
+}
+
+function checkOptions(o: SafeFetchOptions): void {
+  if (!Number.isSafeInteger(o.maxBytes) || o.maxBytes < 0) throw new RangeError('safeFetch: maxBytes must be a non-negative integer');
+  if (!Number.isFinite(o.timeoutMs) || o.timeoutMs <= 0 || o.timeoutMs > MAX_TIMEOUT_MS) throw new RangeError('safeFetch: timeoutMs out of range');
+  if (!Number.isInteger(o.maxRedirects) || o.maxRedirects < 0 || o.maxRedirects > MAX_REDIRECTS_CAP) throw new RangeError('safeFetch: maxRedirects out of range');
+}
+
+function errorCode(e: unknown): string {
+  let cur: unknown = e;
+  for (let i = 0; i < 4 && cur !== null && typeof cur === 'object'; i++) {
+    const code = (cur as { code?: unknown }).code;
+    if (typeof code === 'string') return code;
+    cur = (cur as { cause?: unknown }).cause;
+  }
+  return '';
+}
+
+const TLS_CODES = /CERT|SELF_SIGNED|ERR_TLS|ERR_SSL|UNABLE_TO_VERIFY|ALTNAME/;
+
+/**
+ * Fetches `url` under the SSRF rules. Every refusal or failure is `invalid_url` (or `too_long`
+ * for an over-long client URL) naming `opts.param`, with the reason in the message.
+ */
+export async function safeFetch(url: URL, opts: SafeFetchOptions): Promise<SafeFetchResult> {
+  checkOptions(opts);
+  const param = opts.param ?? 'url';
+  const resolver = opts.resolver ?? systemResolver;
+  const allowList = opts.allowList ?? new Set<string>();
+  const fail = (reason: string, cause?: unknown): ApiError =>
+    new ApiError('invalid_url', { param, message: `\`${param}\` is not fetchable: ${reason}.`, cause });
+
+  const ctrl = new AbortController();
+  let timedOut = false;
+  const timer = setTimeout(() => {
+    timedOut = true;
+    ctrl.abort(new Error('safeFetch timeout'));
+  }, opts.timeoutMs);
+  // Set by the connector when it refuses an address, so the reason survives undici's wrapping.
+  let refusedRange: string | undefined;
+  const sockets = new Set<Socket>();
+
+  const connector: buildConnector.connector = (o, cb) => {
+    const hostname = bare(o.hostname);
+    const port = o.port === '' ? 443 : Number(o.port);
+    const exempt = allowList.has(`${hostname}:${port}`);
+    let settled = false;
+    const settle = (err: Error | null, sock: Socket | null): void => {
+      if (settled) return;
+      settled = true;
+      if (err !== null) cb(err, null);
+      else cb(null, sock!);
+    };
+    if (o.protocol !== 'https:') return settle(new Error('https only'), null);
+    // The address the socket is told to use; the connected socket must be there.
+    let dialled: string | undefined = isIP(hostname) === 0 ? undefined : hostname;
+    // The connect-time check: the address the socket is about to use is resolved here and refused
+    // unless public, before any packet is sent.
+    const lookup: LookupFunction = (host, lopts, lcb) => {
+      const done = lcb as (err: Error | null, address?: unknown, family?: number) => void;
+      abortable(resolver(host), ctrl.signal).then(
+        (addrs) => {
+          if (addrs.length === 0) return done(Object.assign(new Error(`no address for ${host}`), { code: 'ENOTFOUND' }));
+          const blocked = exempt ? undefined : firstBlocked(addrs);
+          if (blocked !== undefined) {
+            refusedRange = blocked;
+            return done(new BlockedAddressError(blocked));
+          }
+          const address = addrs[0]!;
+          dialled = address;
+          if (lopts.all === true) done(null, [{ address, family: isIP(address) }]);
+          else done(null, address, isIP(address));
+        },
+        (e: unknown) => done(e instanceof Error ? e : new Error(String(e))),
+      );
+    };
+    // Plain TCP first, vetted on 'connect', and only then TLS on top: no byte (not even a
+    // ClientHello) goes to an address that failed the check. (A TLSSocket has no remoteAddress yet
+    // at 'connect', which is why the layers are split.) autoSelectFamily off: one address, one try.
+    const raw = netConnect({ host: hostname, port, lookup, autoSelectFamily: false });
+    sockets.add(raw);
+    raw.once('close', () => {
+      sockets.delete(raw);
+      settle(new Error('socket closed before TLS'), null);
+    });
+    // `on`, not `once`: a late second error on a socket must never become an uncaught exception.
+    raw.on('error', (e) => settle(e, null));
+    raw.once('connect', () => {
+      const remote = raw.remoteAddress ?? '';
+      if (dialled === undefined || !sameAddress(remote, dialled)) {
+        refusedRange = 'unvetted';
+        raw.destroy(new BlockedAddressError('unvetted'));
+        return;
+      }
+      const c = exempt ? 'public' : classifyAddress(remote);
+      if (c !== 'public') {
+        refusedRange = c;
+        raw.destroy(new BlockedAddressError(c));
+        return;
+      }
+      const tlsSocket = tlsConnect({
+        socket: raw,
+        host: hostname, // the name (or IP) the certificate must carry
+        servername: isIP(hostname) === 0 ? hostname : undefined,
+        ca: opts.ca,
+        ALPNProtocols: ['http/1.1'],
+      });
+      sockets.add(tlsSocket);
+      tlsSocket.once('close', () => sockets.delete(tlsSocket));
+      tlsSocket.once('secureConnect', () => settle(null, tlsSocket));
+      tlsSocket.on('error', (e) => settle(e, null));
+    });
+  };
+
+  const agent = new Agent({
+    connect: connector,
+    connections: 1,
+    pipelining: 1,
+    allowH2: false,
+    headersTimeout: opts.timeoutMs,
+    bodyTimeout: opts.timeoutMs,
+  });
+
+  try {
+    let current = url;
+    let method: 'GET' | 'HEAD' = opts.method ?? 'GET';
+    for (let hop = 0; ; hop++) {
+      const exempt = allowList.has(hostKey(current));
+      const problem = urlProblem(current, exempt);
+      if (problem !== undefined) {
+        if (hop === 0 && problem.startsWith('the URL is longer')) throw new ApiError('too_long', { param, message: `\`${param}\` ${problem.slice(8)}.` });
+        throw invalidUrlError(param, hop === 0 ? problem : `a redirect was refused: ${problem}`);
+      }
+      // Resolve-time check (clear error before any connection). IP literals were classified above.
+      const host = bare(current.hostname);
+      if (!exempt && isIP(host) === 0) {
+        let addrs: string[];
+        try {
+          addrs = await abortable(resolver(host), ctrl.signal);
+        } catch (e) {
+          if (timedOut) throw e;
+          throw fail('the host does not resolve', e);
+        }
+        if (addrs.length === 0) throw fail('the host does not resolve');
+        const blocked = firstBlocked(addrs);
+        if (blocked !== undefined) throw fail(`the host resolves to a blocked address (${blocked})`);
+      }
+      const target = new URL(current.href);
+      target.hash = '';
+      const res = await request(target, {
+        dispatcher: agent,
+        method,
+        headers: { accept: opts.accept ?? '*/*', 'accept-encoding': 'identity', 'user-agent': USER_AGENT },
+        signal: ctrl.signal,
+      });
+      const status = res.statusCode;
+      if (REDIRECT_STATUSES.has(status)) {
+        discard(res.body);
+        if (hop >= opts.maxRedirects) throw fail(`too many redirects (more than ${opts.maxRedirects})`);
+        const loc = res.headers.location;
+        if (typeof loc !== 'string' || loc === '') throw fail(`a ${status} redirect without a Location`);
+        let next: URL;
+        try {
+          next = new URL(loc, current);
+        } catch {
+          throw fail('a redirect to an invalid URL');
+        }
+        if (status === 303 && method !== 'HEAD') method = 'GET';
+        current = next;
+        continue;
+      }
+      if (status >= 400) {
+        discard(res.body);
+        throw fail(`the server answered ${status}`);
+      }
+      if (status < 200 || status >= 300) {
+        discard(res.body);
+        throw fail(`the server answered ${status}`);
+      }
+      const ct = res.headers['content-type'];
+      const contentType = typeof ct === 'string' && ct !== '' ? ct : 'application/octet-stream';
+      const cl = res.headers['content-length'];
+      const declared = typeof cl === 'string' && /^\d{1,15}$/.test(cl) ? Number(cl) : undefined;
+      if (declared !== undefined && declared > opts.maxBytes) {
+        discard(res.body);
+        throw fail(`the body is larger than ${opts.maxBytes} bytes`);
+      }
+      if (method === 'HEAD') {
+        discard(res.body);
+        return { status, contentType, sizeBytes: declared ?? 0, finalUrl: current.href };
+      }
+      const chunks: Buffer[] = [];
+      let size = 0;
+      for await (const chunk of res.body as AsyncIterable<Buffer>) {
+        size += chunk.length;
+        if (size > opts.maxBytes) {
+          discard(res.body);
+          throw fail(`the body is larger than ${opts.maxBytes} bytes`);
+        }
+        chunks.push(chunk);
+      }
+      return { status, contentType, bytes: Buffer.concat(chunks, size), sizeBytes: size, finalUrl: current.href };
+    }
+  } catch (e) {
+    if (timedOut) throw fail(`no complete answer within ${opts.timeoutMs} ms`, e);
+    if (e instanceof ApiError) throw e;
+    if (refusedRange === 'unvetted') throw fail('the connection reached an address that was not vetted', e);
+    if (refusedRange !== undefined) throw fail(`the host resolves to a blocked address (${refusedRange})`, e);
+    const code = errorCode(e);
+    if (TLS_CODES.test(code)) throw fail(`TLS verification failed (${code})`, e);
+    if (code === 'ENOTFOUND' || code === 'EAI_AGAIN') throw fail('the host does not resolve', e);
+    if (code === 'ECONNREFUSED') throw fail('the connection was refused', e);
+    if (code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT') throw fail(`no complete answer within ${opts.timeoutMs} ms`, e);
+    throw fail(code === '' ? 'the fetch failed' : `the fetch failed (${code})`, e);
+  } finally {
+    clearTimeout(timer);
+    for (const s of sockets) s.destroy();
+    agent.destroy().catch(() => undefined);
+  }
+}

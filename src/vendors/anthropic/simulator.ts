@@ -1,0 +1,700 @@
+// Anthropic Messages API simulator: a real HTTP server (node:http, 127.0.0.1, port 0) that
+// answers `POST /v1/messages` (JSON or SSE) and `POST /v1/messages/count_tokens` in the wire
+// form of the real API (vendors/anthropic: compact JSON, `event:` + `data:` frames, a `ping`
+// after the first content_block_start, `request-id` header, error envelope
+// `{"type":"error","error":{"type","message"},"request_id"}`). It is the vendor in tests, in
+// `npm run demo`, and the "vendor called directly" baseline of the bench, so the per-request
+// work is one JSON.parse, one walk over the body and string templates.
+//
+// Auth: the key must equal opts.apiKey, sent as `x-api-key` (SDK 0.x, curl) or as
+// `Authorization: Bearer` (what @anthropic-ai/sdk 1.x sends for `apiKey`); both headers at once
+// or a wrong key answer 401 authentication_error. `anthropic-version` is required (400). Every request is recorded (bounded) with its headers and parsed body.
+// Numbers (input/cache/output tokens) are deterministic: the formulas are in scenarios.ts.
+//
+// Replies: text "Echo: <words of the last user message>" padded with filler to `replyTokens`
+// pieces (default 12); thinking blocks (thinking_delta pieces + one signature_delta) when
+// `thinking` is enabled or adaptive; a tool_use block (input_json_delta pieces, stop_reason
+// tool_use) when tools are given and the last user text says "use the tool", or tool_choice
+// is any/tool, or `[[sim:tool]]`. A user turn answering with tool_result gets a text reply.
+// Thinking blocks sent back must carry the signature the simulator gave them (400 otherwise),
+// and with thinking on, the assistant tool turn being answered must start with its thinking
+// block, as the real API demands. `max_tokens` cuts the reply (stop_reason max_tokens),
+// `stop_sequences` end it (stop_reason stop_sequence). The `model` received is echoed.
+//
+// Failure modes and shaping are chosen by directives in the LAST USER MESSAGE's text (headers
+// do not pass through the gateway), or for every request by opts.scenario / setScenario():
+//   [[sim:status=N]]            answer HTTP N before any byte (400 invalid_request_error,
+//                               401, 402 billing_error, 403, 404 not_found_error, 413
+//                               request_too_large, 422, 429 rate_limit_error, 500 api_error,
+//                               503, 504 timeout_error, 529 overloaded_error); 429 and 529
+//                               carry `retry-after` (default 12 s)
+//   [[sim:retry-after=S]]       the retry-after seconds for 429/529
+//   [[sim:prompt-too-long]]     400 "prompt is too long: N tokens > 200000 maximum"
+//   [[sim:overloaded-midstream]] stream: `event: error` overloaded_error after half the
+//                               content deltas, then the response ends; non-stream: 529
+//   [[sim:cut-before-delta]]    stream ends cleanly (HTTP-wise) before message_delta
+//   [[sim:cut-before-stop]]     stream ends after message_delta, before message_stop
+//   [[sim:reset-before-delta]], [[sim:reset-before-stop]]  same, but the connection is
+//                               closed without the chunked terminator (a dropped connection)
+//   [[sim:cut=N]], [[sim:reset=N]], [[sim:stall=N]]  stop after N frames
+//   [[sim:stall-before-delta]], [[sim:stall-before-stop]], [[sim:stall-midstream]]
+//                               stop sending (connection held open) at that point
+//   [[sim:stall-before-headers]] read the request, never answer
+//   [[sim:stall-after-headers]] send 200 headers, then nothing (alias [[sim:stall-headers]])
+//                               (non-stream: cut/reset send half the JSON body; stall-*
+//                               after headers sends headers and half the body)
+//   [[sim:chunk=N]]             write N bytes at a time ([[sim:chunking=byte]] = 1)
+//   [[sim:split]]               split writes before and after every CR and LF
+//                               ([[sim:chunking=split]]); [[sim:chunking=event]] = default
+//   [[sim:crlf]], [[sim:cr]], [[sim:lf]]  SSE line endings
+//   [[sim:pace=MS]]             ms between content deltas (non-stream: MS x output tokens
+//                               before the response)
+//   [[sim:tokens=N]]            text reply length in pieces (tokens)
+//   [[sim:thinking-tokens=N]]   thinking length in pieces (when thinking is on)
+//   [[sim:tool]], [[sim:tool=NAME]]  force a tool call
+//   [[sim:cache=write|read|none]] force the prompt-cache bucket
+//   [[sim:delta-usage=output]]  message_delta usage carries only output_tokens (older form)
+// An unknown or malformed directive answers 400 invalid_request_error naming it.
+
+import { createServer, type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { EventEmitter } from 'node:events';
+import {
+  SimRequestError,
+  countInput,
+  emptyDirectives,
+  lastUserTurn,
+  parseDirectives,
+  planReply,
+  prefixKey,
+  validateMessagesBody,
+  type PlannedBlock,
+  type ReplyPlan,
+  type SimDirectives,
+} from './scenarios.js';
+
+export const DEFAULT_SIM_API_KEY = 'sk-ant-sim-key-0000';
+const DEFAULT_RETRY_AFTER_S = 12;
+const DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024;
+const MAX_CACHE_ENTRIES = 10_000;
+
+export type SimChunking = 'event' | 'byte' | 'split';
+export type SimLineEnding = 'lf' | 'crlf' | 'cr';
+
+export interface AnthropicSimulatorOptions {
+  /** The only accepted key, as `x-api-key` or `Authorization: Bearer` (default DEFAULT_SIM_API_KEY). */
+  apiKey?: string;
+  /** ms between content deltas; 0 = as fast as possible (default). */
+  tokenPaceMs?: number;
+  chunking?: SimChunking;
+  lineEnding?: SimLineEnding;
+  /** Text reply length in pieces when no `[[sim:tokens=N]]` (default 12). */
+  replyTokens?: number;
+  /** Thinking length in pieces (default 6). */
+  thinkingTokens?: number;
+  /** When set, other models answer 404 not_found_error `model: <id>`. */
+  models?: readonly string[];
+  /** Body cap; above it 413 request_too_large (default 32 MiB, the real API's). */
+  maxBodyBytes?: number;
+  /** Recorded requests kept, oldest dropped first (default 1000; 0 = none). */
+  maxRecordedRequests?: number;
+  /** Smallest cacheable prefix in tokens (default 0; the real API needs 1024+). */
+  cacheMinTokens?: number;
+  /** Directives applied to every request before the message's own, e.g. '[[sim:crlf]]'. */
+  scenario?: string;
+}
+
+export type SimResponseEnd = 'complete' | 'error_status' | 'cut' | 'reset' | 'stalled' | 'client_closed';
+
+export interface RecordedRequest {
+  method: string;
+  /** Path with query string, as received. */
+  path: string;
+  headers: IncomingHttpHeaders;
+  /** Parsed JSON body, or undefined when it was not JSON. */
+  body: unknown;
+  requestId: string;
+  /** How the response ended; undefined while it is running. */
+  end: SimResponseEnd | undefined;
+}
+
+export interface AnthropicSimulator {
+  /** Base URL, e.g. http://127.0.0.1:PORT (the SDK's baseURL; paths start with /v1). */
+  url: string;
+  port: number;
+  requests: RecordedRequest[];
+  /** Requests received since start (not bounded like `requests`). */
+  readonly requestCount: number;
+  /** Emits 'request' (RecordedRequest) on arrival and 'response-end' (RecordedRequest). */
+  events: EventEmitter;
+  /** Resolves once `count` requests in total have arrived. */
+  waitForRequests(count: number): Promise<void>;
+  /** Default directives for every request (null clears). */
+  setScenario(directives: string | null): void;
+  /** Forgets which prompt prefixes are cached. */
+  clearCache(): void;
+  close(): Promise<void>;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Precomputed wire pieces.
+
+const ORG_ID = '5f8a1c3e-0b7d-4e2a-9c61-3d2f7b8e4a10';
+const BASE_HEADERS = {
+  'anthropic-organization-id': ORG_ID,
+  'anthropic-ratelimit-requests-limit': '4000',
+  'anthropic-ratelimit-requests-remaining': '3999',
+  'anthropic-ratelimit-tokens-limit': '2000000',
+  'anthropic-ratelimit-tokens-remaining': '1999000',
+};
+const STREAM_HEADERS = { ...BASE_HEADERS, 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache' };
+const JSON_HEADERS = { ...BASE_HEADERS, 'content-type': 'application/json' };
+
+const PING = 'event: ping\ndata: {"type": "ping"}\n\n';
+const MESSAGE_STOP = 'event: message_stop\ndata: {"type":"message_stop"}\n\n';
+const OVERLOADED_EVENT = 'event: error\ndata: {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}\n\n';
+
+const PRECOMPUTED_INDEXES = 8;
+const deltaPrefix = (kind: string, field: string, i: number): string =>
+  `event: content_block_delta\ndata: {"type":"content_block_delta","index":${i},"delta":{"type":"${kind}","${field}":`;
+const table = (f: (i: number) => string): string[] => Array.from({ length: PRECOMPUTED_INDEXES }, (_, i) => f(i));
+const TEXT_DELTA = table((i) => deltaPrefix('text_delta', 'text', i));
+const THINKING_DELTA = table((i) => deltaPrefix('thinking_delta', 'thinking', i));
+const SIGNATURE_DELTA = table((i) => deltaPrefix('signature_delta', 'signature', i));
+const JSON_DELTA = table((i) => deltaPrefix('input_json_delta', 'partial_json', i));
+const BLOCK_STOP = table((i) => `event: content_block_stop\ndata: {"type":"content_block_stop","index":${i}}\n\n`);
+const pick = (t: string[], i: number, f: (i: number) => string): string => (i < PRECOMPUTED_INDEXES ? t[i]! : f(i));
+
+const ERROR_TYPES: Record<number, string> = {
+  400: 'invalid_request_error',
+  401: 'authentication_error',
+  402: 'billing_error',
+  403: 'permission_error',
+  404: 'not_found_error',
+  413: 'request_too_large',
+  429: 'rate_limit_error',
+  500: 'api_error',
+  504: 'timeout_error',
+  529: 'overloaded_error',
+};
+const ERROR_MESSAGES: Record<string, string> = {
+  invalid_request_error: 'Invalid request.',
+  authentication_error: 'invalid x-api-key',
+  billing_error: 'Your credit balance is too low to access the Anthropic API.',
+  permission_error: 'Your API key does not have permission to use the specified resource.',
+  not_found_error: 'Not found.',
+  request_too_large: 'Request exceeds the maximum allowed number of bytes.',
+  rate_limit_error: 'Number of request tokens has exceeded your per-minute rate limit',
+  api_error: 'Internal server error',
+  timeout_error: 'Request timed out.',
+  overloaded_error: 'Overloaded',
+};
+const errorTypeFor = (status: number): string => ERROR_TYPES[status] ?? (status >= 500 ? 'api_error' : 'invalid_request_error');
+
+// ---------------------------------------------------------------------------------------------
+// Rendering.
+
+interface Usage {
+  input: number;
+  cacheWrite: number;
+  cacheRead: number;
+  cache5m: number;
+  cache1h: number;
+  output: number;
+}
+
+function usageJson(u: Usage, output: number): string {
+  return `{"input_tokens":${u.input},"cache_creation_input_tokens":${u.cacheWrite},"cache_read_input_tokens":${u.cacheRead},"cache_creation":{"ephemeral_5m_input_tokens":${u.cache5m},"ephemeral_1h_input_tokens":${u.cache1h}},"output_tokens":${output},"service_tier":"standard"}`;
+}
+
+interface RenderedStream {
+  frames: string[];
+  /** Index of the first frame that follows each content delta that gets paced, as flags. */
+  paced: boolean[];
+  /** Frame index just after half of the content deltas. */
+  midIndex: number;
+}
+
+function renderStream(id: string, model: string, plan: ReplyPlan, u: Usage, outputOnlyDelta: boolean): RenderedStream {
+  const frames: string[] = [];
+  const paced: boolean[] = [];
+  const push = (s: string, pace: boolean): void => {
+    frames.push(s);
+    paced.push(pace);
+  };
+  push(
+    `event: message_start\ndata: {"type":"message_start","message":{"id":"${id}","type":"message","role":"assistant","model":${JSON.stringify(model)},"content":[],"stop_reason":null,"stop_sequence":null,"usage":${usageJson(u, Math.min(1, plan.outputTokens))}}}\n\n`,
+    false,
+  );
+  let deltas = 0;
+  const totalDeltas = plan.blocks.reduce((n, b) => n + b.pieces.length, 0);
+  let midIndex = -1;
+  const delta = (s: string): void => {
+    push(s, deltas > 0);
+    deltas++;
+    if (midIndex === -1 && deltas >= Math.ceil(totalDeltas / 2)) midIndex = frames.length;
+  };
+  plan.blocks.forEach((b: PlannedBlock, i: number) => {
+    push(`event: content_block_start\ndata: {"type":"content_block_start","index":${i},"content_block":${blockStartJson(b)}}\n\n`, false);
+    if (i === 0) push(PING, false);
+    if (b.type === 'text') {
+      const pre = pick(TEXT_DELTA, i, (k) => deltaPrefix('text_delta', 'text', k));
+      for (const p of b.pieces) delta(`${pre}${JSON.stringify(p)}}}\n\n`);
+    } else if (b.type === 'thinking') {
+      const pre = pick(THINKING_DELTA, i, (k) => deltaPrefix('thinking_delta', 'thinking', k));
+      for (const p of b.pieces) delta(`${pre}${JSON.stringify(p)}}}\n\n`);
+      push(`${pick(SIGNATURE_DELTA, i, (k) => deltaPrefix('signature_delta', 'signature', k))}"${b.signature}"}}\n\n`, false);
+    } else {
+      const pre = pick(JSON_DELTA, i, (k) => deltaPrefix('input_json_delta', 'partial_json', k));
+      for (const p of b.pieces) {
+        if (p.length === 0) push(`${pre}""}}\n\n`, false);
+        else delta(`${pre}${JSON.stringify(p)}}}\n\n`);
+      }
+    }
+    push(pick(BLOCK_STOP, i, (k) => `event: content_block_stop\ndata: {"type":"content_block_stop","index":${k}}\n\n`), false);
+  });
+  if (midIndex === -1) midIndex = frames.length;
+  const usage = outputOnlyDelta
+    ? `{"output_tokens":${plan.outputTokens}}`
+    : `{"input_tokens":${u.input},"cache_creation_input_tokens":${u.cacheWrite},"cache_read_input_tokens":${u.cacheRead},"output_tokens":${plan.outputTokens}}`;
+  push(
+    `event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"${plan.stopReason}","stop_sequence":${JSON.stringify(plan.stopSequence)}},"usage":${usage}}\n\n`,
+    false,
+  );
+  push(MESSAGE_STOP, false);
+  return { frames, paced, midIndex };
+}
+
+function blockStartJson(b: PlannedBlock): string {
+  if (b.type === 'text') return '{"type":"text","text":""}';
+  if (b.type === 'thinking') return '{"type":"thinking","thinking":"","signature":""}';
+  return `{"type":"tool_use","id":"${b.id}","name":${JSON.stringify(b.name)},"input":{}}`;
+}
+
+function renderMessage(id: string, model: string, plan: ReplyPlan, u: Usage): string {
+  const content = plan.blocks.map((b) =>
+    b.type === 'text' ? { type: 'text', text: b.text }
+    : b.type === 'thinking' ? { type: 'thinking', thinking: b.thinking, signature: b.signature }
+    : { type: 'tool_use', id: b.id, name: b.name, input: b.input },
+  );
+  return `{"id":"${id}","type":"message","role":"assistant","model":${JSON.stringify(model)},"content":${JSON.stringify(content)},"stop_reason":"${plan.stopReason}","stop_sequence":${JSON.stringify(plan.stopSequence)},"usage":${usageJson(u, plan.outputTokens)}}`;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Output shaping: line endings and write sizes.
+
+interface Shape {
+  lineEnding: SimLineEnding;
+  chunkBytes: number | undefined;
+  split: boolean;
+}
+
+function applyLineEnding(s: string, le: SimLineEnding): string {
+  return le === 'lf' ? s : s.replace(/\n/g, le === 'crlf' ? '\r\n' : '\r');
+}
+
+/** Writes `s` shaped; `cb` runs once the last piece is flushed to the socket. */
+function writeShaped(res: ServerResponse, s: string, shape: Shape, cb?: () => void): void {
+  if (shape.chunkBytes === undefined && !shape.split) {
+    res.write(s, cb);
+    return;
+  }
+  const buf = Buffer.from(s, 'utf8');
+  const pieces: Buffer[] = [];
+  if (shape.split) {
+    let prev = 0;
+    for (let i = 0; i < buf.length; i++) {
+      if (buf[i] === 0x0a || buf[i] === 0x0d) {
+        if (i > prev) pieces.push(buf.subarray(prev, i));
+        pieces.push(buf.subarray(i, i + 1));
+        prev = i + 1;
+      }
+    }
+    if (prev < buf.length) pieces.push(buf.subarray(prev));
+  } else {
+    pieces.push(buf);
+  }
+  const size = shape.chunkBytes;
+  res.cork();
+  for (let k = 0; k < pieces.length; k++) {
+    const p = pieces[k]!;
+    const last = k === pieces.length - 1;
+    if (size === undefined || p.length <= size) {
+      res.write(p, last ? cb : undefined);
+    } else {
+      for (let i = 0; i < p.length; i += size) res.write(p.subarray(i, i + size), last && i + size >= p.length ? cb : undefined);
+    }
+  }
+  res.uncork();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The server.
+
+interface Active {
+  timer: NodeJS.Timeout | undefined;
+}
+
+export async function startAnthropicSimulator(opts: AnthropicSimulatorOptions = {}): Promise<AnthropicSimulator> {
+  const apiKey = opts.apiKey ?? DEFAULT_SIM_API_KEY;
+  const maxBodyBytes = opts.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;
+  const maxRecorded = opts.maxRecordedRequests ?? 1000;
+  const cacheMinTokens = opts.cacheMinTokens ?? 0;
+  const defaults = { replyTokens: opts.replyTokens ?? 12, thinkingTokens: opts.thinkingTokens ?? 6 };
+  const models = opts.models ? new Set(opts.models) : undefined;
+  const baseShape: Shape = {
+    lineEnding: opts.lineEnding ?? 'lf',
+    chunkBytes: opts.chunking === 'byte' ? 1 : undefined,
+    split: opts.chunking === 'split',
+  };
+  const basePaceMs = opts.tokenPaceMs ?? 0;
+  let scenario: string | null = opts.scenario ?? null;
+  const cache = new Set<string>();
+  const requests: RecordedRequest[] = [];
+  const events = new EventEmitter();
+  events.setMaxListeners(100);
+  const active = new Set<Active>();
+  let requestCount = 0;
+  let seq = 0;
+  // Ids: fixed-length, unique per simulator run, shaped like the real ones.
+  const runTag = (Date.now() % 1_000_000).toString(36).padStart(4, '0');
+  const nextId = (prefix: string): string => `${prefix}${runTag}${(++seq).toString(36).padStart(16, '0')}`;
+
+  const sendError = (res: ServerResponse, rec: RecordedRequest | undefined, requestId: string, status: number, type: string, message: string, extra?: Record<string, string>): void => {
+    const body =
+      status === 413 && type === 'request_too_large'
+        ? JSON.stringify({ type: 'error', error: { type, message } }) // from Cloudflare: no request_id
+        : JSON.stringify({ type: 'error', error: { type, message }, request_id: requestId });
+    res.writeHead(status, { ...JSON_HEADERS, 'request-id': requestId, 'content-length': String(Buffer.byteLength(body)), ...extra });
+    res.end(body);
+    if (rec) rec.end = 'error_status';
+  };
+
+  const record = (rec: RecordedRequest): void => {
+    requestCount++;
+    if (maxRecorded > 0) {
+      if (requests.length >= maxRecorded) requests.splice(0, requests.length - maxRecorded + 1);
+      requests.push(rec);
+    }
+    events.emit('request', rec);
+  };
+
+  const handle = (req: IncomingMessage, res: ServerResponse, raw: Buffer | null): void => {
+    const requestId = nextId('req_011CSim');
+    const url = req.url ?? '/';
+    const q = url.indexOf('?');
+    const path = q === -1 ? url : url.slice(0, q);
+    let body: unknown;
+    if (raw !== null) {
+      try {
+        body = JSON.parse(raw.toString('utf8'));
+      } catch {
+        body = undefined;
+      }
+    }
+    const rec: RecordedRequest = { method: req.method ?? '', path: url, headers: req.headers, body, requestId, end: undefined };
+    record(rec);
+    const state: Active = { timer: undefined };
+    active.add(state);
+    res.on('close', () => {
+      active.delete(state);
+      if (state.timer !== undefined) clearTimeout(state.timer);
+      if (rec.end === undefined) rec.end = 'client_closed';
+      events.emit('response-end', rec);
+    });
+
+    if (raw === null) {
+      sendError(res, rec, requestId, 413, 'request_too_large', ERROR_MESSAGES.request_too_large!, { connection: 'close' });
+      return;
+    }
+    if (req.method !== 'POST' || (path !== '/v1/messages' && path !== '/v1/messages/count_tokens')) {
+      sendError(res, rec, requestId, 404, 'not_found_error', 'Not Found');
+      return;
+    }
+    const xKey = req.headers['x-api-key'];
+    const bearer = req.headers.authorization;
+    if (xKey !== undefined && bearer !== undefined) {
+      sendError(res, rec, requestId, 401, 'authentication_error', 'Provide either an x-api-key header or an Authorization header, not both.');
+      return;
+    }
+    if ((xKey !== undefined ? xKey : bearer !== undefined && bearer.startsWith('Bearer ') ? bearer.slice(7) : undefined) !== apiKey) {
+      sendError(res, rec, requestId, 401, 'authentication_error', xKey !== undefined ? 'invalid x-api-key' : 'Invalid bearer token');
+      return;
+    }
+    if (!req.headers['anthropic-version']) {
+      sendError(res, rec, requestId, 400, 'invalid_request_error', 'anthropic-version: header is required');
+      return;
+    }
+    if (body === undefined) {
+      sendError(res, rec, requestId, 400, 'invalid_request_error', 'There was an issue with your request body: it is not valid JSON.');
+      return;
+    }
+    const countOnly = path === '/v1/messages/count_tokens';
+    try {
+      validateMessagesBody(body, countOnly);
+    } catch (e) {
+      if (!(e instanceof SimRequestError)) throw e;
+      sendError(res, rec, requestId, e.status, e.errorType, e.message);
+      return;
+    }
+    const b = body as Record<string, any>;
+    if (models !== undefined && !models.has(b.model)) {
+      sendError(res, rec, requestId, 404, 'not_found_error', `model: ${b.model}`);
+      return;
+    }
+    const count = countInput(b);
+    if (countOnly) {
+      const json = `{"input_tokens":${count.total}}`;
+      res.writeHead(200, { ...JSON_HEADERS, 'request-id': requestId, 'content-length': String(json.length) });
+      res.end(json);
+      rec.end = 'complete';
+      return;
+    }
+
+    const d: SimDirectives = emptyDirectives();
+    const turn = lastUserTurn(b);
+    const directiveError = (scenario !== null ? parseDirectives(scenario, d) : undefined) ?? parseDirectives(turn.text, d);
+    if (directiveError !== undefined) {
+      sendError(res, rec, requestId, 400, 'invalid_request_error', directiveError);
+      return;
+    }
+    if (d.stallBeforeHeaders) {
+      rec.end = 'stalled';
+      return; // held open until the client leaves or close()
+    }
+    if (d.status !== undefined) {
+      const type = errorTypeFor(d.status);
+      const extra: Record<string, string> = {};
+      if (d.status === 429 || d.status === 529) extra['retry-after'] = String(d.retryAfterS ?? DEFAULT_RETRY_AFTER_S);
+      if (d.status === 429) extra['anthropic-ratelimit-requests-remaining'] = '0';
+      sendError(res, rec, requestId, d.status, type, ERROR_MESSAGES[type] ?? 'Error', extra);
+      return;
+    }
+    if (d.promptTooLong) {
+      sendError(res, rec, requestId, 400, 'invalid_request_error', `prompt is too long: ${Math.max(count.total, 200_001)} tokens > 200000 maximum`);
+      return;
+    }
+
+    // Usage, with prompt caching.
+    const u: Usage = { input: count.total, cacheWrite: 0, cacheRead: 0, cache5m: 0, cache1h: 0, output: 0 };
+    if (d.cache !== 'none' && count.prefixTokens > 0 && count.prefixTokens >= cacheMinTokens) {
+      let hit: boolean;
+      if (d.cache === 'read') hit = true;
+      else if (d.cache === 'write') hit = false;
+      else {
+        const key = prefixKey(b, count.prefixSegments);
+        hit = cache.has(key);
+        if (!hit) {
+          if (cache.size >= MAX_CACHE_ENTRIES) cache.clear();
+          cache.add(key);
+        }
+      }
+      if (hit) u.cacheRead = count.prefixTokens;
+      else {
+        u.cacheWrite = count.prefixTokens;
+        if (count.prefixTtl === '1h') u.cache1h = count.prefixTokens;
+        else u.cache5m = count.prefixTokens;
+      }
+      u.input = count.total - count.prefixTokens;
+    }
+
+    const plan = planReply(b, turn, d, defaults, () => nextId('toolu_01Sim'));
+    u.output = plan.outputTokens;
+    const messageId = nextId('msg_01Sim');
+    const model: string = b.model;
+    const shape: Shape = {
+      lineEnding: d.lineEnding ?? baseShape.lineEnding,
+      chunkBytes: d.chunkBytes ?? baseShape.chunkBytes,
+      split: d.splitAtLineEnds || baseShape.split,
+    };
+    const paceMs = d.paceMs ?? basePaceMs;
+
+    if (b.stream === true) {
+      res.writeHead(200, { ...STREAM_HEADERS, 'request-id': requestId });
+      if (d.stallAfterHeaders) {
+        res.flushHeaders();
+        rec.end = 'stalled';
+        return;
+      }
+      const r = renderStream(messageId, model, plan, u, d.deltaUsageOutputOnly);
+      let upTo = r.frames.length;
+      let terminal: 'end' | 'reset' | 'stall' | 'error' = 'end';
+      if (d.overloadedMidstream) {
+        upTo = r.midIndex;
+        terminal = 'error';
+      } else if (d.stop !== undefined) {
+        const at = d.stop.at;
+        upTo =
+          at === 'before-delta' ? r.frames.length - 2
+          : at === 'before-stop' ? r.frames.length - 1
+          : at === -1 ? r.midIndex
+          : Math.min(at, r.frames.length);
+        terminal = d.stop.mode === 'cut' ? 'end' : d.stop.mode;
+      }
+      streamFrames(res, rec, state, r, upTo, terminal, shape, paceMs);
+      return;
+    }
+
+    // Non-streaming.
+    if (d.overloadedMidstream) {
+      sendError(res, rec, requestId, 529, 'overloaded_error', 'Overloaded', { 'retry-after': String(d.retryAfterS ?? DEFAULT_RETRY_AFTER_S) });
+      return;
+    }
+    const json = renderMessage(messageId, model, plan, u);
+    const respond = (): void => {
+      state.timer = undefined;
+      if (d.stallAfterHeaders) {
+        res.writeHead(200, { ...JSON_HEADERS, 'request-id': requestId });
+        res.flushHeaders();
+        rec.end = 'stalled';
+        return;
+      }
+      if (d.stop !== undefined) {
+        res.writeHead(200, { ...JSON_HEADERS, 'request-id': requestId });
+        const half = json.slice(0, json.length >> 1);
+        const mode = d.stop.mode;
+        writeShaped(res, half, { ...shape, lineEnding: 'lf' }, mode === 'reset' ? () => res.socket?.end() : undefined);
+        if (mode === 'cut') res.end();
+        rec.end = mode === 'cut' ? 'cut' : mode === 'reset' ? 'reset' : 'stalled';
+        return;
+      }
+      if (shape.chunkBytes === undefined && !shape.split) {
+        res.writeHead(200, { ...JSON_HEADERS, 'request-id': requestId, 'content-length': String(Buffer.byteLength(json)) });
+        res.end(json);
+      } else {
+        res.writeHead(200, { ...JSON_HEADERS, 'request-id': requestId });
+        writeShaped(res, json, { ...shape, lineEnding: 'lf' });
+        res.end();
+      }
+      rec.end = 'complete';
+    };
+    if (paceMs > 0) state.timer = setTimeout(respond, paceMs * plan.outputTokens);
+    else respond();
+  };
+
+  function streamFrames(
+    res: ServerResponse,
+    rec: RecordedRequest,
+    state: Active,
+    r: RenderedStream,
+    upTo: number,
+    terminal: 'end' | 'reset' | 'stall' | 'error',
+    shape: Shape,
+    paceMs: number,
+  ): void {
+    const finish = (): void => {
+      if (terminal === 'end') {
+        res.end();
+        rec.end = upTo === r.frames.length ? 'complete' : 'cut';
+      } else if (terminal === 'error') {
+        writeShaped(res, applyLineEnding(OVERLOADED_EVENT, shape.lineEnding), shape);
+        res.end();
+        rec.end = 'cut';
+      } else if (terminal === 'reset') {
+        rec.end = 'reset';
+        // Close the connection without the chunked terminator once the bytes are flushed.
+        res.write('', () => res.socket?.end());
+      } else {
+        rec.end = 'stalled';
+      }
+    };
+    if (paceMs <= 0) {
+      let s = '';
+      for (let i = 0; i < upTo; i++) s += r.frames[i];
+      if (s.length > 0) writeShaped(res, applyLineEnding(s, shape.lineEnding), shape);
+      else res.flushHeaders();
+      finish();
+      return;
+    }
+    let i = 0;
+    const step = (): void => {
+      state.timer = undefined;
+      if (res.destroyed) return;
+      let s = '';
+      do {
+        s += r.frames[i];
+        i++;
+      } while (i < upTo && !r.paced[i]);
+      writeShaped(res, applyLineEnding(s, shape.lineEnding), shape);
+      if (i >= upTo) finish();
+      else state.timer = setTimeout(step, paceMs);
+    };
+    if (upTo === 0) {
+      res.flushHeaders();
+      finish();
+    } else step();
+  }
+
+  const server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    let over = false;
+    req.on('data', (c: Buffer) => {
+      if (over) return;
+      size += c.length;
+      if (size > maxBodyBytes) {
+        over = true;
+        chunks.length = 0;
+        handle(req, res, null);
+        return;
+      }
+      chunks.push(c);
+    });
+    req.on('end', () => {
+      if (over) return;
+      try {
+        handle(req, res, chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
+      } catch (e) {
+        // A simulator bug must show as a 500 in the test that hit it, not kill the process.
+        if (!res.headersSent) res.writeHead(500, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ type: 'error', error: { type: 'api_error', message: `simulator: ${(e as Error).message}` } }));
+      }
+    });
+    req.on('error', () => res.destroy());
+  });
+  server.keepAliveTimeout = 30_000;
+
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const port = (server.address() as AddressInfo).port;
+
+  return {
+    url: `http://127.0.0.1:${port}`,
+    port,
+    requests,
+    get requestCount() {
+      return requestCount;
+    },
+    events,
+    waitForRequests(count: number): Promise<void> {
+      if (requestCount >= count) return Promise.resolve();
+      return new Promise((resolve) => {
+        const on = (): void => {
+          if (requestCount >= count) {
+            events.off('request', on);
+            resolve();
+          }
+        };
+        events.on('request', on);
+      });
+    },
+    setScenario(directives: string | null): void {
+      scenario = directives;
+    },
+    clearCache(): void {
+      cache.clear();
+    },
+    close(): Promise<void> {
+      for (const a of active) if (a.timer !== undefined) clearTimeout(a.timer);
+      return new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      });
+    },
+  };
+}

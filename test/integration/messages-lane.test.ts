@@ -1,0 +1,309 @@
+// POST /v1/messages end to end: the official Anthropic SDK -> inkgate -> the Anthropic simulator.
+// Every test ends with the ledger invariant.
+import Anthropic from '@anthropic-ai/sdk';
+import t, { type Test } from "tap";
+import { request } from 'undici';
+import { setLane } from '../../src/deployment/state.js';
+import { textChargeInk } from '../../src/ledger/pricing.js';
+import { startAnthropicSimulator, type AnthropicSimulator } from '../../src/vendors/anthropic/simulator.js';
+import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
+import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
+import { parseSse } from '../helpers/sse.js';
+
+const VENDOR_KEY = 'sk-ant-test-vendor';
+
+async function setup(t: Test, opts: { enable?: boolean } = {}) {
+  const sim = await startAnthropicSimulator({ apiKey: VENDOR_KEY });
+  t.teardown(() => sim.close());
+  const g = await startTestGateway(t, { vendors: { anthropic: { baseUrl: sim.url, apiKey: VENDOR_KEY } } });
+  if (opts.enable !== false) {
+    await setLane(g.db.pool, 'messages', true);
+    await g.gw.services.state.refresh();
+  }
+  const k = await g.newKey();
+  await g.gw.services.ledger.topUp(k.accountId, 10_000, 'test');
+  const client = new Anthropic({ baseURL: g.url, authToken: k.key, apiKey: null, maxRetries: 0 });
+  t.teardown(() => assertLedgerInvariant(t, g.db.pool));
+  return { sim, g, k, client };
+}
+
+const me = async (g: TestGateway, key: string) => (await g.call('GET', '/v1/me', { key })).json;
+const post = (g: TestGateway, key: string, body: unknown, headers: Record<string, string> = {}) =>
+  g.call('POST', '/v1/messages', { key, body, headers });
+const user = (text: string) => [{ role: 'user', content: text }];
+
+t.test('official SDK: messages.create through inkgate', async (t) => {
+  const { g, k, client, sim } = await setup(t);
+  const { data: msg, response } = await client.messages
+    .create({ model: 'sonnet', max_tokens: 200, messages: [{ role: 'user', content: 'Hello there' }] })
+    .withResponse();
+  t.equal(msg.type, 'message');
+  t.equal(msg.role, 'assistant');
+  t.equal(msg.model, 'assistant-sonnet-5', 'the product id, not the vendor id');
+  t.match(msg.id, /^msg_/);
+  t.ok(msg.content.length > 0);
+  t.equal(msg.stop_reason, 'end_turn');
+  const charged = Number(response.headers.get('x-service-ink-charged'));
+  const expected = textChargeInk('assistant-sonnet-5', {
+    inputTokens: msg.usage.input_tokens,
+    outputTokens: msg.usage.output_tokens,
+    cacheReadTokens: msg.usage.cache_read_input_tokens ?? 0,
+    cacheWriteTokens: msg.usage.cache_creation_input_tokens ?? 0,
+  });
+  t.equal(charged, expected, `charged ${charged} Ink = usage at the model's rates, rounded up once`);
+  t.match(response.headers.get('x-service-request-id'), /^req_/);
+  t.equal(response.headers.get('x-service-request-id'), response.headers.get('x-request-id'));
+  const m = await me(g, k.key);
+  t.equal(m.key.ink_charged, charged);
+  t.equal(m.key.ink_reserved, 0);
+  t.equal(m.ink.balance, 10_000 - charged);
+  t.equal(sim.requests.at(-1)!.body && (sim.requests.at(-1)!.body as any).model, g.gw.services.catalog.text('sonnet')!.vendorModel, 'vendor model id on the wire');
+});
+
+t.test('official SDK: streaming, raw events and messages.stream()', async (t) => {
+  const { g, k, client } = await setup(t);
+  const stream = await client.messages.create({ model: 'opus', max_tokens: 300, stream: true, messages: user('Stream to me') });
+  const types: string[] = [];
+  let startModel = '';
+  for await (const ev of stream) {
+    types.push(ev.type);
+    if (ev.type === 'message_start') startModel = ev.message.model;
+  }
+  t.equal(startModel, 'assistant-opus-5');
+  t.same(types.filter((x) => x !== 'content_block_delta' && x !== 'content_block_start' && x !== 'content_block_stop'), ['message_start', 'message_delta', 'message_stop']);
+
+  const s = client.messages.stream({ model: 'fable', max_tokens: 300, messages: user('Tell me more') });
+  const final = await s.finalMessage();
+  t.equal(final.model, 'assistant-fable-5-1');
+  t.ok(final.usage.output_tokens > 0);
+
+  // The raw wire: the service frame follows message_stop and names the settled charge.
+  const raw = await request(g.url + '/v1/messages', {
+    method: 'POST',
+    headers: { authorization: `Bearer ${k.key}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'sonnet', max_tokens: 100, stream: true, messages: user('raw please') }),
+  });
+  t.equal(raw.statusCode, 200);
+  t.match(raw.headers['content-type'], /^text\/event-stream/);
+  t.equal(raw.headers['cache-control'], 'no-store');
+  const events = parseSse(await raw.body.text());
+  const names = events.map((e) => e.event);
+  t.equal(names.at(-2), 'message_stop');
+  t.equal(names.at(-1), 'service.usage');
+  const frame = JSON.parse(events.at(-1)!.data);
+  t.equal(frame.type, 'service.usage');
+  t.match(frame.request_id, /^req_/);
+  t.equal(frame.usd_payg_charged, frame.ink_charged / 100);
+  const delta = JSON.parse(events.find((e) => e.event === 'message_delta')!.data);
+  const start = JSON.parse(events[0]!.data);
+  t.equal(start.message.model, 'assistant-sonnet-5');
+  t.equal(
+    frame.ink_charged,
+    textChargeInk('assistant-sonnet-5', {
+      inputTokens: start.message.usage.input_tokens,
+      outputTokens: delta.usage.output_tokens,
+      cacheReadTokens: start.message.usage.cache_read_input_tokens ?? 0,
+      cacheWriteTokens: start.message.usage.cache_creation_input_tokens ?? 0,
+    }),
+  );
+  const m = await me(g, k.key);
+  t.equal(m.key.ink_reserved, 0, 'every hold settled');
+});
+
+t.test('tool use round trip sends thinking blocks back unchanged', async (t) => {
+  const { client } = await setup(t);
+  const tools = [{ name: 'get_weather', description: 'Weather', input_schema: { type: 'object' as const, properties: { location: { type: 'string' } } } }];
+  const first = await client.messages.create({
+    model: 'opus',
+    max_tokens: 2000,
+    thinking: { type: 'enabled', budget_tokens: 1024 },
+    tools,
+    messages: [{ role: 'user', content: 'What is the weather in Paris? use the tool' }],
+  });
+  t.equal(first.stop_reason, 'tool_use');
+  const toolUse = first.content.find((b) => b.type === 'tool_use')!;
+  t.ok(toolUse);
+  t.ok(first.content.some((b) => b.type === 'thinking'));
+  const second = await client.messages.create({
+    model: 'opus',
+    max_tokens: 2000,
+    thinking: { type: 'enabled', budget_tokens: 1024 },
+    tools,
+    messages: [
+      { role: 'user', content: 'What is the weather in Paris? use the tool' },
+      { role: 'assistant', content: first.content },
+      { role: 'user', content: [{ type: 'tool_result', tool_use_id: (toolUse as any).id, content: '18C and sunny' }] },
+    ],
+  });
+  t.equal(second.stop_reason, 'end_turn');
+});
+
+t.test('validation answers with the spec codes, before any hold or vendor call', async (t) => {
+  const { g, k, sim } = await setup(t);
+  const before = sim.requestCount;
+  const cases: Array<[unknown, number, string, string?]> = [
+    [{ model: 'gpt-4', max_tokens: 10, messages: user('x') }, 400, 'unknown_model', 'model'],
+    [{ model: 'sonnet', messages: user('x') }, 400, 'missing_max_tokens', 'max_tokens'],
+    [{ model: 'sonnet', max_tokens: 64_001, messages: user('x') }, 400, 'too_large', 'max_tokens'],
+    [{ model: 'sonnet', max_tokens: 10, messages: [] }, 400, 'missing_messages', 'messages'],
+    [{ model: 'sonnet', max_tokens: 10, messages: user('x'), service_tier: 'auto' }, 400, 'unsupported_parameter', 'service_tier'],
+    [{ model: 'sonnet', max_tokens: 10, messages: user('x'), frobnicate: 1 }, 400, 'unsupported_parameter', 'frobnicate'],
+    [{ model: 'fable', max_tokens: 10, messages: user('x'), thinking: { type: 'disabled' } }, 400, 'unsupported_parameter', 'thinking'],
+    [{ model: 'sonnet', max_tokens: 10, messages: user('x'), tools: [{ description: 'no name', input_schema: { type: 'object' } }] }, 400, 'invalid_tool'],
+  ];
+  for (const [body, status, code, param] of cases) {
+    const r = await post(g, k.key, body);
+    t.equal(r.status, status, code);
+    t.equal(r.json.error.code, code);
+    if (param) t.match(r.json.error.param, new RegExp('^' + param.replace('.', '\\.')));
+  }
+  t.equal(sim.requestCount, before, 'the vendor saw none of them');
+  t.equal((await me(g, k.key)).ink.balance, 10_000, 'wallet untouched');
+});
+
+t.test('402 when the wallet or the key cap cannot cover the hold; nothing sent', async (t) => {
+  const { g, sim } = await setup(t);
+  const poor = await g.newKey();
+  await g.gw.services.ledger.topUp(poor.accountId, 1, 'tiny');
+  const before = sim.requestCount;
+  const r = await post(g, poor.key, { model: 'fable', max_tokens: 64_000, messages: user('x') });
+  t.equal(r.status, 402);
+  t.equal(r.json.error.code, 'insufficient_ink');
+  t.match(r.json.error.message, /\d+ Ink/);
+  const capped = await g.newKey({ inkLimit: 5 });
+  await g.gw.services.ledger.topUp(capped.accountId, 10_000, 'rich');
+  const c = await post(g, capped.key, { model: 'fable', max_tokens: 64_000, messages: user('x') });
+  t.equal(c.status, 402);
+  t.equal(c.json.error.code, 'key_ink_limit_reached');
+  t.equal(sim.requestCount, before);
+});
+
+t.test('a lane that is not enabled answers 503 and touches nothing', async (t) => {
+  const { g, k, sim } = await setup(t, { enable: false });
+  const r = await post(g, k.key, { model: 'sonnet', max_tokens: 10, messages: user('x') });
+  t.equal(r.status, 503);
+  t.equal(r.json.error.code, 'provider_unavailable');
+  t.ok(Number(r.headers['retry-after']) >= 1);
+  t.equal(sim.requestCount, 0);
+  t.equal((await me(g, k.key)).ink.balance, 10_000);
+});
+
+t.test('only allow-listed headers reach the vendor, with our key exactly once', async (t) => {
+  const { g, k, sim } = await setup(t);
+  const r = await post(g, k.key, { model: 'sonnet', max_tokens: 20, messages: user('hi'), metadata: { user_id: 'client-chosen' } }, {
+    'x-api-key': 'svc_client_should_not_pass',
+    cookie: 'session=1',
+    'anthropic-version': '1999-01-01',
+    'anthropic-beta': 'output-128k-2025-02-19, prompt-caching-2024-07-31',
+    'x-custom-header': 'nope',
+  });
+  t.equal(r.status, 200);
+  const h = sim.requests.at(-1)!.headers;
+  t.equal(h['x-api-key'], VENDOR_KEY);
+  t.notOk(h.authorization, 'no bearer toward the vendor');
+  t.equal(h['anthropic-version'], '2023-06-01', 'our protocol version, not the client one');
+  t.equal(h['anthropic-beta'], 'prompt-caching-2024-07-31');
+  t.notOk(h.cookie);
+  t.notOk(h['x-custom-header']);
+  const md = (sim.requests.at(-1)!.body as any).metadata;
+  t.match(md.user_id, /^[0-9a-f]{32}$/, 'metadata replaced by a hash of the key');
+  t.notOk(JSON.stringify(sim.requests.at(-1)!.body).includes(k.key), 'the client key never reaches the vendor');
+  t.notOk(r.headers['request-id'], 'vendor response headers are not passed on');
+});
+
+t.test('vendor refusals: upstream_rejected / 413 release the hold; capacity is 503; a 5xx keeps the hold', async (t) => {
+  const { g, k } = await setup(t);
+  const rej = await post(g, k.key, { model: 'sonnet', max_tokens: 20, messages: user('x [[sim:status=400]]') });
+  t.equal(rej.status, 400);
+  t.equal(rej.json.error.code, 'upstream_rejected');
+  const big = await post(g, k.key, { model: 'sonnet', max_tokens: 20, messages: user('x [[sim:prompt-too-long]]') });
+  t.equal(big.status, 413);
+  t.equal(big.json.error.code, 'payload_too_large');
+  t.equal((await me(g, k.key)).key.ink_reserved, 0, 'holds released');
+  t.equal((await me(g, k.key)).ink.balance, 10_000);
+  for (const s of [429, 529, 503]) {
+    const r = await post(g, k.key, { model: 'sonnet', max_tokens: 20, messages: user(`x [[sim:status=${s}]] [[sim:retry-after=7]]`) });
+    t.equal(r.status, 503, `vendor ${s}`);
+    t.equal(r.json.error.code, 'provider_unavailable');
+    t.ok(Number(r.headers['retry-after']) >= 1);
+  }
+  t.equal((await me(g, k.key)).key.ink_reserved, 0);
+  const five = await post(g, k.key, { model: 'sonnet', max_tokens: 20, messages: user('x [[sim:status=500]]') });
+  t.equal(five.status, 502);
+  t.equal(five.json.error.code, 'provider_error');
+  const m = await me(g, k.key);
+  t.ok(m.key.ink_reserved > 0, 'a vendor 5xx keeps the hold until reconciled');
+  t.equal(m.key.ink_charged, 0, 'never silently charged');
+});
+
+t.test('stream failures: overloaded mid-stream keeps the hold; cut after the receipt charges it', async (t) => {
+  const { g, k } = await setup(t);
+  const streamRaw = async (text: string) => {
+    const r = await request(g.url + '/v1/messages', {
+      method: 'POST',
+      headers: { authorization: `Bearer ${k.key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'sonnet', max_tokens: 100, stream: true, messages: user(text) }),
+    });
+    return parseSse(await r.body.text());
+  };
+  const over = await streamRaw('hi [[sim:overloaded-midstream]]');
+  const errs = over.filter((e) => e.event === 'error').map((e) => JSON.parse(e.data));
+  t.equal(errs[0].error.type, 'overloaded_error', 'the vendor error is passed on');
+  t.equal(errs.at(-1).error.code, 'usage_unknown', 'then our final frame');
+  t.equal(over.at(-1)!.event, 'error');
+  let m = await me(g, k.key);
+  t.ok(m.key.ink_reserved > 0, 'hold kept');
+  const reservedAfterOverload = m.key.ink_reserved;
+
+  const cut = await streamRaw('hi [[sim:cut-before-stop]]');
+  const last = JSON.parse(cut.at(-1)!.data);
+  t.equal(cut.at(-1)!.event, 'error');
+  t.equal(last.error.code, 'incomplete_stream');
+  m = await me(g, k.key);
+  t.ok(m.key.ink_charged > 0, 'charged for what the vendor reported');
+  t.equal(m.key.ink_reserved, reservedAfterOverload, 'that hold was settled');
+
+  const early = await streamRaw('hi [[sim:cut-before-delta]]');
+  t.equal(JSON.parse(early.at(-1)!.data).error.code, 'usage_unknown');
+
+  const bytes = await streamRaw('hi [[sim:chunk=1]] [[sim:crlf]]');
+  t.equal(bytes.at(-1)!.event, 'service.usage', 'one byte per chunk with CRLF still ends with the usage frame');
+  t.equal(JSON.parse(bytes[0]!.data).message.model, 'assistant-sonnet-5', 'model rewritten across byte-sized chunks');
+
+  const maxed = await streamRaw('hi [[sim:tokens=500]]');
+  const d = JSON.parse(maxed.find((e) => e.event === 'message_delta')!.data);
+  t.equal(d.delta.stop_reason, 'max_tokens');
+  t.equal(maxed.at(-1)!.event, 'service.usage');
+});
+
+t.test('a client that disconnects mid-stream is still charged for what the vendor produced', async (t) => {
+  const { g, k, sim } = await setup(t);
+  const ac = new AbortController();
+  const r = await request(g.url + '/v1/messages', {
+    method: 'POST',
+    headers: { authorization: `Bearer ${k.key}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'sonnet', max_tokens: 100, stream: true, messages: user('slow [[sim:pace=20]] [[sim:tokens=20]]') }),
+    signal: ac.signal,
+  });
+  for await (const _ of r.body) {
+    ac.abort();
+    break;
+  }
+  // Wait until the vendor finished its response: the gateway read it to the receipt.
+  await new Promise<void>((res) => {
+    const check = (rec: any) => {
+      if (rec.end) {
+        sim.events.off('response-end', check);
+        res();
+      }
+    };
+    sim.events.on('response-end', check);
+  });
+  let m = await me(g, k.key);
+  for (let i = 0; i < 100 && m.key.ink_reserved > 0; i++) {
+    await new Promise((res) => setImmediate(res));
+    m = await me(g, k.key);
+  }
+  t.equal(m.key.ink_reserved, 0, 'hold settled');
+  t.ok(m.key.ink_charged > 0, 'charged');
+});

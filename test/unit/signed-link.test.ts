@@ -1,0 +1,78 @@
+import t from 'tap';
+import fc from 'fast-check';
+import { createHmac } from 'node:crypto';
+import { MEDIA_LINK_TTL_S, mediaLinkFor, signMediaPath, verifyMediaLink } from '../../src/media/signed-link.js';
+
+const secret = Buffer.from('0123456789abcdef0123456789abcdef');
+const NOW = 1_760_000_000;
+
+function parts(link: string): { path: string; exp: string; sig: string } {
+  const [path, query] = link.split('?') as [string, string];
+  const q = new URLSearchParams(query);
+  return { path, exp: q.get('exp')!, sig: q.get('sig')! };
+}
+
+t.test('the link format is the documented HMAC', async (t) => {
+  const link = signMediaPath(secret, '/media/video/gen_1.mp4', NOW + 900);
+  const want = createHmac('sha256', secret).update(`/media/video/gen_1.mp4\n${NOW + 900}`).digest('base64url');
+  t.equal(link, `/media/video/gen_1.mp4?exp=${NOW + 900}&sig=${want}`);
+  t.equal(parts(link).sig.length, 43);
+});
+
+t.test('round trip, and the 15-minute window with an injected clock', async (t) => {
+  t.equal(MEDIA_LINK_TTL_S, 900);
+  const full = mediaLinkFor(secret, 'https://media.example.com/', 'video/gen_1.mp4', NOW);
+  t.ok(full.startsWith('https://media.example.com/media/video/gen_1.mp4?exp='));
+  const { path, exp, sig } = parts(new URL(full).pathname + new URL(full).search);
+  t.equal(Number(exp), NOW + 900);
+  t.equal(verifyMediaLink(secret, path, exp, sig, NOW), 'ok');
+  t.equal(verifyMediaLink(secret, path, Number(exp), sig, NOW), 'ok', 'exp as a number');
+  t.equal(verifyMediaLink(secret, path, exp, sig, NOW + 899), 'ok', 'last valid second');
+  t.equal(verifyMediaLink(secret, path, exp, sig, NOW + 900), 'expired', 'at exp');
+  t.equal(verifyMediaLink(secret, path, exp, sig, NOW + 86_400), 'expired');
+});
+
+t.test('tampering with path, exp or sig, or another secret, is a bad signature (even when expired)', async (t) => {
+  const { path, exp, sig } = parts(signMediaPath(secret, '/media/a.mp4', NOW + 900));
+  t.equal(verifyMediaLink(secret, '/media/b.mp4', exp, sig, NOW), 'bad_signature', 'path');
+  t.equal(verifyMediaLink(secret, '/media/a.mp4/', exp, sig, NOW), 'bad_signature', 'trailing slash');
+  t.equal(verifyMediaLink(secret, path, String(NOW + 901), sig, NOW), 'bad_signature', 'exp extended');
+  t.equal(verifyMediaLink(secret, path, '0' + exp, sig, NOW), 'bad_signature', 'exp respelled');
+  t.equal(verifyMediaLink(secret, path, exp + ' ', sig, NOW), 'bad_signature', 'exp with junk');
+  t.equal(verifyMediaLink(secret, path, exp, sig.slice(0, -1) + (sig.endsWith('A') ? 'B' : 'A'), NOW), 'bad_signature', 'one char');
+  t.equal(verifyMediaLink(secret, path, exp, sig + '=', NOW), 'bad_signature', 'padded');
+  t.equal(verifyMediaLink(secret, path, exp, sig.slice(1), NOW), 'bad_signature', 'short');
+  t.equal(verifyMediaLink(secret, path, exp, '', NOW), 'bad_signature', 'empty');
+  t.equal(verifyMediaLink(secret, path, exp, 'x'.repeat(10_000), NOW), 'bad_signature', 'huge');
+  t.equal(verifyMediaLink(secret, path, exp, sig.replace(/./, 'ŵ'), NOW), 'bad_signature', 'non-ASCII');
+  t.equal(verifyMediaLink(Buffer.from('another secret'), path, exp, sig, NOW), 'bad_signature', 'secret');
+  t.equal(verifyMediaLink(secret, path, exp, 'A'.repeat(43), NOW + 10_000), 'bad_signature', 'forged and expired says nothing about expiry');
+});
+
+t.test('property: any single change to path or exp breaks the signature', async (t) => {
+  fc.assert(
+    fc.property(
+      fc.stringMatching(/^\/media\/[a-z0-9_/.-]{1,40}$/),
+      fc.integer({ min: NOW + 1, max: NOW + 10_000 }),
+      fc.stringMatching(/^\/media\/[a-z0-9_/.-]{1,40}$/),
+      fc.integer({ min: 0, max: 2 ** 40 }),
+      (path, exp, otherPath, otherExp) => {
+        const p = parts(signMediaPath(secret, path, exp));
+        if (verifyMediaLink(secret, p.path, p.exp, p.sig, NOW) !== 'ok') return false;
+        if (otherPath !== path && verifyMediaLink(secret, otherPath, p.exp, p.sig, NOW) !== 'bad_signature') return false;
+        if (otherExp !== exp && verifyMediaLink(secret, p.path, otherExp, p.sig, NOW) !== 'bad_signature') return false;
+        return true;
+      },
+    ),
+    { numRuns: 2000 },
+  );
+  t.pass();
+});
+
+t.test('signing refuses paths and expiries it could not represent', async (t) => {
+  t.throws(() => signMediaPath(secret, 'media/a', NOW), /bad path/);
+  t.throws(() => signMediaPath(secret, '/media/a?x=1', NOW), /bad path/);
+  t.throws(() => signMediaPath(secret, '/media/a\nb', NOW), /bad path/);
+  t.throws(() => signMediaPath(secret, '/media/a', 1.5), /bad expiry/);
+  t.throws(() => signMediaPath(secret, '/media/a', -1), /bad expiry/);
+});
