@@ -15,6 +15,38 @@ interface MeRow {
   payg_ink: number;
 }
 
+/** The account object for a key, or undefined when the key is gone. One indexed read. */
+export async function readAccountObject(db: Queryable, keyId: string): Promise<Record<string, unknown> | undefined> {
+  const r = await db.query<MeRow>(
+    `SELECT a.id AS user_id, k.id AS key_id, k.prefix, k.name, k.ink_limit, k.ink_charged, k.ink_reserved,
+            w.grant_ink, w.payg_ink
+       FROM api_keys k JOIN accounts a ON a.id = k.account_id JOIN wallets w ON w.account_id = a.id
+      WHERE k.id = $1`,
+    [keyId],
+  );
+  const row = r.rows[0];
+  if (!row) return undefined;
+  const balance = row.grant_ink + row.payg_ink;
+  return {
+    object: 'account',
+    user_id: row.user_id,
+    key: {
+      id: row.key_id,
+      prefix: row.prefix,
+      name: row.name,
+      ink_limit: row.ink_limit,
+      ink_charged: row.ink_charged,
+      ink_reserved: row.ink_reserved,
+    },
+    ink: {
+      balance,
+      period_grant_remaining: row.grant_ink,
+      payg_balance: row.payg_ink,
+      usd_payg_equivalent: balance / 100,
+    },
+  };
+}
+
 export function accountRoutes(db: Queryable): Route[] {
   return [
     {
@@ -22,35 +54,9 @@ export function accountRoutes(db: Queryable): Route[] {
       pattern: '/v1/me',
       access: 'key',
       handler: async (ctx) => {
-        const auth = ctx.auth!;
-        const r = await db.query<MeRow>(
-          `SELECT a.id AS user_id, k.id AS key_id, k.prefix, k.name, k.ink_limit, k.ink_charged, k.ink_reserved,
-                  w.grant_ink, w.payg_ink
-             FROM api_keys k JOIN accounts a ON a.id = k.account_id JOIN wallets w ON w.account_id = a.id
-            WHERE k.id = $1`,
-          [auth.keyId],
-        );
-        const row = r.rows[0];
-        if (!row) throw new ApiError('invalid_api_key');
-        const balance = row.grant_ink + row.payg_ink;
-        ctx.sendJson(200, {
-          object: 'account',
-          user_id: row.user_id,
-          key: {
-            id: row.key_id,
-            prefix: row.prefix,
-            name: row.name,
-            ink_limit: row.ink_limit,
-            ink_charged: row.ink_charged,
-            ink_reserved: row.ink_reserved,
-          },
-          ink: {
-            balance,
-            period_grant_remaining: row.grant_ink,
-            payg_balance: row.payg_ink,
-            usd_payg_equivalent: balance / 100,
-          },
-        });
+        const body = await readAccountObject(db, ctx.auth!.keyId);
+        if (!body) throw new ApiError('invalid_api_key');
+        ctx.sendJson(200, body);
       },
     },
   ];

@@ -23,8 +23,7 @@ async function setup(t: Test, opts: { enable?: boolean } = {}) {
   const k = await g.newKey();
   await g.gw.services.ledger.topUp(k.accountId, 10_000, 'test');
   const client = new Anthropic({ baseURL: g.url, authToken: k.key, apiKey: null, maxRetries: 0 });
-  t.teardown(() => assertLedgerInvariant(t, g.db.pool));
-  return { sim, g, k, client };
+  return { sim, g, k, client, invariant: () => assertLedgerInvariant(t, g.db.pool) };
 }
 
 const me = async (g: TestGateway, key: string) => (await g.call('GET', '/v1/me', { key })).json;
@@ -33,7 +32,7 @@ const post = (g: TestGateway, key: string, body: unknown, headers: Record<string
 const user = (text: string) => [{ role: 'user', content: text }];
 
 t.test('official SDK: messages.create through inkgate', async (t) => {
-  const { g, k, client, sim } = await setup(t);
+  const { g, k, client, sim, invariant } = await setup(t);
   const { data: msg, response } = await client.messages
     .create({ model: 'sonnet', max_tokens: 200, messages: [{ role: 'user', content: 'Hello there' }] })
     .withResponse();
@@ -58,10 +57,11 @@ t.test('official SDK: messages.create through inkgate', async (t) => {
   t.equal(m.key.ink_reserved, 0);
   t.equal(m.ink.balance, 10_000 - charged);
   t.equal(sim.requests.at(-1)!.body && (sim.requests.at(-1)!.body as any).model, g.gw.services.catalog.text('sonnet')!.vendorModel, 'vendor model id on the wire');
+  await invariant();
 });
 
 t.test('official SDK: streaming, raw events and messages.stream()', async (t) => {
-  const { g, k, client } = await setup(t);
+  const { g, k, client, invariant } = await setup(t);
   const stream = await client.messages.create({ model: 'opus', max_tokens: 300, stream: true, messages: user('Stream to me') });
   const types: string[] = [];
   let startModel = '';
@@ -70,7 +70,8 @@ t.test('official SDK: streaming, raw events and messages.stream()', async (t) =>
     if (ev.type === 'message_start') startModel = ev.message.model;
   }
   t.equal(startModel, 'assistant-opus-5');
-  t.same(types.filter((x) => x !== 'content_block_delta' && x !== 'content_block_start' && x !== 'content_block_stop'), ['message_start', 'message_delta', 'message_stop']);
+  // The SDK's raw iterator hands every event on, ours included, without failing on it.
+  t.same(types.filter((x) => x !== 'content_block_delta' && x !== 'content_block_start' && x !== 'content_block_stop'), ['message_start', 'message_delta', 'message_stop', 'service.usage']);
 
   const s = client.messages.stream({ model: 'fable', max_tokens: 300, messages: user('Tell me more') });
   const final = await s.finalMessage();
@@ -108,10 +109,11 @@ t.test('official SDK: streaming, raw events and messages.stream()', async (t) =>
   );
   const m = await me(g, k.key);
   t.equal(m.key.ink_reserved, 0, 'every hold settled');
+  await invariant();
 });
 
 t.test('tool use round trip sends thinking blocks back unchanged', async (t) => {
-  const { client } = await setup(t);
+  const { client, invariant } = await setup(t);
   const tools = [{ name: 'get_weather', description: 'Weather', input_schema: { type: 'object' as const, properties: { location: { type: 'string' } } } }];
   const first = await client.messages.create({
     model: 'opus',
@@ -136,10 +138,11 @@ t.test('tool use round trip sends thinking blocks back unchanged', async (t) => 
     ],
   });
   t.equal(second.stop_reason, 'end_turn');
+  await invariant();
 });
 
 t.test('validation answers with the spec codes, before any hold or vendor call', async (t) => {
-  const { g, k, sim } = await setup(t);
+  const { g, k, sim, invariant } = await setup(t);
   const before = sim.requestCount;
   const cases: Array<[unknown, number, string, string?]> = [
     [{ model: 'gpt-4', max_tokens: 10, messages: user('x') }, 400, 'unknown_model', 'model'],
@@ -159,10 +162,11 @@ t.test('validation answers with the spec codes, before any hold or vendor call',
   }
   t.equal(sim.requestCount, before, 'the vendor saw none of them');
   t.equal((await me(g, k.key)).ink.balance, 10_000, 'wallet untouched');
+  await invariant();
 });
 
 t.test('402 when the wallet or the key cap cannot cover the hold; nothing sent', async (t) => {
-  const { g, sim } = await setup(t);
+  const { g, sim, invariant } = await setup(t);
   const poor = await g.newKey();
   await g.gw.services.ledger.topUp(poor.accountId, 1, 'tiny');
   const before = sim.requestCount;
@@ -176,20 +180,22 @@ t.test('402 when the wallet or the key cap cannot cover the hold; nothing sent',
   t.equal(c.status, 402);
   t.equal(c.json.error.code, 'key_ink_limit_reached');
   t.equal(sim.requestCount, before);
+  await invariant();
 });
 
 t.test('a lane that is not enabled answers 503 and touches nothing', async (t) => {
-  const { g, k, sim } = await setup(t, { enable: false });
+  const { g, k, sim, invariant } = await setup(t, { enable: false });
   const r = await post(g, k.key, { model: 'sonnet', max_tokens: 10, messages: user('x') });
   t.equal(r.status, 503);
   t.equal(r.json.error.code, 'provider_unavailable');
   t.ok(Number(r.headers['retry-after']) >= 1);
   t.equal(sim.requestCount, 0);
   t.equal((await me(g, k.key)).ink.balance, 10_000);
+  await invariant();
 });
 
 t.test('only allow-listed headers reach the vendor, with our key exactly once', async (t) => {
-  const { g, k, sim } = await setup(t);
+  const { g, k, sim, invariant } = await setup(t);
   const r = await post(g, k.key, { model: 'sonnet', max_tokens: 20, messages: user('hi'), metadata: { user_id: 'client-chosen' } }, {
     'x-api-key': 'svc_client_should_not_pass',
     cookie: 'session=1',
@@ -209,10 +215,11 @@ t.test('only allow-listed headers reach the vendor, with our key exactly once', 
   t.match(md.user_id, /^[0-9a-f]{32}$/, 'metadata replaced by a hash of the key');
   t.notOk(JSON.stringify(sim.requests.at(-1)!.body).includes(k.key), 'the client key never reaches the vendor');
   t.notOk(r.headers['request-id'], 'vendor response headers are not passed on');
+  await invariant();
 });
 
 t.test('vendor refusals: upstream_rejected / 413 release the hold; capacity is 503; a 5xx keeps the hold', async (t) => {
-  const { g, k } = await setup(t);
+  const { g, k, invariant } = await setup(t);
   const rej = await post(g, k.key, { model: 'sonnet', max_tokens: 20, messages: user('x [[sim:status=400]]') });
   t.equal(rej.status, 400);
   t.equal(rej.json.error.code, 'upstream_rejected');
@@ -234,10 +241,11 @@ t.test('vendor refusals: upstream_rejected / 413 release the hold; capacity is 5
   const m = await me(g, k.key);
   t.ok(m.key.ink_reserved > 0, 'a vendor 5xx keeps the hold until reconciled');
   t.equal(m.key.ink_charged, 0, 'never silently charged');
+  await invariant();
 });
 
 t.test('stream failures: overloaded mid-stream keeps the hold; cut after the receipt charges it', async (t) => {
-  const { g, k } = await setup(t);
+  const { g, k, invariant } = await setup(t);
   const streamRaw = async (text: string) => {
     const r = await request(g.url + '/v1/messages', {
       method: 'POST',
@@ -274,10 +282,11 @@ t.test('stream failures: overloaded mid-stream keeps the hold; cut after the rec
   const d = JSON.parse(maxed.find((e) => e.event === 'message_delta')!.data);
   t.equal(d.delta.stop_reason, 'max_tokens');
   t.equal(maxed.at(-1)!.event, 'service.usage');
+  await invariant();
 });
 
 t.test('a client that disconnects mid-stream is still charged for what the vendor produced', async (t) => {
-  const { g, k, sim } = await setup(t);
+  const { g, k, sim, invariant } = await setup(t);
   const ac = new AbortController();
   const r = await request(g.url + '/v1/messages', {
     method: 'POST',
@@ -306,4 +315,5 @@ t.test('a client that disconnects mid-stream is still charged for what the vendo
   }
   t.equal(m.key.ink_reserved, 0, 'hold settled');
   t.ok(m.key.ink_charged > 0, 'charged');
+  await invariant();
 });

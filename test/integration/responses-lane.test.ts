@@ -20,8 +20,7 @@ async function setup(t: Test, overrides: Record<string, unknown> = {}) {
   const k = await g.newKey();
   await g.gw.services.ledger.topUp(k.accountId, 50_000, 'test');
   const client = new OpenAI({ baseURL: g.url + '/v1', apiKey: k.key, maxRetries: 0 });
-  t.teardown(() => assertLedgerInvariant(t, g.db.pool));
-  return { sim, g, k, client };
+  return { sim, g, k, client, invariant: () => assertLedgerInvariant(t, g.db.pool) };
 }
 
 const me = async (g: TestGateway, key: string) => (await g.call('GET', '/v1/me', { key })).json;
@@ -37,7 +36,7 @@ async function rawStream(g: TestGateway, key: string, body: Record<string, unkno
 }
 
 t.test('official SDK: responses.create through inkgate', async (t) => {
-  const { g, k, client, sim } = await setup(t);
+  const { g, k, client, sim, invariant } = await setup(t);
   const { data: resp, response } = await client.responses
     .create({ model: 'astra', input: 'Say hello', instructions: 'Be brief', max_output_tokens: 1000 })
     .withResponse();
@@ -58,10 +57,11 @@ t.test('official SDK: responses.create through inkgate', async (t) => {
   t.equal((wire.body as any).model, g.gw.services.catalog.text('astra')!.vendorModel);
   t.equal(wire.headers.authorization, `Bearer ${VENDOR_KEY}`, 'our vendor key, exactly');
   t.notOk(JSON.stringify(wire).includes(k.key), 'the client key never reaches the vendor');
+  await invariant();
 });
 
 t.test('official SDK: stream, responses.stream() + finalResponse(), and the usage comment frame', async (t) => {
-  const { g, k, client } = await setup(t);
+  const { g, k, client, invariant } = await setup(t);
   const s = await client.responses.create({ model: 'text-6-astra', input: 'Stream it', stream: true });
   const types: string[] = [];
   for await (const ev of s) types.push(ev.type);
@@ -94,10 +94,11 @@ t.test('official SDK: stream, responses.stream() + finalResponse(), and the usag
     textChargeInk('text-6-astra', textUsageFromResponses({ inputTokens: usage.input_tokens, cachedTokens: usage.input_tokens_details?.cached_tokens ?? 0, cacheWriteTokens: 0, outputTokens: usage.output_tokens })),
   );
   t.equal((await me(g, k.key)).key.ink_reserved, 0);
+  await invariant();
 });
 
 t.test('max_output_tokens: incomplete is charged for what the vendor reports', async (t) => {
-  const { g, k, client } = await setup(t);
+  const { g, k, client, invariant } = await setup(t);
   const r = await client.responses.create({ model: 'astra', input: 'long [[sim:tokens=200]]', max_output_tokens: 20 });
   t.equal(r.status, 'incomplete');
   t.equal(r.incomplete_details?.reason, 'max_output_tokens');
@@ -105,20 +106,22 @@ t.test('max_output_tokens: incomplete is charged for what the vendor reports', a
   t.ok(m.key.ink_charged > 0);
   t.ok(m.key.ink_charged < responsesHoldInk(0, 20), 'far below the hold (floored at 32,768 output tokens)');
   t.equal(m.key.ink_reserved, 0);
+  await invariant();
 });
 
 t.test('the hold: prompt plus max_output_tokens floored at 32,768', async (t) => {
-  const { g } = await setup(t);
+  const { g, invariant } = await setup(t);
   const poor = await g.newKey();
   const need = responsesHoldInk(0, 100);
   await g.gw.services.ledger.topUp(poor.accountId, need - 1, 'just short');
   const r = await g.call('POST', '/v1/responses', { key: poor.key, body: { model: 'astra', input: 'hi', max_output_tokens: 100 } });
   t.equal(r.status, 402, `a hold of at least ${need} Ink even for max_output_tokens 100`);
   t.equal(r.json.error.code, 'insufficient_ink');
+  await invariant();
 });
 
 t.test('failure paths: response.failed, cut streams, vendor statuses', async (t) => {
-  const { g, k } = await setup(t);
+  const { g, k, invariant } = await setup(t);
   const failed = await rawStream(g, k.key, { input: 'x [[sim:failed]]' });
   const last = failed.events.at(-1)!;
   t.equal(last.event, 'error', 'a failed response ends with our error frame');
@@ -146,12 +149,13 @@ t.test('failure paths: response.failed, cut streams, vendor statuses', async (t)
   t.equal(busy.headers['retry-after'], '9');
   m = await me(g, k.key);
   t.equal(m.key.ink_reserved, reserved, 'refusals released their holds');
+  await invariant();
 });
 
 t.test('the service visible-output cap stops the reply and charges the hold', async (t) => {
-  const { g, k, client } = await setup(t, { responses: { visibleOutputCapChars: 40 } });
+  const { g, k, client, invariant } = await setup(t, { responses: { visibleOutputCapChars: 40 } });
   const before = await me(g, k.key);
-  const raw = await rawStream(g, k.key, { input: 'long reply [[sim:tokens=100]]', max_output_tokens: 1000 });
+  const raw = await rawStream(g, k.key, { input: 'long reply [[sim:tokens=100]] [[sim:pace=2]]', max_output_tokens: 1000 });
   const names = raw.events.map((e) => e.event);
   t.equal(names.at(-1), 'response.incomplete', 'we end the stream with an incomplete terminal event');
   const frame = JSON.parse(raw.comments[0]!.slice('service.usage '.length));
@@ -162,12 +166,13 @@ t.test('the service visible-output cap stops the reply and charges the hold', as
   t.equal(rec?.charged_ink, frame.ink_charged);
   t.equal(frame.ink_charged, rec?.hold_ink, 'the charge equals the hold');
   // The SDK accepts the capped stream.
-  const final = await client.responses.stream({ model: 'astra', input: 'long reply [[sim:tokens=100]]', max_output_tokens: 1000 }).finalResponse();
+  const final = await client.responses.stream({ model: 'astra', input: 'long reply [[sim:tokens=100]] [[sim:pace=2]]', max_output_tokens: 1000 }).finalResponse();
   t.equal(final.status, 'incomplete');
+  await invariant();
 });
 
 t.test('validation and unsupported fields', async (t) => {
-  const { g, k, sim } = await setup(t);
+  const { g, k, sim, invariant } = await setup(t);
   const n = sim.requests.length;
   const cases: Array<[Record<string, unknown>, string, string]> = [
     [{ model: 'gpt-5', input: 'x' }, 'unknown_model', 'model'],
@@ -184,4 +189,5 @@ t.test('validation and unsupported fields', async (t) => {
     t.match(r.json.error.param, new RegExp('^' + param));
   }
   t.equal(sim.requests.length, n);
+  await invariant();
 });

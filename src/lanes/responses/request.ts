@@ -1,0 +1,619 @@
+// The Responses lane's request side: validates a client body for `POST /v1/responses` against the
+// v1 contract, resolves the product model, counts the prompt with the vendor's tokenizer
+// (o200k_base), checks the input envelope, sizes the Ink hold and builds the vendor body once. Pure.
+//
+// ---- README: POST /v1/responses request rules (paste as is) ------------------------------------
+// Accepted top-level fields (validated, then forwarded unless said otherwise):
+//   model               `text-6-astra` or `astra`; omitted or null means `text-6-astra`. Anything
+//                       else (including a Messages model) answers `unknown_model`.
+//   input               required (`missing_input` when absent, null, "" or []): a string, or items:
+//                       messages (`type: "message"` or no type) with role user, assistant, system
+//                       or developer and content a string or parts `input_text`, `output_text`,
+//                       `refusal`; prior output items `message`, `reasoning` (must carry
+//                       `encrypted_content`), `function_call`, `function_call_output` (output a
+//                       string or `input_text` parts). A malformed item answers `invalid_input`
+//                       with `param` `input.N...`.
+//   instructions        string or null.
+//   max_output_tokens   integer from 16 (the vendor's minimum; `invalid_value` below, `invalid_type`
+//                       when not an integer) to 128,000 (`too_large` above); default 32,768. Always
+//                       sent to the vendor, so its cap is the one the hold assumed.
+//   stream, stream_options, parallel_tool_calls, max_tool_calls, temperature (0-2), top_p (0-1),
+//   truncation (auto | disabled), prompt_cache_key: as in the protocol.
+//   tools               function tools only: `{type: "function", name, description?, parameters?,
+//                       strict?}`; a tool without a name answers `invalid_tool`.
+//   tool_choice         `auto`, `none`, `required` or `{type: "function", name}`.
+//   reasoning           `{effort, summary}`; values are the vendor's to judge (`upstream_rejected`).
+//   text                `{format: {type: text | json_schema | json_object}, verbosity: low |
+//                       medium | high}`.
+//   include             only `reasoning.encrypted_content`; the service always adds it (see store).
+//   prompt_cache_retention  only `in_memory` (the default); `24h` answers `unsupported_parameter`
+//                       (it has the vendor keep prompt-derived data for a day).
+//   store               accepted (true, false or null) but always sent as `false`: the service keeps
+//                       no conversation state and offers no way to read a stored response back, so
+//                       nothing may depend on the vendor storing one. The response object says
+//                       `store: false`. Because nothing is stored, every request asks the vendor
+//                       for `reasoning.encrypted_content`, so reasoning items of an output can be
+//                       sent back as input as they are (the stateless form of a tool loop).
+//   metadata            accepted (an object of at most 16 string values, keys up to 64 and values up
+//                       to 512 characters) and not forwarded; the response echoes `metadata: {}`.
+//   user, safety_identifier  accepted (strings) and replaced: the vendor receives
+//                       `safety_identifier` = a hash of the account, never the client's value.
+// Null for any optional field means "absent" (the protocol's own convention).
+// Rejected with 400 `unsupported_parameter`, `param` naming the field: previous_response_id and
+// conversation (vendor-side state), background, prompt (stored prompts), service_tier,
+// top_logprobs, tool types other than `function` (web_search, file_search, code_interpreter,
+// image_generation, mcp, computer_use_preview, local_shell, shell, apply_patch, custom ...), image,
+// file and audio input anywhere (`input_image`, `input_file`, `input_audio`, `image_url` ...), built-in
+// tool call items and `item_reference` in input, any `include` value other than
+// reasoning.encrypted_content, and any top-level field not listed above. A rejected field sent as
+// null (or as its inert default: background false, top_logprobs 0) is ignored and not forwarded.
+// Prompt size: the prompt is counted with o200k_base, the vendor's tokenizer. Above 922,000 tokens
+// the request answers 413 `payload_too_large` (`param` input). The count used for that check is the
+// exact token count of the text the vendor reads verbatim (instructions, message text, function
+// call names and arguments, function outputs, tool names and descriptions), so it never exceeds
+// what the vendor counts: the vendor adds role and framing tokens on top. The hold uses that count
+// plus framing (4 tokens per input item, 8 per tool, 32 per request), tool parameter schemas and
+// the json_schema format as JSON, a quarter of each reasoning item's encrypted_content length, and
+// a margin of 2% + 64 tokens.
+// Counting cost on one core of the reference machine (2 cores, Node 20), exact count: English 1 MiB
+// ~70 ms, 4 MiB ~275 ms; CJK 1 MiB ~80 ms, 4 MiB ~320 ms; CJK without punctuation 4 MiB ~0.9 s;
+// worst case, 4 MiB of one repeated character, ~1.6-2.1 s (gpt-tokenizer's own countTokens takes
+// 39 s for 256 KiB of one character, and its merge cache retains request text, so it is not used).
+// -------------------------------------------------------------------------------------------------
+import { ApiError, type ErrorCode } from '../../errors.js';
+import type { Catalog, TextModel } from '../../catalog/models.js';
+import { responsesHoldInk } from '../../ledger/pricing.js';
+import { countO200kTokens } from './token-count.js';
+
+export { countO200kTokens } from './token-count.js';
+
+export interface ResponsesRequest {
+  /** The resolved product model. */
+  model: TextModel;
+  stream: boolean;
+  /** The client's value or the model's default (32,768); at most the model's maximum (128,000). */
+  maxOutputTokens: number;
+  /**
+   * Exact o200k_base count of the text the vendor reads verbatim: never above what the vendor
+   * reports as input_tokens. The envelope check (413 above the model's max input) uses it.
+   */
+  promptTokens: number;
+  /** promptTokens plus framing, schemas, reasoning items and the margin: what the hold assumes. */
+  promptTokensForHold: number;
+  /** `responsesHoldInk(promptTokensForHold, maxOutputTokens, model)`. */
+  holdInk: number;
+  /** JSON for the vendor: accepted fields only, vendor model id, explicit cap, store false, our safety_identifier. */
+  vendorBody: string;
+}
+
+export interface ParseResponsesOptions {
+  /** Sent as `safety_identifier` in place of anything the client sent (a hash of the account/key). */
+  userHash: string;
+}
+
+/** The vendor refuses `max_output_tokens` below this. */
+export const RESPONSES_MIN_OUTPUT_TOKENS = 16;
+/** Hold framing: per input item (role and turn markers), per tool, per request. */
+export const HOLD_ITEM_OVERHEAD_TOKENS = 4;
+export const HOLD_TOOL_OVERHEAD_TOKENS = 8;
+export const HOLD_REQUEST_OVERHEAD_TOKENS = 32;
+/** Hold margin over the count: +2% + 64 tokens. */
+export const HOLD_MARGIN_PERCENT = 2;
+export const HOLD_MARGIN_TOKENS = 64;
+/** Characters of a reasoning item's encrypted_content per token assumed for the hold. */
+export const HOLD_ENCRYPTED_CHARS_PER_TOKEN = 4;
+/** The one `include` value accepted; always sent (store is false). */
+export const INCLUDE_ENCRYPTED_REASONING = 'reasoning.encrypted_content';
+
+export const RESPONSES_ACCEPTED_FIELDS: readonly string[] = Object.freeze([
+  'model',
+  'input',
+  'instructions',
+  'max_output_tokens',
+  'stream',
+  'stream_options',
+  'tools',
+  'tool_choice',
+  'parallel_tool_calls',
+  'max_tool_calls',
+  'reasoning',
+  'text',
+  'temperature',
+  'top_p',
+  'truncation',
+  'include',
+  'prompt_cache_key',
+  'prompt_cache_retention',
+  'store',
+  'metadata',
+  'user',
+  'safety_identifier',
+]);
+
+export const RESPONSES_REJECTED_FIELDS: Readonly<Record<string, string>> = Object.freeze({
+  previous_response_id: 'needs conversation state kept by the vendor; the service keeps none (store is always false): send the whole transcript',
+  conversation: 'needs conversation state kept by the vendor; the service keeps none: send the whole transcript',
+  background: 'background responses are read back by id later; the service offers no retrieval',
+  prompt: 'stored prompt templates live in the vendor account, not in yours',
+  service_tier: 'tiers change the vendor price; Ink prices assume the default tier',
+  top_logprobs: 'log-probabilities are not offered in v1',
+});
+
+/** Why parts of accepted fields are refused (messages of the `unsupported_parameter` answers). */
+const WHY_CACHE_RETENTION = 'only "in_memory" (the default): "24h" has the vendor keep prompt-derived data for a day';
+const WHY_TOOLS = 'only function tools; built-in and custom tools run on the vendor side';
+const WHY_ITEMS = 'text only; built-in tool call items and item references are not offered';
+
+type Obj = Record<string, unknown>;
+const isObj = (v: unknown): v is Obj => typeof v === 'object' && v !== null && !Array.isArray(v);
+const describe = (v: unknown): string => (v === null ? 'null' : Array.isArray(v) ? 'array' : typeof v);
+
+const ACCEPTED: ReadonlySet<string> = new Set(RESPONSES_ACCEPTED_FIELDS);
+/** Rejected top-level fields and the value that means "not used" besides null (ignored, not forwarded). */
+const REJECTED_INERT: ReadonlyMap<string, unknown> = new Map<string, unknown>([
+  ['previous_response_id', null],
+  ['conversation', null],
+  ['background', false],
+  ['prompt', null],
+  ['service_tier', null],
+  ['top_logprobs', 0],
+]);
+
+const ROLES: ReadonlySet<string> = new Set(['user', 'assistant', 'system', 'developer']);
+/** Media content parts, in messages and in function outputs. */
+const MEDIA_PARTS: ReadonlySet<string> = new Set(['input_image', 'input_file', 'input_audio', 'image_url', 'image', 'file', 'audio', 'input_video', 'video']);
+/** Input items that belong to built-in or custom tools, or that need vendor-side state. */
+const UNSUPPORTED_ITEMS: ReadonlySet<string> = new Set([
+  'item_reference',
+  'file_search_call',
+  'web_search_call',
+  'computer_call',
+  'computer_call_output',
+  'code_interpreter_call',
+  'image_generation_call',
+  'local_shell_call',
+  'local_shell_call_output',
+  'shell_call',
+  'shell_call_output',
+  'apply_patch_call',
+  'apply_patch_call_output',
+  'mcp_list_tools',
+  'mcp_approval_request',
+  'mcp_approval_response',
+  'mcp_call',
+  'custom_tool_call',
+  'custom_tool_call_output',
+  'compaction',
+]);
+const TOOL_CHOICE_MODES: ReadonlySet<string> = new Set(['auto', 'none', 'required']);
+/** tool_choice object types that name a rejected tool kind. */
+const TOOL_CHOICE_UNSUPPORTED: ReadonlySet<string> = new Set([
+  'allowed_tools',
+  'file_search',
+  'web_search',
+  'web_search_preview',
+  'web_search_preview_2025_03_11',
+  'computer_use_preview',
+  'code_interpreter',
+  'image_generation',
+  'mcp',
+  'custom',
+  'local_shell',
+  'shell',
+  'apply_patch',
+]);
+const FORMAT_TYPES: ReadonlySet<string> = new Set(['text', 'json_schema', 'json_object']);
+const VERBOSITIES: ReadonlySet<string> = new Set(['low', 'medium', 'high']);
+const TRUNCATIONS: ReadonlySet<string> = new Set(['auto', 'disabled']);
+const METADATA_MAX_KEYS = 16;
+const METADATA_MAX_KEY_CHARS = 64;
+const METADATA_MAX_VALUE_CHARS = 512;
+
+/** Forwarded as sent (after validation), in this order, when present and not null. */
+const FORWARDED: readonly string[] = [
+  'input',
+  'instructions',
+  'stream',
+  'stream_options',
+  'tools',
+  'tool_choice',
+  'parallel_tool_calls',
+  'max_tool_calls',
+  'reasoning',
+  'text',
+  'temperature',
+  'top_p',
+  'truncation',
+  'prompt_cache_key',
+  'prompt_cache_retention',
+];
+
+function fail(code: ErrorCode, param: string, message: string): never {
+  throw new ApiError(code, { param, message });
+}
+
+/** Running token totals of the one walk over the body. */
+interface Count {
+  /** Exact tokens of verbatim text (the envelope count). */
+  verbatim: number;
+  /** Extra tokens the hold assumes beyond `verbatim`, before the margin. */
+  extra: number;
+}
+
+/**
+ * Validates a parsed JSON body for `POST /v1/responses` and builds the vendor request.
+ * Throws ApiError with the code and a `param` naming the field as a dotted path.
+ */
+export function parseResponsesRequest(body: Record<string, unknown>, catalog: Catalog, opts: ParseResponsesOptions): ResponsesRequest {
+  if (!isObj(body)) fail('invalid_body', 'body', 'The request body must be a JSON object.');
+
+  for (const key of Object.keys(body)) {
+    if (ACCEPTED.has(key)) continue;
+    const inert = REJECTED_INERT.get(key);
+    if (REJECTED_INERT.has(key)) {
+      const v = body[key];
+      if (v === null || v === inert) continue;
+      fail('unsupported_parameter', key, `\`${key}\` is not supported in v1: ${RESPONSES_REJECTED_FIELDS[key]}.`);
+    }
+    fail('unsupported_parameter', key, `\`${key}\` is not supported in v1.`);
+  }
+
+  // model
+  const modelName = body.model;
+  const model =
+    modelName === undefined || modelName === null
+      ? catalog.firstText('openai-responses')
+      : typeof modelName === 'string'
+        ? catalog.text(modelName, 'openai-responses')
+        : undefined;
+  if (model === undefined) {
+    const shown = typeof modelName === 'string' ? JSON.stringify(modelName.slice(0, 100)) : describe(modelName);
+    fail('unknown_model', 'model', `Unknown model ${shown} for /v1/responses; use text-6-astra (or astra).`);
+  }
+
+  // max_output_tokens
+  let maxOutputTokens: number;
+  const mot = body.max_output_tokens;
+  if (mot === undefined || mot === null) {
+    maxOutputTokens = model.constraints.defaultMaxOutputTokens ?? model.constraints.maxOutputTokens;
+  } else {
+    if (typeof mot !== 'number' || !Number.isInteger(mot)) fail('invalid_type', 'max_output_tokens', '`max_output_tokens` must be an integer.');
+    if (mot < RESPONSES_MIN_OUTPUT_TOKENS) fail('invalid_value', 'max_output_tokens', `\`max_output_tokens\` must be at least ${RESPONSES_MIN_OUTPUT_TOKENS}.`);
+    if (mot > model.constraints.maxOutputTokens) {
+      fail('too_large', 'max_output_tokens', `\`max_output_tokens\` may be at most ${model.constraints.maxOutputTokens} for ${model.id}.`);
+    }
+    maxOutputTokens = mot;
+  }
+
+  // stream
+  const stream = optional(body, 'stream');
+  if (stream !== undefined && typeof stream !== 'boolean') fail('invalid_type', 'stream', '`stream` must be a boolean.');
+  if (stream === true && !model.constraints.streaming) fail('unsupported_parameter', 'stream', `${model.id} does not stream.`);
+  const so = optional(body, 'stream_options');
+  if (so !== undefined) {
+    if (!isObj(so)) fail('invalid_type', 'stream_options', '`stream_options` must be an object.');
+    if (so.include_obfuscation !== undefined && typeof so.include_obfuscation !== 'boolean') {
+      fail('invalid_type', 'stream_options.include_obfuscation', '`stream_options.include_obfuscation` must be a boolean.');
+    }
+  }
+
+  const count: Count = { verbatim: 0, extra: HOLD_REQUEST_OVERHEAD_TOKENS };
+
+  // input
+  checkInput(body.input, count);
+
+  // instructions
+  const instructions = optional(body, 'instructions');
+  if (instructions !== undefined) {
+    if (typeof instructions !== 'string') fail('invalid_type', 'instructions', '`instructions` must be a string.');
+    count.verbatim += countO200kTokens(instructions);
+    count.extra += HOLD_ITEM_OVERHEAD_TOKENS;
+  }
+
+  // tools, tool_choice
+  const tools = optional(body, 'tools');
+  if (tools !== undefined) checkTools(tools, count);
+  const toolChoice = optional(body, 'tool_choice');
+  if (toolChoice !== undefined) checkToolChoice(toolChoice);
+  const ptc = optional(body, 'parallel_tool_calls');
+  if (ptc !== undefined && typeof ptc !== 'boolean') fail('invalid_type', 'parallel_tool_calls', '`parallel_tool_calls` must be a boolean.');
+  const mtc = optional(body, 'max_tool_calls');
+  if (mtc !== undefined) {
+    if (typeof mtc !== 'number' || !Number.isInteger(mtc)) fail('invalid_type', 'max_tool_calls', '`max_tool_calls` must be an integer.');
+    if (mtc < 1) fail('invalid_value', 'max_tool_calls', '`max_tool_calls` must be at least 1.');
+  }
+
+  // reasoning: shapes only; which efforts and summaries a model takes is the vendor's to say.
+  const reasoning = optional(body, 'reasoning');
+  if (reasoning !== undefined) {
+    if (!isObj(reasoning)) fail('invalid_type', 'reasoning', '`reasoning` must be an object.');
+    for (const k of ['effort', 'summary'] as const) {
+      const v = reasoning[k];
+      if (v !== undefined && v !== null && typeof v !== 'string') fail('invalid_type', `reasoning.${k}`, `\`reasoning.${k}\` must be a string.`);
+    }
+  }
+
+  // text
+  const text = optional(body, 'text');
+  if (text !== undefined) checkText(text, count);
+
+  // sampling
+  checkNumber(body, 'temperature', 0, 2);
+  checkNumber(body, 'top_p', 0, 1);
+  const truncation = optional(body, 'truncation');
+  if (truncation !== undefined) {
+    if (typeof truncation !== 'string') fail('invalid_type', 'truncation', '`truncation` must be a string.');
+    if (!TRUNCATIONS.has(truncation)) fail('invalid_enum', 'truncation', '`truncation` must be "auto" or "disabled".');
+  }
+
+  // include
+  const include = optional(body, 'include');
+  if (include !== undefined) {
+    if (!Array.isArray(include)) fail('invalid_type', 'include', '`include` must be an array of strings.');
+    for (let i = 0; i < include.length; i++) {
+      const v: unknown = include[i];
+      if (typeof v !== 'string') fail('invalid_type', `include.${i}`, '`include` must be an array of strings.');
+      if (v !== INCLUDE_ENCRYPTED_REASONING) fail('unsupported_parameter', `include.${i}`, `\`include\` value ${JSON.stringify(v.slice(0, 100))} is not supported in v1; only "${INCLUDE_ENCRYPTED_REASONING}".`);
+    }
+  }
+
+  // caching
+  const pck = optional(body, 'prompt_cache_key');
+  if (pck !== undefined && typeof pck !== 'string') fail('invalid_type', 'prompt_cache_key', '`prompt_cache_key` must be a string.');
+  const pcr = optional(body, 'prompt_cache_retention');
+  if (pcr !== undefined) {
+    if (typeof pcr !== 'string') fail('invalid_type', 'prompt_cache_retention', '`prompt_cache_retention` must be a string.');
+    if (pcr === '24h') fail('unsupported_parameter', 'prompt_cache_retention', `\`prompt_cache_retention\` "24h" is not supported in v1: ${WHY_CACHE_RETENTION}.`);
+    if (pcr !== 'in_memory') fail('invalid_enum', 'prompt_cache_retention', '`prompt_cache_retention` must be "in_memory".');
+  }
+
+  // store: accepted, always false on the wire.
+  const store = optional(body, 'store');
+  if (store !== undefined && typeof store !== 'boolean') fail('invalid_type', 'store', '`store` must be a boolean.');
+
+  // metadata, user, safety_identifier: validated, never forwarded.
+  const metadata = optional(body, 'metadata');
+  if (metadata !== undefined) checkMetadata(metadata);
+  for (const k of ['user', 'safety_identifier'] as const) {
+    const v = optional(body, k);
+    if (v !== undefined && typeof v !== 'string') fail('invalid_type', k, `\`${k}\` must be a string.`);
+  }
+
+  // Envelope: the verbatim count is exact and the vendor's count is at least it.
+  const promptTokens = count.verbatim;
+  if (promptTokens > model.constraints.maxInputTokens) {
+    fail('payload_too_large', 'input', `The prompt is ${promptTokens} tokens, above the ${model.constraints.maxInputTokens}-token input limit of ${model.id}.`);
+  }
+  const raw = count.verbatim + count.extra;
+  const promptTokensForHold = raw + Math.ceil((raw * HOLD_MARGIN_PERCENT) / 100) + HOLD_MARGIN_TOKENS;
+  const holdInk = responsesHoldInk(promptTokensForHold, maxOutputTokens, model);
+
+  const out: Obj = { model: model.vendorModel };
+  for (const k of FORWARDED) {
+    const v = body[k];
+    if (v !== undefined && v !== null) out[k] = v;
+  }
+  out.max_output_tokens = maxOutputTokens;
+  out.include = [INCLUDE_ENCRYPTED_REASONING];
+  out.store = false;
+  out.safety_identifier = opts.userHash;
+  const vendorBody = JSON.stringify(out);
+
+  return { model, stream: stream === true, maxOutputTokens, promptTokens, promptTokensForHold, holdInk, vendorBody };
+}
+
+/** The field's value, with null read as absent. */
+function optional(body: Obj, key: string): unknown {
+  const v = body[key];
+  return v === null ? undefined : v;
+}
+
+function checkNumber(body: Obj, key: string, min: number, max: number): void {
+  const v = optional(body, key);
+  if (v === undefined) return;
+  if (typeof v !== 'number' || !Number.isFinite(v)) fail('invalid_type', key, `\`${key}\` must be a number.`);
+  if (v < min || v > max) fail('invalid_value', key, `\`${key}\` must be from ${min} to ${max}.`);
+}
+
+// ---------------------------------------------------------------------------------------------
+// input
+
+function checkInput(input: unknown, count: Count): void {
+  if (input === undefined || input === null || input === '' || (Array.isArray(input) && input.length === 0)) {
+    fail('missing_input', 'input', '`input` is required: a string or a non-empty array of items.');
+  }
+  if (typeof input === 'string') {
+    count.verbatim += countO200kTokens(input);
+    count.extra += HOLD_ITEM_OVERHEAD_TOKENS;
+    return;
+  }
+  if (!Array.isArray(input)) fail('invalid_type', 'input', '`input` must be a string or an array of items.');
+  for (let i = 0; i < input.length; i++) {
+    checkItem(input[i], `input.${i}`, count);
+    count.extra += HOLD_ITEM_OVERHEAD_TOKENS;
+  }
+}
+
+function badInput(param: string, message: string): never {
+  fail('invalid_input', param, message);
+}
+
+function requireString(item: Obj, key: string, path: string): string {
+  const v = item[key];
+  if (typeof v !== 'string') badInput(`${path}.${key}`, `\`${path}.${key}\` must be a string.`);
+  return v;
+}
+
+function checkItem(item: unknown, path: string, count: Count): void {
+  if (!isObj(item)) badInput(path, `\`${path}\` must be an object (an input item).`);
+  const type = item.type;
+  if (type === undefined || type === 'message') {
+    checkMessage(item, path, count);
+    return;
+  }
+  if (typeof type !== 'string') badInput(`${path}.type`, `\`${path}.type\` must be a string.`);
+  switch (type) {
+    case 'reasoning': {
+      // With store false the vendor cannot look a reasoning item up by id: it must come back whole.
+      const enc = item.encrypted_content;
+      if (typeof enc !== 'string' || enc.length === 0) {
+        badInput(`${path}.encrypted_content`, `\`${path}\` is a reasoning item without \`encrypted_content\`; the service keeps no state, so reasoning items must be sent back as returned (the service always requests ${INCLUDE_ENCRYPTED_REASONING}), or left out.`);
+      }
+      count.extra += Math.ceil(enc.length / HOLD_ENCRYPTED_CHARS_PER_TOKEN);
+      const summary = item.summary;
+      if (summary !== undefined) {
+        if (!Array.isArray(summary)) badInput(`${path}.summary`, `\`${path}.summary\` must be an array.`);
+        for (let k = 0; k < summary.length; k++) {
+          const s: unknown = summary[k];
+          if (!isObj(s) || typeof s.text !== 'string') badInput(`${path}.summary.${k}`, `\`${path}.summary.${k}\` must be a summary_text part with a string \`text\`.`);
+          count.extra += countO200kTokens(s.text);
+        }
+      }
+      return;
+    }
+    case 'function_call': {
+      requireString(item, 'call_id', path);
+      const name = requireString(item, 'name', path);
+      const args = requireString(item, 'arguments', path);
+      count.verbatim += countO200kTokens(name) + countO200kTokens(args);
+      return;
+    }
+    case 'function_call_output': {
+      requireString(item, 'call_id', path);
+      const output = item.output;
+      if (typeof output === 'string') {
+        count.verbatim += countO200kTokens(output);
+        return;
+      }
+      if (!Array.isArray(output)) badInput(`${path}.output`, `\`${path}.output\` must be a string or an array of input_text parts.`);
+      for (let k = 0; k < output.length; k++) countTextPart(output[k], `${path}.output.${k}`, count, false);
+      return;
+    }
+    default:
+      if (UNSUPPORTED_ITEMS.has(type)) {
+        fail('unsupported_parameter', `${path}.type`, `Input items of type "${type}" are not supported in v1: ${WHY_ITEMS}.`);
+      }
+      if (MEDIA_PARTS.has(type)) fail('unsupported_parameter', `${path}.type`, `"${type}" input is not supported in v1: text only.`);
+      badInput(`${path}.type`, `Unknown input item type ${JSON.stringify(type.slice(0, 100))}.`);
+  }
+}
+
+function checkMessage(item: Obj, path: string, count: Count): void {
+  const role = item.role;
+  if (typeof role !== 'string' || !ROLES.has(role)) badInput(`${path}.role`, `\`${path}.role\` must be one of user, assistant, system, developer.`);
+  const content = item.content;
+  if (typeof content === 'string') {
+    count.verbatim += countO200kTokens(content);
+    return;
+  }
+  if (!Array.isArray(content)) badInput(`${path}.content`, `\`${path}.content\` must be a string or an array of content parts.`);
+  for (let k = 0; k < content.length; k++) countTextPart(content[k], `${path}.content.${k}`, count, true);
+}
+
+/** A text content part: input_text everywhere; output_text and refusal in messages only. */
+function countTextPart(part: unknown, path: string, count: Count, inMessage: boolean): void {
+  if (!isObj(part)) badInput(path, `\`${path}\` must be a content part object.`);
+  const type = part.type;
+  if (typeof type !== 'string') badInput(`${path}.type`, `\`${path}.type\` must be a string.`);
+  if (type === 'input_text' || (inMessage && type === 'output_text')) {
+    count.verbatim += countO200kTokens(requireString(part, 'text', path));
+    return;
+  }
+  if (inMessage && type === 'refusal') {
+    count.verbatim += countO200kTokens(requireString(part, 'refusal', path));
+    return;
+  }
+  if (MEDIA_PARTS.has(type)) fail('unsupported_parameter', `${path}.type`, `"${type}" content is not supported in v1: text only.`);
+  badInput(`${path}.type`, `Unknown content part type ${JSON.stringify(type.slice(0, 100))}.`);
+}
+
+// ---------------------------------------------------------------------------------------------
+// tools, tool_choice, text, metadata
+
+function checkTools(tools: unknown, count: Count): void {
+  if (!Array.isArray(tools)) fail('invalid_type', 'tools', '`tools` must be an array.');
+  for (let i = 0; i < tools.length; i++) {
+    const t: unknown = tools[i];
+    const path = `tools.${i}`;
+    if (!isObj(t)) fail('invalid_tool', path, `\`${path}\` must be a tool object.`);
+    if (t.type !== 'function') {
+      if (typeof t.type === 'string') {
+        fail('unsupported_parameter', `${path}.type`, `Tools of type "${t.type.slice(0, 100)}" are not supported in v1: ${WHY_TOOLS}.`);
+      }
+      fail('invalid_tool', `${path}.type`, `\`${path}.type\` must be "function".`);
+    }
+    const name = t.name;
+    if (typeof name !== 'string' || name.length === 0) fail('invalid_tool', `${path}.name`, `\`${path}.name\` must be a non-empty string.`);
+    count.verbatim += countO200kTokens(name);
+    const description = t.description;
+    if (description !== undefined && description !== null) {
+      if (typeof description !== 'string') fail('invalid_type', `${path}.description`, `\`${path}.description\` must be a string.`);
+      count.verbatim += countO200kTokens(description);
+    }
+    const parameters = t.parameters;
+    if (parameters !== undefined && parameters !== null) {
+      if (!isObj(parameters)) fail('invalid_type', `${path}.parameters`, `\`${path}.parameters\` must be a JSON Schema object.`);
+      count.extra += countO200kTokens(JSON.stringify(parameters));
+    }
+    const strict = t.strict;
+    if (strict !== undefined && strict !== null && typeof strict !== 'boolean') fail('invalid_type', `${path}.strict`, `\`${path}.strict\` must be a boolean.`);
+    count.extra += HOLD_TOOL_OVERHEAD_TOKENS;
+  }
+}
+
+function checkToolChoice(tc: unknown): void {
+  if (typeof tc === 'string') {
+    if (!TOOL_CHOICE_MODES.has(tc)) fail('invalid_enum', 'tool_choice', '`tool_choice` must be "auto", "none", "required" or {type: "function", name}.');
+    return;
+  }
+  if (!isObj(tc)) fail('invalid_type', 'tool_choice', '`tool_choice` must be a string or an object.');
+  const type = tc.type;
+  if (type === 'function') {
+    if (typeof tc.name !== 'string' || tc.name.length === 0) fail('invalid_type', 'tool_choice.name', '`tool_choice.name` must be a non-empty string.');
+    return;
+  }
+  if (typeof type === 'string' && TOOL_CHOICE_UNSUPPORTED.has(type)) {
+    fail('unsupported_parameter', 'tool_choice.type', `\`tool_choice\` of type "${type}" is not supported in v1: only function tools.`);
+  }
+  fail('invalid_enum', 'tool_choice.type', '`tool_choice.type` must be "function".');
+}
+
+function checkText(text: unknown, count: Count): void {
+  if (!isObj(text)) fail('invalid_type', 'text', '`text` must be an object.');
+  const format = text.format;
+  if (format !== undefined && format !== null) {
+    if (!isObj(format)) fail('invalid_type', 'text.format', '`text.format` must be an object.');
+    const type = format.type;
+    if (typeof type !== 'string' || !FORMAT_TYPES.has(type)) fail('invalid_enum', 'text.format.type', '`text.format.type` must be "text", "json_schema" or "json_object".');
+    if (type === 'json_schema') {
+      if (typeof format.name !== 'string' || format.name.length === 0) fail('invalid_type', 'text.format.name', '`text.format.name` must be a non-empty string.');
+      if (!isObj(format.schema)) fail('invalid_type', 'text.format.schema', '`text.format.schema` must be a JSON Schema object.');
+      const description = format.description;
+      if (description !== undefined && description !== null && typeof description !== 'string') {
+        fail('invalid_type', 'text.format.description', '`text.format.description` must be a string.');
+      }
+      // The vendor renders the schema into the prompt in its own form: the hold budgets its JSON.
+      count.extra +=
+        countO200kTokens(format.name) +
+        countO200kTokens(JSON.stringify(format.schema)) +
+        (typeof description === 'string' ? countO200kTokens(description) : 0) +
+        HOLD_TOOL_OVERHEAD_TOKENS;
+    }
+  }
+  const verbosity = text.verbosity;
+  if (verbosity !== undefined && verbosity !== null && (typeof verbosity !== 'string' || !VERBOSITIES.has(verbosity))) {
+    fail('invalid_enum', 'text.verbosity', '`text.verbosity` must be "low", "medium" or "high".');
+  }
+}
+
+function checkMetadata(metadata: unknown): void {
+  if (!isObj(metadata)) fail('invalid_type', 'metadata', '`metadata` must be an object of strings.');
+  const keys = Object.keys(metadata);
+  if (keys.length > METADATA_MAX_KEYS) fail('invalid_value', 'metadata', `\`metadata\` may have at most ${METADATA_MAX_KEYS} keys.`);
+  for (const k of keys) {
+    if (k.length > METADATA_MAX_KEY_CHARS) fail('too_long', 'metadata', `\`metadata\` keys may be at most ${METADATA_MAX_KEY_CHARS} characters.`);
+    const v = metadata[k];
+    if (typeof v !== 'string') fail('invalid_type', `metadata.${k}`, '`metadata` values must be strings.');
+    if (v.length > METADATA_MAX_VALUE_CHARS) fail('too_long', `metadata.${k}`, `\`metadata\` values may be at most ${METADATA_MAX_VALUE_CHARS} characters.`);
+  }
+}

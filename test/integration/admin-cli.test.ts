@@ -1,0 +1,73 @@
+// The admin CLI against a real database: every core command, --json, one-line errors with exit 1.
+import t from 'tap';
+import { loadConfig } from '../../src/config/config.js';
+import { runCli } from '../../src/admin/cli.js';
+import { startTestGateway } from '../helpers/gateway.js';
+
+t.test('inkgate CLI', async (t) => {
+  const g = await startTestGateway(t);
+  const cfg = loadConfig({}, { db: { url: g.db.url, schema: g.db.schema } });
+  const run = async (...argv: string[]) => {
+    let out = '';
+    let err = '';
+    const code = await runCli(argv, (s) => void (out += s), (s) => void (err += s), cfg);
+    return { code, out, err, json: argv.includes('--json') && out ? JSON.parse(out) : undefined };
+  };
+
+  const acc = await run('account', 'create', '--name', 'Ada', '--plan', 'pro', '--json');
+  t.equal(acc.code, 0);
+  t.match(acc.json.id, /^usr_/);
+  const top = await run('topup', '--account', acc.json.id, '--usd', '12.34', '--json');
+  t.equal(top.code, 0, top.err);
+  const key = await run('key', 'create', '--account', acc.json.id, '--name', 'ci', '--ink-limit', '300', '--json');
+  t.equal(key.code, 0, key.err);
+  t.match(key.json.key, /^svc_[A-Za-z0-9_-]{43}$/, 'the raw key is printed once');
+  const me = await g.call('GET', '/v1/me', { key: key.json.key });
+  t.equal(me.json.ink.payg_balance, 1234);
+  t.equal(me.json.key.ink_limit, 300);
+
+  const list = await run('key', 'list', '--account', acc.json.id, '--json');
+  t.equal(list.json.length, 1);
+  t.notOk(list.out.includes(key.json.key), 'key list never shows the raw key');
+  t.equal(list.json[0].prefix, key.json.key.slice(0, 12));
+
+  t.equal((await run('key', 'set-limit', key.json.id, '--ink-limit', 'none')).code, 0);
+  t.equal((await g.call('GET', '/v1/me', { key: key.json.key })).json.key.ink_limit, null);
+
+  t.equal((await run('lane', 'enable', 'messages')).code, 0);
+  t.equal((await run('model', 'pause', 'sonnet', '--retry-after', '60', '--json')).json.model, 'assistant-sonnet-5', 'aliases resolve');
+  const paused = await g.db.pool.query('SELECT retry_after_s FROM model_pauses');
+  t.same(paused.rows, [{ retry_after_s: 60 }]);
+  t.equal((await run('model', 'resume', 'sonnet')).code, 0);
+
+  t.equal((await run('api', 'close')).code, 0);
+  await g.gw.services.state.refresh();
+  t.equal((await g.call('GET', '/v1/models')).json.error.code, 'external_api_disabled');
+  t.equal((await run('api', 'open')).code, 0);
+  await g.gw.services.state.refresh();
+
+  t.equal((await run('key', 'revoke', key.json.id)).code, 0);
+  t.equal((await g.call('GET', '/v1/me', { key: key.json.key })).status, 401);
+
+  const reqs = await run('requests', '--account', acc.json.id, '--json');
+  t.equal(reqs.code, 0, reqs.err);
+
+  // Errors: one clear line, exit status 1.
+  for (const argv of [
+    ['account', 'create', '--name', 'x', '--plan', 'platinum'],
+    ['key', 'create', '--name', 'x'],
+    ['lane', 'enable', 'telepathy'],
+    ['model', 'pause', 'gpt-9'],
+    ['frobnicate'],
+    ['topup', '--account', acc.json.id, '--usd', '-5'],
+  ]) {
+    const r = await run(...argv);
+    t.equal(r.code, 1, argv.join(' '));
+    t.equal(r.err.trim().split('\n').length, 1, `one line: ${r.err.trim()}`);
+    t.match(r.err, /^inkgate: /);
+  }
+  const free = await run('account', 'create', '--name', 'f', '--plan', 'free', '--json');
+  const denied = await run('key', 'create', '--account', free.json.id, '--name', 'k');
+  t.equal(denied.code, 1);
+  t.match(denied.err, /paid plan or at least one completed/);
+});

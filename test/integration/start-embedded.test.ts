@@ -1,0 +1,66 @@
+// `npm start` as a new user runs it: no DATABASE_URL, no REDIS_URL, a fresh data dir. The gateway
+// starts an embedded PostgreSQL, creates the demo account and key, and serves /v1/me with it.
+// Then the process is SIGKILLed (orphaning its postmaster) and started again on the same data dir.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import t from 'tap';
+import { call } from '../helpers/gateway.js';
+
+const root = new URL('../..', import.meta.url).pathname;
+
+function start(dataDir: string): Promise<{ child: ChildProcess; url: string; output: () => string }> {
+  const env: Record<string, string> = {};
+  for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !['DATABASE_URL', 'REDIS_URL', 'INKGATE_CONFIG'].includes(k) && !k.startsWith('INKGATE_')) env[k] = v;
+  Object.assign(env, { INKGATE_DATA_DIR: dataDir, INKGATE_PORT: '0' });
+  const child = spawn(process.execPath, [join(root, 'bin/start.js')], { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`no listening line within 90 s:\n${out}`)), 90_000);
+    const onData = (d: Buffer) => {
+      out += d.toString();
+      const m = /inkgate listening on (http:\/\/[^"\s]+)/.exec(out);
+      if (m) {
+        clearTimeout(timer);
+        resolve({ child, url: m[1]!, output: () => out });
+      }
+    };
+    child.stdout!.on('data', onData);
+    child.stderr!.on('data', (d: Buffer) => void (out += d.toString()));
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`exited ${code} before listening:\n${out}`));
+    });
+  });
+}
+
+t.test('npm start on a fresh machine, then after a SIGKILL', { timeout: 240_000 }, async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'inkgate-start-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const a = await start(dir);
+  t.match(a.output(), /store: embedded PostgreSQL/);
+  t.match(a.output(), /limits: in-process/);
+  const keyFile = join(dir, 'demo-key');
+  t.equal(statSync(keyFile).mode & 0o777, 0o600, 'demo-key is 0600');
+  const key = readFileSync(keyFile, 'utf8').trim();
+  t.ok(a.output().includes(key), 'the key is printed once');
+  const me = await call(a.url, 'GET', '/v1/me', { key });
+  t.equal(me.status, 200);
+  t.equal(me.json.ink.payg_balance, 5000, 'demo account: 50 USD of pay-as-you-go Ink');
+  t.equal((await call(a.url, 'GET', '/v1/models')).status, 200);
+
+  // SIGKILL leaves the postmaster running with the data dir locked: the next start must cope.
+  const gone = new Promise((r) => a.child.once('exit', r));
+  a.child.kill('SIGKILL');
+  await gone;
+  const b = await start(dir);
+  t.teardown(async () => {
+    const bye = new Promise((r) => b.child.once('exit', r));
+    b.child.kill('SIGTERM');
+    await bye;
+  });
+  t.notOk(b.output().includes('Demo account created'), 'no second demo account');
+  const again = await call(b.url, 'GET', '/v1/me', { key });
+  t.equal(again.status, 200, 'same data, same key after the restart');
+});
