@@ -3,7 +3,7 @@
 // Stores: the machine's PostgreSQL (127.0.0.1:5432, database test) and Redis (127.0.0.1:6379) when
 // they answer, otherwise an embedded PostgreSQL and the in-process limiter. It says which it used.
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, dirname } from 'node:path';
@@ -70,7 +70,17 @@ if (env.REDIS_URL) {
   console.log('# stores: in-process rate limiter (127.0.0.1:6379 did not answer); Redis-only tests use a private redis-server when one is installed');
 }
 
-const files = process.argv.slice(2);
+// Only *.test.ts files are tests: helpers and this runner are not.
+function testFiles(dir) {
+  const out = [];
+  for (const e of readdirSync(join(root, dir), { withFileTypes: true })) {
+    const rel = join(dir, e.name);
+    if (e.isDirectory()) out.push(...testFiles(rel));
+    else if (e.name.endsWith('.test.ts')) out.push(rel);
+  }
+  return out.sort();
+}
+const files = process.argv.length > 2 ? process.argv.slice(2) : testFiles('test');
 const child = spawn(bin('tap'), ['--reporter=tap', ...files], { cwd: root, env, stdio: ['ignore', 'pipe', 'inherit'] });
 let pass = 0;
 let fail = 0;

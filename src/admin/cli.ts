@@ -201,7 +201,7 @@ function human(v: unknown): string {
   return String(v);
 }
 
-export async function runCli(argv: string[], out = (s: string) => process.stdout.write(s), err = (s: string) => process.stderr.write(s), config?: Config): Promise<number> {
+export async function runCli(argv: string[], out: (s: string) => unknown = (s) => process.stdout.write(s), err: (s: string) => unknown = (s) => process.stderr.write(s), config?: Config): Promise<number> {
   const args = parseArgs(argv);
   const json = args.flags.json === true;
   if (args.positional.length === 0 || args.flags.help === true || args.positional[0] === 'help') {

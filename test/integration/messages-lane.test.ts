@@ -29,7 +29,7 @@ async function setup(t: Test, opts: { enable?: boolean } = {}) {
 const me = async (g: TestGateway, key: string) => (await g.call('GET', '/v1/me', { key })).json;
 const post = (g: TestGateway, key: string, body: unknown, headers: Record<string, string> = {}) =>
   g.call('POST', '/v1/messages', { key, body, headers });
-const user = (text: string) => [{ role: 'user', content: text }];
+const user = (text: string) => [{ role: 'user' as const, content: text }];
 
 t.test('official SDK: messages.create through inkgate', async (t) => {
   const { g, k, client, sim, invariant } = await setup(t);
