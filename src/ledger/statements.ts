@@ -1,0 +1,90 @@
+// The ledger's SQL, one constant per statement. Holds move only through the four functions of
+// migration 002 (ledger_reserve / ledger_resolve for batches, ledger_reserve_one /
+// ledger_resolve_one for a lone move); credits through the single statements / short transaction
+// below. Each writes its journal rows in the same transaction as the balances.
+
+/** Reserve a batch: one row per item, in order. See 002_ledger.sql for the rules. */
+export const RESERVE = `SELECT item, result, take_grant_ink, take_payg_ink, available_ink, key_room_ink
+  FROM ledger_reserve($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::timestamptz, $8::integer)`;
+
+/** Resolve a batch (settle / release / refund / reconcile): one row per item, in order. */
+export const RESOLVE = `SELECT item, result, charged_total_ink, released_total_ink, expired_total_ink, held_total_ink
+  FROM ledger_resolve($1::text[], $2::text[], $3::bigint[], $4::jsonb[], $5::text[], $6::text[], $7::timestamptz, $8::integer)`;
+
+/**
+ * The tombstone for a reservation whose outcome the caller could not learn (the statement timed
+ * out or the connection dropped mid-flight): it claims the id so a reserve still running on the
+ * server finds it taken and takes nothing. No row: the reserve got there first (then we release it).
+ */
+export const VOID_REQUEST = `INSERT INTO requests (id, account_id, key_id, product, model, hold_state, status,
+    hold_ink, hold_grant_ink, hold_payg_ink, grant_period, reason, created_at, resolved_at)
+  VALUES ($1, $2, $3, $4, $5, 'void', 'void', 0, 0, 0, 0, $6, $7, $7)
+  ON CONFLICT (id) DO NOTHING`;
+
+export const MARK_USAGE_UNKNOWN = `UPDATE requests
+     SET status = 'usage_unknown', vendor_request_id = coalesce($2, vendor_request_id), reason = coalesce($3, reason)
+   WHERE id = $1 AND hold_state = 'open'`;
+
+export const SET_VENDOR_REQUEST_ID = `UPDATE requests SET vendor_request_id = $2 WHERE id = $1`;
+
+/** Top-up: pay-as-you-go and the credit total grow together, with the journal row, in one statement. */
+export const TOP_UP = `WITH w AS (
+    UPDATE wallets SET payg_ink = payg_ink + $2, credited_ink = credited_ink + $2, topups_completed = topups_completed + 1
+     WHERE account_id = $1 RETURNING account_id)
+  INSERT INTO ledger_journal (at, kind, account_id, amount_ink, payg_ink, credited_ink, note)
+  SELECT $3, 'topup', account_id, $2, $2, $2, $4 FROM w`;
+
+/** Grant extension: the current period's grant grows; it lapses at the next roll-over like the rest. */
+export const GRANT = `WITH w AS (
+    UPDATE wallets SET grant_ink = grant_ink + $2, credited_ink = credited_ink + $2
+     WHERE account_id = $1 RETURNING account_id)
+  INSERT INTO ledger_journal (at, kind, account_id, amount_ink, grant_ink, credited_ink, note)
+  SELECT $3, 'grant', account_id, $2, $2, $2, $4 FROM w`;
+
+/** Roll-over, step 1 (in a transaction): lock the wallet and read what lapses and what the plan grants. */
+export const ROLL_LOCK = `SELECT w.grant_ink, p.period_grant_ink
+    FROM wallets w JOIN accounts a ON a.id = w.account_id JOIN plans p ON p.id = a.plan_id
+   WHERE w.account_id = $1
+     FOR UPDATE OF w`;
+
+/** Roll-over, step 2: the old grant lapses, the new one is credited, the period advances. */
+export const ROLL_APPLY = `UPDATE wallets
+     SET expired_ink = expired_ink + grant_ink, grant_ink = $2, credited_ink = credited_ink + $2,
+         grant_period = grant_period + 1, period_started_at = $3
+   WHERE account_id = $1`;
+
+export const JOURNAL_EXPIRE = `INSERT INTO ledger_journal (at, kind, account_id, amount_ink, grant_ink, expired_ink, note)
+  VALUES ($3, 'expire', $1, $2, -$2::bigint, $2, 'period roll-over')`;
+
+export const JOURNAL_PERIOD_GRANT = `INSERT INTO ledger_journal (at, kind, account_id, amount_ink, grant_ink, credited_ink, note)
+  VALUES ($3, 'grant', $1, $2, $2, $2, 'period grant')`;
+
+export const ACCOUNT_VIEW = `SELECT k.ink_limit, k.ink_charged, k.ink_reserved,
+         coalesce(w.grant_ink, 0) AS grant_ink, coalesce(w.payg_ink, 0) AS payg_ink
+    FROM api_keys k LEFT JOIN wallets w ON w.account_id = k.account_id
+   WHERE k.id = $2 AND k.account_id = $1`;
+
+export const WALLET_VIEW = `SELECT account_id, grant_ink, payg_ink, held_grant_ink, held_payg_ink, charged_ink, expired_ink,
+         credited_ink, topups_completed, grant_period, period_started_at
+    FROM wallets WHERE account_id = $1`;
+
+const REQUEST_COLUMNS = `id, account_id, key_id, product, model, status, hold_state, hold_ink, hold_grant_ink, hold_payg_ink,
+  charged_ink, charged_grant_ink, charged_payg_ink, expired_ink, usage, vendor_request_id, reason, created_at, resolved_at`;
+
+export const LIST_REQUESTS = `SELECT ${REQUEST_COLUMNS} FROM requests
+   WHERE account_id = $1 ORDER BY created_at DESC, id DESC LIMIT $2`;
+
+export const GET_REQUEST = `SELECT ${REQUEST_COLUMNS} FROM requests WHERE id = $1`;
+
+export const REQUESTS_BY_VENDOR_ID = `SELECT ${REQUEST_COLUMNS} FROM requests WHERE vendor_request_id = ANY($1::text[])`;
+
+export const STALE_OPEN_HOLDS = `SELECT ${REQUEST_COLUMNS} FROM requests
+   WHERE hold_state = 'open' AND created_at < $1 ORDER BY created_at, id LIMIT $2`;
+
+/** Reserve one hold (the common case at low load): ledger_reserve_one, one round trip. */
+export const RESERVE_ONE = `SELECT item, result, take_grant_ink, take_payg_ink, available_ink, key_room_ink
+  FROM ledger_reserve_one($1::text, $2::text, $3::text, $4::text, $5::text, $6::bigint, $7::timestamptz)`;
+
+/** Resolve one hold: ledger_resolve_one, one round trip. */
+export const RESOLVE_ONE = `SELECT item, result, charged_total_ink, released_total_ink, expired_total_ink, held_total_ink
+  FROM ledger_resolve_one($1::text, $2::text, $3::bigint, $4::jsonb, $5::text, $6::text, $7::timestamptz)`;

@@ -1,0 +1,199 @@
+// The ledger's invariant, checked against the real tables after every ledger test, plus the few
+// rows a ledger test needs (account, wallet, keys). Each query names the rule it checks; any row
+// returned is a violation, reported in full.
+import { randomBytes } from 'node:crypto';
+import type { Test } from 'tap';
+import type { Pool } from '../../src/store/pool.js';
+
+const CHECKS: ReadonlyArray<readonly [rule: string, sql: string]> = [
+  [
+    'per wallet: grant + payg + held + charged + expired = all credits, no pool below zero',
+    `SELECT account_id FROM wallets
+      WHERE grant_ink + payg_ink + held_grant_ink + held_payg_ink + charged_ink + expired_ink <> credited_ink
+         OR least(grant_ink, payg_ink, held_grant_ink, held_payg_ink, charged_ink, expired_ink, credited_ink) < 0`,
+  ],
+  [
+    'per wallet: held pools = the open holds taken from them',
+    `SELECT w.account_id, w.held_grant_ink, w.held_payg_ink, coalesce(o.g, 0) AS open_grant, coalesce(o.p, 0) AS open_payg
+       FROM wallets w
+       LEFT JOIN (SELECT account_id, sum(hold_grant_ink) AS g, sum(hold_payg_ink) AS p FROM requests
+                   WHERE hold_state = 'open' GROUP BY account_id) o ON o.account_id = w.account_id
+      WHERE w.held_grant_ink <> coalesce(o.g, 0) OR w.held_payg_ink <> coalesce(o.p, 0)`,
+  ],
+  [
+    'per wallet: charged = the charges of its requests',
+    `SELECT w.account_id, w.charged_ink, coalesce(r.c, 0) AS requests_charged
+       FROM wallets w
+       LEFT JOIN (SELECT account_id, sum(charged_ink) AS c FROM requests GROUP BY account_id) r ON r.account_id = w.account_id
+      WHERE w.charged_ink <> coalesce(r.c, 0)`,
+  ],
+  [
+    'per wallet: the journal sums to the balances, column by column',
+    `SELECT w.account_id FROM wallets w
+       LEFT JOIN (SELECT account_id, sum(grant_ink) g, sum(payg_ink) p, sum(held_grant_ink) hg, sum(held_payg_ink) hp,
+                         sum(charged_ink) c, sum(expired_ink) e, sum(credited_ink) cr
+                    FROM ledger_journal GROUP BY account_id) j ON j.account_id = w.account_id
+      WHERE (w.grant_ink, w.payg_ink, w.held_grant_ink, w.held_payg_ink, w.charged_ink, w.expired_ink, w.credited_ink)
+         IS DISTINCT FROM (coalesce(j.g, 0), coalesce(j.p, 0), coalesce(j.hg, 0), coalesce(j.hp, 0), coalesce(j.c, 0),
+                           coalesce(j.e, 0), coalesce(j.cr, 0))`,
+  ],
+  [
+    'every journal row balances on its own',
+    `SELECT id FROM ledger_journal
+      WHERE grant_ink + payg_ink + held_grant_ink + held_payg_ink + charged_ink + expired_ink <> credited_ink`,
+  ],
+  [
+    'every hold: one reserve row (none for a void id), at most one resolution, and one exactly when it is no longer open',
+    `SELECT r.id, r.hold_state, count(*) FILTER (WHERE j.kind = 'reserve') AS reserves,
+            count(*) FILTER (WHERE j.kind IN ('settle', 'release', 'refund', 'reconcile')) AS resolutions
+       FROM requests r LEFT JOIN ledger_journal j ON j.request_id = r.id
+      GROUP BY r.id, r.hold_state
+     HAVING count(*) FILTER (WHERE j.kind = 'reserve') <> (CASE WHEN r.hold_state = 'void' THEN 0 ELSE 1 END)
+         OR count(*) FILTER (WHERE j.kind IN ('settle', 'release', 'refund', 'reconcile'))
+            <> (CASE WHEN r.hold_state IN ('open', 'void') THEN 0 ELSE 1 END)`,
+  ],
+  [
+    'every hold: its journal rows match the record (split, charge, what went back, what lapsed)',
+    `SELECT r.id FROM requests r
+       JOIN ledger_journal j ON j.request_id = r.id
+      GROUP BY r.id, r.hold_state, r.hold_grant_ink, r.hold_payg_ink, r.charged_ink, r.charged_grant_ink, r.charged_payg_ink, r.expired_ink
+     HAVING sum(j.held_grant_ink) <> (CASE WHEN r.hold_state = 'open' THEN r.hold_grant_ink ELSE 0 END)
+         OR sum(j.held_payg_ink) <> (CASE WHEN r.hold_state = 'open' THEN r.hold_payg_ink ELSE 0 END)
+         OR sum(j.charged_ink) <> r.charged_ink
+         OR sum(j.expired_ink) <> r.expired_ink
+         OR sum(j.grant_ink) <> (CASE WHEN r.hold_state = 'open' THEN -r.hold_grant_ink ELSE -r.charged_grant_ink - r.expired_ink END)
+         OR sum(j.payg_ink) <> (CASE WHEN r.hold_state = 'open' THEN -r.hold_payg_ink ELSE -r.charged_payg_ink END)`,
+  ],
+  [
+    'every hold: charge <= hold, released/refunded/void charge nothing, charged grant-first',
+    `SELECT id FROM requests
+      WHERE charged_ink > hold_ink
+         OR (hold_state IN ('released', 'refunded', 'void') AND charged_ink <> 0)
+         OR charged_grant_ink <> least(charged_ink, hold_grant_ink)`,
+  ],
+  [
+    'per key: ink_reserved = its open holds, ink_charged = its charges',
+    `SELECT k.id, k.ink_reserved, k.ink_charged, coalesce(r.open_ink, 0) AS open_ink, coalesce(r.charged, 0) AS charged
+       FROM api_keys k
+       LEFT JOIN (SELECT key_id, sum(hold_ink) FILTER (WHERE hold_state = 'open') AS open_ink, sum(charged_ink) AS charged
+                    FROM requests GROUP BY key_id) r ON r.key_id = k.id
+      WHERE k.ink_reserved <> coalesce(r.open_ink, 0) OR k.ink_charged <> coalesce(r.charged, 0)`,
+  ],
+  [
+    'every journal row points to its wallet, and a hold move to its request, of that account and key',
+    `SELECT j.id FROM ledger_journal j
+       LEFT JOIN wallets w ON w.account_id = j.account_id
+       LEFT JOIN requests r ON r.id = j.request_id
+      WHERE w.account_id IS NULL
+         OR (j.request_id IS NOT NULL AND (r.id IS NULL OR r.account_id <> j.account_id OR r.key_id <> j.key_id))`,
+  ],
+  [
+    'a request spends its own account through its own key',
+    `SELECT r.id FROM requests r JOIN api_keys k ON k.id = r.key_id WHERE k.account_id <> r.account_id`,
+  ],
+];
+
+/** Asserts every ledger rule over the whole schema; returns the number of violations. */
+export async function assertLedgerInvariant(t: Test, pool: Pool): Promise<number> {
+  let violations = 0;
+  for (const [rule, sql] of CHECKS) {
+    const { rows } = await pool.query(sql);
+    violations += rows.length;
+    if (rows.length > 0) t.fail(`ledger invariant: ${rule}`, { found: rows.slice(0, 5) });
+  }
+  if (violations === 0) t.pass('ledger invariant holds');
+  return violations;
+}
+
+/** Same rules, for property tests: the violations as text, without asserting. */
+export async function ledgerViolations(pool: Pool): Promise<string[]> {
+  const out: string[] = [];
+  for (const [rule, sql] of CHECKS) {
+    const { rows } = await pool.query(sql);
+    if (rows.length > 0) out.push(`${rule}: ${JSON.stringify(rows.slice(0, 3))}`);
+  }
+  return out;
+}
+
+let seq = 0;
+const uniq = (): string => `${process.pid.toString(36)}${(++seq).toString(36)}${randomBytes(4).toString('hex')}`;
+
+export interface SeededAccount {
+  accountId: string;
+  keyIds: string[];
+}
+
+/**
+ * An account with a wallet and keys, credited through the journal (grant and top-up rows) so the
+ * invariant holds from the start. `keyLimits[i]` is key i's cap (null: none).
+ */
+export async function seedAccount(
+  pool: Pool,
+  opts: { plan?: string; grantInk?: number; paygInk?: number; keyLimits?: Array<number | null> } = {},
+): Promise<SeededAccount> {
+  const accountId = `usr_${uniq()}`;
+  const grant = opts.grantInk ?? 0;
+  const payg = opts.paygInk ?? 0;
+  const limits = opts.keyLimits ?? [null];
+  const keyIds = limits.map(() => `key_${uniq()}`);
+  const c = await pool.connect();
+  try {
+    await c.query('BEGIN');
+    await c.query('INSERT INTO accounts (id, name, plan_id) VALUES ($1, $2, $3)', [accountId, 'ledger test', opts.plan ?? 'pro']);
+    await c.query(
+      'INSERT INTO wallets (account_id, grant_ink, payg_ink, credited_ink, topups_completed) VALUES ($1, $2, $3, $4, $5)',
+      [accountId, grant, payg, grant + payg, payg > 0 ? 1 : 0],
+    );
+    if (grant > 0) {
+      await c.query(
+        `INSERT INTO ledger_journal (at, kind, account_id, amount_ink, grant_ink, credited_ink, note) VALUES (now(), 'grant', $1, $2, $2, $2, 'seed')`,
+        [accountId, grant],
+      );
+    }
+    if (payg > 0) {
+      await c.query(
+        `INSERT INTO ledger_journal (at, kind, account_id, amount_ink, payg_ink, credited_ink, note) VALUES (now(), 'topup', $1, $2, $2, $2, 'seed')`,
+        [accountId, payg],
+      );
+    }
+    for (let i = 0; i < keyIds.length; i++) {
+      const id = keyIds[i]!;
+      await c.query(
+        `INSERT INTO api_keys (id, account_id, name, key_hash, prefix, last4, ink_limit) VALUES ($1, $2, 'test', $3, $4, 'abcd', $5)`,
+        [id, accountId, randomBytes(32), 'svc_' + randomBytes(4).toString('hex'), limits[i]],
+      );
+    }
+    await c.query('COMMIT');
+  } catch (e) {
+    await c.query('ROLLBACK');
+    throw e;
+  } finally {
+    c.release();
+  }
+  return { accountId, keyIds };
+}
+
+export interface WalletRow {
+  grant_ink: number;
+  payg_ink: number;
+  held_grant_ink: number;
+  held_payg_ink: number;
+  charged_ink: number;
+  expired_ink: number;
+  credited_ink: number;
+}
+
+export async function walletOf(pool: Pool, accountId: string): Promise<WalletRow> {
+  const { rows } = await pool.query<WalletRow>(
+    'SELECT grant_ink, payg_ink, held_grant_ink, held_payg_ink, charged_ink, expired_ink, credited_ink FROM wallets WHERE account_id = $1',
+    [accountId],
+  );
+  return rows[0]!;
+}
+
+export async function keyOf(pool: Pool, keyId: string): Promise<{ ink_limit: number | null; ink_charged: number; ink_reserved: number }> {
+  const { rows } = await pool.query('SELECT ink_limit, ink_charged, ink_reserved FROM api_keys WHERE id = $1', [keyId]);
+  return rows[0];
+}
+
+export const newRequestId = (): string => `req_${uniq()}`;
