@@ -1,0 +1,207 @@
+// The generations table (migration 010): the row type and every state move, each one conditional
+// UPDATE on (id, state, lease owner). A move that returns 0 rows lost a race (another instance took
+// the row after our lease lapsed) and must not touch money: callers run money moves in the same
+// transaction and roll back when the row did not move.
+import type { Queryable } from '../store/pool.js';
+
+export type GenerationState = 'submitting' | 'creating' | 'queued' | 'running' | 'succeeded' | 'failed' | 'voided';
+export const ACTIVE_STATES: readonly GenerationState[] = ['submitting', 'creating', 'queued', 'running'];
+export type FailureCode = 'provider_failed' | 'timeout' | 'result_persistence_failed';
+
+export interface GenerationRow {
+  id: string;
+  kind: 'video' | 'image';
+  account_id: string;
+  key_id: string;
+  request_id: string;
+  model: string;
+  state: GenerationState;
+  progress: number | null;
+  request: Record<string, unknown>;
+  price_set: string;
+  hold_ink: number;
+  charged_ink: number | null;
+  vendor_task_id: string | null;
+  error_code: string | null;
+  error_message: string | null;
+  media_key: string | null;
+  media_content_type: string | null;
+  media_size_bytes: number | null;
+  result_duration_s: number | null;
+  result_resolution: string | null;
+  result_aspect_ratio: string | null;
+  result_seed: number | null;
+  result_expired: boolean;
+  created_at: Date;
+  updated_at: Date;
+  completed_at: Date | null;
+  lease_owner: string | null;
+  lease_expires_at: Date | null;
+  next_poll_at: Date;
+  polls: number;
+  poll_errors: number;
+  persist_attempts: number;
+  claims: number;
+}
+
+const d = (ms: number): Date => new Date(ms);
+const ACTIVE_SQL = `('submitting', 'creating', 'queued', 'running')`;
+
+export interface NewGeneration {
+  id: string;
+  kind: 'video' | 'image';
+  accountId: string;
+  keyId: string;
+  requestId: string;
+  model: string;
+  request: Record<string, unknown>;
+  priceSet: string;
+  holdInk: number;
+  nowMs: number;
+  owner: string;
+  leaseMs: number;
+}
+
+/** The new row, `submitting`, leased to the submitting instance; due for recovery when that lease lapses. */
+export async function insertGeneration(q: Queryable, g: NewGeneration): Promise<GenerationRow> {
+  const r = await q.query<GenerationRow>(
+    `INSERT INTO generations (id, kind, account_id, key_id, request_id, model, state, request, price_set, hold_ink,
+                              created_at, updated_at, lease_owner, lease_expires_at, next_poll_at)
+     VALUES ($1, $2, $3, $4, $5, $6, 'submitting', $7, $8, $9, $10, $10, $11, $12, $12)
+     RETURNING *`,
+    [g.id, g.kind, g.accountId, g.keyId, g.requestId, g.model, JSON.stringify(g.request), g.priceSet, g.holdInk,
+      d(g.nowMs), g.owner, d(g.nowMs + g.leaseMs)],
+  );
+  return r.rows[0]!;
+}
+
+export async function getGeneration(q: Queryable, id: string): Promise<GenerationRow | undefined> {
+  return (await q.query<GenerationRow>('SELECT * FROM generations WHERE id = $1', [id])).rows[0];
+}
+
+/** submitting -> creating: the vendor create call is about to go out (after this, its outcome is unknown until recorded). */
+export async function markCreating(q: Queryable, id: string, owner: string, nowMs: number, leaseMs: number): Promise<boolean> {
+  const r = await q.query(
+    `UPDATE generations SET state = 'creating', updated_at = $3, lease_expires_at = $4, next_poll_at = $4
+      WHERE id = $1 AND state = 'submitting' AND lease_owner = $2`,
+    [id, owner, d(nowMs), d(nowMs + leaseMs)],
+  );
+  return r.rowCount === 1;
+}
+
+/** creating -> queued: the vendor task id is recorded; the lease is let go and the first poll scheduled. */
+export async function markQueued(q: Queryable, id: string, owner: string, taskId: string, nowMs: number, firstPollMs: number): Promise<boolean> {
+  const r = await q.query(
+    `UPDATE generations SET state = 'queued', vendor_task_id = $3, updated_at = $4, next_poll_at = $5,
+            lease_owner = NULL, lease_expires_at = NULL
+      WHERE id = $1 AND state = 'creating' AND lease_owner = $2`,
+    [id, owner, taskId, d(nowMs), d(nowMs + firstPollMs)],
+  );
+  return r.rowCount === 1;
+}
+
+/** submitting|creating -> voided (refused at submit): run with the ledger's release in one transaction. */
+export async function markVoided(q: Queryable, id: string, owner: string, code: 'provider_error' | 'provider_unavailable', message: string, nowMs: number): Promise<boolean> {
+  const r = await q.query(
+    `UPDATE generations SET state = 'voided', error_code = $3, error_message = $4, charged_ink = 0, completed_at = $5, updated_at = $5,
+            lease_owner = NULL, lease_expires_at = NULL
+      WHERE id = $1 AND state IN ('submitting', 'creating') AND lease_owner = $2`,
+    [id, owner, code, message.slice(0, 1000), d(nowMs)],
+  );
+  if (r.rowCount !== 1) return false;
+  // A refused submit binds no Idempotency-Key: the client may retry with the same key.
+  await q.query('DELETE FROM idempotency_keys WHERE generation_id = $1', [id]);
+  return true;
+}
+
+/**
+ * Claims up to `limit` due rows of `kinds` whose lease is free or lapsed: one statement, SKIP LOCKED,
+ * so instances never wait on each other and never take the same row.
+ */
+export async function claimDue(q: Queryable, kinds: readonly string[], owner: string, nowMs: number, leaseMs: number, limit: number): Promise<GenerationRow[]> {
+  const r = await q.query<GenerationRow>(
+    `UPDATE generations g SET lease_owner = $2, lease_expires_at = $4, claims = g.claims + 1
+      WHERE g.id IN (
+        SELECT id FROM generations
+         WHERE state IN ${ACTIVE_SQL} AND kind = ANY($1) AND next_poll_at <= $3
+           AND (lease_expires_at IS NULL OR lease_expires_at <= $3)
+         ORDER BY next_poll_at
+         LIMIT $5
+         FOR UPDATE SKIP LOCKED)
+      RETURNING g.*`,
+    [kinds, owner, d(nowMs), d(nowMs + leaseMs), limit],
+  );
+  return r.rows;
+}
+
+export async function renewLease(q: Queryable, id: string, owner: string, nowMs: number, leaseMs: number): Promise<boolean> {
+  const r = await q.query('UPDATE generations SET lease_expires_at = $3 WHERE id = $1 AND lease_owner = $2 AND state IN ' + ACTIVE_SQL, [id, owner, d(nowMs + leaseMs)]);
+  return r.rowCount === 1;
+}
+
+/** queued|running stays active: record what the vendor said and when to look again; let go of the lease. */
+export async function reschedule(
+  q: Queryable,
+  id: string,
+  owner: string,
+  u: { state: 'queued' | 'running'; progress: number | null; nextPollMs: number; nowMs: number; pollError: boolean; persistFailed?: boolean },
+): Promise<boolean> {
+  const r = await q.query(
+    `UPDATE generations SET state = $3, progress = coalesce($4, progress), next_poll_at = $5, updated_at = $6,
+            polls = polls + 1, poll_errors = poll_errors + $7, persist_attempts = persist_attempts + $8,
+            lease_owner = NULL, lease_expires_at = NULL
+      WHERE id = $1 AND lease_owner = $2 AND state IN ('queued', 'running')`,
+    [id, owner, u.state, u.progress, d(u.nextPollMs), d(u.nowMs), u.pollError ? 1 : 0, u.persistFailed ? 1 : 0],
+  );
+  return r.rowCount === 1;
+}
+
+/** Lets go of a lease without other change (e.g. the engine is stopping mid-row). */
+export async function releaseLease(q: Queryable, id: string, owner: string): Promise<void> {
+  await q.query('UPDATE generations SET lease_owner = NULL, lease_expires_at = NULL WHERE id = $1 AND lease_owner = $2', [id, owner]);
+}
+
+export interface SuccessUpdate {
+  chargedInk: number;
+  mediaKey: string;
+  contentType: string;
+  sizeBytes: number;
+  durationS: number | null;
+  resolution: string | null;
+  aspectRatio: string | null;
+  seed: number | null;
+  nowMs: number;
+}
+
+/** queued|running -> succeeded; run with the ledger's settle in one transaction. */
+export async function markSucceeded(q: Queryable, id: string, owner: string, s: SuccessUpdate): Promise<boolean> {
+  const r = await q.query(
+    `UPDATE generations SET state = 'succeeded', progress = NULL, charged_ink = $3, media_key = $4, media_content_type = $5,
+            media_size_bytes = $6, result_duration_s = $7, result_resolution = $8, result_aspect_ratio = $9, result_seed = $10,
+            completed_at = $11, updated_at = $11, lease_owner = NULL, lease_expires_at = NULL
+      WHERE id = $1 AND lease_owner = $2 AND state IN ('queued', 'running')`,
+    [id, owner, s.chargedInk, s.mediaKey, s.contentType, s.sizeBytes, s.durationS, s.resolution, s.aspectRatio, s.seed, d(s.nowMs)],
+  );
+  return r.rowCount === 1;
+}
+
+/** Any active state -> failed; run with the ledger's refund in one transaction. */
+export async function markFailed(q: Queryable, id: string, owner: string, code: FailureCode, message: string, nowMs: number): Promise<boolean> {
+  const r = await q.query(
+    `UPDATE generations SET state = 'failed', progress = NULL, charged_ink = 0, error_code = $3, error_message = $4,
+            completed_at = $5, updated_at = $5, lease_owner = NULL, lease_expires_at = NULL
+      WHERE id = $1 AND lease_owner = $2 AND state IN ${ACTIVE_SQL}`,
+    [id, owner, code, message.slice(0, 1000), d(nowMs)],
+  );
+  return r.rowCount === 1;
+}
+
+/** Admission counts for one account: generations in flight, and those accepted since `dayStartMs`. */
+export async function admissionCounts(q: Queryable, accountId: string, dayStartMs: number): Promise<{ active: number; today: number }> {
+  const r = await q.query<{ active: number; today: number }>(
+    `SELECT (SELECT count(*) FROM generations WHERE account_id = $1 AND state IN ${ACTIVE_SQL})::int AS active,
+            (SELECT count(*) FROM generations WHERE account_id = $1 AND created_at >= $2 AND state <> 'voided')::int AS today`,
+    [accountId, d(dayStartMs)],
+  );
+  return r.rows[0]!;
+}

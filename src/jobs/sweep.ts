@@ -1,0 +1,50 @@
+// Retention: a succeeded result's file is deleted `retentionDays` after the result was stored
+// (completed_at); the record stays and gains result_expired (GET shows `result_expired: true`,
+// `/content` answers 410). Also drops Idempotency-Key claims older than their 24-hour window.
+import type { Services } from '../gateway.js';
+import { withTx } from '../store/pool.js';
+import type { VideoDeps } from './video/deps.js';
+import { IDEMPOTENCY_WINDOW_MS } from './video/submit.js';
+
+const BATCH = 100;
+const MAX_BATCHES = 50;
+
+export interface SweepReport {
+  expired: number;
+  idempotencyKeysDropped: number;
+}
+
+export async function sweepRetention(services: Services, deps: Pick<VideoDeps, 'clock' | 'media'>): Promise<SweepReport> {
+  const now = deps.clock();
+  const cutoff = new Date(now - services.config.media.retentionDays * 86_400_000);
+  let expired = 0;
+  for (let i = 0; i < MAX_BATCHES; i++) {
+    const n = await withTx(services.pool, async (c) => {
+      const rows = (
+        await c.query<{ id: string; media_key: string }>(
+          `SELECT id, media_key FROM generations
+            WHERE state = 'succeeded' AND NOT result_expired AND completed_at <= $1
+            ORDER BY completed_at LIMIT $2 FOR UPDATE SKIP LOCKED`,
+          [cutoff, BATCH],
+        )
+      ).rows;
+      const gone: string[] = [];
+      for (const r of rows) {
+        try {
+          await deps.media.delete(r.media_key); // the file first: a record says expired only once its file is gone
+          gone.push(r.id);
+        } catch (e) {
+          services.log.warn('media.retention_delete_failed', { generation: r.id, err: (e as Error).message });
+        }
+      }
+      if (gone.length > 0) await c.query('UPDATE generations SET result_expired = true, updated_at = $2 WHERE id = ANY($1)', [gone, new Date(now)]);
+      return { seen: rows.length, expired: gone.length };
+    });
+    expired += n.expired;
+    if (n.seen < BATCH) break;
+  }
+  const dropped = await services.pool.query('DELETE FROM idempotency_keys WHERE created_at <= $1', [new Date(now - IDEMPOTENCY_WINDOW_MS)]);
+  const store = deps.media as { sweepTemp?: (nowMs: number, maxAgeMs: number) => Promise<number> };
+  if (typeof store.sweepTemp === 'function') await store.sweepTemp(Date.now(), 86_400_000).catch(() => 0);
+  return { expired, idempotencyKeysDropped: dropped.rowCount ?? 0 };
+}

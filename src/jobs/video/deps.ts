@@ -1,0 +1,90 @@
+// What the video product needs besides Services: a clock, the media store, the shared signing
+// secret, this instance's lease-owner name, the vendor client, and the fetch options for client
+// URLs and vendor results (tests add an allow-list for their 127.0.0.1 servers; production never does).
+import { randomBytes } from 'node:crypto';
+import { hostname } from 'node:os';
+import { join } from 'node:path';
+import type { Services } from '../../gateway.js';
+import { vendorConfigured } from '../../catalog/availability.js';
+import { FsMediaStore, type MediaStore } from '../../media/media-store.js';
+import type { Resolver } from '../../net/safe-fetch.js';
+import type { Queryable } from '../../store/pool.js';
+import { ArkClient } from '../../vendors/ark/client.js';
+
+export interface FetchDeps {
+  /** TEST ONLY: "host:port" pairs exempt from the public-address rule (see safeFetch). */
+  readonly allowList?: ReadonlySet<string>;
+  readonly resolver?: Resolver;
+  /** TEST ONLY: trust anchor (PEM) of a local HTTPS server. */
+  readonly ca?: string;
+}
+
+export interface VideoDeps {
+  /** Milliseconds since the epoch; every time the job code writes or compares comes from here. */
+  readonly clock: () => number;
+  readonly media: MediaStore;
+  readonly mediaSecret: Buffer;
+  /** Lease owner name of this instance. */
+  readonly owner: string;
+  readonly fetch: FetchDeps;
+  /** undefined when the video vendor is not configured (submits then answer 503). */
+  readonly ark: ArkClient | undefined;
+  /** Origin of signed links when config.mediaUrl is unset (else the request's Host is used). */
+  readonly publicBaseUrl: string | undefined;
+  /** Whole download of one vendor result. */
+  readonly downloadTimeoutMs: number;
+  close(): Promise<void>;
+}
+
+export interface VideoDepsOptions {
+  clock?: () => number;
+  media?: MediaStore;
+  fetch?: FetchDeps;
+  /** Replaces the client built from config.vendors.ark. */
+  ark?: ArkClient;
+  publicBaseUrl?: string;
+  downloadTimeoutMs?: number;
+  owner?: string;
+}
+
+/** Reads the shared media-link secret, creating it on first start (every instance then reads the same one). */
+export async function loadMediaSecret(q: Queryable): Promise<Buffer> {
+  await q.query('INSERT INTO media_secret (singleton, secret) VALUES (true, $1) ON CONFLICT (singleton) DO NOTHING', [randomBytes(32)]);
+  const r = await q.query<{ secret: Buffer }>('SELECT secret FROM media_secret WHERE singleton');
+  const s = r.rows[0]?.secret;
+  if (!Buffer.isBuffer(s) || s.length !== 32) throw new Error('media secret missing or malformed');
+  return s;
+}
+
+const DEFAULT_DOWNLOAD_TIMEOUT_MS = 5 * 60_000;
+
+export async function createVideoDeps(services: Services, opts: VideoDepsOptions = {}): Promise<VideoDeps> {
+  const cfg = services.config;
+  const mediaSecret = await loadMediaSecret(services.pool);
+  const media = opts.media ?? new FsMediaStore(join(cfg.dataDir, 'media'), { maxObjectBytes: cfg.media.maxResultBytes });
+  let ark = opts.ark;
+  let ownArk = false;
+  if (ark === undefined && vendorConfigured(cfg, 'ark')) {
+    ark = new ArkClient({
+      baseUrl: cfg.vendors.ark.baseUrl!,
+      apiKey: cfg.vendors.ark.apiKey!,
+      connectTimeoutMs: cfg.upstream.connectTimeoutMs,
+      // A create must be answered well inside the submit's lease, or recovery would race it.
+      timeoutMs: Math.max(1000, Math.min(20_000, Math.floor(cfg.jobs.leaseMs / 2))),
+    });
+    ownArk = true;
+  }
+  return {
+    clock: opts.clock ?? Date.now,
+    media,
+    mediaSecret,
+    owner: opts.owner ?? `${hostname().slice(0, 60)}:${process.pid}:${randomBytes(4).toString('hex')}`,
+    fetch: opts.fetch ?? {},
+    ark,
+    publicBaseUrl: opts.publicBaseUrl,
+    downloadTimeoutMs: opts.downloadTimeoutMs ?? DEFAULT_DOWNLOAD_TIMEOUT_MS,
+    close: async () => {
+      if (ownArk && ark) await ark.close();
+    },
+  };
+}

@@ -1,0 +1,218 @@
+// What the engine does with one claimed video row (it holds the lease):
+//   submitting  the submit's instance died before calling the vendor: call it now when an Idempotency-Key
+//               binds the row (the client's retry will find it; never called, so no duplicate), else fail + refund
+//   creating    it died during the create call: whether a task exists is unknown, so fail + refund
+//               (never charge for a task we cannot find; never start a second one)
+//   queued/running  poll the vendor; on success download the result (safeFetch, bounded), store it
+//               under a key derived from the id (a retry overwrites the same key), then settle on the
+//               delivered seconds and mark succeeded in one transaction; on failure refund in one transaction.
+import { createHash } from 'node:crypto';
+import type { Services } from '../../gateway.js';
+import { videoSettleInk } from '../../ledger/pricing.js';
+import type { VideoPriceSet, VideoResolution } from '../../catalog/models.js';
+import { safeFetch } from '../../net/safe-fetch.js';
+import { withTx } from '../../store/pool.js';
+import { ArkError, type ArkTask } from '../../vendors/ark/client.js';
+import { markCreating, markFailed, markQueued, markSucceeded, reschedule, type FailureCode, type GenerationRow } from '../store.js';
+import type { VideoDeps } from './deps.js';
+import { arkInput } from './submit.js';
+import type { NormalisedVideoRequest } from './validate.js';
+
+/** Download (or store) attempts for a delivered result before the generation fails `result_persistence_failed`. */
+export const MAX_PERSIST_ATTEMPTS = 3;
+const MAX_BACKOFF_STEPS = 10;
+
+/** Media key of a generation's result: lower case (the store's key alphabet) plus a hash of the exact id. */
+export function resultKey(id: string): string {
+  return `video/${id.toLowerCase()}-${createHash('sha256').update(id).digest('hex').slice(0, 12)}.mp4`;
+}
+
+/**
+ * Wait before the next poll, after `polls` earlier polls and the one just made: the first poll
+ * comes pollIntervalMs after submit, then the wait doubles (2x, 4x, ...) up to maxPollIntervalMs.
+ */
+export function pollDelayMs(polls: number, pollIntervalMs: number, maxPollIntervalMs: number): number {
+  return Math.min(maxPollIntervalMs, pollIntervalMs * 2 ** Math.min(polls + 1, MAX_BACKOFF_STEPS));
+}
+
+/** Whole seconds billed: delivered (rounded to the nearest second) never above requested; requested when the vendor did not say. */
+export function billedSeconds(requestedS: number, deliveredS: number | undefined): number {
+  if (deliveredS === undefined || !Number.isFinite(deliveredS)) return requestedS;
+  return Math.max(0, Math.min(requestedS, Math.round(deliveredS)));
+}
+
+export class VideoRunner {
+  constructor(
+    private readonly services: Services,
+    private readonly deps: VideoDeps,
+  ) {}
+
+  async run(row: GenerationRow): Promise<void> {
+    switch (row.state) {
+      case 'submitting':
+        return this.resubmit(row);
+      case 'creating':
+        return this.fail(row, 'provider_failed', 'The generation was interrupted while its vendor task was being created; the hold was refunded.');
+      case 'queued':
+      case 'running':
+        return this.poll(row);
+      default:
+        return;
+    }
+  }
+
+  private get jobs() {
+    return this.services.config.jobs;
+  }
+
+  private async resubmit(row: GenerationRow): Promise<void> {
+    const { deps } = this;
+    // The submit died before its 202 went out. Only a client that sent an Idempotency-Key can find
+    // this generation (its retry replays it), so only then is it worth starting; otherwise nobody
+    // knows the id, and a video nobody can find must not be charged: refund it.
+    const bound = await this.services.pool.query('SELECT 1 FROM idempotency_keys WHERE generation_id = $1', [row.id]);
+    if (bound.rowCount === 0) {
+      return this.fail(row, 'provider_failed', 'The generation was interrupted before it was started; the hold was refunded.');
+    }
+    const model = this.services.catalog.video(row.model);
+    if (deps.ark === undefined || model === undefined) {
+      return this.fail(row, 'provider_failed', 'The generation could not be started: the video vendor is not configured.');
+    }
+    if (!(await markCreating(this.services.pool, row.id, deps.owner, deps.clock(), this.jobs.leaseMs))) return;
+    let taskId: string;
+    try {
+      taskId = await deps.ark.createTask(arkInput(row.request as unknown as NormalisedVideoRequest, model.vendorModel));
+    } catch (e) {
+      return this.fail(row, 'provider_failed', `The vendor did not start the generation: ${(e as Error).message.slice(0, 300)}`);
+    }
+    if (!(await markQueued(this.services.pool, row.id, deps.owner, taskId, deps.clock(), this.jobs.pollIntervalMs))) {
+      this.services.log.warn('video.task_orphaned', { generation: row.id, task: taskId });
+    }
+  }
+
+  private async poll(row: GenerationRow): Promise<void> {
+    const { deps } = this;
+    const now = deps.clock();
+    const pastDeadline = now >= row.created_at.getTime() + this.jobs.timeoutMs;
+    if (deps.ark === undefined || row.vendor_task_id === null) {
+      if (pastDeadline) return this.fail(row, 'timeout', 'No result arrived in time; the hold was refunded.');
+      return this.later(row, row.state as 'queued' | 'running', null, true);
+    }
+    let task: ArkTask;
+    try {
+      task = await deps.ark.getTask(row.vendor_task_id);
+    } catch (e) {
+      if (e instanceof ArkError && e.kind === 'not_found') {
+        return this.fail(row, 'provider_failed', 'The vendor no longer knows the task; the hold was refunded.');
+      }
+      if (pastDeadline) return this.fail(row, 'timeout', 'No result arrived in time; the hold was refunded.');
+      return this.later(row, row.state as 'queued' | 'running', null, true);
+    }
+    switch (task.status) {
+      case 'queued':
+      case 'running':
+        if (pastDeadline) {
+          deps.ark.cancelTask(task.id).catch(() => undefined); // only a queued task can be cancelled
+          return this.fail(row, 'timeout', `No result within ${Math.round(this.jobs.timeoutMs / 1000)} s; the hold was refunded.`);
+        }
+        // The vendor's word moves queued -> running (never back).
+        return this.later(row, task.status === 'running' || row.state === 'running' ? 'running' : 'queued', task.progress ?? null, false);
+      case 'failed':
+      case 'cancelled':
+      case 'expired': {
+        const why = task.error ? `${task.error.code}: ${task.error.message}` : `the task ended ${task.status}`;
+        return this.fail(row, 'provider_failed', `The vendor did not deliver the video (${why.slice(0, 400)}); the hold was refunded.`);
+      }
+      case 'succeeded':
+        return this.persist(row, task);
+    }
+  }
+
+  private async later(row: GenerationRow, state: 'queued' | 'running', progress: number | null, pollError: boolean, persistFailed = false): Promise<void> {
+    const now = this.deps.clock();
+    const delay = pollDelayMs(row.polls, this.jobs.pollIntervalMs, this.jobs.maxPollIntervalMs);
+    await reschedule(this.services.pool, row.id, this.deps.owner, { state, progress, nextPollMs: now + delay, nowMs: now, pollError, persistFailed });
+  }
+
+  private async persist(row: GenerationRow, task: ArkTask): Promise<void> {
+    const { deps, services } = this;
+    if (task.videoUrl === undefined) {
+      return this.fail(row, 'provider_failed', 'The vendor reported success without a video; the hold was refunded.');
+    }
+    const key = resultKey(row.id);
+    let stored: { sizeBytes: number; contentType: string };
+    try {
+      let url: URL;
+      try {
+        url = new URL(task.videoUrl);
+      } catch {
+        throw new Error('the vendor result URL is not a URL');
+      }
+      const res = await safeFetch(url, {
+        param: 'video_url',
+        maxBytes: services.config.media.maxResultBytes,
+        timeoutMs: deps.downloadTimeoutMs,
+        maxRedirects: services.config.media.referenceMaxRedirects,
+        allowList: deps.fetch.allowList,
+        resolver: deps.fetch.resolver,
+        ca: deps.fetch.ca,
+        accept: 'video/*',
+      });
+      const contentType = /^video\/[A-Za-z0-9.+-]{1,60}$/.test(res.contentType.split(';')[0]!.trim()) ? res.contentType.split(';')[0]!.trim() : 'video/mp4';
+      const put = await deps.media.put(key, res.bytes ?? Buffer.alloc(0), contentType);
+      stored = { sizeBytes: put.sizeBytes, contentType };
+    } catch (e) {
+      const reason = (e as Error).message.slice(0, 300);
+      services.log.warn('video.persist_failed', { generation: row.id, attempt: row.persist_attempts + 1, err: reason });
+      if (row.persist_attempts + 1 >= MAX_PERSIST_ATTEMPTS) {
+        await deps.media.delete(key).catch(() => undefined);
+        return this.fail(row, 'result_persistence_failed', `The video could not be downloaded or stored (${reason}); the hold was refunded.`);
+      }
+      return this.later(row, 'running', null, false, true);
+    }
+
+    const req = row.request as unknown as NormalisedVideoRequest;
+    const billed = billedSeconds(req.duration, task.durationS);
+    const model = services.catalog.video(row.model);
+    let charge: number;
+    try {
+      charge = model
+        ? videoSettleInk(model, req.resolution as VideoResolution, req.duration, billed, row.price_set as VideoPriceSet)
+        : Math.ceil((row.hold_ink * billed) / Math.max(1, req.duration));
+    } catch {
+      charge = row.hold_ink;
+    }
+    charge = Math.min(charge, row.hold_ink);
+    const now = deps.clock();
+    await withTx(services.pool, async (c) => {
+      const moved = await markSucceeded(c, row.id, deps.owner, {
+        chargedInk: charge,
+        mediaKey: key,
+        contentType: stored.contentType,
+        sizeBytes: stored.sizeBytes,
+        durationS: task.durationS === undefined ? null : Math.round(task.durationS),
+        resolution: task.resolution ?? null,
+        aspectRatio: task.ratio ?? null,
+        seed: task.seed ?? null,
+        nowMs: now,
+      });
+      if (!moved) return; // lost the lease: whoever holds the row now finishes it
+      const r = await services.ledger.using(c).settle(row.request_id, charge, {
+        // seconds_delivered is absent when the vendor did not report it (not reported is not zero).
+        usage: { seconds_requested: req.duration, seconds_delivered: task.durationS, seconds_billed: billed, resolution: req.resolution },
+        vendorRequestId: task.id,
+      });
+      if (!r.resolved) services.log.error('video.settle_not_open', { generation: row.id, request: row.request_id, reason: r.reason });
+    });
+  }
+
+  /** Any active state -> failed, with the whole hold refunded, in one transaction. */
+  async fail(row: GenerationRow, code: FailureCode, message: string): Promise<void> {
+    const { deps, services } = this;
+    await withTx(services.pool, async (c) => {
+      if (!(await markFailed(c, row.id, deps.owner, code, message, deps.clock()))) return;
+      const r = await services.ledger.using(c).refund(row.request_id, code);
+      if (!r.resolved) services.log.error('video.refund_not_open', { generation: row.id, request: row.request_id, reason: r.reason });
+    });
+  }
+}

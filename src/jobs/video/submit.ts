@@ -1,0 +1,364 @@
+// Submitting a video generation: validation, Idempotency-Key, reference URLs, admission (tier,
+// daily cap, concurrency, Ink hold, the row) committed in one transaction, then the vendor task.
+//
+// Order of answers (the README documents it):
+//   415 / 400 invalid_json / invalid_body / 413         body (server layer, readJsonObject)
+//   400 invalid_idempotency_key                         header format
+//   202 replay / 422 idempotency_key_reused / 409 idempotency_key_in_use   an earlier submit with the key
+//   400 field codes                                     validate.ts, in its documented order
+//   403 tier_gated                                      plan without video
+//   503 provider_unavailable                            lane off, vendor unconfigured, model paused
+//   429 daily_cap_reached, concurrency_limit            (first a cheap look, so a refused submit fetches nothing)
+//   400 invalid_url                                     each URL fetched once (HEAD, else a bounded GET)
+//   403 / 429 again, 402 insufficient_ink / key_ink_limit_reached   the authoritative admission transaction
+//   502 provider_error / 503 provider_unavailable       the vendor refused / could not be reached: hold released
+//   202                                                 accepted
+import { createHash } from 'node:crypto';
+import { newId } from '../../auth/api-key.js';
+import { unavailability } from '../../catalog/availability.js';
+import type { AuthInfo } from '../../server/http-context.js';
+import { ApiError } from '../../errors.js';
+import type { Services } from '../../gateway.js';
+import { videoClipInk } from '../../ledger/pricing.js';
+import { safeFetch } from '../../net/safe-fetch.js';
+import { isStoreUnavailable, withTx, type Queryable } from '../../store/pool.js';
+import { ArkError, type ArkCreateInput } from '../../vendors/ark/client.js';
+import { admissionCounts, getGeneration, insertGeneration, markCreating, markQueued, markVoided, type GenerationRow } from '../store.js';
+import type { VideoDeps } from './deps.js';
+import { presentAccepted } from './present.js';
+import { validateVideoRequest, type CheckedUrl, type NormalisedVideoRequest } from './validate.js';
+
+export const IDEMPOTENCY_KEY_RE = /^[A-Za-z0-9._:-]{1,128}$/;
+export const IDEMPOTENCY_WINDOW_MS = 24 * 3600 * 1000;
+const URL_CHECK_CONCURRENCY = 8;
+const DAY_MS = 86_400_000;
+
+export interface SubmitInput {
+  readonly auth: AuthInfo;
+  /** The HTTP request id (`req_…`): also the id of the ledger hold. */
+  readonly requestId: string;
+  readonly body: Record<string, unknown>;
+  /** The raw Idempotency-Key header, if any. */
+  readonly idempotencyKey: string | undefined;
+}
+
+export interface SubmitResult {
+  readonly body: Record<string, unknown>;
+  readonly replayed: boolean;
+}
+
+/** JSON with object keys sorted at every level: two bodies that mean the same hash the same. */
+export function canonicalJson(v: unknown): string {
+  if (Array.isArray(v)) return '[' + v.map(canonicalJson).join(',') + ']';
+  if (typeof v === 'object' && v !== null) {
+    const o = v as Record<string, unknown>;
+    return '{' + Object.keys(o).sort().map((k) => JSON.stringify(k) + ':' + canonicalJson(o[k])).join(',') + '}';
+  }
+  return JSON.stringify(v) ?? 'null';
+}
+
+export const bodyHash = (body: Record<string, unknown>): Buffer => createHash('sha256').update(canonicalJson(body)).digest();
+
+/** Seconds until the next 00:00 UTC: when today's generation count starts again from zero. */
+export function secondsUntilUtcMidnight(nowMs: number): number {
+  const next = Math.floor(nowMs / DAY_MS) * DAY_MS + DAY_MS;
+  return Math.max(1, Math.ceil((next - nowMs) / 1000));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Idempotency
+
+type KeyState =
+  | { kind: 'free' }
+  | { kind: 'replay'; row: GenerationRow }
+  | { kind: 'in_use' }
+  | { kind: 'reused' };
+
+interface KeyRow {
+  body_hash: Buffer;
+  generation_id: string;
+  claimed_until: Date;
+  created_at: Date;
+  g_state: string | null;
+}
+
+async function keyState(q: Queryable, keyId: string, idemKey: string, hash: Buffer, nowMs: number): Promise<KeyState> {
+  const r = await q.query<KeyRow>(
+    `SELECT k.body_hash, k.generation_id, k.claimed_until, k.created_at, g.state AS g_state
+       FROM idempotency_keys k LEFT JOIN generations g ON g.id = k.generation_id
+      WHERE k.key_id = $1 AND k.idem_key = $2`,
+    [keyId, idemKey],
+  );
+  const k = r.rows[0];
+  if (k === undefined || k.created_at.getTime() <= nowMs - IDEMPOTENCY_WINDOW_MS) return { kind: 'free' };
+  const accepted = k.g_state !== null && ['queued', 'running', 'succeeded', 'failed'].includes(k.g_state);
+  const inFlight = k.g_state === 'submitting' || k.g_state === 'creating' || ((k.g_state === null || k.g_state === 'voided') && k.claimed_until.getTime() > nowMs);
+  if (!accepted && !inFlight) return { kind: 'free' }; // a stale claim whose submit never completed
+  if (!k.body_hash.equals(hash)) return { kind: 'reused' };
+  if (inFlight) return { kind: 'in_use' };
+  const row = await getGeneration(q, k.generation_id);
+  return row ? { kind: 'replay', row } : { kind: 'in_use' };
+}
+
+/** Takes the key for `generationId`: a new row, or a row outside the window or left by a submit that never completed. */
+async function claimKey(q: Queryable, keyId: string, idemKey: string, hash: Buffer, generationId: string, nowMs: number, ttlMs: number): Promise<boolean> {
+  const r = await q.query(
+    `INSERT INTO idempotency_keys AS k (key_id, idem_key, body_hash, generation_id, claimed_until, created_at)
+     VALUES ($1, $2, $3, $4, $5, $6)
+     ON CONFLICT (key_id, idem_key) DO UPDATE
+        SET body_hash = EXCLUDED.body_hash, generation_id = EXCLUDED.generation_id,
+            claimed_until = EXCLUDED.claimed_until, created_at = EXCLUDED.created_at
+      WHERE k.created_at <= $7
+         OR (k.claimed_until <= $6
+             AND NOT EXISTS (SELECT 1 FROM generations g WHERE g.id = k.generation_id AND g.state <> 'voided'))
+     RETURNING k.generation_id`,
+    [keyId, idemKey, hash, generationId, new Date(nowMs + ttlMs), new Date(nowMs), new Date(nowMs - IDEMPOTENCY_WINDOW_MS)],
+  );
+  return r.rowCount === 1;
+}
+
+async function dropClaim(q: Queryable, keyId: string, idemKey: string, generationId: string): Promise<void> {
+  await q.query('DELETE FROM idempotency_keys WHERE key_id = $1 AND idem_key = $2 AND generation_id = $3', [keyId, idemKey, generationId]);
+}
+
+function answerFor(state: Exclude<KeyState, { kind: 'free' }>): SubmitResult {
+  if (state.kind === 'replay') return { body: presentAccepted(state.row), replayed: true };
+  if (state.kind === 'reused') {
+    throw new ApiError('idempotency_key_reused', { param: 'Idempotency-Key', message: 'This Idempotency-Key was already used with a different request body; a new intent needs a new key.' });
+  }
+  throw new ApiError('idempotency_key_in_use', { param: 'Idempotency-Key', message: 'A submit with this Idempotency-Key is still being admitted; retry shortly to get its answer.' });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Admission
+
+interface PlanRow {
+  video_allowed: boolean;
+  daily_generation_cap: number;
+}
+
+function tierGated(): ApiError {
+  return new ApiError('tier_gated', { message: 'Your plan does not include video generation; upgrade to a paid plan.' });
+}
+
+function checkCounts(plan: PlanRow, counts: { active: number; today: number }, maxRunning: number, nowMs: number): void {
+  if (counts.today >= plan.daily_generation_cap) {
+    throw new ApiError('daily_cap_reached', {
+      message: `Your plan allows ${plan.daily_generation_cap} generations per day (UTC); the count starts again at 00:00 UTC.`,
+      retryAfterS: secondsUntilUtcMidnight(nowMs),
+    });
+  }
+  if (counts.active >= maxRunning) {
+    throw new ApiError('concurrency_limit', {
+      message: `${maxRunning} video generations are already queued or running on this account; retry when one finishes.`,
+      retryAfterS: 15,
+    });
+  }
+}
+
+const dayStart = (nowMs: number): number => Math.floor(nowMs / DAY_MS) * DAY_MS;
+
+async function planOf(q: Queryable, accountId: string, lock: boolean): Promise<PlanRow> {
+  const r = await q.query<PlanRow>(
+    `SELECT p.video_allowed, p.daily_generation_cap FROM accounts a JOIN plans p ON p.id = a.plan_id WHERE a.id = $1${lock ? ' FOR UPDATE OF a' : ''}`,
+    [accountId],
+  );
+  const row = r.rows[0];
+  if (!row) throw tierGated();
+  return row;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reference URLs
+
+/** Fetches each distinct URL once (HEAD; a GET bounded by referenceMaxBytes when HEAD is refused). First failure in field order wins. */
+export async function checkUrlsFetchable(urls: readonly CheckedUrl[], services: Services, deps: VideoDeps): Promise<void> {
+  if (urls.length === 0) return;
+  const m = services.config.media;
+  const distinct = new Map<string, CheckedUrl>();
+  for (const u of urls) if (!distinct.has(u.url.href)) distinct.set(u.url.href, u);
+  const results = new Map<string, ApiError | null>();
+  const queue = [...distinct.values()];
+  const one = async (u: CheckedUrl): Promise<void> => {
+    const base = {
+      param: u.param,
+      maxBytes: m.referenceMaxBytes,
+      timeoutMs: m.referenceTimeoutMs,
+      maxRedirects: m.referenceMaxRedirects,
+      allowList: deps.fetch.allowList,
+      resolver: deps.fetch.resolver,
+      ca: deps.fetch.ca,
+    };
+    try {
+      await safeFetch(u.url, { ...base, method: 'HEAD' });
+      results.set(u.url.href, null);
+    } catch (e) {
+      // Some hosts (signed object-store URLs among them) answer HEAD with 403/405: try one GET.
+      if (e instanceof ApiError && e.code === 'invalid_url' && /the server answered \d+/.test(e.message)) {
+        try {
+          await safeFetch(u.url, { ...base, method: 'GET' });
+          results.set(u.url.href, null);
+          return;
+        } catch (e2) {
+          results.set(u.url.href, e2 instanceof ApiError ? e2 : new ApiError('invalid_url', { param: u.param }));
+          return;
+        }
+      }
+      results.set(u.url.href, e instanceof ApiError ? e : new ApiError('invalid_url', { param: u.param }));
+    }
+  };
+  const workers = Array.from({ length: Math.min(URL_CHECK_CONCURRENCY, queue.length) }, async () => {
+    for (let u = queue.shift(); u !== undefined; u = queue.shift()) await one(u);
+  });
+  await Promise.all(workers);
+  for (const u of urls) {
+    const err = results.get(u.url.href);
+    if (err) {
+      // Name the field this URL came from (a repeated URL is reported at its first field).
+      throw err.param === u.param ? err : new ApiError(err.code, { param: u.param, message: err.message });
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Vendor
+
+export function arkInput(req: NormalisedVideoRequest, vendorModel: string): ArkCreateInput {
+  return {
+    vendorModel,
+    prompt: req.prompt,
+    resolution: req.resolution,
+    ratio: req.aspect_ratio,
+    durationS: req.duration,
+    generateAudio: req.generate_audio,
+    seed: req.seed,
+    firstFrameUrl: req.first_frame_url,
+    lastFrameUrl: req.last_frame_url,
+    referenceImageUrls: req.reference_image_urls,
+    referenceVideoUrls: req.reference_video_urls,
+    referenceAudioUrls: req.reference_audio_urls,
+  };
+}
+
+/** The vendor refused or could not be reached at submit: release the hold and void the row, in one transaction. */
+async function voidSubmit(services: Services, deps: VideoDeps, row: GenerationRow, err: ApiError): Promise<void> {
+  const code = err.code === 'provider_error' ? 'provider_error' : 'provider_unavailable';
+  try {
+    await withTx(services.pool, async (c) => {
+      if (!(await markVoided(c, row.id, deps.owner, code, err.message, deps.clock()))) return; // recovery took it: it refunds
+      await services.ledger.using(c).release(row.request_id, `vendor_${code}`);
+    });
+  } catch (e) {
+    // The row stays `creating` under our lease; when the lease lapses the engine fails and refunds it.
+    services.log.warn('video.void_failed', { generation: row.id, err: (e as Error).message });
+  }
+}
+
+function vendorError(e: unknown): ApiError {
+  if (e instanceof ArkError && (e.kind === 'refused' || e.kind === 'protocol' || e.kind === 'not_found')) {
+    return new ApiError('provider_error', { message: `The video vendor refused the request: ${e.message.slice(0, 400)}` });
+  }
+  const retry = e instanceof ArkError && e.retryAfterS !== undefined ? Math.min(3600, Math.max(1, e.retryAfterS)) : 30;
+  return new ApiError('provider_unavailable', { message: 'The video vendor is unavailable; retry after Retry-After.', retryAfterS: retry });
+}
+
+/** A few quick tries of a statement whose failure would orphan a vendor task (a store blip). */
+async function retryStore<T>(fn: () => Promise<T>, tries = 3): Promise<T> {
+  for (let i = 0; ; i++) {
+    try {
+      return await fn();
+    } catch (e) {
+      if (i + 1 >= tries || !isStoreUnavailable(e)) throw e;
+      await new Promise((r) => setTimeout(r, 100 * (i + 1)));
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+export async function submitVideo(services: Services, deps: VideoDeps, input: SubmitInput): Promise<SubmitResult> {
+  const { config, pool, catalog, ledger } = services;
+  const { auth } = input;
+  const idemKey = input.idempotencyKey;
+  if (idemKey !== undefined && !IDEMPOTENCY_KEY_RE.test(idemKey)) {
+    throw new ApiError('invalid_idempotency_key', { param: 'Idempotency-Key' });
+  }
+  const hash = idemKey === undefined ? undefined : bodyHash(input.body);
+  if (idemKey !== undefined) {
+    const st = await keyState(pool, auth.keyId, idemKey, hash!, deps.clock());
+    if (st.kind !== 'free') return answerFor(st);
+  }
+
+  const v = validateVideoRequest(input.body, catalog, { allowList: deps.fetch.allowList });
+  const plan = await planOf(pool, auth.accountId, false);
+  if (!plan.video_allowed) throw tierGated();
+  const down = unavailability(config, services.state.current, v.model);
+  if (down !== null || deps.ark === undefined) {
+    throw new ApiError('provider_unavailable', {
+      message: down?.reason === 'paused' ? `${v.model.id} is paused; retry after Retry-After.` : 'Video generation is not available on this deployment now.',
+      retryAfterS: down?.retryAfterS ?? 300,
+    });
+  }
+  const priceSet = config.pricing.videoPriceSet;
+  const holdInk = videoClipInk(v.model, v.request.resolution, v.request.duration, priceSet);
+
+  const id = newId('vgen_');
+  let claimed = false;
+  if (idemKey !== undefined) {
+    const urlWaves = Math.ceil(v.urls.length / URL_CHECK_CONCURRENCY);
+    const ttlMs = config.jobs.leaseMs + urlWaves * 2 * config.media.referenceTimeoutMs;
+    // Two tries: a claim lost to a racer is answered from the racer's state (replay, 409, 422).
+    for (let attempt = 0; attempt < 2 && !claimed; attempt++) {
+      claimed = await claimKey(pool, auth.keyId, idemKey, hash!, id, deps.clock(), ttlMs);
+      if (!claimed) {
+        const st = await keyState(pool, auth.keyId, idemKey, hash!, deps.clock());
+        if (st.kind !== 'free') return answerFor(st);
+      }
+    }
+    if (!claimed) return answerFor({ kind: 'in_use' });
+  }
+
+  let row: GenerationRow;
+  try {
+    // A cheap look first, so a submit that will be refused fetches nothing.
+    checkCounts(plan, await admissionCounts(pool, auth.accountId, dayStart(deps.clock())), config.jobs.maxRunningPerAccount, deps.clock());
+    await checkUrlsFetchable(v.urls, services, deps);
+    // The authoritative admission: the account row lock serialises admissions of one account, and the
+    // counts are read by a later statement, so they see every admission committed before the lock.
+    row = await withTx(pool, async (c) => {
+      const locked = await planOf(c, auth.accountId, true);
+      if (!locked.video_allowed) throw tierGated();
+      const nowMs = deps.clock();
+      checkCounts(locked, await admissionCounts(c, auth.accountId, dayStart(nowMs)), config.jobs.maxRunningPerAccount, nowMs);
+      await ledger.using(c).reserve({ requestId: input.requestId, accountId: auth.accountId, keyId: auth.keyId, product: 'video', model: v.model.id, holdInk });
+      return insertGeneration(c, {
+        id, kind: 'video', accountId: auth.accountId, keyId: auth.keyId, requestId: input.requestId, model: v.model.id,
+        request: v.request as unknown as Record<string, unknown>, priceSet, holdInk, nowMs, owner: deps.owner, leaseMs: config.jobs.leaseMs,
+      });
+    });
+  } catch (e) {
+    if (claimed) await dropClaim(pool, auth.keyId, idemKey!, id).catch(() => undefined);
+    throw e;
+  }
+
+  // Committed: from here on the row is a recovery point. submitting -> creating -> (vendor) -> queued.
+  if (!(await markCreating(pool, row.id, deps.owner, deps.clock(), config.jobs.leaseMs))) {
+    return { body: presentAccepted(row), replayed: false }; // recovery already took it over (we stalled past the lease)
+  }
+  let taskId: string;
+  try {
+    taskId = await deps.ark.createTask(arkInput(v.request, v.model.vendorModel));
+  } catch (e) {
+    const err = vendorError(e);
+    services.log.warn('video.vendor_create_failed', { generation: row.id, err: (e as Error).message });
+    await voidSubmit(services, deps, row, err);
+    throw err;
+  }
+  // If this cannot be recorded at all, the row stays `creating` and recovery refunds it (the task is then an orphan we pay for).
+  if (!(await retryStore(() => markQueued(pool, row.id, deps.owner, taskId, deps.clock(), config.jobs.pollIntervalMs)))) {
+    // Recovery failed the row (and refunded it) while the create was in flight: the task is an orphan.
+    services.log.warn('video.task_orphaned', { generation: row.id, task: taskId });
+    deps.ark.cancelTask(taskId).catch(() => undefined);
+  }
+  return { body: presentAccepted(row), replayed: false };
+}

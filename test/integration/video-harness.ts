@@ -1,0 +1,150 @@
+// Shared set-up of the video tests (not a test file itself): a real gateway on 127.0.0.1:0 with the
+// video routes, the Ark simulator (its result files over HTTPS), a local HTTPS server for reference
+// URLs, and a job engine driven by tick() with the simulator's clock. No sleeps: time moves only
+// when a test calls advance().
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { Test } from 'tap';
+import type { Config, DeepPartial } from '../../src/config/config.js';
+import type { Services } from '../../src/gateway.js';
+import { startJobEngine, type JobEngine } from '../../src/jobs/engine.js';
+import { createVideoDeps, type VideoDeps } from '../../src/jobs/video/deps.js';
+import { videoRoutes } from '../../src/jobs/video/routes.js';
+import { startArkSimulator, type ArkSimulator, type ArkSimulatorOptions } from '../../src/vendors/ark/simulator.js';
+import { startTestGateway, type Reply, type TestGateway } from '../helpers/gateway.js';
+import { startHttpsServer, testCert, type TestHttpsServer } from '../helpers/https-server.js';
+
+export interface VideoHarness {
+  readonly tg: TestGateway;
+  readonly services: Services;
+  readonly sim: ArkSimulator;
+  readonly refs: TestHttpsServer;
+  readonly deps: VideoDeps;
+  readonly engine: JobEngine;
+  readonly config: Config;
+  /** https://127.0.0.1:<port><path> on the reference server. */
+  ref(path: string): string;
+  advance(ms: number): void;
+  /** A key on a fresh account on `plan`, topped up with `ink`. */
+  funded(ink?: number, plan?: string, inkLimit?: number | null): Promise<{ key: string; accountId: string; keyId: string }>;
+  submit(key: string, body: unknown, headers?: Record<string, string>): Promise<Reply>;
+  get(key: string, id: string): Promise<Reply>;
+  content(key: string, id: string): Promise<Reply>;
+  /** advance(ms) then one engine round. */
+  step(ms: number): Promise<number>;
+  /** A second engine (another "instance") over the same database. */
+  engineAs(owner: string): Promise<{ deps: VideoDeps; engine: JobEngine }>;
+}
+
+export const RENDER_MS = 60_000;
+export const QUEUE_MS = 15_000;
+
+export async function startVideoHarness(
+  t: Test,
+  opts: { config?: DeepPartial<Config>; sim?: ArkSimulatorOptions; arkConfigured?: boolean } = {},
+): Promise<VideoHarness> {
+  const cert = testCert();
+  const sim = await startArkSimulator({ renderMs: RENDER_MS, queueMs: QUEUE_MS, tls: cert, ...(opts.sim ?? {}) });
+  t.teardown(() => sim.close());
+  const refs = await startHttpsServer((req, res) => {
+    const path = (req.url ?? '/').split('?')[0]!;
+    if (path.startsWith('/ok')) {
+      res.writeHead(200, { 'content-type': 'image/png', 'content-length': '4' });
+      res.end(req.method === 'HEAD' ? undefined : 'PNG!');
+    } else if (path.startsWith('/no-head')) {
+      if (req.method === 'HEAD') res.writeHead(405).end();
+      else res.writeHead(200, { 'content-type': 'image/png' }).end('PNG!');
+    } else {
+      res.writeHead(404).end();
+    }
+  });
+  t.teardown(() => refs.close());
+  const dataDir = mkdtempSync(join(tmpdir(), 'inkgate-video-'));
+  t.teardown(() => rmSync(dataDir, { recursive: true, force: true }));
+
+  const over = opts.config ?? {};
+  const arkOn = opts.arkConfigured ?? true;
+  const holder: { deps?: VideoDeps } = {};
+  // Routes are built before the deps exist (createVideoDeps needs the gateway's pool); they only
+  // touch deps while handling a request, so a forwarding object is enough.
+  const lazy = new Proxy({} as VideoDeps, { get: (_o, p) => (holder.deps as unknown as Record<string | symbol, unknown>)[p] });
+  const tg = await startTestGateway(
+    t,
+    {
+      ...over,
+      dataDir,
+      vendors: { ark: arkOn ? { baseUrl: sim.url, apiKey: sim.apiKey } : { baseUrl: null, apiKey: null }, ...(over.vendors ?? {}) },
+      jobs: { pollIntervalMs: 5_000, maxPollIntervalMs: 20_000, timeoutMs: 600_000, leaseMs: 30_000, batchSize: 50, ...(over.jobs ?? {}) },
+    },
+    { extraRoutes: (s) => videoRoutes(s, lazy) },
+  );
+  const services = tg.gw.services;
+  const allowList = new Set([`127.0.0.1:${refs.port}`, sim.contentHostPort]);
+  const fetch = { allowList, ca: refs.ca };
+  const deps = await createVideoDeps(services, { clock: sim.now, fetch, owner: 'test-instance-a' });
+  holder.deps = deps;
+  t.teardown(() => deps.close());
+  const engine = startJobEngine(services, deps, { timers: false });
+  t.teardown(() => engine.stop());
+
+  const h: VideoHarness = {
+    tg,
+    services,
+    sim,
+    refs,
+    deps,
+    engine,
+    config: tg.config,
+    ref: (path) => `https://127.0.0.1:${refs.port}${path}`,
+    advance: (ms) => sim.advance(ms),
+    async funded(ink = 10_000, plan = 'pro', inkLimit = null) {
+      const k = await tg.newKey({ plan, inkLimit });
+      if (ink > 0) await services.ledger.topUp(k.accountId, ink);
+      return k;
+    },
+    submit: (key, body, headers) => tg.call('POST', '/v1/video/generations', { key, body, headers }),
+    get: (key, id) => tg.call('GET', `/v1/video/generations/${id}`, { key }),
+    content: (key, id) => tg.call('GET', `/v1/video/generations/${id}/content`, { key }),
+    async step(ms) {
+      sim.advance(ms);
+      return engine.tick();
+    },
+    async engineAs(owner) {
+      const d = await createVideoDeps(services, { clock: sim.now, fetch, owner });
+      t.teardown(() => d.close());
+      const e = startJobEngine(services, d, { timers: false });
+      t.teardown(() => e.stop());
+      return { deps: d, engine: e };
+    },
+  };
+  return h;
+}
+
+/** The generation's row and its ledger request, straight from the tables. */
+export async function rowOf(h: VideoHarness, id: string): Promise<Record<string, any>> {
+  const r = await h.services.pool.query(
+    `SELECT g.*, r.hold_state, r.charged_ink AS ledger_charged, r.hold_ink AS ledger_hold, r.usage AS ledger_usage
+       FROM generations g JOIN requests r ON r.id = g.request_id WHERE g.id = $1`,
+    [id],
+  );
+  return r.rows[0];
+}
+
+export async function walletOf(h: VideoHarness, accountId: string): Promise<{ balance: number; held: number; charged: number }> {
+  const r = await h.services.pool.query(
+    'SELECT grant_ink + payg_ink AS balance, held_grant_ink + held_payg_ink AS held, charged_ink AS charged FROM wallets WHERE account_id = $1',
+    [accountId],
+  );
+  return r.rows[0];
+}
+
+/** Runs engine rounds, advancing `stepMs` before each, until the generation is terminal (at most `max` rounds). */
+export async function runToEnd(h: VideoHarness, key: string, id: string, stepMs = 10_000, max = 40): Promise<Record<string, any>> {
+  for (let i = 0; i < max; i++) {
+    const g = (await h.get(key, id)).json;
+    if (g.status === 'succeeded' || g.status === 'failed') return g;
+    await h.step(stepMs);
+  }
+  throw new Error(`generation ${id} did not finish in ${max} rounds`);
+}

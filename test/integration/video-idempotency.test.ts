@@ -1,0 +1,135 @@
+// Idempotency-Key on video submits: replay of the original 202 (one hold, one vendor task), 422 on a
+// different body, 409 while the first is still being admitted, 20 duplicates at once, the 24-hour
+// window, and a key freed by a submit that ended in an error.
+import t, { type Test } from 'tap';
+import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
+import { startVideoHarness, walletOf } from './video-harness.js';
+
+const h = await startVideoHarness(t);
+const pool = h.services.pool;
+const check = (name: string, fn: (t: Test) => Promise<void>) =>
+  t.test(name, async (t) => {
+    await fn(t);
+    await assertLedgerInvariant(t, pool);
+  });
+const body = { model: 'clip-2.0-fast', prompt: 'a paper boat', metadata: { b: 2, a: 1 } };
+const holdsOf = async (accountId: string) =>
+  Number((await pool.query('SELECT count(*) AS n FROM requests WHERE account_id = $1', [accountId])).rows[0].n);
+
+check('same key, same body: the original 202 body with Idempotent-Replayed, no second hold or task', async (t) => {
+  const { key, accountId } = await h.funded(1_000);
+  const creates = h.sim.creates.length;
+  const first = await h.submit(key, body, { 'idempotency-key': 'order-17:v1' });
+  t.equal(first.status, 202);
+  t.equal(first.headers['idempotent-replayed'], undefined, 'the first answer is not a replay');
+  await h.step(30_000); // the generation moves on: the replay still shows the original body
+  t.equal((await h.get(key, first.json.id)).json.status, 'running');
+  const again = await h.submit(key, { metadata: { a: 1, b: 2 }, prompt: 'a paper boat', model: 'clip-2.0-fast' }, { 'idempotency-key': 'order-17:v1' });
+  t.equal(again.status, 202);
+  t.equal(again.headers['idempotent-replayed'], 'true');
+  t.equal(again.text, first.text, 'byte for byte the original 202 body (key order of the JSON body does not matter)');
+  t.equal(h.sim.creates.length, creates + 1, 'one vendor task');
+  t.equal(await holdsOf(accountId), 1, 'one hold');
+  t.equal((await walletOf(h, accountId)).held, first.json.ink_reserved);
+});
+
+check('same key, different body: 422 idempotency_key_reused', async (t) => {
+  const { key, accountId } = await h.funded(1_000);
+  const first = await h.submit(key, body, { 'idempotency-key': 'k-1' });
+  t.equal(first.status, 202);
+  const other = await h.submit(key, { ...body, duration: 6 }, { 'idempotency-key': 'k-1' });
+  t.equal(other.status, 422);
+  t.equal(other.json.error.code, 'idempotency_key_reused');
+  const invalid = await h.submit(key, { ...body, duration: 99 }, { 'idempotency-key': 'k-1' });
+  t.equal(invalid.json.error.code, 'idempotency_key_reused', 'a bound key answers before validation');
+  t.equal(await holdsOf(accountId), 1);
+});
+
+check('keys are per API key: the same key on another API key is a new submit', async (t) => {
+  const a = await h.funded(1_000);
+  const b = await h.funded(1_000);
+  const ra = await h.submit(a.key, body, { 'idempotency-key': 'shared' });
+  const rb = await h.submit(b.key, body, { 'idempotency-key': 'shared' });
+  t.equal(ra.status, 202);
+  t.equal(rb.status, 202);
+  t.not(ra.json.id, rb.json.id);
+  t.equal(rb.headers['idempotent-replayed'], undefined);
+});
+
+check('a duplicate while the first is still being admitted: 409 idempotency_key_in_use; then the replay', async (t) => {
+  const { key, accountId } = await h.funded(1_000);
+  let release!: () => void;
+  const gate = new Promise<void>((r) => (release = r));
+  let entered!: () => void;
+  const inCreate = new Promise<void>((r) => (entered = r));
+  h.sim.beforeCreate = async () => {
+    entered();
+    await gate;
+  };
+  const first = h.submit(key, body, { 'idempotency-key': 'slow' });
+  await inCreate; // the first submit is inside the vendor create call
+  h.sim.beforeCreate = undefined;
+  const dup = await h.submit(key, body, { 'idempotency-key': 'slow' });
+  t.equal(dup.status, 409);
+  t.equal(dup.json.error.code, 'idempotency_key_in_use');
+  const diff = await h.submit(key, { ...body, prompt: 'other' }, { 'idempotency-key': 'slow' });
+  t.equal(diff.status, 422, 'a different body is refused even while in flight');
+  release();
+  const r1 = await first;
+  t.equal(r1.status, 202);
+  const replay = await h.submit(key, body, { 'idempotency-key': 'slow' });
+  t.equal(replay.status, 202);
+  t.equal(replay.text, r1.text);
+  t.equal(await holdsOf(accountId), 1);
+});
+
+check('20 duplicates at once: one hold, one vendor task, every answer the same generation or 409', async (t) => {
+  const { key, accountId } = await h.funded(1_000);
+  const creates = h.sim.creates.length;
+  const replies = await Promise.all(Array.from({ length: 20 }, () => h.submit(key, body, { 'idempotency-key': 'burst-1' })));
+  const accepted = replies.filter((r) => r.status === 202);
+  const inUse = replies.filter((r) => r.status === 409);
+  t.equal(accepted.length + inUse.length, 20, `202 or 409 only (got ${replies.map((r) => r.status).join(',')})`);
+  t.ok(accepted.length >= 1);
+  t.equal(accepted.filter((r) => r.headers['idempotent-replayed'] === undefined).length, 1, 'exactly one original');
+  t.equal(new Set(accepted.map((r) => r.json.id)).size, 1, 'every 202 names the same generation');
+  for (const r of inUse) t.equal(r.json.error.code, 'idempotency_key_in_use');
+  t.equal(h.sim.creates.length, creates + 1, 'one vendor task');
+  t.equal(await holdsOf(accountId), 1, 'one hold');
+  const after = await h.submit(key, body, { 'idempotency-key': 'burst-1' });
+  t.equal(after.headers['idempotent-replayed'], 'true');
+  t.equal(after.json.id, accepted[0]!.json.id);
+});
+
+check('a submit that ended in an error binds no key: the same key works after the fix', async (t) => {
+  const { key, accountId } = await h.funded(1_000);
+  const refused = await h.submit(key, { ...body, prompt: 'x [[sim:refuse]]' }, { 'idempotency-key': 'retry-me' });
+  t.equal(refused.status, 502);
+  const invalid = await h.submit(key, { ...body, reference_image_urls: [h.ref('/missing.png')] }, { 'idempotency-key': 'retry-me' });
+  t.equal(invalid.json.error.code, 'invalid_url');
+  const poor = await h.funded(1);
+  t.equal((await h.submit(poor.key, body, { 'idempotency-key': 'retry-me' })).status, 402);
+  t.equal((await h.submit(poor.key, body, { 'idempotency-key': 'retry-me' })).status, 402, 'a 402 did not bind the key');
+  const ok = await h.submit(key, body, { 'idempotency-key': 'retry-me' });
+  t.equal(ok.status, 202);
+  t.equal(ok.headers['idempotent-replayed'], undefined);
+  t.equal((await walletOf(h, accountId)).held, ok.json.ink_reserved);
+});
+
+check('the replay window is 24 hours', async (t) => {
+  const { key } = await h.funded(1_000);
+  const first = await h.submit(key, body, { 'idempotency-key': 'day' });
+  h.advance(23 * 3600_000);
+  const within = await h.submit(key, body, { 'idempotency-key': 'day' });
+  t.equal(within.headers['idempotent-replayed'], 'true');
+  t.equal(within.json.id, first.json.id);
+  h.advance(3600_000 + 1000);
+  await h.engine.tick(); // the first one finishes meanwhile
+  const later = await h.submit(key, body, { 'idempotency-key': 'day' });
+  t.equal(later.status, 202);
+  t.equal(later.headers['idempotent-replayed'], undefined, 'after 24 hours the key starts a new generation');
+  t.not(later.json.id, first.json.id);
+  h.advance(25 * 3600_000);
+  const swept = await h.engine.sweep();
+  t.ok(swept.idempotencyKeysDropped >= 1, 'old claims are swept');
+});
