@@ -11,7 +11,9 @@ import { messagesLane } from './lanes/messages/lane.js';
 import { responsesLane } from './lanes/responses/lane.js';
 import { createTextHandler } from './lanes/text-proxy.js';
 import { createUpstream, type Upstream } from './lanes/upstream.js';
-import type { HttpContext } from './server/http-context.js';
+import { startJobEngine, type JobEngine, type JobEngineOptions } from './jobs/engine.js';
+import { createVideoDeps, type VideoDeps, type VideoDepsOptions } from './jobs/video/deps.js';
+import { mediaHostHandler, videoRoutes } from './jobs/video/routes.js';
 import { Router, type Route } from './server/router.js';
 import { startServer, type RunningServer } from './server/server.js';
 import { migrate } from './store/migrate.js';
@@ -32,6 +34,8 @@ export interface Gateway {
   readonly url: string;
   readonly port: number;
   readonly services: Services;
+  /** The video product's dependencies and this instance's job engine. */
+  readonly video: { readonly deps: VideoDeps; readonly engine: JobEngine };
   close(): Promise<void>;
 }
 
@@ -43,6 +47,8 @@ export interface GatewayOptions {
   limiter?: RateLimiter;
   /** More routes (tests of the server layer). */
   extraRoutes?: (s: Services) => Route[];
+  /** Video dependencies (tests inject a clock, fetch allow-list, engine without timers). */
+  video?: VideoDepsOptions & { engine?: JobEngineOptions };
   /** Skip migrations when the caller already ran them. */
   skipMigrate?: boolean;
 }
@@ -81,6 +87,8 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
       upstreams.push(u);
       return u;
     };
+    const videoDeps = await createVideoDeps(services, opts.video ?? {});
+    cleanups.push(() => videoDeps.close());
     const text = config.limits.textBodyBytes;
     const routes: Route[] = [
       ...catalogRoutes(config, catalog, state),
@@ -99,6 +107,7 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
         bodyBytes: text,
         handler: createTextHandler(responsesLane(config, catalog), { services, ledger, upstream: upstream('openai') }),
       },
+      ...videoRoutes(services, videoDeps),
       ...(opts.extraRoutes?.(services) ?? []),
     ];
     cleanups.push(async () => {
@@ -116,14 +125,18 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
       requestsPerMinute: config.limits.requestsPerMinute,
       publicRequestsPerMinute: config.limits.publicRequestsPerMinute,
       log,
-      other: (_ctx: HttpContext) => false,
+      other: mediaHostHandler(videoDeps),
     });
     cleanups.push(() => server.close());
+    // Started last and stopped first: no job runs against a closing ledger or pool.
+    const engine = startJobEngine(services, videoDeps, opts.video?.engine ?? {});
+    cleanups.push(() => engine.stop());
     const host = config.server.host.includes(':') ? `[${config.server.host}]` : config.server.host;
     return {
       url: `http://${host}:${server.port}`,
       port: server.port,
       services,
+      video: { deps: videoDeps, engine },
       close: cleanup,
     };
   } catch (e) {

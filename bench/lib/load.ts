@@ -37,7 +37,7 @@ export function percentile(sorted: Float64Array, p: number): number {
 }
 
 export async function runLoad(o: LoadOptions): Promise<LoadResult> {
-  const pool = new Pool(o.url, { connections: o.connections, pipelining: 1 });
+  const pool = new Pool(new URL(o.url).origin, { connections: o.connections, pipelining: 1 });
   const max = o.maxSamples ?? 2_000_000;
   const samples = new Float64Array(max);
   let n = 0;

@@ -10,7 +10,6 @@ import type { Config, DeepPartial } from '../../src/config/config.js';
 import type { Services } from '../../src/gateway.js';
 import { startJobEngine, type JobEngine } from '../../src/jobs/engine.js';
 import { createVideoDeps, type VideoDeps } from '../../src/jobs/video/deps.js';
-import { videoRoutes } from '../../src/jobs/video/routes.js';
 import { startArkSimulator, type ArkSimulator, type ArkSimulatorOptions } from '../../src/vendors/ark/simulator.js';
 import { startTestGateway, type Reply, type TestGateway } from '../helpers/gateway.js';
 import { startHttpsServer, testCert, type TestHttpsServer } from '../helpers/https-server.js';
@@ -65,10 +64,8 @@ export async function startVideoHarness(
 
   const over = opts.config ?? {};
   const arkOn = opts.arkConfigured ?? true;
-  const holder: { deps?: VideoDeps } = {};
-  // Routes are built before the deps exist (createVideoDeps needs the gateway's pool); they only
-  // touch deps while handling a request, so a forwarding object is enough.
-  const lazy = new Proxy({} as VideoDeps, { get: (_o, p) => (holder.deps as unknown as Record<string | symbol, unknown>)[p] });
+  const allowList = new Set([`127.0.0.1:${refs.port}`, sim.contentHostPort]);
+  const fetch = { allowList, ca: refs.ca };
   const tg = await startTestGateway(
     t,
     {
@@ -77,16 +74,10 @@ export async function startVideoHarness(
       vendors: { ark: arkOn ? { baseUrl: sim.url, apiKey: sim.apiKey } : { baseUrl: null, apiKey: null }, ...(over.vendors ?? {}) },
       jobs: { pollIntervalMs: 5_000, maxPollIntervalMs: 20_000, timeoutMs: 600_000, leaseMs: 30_000, batchSize: 50, ...(over.jobs ?? {}) },
     },
-    { extraRoutes: (s) => videoRoutes(s, lazy) },
+    { video: { clock: sim.now, fetch, owner: 'test-instance-a', engine: { timers: false } } },
   );
   const services = tg.gw.services;
-  const allowList = new Set([`127.0.0.1:${refs.port}`, sim.contentHostPort]);
-  const fetch = { allowList, ca: refs.ca };
-  const deps = await createVideoDeps(services, { clock: sim.now, fetch, owner: 'test-instance-a' });
-  holder.deps = deps;
-  t.teardown(() => deps.close());
-  const engine = startJobEngine(services, deps, { timers: false });
-  t.teardown(() => engine.stop());
+  const { deps, engine } = tg.gw.video;
 
   const h: VideoHarness = {
     tg,
