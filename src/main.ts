@@ -13,11 +13,13 @@ export async function main(argv: string[]): Promise<void> {
   const demo = argv.includes('--demo');
   let config = loadConfig();
   const stops: Array<() => Promise<void>> = [];
+  let videoFetch: { allowList: ReadonlySet<string>; ca: string } | undefined;
   if (demo) {
     const vendors = await startDemoVendors();
+    videoFetch = vendors.videoFetch;
     stops.push(vendors.close);
     config = loadConfig(process.env, { vendors: vendors.config });
-    log.info('demo: vendor simulators started', { anthropic: vendors.config.anthropic.baseUrl, openai: vendors.config.openai.baseUrl });
+    log.info('demo: vendor simulators started', { anthropic: vendors.config.anthropic.baseUrl, openai: vendors.config.openai.baseUrl, ark: vendors.config.ark.baseUrl });
   }
   const db = await openDatabase(config, { share: true, log: (m) => log.info(m) });
   stops.unshift(db.stop);
@@ -25,11 +27,12 @@ export async function main(argv: string[]): Promise<void> {
   log.info(db.kind === 'external' ? 'store: PostgreSQL from DATABASE_URL' : `store: embedded PostgreSQL in ${config.dataDir}/pg`);
   log.info(config.redis.url ? 'limits: Redis (shared by every instance)' : 'limits: in-process (REDIS_URL unset): serves one instance only');
 
-  const gw = await createGateway(config, { log });
+  const gw = await createGateway(config, { log, video: videoFetch ? { fetch: videoFetch } : {} });
   stops.unshift(gw.close);
   if (demo) {
     const pool = createPool({ ...config.db, url: db.url });
-    await pool.query("UPDATE lanes SET enabled = true WHERE lane IN ('messages', 'responses')");
+    // The demo's vendors are our simulators: certify every lane for them.
+    await pool.query('UPDATE lanes SET enabled = true');
     await pool.end();
     await gw.services.state.refresh();
   }

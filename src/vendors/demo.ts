@@ -1,26 +1,38 @@
 // `npm run demo`: the vendor simulators on 127.0.0.1, and the vendor configuration that points the
 // gateway at them, so every endpoint can be tried offline with the same data dir and demo key.
+// Video results are fetched by the gateway through its SSRF-safe fetcher, which refuses loopback:
+// the demo lets exactly the Ark simulator's content host through, trusting its self-signed
+// certificate. That exemption exists only here, in code; no configuration can open it.
 import { startAnthropicSimulator } from './anthropic/simulator.js';
+import { startArkSimulator } from './ark/simulator.js';
 import { startOpenAISimulator } from './openai/simulator.js';
+import { selfSignedCert } from './self-signed-cert.js';
 
 export interface DemoVendors {
   readonly config: {
     anthropic: { baseUrl: string; apiKey: string };
     openai: { baseUrl: string; apiKey: string };
+    ark: { baseUrl: string; apiKey: string };
   };
+  /** For createGateway's `video.fetch`. */
+  readonly videoFetch: { allowList: ReadonlySet<string>; ca: string };
   close(): Promise<void>;
 }
 
 export async function startDemoVendors(): Promise<DemoVendors> {
   const anthropic = await startAnthropicSimulator({ apiKey: 'sk-ant-demo', tokenPaceMs: 20 });
   const openai = await startOpenAISimulator({ apiKey: 'sk-openai-demo', tokenPaceMs: 20 });
+  const cert = selfSignedCert();
+  const ark = await startArkSimulator({ apiKey: 'ark-demo', renderMs: 20_000, queueMs: 5_000, tls: cert });
   return {
     config: {
       anthropic: { baseUrl: anthropic.url, apiKey: 'sk-ant-demo' },
       openai: { baseUrl: openai.url, apiKey: 'sk-openai-demo' },
+      ark: { baseUrl: ark.url, apiKey: 'ark-demo' },
     },
+    videoFetch: { allowList: new Set([ark.contentHostPort]), ca: cert.cert },
     close: async () => {
-      await Promise.all([anthropic.close(), openai.close()]);
+      await Promise.all([anthropic.close(), openai.close(), ark.close()]);
     },
   };
 }

@@ -2,40 +2,16 @@
 // the `openssl` CLI at test time (node:crypto cannot issue certificates). The certificate names
 // localhost, media.test, 127.0.0.1 and ::1; tests pass `ca` to trust it. It also counts the TCP
 // connections it accepted, so a test can prove a refused fetch never reached it.
-import { execFileSync } from 'node:child_process';
 import { once } from 'node:events';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer as createHttpsServer, type Server } from 'node:https';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createServer as createTcpServer, type Socket } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { selfSignedCert, type SelfSignedCert } from '../../src/vendors/self-signed-cert.js';
 
-export interface TestCert {
-  readonly key: string;
-  readonly cert: string;
-}
-
-let cached: TestCert | undefined;
+export type TestCert = SelfSignedCert;
 
 /** One self-signed certificate per test process (EC P-256, one day). */
-export function testCert(): TestCert {
-  if (cached !== undefined) return cached;
-  const dir = mkdtempSync(join(tmpdir(), 'inkgate-cert-'));
-  try {
-    const keyPath = join(dir, 'key.pem');
-    const certPath = join(dir, 'cert.pem');
-    execFileSync('openssl', [
-      'req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes',
-      '-keyout', keyPath, '-out', certPath, '-days', '1', '-subj', '/CN=localhost',
-      '-addext', 'subjectAltName=DNS:localhost,DNS:media.test,IP:127.0.0.1,IP:::1',
-    ], { stdio: ['ignore', 'ignore', 'pipe'], timeout: 20_000 });
-    cached = { key: readFileSync(keyPath, 'utf8'), cert: readFileSync(certPath, 'utf8') };
-    return cached;
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
-}
+export const testCert = (): TestCert => selfSignedCert();
 
 export type Handler = (req: IncomingMessage, res: ServerResponse) => void;
 
