@@ -121,14 +121,29 @@ export interface AuthRow {
   plan_id: string;
 }
 
+const LIVE_KEY_COLUMNS = `k.id, k.account_id, k.name, k.prefix, a.plan_id
+       FROM api_keys k JOIN accounts a ON a.id = k.account_id`;
+const LIVE = `k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now())`;
+// Named (prepared once per connection): every authenticated request runs one of these, and
+// parsing and planning the join each time cost Postgres several times what executing it does.
+const FIND_LIVE_KEY = { name: 'find_live_key', text: `SELECT ${LIVE_KEY_COLUMNS} WHERE k.key_hash = $1 AND ${LIVE}` };
+const FIND_LIVE_KEYS = { name: 'find_live_keys', text: `SELECT k.key_hash, ${LIVE_KEY_COLUMNS} WHERE k.key_hash = ANY($1::bytea[]) AND ${LIVE}` };
+
 /** The key behind a hash, only when it is live: not revoked, not expired. One indexed read, no cache. */
 export async function findLiveKey(db: Queryable, hash: Buffer): Promise<AuthRow | undefined> {
-  const r = await db.query<AuthRow>(
-    `SELECT k.id, k.account_id, k.name, k.prefix, a.plan_id
-       FROM api_keys k JOIN accounts a ON a.id = k.account_id
-      WHERE k.key_hash = $1 AND k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now())`,
-    [hash],
-  );
+  const r = await db.query<AuthRow>({ ...FIND_LIVE_KEY, values: [hash] });
   return r.rows[0];
+}
+
+/**
+ * The live keys behind several hashes in one indexed read (concurrent requests authenticated
+ * together, see auth/authenticate.ts), one answer per hash in order; no cache.
+ */
+export async function findLiveKeys(db: Queryable, hashes: Buffer[]): Promise<Array<AuthRow | undefined>> {
+  if (hashes.length === 1) return [await findLiveKey(db, hashes[0]!)];
+  const r = await db.query<AuthRow & { key_hash: Buffer }>({ ...FIND_LIVE_KEYS, values: [hashes] });
+  const byHash = new Map<string, AuthRow>();
+  for (const row of r.rows) byHash.set(row.key_hash.toString('latin1'), { id: row.id, account_id: row.account_id, name: row.name, prefix: row.prefix, plan_id: row.plan_id });
+  return hashes.map((h) => byHash.get(h.toString('latin1')));
 }
 

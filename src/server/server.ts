@@ -1,6 +1,6 @@
 // The uWS server: every request goes request id -> API open? -> route -> limit/auth -> handler,
 // and every failure leaves as the spec's error envelope. Nothing here knows about products.
-import { authenticate } from '../auth/authenticate.js';
+import { KeyAuthenticator } from '../auth/authenticate.js';
 import type { DeploymentState } from '../deployment/state.js';
 import { ApiError, isApiError } from '../errors.js';
 import type { RateLimiter } from '../limits/rate-limiter.js';
@@ -48,6 +48,7 @@ export function toApiError(e: unknown, log: Logger, ctx: HttpContext): ApiError 
 export function startServer(d: ServerDeps): Promise<RunningServer> {
   const uws = loadUws(d.allowUwsFallback);
   const app = uws.App();
+  const keys = new KeyAuthenticator(d.db);
 
   const fail = (ctx: HttpContext, e: unknown) => {
     if (ctx.done) return;
@@ -59,7 +60,7 @@ export function startServer(d: ServerDeps): Promise<RunningServer> {
       const decision = await d.limiter.take('ip:' + ctx.remoteAddress, d.publicRequestsPerMinute);
       if (!decision.allowed) throw new ApiError('rate_limit_exceeded', { retryAfterS: decision.retryAfterS });
     } else {
-      ctx.auth = await authenticate(d.db, ctx.header('authorization'));
+      ctx.auth = await keys.authenticate(ctx.header('authorization'));
       const decision = await d.limiter.take('key:' + ctx.auth.keyId, d.requestsPerMinute);
       if (!decision.allowed) throw new ApiError('rate_limit_exceeded', { retryAfterS: decision.retryAfterS });
     }
