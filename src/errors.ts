@@ -52,7 +52,6 @@ const table = {
   generation_not_found: { status: 404, type: 'not_found_error', message: 'Unknown generation.' },
   result_unavailable: { status: 404, type: 'not_found_error', message: 'The generation failed; there is no result.' },
   external_api_disabled: { status: 404, type: 'not_found_error', message: 'The API is not open on this deployment.' },
-  method_not_allowed: { status: 405, type: 'invalid_request_error', message: 'Method not allowed on this route.' },
   generation_not_ready: { status: 409, type: 'invalid_request_error', message: 'The generation has not finished.' },
   idempotency_key_in_use: { status: 409, type: 'invalid_request_error', message: 'A request with this Idempotency-Key is still being processed.' },
   result_expired: { status: 410, type: 'not_found_error', message: 'The result is past its retention and was deleted.' },

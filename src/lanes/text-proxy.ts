@@ -15,7 +15,7 @@ import type { Ledger } from '../ledger/ledger.js';
 import type { HttpContext } from '../server/http-context.js';
 import { readJsonObject } from '../server/json-body.js';
 import type { Services } from '../gateway.js';
-import { modelField, SseFramer } from './sse-framer.js';
+import { forEachEvent, modelField, SseFramer } from './sse-framer.js';
 import { neverSent, type Upstream } from './upstream.js';
 
 export interface ParsedTextRequest {
@@ -38,6 +38,8 @@ export interface StreamTally {
   /** Usage buckets for the request record (unknown buckets absent). */
   usage(): object;
   vendorRequestId(): string | undefined;
+  /** The vendor's own error event, when one arrived (passed on inside our final error frame). */
+  vendorError?(): { type?: string; message?: string } | undefined;
   /** True when the lane wants the proxy to stop reading (the service's own output cap). */
   readonly capped?: boolean;
 }
@@ -56,6 +58,8 @@ export interface TextLane {
   readonly lane: Lane;
   /** Path on the vendor, appended to the base URL's path. */
   readonly vendorPath: string;
+  /** The request field that carries the prompt (`param` of a 413). */
+  readonly promptParam: string;
   parse(body: Record<string, unknown>, ctx: HttpContext): ParsedTextRequest;
   /** Fixed vendor headers (our key, protocol version), precomputed once. */
   readonly vendorHeaders: Readonly<Record<string, string>>;
@@ -110,25 +114,56 @@ function retryAfterOf(headers: Dispatcher.ResponseData['headers'], fallbackS: nu
 
 const PROMPT_TOO_LONG = /prompt is too long|context[_ ]length|maximum context|too many (input )?tokens|input exceeds/i;
 
-/** Maps a vendor refusal to the spec's answer and says whether the hold goes back. */
-export function mapVendorStatus(status: number, text: string, headers: Dispatcher.ResponseData['headers']): { error: ApiError; release: boolean } {
+/**
+ * Maps a vendor refusal to the spec's answer and says whether the hold goes back. `promptParam`
+ * names the lane's prompt field for the 413 (`messages`, `input`).
+ */
+export function mapVendorStatus(
+  status: number,
+  text: string,
+  headers: Dispatcher.ResponseData['headers'],
+  promptParam: string,
+): { error: ApiError; release: boolean } {
   const msg = vendorMessage(text);
-  if (status === 413 || ((status === 400 || status === 422) && PROMPT_TOO_LONG.test(msg))) {
-    return { error: new ApiError('payload_too_large', { message: `The vendor refused the prompt as too long: ${msg}`, param: 'messages' }), release: true };
+  // The vendor's own "prompt is too long" is the spec's 413: we never refuse first on a guess.
+  if ((status === 400 || status === 422) && PROMPT_TOO_LONG.test(msg)) {
+    return { error: new ApiError('payload_too_large', { message: `The prompt is longer than the model's context: ${msg}`, param: promptParam }), release: true };
   }
-  if (status === 400 || status === 404 || status === 415 || status === 422) {
+  // Its gateway refusing before running (spec: its 400, 404, 413, 415, 422) is the client's to fix.
+  if (status === 400 || status === 404 || status === 413 || status === 415 || status === 422) {
     return { error: new ApiError('upstream_rejected', { message: msg }), release: true };
   }
   if (status === 429 || status === 529 || status === 503) {
     return { error: new ApiError('provider_unavailable', { message: `The vendor is at capacity or rate-limiting: ${msg}`, retryAfterS: retryAfterOf(headers, 30) }), release: true };
   }
-  if (status === 401 || status === 403) {
-    // Our vendor credentials were refused: nothing ran; an operator must act.
-    return { error: new ApiError('provider_error', { message: 'The vendor refused the service credentials.' }), release: true };
+  if (status === 401 || status === 402 || status === 403) {
+    // Our vendor account was refused (credentials, billing): nothing ran, and it is not the
+    // client's doing; an operator must act. The vendor's message is not passed on.
+    return { error: new ApiError('provider_error', { message: 'The vendor refused the service account; nothing was charged.' }), release: true };
   }
   // Other 4xx are the vendor refusing before running; 5xx may have run: keep the hold.
   if (status < 500) return { error: new ApiError('upstream_rejected', { message: msg }), release: true };
   return { error: new ApiError('provider_error', { message: `The vendor failed (${status}); the hold is kept until the vendor's record reconciles it.` }), release: false };
+}
+
+/** `event: error` at an event's start or on one of its lines. */
+const ERROR_EVENT = Buffer.from('event: error');
+const isErrorEvent = (ev: Buffer): boolean => {
+  const at = ev.indexOf(ERROR_EVENT);
+  return at === 0 || (at > 0 && (ev[at - 1] === 0x0a || ev[at - 1] === 0x0d));
+};
+
+/**
+ * The vendor's own mid-stream error events are held back (the tally has read them): the stream's
+ * single final `error` event is ours, carrying the vendor's error type and message with our code.
+ * Rare path: only runs when the bytes contain `event: error`.
+ */
+function withoutErrorEvents(buf: Buffer): Buffer {
+  const kept: Buffer[] = [];
+  forEachEvent(buf, (ev) => {
+    if (!isErrorEvent(ev)) kept.push(ev);
+  });
+  return kept.length === 1 ? kept[0]! : Buffer.concat(kept);
 }
 
 export interface TextProxyDeps {
@@ -183,7 +218,7 @@ export function createTextHandler(lane: TextLane, d: TextProxyDeps): (ctx: HttpC
       } catch {
         /* the status decides; the message is best effort */
       }
-      const mapped = mapVendorStatus(res.statusCode, text, res.headers);
+      const mapped = mapVendorStatus(res.statusCode, text, res.headers, lane.promptParam);
       if (mapped.release) await ledger.release(requestId, `vendor ${res.statusCode}`);
       else await ledger.markUsageUnknown(requestId, { reason: `vendor ${res.statusCode}` });
       throw mapped.error;
@@ -252,6 +287,10 @@ async function streamThrough(
       if (tally.capped) {
         body.destroy();
         return;
+      }
+      if (out.indexOf(ERROR_EVENT) !== -1) {
+        out = withoutErrorEvents(out);
+        if (out.length === 0) return;
       }
       // A client that went away is not written to, but the vendor is read to its receipt.
       if (!ctx.aborted && !ctx.write(out) && !waiting) {

@@ -7,7 +7,7 @@ import type { HttpRequest, HttpResponse } from './uws.js';
 const STATUS_LINES: Record<number, string> = {
   200: '200 OK', 201: '201 Created', 202: '202 Accepted', 204: '204 No Content', 302: '302 Found',
   400: '400 Bad Request', 401: '401 Unauthorized', 402: '402 Payment Required', 403: '403 Forbidden',
-  404: '404 Not Found', 405: '405 Method Not Allowed', 409: '409 Conflict', 410: '410 Gone',
+  404: '404 Not Found', 409: '409 Conflict', 410: '410 Gone',
   413: '413 Payload Too Large', 415: '415 Unsupported Media Type', 422: '422 Unprocessable Entity',
   429: '429 Too Many Requests', 500: '500 Internal Server Error', 502: '502 Bad Gateway',
   503: '503 Service Unavailable', 504: '504 Gateway Timeout',
@@ -148,13 +148,12 @@ export class HttpContext {
   }
 
   /** The spec's error envelope, with Retry-After on 429/503 and WWW-Authenticate on 401. */
-  sendError(err: ApiError, closeConnection = false): void {
-    const extra: Array<[string, string]> = [];
+  sendError(err: ApiError, closeConnection = false, more?: HeaderList): void {
+    const extra: Array<[string, string]> = more ? more.map(([k, v]) => [k, v] as [string, string]) : [];
     if (err.status === 401) extra.push(['WWW-Authenticate', 'Bearer']);
     if (err.retryAfterS !== undefined && (err.status === 429 || err.status === 503)) {
       extra.push(['Retry-After', String(Math.max(1, Math.ceil(err.retryAfterS)))]);
     }
-    if (err.code === 'method_not_allowed' && err.param) extra.push(['Allow', err.param]);
     this.sendJson(err.status, err.toBody(this.requestId), extra, closeConnection);
   }
 

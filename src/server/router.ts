@@ -37,7 +37,7 @@ export class Router {
     }
   }
 
-  /** A route, or the methods the path does allow (for 405), or undefined (404). */
+  /** A route, or the methods the path does allow (404 with Allow), or undefined (404). */
   match(method: string, path: string): Match {
     // A trailing slash is the same resource; anything else must match exactly.
     const p = path.length > 1 && path.endsWith('/') ? path.slice(0, -1) : path;

@@ -86,7 +86,8 @@ export function startServer(d: ServerDeps): Promise<RunningServer> {
       return;
     }
     if ('allow' in m) {
-      ctx.sendError(new ApiError('method_not_allowed', { message: `${ctx.method} is not allowed on ${path}; use ${m.allow}.`, param: m.allow }));
+      // The spec knows one answer for a path a client cannot use: 404 not_found. Allow says what works.
+      ctx.sendError(new ApiError('not_found', { message: `No route ${ctx.method} ${path}; this path takes ${m.allow}.` }), false, [['Allow', m.allow]]);
       return;
     }
     ctx.params = m.params;

@@ -45,9 +45,10 @@ t.test('shared conventions', async (t) => {
     assertEnvelope(t, await g.call('GET', `/v1/me?api_key=${key}`), 401, 'invalid_api_key');
   });
 
-  t.test('a known path with another method answers 405 with Allow', async (t) => {
+  t.test('a known path with another method answers 404 not_found with Allow', async (t) => {
     const r = await g.call('POST', '/v1/me', { key, body: {} });
-    assertEnvelope(t, r, 405, 'method_not_allowed');
+    assertEnvelope(t, r, 404, 'not_found');
+    t.notOk(r.json.error.param, 'no param: no field is at fault');
     t.equal(r.headers.allow, 'GET');
   });
 

@@ -226,6 +226,13 @@ t.test('vendor refusals: upstream_rejected / 413 release the hold; capacity is 5
   const big = await post(g, k.key, { model: 'sonnet', max_tokens: 20, messages: user('x [[sim:prompt-too-long]]') });
   t.equal(big.status, 413);
   t.equal(big.json.error.code, 'payload_too_large');
+  t.equal(big.json.error.param, 'messages');
+  const gw413 = await post(g, k.key, { model: 'sonnet', max_tokens: 20, messages: user('x [[sim:status=413]]') });
+  t.equal(gw413.status, 400, "the vendor gateway's own 413 is upstream_rejected (spec, Messages codes)");
+  t.equal(gw413.json.error.code, 'upstream_rejected');
+  const billing = await post(g, k.key, { model: 'sonnet', max_tokens: 20, messages: user('x [[sim:status=402]]') });
+  t.equal(billing.status, 502, "our vendor account's billing problem is not the client's");
+  t.equal(billing.json.error.code, 'provider_error');
   t.equal((await me(g, k.key)).key.ink_reserved, 0, 'holds released');
   t.equal((await me(g, k.key)).ink.balance, 10_000);
   for (const s of [429, 529, 503]) {
@@ -245,7 +252,7 @@ t.test('vendor refusals: upstream_rejected / 413 release the hold; capacity is 5
 });
 
 t.test('stream failures: overloaded mid-stream keeps the hold; cut after the receipt charges it', async (t) => {
-  const { g, k, invariant } = await setup(t);
+  const { g, k, client, invariant } = await setup(t);
   const streamRaw = async (text: string) => {
     const r = await request(g.url + '/v1/messages', {
       method: 'POST',
@@ -256,11 +263,25 @@ t.test('stream failures: overloaded mid-stream keeps the hold; cut after the rec
   };
   const over = await streamRaw('hi [[sim:overloaded-midstream]]');
   const errs = over.filter((e) => e.event === 'error').map((e) => JSON.parse(e.data));
+  t.equal(errs.length, 1, 'one final error event');
   t.equal(errs[0].error.type, 'overloaded_error', 'the vendor error is passed on');
-  t.equal(errs.at(-1).error.code, 'usage_unknown', 'then our final frame');
+  t.equal(errs[0].error.code, 'usage_unknown', 'with our code');
   t.equal(over.at(-1)!.event, 'error');
+  // The official SDK raises it as a typed error.
+  const sdkErr = await (async () => {
+    try {
+      for await (const _ of await client.messages.create({ model: 'sonnet', max_tokens: 100, stream: true, messages: user('hi [[sim:overloaded-midstream]]') })) {
+        /* drain */
+      }
+    } catch (e) {
+      return e as { error?: { error?: { type?: string; code?: string } } };
+    }
+    return undefined;
+  })();
+  t.equal(sdkErr?.error?.error?.type, 'overloaded_error');
+  t.equal(sdkErr?.error?.error?.code, 'usage_unknown');
   let m = await me(g, k.key);
-  t.ok(m.key.ink_reserved > 0, 'hold kept');
+  t.ok(m.key.ink_reserved > 0, 'holds kept');
   const reservedAfterOverload = m.key.ink_reserved;
 
   const cut = await streamRaw('hi [[sim:cut-before-stop]]');

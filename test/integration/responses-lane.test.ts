@@ -126,6 +126,8 @@ t.test('failure paths: response.failed, cut streams, vendor statuses', async (t)
   const last = failed.events.at(-1)!;
   t.equal(last.event, 'error', 'a failed response ends with our error frame');
   t.equal(JSON.parse(last.data).error.code, 'usage_unknown');
+  t.equal(failed.events.filter((e) => e.event === 'error').length, 1, "the vendor's error is folded into the one final error event");
+  t.ok(failed.events.some((e) => e.event === 'response.failed'), 'the terminal event is passed on');
   let m = await me(g, k.key);
   t.ok(m.key.ink_reserved > 0, 'no usage receipt: the hold is kept');
 

@@ -195,20 +195,20 @@ t.test('every accepted field: forwarded, replaced or dropped as documented', asy
 });
 
 t.test('defaults: model, max_output_tokens, stream, store, include, safety_identifier', async (tt) => {
-  const r = parseResponsesRequest({ input: 'Hi' }, catalog, opts);
-  tt.equal(r.model.id, 'text-6-astra', 'omitted model means text-6-astra');
+  const r = parseResponsesRequest({ model: 'astra', input: 'Hi' }, catalog, opts);
+  tt.throws(() => parseResponsesRequest({ input: 'Hi' }, catalog, opts), { code: 'unknown_model', param: 'model' }, 'model is required');
   tt.equal(r.maxOutputTokens, 32_768);
   tt.equal(r.stream, false);
   const v = JSON.parse(r.vendorBody) as Obj;
   tt.same(v, { model: r.model.vendorModel, input: 'Hi', max_output_tokens: 32_768, include: [INCLUDE_ENCRYPTED_REASONING], store: false, safety_identifier: USER_HASH });
   tt.equal(parse(base({ model: 'text-6-astra' })).model.id, 'text-6-astra');
-  tt.equal(parse(base({ model: null })).model.id, 'text-6-astra');
+  tt.throws(() => parse(base({ model: null })), { code: 'unknown_model', param: 'model' });
 });
 
 t.test('null means absent for every optional field, and is not forwarded', async (tt) => {
   const nulls: Obj = {};
-  for (const k of RESPONSES_ACCEPTED_FIELDS) if (k !== 'input') nulls[k] = null;
-  const r = parse({ ...nulls, input: 'Hi' });
+  for (const k of RESPONSES_ACCEPTED_FIELDS) if (k !== 'input' && k !== 'model') nulls[k] = null;
+  const r = parse({ ...nulls, model: 'astra', input: 'Hi' });
   tt.equal(r.maxOutputTokens, 32_768);
   const v = JSON.parse(r.vendorBody) as Obj;
   tt.same(Object.keys(v).sort(), ['include', 'input', 'max_output_tokens', 'model', 'safety_identifier', 'store']);

@@ -34,6 +34,7 @@ export function messagesLane(cfg: Config, catalog: Catalog): TextLane {
     product: 'messages',
     lane: 'messages',
     vendorPath: '/v1/messages',
+    promptParam: 'messages',
     vendorHeaders: Object.freeze({
       'x-api-key': apiKey,
       // The protocol version header toward the vendor is ours; a client's value is never forwarded.
@@ -45,7 +46,8 @@ export function messagesLane(cfg: Config, catalog: Catalog): TextLane {
       // metadata.user_id on the wire: a hash of the key id, stable per key, meaningless outside.
       const keyUserId = createHash('sha256').update('inkgate:' + ctx.auth!.keyId).digest('hex').slice(0, 32);
       const r = parseMessagesRequest(body, catalog, { keyUserId });
-      const beta = forwardedBetaHeader(ctx.header('anthropic-beta'));
+      // The spec names the header `vendor-beta`; the protocol's own name is `anthropic-beta`.
+      const beta = forwardedBetaHeader(ctx.header('anthropic-beta') ?? ctx.header('vendor-beta'));
       return {
         model: r.model,
         stream: r.stream,
@@ -63,6 +65,7 @@ export function messagesLane(cfg: Config, catalog: Catalog): TextLane {
         chargeInk: () => charge(req.model, t.usage()),
         usage: () => t.usage(),
         vendorRequestId: () => t.vendorMessageId,
+        vendorError: () => t.errorEvent,
       };
     },
     finishBody(json, req): BodyResult {
@@ -78,9 +81,13 @@ export function messagesLane(cfg: Config, catalog: Catalog): TextLane {
     usageFrame(inkCharged, requestId) {
       return sseEvent('service.usage', { type: 'service.usage', ink_charged: inkCharged, usd_payg_charged: inkCharged / 100, request_id: requestId });
     },
-    errorFrame(code, message, requestId) {
-      // The protocol's error event shape, with our code and request id inside `error`.
-      return sseEvent('error', { type: 'error', error: { type: 'provider_error', code, message, request_id: requestId } });
+    errorFrame(code, message, requestId, tally) {
+      // The protocol's error event shape, with our code and request id inside `error`. A vendor
+      // error (e.g. overloaded_error) is passed on here, in the one final error event.
+      const v = tally.vendorError?.();
+      const type = v?.type ?? 'provider_error';
+      const text = v?.message ? `${v.message} (${message})` : message;
+      return sseEvent('error', { type: 'error', error: { type, code, message: text, request_id: requestId } });
     },
   };
 }

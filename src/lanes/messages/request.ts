@@ -12,8 +12,9 @@
 // - `model` that is not a string answers `unknown_model` like an unknown name.
 // - `null` for an optional top-level field answers `invalid_type` (the protocol has no nulls
 //   there); it is not read as "absent".
-// - `thinking.budget_tokens` not an integer answers `invalid_type`; below 1,024 (the protocol's
-//   minimum) or, on opus and sonnet, not below `max_tokens` answers `invalid_value`.
+// - `thinking.budget_tokens` not an integer answers `invalid_type`; on opus and sonnet, not below
+//   `max_tokens` answers `too_large` (the spec's rule; the table's code for a number too big). The
+//   protocol's own minimum (1,024) is the vendor's to enforce: its refusal is `upstream_rejected`.
 // - `metadata` is always sent as `{ user_id }` (the key hash), whether or not the client sent one,
 //   so every vendor request is attributable to a key.
 // - A block refused by type (media, server-tool blocks, wrong role, unknown) names
@@ -363,11 +364,8 @@ function checkThinking(thinking: unknown, model: TextModel, maxTokens: number): 
   if (type === 'enabled') {
     const budget = thinking.budget_tokens;
     if (typeof budget !== 'number' || !Number.isInteger(budget)) fail('invalid_type', 'thinking.budget_tokens', '`thinking.budget_tokens` must be an integer.');
-    if (budget < THINKING_MIN_BUDGET_TOKENS) {
-      fail('invalid_value', 'thinking.budget_tokens', `\`thinking.budget_tokens\` must be at least ${THINKING_MIN_BUDGET_TOKENS}.`);
-    }
     if (budget >= maxTokens && !BUDGET_BELOW_MAX_TOKENS_EXEMPT.has(model.id)) {
-      fail('invalid_value', 'thinking.budget_tokens', `\`thinking.budget_tokens\` must be below \`max_tokens\` (${maxTokens}) on ${model.id}.`);
+      fail('too_large', 'thinking.budget_tokens', `\`thinking.budget_tokens\` must be below \`max_tokens\` (${maxTokens}) on ${model.id}.`);
     }
   }
 }

@@ -41,6 +41,7 @@ export function responsesLane(cfg: Config, catalog: Catalog): TextLane {
     product: 'responses',
     lane: 'responses',
     vendorPath: '/responses',
+    promptParam: 'input',
     vendorHeaders: Object.freeze({
       authorization: `Bearer ${cfg.vendors.openai.apiKey ?? ''}`,
       'content-type': 'application/json',
@@ -89,7 +90,10 @@ export function responsesLane(cfg: Config, catalog: Catalog): TextLane {
       return `: service.usage ${usagePayload(inkCharged, requestId)}\n\n`;
     },
     errorFrame(code, message, requestId, tally) {
-      const seq = ((tally as unknown as { inner: ResponsesUsageTally }).inner.maxSequenceNumber ?? -1) + 1;
+      const inner = (tally as unknown as { inner: ResponsesUsageTally }).inner;
+      const seq = inner.maxSequenceNumber + 1;
+      const vendor = inner.error ?? inner.responseError;
+      if (vendor?.message) message = `${vendor.message} (${message})`;
       // Nested `error` (the first-party shape) makes the SDK raise a typed APIError; the flat
       // fields keep clients that read `code`/`message` at the top level working too.
       return `event: error\ndata: ${JSON.stringify({

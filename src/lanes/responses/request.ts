@@ -4,8 +4,8 @@
 //
 // ---- README: POST /v1/responses request rules (paste as is) ------------------------------------
 // Accepted top-level fields (validated, then forwarded unless said otherwise):
-//   model               `text-6-astra` or `astra`; omitted or null means `text-6-astra`. Anything
-//                       else (including a Messages model) answers `unknown_model`.
+//   model               required: `text-6-astra` or `astra`. Missing, null or anything else
+//                       (including a Messages model) answers `unknown_model`.
 //   input               required (`missing_input` when absent, null, "" or []): a string, or items:
 //                       messages (`type: "message"` or no type) with role user, assistant, system
 //                       or developer and content a string or parts `input_text`, `output_text`,
@@ -260,12 +260,8 @@ export function parseResponsesRequest(body: Record<string, unknown>, catalog: Ca
 
   // model
   const modelName = body.model;
-  const model =
-    modelName === undefined || modelName === null
-      ? catalog.firstText('openai-responses')
-      : typeof modelName === 'string'
-        ? catalog.text(modelName, 'openai-responses')
-        : undefined;
+  // Required, as on every other endpoint: a request never bills a model it did not name.
+  const model = typeof modelName === 'string' ? catalog.text(modelName, 'openai-responses') : undefined;
   if (model === undefined) {
     const shown = typeof modelName === 'string' ? JSON.stringify(modelName.slice(0, 100)) : describe(modelName);
     fail('unknown_model', 'model', `Unknown model ${shown} for /v1/responses; use text-6-astra (or astra).`);
