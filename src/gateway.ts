@@ -14,6 +14,7 @@ import { createUpstream, type Upstream } from './lanes/upstream.js';
 import { startJobEngine, type JobEngine, type JobEngineOptions } from './jobs/engine.js';
 import { createVideoDeps, type VideoDeps, type VideoDepsOptions } from './jobs/video/deps.js';
 import { mediaHostHandler, videoRoutes } from './jobs/video/routes.js';
+import { imageRoutes } from './jobs/images/routes.js';
 import { Router, type Route } from './server/router.js';
 import { startServer, type RunningServer } from './server/server.js';
 import { migrate } from './store/migrate.js';
@@ -108,6 +109,7 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
         handler: createTextHandler(responsesLane(config, catalog), { services, ledger, upstream: upstream('openai') }),
       },
       ...videoRoutes(services, videoDeps),
+      ...imageRoutes(services, videoDeps),
       ...(opts.extraRoutes?.(services) ?? []),
     ];
     cleanups.push(async () => {

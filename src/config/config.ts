@@ -70,6 +70,8 @@ export const ConfigSchema = Type.Object({
     tickMs: Ms,
     sweepIntervalMs: Ms,
     maxRunningPerAccount: Type.Integer({ minimum: 1, maximum: 1000 }),
+    /** Daily generations for an account whose plan has none but which bought pay-as-you-go Ink. */
+    paygDailyCap: Type.Integer({ minimum: 0, maximum: 100_000 }),
   }),
   media: Type.Object({
     linkTtlS: Type.Integer({ minimum: 1, maximum: 86_400 }),

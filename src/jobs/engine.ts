@@ -3,11 +3,16 @@
 // leases, and lets go. A crashed instance's rows come back when their leases lapse: another instance
 // (or this one after restart) claims them and resumes (poll), restarts (never-called submit) or fails
 // and refunds (a create whose outcome is unknown) them. Nothing here keeps state another instance needs.
+// Image rows (images/run.ts) go through the same claim: the Gemini call is made by the worker.
 import type { Services } from '../gateway.js';
 import { claimDue, renewLease, type GenerationRow } from './store.js';
 import { sweepRetention, type SweepReport } from './sweep.js';
 import type { VideoDeps } from './video/deps.js';
 import { VideoRunner } from './video/run.js';
+import { ImageRunner } from './images/run.js';
+
+/** Kinds of generation rows this engine works. */
+export const JOB_KINDS = ['video', 'image'] as const;
 
 export interface JobEngine {
   /** One claim round now; resolves with the number of rows worked. */
@@ -26,6 +31,7 @@ export interface JobEngineOptions {
 export function startJobEngine(services: Services, deps: VideoDeps, opts: JobEngineOptions = {}): JobEngine {
   const jobs = services.config.jobs;
   const video = new VideoRunner(services, deps);
+  const image = new ImageRunner(services, deps);
   const inFlight = new Set<Promise<unknown>>();
   let stopped = false;
   let ticking: Promise<number> | undefined;
@@ -39,6 +45,7 @@ export function startJobEngine(services: Services, deps: VideoDeps, opts: JobEng
     timer.unref();
     try {
       if (row.kind === 'video') await video.run(row);
+      else if (row.kind === 'image') await image.run(row);
     } catch (e) {
       // The lease stays until it lapses; the row is then claimed again.
       services.log.warn('jobs.row_failed', { generation: row.id, state: row.state, err: (e as Error).message });
@@ -49,7 +56,7 @@ export function startJobEngine(services: Services, deps: VideoDeps, opts: JobEng
 
   const round = async (): Promise<number> => {
     if (stopped) return 0;
-    const rows = await claimDue(services.pool, ['video'], deps.owner, deps.clock(), jobs.leaseMs, jobs.batchSize);
+    const rows = await claimDue(services.pool, JOB_KINDS, deps.owner, deps.clock(), jobs.leaseMs, jobs.batchSize);
     await Promise.all(rows.map(work));
     return rows.length;
   };

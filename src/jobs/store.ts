@@ -6,7 +6,7 @@ import type { Queryable } from '../store/pool.js';
 
 export type GenerationState = 'submitting' | 'creating' | 'queued' | 'running' | 'succeeded' | 'failed' | 'voided';
 export const ACTIVE_STATES: readonly GenerationState[] = ['submitting', 'creating', 'queued', 'running'];
-export type FailureCode = 'provider_failed' | 'timeout' | 'result_persistence_failed';
+export type FailureCode = 'provider_failed' | 'timeout' | 'result_persistence_failed' | 'content_policy';
 
 export interface GenerationRow {
   id: string;
@@ -31,6 +31,9 @@ export interface GenerationRow {
   result_resolution: string | null;
   result_aspect_ratio: string | null;
   result_seed: number | null;
+  /** Image results only (migration 011). */
+  result_width: number | null;
+  result_height: number | null;
   result_expired: boolean;
   created_at: Date;
   updated_at: Date;
@@ -171,6 +174,10 @@ export interface SuccessUpdate {
   aspectRatio: string | null;
   seed: number | null;
   nowMs: number;
+  /** Image rows: the vendor's response id (image rows have none until the result arrives). */
+  vendorTaskId?: string;
+  width?: number | null;
+  height?: number | null;
 }
 
 /** queued|running -> succeeded; run with the ledger's settle in one transaction. */
@@ -178,9 +185,11 @@ export async function markSucceeded(q: Queryable, id: string, owner: string, s: 
   const r = await q.query(
     `UPDATE generations SET state = 'succeeded', progress = NULL, charged_ink = $3, media_key = $4, media_content_type = $5,
             media_size_bytes = $6, result_duration_s = $7, result_resolution = $8, result_aspect_ratio = $9, result_seed = $10,
-            completed_at = $11, updated_at = $11, lease_owner = NULL, lease_expires_at = NULL
+            completed_at = $11, updated_at = $11, lease_owner = NULL, lease_expires_at = NULL,
+            vendor_task_id = coalesce($12, vendor_task_id), result_width = $13, result_height = $14
       WHERE id = $1 AND lease_owner = $2 AND state IN ('queued', 'running')`,
-    [id, owner, s.chargedInk, s.mediaKey, s.contentType, s.sizeBytes, s.durationS, s.resolution, s.aspectRatio, s.seed, d(s.nowMs)],
+    [id, owner, s.chargedInk, s.mediaKey, s.contentType, s.sizeBytes, s.durationS, s.resolution, s.aspectRatio, s.seed, d(s.nowMs),
+      s.vendorTaskId ?? null, s.width ?? null, s.height ?? null],
   );
   return r.rowCount === 1;
 }
@@ -196,12 +205,49 @@ export async function markFailed(q: Queryable, id: string, owner: string, code: 
   return r.rowCount === 1;
 }
 
-/** Admission counts for one account: generations in flight, and those accepted since `dayStartMs`. */
-export async function admissionCounts(q: Queryable, accountId: string, dayStartMs: number): Promise<{ active: number; today: number }> {
+/**
+ * Admission counts for one account and one kind: generations in flight, and those accepted since
+ * `dayStartMs`. Video and images are counted apart: each has its own concurrency slots and daily count.
+ */
+export async function admissionCounts(q: Queryable, accountId: string, dayStartMs: number, kind: 'video' | 'image' = 'video'): Promise<{ active: number; today: number }> {
   const r = await q.query<{ active: number; today: number }>(
-    `SELECT (SELECT count(*) FROM generations WHERE account_id = $1 AND state IN ${ACTIVE_SQL})::int AS active,
-            (SELECT count(*) FROM generations WHERE account_id = $1 AND created_at >= $2 AND state <> 'voided')::int AS today`,
-    [accountId, d(dayStartMs)],
+    `SELECT (SELECT count(*) FROM generations WHERE account_id = $1 AND kind = $3 AND state IN ${ACTIVE_SQL})::int AS active,
+            (SELECT count(*) FROM generations WHERE account_id = $1 AND kind = $3 AND created_at >= $2 AND state <> 'voided')::int AS today`,
+    [accountId, d(dayStartMs), kind],
   );
   return r.rows[0]!;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Image rows (migration 011): no vendor task to poll; the vendor call is the generation.
+
+/** submitting -> queued (image): the submit is done; the row is let go and due at once for a worker. */
+export async function markImageQueued(q: Queryable, id: string, owner: string, nowMs: number): Promise<boolean> {
+  const r = await q.query(
+    `UPDATE generations SET state = 'queued', updated_at = $3, next_poll_at = $3, lease_owner = NULL, lease_expires_at = NULL
+      WHERE id = $1 AND kind = 'image' AND state = 'submitting' AND lease_owner = $2`,
+    [id, owner, d(nowMs)],
+  );
+  return r.rowCount === 1;
+}
+
+/** submitting|queued|running -> running (image), under the claimer's lease: a vendor call is about to go out (`polls` counts the calls). */
+export async function markImageRunning(q: Queryable, id: string, owner: string, nowMs: number, leaseMs: number): Promise<boolean> {
+  const r = await q.query(
+    `UPDATE generations SET state = 'running', updated_at = $3, lease_expires_at = $4, polls = polls + 1
+      WHERE id = $1 AND kind = 'image' AND lease_owner = $2 AND state IN ('submitting', 'queued', 'running')`,
+    [id, owner, d(nowMs), d(nowMs + leaseMs)],
+  );
+  return r.rowCount === 1;
+}
+
+/** Image row back to `queued` after an unavailable vendor: due again at `nextPollMs`; the lease is let go. */
+export async function rescheduleImage(q: Queryable, id: string, owner: string, nextPollMs: number, nowMs: number): Promise<boolean> {
+  const r = await q.query(
+    `UPDATE generations SET state = 'queued', next_poll_at = $3, updated_at = $4, poll_errors = poll_errors + 1,
+            lease_owner = NULL, lease_expires_at = NULL
+      WHERE id = $1 AND kind = 'image' AND lease_owner = $2 AND state IN ('submitting', 'queued', 'running')`,
+    [id, owner, d(nextPollMs), d(nowMs)],
+  );
+  return r.rowCount === 1;
 }

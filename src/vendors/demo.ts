@@ -5,6 +5,7 @@
 // certificate. That exemption exists only here, in code; no configuration can open it.
 import { startAnthropicSimulator } from './anthropic/simulator.js';
 import { startArkSimulator } from './ark/simulator.js';
+import { startGeminiSimulator } from './gemini/simulator.js';
 import { startOpenAISimulator } from './openai/simulator.js';
 import { selfSignedCert } from './self-signed-cert.js';
 
@@ -13,6 +14,7 @@ export interface DemoVendors {
     anthropic: { baseUrl: string; apiKey: string };
     openai: { baseUrl: string; apiKey: string };
     ark: { baseUrl: string; apiKey: string };
+    gemini: { baseUrl: string; apiKey: string };
   };
   /** For createGateway's `video.fetch`. */
   readonly videoFetch: { allowList: ReadonlySet<string>; ca: string };
@@ -24,15 +26,17 @@ export async function startDemoVendors(): Promise<DemoVendors> {
   const openai = await startOpenAISimulator({ apiKey: 'sk-openai-demo', tokenPaceMs: 20 });
   const cert = selfSignedCert();
   const ark = await startArkSimulator({ apiKey: 'ark-demo', renderMs: 20_000, queueMs: 5_000, tls: cert });
+  const gemini = await startGeminiSimulator({ apiKey: 'gemini-demo' });
   return {
     config: {
       anthropic: { baseUrl: anthropic.url, apiKey: 'sk-ant-demo' },
       openai: { baseUrl: openai.url, apiKey: 'sk-openai-demo' },
       ark: { baseUrl: ark.url, apiKey: 'ark-demo' },
+      gemini: { baseUrl: gemini.url, apiKey: 'gemini-demo' },
     },
     videoFetch: { allowList: new Set([ark.contentHostPort]), ca: cert.cert },
     close: async () => {
-      await Promise.all([anthropic.close(), openai.close(), ark.close()]);
+      await Promise.all([anthropic.close(), openai.close(), ark.close(), gemini.close()]);
     },
   };
 }

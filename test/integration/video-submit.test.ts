@@ -54,8 +54,10 @@ check('body and header errors', async (t) => {
   t.equal((await walletOf(h, accountId)).balance, 1_000);
 });
 
-check('tier: a plan without video answers 403 tier_gated (after validation), nothing held', async (t) => {
-  const { key, accountId } = await h.funded(1_000);
+check('tier: a plan without video and no pay-as-you-go Ink answers 403 tier_gated (after validation), nothing held', async (t) => {
+  // Ink from a grant only (no top-up), then the plan drops to one without video.
+  const { key, accountId } = await h.funded(0);
+  await h.services.ledger.grant(accountId, 1_000);
   await setAccountPlan(pool, accountId, 'free');
   const creates = h.sim.creates.length;
   let r = await h.submit(key, { model: 'nope' });
@@ -65,6 +67,17 @@ check('tier: a plan without video answers 403 tier_gated (after validation), not
   t.same([r.json.error.type, r.json.error.code], ['permission_error', 'tier_gated']);
   t.equal(h.sim.creates.length, creates);
   t.same(await walletOf(h, accountId), { balance: 1_000, held: 0, charged: 0 });
+});
+
+check('tier: pay-as-you-go Ink opens video on a plan without it, up to jobs.paygDailyCap a day', async (t) => {
+  const { key, accountId } = await h.funded(1_000); // a completed top-up
+  await setAccountPlan(pool, accountId, 'free');
+  const r = await h.submit(key, ok);
+  t.equal(r.status, 202, 'a free plan with pay-as-you-go Ink may generate');
+  const cap = h.config.jobs.paygDailyCap;
+  const { rows } = await pool.query("SELECT count(*)::int AS n FROM generations WHERE account_id = $1 AND state <> 'voided'", [accountId]);
+  t.equal(rows[0].n, 1);
+  t.ok(cap >= 1, `pay-as-you-go daily cap ${cap}`);
 });
 
 check('lane off or model paused: 503 provider_unavailable with Retry-After, wallet untouched', async (t) => {

@@ -10,6 +10,7 @@ import { FsMediaStore, type MediaStore } from '../../media/media-store.js';
 import type { Resolver } from '../../net/safe-fetch.js';
 import type { Queryable } from '../../store/pool.js';
 import { ArkClient } from '../../vendors/ark/client.js';
+import { GeminiClient } from '../../vendors/gemini/client.js';
 
 export interface FetchDeps {
   /** TEST ONLY: "host:port" pairs exempt from the public-address rule (see safeFetch). */
@@ -29,6 +30,8 @@ export interface VideoDeps {
   readonly fetch: FetchDeps;
   /** undefined when the video vendor is not configured (submits then answer 503). */
   readonly ark: ArkClient | undefined;
+  /** The image vendor (Gemini); undefined when not configured (image submits then answer 503). */
+  readonly gemini: GeminiClient | undefined;
   /** Origin of signed links when config.mediaUrl is unset (else the request's Host is used). */
   readonly publicBaseUrl: string | undefined;
   /** Whole download of one vendor result. */
@@ -42,6 +45,8 @@ export interface VideoDepsOptions {
   fetch?: FetchDeps;
   /** Replaces the client built from config.vendors.ark. */
   ark?: ArkClient;
+  /** Replaces the client built from config.vendors.gemini. */
+  gemini?: GeminiClient;
   publicBaseUrl?: string;
   downloadTimeoutMs?: number;
   owner?: string;
@@ -57,6 +62,8 @@ export async function loadMediaSecret(q: Queryable): Promise<Buffer> {
 }
 
 const DEFAULT_DOWNLOAD_TIMEOUT_MS = 5 * 60_000;
+/** One Gemini image call, thinking included. */
+export const GEMINI_CALL_TIMEOUT_MS = 180_000;
 
 export async function createVideoDeps(services: Services, opts: VideoDepsOptions = {}): Promise<VideoDeps> {
   const cfg = services.config;
@@ -74,6 +81,20 @@ export async function createVideoDeps(services: Services, opts: VideoDepsOptions
     });
     ownArk = true;
   }
+  let gemini = opts.gemini;
+  let ownGemini = false;
+  if (gemini === undefined && vendorConfigured(cfg, 'gemini')) {
+    gemini = new GeminiClient({
+      baseUrl: cfg.vendors.gemini.baseUrl!,
+      apiKey: cfg.vendors.gemini.apiKey!,
+      connectTimeoutMs: cfg.upstream.connectTimeoutMs,
+      // The call is the whole generation (a 4K image with thinking): the engine renews the lease meanwhile.
+      timeoutMs: GEMINI_CALL_TIMEOUT_MS,
+      // The image comes back base64-encoded inside the JSON (4/3 of its size), beside thought parts.
+      maxResponseBytes: Math.min(2 ** 31 - 1, Math.ceil((cfg.media.maxResultBytes * 4) / 3) + 4 * 1024 * 1024),
+    });
+    ownGemini = true;
+  }
   return {
     clock: opts.clock ?? Date.now,
     media,
@@ -81,10 +102,12 @@ export async function createVideoDeps(services: Services, opts: VideoDepsOptions
     owner: opts.owner ?? `${hostname().slice(0, 60)}:${process.pid}:${randomBytes(4).toString('hex')}`,
     fetch: opts.fetch ?? {},
     ark,
+    gemini,
     publicBaseUrl: opts.publicBaseUrl,
     downloadTimeoutMs: opts.downloadTimeoutMs ?? DEFAULT_DOWNLOAD_TIMEOUT_MS,
     close: async () => {
       if (ownArk && ark) await ark.close();
+      if (ownGemini && gemini) await gemini.close();
     },
   };
 }

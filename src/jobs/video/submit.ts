@@ -13,6 +13,8 @@
 //   403 / 429 again, 402 insufficient_ink / key_ink_limit_reached   the authoritative admission transaction
 //   502 provider_error / 503 provider_unavailable       the vendor refused / could not be reached: hold released
 //   202                                                 accepted
+import { generationAccess, type GenerationAccess } from '../plan-access.js';
+import { answerForKey, claimKey, dropClaim, keyState } from '../idempotency.js';
 import { createHash } from 'node:crypto';
 import { newId } from '../../auth/api-key.js';
 import { unavailability } from '../../catalog/availability.js';
@@ -29,7 +31,7 @@ import { presentAccepted } from './present.js';
 import { validateVideoRequest, type CheckedUrl, type NormalisedVideoRequest } from './validate.js';
 
 export const IDEMPOTENCY_KEY_RE = /^[A-Za-z0-9._:-]{1,128}$/;
-export const IDEMPOTENCY_WINDOW_MS = 24 * 3600 * 1000;
+export { IDEMPOTENCY_WINDOW_MS } from '../idempotency.js';
 const URL_CHECK_CONCURRENCY = 8;
 const DAY_MS = 86_400_000;
 
@@ -68,77 +70,13 @@ export function secondsUntilUtcMidnight(nowMs: number): number {
 // ---------------------------------------------------------------------------------------------
 // Idempotency
 
-type KeyState =
-  | { kind: 'free' }
-  | { kind: 'replay'; row: GenerationRow }
-  | { kind: 'in_use' }
-  | { kind: 'reused' };
-
-interface KeyRow {
-  body_hash: Buffer;
-  generation_id: string;
-  claimed_until: Date;
-  created_at: Date;
-  g_state: string | null;
-}
-
-async function keyState(q: Queryable, keyId: string, idemKey: string, hash: Buffer, nowMs: number): Promise<KeyState> {
-  const r = await q.query<KeyRow>(
-    `SELECT k.body_hash, k.generation_id, k.claimed_until, k.created_at, g.state AS g_state
-       FROM idempotency_keys k LEFT JOIN generations g ON g.id = k.generation_id
-      WHERE k.key_id = $1 AND k.idem_key = $2`,
-    [keyId, idemKey],
-  );
-  const k = r.rows[0];
-  if (k === undefined || k.created_at.getTime() <= nowMs - IDEMPOTENCY_WINDOW_MS) return { kind: 'free' };
-  const accepted = k.g_state !== null && ['queued', 'running', 'succeeded', 'failed'].includes(k.g_state);
-  const inFlight = k.g_state === 'submitting' || k.g_state === 'creating' || ((k.g_state === null || k.g_state === 'voided') && k.claimed_until.getTime() > nowMs);
-  if (!accepted && !inFlight) return { kind: 'free' }; // a stale claim whose submit never completed
-  if (!k.body_hash.equals(hash)) return { kind: 'reused' };
-  if (inFlight) return { kind: 'in_use' };
-  const row = await getGeneration(q, k.generation_id);
-  return row ? { kind: 'replay', row } : { kind: 'in_use' };
-}
-
-/** Takes the key for `generationId`: a new row, or a row outside the window or left by a submit that never completed. */
-async function claimKey(q: Queryable, keyId: string, idemKey: string, hash: Buffer, generationId: string, nowMs: number, ttlMs: number): Promise<boolean> {
-  const r = await q.query(
-    `INSERT INTO idempotency_keys AS k (key_id, idem_key, body_hash, generation_id, claimed_until, created_at)
-     VALUES ($1, $2, $3, $4, $5, $6)
-     ON CONFLICT (key_id, idem_key) DO UPDATE
-        SET body_hash = EXCLUDED.body_hash, generation_id = EXCLUDED.generation_id,
-            claimed_until = EXCLUDED.claimed_until, created_at = EXCLUDED.created_at
-      WHERE k.created_at <= $7
-         OR (k.claimed_until <= $6
-             AND NOT EXISTS (SELECT 1 FROM generations g WHERE g.id = k.generation_id AND g.state <> 'voided'))
-     RETURNING k.generation_id`,
-    [keyId, idemKey, hash, generationId, new Date(nowMs + ttlMs), new Date(nowMs), new Date(nowMs - IDEMPOTENCY_WINDOW_MS)],
-  );
-  return r.rowCount === 1;
-}
-
-async function dropClaim(q: Queryable, keyId: string, idemKey: string, generationId: string): Promise<void> {
-  await q.query('DELETE FROM idempotency_keys WHERE key_id = $1 AND idem_key = $2 AND generation_id = $3', [keyId, idemKey, generationId]);
-}
-
-function answerFor(state: Exclude<KeyState, { kind: 'free' }>): SubmitResult {
-  if (state.kind === 'replay') return { body: presentAccepted(state.row), replayed: true };
-  if (state.kind === 'reused') {
-    throw new ApiError('idempotency_key_reused', { param: 'Idempotency-Key', message: 'This Idempotency-Key was already used with a different request body; a new intent needs a new key.' });
-  }
-  throw new ApiError('idempotency_key_in_use', { param: 'Idempotency-Key', message: 'A submit with this Idempotency-Key is still being admitted; retry shortly to get its answer.' });
-}
-
 // ---------------------------------------------------------------------------------------------
 // Admission
 
-interface PlanRow {
-  video_allowed: boolean;
-  daily_generation_cap: number;
-}
+type PlanRow = GenerationAccess;
 
 function tierGated(): ApiError {
-  return new ApiError('tier_gated', { message: 'Your plan does not include video generation; upgrade to a paid plan.' });
+  return new ApiError('tier_gated', { message: 'Video needs a paid plan or pay-as-you-go Ink: upgrade, or top up the wallet.' });
 }
 
 function checkCounts(plan: PlanRow, counts: { active: number; today: number }, maxRunning: number, nowMs: number): void {
@@ -158,12 +96,8 @@ function checkCounts(plan: PlanRow, counts: { active: number; today: number }, m
 
 const dayStart = (nowMs: number): number => Math.floor(nowMs / DAY_MS) * DAY_MS;
 
-async function planOf(q: Queryable, accountId: string, lock: boolean): Promise<PlanRow> {
-  const r = await q.query<PlanRow>(
-    `SELECT p.video_allowed, p.daily_generation_cap FROM accounts a JOIN plans p ON p.id = a.plan_id WHERE a.id = $1${lock ? ' FOR UPDATE OF a' : ''}`,
-    [accountId],
-  );
-  const row = r.rows[0];
+async function planOf(q: Queryable, accountId: string, lock: boolean, paygDailyCap: number): Promise<PlanRow> {
+  const row = await generationAccess(q, accountId, lock, paygDailyCap);
   if (!row) throw tierGated();
   return row;
 }
@@ -286,12 +220,12 @@ export async function submitVideo(services: Services, deps: VideoDeps, input: Su
   const hash = idemKey === undefined ? undefined : bodyHash(input.body);
   if (idemKey !== undefined) {
     const st = await keyState(pool, auth.keyId, idemKey, hash!, deps.clock());
-    if (st.kind !== 'free') return answerFor(st);
+    if (st.kind !== 'free') return answerForKey(st, presentAccepted);
   }
 
   const v = validateVideoRequest(input.body, catalog, { allowList: deps.fetch.allowList });
-  const plan = await planOf(pool, auth.accountId, false);
-  if (!plan.video_allowed) throw tierGated();
+  const plan = await planOf(pool, auth.accountId, false, services.config.jobs.paygDailyCap);
+  if (!plan.allowed) throw tierGated();
   const down = unavailability(config, services.state.current, v.model);
   if (down !== null || deps.ark === undefined) {
     throw new ApiError('provider_unavailable', {
@@ -312,10 +246,10 @@ export async function submitVideo(services: Services, deps: VideoDeps, input: Su
       claimed = await claimKey(pool, auth.keyId, idemKey, hash!, id, deps.clock(), ttlMs);
       if (!claimed) {
         const st = await keyState(pool, auth.keyId, idemKey, hash!, deps.clock());
-        if (st.kind !== 'free') return answerFor(st);
+        if (st.kind !== 'free') return answerForKey(st, presentAccepted);
       }
     }
-    if (!claimed) return answerFor({ kind: 'in_use' });
+    if (!claimed) return answerForKey({ kind: 'in_use' }, presentAccepted);
   }
 
   let row: GenerationRow;
@@ -326,8 +260,8 @@ export async function submitVideo(services: Services, deps: VideoDeps, input: Su
     // The authoritative admission: the account row lock serialises admissions of one account, and the
     // counts are read by a later statement, so they see every admission committed before the lock.
     row = await withTx(pool, async (c) => {
-      const locked = await planOf(c, auth.accountId, true);
-      if (!locked.video_allowed) throw tierGated();
+      const locked = await planOf(c, auth.accountId, true, services.config.jobs.paygDailyCap);
+      if (!locked.allowed) throw tierGated();
       const nowMs = deps.clock();
       checkCounts(locked, await admissionCounts(c, auth.accountId, dayStart(nowMs)), config.jobs.maxRunningPerAccount, nowMs);
       await ledger.using(c).reserve({ requestId: input.requestId, accountId: auth.accountId, keyId: auth.keyId, product: 'video', model: v.model.id, holdInk });

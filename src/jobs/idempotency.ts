@@ -1,0 +1,71 @@
+// Idempotency-Key claims for asynchronous generation submits (table idempotency_keys, migration
+// 010), shared by video and image submits. One claim per (API key, Idempotency-Key)
+// within 24 hours, whatever the product: a key used on a video submit and then on an image submit
+// is a different body, so it answers 422 idempotency_key_reused.
+import { ApiError } from '../errors.js';
+import type { Queryable } from '../store/pool.js';
+import { getGeneration, type GenerationRow } from './store.js';
+
+/** A key binds one accepted submit for this long. */
+export const IDEMPOTENCY_WINDOW_MS = 24 * 3600 * 1000;
+
+export type KeyState =
+  | { kind: 'free' }
+  | { kind: 'replay'; row: GenerationRow }
+  | { kind: 'in_use' }
+  | { kind: 'reused' };
+
+interface KeyRow {
+  body_hash: Buffer;
+  generation_id: string;
+  claimed_until: Date;
+  created_at: Date;
+  g_state: string | null;
+}
+
+export async function keyState(q: Queryable, keyId: string, idemKey: string, hash: Buffer, nowMs: number): Promise<KeyState> {
+  const r = await q.query<KeyRow>(
+    `SELECT k.body_hash, k.generation_id, k.claimed_until, k.created_at, g.state AS g_state
+       FROM idempotency_keys k LEFT JOIN generations g ON g.id = k.generation_id
+      WHERE k.key_id = $1 AND k.idem_key = $2`,
+    [keyId, idemKey],
+  );
+  const k = r.rows[0];
+  if (k === undefined || k.created_at.getTime() <= nowMs - IDEMPOTENCY_WINDOW_MS) return { kind: 'free' };
+  const accepted = k.g_state !== null && ['queued', 'running', 'succeeded', 'failed'].includes(k.g_state);
+  const inFlight = k.g_state === 'submitting' || k.g_state === 'creating' || ((k.g_state === null || k.g_state === 'voided') && k.claimed_until.getTime() > nowMs);
+  if (!accepted && !inFlight) return { kind: 'free' };
+  if (!k.body_hash.equals(hash)) return { kind: 'reused' };
+  if (inFlight) return { kind: 'in_use' };
+  const row = await getGeneration(q, k.generation_id);
+  return row ? { kind: 'replay', row } : { kind: 'in_use' };
+}
+
+export async function claimKey(q: Queryable, keyId: string, idemKey: string, hash: Buffer, generationId: string, nowMs: number, ttlMs: number): Promise<boolean> {
+  const r = await q.query(
+    `INSERT INTO idempotency_keys AS k (key_id, idem_key, body_hash, generation_id, claimed_until, created_at)
+     VALUES ($1, $2, $3, $4, $5, $6)
+     ON CONFLICT (key_id, idem_key) DO UPDATE
+        SET body_hash = EXCLUDED.body_hash, generation_id = EXCLUDED.generation_id,
+            claimed_until = EXCLUDED.claimed_until, created_at = EXCLUDED.created_at
+      WHERE k.created_at <= $7
+         OR (k.claimed_until <= $6
+             AND NOT EXISTS (SELECT 1 FROM generations g WHERE g.id = k.generation_id AND g.state <> 'voided'))
+     RETURNING k.generation_id`,
+    [keyId, idemKey, hash, generationId, new Date(nowMs + ttlMs), new Date(nowMs), new Date(nowMs - IDEMPOTENCY_WINDOW_MS)],
+  );
+  return r.rowCount === 1;
+}
+
+export async function dropClaim(q: Queryable, keyId: string, idemKey: string, generationId: string): Promise<void> {
+  await q.query('DELETE FROM idempotency_keys WHERE key_id = $1 AND idem_key = $2 AND generation_id = $3', [keyId, idemKey, generationId]);
+}
+
+/** The answer for a key already taken: the replayed 202 body (rendered by `present`), or 422 / 409. */
+export function answerForKey(state: Exclude<KeyState, { kind: 'free' }>, present: (row: GenerationRow) => Record<string, unknown>): { body: Record<string, unknown>; replayed: true } {
+  if (state.kind === 'replay') return { body: present(state.row), replayed: true };
+  if (state.kind === 'reused') {
+    throw new ApiError('idempotency_key_reused', { param: 'Idempotency-Key', message: 'This Idempotency-Key was already used with a different request body; a new intent needs a new key.' });
+  }
+  throw new ApiError('idempotency_key_in_use', { param: 'Idempotency-Key', message: 'A submit with this Idempotency-Key is still being admitted; retry shortly to get its answer.' });
+}

@@ -1,0 +1,219 @@
+// What the engine does with one claimed image row (it holds the lease):
+//   submitting  the submit's instance died before handing the row over: run it when an
+//               Idempotency-Key binds it (the client's retry finds it), else fail + refund (nobody has its id)
+//   queued      download the references (safeFetch, bounded), call Gemini (the call is the whole
+//               generation), store the image under a key derived from the id, then settle the fixed
+//               price and mark succeeded in one transaction
+//   running     a worker died mid-call (Gemini keeps no task to find): call again, at most
+//               MAX_VENDOR_CALLS calls per generation, then fail + refund
+// Vendor unavailable (429/5xx/network): back to `queued` with back-off, until config.jobs.timeoutMs
+// after submit (then `timeout`). Vendor refused or answered nonsense: `provider_failed`. A safety
+// refusal (IMAGE_SAFETY, promptFeedback.blockReason): `content_policy`. Every failure refunds in full.
+import { createHash } from 'node:crypto';
+import type { Services } from '../../gateway.js';
+import { safeFetch } from '../../net/safe-fetch.js';
+import { withTx } from '../../store/pool.js';
+import { GeminiError, type GeminiImageResult, type GeminiInlineImage } from '../../vendors/gemini/client.js';
+import { markFailed, markImageRunning, markSucceeded, rescheduleImage, type FailureCode, type GenerationRow } from '../store.js';
+import type { VideoDeps } from '../video/deps.js';
+import { pollDelayMs } from '../video/run.js';
+import { imagePixelSize } from './image-size.js';
+import type { NormalisedImageRequest } from './validate.js';
+
+/** Vendor calls per generation (a crash mid-call, or an unavailable vendor, costs one each). */
+export const MAX_VENDOR_CALLS = 5;
+/** Gemini's limit on inline data in one request. */
+export const MAX_INLINE_REFERENCE_BYTES = 20 * 1024 * 1024;
+const REFERENCE_TYPES: ReadonlySet<string> = new Set(['image/png', 'image/jpeg', 'image/webp', 'image/heic', 'image/heif']);
+
+/** Media key of a generation's image: lower case (the store's key alphabet) plus a hash of the exact id. */
+export function imageResultKey(id: string, contentType: string): string {
+  const ext = contentType === 'image/jpeg' ? 'jpg' : contentType === 'image/webp' ? 'webp' : 'png';
+  return `image/${id.toLowerCase()}-${createHash('sha256').update(id).digest('hex').slice(0, 12)}.${ext}`;
+}
+
+class ReferenceFetchError extends Error {}
+
+export class ImageRunner {
+  constructor(
+    private readonly services: Services,
+    private readonly deps: VideoDeps,
+  ) {}
+
+  private get jobs() {
+    return this.services.config.jobs;
+  }
+
+  async run(row: GenerationRow): Promise<void> {
+    switch (row.state) {
+      case 'submitting': {
+        const bound = await this.services.pool.query('SELECT 1 FROM idempotency_keys WHERE generation_id = $1', [row.id]);
+        if (bound.rowCount === 0) return this.fail(row, 'provider_failed', 'The generation was interrupted before it was started; the hold was refunded.');
+        return this.generate(row);
+      }
+      case 'queued':
+      case 'running':
+        return this.generate(row);
+      default:
+        return;
+    }
+  }
+
+  private async generate(row: GenerationRow): Promise<void> {
+    const { deps, services } = this;
+    const now = deps.clock();
+    if (now >= row.created_at.getTime() + this.jobs.timeoutMs) return this.fail(row, 'timeout', 'No image arrived in time; the hold was refunded.');
+    if (row.polls >= MAX_VENDOR_CALLS) return this.fail(row, 'provider_failed', `The vendor did not deliver the image in ${MAX_VENDOR_CALLS} calls; the hold was refunded.`);
+    const model = services.catalog.image(row.model);
+    if (deps.gemini === undefined || model === undefined) {
+      return this.later(row, 'The image vendor is not configured.');
+    }
+    const req = row.request as unknown as NormalisedImageRequest;
+    let references: GeminiInlineImage[];
+    try {
+      references = await this.fetchReferences(req);
+    } catch (e) {
+      if (e instanceof ReferenceFetchError) return this.fail(row, 'provider_failed', `${e.message}; the hold was refunded.`);
+      throw e;
+    }
+    if (!(await markImageRunning(services.pool, row.id, deps.owner, deps.clock(), this.jobs.leaseMs))) return; // lost the lease
+    let result: GeminiImageResult;
+    try {
+      result = await deps.gemini.generateImage({
+        vendorModel: model.vendorModel,
+        prompt: req.prompt,
+        imageSize: req.size,
+        aspectRatio: req.aspect_ratio,
+        seed: req.seed,
+        references,
+      });
+    } catch (e) {
+      const msg = (e as Error).message.slice(0, 300);
+      services.log.warn('images.vendor_failed', { generation: row.id, call: row.polls + 1, err: msg });
+      if (e instanceof GeminiError && e.kind === 'unavailable') return this.later({ ...row, polls: row.polls + 1 }, msg);
+      return this.fail(row, 'provider_failed', `The vendor did not make the image (${msg}); the hold was refunded.`);
+    }
+    if (result.kind === 'blocked') {
+      const why = result.message ? `${result.reason}: ${result.message}` : result.reason;
+      return this.fail(row, 'content_policy', `The vendor refused to make this image on safety grounds (${why.slice(0, 600)}); the hold was refunded.`);
+    }
+    if (result.kind === 'no_image') {
+      return this.fail(row, 'provider_failed', `The vendor finished (${result.reason}) without an image; the hold was refunded.`);
+    }
+    return this.persist(row, req, result);
+  }
+
+  /** Downloads each reference once, in order; Gemini takes them inline. */
+  private async fetchReferences(req: NormalisedImageRequest): Promise<GeminiInlineImage[]> {
+    const urls = req.reference_image_urls ?? [];
+    const m = this.services.config.media;
+    const out: GeminiInlineImage[] = [];
+    const seen = new Map<string, GeminiInlineImage>();
+    let total = 0;
+    for (let i = 0; i < urls.length; i++) {
+      const href = urls[i]!;
+      const param = `reference_image_urls[${i}]`;
+      let img = seen.get(href);
+      if (img === undefined) {
+        let bytes: Buffer;
+        let declared: string;
+        try {
+          const res = await safeFetch(new URL(href), {
+            param,
+            method: 'GET',
+            maxBytes: Math.min(m.referenceMaxBytes, MAX_INLINE_REFERENCE_BYTES),
+            timeoutMs: m.referenceTimeoutMs,
+            maxRedirects: m.referenceMaxRedirects,
+            allowList: this.deps.fetch.allowList,
+            resolver: this.deps.fetch.resolver,
+            ca: this.deps.fetch.ca,
+            accept: 'image/*',
+          });
+          bytes = res.bytes ?? Buffer.alloc(0);
+          declared = res.contentType.split(';')[0]!.trim().toLowerCase();
+        } catch (e) {
+          throw new ReferenceFetchError(`\`${param}\` could not be downloaded (${(e as Error).message.slice(0, 200)})`);
+        }
+        const sniffed = imagePixelSize(bytes)?.contentType;
+        const mimeType = sniffed ?? (REFERENCE_TYPES.has(declared) ? declared : undefined);
+        if (mimeType === undefined || bytes.length === 0) throw new ReferenceFetchError(`\`${param}\` is not a PNG, JPEG, WebP or HEIC image`);
+        img = { mimeType, data: bytes };
+        seen.set(href, img);
+      }
+      total += img.data.length;
+      if (total > MAX_INLINE_REFERENCE_BYTES) throw new ReferenceFetchError(`the reference images add up to more than ${MAX_INLINE_REFERENCE_BYTES} bytes`);
+      out.push(img);
+    }
+    return out;
+  }
+
+  private async persist(row: GenerationRow, req: NormalisedImageRequest, result: Extract<GeminiImageResult, { kind: 'image' }>): Promise<void> {
+    const { deps, services } = this;
+    const pixels = imagePixelSize(result.bytes);
+    const contentType = pixels?.contentType ?? (/^image\/[a-z0-9.+-]{1,60}$/.test(result.mimeType) ? result.mimeType : 'image/png');
+    const key = imageResultKey(row.id, contentType);
+    let sizeBytes: number;
+    try {
+      if (result.bytes.length > services.config.media.maxResultBytes) throw new Error(`the image is larger than ${services.config.media.maxResultBytes} bytes`);
+      sizeBytes = (await deps.media.put(key, result.bytes, contentType)).sizeBytes;
+    } catch (e) {
+      const reason = (e as Error).message.slice(0, 300);
+      services.log.warn('images.persist_failed', { generation: row.id, err: reason });
+      await deps.media.delete(key).catch(() => undefined);
+      return this.fail(row, 'result_persistence_failed', `The image could not be stored (${reason}); the hold was refunded.`);
+    }
+    // One image at a fixed price per size: the charge is the hold.
+    const charge = Number(row.hold_ink);
+    const nowMs = deps.clock();
+    await withTx(services.pool, async (c) => {
+      const moved = await markSucceeded(c, row.id, deps.owner, {
+        chargedInk: charge,
+        mediaKey: key,
+        contentType,
+        sizeBytes,
+        durationS: null,
+        resolution: req.size,
+        aspectRatio: req.aspect_ratio,
+        seed: null,
+        nowMs,
+        vendorTaskId: result.responseId ?? `gemini:${row.id}`,
+        width: pixels?.width ?? null,
+        height: pixels?.height ?? null,
+      });
+      if (!moved) return; // lost the lease: whoever holds the row now finishes it
+      const r = await services.ledger.using(c).settle(row.request_id, charge, {
+        // Token counts as Gemini reported them (absent = not reported); the price is per image.
+        usage: {
+          images: 1,
+          size: req.size,
+          prompt_tokens: result.usage.promptTokens,
+          output_tokens: result.usage.candidatesTokens,
+          thinking_tokens: result.usage.thoughtsTokens,
+          total_tokens: result.usage.totalTokens,
+        },
+        vendorRequestId: result.responseId,
+      });
+      if (!r.resolved) services.log.error('images.settle_not_open', { generation: row.id, request: row.request_id, reason: r.reason });
+    });
+  }
+
+  /** Vendor unavailable: back to `queued`, retried after the back-off (or failed once past the deadline / call budget). */
+  private async later(row: GenerationRow, why: string): Promise<void> {
+    const now = this.deps.clock();
+    const deadline = row.created_at.getTime() + this.jobs.timeoutMs;
+    if (row.polls >= MAX_VENDOR_CALLS) return this.fail(row, 'provider_failed', `The vendor was unavailable for ${MAX_VENDOR_CALLS} calls (${why.slice(0, 200)}); the hold was refunded.`);
+    const delay = pollDelayMs(Math.max(0, row.polls - 1), this.jobs.pollIntervalMs, this.jobs.maxPollIntervalMs);
+    if (now + delay >= deadline) return this.fail(row, 'timeout', 'No image arrived in time; the hold was refunded.');
+    await rescheduleImage(this.services.pool, row.id, this.deps.owner, now + delay, now);
+  }
+
+  /** Any active state -> failed, with the whole hold refunded, in one transaction. */
+  async fail(row: GenerationRow, code: FailureCode, message: string): Promise<void> {
+    const { deps, services } = this;
+    await withTx(services.pool, async (c) => {
+      if (!(await markFailed(c, row.id, deps.owner, code, message, deps.clock()))) return;
+      const r = await services.ledger.using(c).refund(row.request_id, code);
+      if (!r.resolved) services.log.error('images.refund_not_open', { generation: row.id, request: row.request_id, reason: r.reason });
+    });
+  }
+}

@@ -1,0 +1,141 @@
+// Submitting an image generation: validation, Idempotency-Key, reference URLs, admission (tier,
+// daily count, concurrency, Ink hold, the row) committed in one transaction, then the row is handed
+// to the job engine (`queued`, due at once). The vendor is not called here: with Gemini the call is
+// the generation itself (tens of seconds), so a worker makes it and the client polls.
+//
+// Order of answers:
+//   415 / 400 invalid_json / invalid_body / 413         body (server layer, readJsonObject)
+//   400 invalid_idempotency_key                         header format
+//   202 replay / 422 idempotency_key_reused / 409 idempotency_key_in_use   an earlier submit with the key
+//   400 field codes                                     validate.ts, in its documented order
+//   403 tier_gated                                      plan without generation products (the video rule)
+//   503 provider_unavailable                            images lane off, Gemini unconfigured, model paused
+//   429 daily_cap_reached, concurrency_limit            image counts (apart from video), a cheap look first
+//   400 invalid_url                                     each reference fetched once (HEAD, else a bounded GET)
+//   403 / 429 again, 402 insufficient_ink / key_ink_limit_reached   the authoritative admission transaction
+//   202                                                 accepted
+import { generationAccess, type GenerationAccess } from '../plan-access.js';
+import { createHash } from 'node:crypto';
+import { newId } from '../../auth/api-key.js';
+import { unavailability } from '../../catalog/availability.js';
+import { ApiError } from '../../errors.js';
+import type { Services } from '../../gateway.js';
+import { imageInk } from '../../ledger/pricing.js';
+import { withTx, type Queryable } from '../../store/pool.js';
+import { canonicalJson, checkUrlsFetchable, IDEMPOTENCY_KEY_RE, secondsUntilUtcMidnight, type SubmitInput, type SubmitResult } from '../video/submit.js';
+import type { VideoDeps } from '../video/deps.js';
+import { answerForKey, claimKey, dropClaim, keyState, type KeyState } from '../idempotency.js';
+import { admissionCounts, insertGeneration, markImageQueued, type GenerationRow } from '../store.js';
+import { presentImageAccepted } from './present.js';
+import { validateImageRequest } from './validate.js';
+
+/** price_set of image rows: one fixed price per size (config/models.json ink_per_image). */
+export const IMAGE_PRICE_SET = 'per_image';
+const DAY_MS = 86_400_000;
+const URL_CHECK_CONCURRENCY = 8;
+
+/** The body hash of an image submit: prefixed, so it never equals a video body's hash under the same key. */
+export const imageBodyHash = (body: Record<string, unknown>): Buffer => createHash('sha256').update('image\n').update(canonicalJson(body)).digest();
+
+type PlanRow = GenerationAccess;
+
+function tierGated(): ApiError {
+  return new ApiError('tier_gated', { message: 'Image generation needs a paid plan or pay-as-you-go Ink: upgrade, or top up the wallet.' });
+}
+
+async function planOf(q: Queryable, accountId: string, lock: boolean, paygDailyCap: number): Promise<PlanRow> {
+  const row = await generationAccess(q, accountId, lock, paygDailyCap);
+  if (!row) throw tierGated();
+  return row;
+}
+
+/** Images are counted apart from video: their own `maxRunningPerAccount` slots and their own daily count against the plan's cap. */
+function checkCounts(plan: PlanRow, counts: { active: number; today: number }, maxRunning: number, nowMs: number): void {
+  if (counts.today >= plan.daily_generation_cap) {
+    throw new ApiError('daily_cap_reached', {
+      message: `Your plan allows ${plan.daily_generation_cap} image generations per day (UTC); the count starts again at 00:00 UTC.`,
+      retryAfterS: secondsUntilUtcMidnight(nowMs),
+    });
+  }
+  if (counts.active >= maxRunning) {
+    throw new ApiError('concurrency_limit', {
+      message: `${maxRunning} image generations are already queued or running on this account; retry when one finishes.`,
+      retryAfterS: 15,
+    });
+  }
+}
+
+const dayStart = (nowMs: number): number => Math.floor(nowMs / DAY_MS) * DAY_MS;
+
+/** A key bound to another product's generation is another body: 422. */
+function imageOnly(st: Exclude<KeyState, { kind: 'free' }>): Exclude<KeyState, { kind: 'free' }> {
+  return st.kind === 'replay' && st.row.kind !== 'image' ? { kind: 'reused' } : st;
+}
+
+export async function submitImage(services: Services, deps: VideoDeps, input: SubmitInput): Promise<SubmitResult> {
+  const { config, pool, catalog, ledger } = services;
+  const { auth } = input;
+  const idemKey = input.idempotencyKey;
+  if (idemKey !== undefined && !IDEMPOTENCY_KEY_RE.test(idemKey)) {
+    throw new ApiError('invalid_idempotency_key', { param: 'Idempotency-Key' });
+  }
+  const hash = idemKey === undefined ? undefined : imageBodyHash(input.body);
+  if (idemKey !== undefined) {
+    const st = await keyState(pool, auth.keyId, idemKey, hash!, deps.clock());
+    if (st.kind !== 'free') return answerForKey(imageOnly(st), presentImageAccepted);
+  }
+
+  const v = validateImageRequest(input.body, catalog, { allowList: deps.fetch.allowList });
+  const plan = await planOf(pool, auth.accountId, false, services.config.jobs.paygDailyCap);
+  if (!plan.allowed) throw tierGated();
+  const down = unavailability(config, services.state.current, v.model);
+  if (down !== null || deps.gemini === undefined) {
+    throw new ApiError('provider_unavailable', {
+      message: down?.reason === 'paused' ? `${v.model.id} is paused; retry after Retry-After.` : 'Image generation is not available on this deployment now.',
+      retryAfterS: down?.retryAfterS ?? 300,
+    });
+  }
+  const holdInk = imageInk(v.request.size, v.model);
+
+  const id = newId('igen_');
+  let claimed = false;
+  if (idemKey !== undefined) {
+    const urlWaves = Math.ceil(v.urls.length / URL_CHECK_CONCURRENCY);
+    const ttlMs = config.jobs.leaseMs + urlWaves * 2 * config.media.referenceTimeoutMs;
+    for (let attempt = 0; attempt < 2 && !claimed; attempt++) {
+      claimed = await claimKey(pool, auth.keyId, idemKey, hash!, id, deps.clock(), ttlMs);
+      if (!claimed) {
+        const st = await keyState(pool, auth.keyId, idemKey, hash!, deps.clock());
+        if (st.kind !== 'free') return answerForKey(imageOnly(st), presentImageAccepted);
+      }
+    }
+    if (!claimed) return answerForKey({ kind: 'in_use' }, presentImageAccepted);
+  }
+
+  let row: GenerationRow;
+  try {
+    const maxRunning = config.jobs.maxRunningPerAccount;
+    checkCounts(plan, await admissionCounts(pool, auth.accountId, dayStart(deps.clock()), 'image'), maxRunning, deps.clock());
+    await checkUrlsFetchable(v.urls, services, deps);
+    row = await withTx(pool, async (c) => {
+      const locked = await planOf(c, auth.accountId, true, services.config.jobs.paygDailyCap);
+      if (!locked.allowed) throw tierGated();
+      const nowMs = deps.clock();
+      checkCounts(locked, await admissionCounts(c, auth.accountId, dayStart(nowMs), 'image'), maxRunning, nowMs);
+      await ledger.using(c).reserve({ requestId: input.requestId, accountId: auth.accountId, keyId: auth.keyId, product: 'images', model: v.model.id, holdInk });
+      return insertGeneration(c, {
+        id, kind: 'image', accountId: auth.accountId, keyId: auth.keyId, requestId: input.requestId, model: v.model.id,
+        request: v.request as unknown as Record<string, unknown>, priceSet: IMAGE_PRICE_SET, holdInk, nowMs, owner: deps.owner, leaseMs: config.jobs.leaseMs,
+      });
+    });
+  } catch (e) {
+    if (claimed) await dropClaim(pool, auth.keyId, idemKey!, id).catch(() => undefined);
+    throw e;
+  }
+  // Committed. Hand the row to the engine. If this fails the row stays `submitting` under our lease;
+  // when the lease lapses the engine runs it (Idempotency-Key bound) or refunds it (nobody has its id).
+  await markImageQueued(pool, row.id, deps.owner, deps.clock()).catch((e: unknown) => {
+    services.log.warn('images.queue_failed', { generation: row.id, err: (e as Error).message });
+  });
+  return { body: presentImageAccepted(row), replayed: false };
+}

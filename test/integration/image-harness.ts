@@ -1,0 +1,157 @@
+// Shared set-up of the image tests (not a test file itself): a real gateway on 127.0.0.1:0 with the
+// image routes, the Gemini simulator, a local HTTPS server for reference URLs, and the job engine
+// driven by tick() with an injected clock. No sleeps: time moves only when a test calls advance().
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { Test } from 'tap';
+import type { Config, DeepPartial } from '../../src/config/config.js';
+import type { Services } from '../../src/gateway.js';
+import type { JobEngine } from '../../src/jobs/engine.js';
+import { imageRoutes } from '../../src/jobs/images/routes.js';
+import type { VideoDeps } from '../../src/jobs/video/deps.js';
+import { solidPng } from '../../src/vendors/gemini/png.js';
+import { startGeminiSimulator, type GeminiSimulator } from '../../src/vendors/gemini/simulator.js';
+import { startTestGateway, type Reply, type TestGateway } from '../helpers/gateway.js';
+import { startHttpsServer, testCert, type TestHttpsServer } from '../helpers/https-server.js';
+
+export interface ImageHarness {
+  readonly tg: TestGateway;
+  readonly services: Services;
+  readonly sim: GeminiSimulator;
+  readonly refs: TestHttpsServer;
+  readonly deps: VideoDeps;
+  readonly engine: JobEngine;
+  readonly config: Config;
+  /** The PNG the reference server serves at /ok*.png. */
+  readonly refPng: Buffer;
+  ref(path: string): string;
+  now(): number;
+  advance(ms: number): void;
+  funded(ink?: number, plan?: string, inkLimit?: number | null): Promise<{ key: string; accountId: string; keyId: string }>;
+  submit(key: string, body: unknown, headers?: Record<string, string>): Promise<Reply>;
+  get(key: string, id: string): Promise<Reply>;
+  content(key: string, id: string): Promise<Reply>;
+  /** advance(ms) then one engine round. */
+  step(ms: number): Promise<number>;
+}
+
+/** Starts 2026-11-20T12:00:00Z, well inside a UTC day. */
+export const START_MS = Date.UTC(2026, 10, 20, 12, 0, 0);
+
+export async function startImageHarness(
+  t: Test,
+  opts: { config?: DeepPartial<Config>; geminiConfigured?: boolean } = {},
+): Promise<ImageHarness> {
+  let nowMs = START_MS;
+  const clock = () => nowMs;
+  const sim = await startGeminiSimulator();
+  t.teardown(() => sim.close());
+  const refPng = solidPng(8, 6, [10, 200, 30]);
+  const refs = await startHttpsServer((req, res) => {
+    const path = (req.url ?? '/').split('?')[0]!;
+    if (path.startsWith('/ok')) {
+      res.writeHead(200, { 'content-type': 'image/png', 'content-length': String(refPng.length) });
+      res.end(req.method === 'HEAD' ? undefined : refPng);
+    } else if (path.startsWith('/no-head')) {
+      if (req.method === 'HEAD') res.writeHead(405).end();
+      else res.writeHead(200, { 'content-type': 'image/png' }).end(refPng);
+    } else if (path.startsWith('/text')) {
+      res.writeHead(200, { 'content-type': 'text/plain' }).end(req.method === 'HEAD' ? undefined : 'not an image');
+    } else if (path.startsWith('/gone-on-get')) {
+      // HEAD succeeds at submit; the download at run time fails.
+      if (req.method === 'HEAD') res.writeHead(200, { 'content-type': 'image/png' }).end();
+      else res.writeHead(500).end();
+    } else {
+      res.writeHead(404).end();
+    }
+  });
+  t.teardown(() => refs.close());
+  const dataDir = mkdtempSync(join(tmpdir(), 'inkgate-image-'));
+  t.teardown(() => rmSync(dataDir, { recursive: true, force: true }));
+
+  const over = opts.config ?? {};
+  const on = opts.geminiConfigured ?? true;
+  // Every test URL is an IP literal; a host name must never reach real DNS (or the network) from a test.
+  const resolver = async (host: string): Promise<string[]> => {
+    throw new Error(`test resolver: no DNS for ${host}`);
+  };
+  const fetch = { allowList: new Set([`127.0.0.1:${refs.port}`]), ca: refs.ca, resolver };
+  // imageRoutes reads its deps only while handling requests, so a forwarding object filled in once
+  // the gateway is up serves (the lead wires `imageRoutes(services, videoDeps)` in gateway.ts; a
+  // second registration of the same routes here is then harmless: same handlers, same deps).
+  let realDeps: VideoDeps | undefined;
+  const lazyDeps = new Proxy({} as VideoDeps, {
+    get: (_t, p) => {
+      if (realDeps === undefined) throw new Error('deps not ready');
+      return (realDeps as unknown as Record<string | symbol, unknown>)[p];
+    },
+  });
+  const tg = await startTestGateway(
+    t,
+    {
+      ...over,
+      dataDir,
+      vendors: { gemini: on ? { baseUrl: sim.url, apiKey: sim.apiKey } : { baseUrl: null, apiKey: null }, ...(over.vendors ?? {}) },
+      jobs: { pollIntervalMs: 5_000, maxPollIntervalMs: 20_000, timeoutMs: 600_000, leaseMs: 30_000, batchSize: 50, ...(over.jobs ?? {}) },
+    },
+    { video: { clock, fetch, owner: 'image-test-a', engine: { timers: false } }, extraRoutes: (s) => imageRoutes(s, lazyDeps) },
+  );
+  realDeps = tg.gw.video.deps;
+  const services = tg.gw.services;
+  const { deps, engine } = tg.gw.video;
+  return {
+    tg,
+    services,
+    sim,
+    refs,
+    deps,
+    engine,
+    config: tg.config,
+    refPng,
+    ref: (path) => `https://127.0.0.1:${refs.port}${path}`,
+    now: clock,
+    advance: (ms) => {
+      nowMs += ms;
+    },
+    async funded(ink = 1_000, plan = 'pro', inkLimit = null) {
+      const k = await tg.newKey({ plan, inkLimit });
+      if (ink > 0) await services.ledger.topUp(k.accountId, ink);
+      return k;
+    },
+    submit: (key, body, headers) => tg.call('POST', '/v1/images/generations', { key, body, headers }),
+    get: (key, id) => tg.call('GET', `/v1/images/generations/${id}`, { key }),
+    content: (key, id) => tg.call('GET', `/v1/images/generations/${id}/content`, { key }),
+    async step(ms) {
+      nowMs += ms;
+      return engine.tick();
+    },
+  };
+}
+
+export async function rowOf(h: ImageHarness, id: string): Promise<Record<string, any>> {
+  const r = await h.services.pool.query(
+    `SELECT g.*, r.hold_state, r.charged_ink AS ledger_charged, r.hold_ink AS ledger_hold, r.usage AS ledger_usage, r.product AS ledger_product
+       FROM generations g JOIN requests r ON r.id = g.request_id WHERE g.id = $1`,
+    [id],
+  );
+  return r.rows[0];
+}
+
+export async function walletOf(h: ImageHarness, accountId: string): Promise<{ balance: number; held: number; charged: number }> {
+  const r = await h.services.pool.query(
+    'SELECT grant_ink + payg_ink AS balance, held_grant_ink + held_payg_ink AS held, charged_ink AS charged FROM wallets WHERE account_id = $1',
+    [accountId],
+  );
+  return r.rows[0];
+}
+
+/** Engine rounds, advancing `stepMs` before each, until the generation is terminal. */
+export async function runToEnd(h: ImageHarness, key: string, id: string, stepMs = 5_000, max = 40): Promise<Record<string, any>> {
+  for (let i = 0; i < max; i++) {
+    const g = (await h.get(key, id)).json;
+    if (g.status === 'succeeded' || g.status === 'failed') return g;
+    await h.step(stepMs);
+  }
+  throw new Error(`generation ${id} did not finish in ${max} rounds`);
+}
