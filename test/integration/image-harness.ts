@@ -8,7 +8,6 @@ import type { Test } from 'tap';
 import type { Config, DeepPartial } from '../../src/config/config.js';
 import type { Services } from '../../src/gateway.js';
 import type { JobEngine } from '../../src/jobs/engine.js';
-import { imageRoutes } from '../../src/jobs/images/routes.js';
 import type { VideoDeps } from '../../src/jobs/video/deps.js';
 import { solidPng } from '../../src/vendors/gemini/png.js';
 import { startGeminiSimulator, type GeminiSimulator } from '../../src/vendors/gemini/simulator.js';
@@ -77,16 +76,6 @@ export async function startImageHarness(
     throw new Error(`test resolver: no DNS for ${host}`);
   };
   const fetch = { allowList: new Set([`127.0.0.1:${refs.port}`]), ca: refs.ca, resolver };
-  // imageRoutes reads its deps only while handling requests, so a forwarding object filled in once
-  // the gateway is up serves (the lead wires `imageRoutes(services, videoDeps)` in gateway.ts; a
-  // second registration of the same routes here is then harmless: same handlers, same deps).
-  let realDeps: VideoDeps | undefined;
-  const lazyDeps = new Proxy({} as VideoDeps, {
-    get: (_t, p) => {
-      if (realDeps === undefined) throw new Error('deps not ready');
-      return (realDeps as unknown as Record<string | symbol, unknown>)[p];
-    },
-  });
   const tg = await startTestGateway(
     t,
     {
@@ -95,9 +84,8 @@ export async function startImageHarness(
       vendors: { gemini: on ? { baseUrl: sim.url, apiKey: sim.apiKey } : { baseUrl: null, apiKey: null }, ...(over.vendors ?? {}) },
       jobs: { pollIntervalMs: 5_000, maxPollIntervalMs: 20_000, timeoutMs: 600_000, leaseMs: 30_000, batchSize: 50, ...(over.jobs ?? {}) },
     },
-    { video: { clock, fetch, owner: 'image-test-a', engine: { timers: false } }, extraRoutes: (s) => imageRoutes(s, lazyDeps) },
+    { video: { clock, fetch, owner: 'image-test-a', engine: { timers: false } } },
   );
-  realDeps = tg.gw.video.deps;
   const services = tg.gw.services;
   const { deps, engine } = tg.gw.video;
   return {
