@@ -17,16 +17,10 @@ const src = (p: string) => pathToFileURL(resolve(root, 'src', p)).href;
 const CHILD = `
 import { loadConfig } from '${src('config/config.js')}';
 import { createGateway } from '${src('gateway.js')}';
-import { createVideoDeps } from '${src('jobs/video/deps.js')}';
-import { videoRoutes } from '${src('jobs/video/routes.js')}';
-import { startJobEngine } from '${src('jobs/engine.js')}';
 import { silentLogger } from '${src('util/log.js')}';
 const cfg = loadConfig({}, JSON.parse(process.env.CHILD_CONFIG));
-let deps;
-const lazy = new Proxy({}, { get: (_o, p) => deps[p] });
-const gw = await createGateway(cfg, { skipMigrate: true, log: silentLogger, extraRoutes: (s) => videoRoutes(s, lazy) });
-deps = await createVideoDeps(gw.services, { owner: 'child-instance', fetch: { allowList: new Set(JSON.parse(process.env.CHILD_ALLOW)), ca: process.env.CHILD_CA } });
-startJobEngine(gw.services, deps, { timers: true });
+const fetch = { allowList: new Set(JSON.parse(process.env.CHILD_ALLOW)), ca: process.env.CHILD_CA };
+const gw = await createGateway(cfg, { skipMigrate: true, log: silentLogger, video: { owner: 'child-instance', fetch, engine: { timers: true } } });
 process.stdout.write('READY ' + gw.url + '\\n');
 `;
 
