@@ -132,7 +132,7 @@ t.test('imagePixelSize reads JPEG and refuses junk', async (t) => {
   t.equal(imagePixelSize(solidPng(2, 2).subarray(0, 20)), undefined, 'a cut header');
 });
 
-const vendorDir = '/work/shared/vendors/gemini';
+const vendorDir = new URL('../fixtures/gemini', import.meta.url).pathname;
 t.test('the Gemini wire format', async (t) => {
   const sample = JSON.parse(readFileSync(`${vendorDir}/gemini_response.json`, 'utf8'));
   const ok = parseImageResponse(sample);
