@@ -7,7 +7,7 @@ import { fork } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { Pool } from 'undici';
-import { benchDatabaseUrl } from './lib/env.js';
+import { startBillingGateway } from './lib/billing-gateway.js';
 import { percentile } from './lib/load.js';
 
 const arg = (name: string, dflt: string) => (process.argv.includes(name) ? process.argv[process.argv.indexOf(name) + 1]! : dflt);
@@ -42,30 +42,9 @@ async function main(): Promise<void> {
   const textLanes = fileURLToPath(new URL('./text-lanes.ts', import.meta.url));
   const simsP = fork(textLanes, ['--role', 'sims'], { execArgv: process.execArgv });
   const sims = await new Promise<{ anthropic: string; openai: string }>((r) => simsP.once('message', r as never));
-  const { loadConfig } = await import('../src/config/config.js');
-  const { createGateway } = await import('../src/gateway.js');
-  const { createAccount, createKey } = await import('../src/accounts/accounts.js');
-  const { setLane } = await import('../src/deployment/state.js');
-  const { silentLogger } = await import('../src/util/log.js');
-  const db = await benchDatabaseUrl();
-  const schema = 'bench_brk_' + process.pid;
-  const cfg = loadConfig(
-    {},
-    {
-      server: { port: 0 },
-      db: { url: db.url, schema, poolMax: 32 },
-      limits: { requestsPerMinute: 1_000_000, publicRequestsPerMinute: 1_000_000 },
-      vendors: { anthropic: { baseUrl: sims.anthropic, apiKey: 'sk-ant-bench' }, openai: { baseUrl: sims.openai, apiKey: 'sk-oai-bench' } },
-    },
-  );
-  const gw = await createGateway(cfg, { log: silentLogger });
+  const stack = await startBillingGateway(sims, 'bench_brk');
+  const gw = stack.gw;
   const pool = gw.services.pool;
-  await setLane(pool, 'messages', true);
-  await setLane(pool, 'responses', true);
-  await gw.services.state.refresh();
-  const acc = await createAccount(pool, { name: 'bench', planId: 'pro' });
-  await gw.services.ledger.topUp(acc.id, 1_000_000_000, 'bench');
-  const key = await createKey(pool, { accountId: acc.id, name: 'bench' });
 
   let recording = false;
   const sqlLabel = (a: unknown[]) => {
@@ -83,7 +62,7 @@ async function main(): Promise<void> {
     : JSON.stringify({ model: 'astra', max_output_tokens: 256, input: 'Benchmark prompt of modest size.' });
   if (stream) body = body.replace(/^\{/, '{"stream":true,');
   const client = new Pool(gw.url, { connections: conns });
-  const headers = { 'content-type': 'application/json', authorization: `Bearer ${key.key}` };
+  const headers = { 'content-type': 'application/json', authorization: `Bearer ${stack.key}` };
   const path = isMsg ? '/v1/messages' : '/v1/responses';
   const total: number[] = [];
   let done = 0;
@@ -124,7 +103,7 @@ async function main(): Promise<void> {
   const cpu0 = process.cpuUsage();
   if (loadChild) {
     recording = true;
-    const c = fork(fileURLToPath(import.meta.url), ['--role', 'load', '--url', gw.url, '--path', path, '--body', body, '--key', key.key, '--n', String(n), '--conns', String(conns)], {
+    const c = fork(fileURLToPath(import.meta.url), ['--role', 'load', '--url', gw.url, '--path', path, '--body', body, '--key', stack.key, '--n', String(n), '--conns', String(conns)], {
       execArgv: process.execArgv.filter((a) => !a.startsWith('--cpu-prof')),
     });
     total.push(...(await new Promise<number[]>((r) => c.once('message', r as never))));
@@ -145,9 +124,7 @@ async function main(): Promise<void> {
   const stats = gw.services.ledger.batchStats();
   if (stats) console.log('ledger batches', JSON.stringify(stats));
   await client.close();
-  await pool.query(`DROP SCHEMA ${schema} CASCADE`).catch(() => undefined);
-  await gw.close();
-  await db.stop();
+  await stack.stop();
   simsP.send('stop');
 }
 

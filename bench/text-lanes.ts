@@ -9,7 +9,7 @@ import { createServer } from 'node:http';
 import { fileURLToPath } from 'node:url';
 import { Pool } from 'undici';
 import { percentile, runLoad, type LoadResult } from './lib/load.js';
-import { benchDatabaseUrl } from './lib/env.js';
+import { startBillingGateway } from './lib/billing-gateway.js';
 
 const arg = (name: string, dflt: string) => (process.argv.includes(name) ? process.argv[process.argv.indexOf(name) + 1]! : dflt);
 const seconds = Number(arg('--seconds', '5'));
@@ -31,30 +31,8 @@ async function runSims(): Promise<void> {
 // child: inkgate and the plain proxy
 async function runProxies(): Promise<void> {
   const sims = JSON.parse(arg('--sims', '{}')) as { anthropic: string; openai: string };
-  const { loadConfig } = await import('../src/config/config.js');
-  const { createGateway } = await import('../src/gateway.js');
-  const { createAccount, createKey } = await import('../src/accounts/accounts.js');
-  const { setLane } = await import('../src/deployment/state.js');
-  const { silentLogger } = await import('../src/util/log.js');
-  const db = await benchDatabaseUrl();
-  const schema = 'bench_text_' + process.pid;
-  const cfg = loadConfig(
-    {},
-    {
-      server: { port: 0 },
-      db: { url: db.url, schema, poolMax: 32 },
-      limits: { requestsPerMinute: 1_000_000, publicRequestsPerMinute: 1_000_000 },
-      vendors: { anthropic: { baseUrl: sims.anthropic, apiKey: 'sk-ant-bench' }, openai: { baseUrl: sims.openai, apiKey: 'sk-oai-bench' } },
-    },
-  );
-  const gw = await createGateway(cfg, { log: silentLogger });
-  const pool = gw.services.pool;
-  await setLane(pool, 'messages', true);
-  await setLane(pool, 'responses', true);
-  await gw.services.state.refresh();
-  const acc = await createAccount(pool, { name: 'bench', planId: 'pro' });
-  await gw.services.ledger.topUp(acc.id, 1_000_000_000, 'bench');
-  const key = await createKey(pool, { accountId: acc.id, name: 'bench' });
+  const stack = await startBillingGateway(sims, 'bench_text');
+  const gw = stack.gw;
 
   // The plain proxy: node:http in, undici out, bytes piped both ways, no auth and no billing.
   const upstreams = new Map<string, Pool>();
@@ -84,7 +62,7 @@ async function runProxies(): Promise<void> {
   });
   await new Promise<void>((r) => plain.listen(0, '127.0.0.1', () => r()));
   let cpu = process.cpuUsage();
-  process.send!({ gateway: gw.url, plain: `http://127.0.0.1:${(plain.address() as { port: number }).port}`, key: key.key, db: db.kind });
+  process.send!({ gateway: gw.url, plain: `http://127.0.0.1:${(plain.address() as { port: number }).port}`, key: stack.key, db: stack.dbKind });
   process.on('message', async (m: string) => {
     if (m === 'cpu') {
       const d = process.cpuUsage(cpu);
@@ -94,9 +72,7 @@ async function runProxies(): Promise<void> {
       return;
     }
     plain.close();
-    await pool.query(`DROP SCHEMA ${schema} CASCADE`).catch(() => undefined);
-    await gw.close();
-    await db.stop();
+    await stack.stop();
     process.exit(0);
   });
 }

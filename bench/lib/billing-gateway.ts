@@ -1,0 +1,47 @@
+// The gateway the text benches measure: billing on (real Postgres ledger), both text lanes open and
+// pointed at the simulators, limits raised out of the way, one funded key.
+import { createAccount, createKey } from '../../src/accounts/accounts.js';
+import { loadConfig } from '../../src/config/config.js';
+import { setLane } from '../../src/deployment/state.js';
+import { createGateway, type Gateway } from '../../src/gateway.js';
+import { silentLogger } from '../../src/util/log.js';
+import { benchDatabaseUrl } from './env.js';
+
+export interface BillingGateway {
+  readonly gw: Gateway;
+  readonly key: string;
+  readonly dbKind: string;
+  stop(): Promise<void>;
+}
+
+export async function startBillingGateway(sims: { anthropic: string; openai: string }, schemaPrefix: string): Promise<BillingGateway> {
+  const db = await benchDatabaseUrl();
+  const schema = `${schemaPrefix}_${process.pid}`;
+  const cfg = loadConfig(
+    {},
+    {
+      server: { port: 0 },
+      db: { url: db.url, schema, poolMax: 32 },
+      limits: { requestsPerMinute: 1_000_000, publicRequestsPerMinute: 1_000_000 },
+      vendors: { anthropic: { baseUrl: sims.anthropic, apiKey: 'sk-ant-bench' }, openai: { baseUrl: sims.openai, apiKey: 'sk-oai-bench' } },
+    },
+  );
+  const gw = await createGateway(cfg, { log: silentLogger });
+  const pool = gw.services.pool;
+  await setLane(pool, 'messages', true);
+  await setLane(pool, 'responses', true);
+  await gw.services.state.refresh();
+  const acc = await createAccount(pool, { name: 'bench', planId: 'pro' });
+  await gw.services.ledger.topUp(acc.id, 1_000_000_000, 'bench');
+  const key = await createKey(pool, { accountId: acc.id, name: 'bench' });
+  return {
+    gw,
+    key: key.key,
+    dbKind: db.kind,
+    stop: async () => {
+      await pool.query(`DROP SCHEMA ${schema} CASCADE`).catch(() => undefined);
+      await gw.close();
+      await db.stop();
+    },
+  };
+}
