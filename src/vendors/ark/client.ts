@@ -2,6 +2,7 @@
 // every call bounded (connect, headers, body, total), our key only, and an allow-list of the fields
 // we send: nothing the client wrote reaches the vendor except through the mapping below.
 // Wire shapes: /work/shared/vendors/ark (SEEDANCE_VIDEO_TASKS.md and the JSON examples).
+import { retryAfterSeconds, vendorAgent } from '../vendor-http.js';
 import { Agent, request, type Dispatcher } from 'undici';
 
 /** What we ask Ark for: built from a validated, normalised request only. */
@@ -126,11 +127,6 @@ export function parseTask(raw: unknown): ArkTask {
   };
 }
 
-function retryAfter(h: string | string[] | undefined): number | undefined {
-  const v = Array.isArray(h) ? h[0] : h;
-  if (v === undefined || !/^\d{1,6}$/.test(v)) return undefined;
-  return Number(v);
-}
 
 export class ArkClient {
   private readonly agent: Agent;
@@ -140,12 +136,7 @@ export class ArkClient {
   constructor(private readonly opts: ArkClientOptions) {
     this.base = opts.baseUrl.endsWith('/') ? opts.baseUrl.slice(0, -1) : opts.baseUrl;
     this.timeoutMs = opts.timeoutMs ?? 20_000;
-    this.agent = new Agent({
-      connect: { timeout: opts.connectTimeoutMs ?? 5_000 },
-      headersTimeout: this.timeoutMs,
-      bodyTimeout: this.timeoutMs,
-      connections: opts.connections ?? 64,
-    });
+    this.agent = vendorAgent({ timeoutMs: this.timeoutMs, connectTimeoutMs: opts.connectTimeoutMs, connections: opts.connections });
   }
 
   /** Creates a task; returns its id. */
@@ -212,7 +203,7 @@ export class ArkClient {
     const code = typeof verr?.code === 'string' ? verr.code.slice(0, 200) : undefined;
     const msg = typeof verr?.message === 'string' ? verr.message.slice(0, 500) : `status ${s}`;
     if (s === 429 || s >= 500 || s === 401 || s === 403) {
-      throw new ArkError('unavailable', `the vendor answered ${s}: ${msg}`, s, code, retryAfter(res.headers['retry-after']));
+      throw new ArkError('unavailable', `the vendor answered ${s}: ${msg}`, s, code, retryAfterSeconds(res.headers['retry-after']));
     }
     if (s === 404) throw new ArkError('not_found', `the vendor answered 404: ${msg}`, s, code);
     throw new ArkError('refused', `the vendor refused the request (${s}): ${msg}`, s, code);

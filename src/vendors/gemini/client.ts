@@ -3,6 +3,7 @@
 // our key only, and an allow-list of the fields we send: nothing the client wrote reaches the
 // vendor except through the mapping below.
 // Wire shapes: /work/shared/vendors/gemini (IMAGE_APIS.md and the JSON examples).
+import { retryAfterSeconds, vendorAgent } from '../vendor-http.js';
 import { Agent, request, type Dispatcher } from 'undici';
 
 export const GEMINI_IMAGE_SIZES = ['1K', '2K', '4K'] as const;
@@ -135,11 +136,6 @@ export function parseImageResponse(raw: unknown): GeminiImageResult {
   return { kind: 'no_image', reason: finish, responseId, usage };
 }
 
-function retryAfter(h: string | string[] | undefined): number | undefined {
-  const v = Array.isArray(h) ? h[0] : h;
-  if (v === undefined || !/^\d{1,6}$/.test(v)) return undefined;
-  return Number(v);
-}
 
 export class GeminiClient {
   private readonly agent: Agent;
@@ -151,12 +147,7 @@ export class GeminiClient {
     this.base = opts.baseUrl.endsWith('/') ? opts.baseUrl.slice(0, -1) : opts.baseUrl;
     this.timeoutMs = opts.timeoutMs ?? 180_000;
     this.maxResponseBytes = opts.maxResponseBytes ?? 96 * 1024 * 1024;
-    this.agent = new Agent({
-      connect: { timeout: opts.connectTimeoutMs ?? 5_000 },
-      headersTimeout: this.timeoutMs,
-      bodyTimeout: this.timeoutMs,
-      connections: opts.connections ?? 64,
-    });
+    this.agent = vendorAgent({ timeoutMs: this.timeoutMs, connectTimeoutMs: opts.connectTimeoutMs, connections: opts.connections });
   }
 
   /** One image. Resolves with the image or the vendor's refusal; throws GeminiError when the call itself failed. */
@@ -205,7 +196,7 @@ export class GeminiClient {
     const status = str(verr?.status, 100);
     const msg = str(verr?.message, 500) ?? `status ${s}`;
     if (s === 429 || s >= 500 || s === 401 || s === 403) {
-      throw new GeminiError('unavailable', `the vendor answered ${s}: ${msg}`, s, status, retryAfter(res.headers['retry-after']));
+      throw new GeminiError('unavailable', `the vendor answered ${s}: ${msg}`, s, status, retryAfterSeconds(res.headers['retry-after']));
     }
     throw new GeminiError('refused', `the vendor refused the request (${s}${status ? ' ' + status : ''}): ${msg}`, s, status);
   }
