@@ -14,15 +14,15 @@
 //   400 invalid_url                                     each reference fetched once (HEAD, else a bounded GET)
 //   403 / 429 again, 402 insufficient_ink / key_ink_limit_reached   the authoritative admission transaction
 //   202                                                 accepted
-import { generationAccess, type GenerationAccess } from '../plan-access.js';
+import { checkAdmissionCounts, requireAccess, utcDayStartMs } from '../plan-access.js';
 import { createHash } from 'node:crypto';
 import { newId } from '../../auth/api-key.js';
 import { unavailability } from '../../catalog/availability.js';
 import { ApiError } from '../../errors.js';
 import type { Services } from '../../gateway.js';
 import { imageInk } from '../../ledger/pricing.js';
-import { withTx, type Queryable } from '../../store/pool.js';
-import { canonicalJson, checkUrlsFetchable, IDEMPOTENCY_KEY_RE, secondsUntilUtcMidnight, type SubmitInput, type SubmitResult } from '../video/submit.js';
+import { withTx } from '../../store/pool.js';
+import { canonicalJson, checkUrlsFetchable, IDEMPOTENCY_KEY_RE, type SubmitInput, type SubmitResult } from '../video/submit.js';
 import type { VideoDeps } from '../video/deps.js';
 import { answerForKey, claimKey, dropClaim, keyState, type KeyState } from '../idempotency.js';
 import { admissionCounts, insertGeneration, markImageQueued, type GenerationRow } from '../store.js';
@@ -31,41 +31,15 @@ import { validateImageRequest } from './validate.js';
 
 /** price_set of image rows: one fixed price per size (config/models.json ink_per_image). */
 export const IMAGE_PRICE_SET = 'per_image';
-const DAY_MS = 86_400_000;
 const URL_CHECK_CONCURRENCY = 8;
 
 /** The body hash of an image submit: prefixed, so it never equals a video body's hash under the same key. */
 export const imageBodyHash = (body: Record<string, unknown>): Buffer => createHash('sha256').update('image\n').update(canonicalJson(body)).digest();
 
-type PlanRow = GenerationAccess;
 
-function tierGated(): ApiError {
-  return new ApiError('tier_gated', { message: 'Image generation needs a paid plan or pay-as-you-go Ink: upgrade, or top up the wallet.' });
-}
 
-async function planOf(q: Queryable, accountId: string, lock: boolean, paygDailyCap: number): Promise<PlanRow> {
-  const row = await generationAccess(q, accountId, lock, paygDailyCap);
-  if (!row) throw tierGated();
-  return row;
-}
 
-/** Images are counted apart from video: their own `maxRunningPerAccount` slots and their own daily count against the plan's cap. */
-function checkCounts(plan: PlanRow, counts: { active: number; today: number }, maxRunning: number, nowMs: number): void {
-  if (counts.today >= plan.daily_generation_cap) {
-    throw new ApiError('daily_cap_reached', {
-      message: `Your plan allows ${plan.daily_generation_cap} image generations per day (UTC); the count starts again at 00:00 UTC.`,
-      retryAfterS: secondsUntilUtcMidnight(nowMs),
-    });
-  }
-  if (counts.active >= maxRunning) {
-    throw new ApiError('concurrency_limit', {
-      message: `${maxRunning} image generations are already queued or running on this account; retry when one finishes.`,
-      retryAfterS: 15,
-    });
-  }
-}
 
-const dayStart = (nowMs: number): number => Math.floor(nowMs / DAY_MS) * DAY_MS;
 
 /** A key bound to another product's generation is another body: 422. */
 function imageOnly(st: Exclude<KeyState, { kind: 'free' }>): Exclude<KeyState, { kind: 'free' }> {
@@ -86,8 +60,7 @@ export async function submitImage(services: Services, deps: VideoDeps, input: Su
   }
 
   const v = validateImageRequest(input.body, catalog, { allowList: deps.fetch.allowList });
-  const plan = await planOf(pool, auth.accountId, false, services.config.jobs.paygDailyCap);
-  if (!plan.allowed) throw tierGated();
+  const plan = await requireAccess(pool, auth.accountId, false, services.config.jobs.paygDailyCap, 'image');
   const down = unavailability(config, services.state.current, v.model);
   if (down !== null || deps.gemini === undefined) {
     throw new ApiError('provider_unavailable', {
@@ -115,13 +88,12 @@ export async function submitImage(services: Services, deps: VideoDeps, input: Su
   let row: GenerationRow;
   try {
     const maxRunning = config.jobs.maxRunningPerAccount;
-    checkCounts(plan, await admissionCounts(pool, auth.accountId, dayStart(deps.clock()), 'image'), maxRunning, deps.clock());
+    checkAdmissionCounts(plan, await admissionCounts(pool, auth.accountId, utcDayStartMs(deps.clock()), 'image'), maxRunning, deps.clock(), 'image');
     await checkUrlsFetchable(v.urls, services, deps);
     row = await withTx(pool, async (c) => {
-      const locked = await planOf(c, auth.accountId, true, services.config.jobs.paygDailyCap);
-      if (!locked.allowed) throw tierGated();
+      const locked = await requireAccess(c, auth.accountId, true, services.config.jobs.paygDailyCap, 'image');
       const nowMs = deps.clock();
-      checkCounts(locked, await admissionCounts(c, auth.accountId, dayStart(nowMs), 'image'), maxRunning, nowMs);
+      checkAdmissionCounts(locked, await admissionCounts(c, auth.accountId, utcDayStartMs(nowMs), 'image'), maxRunning, nowMs, 'image');
       await ledger.using(c).reserve({ requestId: input.requestId, accountId: auth.accountId, keyId: auth.keyId, product: 'images', model: v.model.id, holdInk });
       return insertGeneration(c, {
         id, kind: 'image', accountId: auth.accountId, keyId: auth.keyId, requestId: input.requestId, model: v.model.id,

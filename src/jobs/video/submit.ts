@@ -13,7 +13,7 @@
 //   403 / 429 again, 402 insufficient_ink / key_ink_limit_reached   the authoritative admission transaction
 //   502 provider_error / 503 provider_unavailable       the vendor refused / could not be reached: hold released
 //   202                                                 accepted
-import { generationAccess, type GenerationAccess } from '../plan-access.js';
+import { checkAdmissionCounts, requireAccess, utcDayStartMs } from '../plan-access.js';
 import { answerForKey, claimKey, dropClaim, keyState } from '../idempotency.js';
 import { createHash } from 'node:crypto';
 import { newId } from '../../auth/api-key.js';
@@ -23,9 +23,9 @@ import { ApiError } from '../../errors.js';
 import type { Services } from '../../gateway.js';
 import { videoClipInk } from '../../ledger/pricing.js';
 import { safeFetch } from '../../net/safe-fetch.js';
-import { isStoreUnavailable, withTx, type Queryable } from '../../store/pool.js';
+import { isStoreUnavailable, withTx } from '../../store/pool.js';
 import { ArkError, type ArkCreateInput } from '../../vendors/ark/client.js';
-import { admissionCounts, getGeneration, insertGeneration, markCreating, markQueued, markVoided, type GenerationRow } from '../store.js';
+import { admissionCounts, insertGeneration, markCreating, markQueued, markVoided, type GenerationRow } from '../store.js';
 import type { VideoDeps } from './deps.js';
 import { presentAccepted } from './present.js';
 import { validateVideoRequest, type CheckedUrl, type NormalisedVideoRequest } from './validate.js';
@@ -33,7 +33,6 @@ import { validateVideoRequest, type CheckedUrl, type NormalisedVideoRequest } fr
 export const IDEMPOTENCY_KEY_RE = /^[A-Za-z0-9._:-]{1,128}$/;
 export { IDEMPOTENCY_WINDOW_MS } from '../idempotency.js';
 const URL_CHECK_CONCURRENCY = 8;
-const DAY_MS = 86_400_000;
 
 export interface SubmitInput {
   readonly auth: AuthInfo;
@@ -61,11 +60,7 @@ export function canonicalJson(v: unknown): string {
 
 export const bodyHash = (body: Record<string, unknown>): Buffer => createHash('sha256').update(canonicalJson(body)).digest();
 
-/** Seconds until the next 00:00 UTC: when today's generation count starts again from zero. */
-export function secondsUntilUtcMidnight(nowMs: number): number {
-  const next = Math.floor(nowMs / DAY_MS) * DAY_MS + DAY_MS;
-  return Math.max(1, Math.ceil((next - nowMs) / 1000));
-}
+export { secondsUntilUtcMidnight } from '../plan-access.js';
 
 // ---------------------------------------------------------------------------------------------
 // Idempotency
@@ -73,34 +68,10 @@ export function secondsUntilUtcMidnight(nowMs: number): number {
 // ---------------------------------------------------------------------------------------------
 // Admission
 
-type PlanRow = GenerationAccess;
 
-function tierGated(): ApiError {
-  return new ApiError('tier_gated', { message: 'Video needs a paid plan or pay-as-you-go Ink: upgrade, or top up the wallet.' });
-}
 
-function checkCounts(plan: PlanRow, counts: { active: number; today: number }, maxRunning: number, nowMs: number): void {
-  if (counts.today >= plan.daily_generation_cap) {
-    throw new ApiError('daily_cap_reached', {
-      message: `Your plan allows ${plan.daily_generation_cap} generations per day (UTC); the count starts again at 00:00 UTC.`,
-      retryAfterS: secondsUntilUtcMidnight(nowMs),
-    });
-  }
-  if (counts.active >= maxRunning) {
-    throw new ApiError('concurrency_limit', {
-      message: `${maxRunning} video generations are already queued or running on this account; retry when one finishes.`,
-      retryAfterS: 15,
-    });
-  }
-}
 
-const dayStart = (nowMs: number): number => Math.floor(nowMs / DAY_MS) * DAY_MS;
 
-async function planOf(q: Queryable, accountId: string, lock: boolean, paygDailyCap: number): Promise<PlanRow> {
-  const row = await generationAccess(q, accountId, lock, paygDailyCap);
-  if (!row) throw tierGated();
-  return row;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Reference URLs
@@ -224,8 +195,7 @@ export async function submitVideo(services: Services, deps: VideoDeps, input: Su
   }
 
   const v = validateVideoRequest(input.body, catalog, { allowList: deps.fetch.allowList });
-  const plan = await planOf(pool, auth.accountId, false, services.config.jobs.paygDailyCap);
-  if (!plan.allowed) throw tierGated();
+  const plan = await requireAccess(pool, auth.accountId, false, services.config.jobs.paygDailyCap, 'video');
   const down = unavailability(config, services.state.current, v.model);
   if (down !== null || deps.ark === undefined) {
     throw new ApiError('provider_unavailable', {
@@ -255,15 +225,14 @@ export async function submitVideo(services: Services, deps: VideoDeps, input: Su
   let row: GenerationRow;
   try {
     // A cheap look first, so a submit that will be refused fetches nothing.
-    checkCounts(plan, await admissionCounts(pool, auth.accountId, dayStart(deps.clock())), config.jobs.maxRunningPerAccount, deps.clock());
+    checkAdmissionCounts(plan, await admissionCounts(pool, auth.accountId, utcDayStartMs(deps.clock())), config.jobs.maxRunningPerAccount, deps.clock(), 'video');
     await checkUrlsFetchable(v.urls, services, deps);
     // The authoritative admission: the account row lock serialises admissions of one account, and the
     // counts are read by a later statement, so they see every admission committed before the lock.
     row = await withTx(pool, async (c) => {
-      const locked = await planOf(c, auth.accountId, true, services.config.jobs.paygDailyCap);
-      if (!locked.allowed) throw tierGated();
+      const locked = await requireAccess(c, auth.accountId, true, services.config.jobs.paygDailyCap, 'video');
       const nowMs = deps.clock();
-      checkCounts(locked, await admissionCounts(c, auth.accountId, dayStart(nowMs)), config.jobs.maxRunningPerAccount, nowMs);
+      checkAdmissionCounts(locked, await admissionCounts(c, auth.accountId, utcDayStartMs(nowMs)), config.jobs.maxRunningPerAccount, nowMs, 'video');
       await ledger.using(c).reserve({ requestId: input.requestId, accountId: auth.accountId, keyId: auth.keyId, product: 'video', model: v.model.id, holdInk });
       return insertGeneration(c, {
         id, kind: 'video', accountId: auth.accountId, keyId: auth.keyId, requestId: input.requestId, model: v.model.id,
