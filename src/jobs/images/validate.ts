@@ -120,9 +120,9 @@ export function validateImageRequest(body: Record<string, unknown>, catalog: Cat
     if (refs.length > 0) {
       const list: string[] = [];
       refs.forEach((raw, i) => {
-        const u = parseUrlField(raw, `${field}[${i}]`, opts.allowList);
+        const u = parseUrlField(raw, field, opts.allowList, `${field}[${i}]`);
         list.push(u.href);
-        urls.push({ param: `${field}[${i}]`, url: u });
+        urls.push({ param: field, url: u });
       });
       request.reference_image_urls = list;
     }

@@ -89,9 +89,13 @@ function charCount(s: string, stopAbove: number): number {
 }
 
 /** A client URL: https, no credentials, <= 2,048 characters, public host (unless allow-listed for tests). */
-export function parseUrlField(raw: unknown, param: string, allowList: ReadonlySet<string> | undefined): URL {
-  if (typeof raw !== 'string') throw bad('invalid_type', param, `\`${param}\` must be a string (an https URL).`);
-  if (raw.length > MAX_URL_CHARS) throw bad('too_long', param, `\`${param}\` is longer than ${MAX_URL_CHARS} characters.`);
+/**
+ * `param` names the field (`reference_image_urls`); `label` names the element in messages
+ * (`reference_image_urls[2]`), so a client learns which URL without `param` leaving the field names.
+ */
+export function parseUrlField(raw: unknown, param: string, allowList: ReadonlySet<string> | undefined, label = param): URL {
+  if (typeof raw !== 'string') throw bad('invalid_type', param, `\`${label}\` must be a string (an https URL).`);
+  if (raw.length > MAX_URL_CHARS) throw bad('too_long', param, `\`${label}\` is longer than ${MAX_URL_CHARS} characters.`);
   if (allowList !== undefined && allowList.size > 0) {
     let u: URL | undefined;
     try {
@@ -102,7 +106,7 @@ export function parseUrlField(raw: unknown, param: string, allowList: ReadonlySe
     const host = u?.hostname.startsWith('[') ? u.hostname.slice(1, -1) : u?.hostname;
     if (u !== undefined && allowList.has(`${host}:${u.port === '' ? 443 : u.port}`)) {
       const authority = raw.slice(raw.indexOf('//') + 2).split(/[/\\?#]/, 1)[0] ?? '';
-      if (authority.includes('@')) throw bad('invalid_url', param, `\`${param}\`: the URL must not carry credentials`);
+      if (authority.includes('@')) throw bad('invalid_url', param, `\`${label}\`: the URL must not carry credentials`);
       checkFetchUrl(u, param, true);
       return u;
     }
@@ -213,9 +217,9 @@ export function validateVideoRequest(body: Record<string, unknown>, catalog: Cat
     if (v.length === 0) continue;
     const list: string[] = [];
     v.forEach((raw, i) => {
-      const u = parseUrlField(raw, `${field}[${i}]`, opts.allowList);
+      const u = parseUrlField(raw, field, opts.allowList, `${field}[${i}]`);
       list.push(u.href);
-      urls.push({ param: `${field}[${i}]`, url: u });
+      urls.push({ param: field, url: u });
     });
     request[field] = list;
   }
