@@ -119,7 +119,6 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
       host: config.server.host,
       port: config.server.port,
       allowUwsFallback: config.allowUwsFallback,
-      idleTimeoutS: config.server.idleTimeoutS,
       router: new Router(routes),
       state,
       limiter,

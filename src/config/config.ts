@@ -14,8 +14,6 @@ export const ConfigSchema = Type.Object({
   server: Type.Object({
     host: Type.String({ minLength: 1 }),
     port: Type.Integer({ minimum: 0, maximum: 65535 }),
-    maxHeaderBytes: Type.Integer({ minimum: 1024, maximum: 1_048_576 }),
-    idleTimeoutS: Type.Integer({ minimum: 1, maximum: 3600 }),
   }),
   dataDir: Type.String({ minLength: 1 }),
   mediaUrl: NullableString,

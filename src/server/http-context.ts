@@ -134,7 +134,9 @@ export class HttpContext {
     this.res.cork(() => {
       this.writeCommon(status, extra);
       this.res.writeHeader('Content-Type', 'application/json');
-      this.res.end(text, closeConnection);
+      // uWS writes a body even to HEAD, which a keep-alive client would read as the next response.
+      // (Not endWithoutBody: with two arguments this native build never sends the response.)
+      this.res.end(this.method === 'HEAD' ? undefined : text, closeConnection);
     });
   }
 

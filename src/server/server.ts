@@ -14,7 +14,6 @@ export interface ServerDeps {
   readonly host: string;
   readonly port: number;
   readonly allowUwsFallback: boolean;
-  readonly idleTimeoutS: number;
   readonly router: Router;
   readonly state: DeploymentState;
   readonly limiter: RateLimiter;

@@ -116,7 +116,7 @@ check('submit -> queued -> running -> succeeded: stored, linked, settled', async
 check('the media host serves a signed link over HTTP (uWS), and only a signed one', async (t) => {
   // A server with only the media host on its `other` hook: what the lead wires into the gateway.
   const srv = await startServer({
-    host: '127.0.0.1', port: 0, allowUwsFallback: h.config.allowUwsFallback, idleTimeoutS: 10, router: new Router([]),
+    host: '127.0.0.1', port: 0, allowUwsFallback: h.config.allowUwsFallback, router: new Router([]),
     state: h.services.state, limiter: h.services.limiter, db: pool, requestsPerMinute: 60, publicRequestsPerMinute: 60,
     log: silentLogger, other: mediaHostHandler(h.deps),
   });
