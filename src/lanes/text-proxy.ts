@@ -79,18 +79,27 @@ const STREAM_HEADERS: ReadonlyArray<readonly [string, string]> = [
   ['X-Accel-Buffering', 'no'],
 ];
 
-async function readBounded(body: Dispatcher.ResponseData['body'], maxBytes: number): Promise<Buffer> {
-  const parts: Buffer[] = [];
-  let n = 0;
-  for await (const c of body) {
-    n += (c as Buffer).length;
-    if (n > maxBytes) {
-      body.destroy();
-      throw new Error(`vendor body above ${maxBytes} bytes`);
+/**
+ * Reads a whole vendor body, bounded in size and in total time: the pool's idle timeout alone would
+ * let a vendor that drips a byte just under it hold the request (and its hold) forever.
+ */
+async function readBounded(body: Dispatcher.ResponseData['body'], maxBytes: number, totalMs: number): Promise<Buffer> {
+  const total = setTimeout(() => body.destroy(new Error(`vendor body not complete within ${totalMs} ms`)), totalMs);
+  try {
+    const parts: Buffer[] = [];
+    let n = 0;
+    for await (const c of body) {
+      n += (c as Buffer).length;
+      if (n > maxBytes) {
+        body.destroy();
+        throw new Error(`vendor body above ${maxBytes} bytes`);
+      }
+      parts.push(c as Buffer);
     }
-    parts.push(c as Buffer);
+    return Buffer.concat(parts, n);
+  } finally {
+    clearTimeout(total);
   }
-  return Buffer.concat(parts, n);
 }
 
 function vendorMessage(text: string): string {
@@ -214,7 +223,7 @@ export function createTextHandler(lane: TextLane, d: TextProxyDeps): (ctx: HttpC
     if (res.statusCode !== 200) {
       let text = '';
       try {
-        text = (await readBounded(res.body, MAX_VENDOR_ERROR_BYTES)).toString('utf8');
+        text = (await readBounded(res.body, MAX_VENDOR_ERROR_BYTES, cfg.upstream.streamTotalMs)).toString('utf8');
       } catch {
         /* the status decides; the message is best effort */
       }
@@ -229,7 +238,7 @@ export function createTextHandler(lane: TextLane, d: TextProxyDeps): (ctx: HttpC
 
     let result: BodyResult;
     try {
-      const buf = await readBounded(res.body, MAX_VENDOR_BODY_BYTES);
+      const buf = await readBounded(res.body, MAX_VENDOR_BODY_BYTES, cfg.upstream.streamTotalMs);
       result = lane.finishBody(JSON.parse(buf.toString('utf8')), req);
     } catch (e) {
       await ledger.markUsageUnknown(requestId, { reason: `unreadable vendor body: ${(e as Error).message}` });
