@@ -1,6 +1,7 @@
 // Shared set-up of the image tests (not a test file itself): a real gateway on 127.0.0.1:0 with the
 // image routes, the Gemini simulator, a local HTTPS server for reference URLs, and the job engine
 // driven by tick() with an injected clock. No sleeps: time moves only when a test calls advance().
+import { runToEnd as runGenerationToEnd } from '../helpers/generations.js';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -117,29 +118,8 @@ export async function startImageHarness(
   };
 }
 
-export async function rowOf(h: ImageHarness, id: string): Promise<Record<string, any>> {
-  const r = await h.services.pool.query(
-    `SELECT g.*, r.hold_state, r.charged_ink AS ledger_charged, r.hold_ink AS ledger_hold, r.usage AS ledger_usage, r.product AS ledger_product
-       FROM generations g JOIN requests r ON r.id = g.request_id WHERE g.id = $1`,
-    [id],
-  );
-  return r.rows[0];
-}
-
-export async function walletOf(h: ImageHarness, accountId: string): Promise<{ balance: number; held: number; charged: number }> {
-  const r = await h.services.pool.query(
-    'SELECT grant_ink + payg_ink AS balance, held_grant_ink + held_payg_ink AS held, charged_ink AS charged FROM wallets WHERE account_id = $1',
-    [accountId],
-  );
-  return r.rows[0];
-}
+export { rowOf, walletOf } from '../helpers/generations.js';
 
 /** Engine rounds, advancing `stepMs` before each, until the generation is terminal. */
-export async function runToEnd(h: ImageHarness, key: string, id: string, stepMs = 5_000, max = 40): Promise<Record<string, any>> {
-  for (let i = 0; i < max; i++) {
-    const g = (await h.get(key, id)).json;
-    if (g.status === 'succeeded' || g.status === 'failed') return g;
-    await h.step(stepMs);
-  }
-  throw new Error(`generation ${id} did not finish in ${max} rounds`);
-}
+export const runToEnd = (h: ImageHarness, key: string, id: string, stepMs = 5_000, max = 40): Promise<Record<string, any>> =>
+  runGenerationToEnd(h, key, id, stepMs, max);

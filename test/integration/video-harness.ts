@@ -2,6 +2,7 @@
 // video routes, the Ark simulator (its result files over HTTPS), a local HTTPS server for reference
 // URLs, and a job engine driven by tick() with the simulator's clock. No sleeps: time moves only
 // when a test calls advance().
+import { runToEnd as runGenerationToEnd } from '../helpers/generations.js';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -112,30 +113,8 @@ export async function startVideoHarness(
   return h;
 }
 
-/** The generation's row and its ledger request, straight from the tables. */
-export async function rowOf(h: VideoHarness, id: string): Promise<Record<string, any>> {
-  const r = await h.services.pool.query(
-    `SELECT g.*, r.hold_state, r.charged_ink AS ledger_charged, r.hold_ink AS ledger_hold, r.usage AS ledger_usage
-       FROM generations g JOIN requests r ON r.id = g.request_id WHERE g.id = $1`,
-    [id],
-  );
-  return r.rows[0];
-}
+export { rowOf, walletOf } from '../helpers/generations.js';
 
-export async function walletOf(h: VideoHarness, accountId: string): Promise<{ balance: number; held: number; charged: number }> {
-  const r = await h.services.pool.query(
-    'SELECT grant_ink + payg_ink AS balance, held_grant_ink + held_payg_ink AS held, charged_ink AS charged FROM wallets WHERE account_id = $1',
-    [accountId],
-  );
-  return r.rows[0];
-}
-
-/** Runs engine rounds, advancing `stepMs` before each, until the generation is terminal (at most `max` rounds). */
-export async function runToEnd(h: VideoHarness, key: string, id: string, stepMs = 10_000, max = 40): Promise<Record<string, any>> {
-  for (let i = 0; i < max; i++) {
-    const g = (await h.get(key, id)).json;
-    if (g.status === 'succeeded' || g.status === 'failed') return g;
-    await h.step(stepMs);
-  }
-  throw new Error(`generation ${id} did not finish in ${max} rounds`);
-}
+/** Engine rounds, advancing `stepMs` before each, until the generation is terminal. */
+export const runToEnd = (h: VideoHarness, key: string, id: string, stepMs = 10_000, max = 40): Promise<Record<string, any>> =>
+  runGenerationToEnd(h, key, id, stepMs, max);

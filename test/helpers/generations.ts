@@ -1,0 +1,39 @@
+// Table reads and the engine-driving loop the video and image tests share.
+import type { Pool } from '../../src/store/pool.js';
+import type { Reply } from './gateway.js';
+
+interface HasPool {
+  readonly services: { readonly pool: Pool };
+}
+interface Steppable {
+  get(key: string, id: string): Promise<Reply>;
+  step(ms: number): Promise<number>;
+}
+
+/** The generation's row and its ledger request, straight from the tables. */
+export async function rowOf(h: HasPool, id: string): Promise<Record<string, any>> {
+  const r = await h.services.pool.query(
+    `SELECT g.*, r.hold_state, r.charged_ink AS ledger_charged, r.hold_ink AS ledger_hold, r.usage AS ledger_usage, r.product AS ledger_product
+       FROM generations g JOIN requests r ON r.id = g.request_id WHERE g.id = $1`,
+    [id],
+  );
+  return r.rows[0];
+}
+
+export async function walletOf(h: HasPool, accountId: string): Promise<{ balance: number; held: number; charged: number }> {
+  const r = await h.services.pool.query(
+    'SELECT grant_ink + payg_ink AS balance, held_grant_ink + held_payg_ink AS held, charged_ink AS charged FROM wallets WHERE account_id = $1',
+    [accountId],
+  );
+  return r.rows[0];
+}
+
+/** Runs engine rounds, advancing `stepMs` before each, until the generation is terminal (at most `max` rounds). */
+export async function runToEnd(h: Steppable, key: string, id: string, stepMs: number, max = 40): Promise<Record<string, any>> {
+  for (let i = 0; i < max; i++) {
+    const g = (await h.get(key, id)).json;
+    if (g.status === 'succeeded' || g.status === 'failed') return g;
+    await h.step(stepMs);
+  }
+  throw new Error(`generation ${id} did not finish in ${max} rounds`);
+}
