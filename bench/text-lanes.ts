@@ -1,6 +1,6 @@
 // Text-lane bench (issues 4 and 5): what inkgate adds over the vendor called directly, and against
 // a plain node:http + undici pass-through proxy (no auth, no billing), in the same run.
-//   node --import ./node_modules/@tapjs/typescript/dist/esm/import.mjs bench/text-lanes.ts [--seconds 5] [--lane messages|responses|both] [--json]
+//   node --import ./node_modules/@tapjs/typescript/dist/esm/import.mjs bench/text-lanes.ts [--seconds 5] [--lane messages|responses|both] [--paced 1000] [--json]
 // Processes: the vendor simulators run in one child, inkgate (billing on: every request reserves
 // and settles in Postgres) and the plain proxy in another; the load generator runs here. Each child
 // reports its CPU time so the table shows CPU per request of the proxy process.
@@ -14,6 +14,7 @@ import { startBillingGateway } from './lib/billing-gateway.js';
 const arg = (name: string, dflt: string) => (process.argv.includes(name) ? process.argv[process.argv.indexOf(name) + 1]! : dflt);
 const seconds = Number(arg('--seconds', '5'));
 const laneArg = arg('--lane', 'both');
+const paced = Number(arg('--paced', '1000'));
 const asJson = process.argv.includes('--json');
 const role = arg('--role', 'main');
 
@@ -180,6 +181,58 @@ async function main(): Promise<void> {
       `added vs direct: c=1 p50 +${(g.c1P50! - d.c1P50!).toFixed(3)} ms (plain proxy +${(p.c1P50! - d.c1P50!).toFixed(3)}), p99 +${(g.c1P99! - d.c1P99!).toFixed(3)} ms; ` +
         `TTFT p50 +${(g.ttftP50! - d.ttftP50!).toFixed(3)} ms; saturation ${(g.satRps! / p.satRps!).toFixed(2)}x plain proxy, ${(g.satRps! / d.satRps!).toFixed(2)}x direct`,
     );
+  }
+  // N paced streams at once (Messages): throughput and tail vs direct, the gateway's RSS, stalls.
+  if (paced > 0) {
+    const pace = 20;
+    const tokens = 50;
+    const body = (model: string) =>
+      JSON.stringify({ model, max_tokens: 256, stream: true, messages: [{ role: 'user', content: `paced [[sim:pace=${pace}]] [[sim:tokens=${tokens}]]` }] });
+    const json = { 'content-type': 'application/json' };
+    const runPaced = async (base: string, headers: Record<string, string>, b: string) => {
+      const pool = new Pool(new URL(base).origin, { connections: paced });
+      const durations = new Float64Array(paced);
+      let maxGapMs = 0;
+      let failures = 0;
+      const t0 = performance.now();
+      await Promise.all(
+        Array.from({ length: paced }, async (_, i) => {
+          const s0 = performance.now();
+          try {
+            const r = await pool.request({ path: '/v1/messages', method: 'POST', headers, body: b });
+            if (r.statusCode !== 200) failures++;
+            let last = performance.now();
+            for await (const _c of r.body) {
+              const now = performance.now();
+              maxGapMs = Math.max(maxGapMs, now - last);
+              last = now;
+            }
+          } catch {
+            failures++;
+          }
+          durations[i] = performance.now() - s0;
+        }),
+      );
+      const wall = performance.now() - t0;
+      await pool.close();
+      durations.sort();
+      return { wallMs: wall, p50: percentile(durations, 50), p99: percentile(durations, 99), maxGapMs, failures, streamsPerS: paced / (wall / 1000) };
+    };
+    const direct = await runPaced(sims.anthropic, { ...json, 'x-api-key': 'sk-ant-bench', 'anthropic-version': '2023-06-01' }, body('claude-sonnet-5'));
+    await cpu();
+    const ink = await runPaced(prox.gateway, { ...json, authorization: `Bearer ${prox.key}` }, body('sonnet'));
+    const used = await cpu();
+    const row = { paced, paceMs: pace, tokens, direct, inkgate: ink, gatewayRssMb: used.rss / 1048576 };
+    report.push({ pacedStreams: row });
+    if (!asJson) {
+      console.log(`\n## ${paced} paced streams at once (messages, ${tokens} deltas every ${pace} ms)`);
+      console.log('| target | streams/s | stream p50 ms | stream p99 ms | max gap between chunks ms | failures |');
+      console.log('|---|---|---|---|---|---|');
+      for (const [name, r] of [['direct', direct], ['inkgate', ink]] as const) {
+        console.log(`| ${name} | ${r.streamsPerS.toFixed(0)} | ${r.p50.toFixed(1)} | ${r.p99.toFixed(1)} | ${r.maxGapMs.toFixed(1)} | ${r.failures} |`);
+      }
+      console.log(`throughput ${(ink.streamsPerS / direct.streamsPerS).toFixed(2)}x direct, p99 ${(ink.p99 / direct.p99).toFixed(2)}x direct, gateway RSS ${row.gatewayRssMb.toFixed(0)} MB`);
+    }
   }
   if (asJson) console.log(JSON.stringify(report, null, 2));
   proxP.send('stop');
