@@ -6,6 +6,14 @@ import { ApiError } from '../errors.js';
 import type { Queryable } from '../store/pool.js';
 import { getGeneration, type GenerationRow } from './store.js';
 
+/** The header's allowed form (spec: 1 to 128 of [A-Za-z0-9._:-]). */
+export const IDEMPOTENCY_KEY_RE = /^[A-Za-z0-9._:-]{1,128}$/;
+
+/** Throws 400 invalid_idempotency_key for a header outside the allowed form. */
+export function assertIdempotencyKey(idemKey: string | undefined): void {
+  if (idemKey !== undefined && !IDEMPOTENCY_KEY_RE.test(idemKey)) throw new ApiError('invalid_idempotency_key', { param: 'Idempotency-Key' });
+}
+
 /** A key binds one accepted submit for this long. */
 export const IDEMPOTENCY_WINDOW_MS = 24 * 3600 * 1000;
 
@@ -68,4 +76,20 @@ export function answerForKey(state: Exclude<KeyState, { kind: 'free' }>, present
     throw new ApiError('idempotency_key_reused', { param: 'Idempotency-Key', message: 'This Idempotency-Key was already used with a different request body; a new intent needs a new key.' });
   }
   throw new ApiError('idempotency_key_in_use', { param: 'Idempotency-Key', message: 'A submit with this Idempotency-Key is still being admitted; retry shortly to get its answer.' });
+}
+
+/**
+ * The answer owed to a submit whose key is already taken (the replayed 202, or 422 / 409), or
+ * undefined when the key is free: the caller then admits the submit and claims the key.
+ */
+export async function priorAnswer(
+  q: Queryable,
+  keyId: string,
+  idemKey: string,
+  hash: Buffer,
+  nowMs: number,
+  present: (row: GenerationRow) => Record<string, unknown>,
+): Promise<{ body: Record<string, unknown>; replayed: true } | undefined> {
+  const st = await keyState(q, keyId, idemKey, hash, nowMs);
+  return st.kind === 'free' ? undefined : answerForKey(st, present);
 }

@@ -17,6 +17,7 @@ import { readJsonObject } from '../server/json-body.js';
 import type { Services } from '../gateway.js';
 import { forEachEvent, modelField, SseFramer } from './sse-framer.js';
 import { neverSent, type Upstream } from './upstream.js';
+import { readBounded } from '../vendors/vendor-http.js';
 
 export interface ParsedTextRequest {
   readonly model: TextModel;
@@ -78,29 +79,6 @@ const STREAM_HEADERS: ReadonlyArray<readonly [string, string]> = [
   ['Content-Type', 'text/event-stream; charset=utf-8'],
   ['X-Accel-Buffering', 'no'],
 ];
-
-/**
- * Reads a whole vendor body, bounded in size and in total time: the pool's idle timeout alone would
- * let a vendor that drips a byte just under it hold the request (and its hold) forever.
- */
-async function readBounded(body: Dispatcher.ResponseData['body'], maxBytes: number, totalMs: number): Promise<Buffer> {
-  const total = setTimeout(() => body.destroy(new Error(`vendor body not complete within ${totalMs} ms`)), totalMs);
-  try {
-    const parts: Buffer[] = [];
-    let n = 0;
-    for await (const c of body) {
-      n += (c as Buffer).length;
-      if (n > maxBytes) {
-        body.destroy();
-        throw new Error(`vendor body above ${maxBytes} bytes`);
-      }
-      parts.push(c as Buffer);
-    }
-    return Buffer.concat(parts, n);
-  } finally {
-    clearTimeout(total);
-  }
-}
 
 function vendorMessage(text: string): string {
   try {

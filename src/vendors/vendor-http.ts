@@ -1,5 +1,6 @@
-// What the job vendors' HTTP clients (Ark, Gemini) share: a bounded undici Agent and Retry-After.
-import { Agent } from 'undici';
+// What the vendors' HTTP clients share (text lanes, Ark, Gemini): a bounded undici Agent, a bounded
+// body reader, and Retry-After parsing.
+import { Agent, type Dispatcher } from 'undici';
 
 export interface VendorAgentOptions {
   readonly timeoutMs: number;
@@ -22,4 +23,27 @@ export function retryAfterSeconds(h: string | string[] | undefined): number | un
   const v = Array.isArray(h) ? h[0] : h;
   if (v === undefined || !/^\d{1,6}$/.test(v)) return undefined;
   return Number(v);
+}
+
+/**
+ * Reads a whole vendor body, bounded in size and, when `totalMs` is given, in total time: an idle
+ * timeout alone lets a vendor that drips a byte just under it hold a request (and its hold) forever.
+ */
+export async function readBounded(body: Dispatcher.ResponseData['body'], maxBytes: number, totalMs?: number): Promise<Buffer> {
+  const total = totalMs === undefined ? undefined : setTimeout(() => body.destroy(new Error(`vendor body not complete within ${totalMs} ms`)), totalMs);
+  try {
+    const parts: Buffer[] = [];
+    let n = 0;
+    for await (const c of body as AsyncIterable<Buffer>) {
+      n += c.length;
+      if (n > maxBytes) {
+        body.destroy();
+        throw new Error(`vendor body above ${maxBytes} bytes`);
+      }
+      parts.push(c);
+    }
+    return Buffer.concat(parts, n);
+  } finally {
+    if (total !== undefined) clearTimeout(total);
+  }
 }

@@ -22,9 +22,9 @@ import { ApiError } from '../../errors.js';
 import type { Services } from '../../gateway.js';
 import { imageInk } from '../../ledger/pricing.js';
 import { withTx } from '../../store/pool.js';
-import { canonicalJson, checkUrlsFetchable, IDEMPOTENCY_KEY_RE, type SubmitInput, type SubmitResult } from '../video/submit.js';
+import { canonicalJson, checkUrlsFetchable, type SubmitInput, type SubmitResult } from '../video/submit.js';
 import type { VideoDeps } from '../video/deps.js';
-import { answerForKey, claimKey, dropClaim, keyState, type KeyState } from '../idempotency.js';
+import { answerForKey, assertIdempotencyKey, claimKey, dropClaim, priorAnswer } from '../idempotency.js';
 import { admissionCounts, insertGeneration, markImageQueued, type GenerationRow } from '../store.js';
 import { presentImageAccepted } from './present.js';
 import { validateImageRequest } from './validate.js';
@@ -41,22 +41,16 @@ export const imageBodyHash = (body: Record<string, unknown>): Buffer => createHa
 
 
 
-/** A key bound to another product's generation is another body: 422. */
-function imageOnly(st: Exclude<KeyState, { kind: 'free' }>): Exclude<KeyState, { kind: 'free' }> {
-  return st.kind === 'replay' && st.row.kind !== 'image' ? { kind: 'reused' } : st;
-}
 
 export async function submitImage(services: Services, deps: VideoDeps, input: SubmitInput): Promise<SubmitResult> {
   const { config, pool, catalog, ledger } = services;
   const { auth } = input;
   const idemKey = input.idempotencyKey;
-  if (idemKey !== undefined && !IDEMPOTENCY_KEY_RE.test(idemKey)) {
-    throw new ApiError('invalid_idempotency_key', { param: 'Idempotency-Key' });
-  }
+  assertIdempotencyKey(idemKey);
   const hash = idemKey === undefined ? undefined : imageBodyHash(input.body);
   if (idemKey !== undefined) {
-    const st = await keyState(pool, auth.keyId, idemKey, hash!, deps.clock());
-    if (st.kind !== 'free') return answerForKey(imageOnly(st), presentImageAccepted);
+    const prior = await priorAnswer(pool, auth.keyId, idemKey, hash!, deps.clock(), presentImageAccepted);
+    if (prior) return prior;
   }
 
   const v = validateImageRequest(input.body, catalog, { allowList: deps.fetch.allowList });
@@ -78,8 +72,8 @@ export async function submitImage(services: Services, deps: VideoDeps, input: Su
     for (let attempt = 0; attempt < 2 && !claimed; attempt++) {
       claimed = await claimKey(pool, auth.keyId, idemKey, hash!, id, deps.clock(), ttlMs);
       if (!claimed) {
-        const st = await keyState(pool, auth.keyId, idemKey, hash!, deps.clock());
-        if (st.kind !== 'free') return answerForKey(imageOnly(st), presentImageAccepted);
+        const prior = await priorAnswer(pool, auth.keyId, idemKey, hash!, deps.clock(), presentImageAccepted);
+        if (prior) return prior;
       }
     }
     if (!claimed) return answerForKey({ kind: 'in_use' }, presentImageAccepted);

@@ -14,7 +14,7 @@
 //   502 provider_error / 503 provider_unavailable       the vendor refused / could not be reached: hold released
 //   202                                                 accepted
 import { checkAdmissionCounts, requireAccess, utcDayStartMs } from '../plan-access.js';
-import { answerForKey, claimKey, dropClaim, keyState } from '../idempotency.js';
+import { answerForKey, assertIdempotencyKey, claimKey, dropClaim, priorAnswer } from '../idempotency.js';
 import { createHash } from 'node:crypto';
 import { newId } from '../../auth/api-key.js';
 import { unavailability } from '../../catalog/availability.js';
@@ -30,7 +30,7 @@ import type { VideoDeps } from './deps.js';
 import { presentAccepted } from './present.js';
 import { validateVideoRequest, type CheckedUrl, type NormalisedVideoRequest } from './validate.js';
 
-export const IDEMPOTENCY_KEY_RE = /^[A-Za-z0-9._:-]{1,128}$/;
+export { IDEMPOTENCY_KEY_RE } from '../idempotency.js';
 export { IDEMPOTENCY_WINDOW_MS } from '../idempotency.js';
 const URL_CHECK_CONCURRENCY = 8;
 
@@ -185,13 +185,11 @@ export async function submitVideo(services: Services, deps: VideoDeps, input: Su
   const { config, pool, catalog, ledger } = services;
   const { auth } = input;
   const idemKey = input.idempotencyKey;
-  if (idemKey !== undefined && !IDEMPOTENCY_KEY_RE.test(idemKey)) {
-    throw new ApiError('invalid_idempotency_key', { param: 'Idempotency-Key' });
-  }
+  assertIdempotencyKey(idemKey);
   const hash = idemKey === undefined ? undefined : bodyHash(input.body);
   if (idemKey !== undefined) {
-    const st = await keyState(pool, auth.keyId, idemKey, hash!, deps.clock());
-    if (st.kind !== 'free') return answerForKey(st, presentAccepted);
+    const prior = await priorAnswer(pool, auth.keyId, idemKey, hash!, deps.clock(), presentAccepted);
+    if (prior) return prior;
   }
 
   const v = validateVideoRequest(input.body, catalog, { allowList: deps.fetch.allowList });
@@ -215,8 +213,8 @@ export async function submitVideo(services: Services, deps: VideoDeps, input: Su
     for (let attempt = 0; attempt < 2 && !claimed; attempt++) {
       claimed = await claimKey(pool, auth.keyId, idemKey, hash!, id, deps.clock(), ttlMs);
       if (!claimed) {
-        const st = await keyState(pool, auth.keyId, idemKey, hash!, deps.clock());
-        if (st.kind !== 'free') return answerForKey(st, presentAccepted);
+        const prior = await priorAnswer(pool, auth.keyId, idemKey, hash!, deps.clock(), presentAccepted);
+        if (prior) return prior;
       }
     }
     if (!claimed) return answerForKey({ kind: 'in_use' }, presentAccepted);

@@ -2,7 +2,7 @@
 // every call bounded (connect, headers, body, total), our key only, and an allow-list of the fields
 // we send: nothing the client wrote reaches the vendor except through the mapping below.
 // Wire shapes: /work/shared/vendors/ark (SEEDANCE_VIDEO_TASKS.md and the JSON examples).
-import { retryAfterSeconds, vendorAgent } from '../vendor-http.js';
+import { readBounded, retryAfterSeconds, vendorAgent } from '../vendor-http.js';
 import { Agent, request, type Dispatcher } from 'undici';
 
 /** What we ask Ark for: built from a validated, normalised request only. */
@@ -184,7 +184,7 @@ export class ArkClient {
     }
     let text: string;
     try {
-      text = await readCapped(res.body, MAX_RESPONSE_BYTES);
+      text = (await readBounded(res.body, MAX_RESPONSE_BYTES)).toString('utf8');
     } catch (e) {
       throw new ArkError('unavailable', `the vendor answer could not be read: ${(e as Error).message}`, res.statusCode);
     }
@@ -210,16 +210,3 @@ export class ArkClient {
   }
 }
 
-async function readCapped(body: Dispatcher.ResponseData['body'], maxBytes: number): Promise<string> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of body as AsyncIterable<Buffer>) {
-    size += chunk.length;
-    if (size > maxBytes) {
-      body.destroy();
-      throw new Error(`answer larger than ${maxBytes} bytes`);
-    }
-    chunks.push(chunk);
-  }
-  return Buffer.concat(chunks, size).toString('utf8');
-}

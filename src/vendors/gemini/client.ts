@@ -3,7 +3,7 @@
 // our key only, and an allow-list of the fields we send: nothing the client wrote reaches the
 // vendor except through the mapping below.
 // Wire shapes: /work/shared/vendors/gemini (IMAGE_APIS.md and the JSON examples).
-import { retryAfterSeconds, vendorAgent } from '../vendor-http.js';
+import { readBounded, retryAfterSeconds, vendorAgent } from '../vendor-http.js';
 import { Agent, request, type Dispatcher } from 'undici';
 
 export const GEMINI_IMAGE_SIZES = ['1K', '2K', '4K'] as const;
@@ -176,7 +176,7 @@ export class GeminiClient {
     }
     let text: string;
     try {
-      text = await readCapped(res.body, this.maxResponseBytes);
+      text = (await readBounded(res.body, this.maxResponseBytes)).toString('utf8');
     } catch (e) {
       throw new GeminiError('unavailable', `the vendor answer could not be read: ${(e as Error).message}`, res.statusCode);
     }
@@ -202,16 +202,3 @@ export class GeminiClient {
   }
 }
 
-async function readCapped(body: Dispatcher.ResponseData['body'], maxBytes: number): Promise<string> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of body as AsyncIterable<Buffer>) {
-    size += chunk.length;
-    if (size > maxBytes) {
-      body.destroy();
-      throw new Error(`answer larger than ${maxBytes} bytes`);
-    }
-    chunks.push(chunk);
-  }
-  return Buffer.concat(chunks, size).toString('utf8');
-}
