@@ -153,6 +153,30 @@ function withoutErrorEvents(buf: Buffer): Buffer {
   return kept.length === 1 ? kept[0]! : Buffer.concat(kept);
 }
 
+/** A vendor id the ledger can store (1 to 256 characters); another one is dropped, never fatal to a move. */
+const storableId = (v: string | undefined): string | undefined => (v !== undefined && v.length >= 1 && v.length <= 256 ? v : undefined);
+
+/**
+ * A ledger move on a failure path must not replace the answer the client is owed: if it fails, it
+ * is logged and the hold stays open, listed by reconciliation.
+ */
+async function moveOrLog(services: Services, requestId: string, what: string, move: Promise<unknown>): Promise<void> {
+  try {
+    await move;
+  } catch (e) {
+    services.log.error(`ledger ${what} failed; hold left open for reconciliation`, { request_id: requestId, err: e as Error });
+  }
+}
+
+/**
+ * A settle that could not be written leaves a charge we know: mark the hold usage_unknown with the
+ * vendor id (best effort), so reconciliation can match it to the vendor's record.
+ */
+async function settleFailed(services: Services, ledger: Ledger, requestId: string, chargeInk: number, usage: object, vendorRequestId: string | undefined, e: unknown): Promise<void> {
+  services.log.error('settle failed; hold left open for reconciliation', { request_id: requestId, charge_ink: chargeInk, usage, err: e as Error });
+  await moveOrLog(services, requestId, 'markUsageUnknown', ledger.markUsageUnknown(requestId, { vendorRequestId, reason: 'settle failed' }));
+}
+
 export interface TextProxyDeps {
   readonly services: Services;
   readonly ledger: Ledger;
@@ -191,10 +215,10 @@ export function createTextHandler(lane: TextLane, d: TextProxyDeps): (ctx: HttpC
       });
     } catch (e) {
       if (neverSent(e)) {
-        await ledger.release(requestId, 'vendor unreachable before the request was sent');
+        await moveOrLog(services, requestId, 'release', ledger.release(requestId, 'vendor unreachable before the request was sent'));
         throw new ApiError('provider_unavailable', { message: 'The vendor is unreachable.', retryAfterS: 30, cause: e });
       }
-      await ledger.markUsageUnknown(requestId, { reason: `dispatch failed: ${(e as Error).message}` });
+      await moveOrLog(services, requestId, 'markUsageUnknown', ledger.markUsageUnknown(requestId, { reason: `dispatch failed: ${(e as Error).message.slice(0, 200)}` }));
       throw new ApiError('provider_error', { message: 'The vendor failed after the request was sent; the hold is kept until reconciled.', cause: e });
     }
 
@@ -206,8 +230,12 @@ export function createTextHandler(lane: TextLane, d: TextProxyDeps): (ctx: HttpC
         /* the status decides; the message is best effort */
       }
       const mapped = mapVendorStatus(res.statusCode, text, res.headers, lane.promptParam);
-      if (mapped.release) await ledger.release(requestId, `vendor ${res.statusCode}`);
-      else await ledger.markUsageUnknown(requestId, { reason: `vendor ${res.statusCode}` });
+      await moveOrLog(
+        services,
+        requestId,
+        mapped.release ? 'release' : 'markUsageUnknown',
+        mapped.release ? ledger.release(requestId, `vendor ${res.statusCode}`) : ledger.markUsageUnknown(requestId, { reason: `vendor ${res.statusCode}` }),
+      );
       throw mapped.error;
     }
 
@@ -219,20 +247,20 @@ export function createTextHandler(lane: TextLane, d: TextProxyDeps): (ctx: HttpC
       const buf = await readBounded(res.body, MAX_VENDOR_BODY_BYTES, cfg.upstream.streamTotalMs);
       result = lane.finishBody(JSON.parse(buf.toString('utf8')), req);
     } catch (e) {
-      await ledger.markUsageUnknown(requestId, { reason: `unreadable vendor body: ${(e as Error).message}` });
+      await moveOrLog(services, requestId, 'markUsageUnknown', ledger.markUsageUnknown(requestId, { reason: `unreadable vendor body: ${(e as Error).message.slice(0, 200)}` }));
       throw new ApiError('provider_error', { message: 'The vendor answer could not be read; the hold is kept until reconciled.', cause: e });
     }
     if (result.chargeInk === undefined) {
-      await ledger.markUsageUnknown(requestId, { vendorRequestId: result.vendorRequestId, reason: 'no usable usage receipt' });
+      await moveOrLog(services, requestId, 'markUsageUnknown', ledger.markUsageUnknown(requestId, { vendorRequestId: storableId(result.vendorRequestId), reason: 'no usable usage receipt' }));
       throw new ApiError('provider_error', { message: 'The vendor answered without a usable usage receipt; the hold is kept until reconciled.' });
     }
     const headers: Array<[string, string]> = [['X-Service-Request-Id', requestId]];
     try {
-      const s = await ledger.settle(requestId, result.chargeInk, { usage: result.usage, vendorRequestId: result.vendorRequestId });
+      const s = await ledger.settle(requestId, result.chargeInk, { usage: result.usage, vendorRequestId: storableId(result.vendorRequestId) });
       if (s.resolved) headers.unshift(['X-Service-Ink-Charged', String(s.chargedInk)]);
     } catch (e) {
       // The vendor ran and we hold the answer: deliver it. The hold stays open for reconciliation.
-      services.log.error('settle failed; hold left open for reconciliation', { request_id: requestId, charge_ink: result.chargeInk, usage: result.usage, err: e as Error });
+      await settleFailed(services, ledger, requestId, result.chargeInk, result.usage, storableId(result.vendorRequestId), e);
     }
     ctx.sendJson(200, result.clientBody, headers);
   };
@@ -299,17 +327,22 @@ async function streamThrough(
   const outcome = tally.capped ? 'capped' : tally.outcome();
   const charge = outcome === 'capped' ? req.holdInk : outcome === 'usage_unknown' ? undefined : tally.chargeInk();
   if (charge === undefined) {
-    await ledger
-      .markUsageUnknown(requestId, { vendorRequestId: tally.vendorRequestId(), reason: failure ? `stream failed: ${failure.message}` : 'no usage receipt' })
-      .catch((e: unknown) => services.log.error('markUsageUnknown failed', { request_id: requestId, err: e as Error }));
+    await moveOrLog(
+      services,
+      requestId,
+      'markUsageUnknown',
+      ledger.markUsageUnknown(requestId, { vendorRequestId: storableId(tally.vendorRequestId()), reason: failure ? `stream failed: ${failure.message.slice(0, 200)}` : 'no usage receipt' }),
+    );
     frame = lane.errorFrame('usage_unknown', 'The stream ended without a usage receipt; the hold is kept until the vendor record reconciles it.', requestId, tally);
   } else {
     let charged: number | undefined;
+    const usage = tally.usage();
+    const vendorId = storableId(tally.vendorRequestId());
     try {
-      const s = await ledger.settle(requestId, charge, { usage: tally.usage(), vendorRequestId: tally.vendorRequestId() });
+      const s = await ledger.settle(requestId, charge, { usage, vendorRequestId: vendorId });
       charged = s.resolved ? s.chargedInk : undefined;
     } catch (e) {
-      services.log.error('settle failed; hold left open for reconciliation', { request_id: requestId, charge_ink: charge, usage: tally.usage(), err: e as Error });
+      await settleFailed(services, ledger, requestId, charge, usage, vendorId, e);
     }
     if (charged === undefined) {
       frame = lane.errorFrame('usage_unknown', 'The charge could not be recorded; the hold is kept until reconciled.', requestId, tally);
