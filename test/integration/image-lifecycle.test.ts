@@ -121,6 +121,7 @@ check('each size class and aspect ratio: the PNG has the vendor\'s pixels, the p
     const [w, hh] = GEMINI_PIXEL_SIZES[aspect]![size];
     t.same([g.image.width, g.image.height], [w, hh]);
     const served = await serve(g.image.url);
+    t.equal(served.status, 200, 'the signed link serves the image');
     if (served.status === 200) t.same(imagePixelSize(await readStream(served.stream))?.width, w);
   }
   t.same(await walletOf(h, accountId), { balance: 83, held: 0, charged: 17 });
