@@ -25,6 +25,14 @@ export function hashKey(raw: string): Buffer {
   return createHash('sha256').update(raw).digest();
 }
 
+/**
+ * The stable, meaningless stand-in for a key that vendors see (Messages `metadata.user_id`,
+ * Responses `safety_identifier`): derived from the key id, never from the key itself.
+ */
+export function vendorUserHash(keyId: string): string {
+  return createHash('sha256').update('inkgate:' + keyId).digest('hex').slice(0, 32);
+}
+
 /** The bearer token from an Authorization header value, or undefined. Only `Bearer` is read. */
 export function bearerToken(header: string | undefined): string | undefined {
   if (header === undefined || header.length > 200) return undefined;

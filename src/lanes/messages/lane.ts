@@ -1,6 +1,6 @@
 // POST /v1/messages: the Anthropic Messages protocol, proxied to the vendor through the shared
 // text proxy. Only what differs lives here: request parsing, vendor headers, tally, frames.
-import { createHash } from 'node:crypto';
+import { vendorUserHash } from '../../auth/api-key.js';
 import type { Catalog } from '../../catalog/models.js';
 import type { Config } from '../../config/config.js';
 import { messagesHoldInk, textChargeInk } from '../../ledger/pricing.js';
@@ -44,7 +44,7 @@ export function messagesLane(cfg: Config, catalog: Catalog): TextLane {
     }),
     parse(body, ctx): ParsedTextRequest {
       // metadata.user_id on the wire: a hash of the key id, stable per key, meaningless outside.
-      const keyUserId = createHash('sha256').update('inkgate:' + ctx.auth!.keyId).digest('hex').slice(0, 32);
+      const keyUserId = vendorUserHash(ctx.auth!.keyId);
       const r = parseMessagesRequest(body, catalog, { keyUserId });
       // The spec names the header `vendor-beta`; the protocol's own name is `anthropic-beta`.
       const beta = forwardedBetaHeader(ctx.header('anthropic-beta') ?? ctx.header('vendor-beta'));

@@ -1,7 +1,7 @@
 // POST /v1/responses: the OpenAI Responses protocol for text-6-astra through the shared text proxy.
 // The usage frame is an SSE comment after the terminal event: the official SDK (6.45+, 7.x) throws
 // on any event type it does not know in responses.stream(), but every version ignores comments.
-import { createHash } from 'node:crypto';
+import { vendorUserHash } from '../../auth/api-key.js';
 import type { Catalog, TextModel } from '../../catalog/models.js';
 import type { Config } from '../../config/config.js';
 import { responsesHoldInk, textChargeInk, textUsageFromResponses } from '../../ledger/pricing.js';
@@ -48,7 +48,7 @@ export function responsesLane(cfg: Config, catalog: Catalog): TextLane {
       accept: 'application/json',
     }),
     parse(body, ctx): ParsedTextRequest {
-      const userHash = createHash('sha256').update('inkgate:' + ctx.auth!.keyId).digest('hex').slice(0, 32);
+      const userHash = vendorUserHash(ctx.auth!.keyId);
       const r = parseResponsesRequest(body, catalog, { userHash });
       return {
         model: r.model,
