@@ -7,6 +7,7 @@ import type { Config } from './config/config.js';
 import { DeploymentState } from './deployment/state.js';
 import { createRateLimiter, type RateLimiter } from './limits/rate-limiter.js';
 import { Ledger } from './ledger/ledger.js';
+import { UnbilledLedger } from './ledger/unbilled.js';
 import { messagesLane } from './lanes/messages/lane.js';
 import { responsesLane } from './lanes/responses/lane.js';
 import { createTextHandler } from './lanes/text-proxy.js';
@@ -52,6 +53,11 @@ export interface GatewayOptions {
   video?: VideoDepsOptions & { engine?: JobEngineOptions };
   /** Skip migrations when the caller already ran them. */
   skipMigrate?: boolean;
+  /**
+   * Bench only ("billing off" runs): the text lanes reserve and settle nothing. Code-only on
+   * purpose, never a configuration setting, so no deployment can serve text for free.
+   */
+  unbilled?: boolean;
 }
 
 export async function createGateway(config: Config, opts: GatewayOptions = {}): Promise<Gateway> {
@@ -91,6 +97,7 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
     const videoDeps = await createVideoDeps(services, opts.video ?? {});
     cleanups.push(() => videoDeps.close());
     const text = config.limits.textBodyBytes;
+    const textLedger = opts.unbilled ? new UnbilledLedger() : ledger;
     const routes: Route[] = [
       ...catalogRoutes(config, catalog, state),
       ...accountRoutes(pool),
@@ -99,14 +106,14 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
         pattern: '/v1/messages',
         access: 'key',
         bodyBytes: text,
-        handler: createTextHandler(messagesLane(config, catalog), { services, ledger, upstream: upstream('anthropic') }),
+        handler: createTextHandler(messagesLane(config, catalog), { services, ledger: textLedger, upstream: upstream('anthropic') }),
       },
       {
         method: 'POST',
         pattern: '/v1/responses',
         access: 'key',
         bodyBytes: text,
-        handler: createTextHandler(responsesLane(config, catalog), { services, ledger, upstream: upstream('openai') }),
+        handler: createTextHandler(responsesLane(config, catalog), { services, ledger: textLedger, upstream: upstream('openai') }),
       },
       ...videoRoutes(services, videoDeps),
       ...imageRoutes(services, videoDeps),

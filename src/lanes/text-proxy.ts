@@ -11,7 +11,7 @@ import type { Dispatcher } from 'undici';
 import type { TextModel } from '../catalog/models.js';
 import type { Lane } from '../deployment/state.js';
 import { ApiError } from '../errors.js';
-import type { Ledger } from '../ledger/ledger.js';
+import type { TextBilling } from '../ledger/unbilled.js';
 import type { HttpContext } from '../server/http-context.js';
 import { readJsonObject } from '../server/json-body.js';
 import type { Services } from '../gateway.js';
@@ -172,14 +172,14 @@ async function moveOrLog(services: Services, requestId: string, what: string, mo
  * A settle that could not be written leaves a charge we know: mark the hold usage_unknown with the
  * vendor id (best effort), so reconciliation can match it to the vendor's record.
  */
-async function settleFailed(services: Services, ledger: Ledger, requestId: string, chargeInk: number, usage: object, vendorRequestId: string | undefined, e: unknown): Promise<void> {
+async function settleFailed(services: Services, ledger: TextBilling, requestId: string, chargeInk: number, usage: object, vendorRequestId: string | undefined, e: unknown): Promise<void> {
   services.log.error('settle failed; hold left open for reconciliation', { request_id: requestId, charge_ink: chargeInk, usage, err: e as Error });
   await moveOrLog(services, requestId, 'markUsageUnknown', ledger.markUsageUnknown(requestId, { vendorRequestId, reason: 'settle failed' }));
 }
 
 export interface TextProxyDeps {
   readonly services: Services;
-  readonly ledger: Ledger;
+  readonly ledger: TextBilling;
   readonly upstream: Upstream | undefined;
 }
 
@@ -272,7 +272,7 @@ async function streamThrough(
   req: ParsedTextRequest,
   res: Dispatcher.ResponseData,
   rw: { needle: Buffer; replacement: Buffer },
-  ledger: Ledger,
+  ledger: TextBilling,
   services: Services,
 ): Promise<void> {
   const requestId = ctx.requestId;

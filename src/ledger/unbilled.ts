@@ -1,0 +1,23 @@
+// The text lanes' ledger seen as four moves, and a stand-in that writes nothing, for the bench's
+// "billing off" runs only: it measures what billing costs by taking it away. It is reachable only
+// through `GatewayOptions.unbilled` (code, never configuration), so no deployment can run free.
+import type { Hold, Ledger, ReserveInput, ResolveResult } from './ledger.js';
+
+/** The moves a text request makes. */
+export type TextBilling = Pick<Ledger, 'reserve' | 'settle' | 'release' | 'markUsageUnknown'>;
+
+export class UnbilledLedger implements TextBilling {
+  async reserve(input: ReserveInput): Promise<Hold> {
+    return { requestId: input.requestId, holdInk: input.holdInk, grantInk: input.holdInk, paygInk: 0 };
+  }
+
+  async settle(_requestId: string, chargeInk: number): Promise<ResolveResult> {
+    return { resolved: true, chargedInk: chargeInk, releasedInk: 0, expiredInk: 0 };
+  }
+
+  async release(): Promise<ResolveResult> {
+    return { resolved: true, chargedInk: 0, releasedInk: 0, expiredInk: 0 };
+  }
+
+  async markUsageUnknown(): Promise<void> {}
+}
