@@ -202,6 +202,8 @@ function human(v: unknown): string {
 }
 
 export async function runCli(argv: string[], out: (s: string) => unknown = (s) => process.stdout.write(s), err: (s: string) => unknown = (s) => process.stderr.write(s), config?: Config): Promise<number> {
+  // The bench measures targets, not the database: it never opens the operator's (src/bench).
+  if (argv[0] === 'bench') return (await import('../bench/cli.js')).runBench(argv.slice(1), out, err);
   const args = parseArgs(argv);
   const json = args.flags.json === true;
   if (args.positional.length === 0 || args.flags.help === true || args.positional[0] === 'help') {

@@ -1,6 +1,11 @@
 // Bearer key -> account. Only `Authorization: Bearer` is read (x-api-key and query strings are ignored).
-// No cache: revocation must take effect on the very next request. Every request's lookup is a
-// statement that starts after the request arrived, so it sees every revocation committed before.
+// Revocation must take effect on the very next request. Two ways keep that true:
+// - `authenticate`: a lookup per request, a statement that starts after the request arrived, so
+//   it sees every revocation committed before.
+// - `authenticateCached` (routes whose reserve re-checks the key, the text lanes): a key
+//   authenticated in the last `keyCacheMs` is taken from memory, and the reserve statement, which
+//   runs before anything is spent or sent to a vendor, refuses a key revoked or expired since
+//   (003_reserve_live_key.sql). The cache saves the hot path a round trip and a statement.
 import { findLiveKey, findLiveKeys, type AuthRow } from '../accounts/accounts.js';
 import { ApiError } from '../errors.js';
 import { GroupCommit, type GroupCommitOptions } from '../ledger/group-commit.js';
@@ -36,15 +41,65 @@ export async function authenticate(db: Queryable, authorization: string | undefi
  * which under load saves a round trip and a statement per request. Still no cache: a lookup
  * always runs after its request arrived.
  */
+export interface KeyCacheOptions {
+  /** How long a positive lookup is reused (0: never). */
+  readonly keyCacheMs: number;
+  /** Most keys remembered; the oldest entry goes first. */
+  readonly keyCacheEntries: number;
+}
+
+interface Cached {
+  readonly info: AuthInfo;
+  readonly untilMs: number;
+}
+
 export class KeyAuthenticator {
   private readonly batch: GroupCommit<Buffer, AuthRow | undefined>;
+  /** Key hash (latin1) -> what the lookup found; insertion-ordered, so the first entry is the oldest. */
+  private readonly cache = new Map<string, Cached>();
 
-  constructor(db: Queryable, opts: GroupCommitOptions = { maxItems: 128, maxInFlight: 2, maxQueued: 10_000 }) {
+  constructor(
+    db: Queryable,
+    private readonly cacheOpts: KeyCacheOptions = { keyCacheMs: 0, keyCacheEntries: 1 },
+    opts: GroupCommitOptions = { maxItems: 128, maxInFlight: 2, maxQueued: 10_000 },
+  ) {
     this.batch = new GroupCommit('key lookup', (hashes) => lookup(db, hashes), opts);
   }
 
   async authenticate(authorization: string | undefined): Promise<AuthInfo> {
+    return this.lookupHash(tokenHash(authorization));
+  }
+
+  /**
+   * For routes whose reserve re-checks the key: a recent positive answer from memory, otherwise a
+   * lookup whose answer is remembered. Unknown keys are never remembered.
+   */
+  async authenticateCached(authorization: string | undefined): Promise<AuthInfo> {
     const hash = tokenHash(authorization);
+    if (this.cacheOpts.keyCacheMs === 0) return this.lookupHash(hash);
+    const id = hash.toString('latin1');
+    const hit = this.cache.get(id);
+    const nowMs = performance.now();
+    if (hit !== undefined && hit.untilMs > nowMs) return hit.info;
+    const info = await this.lookupHash(hash);
+    this.cache.delete(id);
+    if (this.cache.size >= this.cacheOpts.keyCacheEntries) this.cache.delete(this.cache.keys().next().value!);
+    this.cache.set(id, { info, untilMs: nowMs + this.cacheOpts.keyCacheMs });
+    return info;
+  }
+
+  /** Drops a key from the cache (its reserve found it revoked or expired). */
+  forget(authorization: string | undefined): void {
+    const token = bearerToken(authorization);
+    if (token !== undefined && isWellFormedKey(token)) this.cache.delete(hashKey(token).toString('latin1'));
+  }
+
+  /** Keys remembered now (tests). */
+  get cachedKeys(): number {
+    return this.cache.size;
+  }
+
+  private async lookupHash(hash: Buffer): Promise<AuthInfo> {
     let row;
     try {
       row = await this.batch.submit(hash);

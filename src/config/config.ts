@@ -33,6 +33,11 @@ export const ConfigSchema = Type.Object({
     connectTimeoutMs: Ms,
     keyPrefix: Type.String(),
   }),
+  auth: Type.Object({
+    /** How long an authenticated key is remembered for routes whose reserve re-checks the key (0: off). */
+    keyCacheMs: Type.Integer({ minimum: 0, maximum: 60_000 }),
+    keyCacheEntries: Type.Integer({ minimum: 1, maximum: 1_000_000 }),
+  }),
   limits: Type.Object({
     requestsPerMinute: Type.Integer({ minimum: 1, maximum: 1_000_000 }),
     publicRequestsPerMinute: Type.Integer({ minimum: 1, maximum: 1_000_000 }),

@@ -190,7 +190,7 @@ type ResolveKind = (typeof RESOLVE_KINDS)[number];
 
 interface ReserveRow {
   item: number;
-  result: 'ok' | 'key_limit' | 'insufficient' | 'duplicate' | 'unknown_key' | 'invalid';
+  result: 'ok' | 'key_limit' | 'insufficient' | 'duplicate' | 'unknown_key' | 'key_not_live' | 'invalid';
   take_grant_ink: number;
   take_payg_ink: number;
   available_ink: number | null;
@@ -329,6 +329,10 @@ function reserveOutcome(input: ReserveInput, row: ReserveRow | Error): Hold {
       });
     case 'duplicate':
       throw new Error(`ledger: request id ${input.requestId} already exists`);
+    case 'key_not_live':
+      // Revoked or expired since the caller authenticated it (the text lanes' key cache): refused
+      // like any dead key, and nothing was held.
+      throw new ApiError('invalid_api_key', { message: 'The API key has been revoked or has expired.' });
     case 'unknown_key':
       throw new Error(`ledger: ${input.keyId} is not a key of account ${input.accountId}`);
     default:
@@ -452,9 +456,10 @@ export class Ledger {
 
   /** One resolution, one round trip (ledger_resolve_one); same outcomes as the batch function. */
   private async resolveOne(it: ResolveItem, q: Queryable): Promise<ResolveRow> {
+    const alone = q === this.pool;
     const r = await q.query<ResolveRow>({
-      name: 'ledger_resolve_one',
-      text: SQL.RESOLVE_ONE,
+      name: alone ? 'ledger_resolve_one_async_commit' : 'ledger_resolve_one',
+      text: alone ? SQL.RESOLVE_ONE_ASYNC_COMMIT : SQL.RESOLVE_ONE,
       values: [it.id, it.kind, it.chargeInk, it.usage, it.vendorRequestId, it.reason, this.nowText()],
     });
     return r.rows[0]!;
@@ -579,9 +584,10 @@ export class Ledger {
       reasons[i] = it.reason;
     }
     try {
+      const alone = q === this.pool;
       const r = await q.query<ResolveRow>({
-        name: 'ledger_resolve',
-        text: SQL.RESOLVE,
+        name: alone ? 'ledger_resolve_async_commit' : 'ledger_resolve',
+        text: alone ? SQL.RESOLVE_ASYNC_COMMIT : SQL.RESOLVE,
         values: [ids, kinds, charges, usage, vendorIds, reasons, this.nowText(), n > 1 ? this.batchLockTimeoutMs : lockTimeoutMs],
       });
       return byItem(r.rows, n);

@@ -88,3 +88,21 @@ export const RESERVE_ONE = `SELECT item, result, take_grant_ink, take_payg_ink, 
 /** Resolve one hold: ledger_resolve_one, one round trip. */
 export const RESOLVE_ONE = `SELECT item, result, charged_total_ink, released_total_ink, expired_total_ink, held_total_ink
   FROM ledger_resolve_one($1::text, $2::text, $3::bigint, $4::jsonb, $5::text, $6::text, $7::timestamptz)`;
+
+/**
+ * Resolutions made on their own (not inside a caller's transaction: the text lanes' settle and
+ * release, the CLI's release) commit without waiting for the WAL flush. Why this is safe for
+ * money: a resolution lost in a database crash leaves its hold open, which is exactly the state
+ * reconciliation exists for (the hold still covers the charge; nothing is charged twice or lost),
+ * and WAL is one sequence, so the next synchronous commit (any reserve) makes it durable anyway.
+ * Visibility is not affected: other sessions see the resolution as soon as it commits. Reserves
+ * always wait for the flush: a reserve lost after its request reached the vendor would be a
+ * vendor call without a hold.
+ */
+const ASYNC_COMMIT = `set_config('synchronous_commit', 'off', true) AS async_commit, LATERAL`;
+
+export const RESOLVE_ASYNC_COMMIT = `SELECT r.item, r.result, r.charged_total_ink, r.released_total_ink, r.expired_total_ink, r.held_total_ink
+  FROM ${ASYNC_COMMIT} ledger_resolve($1::text[], $2::text[], $3::bigint[], $4::jsonb[], $5::text[], $6::text[], $7::timestamptz, $8::integer) AS r`;
+
+export const RESOLVE_ONE_ASYNC_COMMIT = `SELECT r.item, r.result, r.charged_total_ink, r.released_total_ink, r.expired_total_ink, r.held_total_ink
+  FROM ${ASYNC_COMMIT} ledger_resolve_one($1::text, $2::text, $3::bigint, $4::jsonb, $5::text, $6::text, $7::timestamptz) AS r`;

@@ -10,6 +10,11 @@ export interface Route {
   readonly access: Access;
   /** Body cap in bytes for routes that take a JSON body. */
   readonly bodyBytes?: number;
+  /**
+   * The handler's ledger reserve re-checks the key before anything is spent or sent (text lanes),
+   * so the key may come from the authenticator's short cache instead of a lookup per request.
+   */
+  readonly keyRecheckedByReserve?: boolean;
   readonly handler: (ctx: HttpContext) => Promise<void>;
 }
 

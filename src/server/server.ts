@@ -1,6 +1,6 @@
 // The uWS server: every request goes request id -> API open? -> route -> limit/auth -> handler,
 // and every failure leaves as the spec's error envelope. Nothing here knows about products.
-import { KeyAuthenticator } from '../auth/authenticate.js';
+import { KeyAuthenticator, type KeyCacheOptions } from '../auth/authenticate.js';
 import type { DeploymentState } from '../deployment/state.js';
 import { ApiError, isApiError } from '../errors.js';
 import type { RateLimiter } from '../limits/rate-limiter.js';
@@ -19,6 +19,8 @@ export interface ServerDeps {
   readonly limiter: RateLimiter;
   readonly db: Queryable;
   readonly requestsPerMinute: number;
+  /** The key cache for routes whose reserve re-checks the key (config `auth`). */
+  readonly keyCache?: KeyCacheOptions;
   readonly publicRequestsPerMinute: number;
   readonly log: Logger;
   /** Non-/v1 paths (the media host) are handed here; return false for 404. */
@@ -47,9 +49,11 @@ export function toApiError(e: unknown, log: Logger, ctx: HttpContext): ApiError 
 export function startServer(d: ServerDeps): Promise<RunningServer> {
   const uws = loadUws(d.allowUwsFallback);
   const app = uws.App();
-  const keys = new KeyAuthenticator(d.db);
+  const keys = new KeyAuthenticator(d.db, d.keyCache);
 
-  const fail = (ctx: HttpContext, e: unknown) => {
+  const fail = (ctx: HttpContext, r: Route, e: unknown) => {
+    // The reserve found a remembered key revoked or expired: forget it, so the next request looks it up.
+    if (r.keyRecheckedByReserve && isApiError(e) && e.code === 'invalid_api_key') keys.forget(ctx.header('authorization'));
     if (ctx.done) return;
     ctx.sendError(toApiError(e, d.log, ctx));
   };
@@ -59,7 +63,8 @@ export function startServer(d: ServerDeps): Promise<RunningServer> {
       const decision = await d.limiter.take('ip:' + ctx.remoteAddress, d.publicRequestsPerMinute);
       if (!decision.allowed) throw new ApiError('rate_limit_exceeded', { retryAfterS: decision.retryAfterS });
     } else {
-      ctx.auth = await keys.authenticate(ctx.header('authorization'));
+      const authorization = ctx.header('authorization');
+      ctx.auth = await (r.keyRecheckedByReserve ? keys.authenticateCached(authorization) : keys.authenticate(authorization));
       const decision = await d.limiter.take('key:' + ctx.auth.keyId, d.requestsPerMinute);
       if (!decision.allowed) throw new ApiError('rate_limit_exceeded', { retryAfterS: decision.retryAfterS });
     }
@@ -93,7 +98,7 @@ export function startServer(d: ServerDeps): Promise<RunningServer> {
     // uWS needs the body reader attached in this tick; auth runs while the body arrives.
     if (m.route.bodyBytes !== undefined) ctx.collectBody(m.route.bodyBytes);
     if (ctx.done) return;
-    run(ctx, m.route).catch((e: unknown) => fail(ctx, e));
+    run(ctx, m.route).catch((e: unknown) => fail(ctx, m.route, e));
   });
 
   return new Promise((resolveS, reject) => {

@@ -33,7 +33,7 @@ t.test('batched lookups: shared statements, revocation on the next lookup', asyn
   const b = await g.newKey();
   let statements = 0;
   const counting = { query: (config: { text: string; values: unknown[] }) => (statements++, g.db.pool.query(config)) };
-  const auth = new KeyAuthenticator(counting as never, { maxItems: 128, maxInFlight: 1, maxQueued: 1000 });
+  const auth = new KeyAuthenticator(counting as never, undefined, { maxItems: 128, maxInFlight: 1, maxQueued: 1000 });
   t.teardown(() => auth.close());
   const bearer = (k: string) => `Bearer ${k}`;
   // Submitted in one tick: one statement for all 40, the same key looked up once.

@@ -1,0 +1,111 @@
+// `inkgate bench` (and `npm run bench`): parse, start or name the targets, run the planned
+// scenarios one after another, stop everything, print. Exit 0 whatever the goals say (this is a
+// measuring tool); 1 only when the tool itself fails (bad arguments, a target that cannot start).
+import { writeFileSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
+import { loadConfig } from '../config/config.js';
+import { BenchUsageError, parseBenchArgs, selfStarted, USAGE, type BenchOptions } from './args.js';
+import { goals, ratios } from './goals.js';
+import { createProgress } from './progress.js';
+import { publicOptions, toJson, type BenchReport } from './report.js';
+import { renderHtml } from './report-html.js';
+import { renderTerminal } from './report-terminal.js';
+import { executeRun, planRuns, type RunResult, type Skipped } from './scenarios.js';
+import { startTargets, type TargetSet } from './targets.js';
+
+type Write = (s: string) => unknown;
+
+async function measure(o: BenchOptions, err: Write): Promise<BenchReport> {
+  const started = Date.now();
+  const startedAt = new Date(started).toISOString();
+  const progress = createProgress(o.progress, err);
+  // The self-started inkgate's database: DATABASE_URL / INKGATE_CONFIG's db.url when set, else an
+  // embedded Postgres of its own (never the operator's ./var cluster).
+  const dbUrl = selfStarted(o) ? loadConfig().db.url : null;
+  let set: TargetSet | undefined;
+  let stopping: Promise<void> | null = null;
+  const stopAll = () => (stopping ??= (set?.stop() ?? Promise.resolve()).then(() => progress.done()));
+  const onSignal = (sig: NodeJS.Signals) => {
+    err(`\ninkgate bench: ${sig}, stopping the processes it started\n`);
+    void stopAll().finally(() => process.exit(130));
+  };
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
+  const results: RunResult[] = [];
+  let skipped: Skipped[] = [];
+  try {
+    set = await startTargets(o, dbUrl, (s) => progress.update(s, 0));
+    const plan = planRuns(o, set);
+    skipped = plan.skipped;
+    const total = plan.runs.reduce((s, r) => s + r.plannedSeconds, 0);
+    let done = 0;
+    for (const run of plan.runs) {
+      const elapsedS = (Date.now() - started) / 1000;
+      if (elapsedS + run.plannedSeconds > o.maxTotalSeconds) {
+        if (!skipped.some((s) => s.lane === run.lane && s.scenario === run.scenario)) {
+          skipped.push({ lane: run.lane, scenario: run.scenario, reason: `--max-total-seconds ${o.maxTotalSeconds} reached` });
+        }
+        continue;
+      }
+      const label = `${run.lane} ${run.scenario} ${run.kind} c=${run.connections}: ${run.target.name}`;
+      const t0 = Date.now();
+      const tick = setInterval(() => progress.update(label, total ? (done + Math.min(run.plannedSeconds, (Date.now() - t0) / 1000)) / total : 1), 100);
+      try {
+        results.push(await executeRun(run, o, set.processes));
+      } finally {
+        clearInterval(tick);
+      }
+      done += run.plannedSeconds;
+    }
+    progress.update('stopping the processes it started', 1);
+  } finally {
+    await stopAll();
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+  }
+  return {
+    tool: 'inkgate bench',
+    schemaVersion: 1,
+    startedAt,
+    node: process.version,
+    cpus: availableParallelism(),
+    options: publicOptions(o),
+    selfStarted: selfStarted(o),
+    database: set.database,
+    upstreamConnections: set.upstreamConnections,
+    targets: set.targets.map((t) => ({ lane: t.lane, name: t.name, url: t.request.origin + t.request.path, process: t.processName })),
+    processes: set.processes.map((p) => ({ name: p.name, pid: p.pid, extraPids: p.extraPids })),
+    runs: results,
+    ratios: ratios(results),
+    goals: goals(results, o.lanes, o.paceMs),
+    skipped,
+    wallSeconds: (Date.now() - started) / 1000,
+  };
+}
+
+export async function runBench(argv: readonly string[], out: Write = (s) => process.stdout.write(s), err: Write = (s) => process.stderr.write(s)): Promise<number> {
+  let o: BenchOptions;
+  try {
+    o = parseBenchArgs(argv, process.stderr.isTTY === true);
+  } catch (e) {
+    err(`inkgate bench: ${(e as Error).message}\n`);
+    return 1;
+  }
+  if (o.help) {
+    out(USAGE);
+    return 0;
+  }
+  try {
+    const rep = await measure(o, err);
+    out(o.json ? toJson(rep) : renderTerminal(rep));
+    if (o.reportFile) {
+      writeFileSync(o.reportFile, renderHtml(rep));
+      if (!o.json) out(`HTML report: ${o.reportFile}\n`);
+    }
+    return 0;
+  } catch (e) {
+    const msg = e instanceof BenchUsageError ? e.message : e instanceof Error ? e.message : String(e);
+    err(`inkgate bench: ${msg}\n`);
+    return 1;
+  }
+}

@@ -1,0 +1,113 @@
+// Ratios between targets and the issue's goals, computed only from figures the report prints, so
+// anyone can check them by hand: a ratio is numerator / denominator, both as reported.
+import type { LaneName, Scenario } from './args.js';
+import type { RunKind, RunResult } from './scenarios.js';
+import type { TargetName } from './targets.js';
+
+export interface Ratio {
+  readonly lane: LaneName;
+  readonly scenario: Scenario;
+  readonly kind: RunKind;
+  readonly connections: number;
+  /** A figure of a run, as a path into RunResult: "latency.p50Ms", "rps", "own.cpuUsPerRequest" ... */
+  readonly metric: string;
+  readonly of: TargetName;
+  readonly vs: TargetName;
+  readonly numerator: number;
+  readonly denominator: number;
+  readonly ratio: number;
+}
+
+export interface Goal {
+  readonly lane: LaneName;
+  readonly goal: string;
+  readonly value: number | null;
+  readonly op: '<=' | '>=';
+  readonly limit: number | null;
+  readonly unit: string;
+  /** null when the run it needs did not happen (or its process is not ours to measure). */
+  readonly pass: boolean | null;
+  readonly from: string;
+}
+
+export function figure(r: RunResult, metric: string): number | null {
+  let v: unknown = r;
+  for (const k of metric.split('.')) v = v === null || v === undefined ? undefined : (v as Record<string, unknown>)[k];
+  return typeof v === 'number' && Number.isFinite(v) ? v : null;
+}
+
+const find = (runs: readonly RunResult[], lane: LaneName, scenario: Scenario, kind: RunKind, target: TargetName) =>
+  runs.find((r) => r.lane === lane && r.scenario === scenario && r.kind === kind && r.target === target);
+
+const RATIO_METRICS: Readonly<Record<RunKind, readonly string[]>> = {
+  request: ['latency.p50Ms', 'latency.p99Ms', 'rps', 'own.cpuUsPerRequest'],
+  stream: ['ttft.p50Ms', 'ttft.p99Ms', 'latency.p50Ms', 'own.cpuUsPerChunk'],
+  'open-loop': ['latency.p50Ms', 'latency.p99Ms', 'latency.maxMs'],
+  paced: ['paced.streamsPerS', 'latency.p50Ms', 'latency.p99Ms', 'paced.maxGapMs', 'own.cpuUsPerChunk'],
+};
+
+const PAIRS: ReadonlyArray<readonly [TargetName, TargetName]> = [
+  ['inkgate', 'direct'],
+  ['inkgate', 'plain proxy'],
+  ['plain proxy', 'direct'],
+  ['inkgate', 'inkgate (billing off)'],
+];
+
+export function ratios(runs: readonly RunResult[]): Ratio[] {
+  const out: Ratio[] = [];
+  for (const r of runs) {
+    for (const [of, vs] of PAIRS) {
+      if (r.target !== of) continue;
+      const base = runs.find((b) => b.lane === r.lane && b.scenario === r.scenario && b.kind === r.kind && b.connections === r.connections && b.target === vs);
+      if (!base) continue;
+      for (const metric of RATIO_METRICS[r.kind]) {
+        const n = figure(r, metric);
+        const d = figure(base, metric);
+        if (n === null || d === null || d === 0) continue;
+        out.push({ lane: r.lane, scenario: r.scenario, kind: r.kind, connections: r.connections, metric, of, vs, numerator: n, denominator: d, ratio: n / d });
+      }
+    }
+  }
+  return out;
+}
+
+export function goals(runs: readonly RunResult[], lanes: readonly LaneName[], paceMs: number): Goal[] {
+  const out: Goal[] = [];
+  for (const lane of lanes) {
+    const g = (goal: string, value: number | null, op: Goal['op'], limit: number | null, unit: string, from: string) => {
+      const pass = value === null || limit === null ? null : op === '<=' ? value <= limit : value >= limit;
+      out.push({ lane, goal, value, op, limit, unit, pass, from });
+    };
+    const diff = (a: RunResult | undefined, b: RunResult | undefined, metric: string) => {
+      const x = a && figure(a, metric);
+      const y = b && figure(b, metric);
+      return x === undefined || y === undefined || x === null || y === null ? null : x - y;
+    };
+    const q = (a: RunResult | undefined, b: RunResult | undefined, metric: string) => {
+      const x = a && figure(a, metric);
+      const y = b && figure(b, metric);
+      return x === undefined || y === undefined || x === null || y === null || y === 0 ? null : x / y;
+    };
+    const c1 = (t: TargetName) => find(runs, lane, 'latency', 'request', t);
+    const s1 = (t: TargetName) => find(runs, lane, 'latency', 'stream', t);
+    const sat = (t: TargetName) => find(runs, lane, 'saturation', 'request', t);
+    const paced = (t: TargetName) => find(runs, lane, 'paced', 'paced', t);
+    g('added latency c=1 p50 (non-streaming)', diff(c1('inkgate'), c1('direct'), 'latency.p50Ms'), '<=', 1.0, 'ms', 'latency: inkgate - direct');
+    g('added time to first token c=1 p50', diff(s1('inkgate'), s1('direct'), 'ttft.p50Ms'), '<=', 1.0, 'ms', 'latency stream: inkgate - direct');
+    g('added latency c=1 p99 (non-streaming)', diff(c1('inkgate'), c1('direct'), 'latency.p99Ms'), '<=', 3.0, 'ms', 'latency: inkgate - direct');
+    g('added time to first token c=1 p99', diff(s1('inkgate'), s1('direct'), 'ttft.p99Ms'), '<=', 3.0, 'ms', 'latency stream: inkgate - direct');
+    g('saturation throughput vs plain proxy', q(sat('inkgate'), sat('plain proxy'), 'rps'), '>=', 1.0, 'x', 'saturation: rps inkgate / plain proxy');
+    const cpu = sat('inkgate') && figure(sat('inkgate')!, 'own.cpuUsPerRequest');
+    const cpuProxy = sat('plain proxy') && figure(sat('plain proxy')!, 'own.cpuUsPerRequest');
+    g('CPU per request vs plain proxy (saturation)', cpu ?? null, '<=', cpuProxy ?? null, 'µs', 'saturation: own process CPU / requests');
+    const chunkRun = paced('inkgate') ?? s1('inkgate');
+    g('CPU per relayed SSE chunk', chunkRun ? figure(chunkRun, 'own.cpuUsPerChunk') : null, '<=', 40, 'µs', chunkRun ? `${chunkRun.scenario}: gateway CPU / SSE events relayed` : 'paced or latency stream');
+    g('paced streams: throughput vs direct', q(paced('inkgate'), paced('direct'), 'paced.streamsPerS'), '>=', 0.95, 'x', 'paced: streams/s inkgate / direct');
+    g('paced streams: p99 vs direct', q(paced('inkgate'), paced('direct'), 'latency.p99Ms'), '<=', 1.2, 'x', 'paced: stream duration p99 inkgate / direct');
+    const rss = paced('inkgate')?.own?.peakRssMb;
+    g('paced streams: gateway peak RSS', rss ?? null, '<=', 300, 'MB', 'paced: gateway process, sampled every 50 ms');
+    const gap = paced('inkgate') ? figure(paced('inkgate')!, 'paced.maxGapMs') : null;
+    g('paced streams: longest gap between chunks', gap, '<=', paceMs > 0 ? 10 * paceMs : null, 'ms', `paced: 10 chunk intervals of ${paceMs} ms`);
+  }
+  return out;
+}

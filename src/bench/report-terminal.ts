@@ -1,0 +1,100 @@
+// The terminal report: one table per lane and scenario, the ratios under each, then the goals with
+// pass/fail marks. Plain text (markdown tables), so it pastes into an issue or the README as is.
+import type { BenchReport } from './report.js';
+import type { Ratio } from './goals.js';
+import type { RunResult } from './scenarios.js';
+
+const f = (v: number | null | undefined, digits = 3) => (v === null || v === undefined || !Number.isFinite(v) ? '-' : v.toFixed(digits));
+const n0 = (v: number | null | undefined) => f(v, 0);
+const mb = (r: RunResult) => (r.own ? n0(r.own.peakRssMb) : '-');
+
+function table(head: string[], rows: string[][]): string {
+  return [`| ${head.join(' | ')} |`, `|${head.map(() => '---').join('|')}|`, ...rows.map((r) => `| ${r.join(' | ')} |`)].join('\n');
+}
+
+const LABEL: Record<string, string> = {
+  'latency.p50Ms': 'p50',
+  'latency.p99Ms': 'p99',
+  'latency.maxMs': 'max',
+  rps: 'req/s',
+  'own.cpuUsPerRequest': 'CPU/req',
+  'own.cpuUsPerChunk': 'CPU/chunk',
+  'ttft.p50Ms': 'TTFT p50',
+  'ttft.p99Ms': 'TTFT p99',
+  'paced.streamsPerS': 'streams/s',
+  'paced.maxGapMs': 'max gap',
+};
+
+function ratioLines(rs: readonly Ratio[]): string {
+  const groups = new Map<string, Ratio[]>();
+  for (const r of rs) {
+    const k = `${r.of} vs ${r.vs}`;
+    groups.set(k, [...(groups.get(k) ?? []), r]);
+  }
+  return [...groups.entries()].map(([k, list]) => `  ${k}: ${list.map((r) => `${LABEL[r.metric] ?? r.metric} ${r.ratio.toFixed(2)}x`).join(', ')}`).join('\n');
+}
+
+function section(rep: BenchReport, runs: RunResult[]): string {
+  const r0 = runs[0]!;
+  const rs = rep.ratios.filter((x) => x.lane === r0.lane && x.scenario === r0.scenario && x.kind === r0.kind && x.connections === r0.connections);
+  let title: string;
+  let body: string;
+  if (r0.kind === 'request') {
+    title = `${r0.scenario === 'billing' ? 'billing on vs off' : r0.scenario}, ${r0.connections === 1 ? 'concurrency 1, non-streaming' : `closed loop, ${r0.connections} connections`}`;
+    body = table(
+      ['target', 'requests', 'req/s', 'p50 ms', 'p90 ms', 'p99 ms', 'max ms', 'CPU µs/req', 'peak RSS MB', 'loop delay p99 ms', 'failed'],
+      runs.map((r) => [r.target, String(r.requests), n0(r.rps), f(r.latency.p50Ms), f(r.latency.p90Ms), f(r.latency.p99Ms), f(r.latency.maxMs), n0(r.own?.cpuUsPerRequest), mb(r), f(r.own?.eldP99Ms, 1), String(r.failed)]),
+    );
+  } else if (r0.kind === 'stream') {
+    title = `${r0.scenario}, concurrency 1, streaming`;
+    body = table(
+      ['target', 'streams', 'TTFT p50 ms', 'TTFT p99 ms', 'last byte p50 ms', 'last byte p99 ms', 'SSE events', 'CPU µs/req', 'CPU µs/chunk', 'failed'],
+      runs.map((r) => [r.target, String(r.requests), f(r.ttft?.p50Ms), f(r.ttft?.p99Ms), f(r.latency.p50Ms), f(r.latency.p99Ms), String(r.chunks ?? '-'), n0(r.own?.cpuUsPerRequest), f(r.own?.cpuUsPerChunk, 1), String(r.failed)]),
+    );
+  } else if (r0.kind === 'open-loop') {
+    title = `open loop, ${r0.openLoop!.rate} req/s, latency from the scheduled send (at most ${r0.connections} out at once)`;
+    body = table(
+      ['target', 'sent', `late (> ${f(r0.openLoop!.lateMs, 1)} ms)`, 'p50 ms', 'p90 ms', 'p99 ms', 'max ms', 'uncorrected p99 ms', 'CPU µs/req', 'failed'],
+      runs.map((r) => [r.target, String(r.openLoop!.scheduled), String(r.openLoop!.lateSends), f(r.latency.p50Ms), f(r.latency.p90Ms), f(r.latency.p99Ms), f(r.latency.maxMs), f(r.openLoop!.serviceTime.p99Ms), n0(r.own?.cpuUsPerRequest), String(r.failed)]),
+    );
+  } else {
+    const p = r0.paced!;
+    title = `${p.streams} paced streams at once, ${p.deltas} deltas ${p.paceMs} ms apart`;
+    body = table(
+      ['target', 'streams/s', 'TTFT p50 ms', 'duration p50 ms', 'duration p99 ms', 'longest gap ms', 'CPU µs/chunk', 'peak RSS MB', 'loop delay p99 ms', 'failed'],
+      runs.map((r) => [r.target, f(r.paced!.streamsPerS, 1), f(r.ttft?.p50Ms, 1), f(r.latency.p50Ms, 1), f(r.latency.p99Ms, 1), f(r.paced!.maxGapMs, 1), f(r.own?.cpuUsPerChunk, 1), mb(r), f(r.own?.eldP99Ms, 1), String(r.failed)]),
+    );
+  }
+  const ratiosText = rs.length ? `\n${ratioLines(rs)}` : '';
+  const errs = runs.filter((r) => r.failed > 0).map((r) => `  ${r.target} failures: statuses ${JSON.stringify(r.statuses)} errors ${JSON.stringify(r.errors)}`);
+  return `\n## ${r0.lane}: ${title}\n${body}${ratiosText}${errs.length ? '\n' + errs.join('\n') : ''}`;
+}
+
+export function renderTerminal(rep: BenchReport): string {
+  const out: string[] = [];
+  out.push(`# inkgate bench, ${rep.startedAt}: ${rep.options.seconds} s per run after ${rep.options.warmupSeconds} s warm-up; Node ${rep.node}, ${rep.cpus} CPUs`);
+  if (rep.selfStarted) {
+    out.push(`# self-started on 127.0.0.1: simulators, inkgate (billing on; ledger in ${rep.database}), inkgate (billing off), plain node:http + undici proxy; in-process rate limiter; ${rep.upstreamConnections} upstream connections per vendor`);
+  }
+  for (const t of rep.targets) out.push(`#   ${t.lane} ${t.name}: ${t.url}`);
+  const groups = new Map<string, RunResult[]>();
+  for (const r of rep.runs) {
+    const k = `${r.lane}/${r.scenario}/${r.kind}/${r.connections}`;
+    groups.set(k, [...(groups.get(k) ?? []), r]);
+  }
+  for (const runs of groups.values()) out.push(section(rep, runs));
+  for (const s of rep.skipped) out.push(`\n(skipped: ${s.lane} ${s.scenario}: ${s.reason})`);
+  if (rep.goals.some((g) => g.value !== null)) {
+    out.push('\n## goals (issue 8, billing on)');
+    out.push(
+      table(
+        ['lane', 'goal', 'measured', 'goal', 'result'],
+        rep.goals.map((g) => [g.lane, g.goal, g.value === null ? 'not measured' : `${f(g.value, g.unit === 'x' ? 2 : g.unit === 'ms' ? 3 : 1)} ${g.unit}`, g.limit === null ? '-' : `${g.op} ${g.limit} ${g.unit}`, g.pass === null ? 'n/a' : g.pass ? 'pass' : 'FAIL']),
+      ),
+    );
+    const passed = rep.goals.filter((g) => g.pass === true).length;
+    const failed = rep.goals.filter((g) => g.pass === false).length;
+    out.push(`${passed} goals met, ${failed} missed, ${rep.goals.length - passed - failed} not measured. Bench wall time ${rep.wallSeconds.toFixed(0)} s.`);
+  }
+  return out.join('\n') + '\n';
+}

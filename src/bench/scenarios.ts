@@ -1,0 +1,207 @@
+// The scenarios of issue 8 as a plan of runs (lane x scenario x target), executed one at a time so
+// runs never compete with each other. Each run measures the client-side figures and, around its
+// measured window, the CPU, peak RSS and event-loop delay of every bench process.
+import type { BenchOptions, LaneName, Scenario } from './args.js';
+import { distribution, summarize, type LatencySummary } from './histogram.js';
+import { FIRST_DELTA_MARKER } from './lanes.js';
+import { closedLoop, openLoop, pacedWave, type Tally, type Window } from './load.js';
+import type { BenchProcess, Target, TargetName, TargetSet } from './targets.js';
+
+export type RunKind = 'request' | 'stream' | 'open-loop' | 'paced';
+
+export interface ProcessUse {
+  readonly name: string;
+  readonly pid: number;
+  readonly cpuUs: number;
+  readonly cpuUsPerRequest: number;
+  /** CPU per relayed SSE event (streaming runs): this process's CPU / events the client received. */
+  readonly cpuUsPerChunk: number | null;
+  readonly peakRssMb: number;
+  readonly eldP50Ms: number;
+  readonly eldP99Ms: number;
+  readonly eldMaxMs: number;
+}
+
+export interface RunResult {
+  readonly id: string;
+  readonly lane: LaneName;
+  readonly scenario: Scenario;
+  readonly kind: RunKind;
+  readonly target: TargetName;
+  /** Closed loop: connections; open loop: most requests out at once; paced: streams. */
+  readonly connections: number;
+  readonly seconds: number;
+  readonly requests: number;
+  readonly rps: number;
+  readonly statuses: Record<string, number>;
+  readonly errors: Record<string, number>;
+  /** Answers other than 200 plus transport errors. */
+  readonly failed: number;
+  /** request: whole answer; stream: to the last byte; open-loop: from the scheduled send; paced: stream duration. */
+  readonly latency: LatencySummary;
+  readonly ttft: LatencySummary | null;
+  readonly chunks: number | null;
+  readonly openLoop: { readonly rate: number; readonly scheduled: number; readonly lateSends: number; readonly lateMs: number; readonly serviceTime: LatencySummary } | null;
+  readonly paced: { readonly streams: number; readonly paceMs: number; readonly deltas: number; readonly streamsPerS: number; readonly failures: number; readonly maxGapMs: number } | null;
+  readonly processes: readonly ProcessUse[];
+  /** The target's own process figures (a shortcut into `processes`), null for a named target. */
+  readonly own: ProcessUse | null;
+  /** [percentile, ms] points of `latency` (and `ttft`) for the plots. */
+  readonly plot: Array<[number, number]>;
+  readonly ttftPlot: Array<[number, number]> | null;
+}
+
+export interface PlannedRun {
+  readonly lane: LaneName;
+  readonly scenario: Scenario;
+  readonly kind: RunKind;
+  readonly target: Target;
+  readonly connections: number;
+  /** Wall time the run is expected to take, s (for the progress bar and the time bound). */
+  readonly plannedSeconds: number;
+}
+
+export interface Skipped {
+  readonly lane: LaneName;
+  readonly scenario: Scenario;
+  readonly reason: string;
+}
+
+const BASELINES: readonly TargetName[] = ['direct', 'plain proxy', 'inkgate'];
+
+export function pacedWaveSeconds(o: BenchOptions): number {
+  // A paced stream lasts deltas x pace; the wave is that plus queueing; the deadline allows 10x.
+  return (o.deltas * o.paceMs) / 1000;
+}
+
+const pacedWarmupStreams = (o: BenchOptions) => Math.min(o.streams, 50);
+
+export function planRuns(o: BenchOptions, set: TargetSet): { runs: PlannedRun[]; skipped: Skipped[] } {
+  const runs: PlannedRun[] = [];
+  const skipped: Skipped[] = [];
+  const per = o.warmupSeconds + o.seconds;
+  for (const lane of o.lanes) {
+    const of = (names: readonly TargetName[]) => set.targets.filter((t) => t.lane === lane && names.includes(t.name));
+    for (const scenario of o.scenarios) {
+      const add = (targets: Target[], kind: RunKind, connections: number, plannedSeconds: number) => {
+        for (const target of targets) runs.push({ lane, scenario, kind, target, connections, plannedSeconds });
+      };
+      if (scenario === 'billing') {
+        const ts = of(['inkgate', 'inkgate (billing off)']);
+        if (ts.length < 2) {
+          skipped.push({ lane, scenario, reason: 'needs the self-started inkgate (billing on and off)' });
+          continue;
+        }
+        add(ts, 'request', 1, per);
+        add(ts, 'request', o.connections, per);
+        continue;
+      }
+      const ts = of(BASELINES);
+      if (ts.length === 0) {
+        skipped.push({ lane, scenario, reason: 'no target on this lane' });
+        continue;
+      }
+      if (scenario === 'latency') {
+        add(ts, 'request', 1, per);
+        add(ts, 'stream', 1, per);
+      } else if (scenario === 'saturation') add(ts, 'request', o.connections, per);
+      else if (scenario === 'open-loop') add(ts, 'open-loop', o.connections, per);
+      else add(ts, 'paced', o.streams, 2 * pacedWaveSeconds(o) + 1);
+    }
+  }
+  return { runs, skipped };
+}
+
+const sum = (r: Record<string, number>) => Object.values(r).reduce((a, b) => a + b, 0);
+
+/** Marks every bench process at the window's start and reads them at its end. */
+function processWindow(processes: readonly BenchProcess[]): Window & { uses(requests: number, chunks: number | null): ProcessUse[] } {
+  let before: Array<{ cpuUs: number }> = [];
+  let after: Array<{ cpuUs: number; peakRssBytes: number; eldP50Ms: number; eldP99Ms: number; eldMaxMs: number }> = [];
+  return {
+    start: async () => void (before = await Promise.all(processes.map((p) => p.stats('mark')))),
+    end: async () => void (after = await Promise.all(processes.map((p) => p.stats('read')))),
+    uses: (requests, chunks) =>
+      processes.map((p, i) => {
+        const cpuUs = after[i]!.cpuUs - before[i]!.cpuUs;
+        return {
+          name: p.name,
+          pid: p.pid,
+          cpuUs,
+          cpuUsPerRequest: cpuUs / Math.max(1, requests),
+          cpuUsPerChunk: chunks === null ? null : cpuUs / Math.max(1, chunks),
+          peakRssMb: after[i]!.peakRssBytes / 1048576,
+          eldP50Ms: after[i]!.eldP50Ms,
+          eldP99Ms: after[i]!.eldP99Ms,
+          eldMaxMs: after[i]!.eldMaxMs,
+        };
+      }),
+  };
+}
+
+export async function executeRun(run: PlannedRun, o: BenchOptions, processes: readonly BenchProcess[]): Promise<RunResult> {
+  const t = run.target;
+  const win = processWindow(processes);
+  const warmupMs = o.warmupSeconds * 1000;
+  const durationMs = o.seconds * 1000;
+  const marker = FIRST_DELTA_MARKER[run.lane];
+  let tally: Tally;
+  let openLoopInfo: RunResult['openLoop'] = null;
+  let pacedInfo: RunResult['paced'] = null;
+  if (run.kind === 'request' || run.kind === 'stream') {
+    const stream = run.kind === 'stream';
+    tally = await closedLoop({
+      request: { ...t.request, body: stream ? t.bodies.stream : t.bodies.plain },
+      connections: run.connections,
+      warmupMs,
+      durationMs,
+      maxRequests: o.maxRequests,
+      marker: stream ? marker : null,
+      window: win,
+    });
+  } else if (run.kind === 'open-loop') {
+    const ol = await openLoop({ request: { ...t.request, body: t.bodies.plain }, rate: o.rate, maxInFlight: run.connections, warmupMs, durationMs, maxRequests: o.maxRequests, window: win });
+    tally = ol;
+    openLoopInfo = { rate: o.rate, scheduled: ol.scheduled, lateSends: ol.lateSends, lateMs: ol.lateMs, serviceTime: summarize(ol.serviceTime) };
+  } else {
+    const pw = await pacedWave({
+      request: { ...t.request, body: t.bodies.paced },
+      streams: o.streams,
+      warmupStreams: pacedWarmupStreams(o),
+      deadlineMs: Math.max(60_000, 10 * pacedWaveSeconds(o) * 1000),
+      marker,
+      window: win,
+    });
+    tally = pw;
+    pacedInfo = { streams: o.streams, paceMs: o.paceMs, deltas: o.deltas, streamsPerS: pw.requests / pw.seconds, failures: pw.failures, maxGapMs: pw.maxGapMs };
+  }
+  const streaming = run.kind === 'stream' || run.kind === 'paced';
+  const uses = win.uses(tally.requests, streaming ? tally.chunks : null);
+  const non200 = Object.entries(tally.statuses).filter(([s]) => s !== '200').reduce((n, [, c]) => n + c, 0);
+  const result: RunResult = {
+    id: `${run.lane}/${run.scenario}/${run.kind}/c${run.connections}/${t.name}`,
+    lane: run.lane,
+    scenario: run.scenario,
+    kind: run.kind,
+    target: t.name,
+    connections: run.connections,
+    seconds: tally.seconds,
+    requests: tally.requests,
+    rps: tally.requests / tally.seconds,
+    statuses: tally.statuses,
+    errors: tally.errors,
+    failed: non200 + sum(tally.errors),
+    latency: summarize(tally.latency),
+    ttft: streaming ? summarize(tally.ttft) : null,
+    chunks: streaming ? tally.chunks : null,
+    openLoop: openLoopInfo,
+    paced: pacedInfo,
+    processes: uses,
+    own: uses.find((u) => u.name === t.processName) ?? null,
+    plot: distribution(tally.latency),
+    ttftPlot: streaming ? distribution(tally.ttft) : null,
+  };
+  tally.latency.destroy();
+  tally.ttft.destroy();
+  return result;
+}

@@ -1,0 +1,190 @@
+// Starting and stopping what the bench measures. Self-started (no target named): the simulators,
+// inkgate with billing on, inkgate with billing off and the plain proxy, each in its own child
+// process on 127.0.0.1, plus an embedded Postgres when no DATABASE_URL is configured. Named
+// targets are only called; the plain proxy is then started in front of the named vendor.
+import { fork, type ChildProcess } from 'node:child_process';
+import { dirname, extname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { BenchOptions, LaneName } from './args.js';
+import { selfStarted } from './args.js';
+import type { ChildRole, GatewayChildConfig, ProcessSnapshot, ProxyChildConfig, SimsChildConfig } from './child.js';
+import { laneBodies, laneEndpoint, vendorHeaders, type LaneBodies } from './lanes.js';
+import type { Request } from './load.js';
+
+export type TargetName = 'direct' | 'plain proxy' | 'inkgate' | 'inkgate (billing off)';
+export const TARGET_ORDER: readonly TargetName[] = ['direct', 'plain proxy', 'inkgate', 'inkgate (billing off)'];
+
+export interface Target {
+  readonly name: TargetName;
+  readonly lane: LaneName;
+  readonly request: Omit<Request, 'body'>;
+  readonly bodies: LaneBodies;
+  /** The bench process serving this target (its CPU is the target's own); null for a named one. */
+  readonly processName: string | null;
+}
+
+export interface BenchProcess {
+  readonly name: string;
+  readonly pid: number;
+  /** Processes it started itself (the embedded postmaster), reported so callers can check they end. */
+  readonly extraPids: readonly number[];
+  stats(op: 'mark' | 'read'): Promise<ProcessSnapshot>;
+  stop(): Promise<void>;
+}
+
+export interface TargetSet {
+  readonly targets: readonly Target[];
+  readonly processes: readonly BenchProcess[];
+  /** Where the self-started inkgate keeps its ledger, e.g. "DATABASE_URL" or "embedded PostgreSQL". */
+  readonly database: string | null;
+  readonly upstreamConnections: number | null;
+  stop(): Promise<void>;
+}
+
+const START_TIMEOUT_MS = 120_000;
+const STATS_TIMEOUT_MS = 10_000;
+const STOP_TIMEOUT_MS = 20_000;
+const TAIL_BYTES = 4096;
+const SIM_KEYS = { anthropic: 'sk-ant-bench', openai: 'sk-oai-bench' } as const;
+
+/** child.ts from source (ts loader) or child.js from dist: the same folder and extension as this file. */
+function childEntry(): string {
+  const here = fileURLToPath(import.meta.url);
+  return join(dirname(here), 'child' + extname(here));
+}
+
+async function spawnChild(name: string, role: ChildRole, config: unknown): Promise<{ proc: BenchProcess; ready: Record<string, unknown> }> {
+  // Children's own output must never reach stdout (--json); the tail is kept for error messages.
+  const cp: ChildProcess = fork(childEntry(), [], { execArgv: process.execArgv, stdio: ['ignore', 'pipe', 'pipe', 'ipc'] });
+  let tail = '';
+  const keep = (b: Buffer) => void (tail = (tail + b.toString()).slice(-TAIL_BYTES));
+  cp.stdout!.on('data', keep);
+  cp.stderr!.on('data', keep);
+  let exited = cp.exitCode !== null;
+  const exit = new Promise<void>((r) => cp.once('exit', () => ((exited = true), r())));
+  let nextId = 1;
+  const waiting = new Map<number, (s: ProcessSnapshot) => void>();
+  const ready = new Promise<Record<string, unknown>>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`${name}: not ready after ${START_TIMEOUT_MS / 1000} s\n${tail}`)), START_TIMEOUT_MS);
+    cp.on('message', (m: { type: string; id?: number; message?: string } & Record<string, unknown>) => {
+      if (m.type === 'ready') (clearTimeout(timer), resolve(m));
+      else if (m.type === 'error') (clearTimeout(timer), reject(new Error(`${name}: ${m.message}`)));
+      else if (m.type === 'stats') {
+        waiting.get(m.id!)?.(m as unknown as ProcessSnapshot);
+        waiting.delete(m.id!);
+      }
+    });
+    void exit.then(() => (clearTimeout(timer), reject(new Error(`${name}: exited before it was ready\n${tail.trim()}`))));
+  });
+  const proc: BenchProcess = {
+    name,
+    pid: cp.pid!,
+    extraPids: [],
+    stats: (op) =>
+      new Promise<ProcessSnapshot>((resolve, reject) => {
+        if (exited) return reject(new Error(`${name} is gone\n${tail.trim()}`));
+        const id = nextId++;
+        const timer = setTimeout(() => (waiting.delete(id), reject(new Error(`${name}: no stats after ${STATS_TIMEOUT_MS} ms`))), STATS_TIMEOUT_MS);
+        waiting.set(id, (s) => (clearTimeout(timer), resolve(s)));
+        cp.send({ op, id });
+      }),
+    stop: async () => {
+      if (exited) return;
+      cp.send({ op: 'stop' }, () => undefined);
+      const stopped = await Promise.race([exit.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), STOP_TIMEOUT_MS).unref())]);
+      if (!stopped) {
+        cp.kill('SIGKILL');
+        await exit;
+      }
+    },
+  };
+  cp.send({ op: 'start', role, config });
+  try {
+    const r = await ready;
+    return { proc: { ...proc, extraPids: Array.isArray(r.extraPids) ? (r.extraPids as number[]) : [] }, ready: r };
+  } catch (e) {
+    await proc.stop();
+    throw e;
+  }
+}
+
+/** Like Promise.all, but only settles once every start has: a failed start never orphans the others. */
+async function settled<T>(ps: Array<Promise<T>>): Promise<T[]> {
+  const rs = await Promise.allSettled(ps);
+  const bad = rs.find((r) => r.status === 'rejected');
+  if (bad) throw (bad as PromiseRejectedResult).reason;
+  return rs.map((r) => (r as PromiseFulfilledResult<T>).value);
+}
+
+function target(name: TargetName, lane: LaneName, baseUrl: string, headers: Record<string, string>, model: string, o: BenchOptions, processName: string | null): Target {
+  const ep = laneEndpoint(lane, baseUrl);
+  return {
+    name,
+    lane,
+    request: { origin: ep.origin, path: ep.path, headers: { 'content-type': 'application/json', ...headers } },
+    bodies: laneBodies(lane, model, o.paceMs, o.deltas),
+    processName,
+  };
+}
+
+export async function startTargets(o: BenchOptions, dbUrl: string | null, onStep: (what: string) => void): Promise<TargetSet> {
+  const processes: BenchProcess[] = [];
+  const stopAll = async () => {
+    // Reverse start order: gateways drop their schemas before the database goes.
+    for (const p of [...processes].reverse()) await p.stop().catch(() => undefined);
+  };
+  const add = async (name: string, role: ChildRole, config: unknown) => {
+    onStep(`starting ${name}`);
+    const c = await spawnChild(name, role, config);
+    processes.push(c.proc);
+    return c.ready;
+  };
+  const targets: Target[] = [];
+  const upstreamConnections = o.upstreamConnections ?? Math.max(256, o.streams + 16);
+  try {
+    if (selfStarted(o)) {
+      const database = dbUrl === null ? 'embedded PostgreSQL' : 'DATABASE_URL';
+      const [s, db] = (await settled([
+        add('simulators', 'sims', { keys: SIM_KEYS } satisfies SimsChildConfig),
+        dbUrl === null ? add('postgres', 'db', {}) : Promise.resolve({ url: dbUrl }),
+      ])) as [{ anthropic: string; openai: string }, { url: string }];
+      const gw = (unbilled: boolean) =>
+        ({ dbUrl: db.url, schema: `inkgate_bench_${process.pid}_${unbilled ? 'off' : 'on'}`, unbilled, sims: s, simKeys: SIM_KEYS, upstreamConnections }) satisfies GatewayChildConfig;
+      const [on, off, proxy] = await settled([
+        add('inkgate', 'gateway', gw(false)),
+        add('inkgate (billing off)', 'gateway', gw(true)),
+        add('plain proxy', 'proxy', {
+          upstreams: { messages: { url: s.anthropic, key: SIM_KEYS.anthropic }, responses: { url: s.openai, key: SIM_KEYS.openai } },
+          anthropicVersion: o.anthropicVersion,
+          connections: upstreamConnections,
+        } satisfies ProxyChildConfig),
+      ]);
+      for (const lane of o.lanes) {
+        const simUrl = lane === 'messages' ? s.anthropic : s.openai;
+        const simKey = SIM_KEYS[lane === 'messages' ? 'anthropic' : 'openai'];
+        targets.push(target('direct', lane, simUrl, vendorHeaders(lane, simKey, o.anthropicVersion), o.directModels[lane], o, 'simulators'));
+        targets.push(target('plain proxy', lane, String(proxy!.url), {}, o.directModels[lane], o, 'plain proxy'));
+        targets.push(target('inkgate', lane, String(on!.url), { authorization: `Bearer ${String(on!.key)}` }, o.models[lane], o, 'inkgate'));
+        targets.push(target('inkgate (billing off)', lane, String(off!.url), { authorization: `Bearer ${String(off!.key)}` }, o.models[lane], o, 'inkgate (billing off)'));
+      }
+      return { targets, processes, database, upstreamConnections, stop: stopAll };
+    }
+    const named = o.lanes.filter((l) => o.direct[l] !== null);
+    let proxyUrl: string | null = null;
+    if (named.length > 0 && o.plainProxy) {
+      const upstreams: ProxyChildConfig['upstreams'] = {};
+      for (const l of named) upstreams[l] = o.direct[l]!;
+      proxyUrl = String((await add('plain proxy', 'proxy', { upstreams, anthropicVersion: o.anthropicVersion, connections: upstreamConnections } satisfies ProxyChildConfig)).url);
+    }
+    for (const lane of o.lanes) {
+      const d = o.direct[lane];
+      if (d) targets.push(target('direct', lane, d.url, vendorHeaders(lane, d.key, o.anthropicVersion), o.directModels[lane], o, null));
+      if (d && proxyUrl) targets.push(target('plain proxy', lane, proxyUrl, {}, o.directModels[lane], o, 'plain proxy'));
+      if (o.gateway) targets.push(target('inkgate', lane, o.gateway.url, { authorization: `Bearer ${o.gateway.key}` }, o.models[lane], o, null));
+    }
+    return { targets, processes, database: null, upstreamConnections: proxyUrl ? upstreamConnections : null, stop: stopAll };
+  } catch (e) {
+    await stopAll();
+    throw e;
+  }
+}

