@@ -153,6 +153,21 @@ function withoutErrorEvents(buf: Buffer): Buffer {
   return kept.length === 1 ? kept[0]! : Buffer.concat(kept);
 }
 
+/**
+ * Where the vendors put their own id of a request (Anthropic `request-id`, OpenAI `x-request-id`):
+ * kept on a hold whose outcome is unknown, so reconciliation can find the vendor's record of it.
+ */
+const VENDOR_ID_HEADERS = ['request-id', 'x-request-id'] as const;
+
+function headerValue(headers: Dispatcher.ResponseData['headers'], names: readonly string[]): string | undefined {
+  for (const n of names) {
+    const v = headers[n];
+    if (typeof v === 'string') return v;
+    if (Array.isArray(v) && typeof v[0] === 'string') return v[0];
+  }
+  return undefined;
+}
+
 /** A vendor id the ledger can store (1 to 256 characters); another one is dropped, never fatal to a move. */
 const storableId = (v: string | undefined): string | undefined => (v !== undefined && v.length >= 1 && v.length <= 256 ? v : undefined);
 
@@ -234,7 +249,9 @@ export function createTextHandler(lane: TextLane, d: TextProxyDeps): (ctx: HttpC
         services,
         requestId,
         mapped.release ? 'release' : 'markUsageUnknown',
-        mapped.release ? ledger.release(requestId, `vendor ${res.statusCode}`) : ledger.markUsageUnknown(requestId, { reason: `vendor ${res.statusCode}` }),
+        mapped.release
+          ? ledger.release(requestId, `vendor ${res.statusCode}`)
+          : ledger.markUsageUnknown(requestId, { vendorRequestId: storableId(headerValue(res.headers, VENDOR_ID_HEADERS)), reason: `vendor ${res.statusCode}` }),
       );
       throw mapped.error;
     }

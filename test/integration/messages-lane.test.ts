@@ -219,7 +219,7 @@ t.test('only allow-listed headers reach the vendor, with our key exactly once', 
 });
 
 t.test('vendor refusals: upstream_rejected / 413 release the hold; capacity is 503; a 5xx keeps the hold', async (t) => {
-  const { g, k, invariant } = await setup(t);
+  const { g, k, sim, invariant } = await setup(t);
   const rej = await post(g, k.key, { model: 'sonnet', max_tokens: 20, messages: user('x [[sim:status=400]]') });
   t.equal(rej.status, 400);
   t.equal(rej.json.error.code, 'upstream_rejected');
@@ -248,6 +248,9 @@ t.test('vendor refusals: upstream_rejected / 413 release the hold; capacity is 5
   const m = await me(g, k.key);
   t.ok(m.key.ink_reserved > 0, 'a vendor 5xx keeps the hold until reconciled');
   t.equal(m.key.ink_charged, 0, 'never silently charged');
+  const rec = await g.gw.services.ledger.getRequest(five.json.error.request_id);
+  t.equal(rec?.status, 'usage_unknown');
+  t.equal(rec?.vendor_request_id, sim.requests.at(-1)!.requestId, "the vendor's request-id header is kept for reconciliation");
   await invariant();
 });
 
