@@ -300,6 +300,9 @@ async function streamThrough(
 
   let failure: Error | undefined;
   let waiting = false;
+  // The vendor's id goes on the request record as soon as the stream names it (not awaited, once):
+  // a crash mid-stream then leaves a hold that reconciliation can match to the vendor's record.
+  let vendorIdRecorded = false;
   await new Promise<void>((resolveS) => {
     const total = setTimeout(() => body.destroy(new Error('stream exceeded its total time cap')), services.config.upstream.streamTotalMs);
     const finish = (err?: Error) => {
@@ -316,6 +319,13 @@ async function streamThrough(
       if (out === null) return;
       out = replaceAll(out, rw.needle, rw.replacement);
       tally.push(out);
+      if (!vendorIdRecorded) {
+        const vendorId = storableId(tally.vendorRequestId());
+        if (vendorId !== undefined) {
+          vendorIdRecorded = true;
+          void moveOrLog(services, requestId, 'setVendorRequestId', ledger.setVendorRequestId(requestId, vendorId));
+        }
+      }
       if (tally.capped) {
         body.destroy();
         return;

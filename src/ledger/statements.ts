@@ -25,7 +25,14 @@ export const MARK_USAGE_UNKNOWN = `UPDATE requests
      SET status = 'usage_unknown', vendor_request_id = coalesce($2, vendor_request_id), reason = coalesce($3, reason)
    WHERE id = $1 AND hold_state = 'open'`;
 
-export const SET_VENDOR_REQUEST_ID = `UPDATE requests SET vendor_request_id = $2 WHERE id = $1`;
+/**
+ * The vendor's id of a running request, recorded as soon as the stream names it, so that a hold
+ * left open by a crash mid-stream can still be matched by reconciliation. Bookkeeping only (no
+ * money moves), so it does not wait for the WAL flush either.
+ */
+export const SET_VENDOR_REQUEST_ID = `UPDATE requests SET vendor_request_id = $2
+    FROM set_config('synchronous_commit', 'off', true) AS async_commit
+   WHERE id = $1 AND vendor_request_id IS DISTINCT FROM $2`;
 
 /** Top-up: pay-as-you-go and the credit total grow together, with the journal row, in one statement. */
 export const TOP_UP = `WITH w AS (

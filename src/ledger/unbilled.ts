@@ -4,7 +4,7 @@
 import type { Hold, Ledger, ReserveInput, ResolveResult } from './ledger.js';
 
 /** The moves a text request makes. */
-export type TextBilling = Pick<Ledger, 'reserve' | 'settle' | 'release' | 'markUsageUnknown'>;
+export type TextBilling = Pick<Ledger, 'reserve' | 'settle' | 'release' | 'markUsageUnknown' | 'setVendorRequestId'>;
 
 export class UnbilledLedger implements TextBilling {
   async reserve(input: ReserveInput): Promise<Hold> {
@@ -20,4 +20,6 @@ export class UnbilledLedger implements TextBilling {
   }
 
   async markUsageUnknown(): Promise<void> {}
+
+  async setVendorRequestId(): Promise<void> {}
 }

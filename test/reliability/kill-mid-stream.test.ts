@@ -237,11 +237,10 @@ t.test('SIGKILL mid-stream on both text lanes: holds open after restart, reconci
   // hold. Checked and reported, but marked TODO until the lane records the vendor id as soon as
   // the stream names it: today src/lanes/text-proxy.ts writes vendor_request_id only when the
   // stream ends (settle / markUsageUnknown), so a killed stream leaves it NULL and no record matches.
-  const todo = { todo: 'text-proxy records the vendor id only at the end of a stream (see the issue 9 report)' };
   const byReq = Object.fromEntries(first.settled.items.map((i: any) => [i.request_id, i.charged_ink]));
-  t.equal(first.settled.count, 2, 'both holds settled from the vendor records', todo);
-  t.equal(byReq[ms.requestId], Math.min(msgCharge, holds[ms.requestId]!), 'Messages: settled at the vendor usage', todo);
-  t.equal(byReq[rs.requestId], Math.min(respCharge, holds[rs.requestId]!), 'Responses: settled at the vendor usage', todo);
+  t.equal(first.settled.count, 2, 'both holds settled from the vendor records');
+  t.equal(byReq[ms.requestId], Math.min(msgCharge, holds[ms.requestId]!), 'Messages: settled at the vendor usage');
+  t.equal(byReq[rs.requestId], Math.min(respCharge, holds[rs.requestId]!), 'Responses: settled at the vendor usage');
   // Whatever reconcile could not match stays open, is listed, and is never charged by it.
   const stillOpen = (await db.pool.query(`SELECT id, vendor_request_id FROM requests WHERE id = ANY($1) AND hold_state = 'open'`, [[ms.requestId, rs.requestId]])).rows;
   const listed = new Set(first.stale_open_holds.items.map((i: any) => i.request_id));
