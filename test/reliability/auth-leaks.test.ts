@@ -5,7 +5,6 @@
 // error (bad keys, revoked key, validation, vendor failures, a broken stream, jobs), then the log
 // text and every column of every table in the test's schema are searched for each raw key.
 import t, { type Test } from 'tap';
-import { runCli } from '../../src/admin/cli.js';
 import { loadConfig } from '../../src/config/config.js';
 import { setLane } from '../../src/deployment/state.js';
 import { createLogger } from '../../src/util/log.js';
@@ -14,6 +13,7 @@ import { startArkSimulator } from '../../src/vendors/ark/simulator.js';
 import { startOpenAISimulator } from '../../src/vendors/openai/simulator.js';
 import { startTestGateway, type Reply } from '../helpers/gateway.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
+import { operatorCli } from '../helpers/operator-cli.js';
 
 const ANTHROPIC_KEY = 'sk-ant-auth-leaks';
 const OPENAI_KEY = 'sk-openai-auth-leaks';
@@ -46,21 +46,13 @@ const cliConfig = loadConfig({}, { db: { url: g.db.url, schema: g.db.schema } })
 /** Every raw key this file ever made: none may be found in logs or tables. */
 const rawKeys: string[] = [];
 
-async function cli(...argv: string[]): Promise<any> {
-  let out = '';
-  let err = '';
-  const code = await runCli([...argv, '--json'], (s) => void (out += s), (s) => void (err += s), cliConfig);
-  if (code !== 0) throw new Error(`inkgate ${argv.join(' ')}: ${err}`);
-  return JSON.parse(out);
-}
+const { cli, operatorKey } = operatorCli(cliConfig);
 
 /** An account and key made with the CLI, topped up. */
 async function cliKey(name: string): Promise<{ accountId: string; keyId: string; key: string }> {
-  const acc = await cli('account', 'create', '--name', name, '--plan', 'pro');
-  await cli('topup', '--account', acc.id, '--usd', '50');
-  const k = await cli('key', 'create', '--account', acc.id, '--name', name);
+  const k = await operatorKey(name, 50);
   rawKeys.push(k.key);
-  return { accountId: acc.id, keyId: k.id, key: k.key };
+  return k;
 }
 
 function assert401(t: Test, r: Reply, what: string) {

@@ -18,7 +18,6 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import t, { type Test } from 'tap';
 import { request } from 'undici';
-import { runCli } from '../../src/admin/cli.js';
 import { loadConfig, type Config, type DeepPartial } from '../../src/config/config.js';
 import { createGateway, type Gateway } from '../../src/gateway.js';
 import { textChargeInk, textUsageFromResponses } from '../../src/ledger/pricing.js';
@@ -29,6 +28,7 @@ import { startOpenAISimulator } from '../../src/vendors/openai/simulator.js';
 import { testDb } from '../helpers/db.js';
 import { call } from '../helpers/gateway.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
+import { operatorCli } from '../helpers/operator-cli.js';
 import { parseSse } from '../helpers/sse.js';
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -74,22 +74,9 @@ const shared: DeepPartial<Config> = {
 };
 const cliConfig = loadConfig({}, { db: { url: db.url, schema: db.schema } });
 
-/** The operator's CLI, in-process, against the shared schema. */
-async function cli(...argv: string[]): Promise<any> {
-  let out = '';
-  let err = '';
-  const code = await runCli([...argv, '--json'], (s) => void (out += s), (s) => void (err += s), cliConfig);
-  if (code !== 0) throw new Error(`inkgate ${argv.join(' ')}: ${err}`);
-  return JSON.parse(out);
-}
-
+const { cli, operatorKey: newOperatorKey } = operatorCli(cliConfig);
 /** A fresh account with a key and Ink, made the way an operator would. */
-async function operatorKey(ink: number): Promise<{ accountId: string; keyId: string; key: string }> {
-  const acc = await cli('account', 'create', '--name', 'kill test', '--plan', 'pro');
-  await cli('topup', '--account', acc.id, '--usd', String(ink / 100));
-  const k = await cli('key', 'create', '--account', acc.id, '--name', 'kill key');
-  return { accountId: acc.id, keyId: k.id, key: k.key };
-}
+const operatorKey = (ink: number) => newOperatorKey('kill test', ink / 100);
 
 async function startChild(t: Test): Promise<{ child: ChildProcess; url: string }> {
   const tsLoader = process.execArgv.filter((a) => a.includes('typescript'));
