@@ -1,6 +1,6 @@
 // Where inkgate's added latency goes on a text lane, at concurrency 1 (issue 4/5 profiling aid).
 //   TS_NODE_TRANSPILE_ONLY=1 node --import ./node_modules/@tapjs/typescript/dist/esm/import.mjs bench/text-breakdown.ts [--lane messages|responses] [--n 3000] [--stream] [--conns 1]
-// The simulators run in a child (bench/text-lanes.ts --role sims); the gateway and the load run
+// The simulators run in a child (bench/lib/sims-child.ts); the gateway and the load run
 // here, so wrapped calls (each pg query, the ledger moves, the vendor request) time themselves.
 // Numbers are wall time around each await, which at c=1 is the round trip plus event-loop turns.
 import { fork } from 'node:child_process';
@@ -39,8 +39,8 @@ function wrap<T extends object>(obj: T, method: string, label: (args: unknown[])
 }
 
 async function main(): Promise<void> {
-  const textLanes = fileURLToPath(new URL('./text-lanes.ts', import.meta.url));
-  const simsP = fork(textLanes, ['--role', 'sims'], { execArgv: process.execArgv });
+  const simsChild = fileURLToPath(new URL('./lib/sims-child.ts', import.meta.url));
+  const simsP = fork(simsChild, [], { execArgv: process.execArgv });
   const sims = await new Promise<{ anthropic: string; openai: string }>((r) => simsP.once('message', r as never));
   const stack = await startBillingGateway(sims, 'bench_brk');
   const gw = stack.gw;

@@ -89,7 +89,11 @@ export function renderTerminal(rep: BenchReport): string {
     out.push(
       table(
         ['lane', 'goal', 'measured', 'goal', 'result'],
-        rep.goals.map((g) => [g.lane, g.goal, g.value === null ? 'not measured' : `${f(g.value, g.unit === 'x' ? 2 : g.unit === 'ms' ? 3 : 1)} ${g.unit}`, g.limit === null ? '-' : `${g.op} ${g.limit} ${g.unit}`, g.pass === null ? 'n/a' : g.pass ? 'pass' : 'FAIL']),
+        rep.goals.map((g) => {
+          const digits = g.unit === 'x' ? 2 : g.unit === 'ms' ? 3 : 1;
+          const limit = g.limit === null ? '-' : `${g.op} ${Number.isInteger(g.limit) ? g.limit : f(g.limit, digits)} ${g.unit}`;
+          return [g.lane, g.goal, g.value === null ? 'not measured' : `${f(g.value, digits)} ${g.unit}`, limit, g.pass === null ? 'n/a' : g.pass ? 'pass' : 'FAIL'];
+        }),
       ),
     );
     const passed = rep.goals.filter((g) => g.pass === true).length;

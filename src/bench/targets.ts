@@ -53,9 +53,25 @@ function childEntry(): string {
   return join(dirname(here), 'child' + extname(here));
 }
 
+/**
+ * Node flags the children inherit: the loader (running from source) and tracing flags such as
+ * --cpu-prof (each child then writes its own profile), but not what only made sense for this
+ * process: an eval'd script, its input type, a debugger port.
+ */
+export function childExecArgv(argv: readonly string[]): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i]!;
+    if (['-e', '--eval', '-p', '--print', '--input-type'].includes(a)) i++;
+    else if (a.startsWith('--input-type=') || a.startsWith('--eval=') || a.startsWith('--print=') || a.startsWith('--inspect')) continue;
+    else out.push(a);
+  }
+  return out;
+}
+
 async function spawnChild(name: string, role: ChildRole, config: unknown): Promise<{ proc: BenchProcess; ready: Record<string, unknown> }> {
   // Children's own output must never reach stdout (--json); the tail is kept for error messages.
-  const cp: ChildProcess = fork(childEntry(), [], { execArgv: process.execArgv, stdio: ['ignore', 'pipe', 'pipe', 'ipc'] });
+  const cp: ChildProcess = fork(childEntry(), [], { execArgv: childExecArgv(process.execArgv), stdio: ['ignore', 'pipe', 'pipe', 'ipc'] });
   let tail = '';
   const keep = (b: Buffer) => void (tail = (tail + b.toString()).slice(-TAIL_BYTES));
   cp.stdout!.on('data', keep);

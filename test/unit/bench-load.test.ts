@@ -110,3 +110,9 @@ t.test('arguments: bounded and checked', async (t) => {
     t.throws(() => parseBenchArgs(bad, false), { name: 'BenchUsageError' }, bad.join(' '));
   }
 });
+
+t.test('children inherit the loader and profiling flags, not an eval script or a debugger port', async (t) => {
+  const { childExecArgv } = await import('../../src/bench/targets.js');
+  t.same(childExecArgv(['--import', './loader.mjs', '--input-type=module', '-e', 'code()', '--cpu-prof', '--inspect=9229']), ['--import', './loader.mjs', '--cpu-prof']);
+  t.same(childExecArgv(['--input-type', 'module', '--eval', 'x']), []);
+});
