@@ -81,6 +81,11 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
         onRedisError: (e) => log.warn('redis unavailable', { err: e.message }),
       });
     if (!opts.limiter) cleanups.push(() => limiter.close());
+    // Listen only once the limiter can answer (bounded): otherwise the first requests after
+    // start-up would meet a Redis connection still opening and get 503s.
+    if (!(await limiter.waitReady(config.redis.connectTimeoutMs * 2))) {
+      log.warn('rate limiter not ready; starting anyway, limited routes answer 503 until it is', { kind: limiter.kind });
+    }
     const catalog = opts.catalog ?? loadCatalog();
     const ledger = new Ledger(pool, { log: (msg, fields) => log.warn(msg, fields as Record<string, unknown>) });
     cleanups.push(() => ledger.close());

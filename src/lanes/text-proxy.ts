@@ -188,8 +188,15 @@ async function moveOrLog(services: Services, requestId: string, what: string, mo
  * vendor id (best effort), so reconciliation can match it to the vendor's record.
  */
 async function settleFailed(services: Services, ledger: TextBilling, requestId: string, chargeInk: number, usage: object, vendorRequestId: string | undefined, e: unknown): Promise<void> {
-  services.log.error('settle failed; hold left open for reconciliation', { request_id: requestId, charge_ink: chargeInk, usage, err: e as Error });
-  await moveOrLog(services, requestId, 'markUsageUnknown', ledger.markUsageUnknown(requestId, { vendorRequestId, reason: 'settle failed' }));
+  services.log.error('settle failed; hold left open for reconciliation', {
+    request_id: requestId,
+    vendor_request_id: vendorRequestId,
+    charge_ink: chargeInk,
+    usage,
+    err: e as Error,
+  });
+  // Retried in the background while the store is away: the vendor id must reach the hold.
+  await moveOrLog(services, requestId, 'markUsageUnknown', ledger.markUsageUnknownEventually(requestId, { vendorRequestId, reason: 'settle failed' }));
 }
 
 export interface TextProxyDeps {

@@ -615,6 +615,41 @@ export class Ledger {
     if (n !== 1) this.log('ledger.usage_unknown_not_open', { requestId });
   }
 
+  /**
+   * markUsageUnknown that does not give up when the store is briefly away: the first try is
+   * awaited; if it fails, it is retried in the background (abandonRetryMs apart) until it lands
+   * or the ledger closes. Used after a settle could not be written: the hold stays open either
+   * way, and this is what puts the vendor's id on it, without which reconciliation could never
+   * match the vendor's record.
+   */
+  async markUsageUnknownEventually(requestId: string, details: { vendorRequestId?: string; reason?: string } = {}): Promise<void> {
+    try {
+      await this.markUsageUnknown(requestId, details);
+    } catch (e) {
+      this.retryInBackground('ledger.usage_unknown', requestId, () => this.markUsageUnknown(requestId, details), 0);
+      throw e;
+    }
+  }
+
+  private retryInBackground(what: string, requestId: string, attempt: () => Promise<unknown>, n: number): void {
+    const delay = this.abandonRetryMs[n];
+    if (delay === undefined || this.closed) {
+      this.log(`${what}_gave_up`, { requestId });
+      return;
+    }
+    const t = setTimeout(() => {
+      this.cleanupTimers.delete(t);
+      const p = attempt().then(
+        () => this.log(`${what}_retried`, { requestId, attempts: n + 2 }),
+        () => this.retryInBackground(what, requestId, attempt, n + 1),
+      );
+      this.cleanups.add(p);
+      void p.finally(() => this.cleanups.delete(p));
+    }, delay);
+    t.unref();
+    this.cleanupTimers.add(t);
+  }
+
   async setVendorRequestId(requestId: string, vendorRequestId: string): Promise<void> {
     checkRequestId(requestId);
     const vid = text('vendorRequestId', vendorRequestId, 256);

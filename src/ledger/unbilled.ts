@@ -4,7 +4,7 @@
 import type { Hold, Ledger, ReserveInput, ResolveResult } from './ledger.js';
 
 /** The moves a text request makes. */
-export type TextBilling = Pick<Ledger, 'reserve' | 'settle' | 'release' | 'markUsageUnknown' | 'setVendorRequestId'>;
+export type TextBilling = Pick<Ledger, 'reserve' | 'settle' | 'release' | 'markUsageUnknown' | 'markUsageUnknownEventually' | 'setVendorRequestId'>;
 
 export class UnbilledLedger implements TextBilling {
   async reserve(input: ReserveInput): Promise<Hold> {
@@ -20,6 +20,8 @@ export class UnbilledLedger implements TextBilling {
   }
 
   async markUsageUnknown(): Promise<void> {}
+
+  async markUsageUnknownEventually(): Promise<void> {}
 
   async setVendorRequestId(): Promise<void> {}
 }

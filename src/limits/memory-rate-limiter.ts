@@ -114,6 +114,11 @@ export class MemoryRateLimiter implements RateLimiter {
     return this.buckets.size;
   }
 
+  /** Always ready: the log is in this process. */
+  waitReady(): Promise<boolean> {
+    return Promise.resolve(true);
+  }
+
   take(bucket: string, limitPerMinute: number): Promise<RateDecision> {
     return Promise.resolve(this.takeSync(bucket, limitPerMinute));
   }

@@ -24,6 +24,12 @@ export interface RateLimiter {
    * the caller answers 503 and does nothing else.
    */
   take(bucket: string, limitPerMinute: number): Promise<RateDecision>;
+  /**
+   * Resolves true once the backend can answer, false if it could not within `timeoutMs` (the
+   * gateway then starts anyway and answers 503 until it can). The start-up waits for this so the
+   * first requests after "listening" are not refused while the connection is still opening.
+   */
+  waitReady(timeoutMs: number): Promise<boolean>;
   close(): Promise<void>;
   readonly kind: 'redis' | 'memory';
 }

@@ -120,6 +120,20 @@ export class RedisRateLimiter implements RateLimiter {
     this.commandTimeoutMs = typeof timeout === 'number' && timeout > 0 ? timeout : 0;
   }
 
+  waitReady(timeoutMs: number): Promise<boolean> {
+    if (this.client.status === 'ready') return Promise.resolve(true);
+    return new Promise((resolve) => {
+      const done = (ok: boolean) => {
+        clearTimeout(timer);
+        this.client.off('ready', onReady);
+        resolve(ok);
+      };
+      const onReady = () => done(true);
+      const timer = setTimeout(() => done(false), timeoutMs);
+      this.client.on('ready', onReady);
+    });
+  }
+
   async take(bucket: string, limitPerMinute: number): Promise<RateDecision> {
     checkTakeArgs(bucket, limitPerMinute);
     // Not ready (connecting, reconnecting, closed): answer now, the offline queue is off anyway.

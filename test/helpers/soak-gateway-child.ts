@@ -1,7 +1,8 @@
 // The gateway under soak, in its own process, so the RSS and open file descriptors we sample are
 // the gateway's alone (not the load generator's or the simulators'). One argument: JSON
 // {config, allowList, ca}. Prints `READY <url>` once listening; SIGTERM closes it cleanly.
-// Errors go to stderr as JSON lines at level `error` (the parent keeps the last few).
+// Every second `LAG <ms>`: the event loop's worst delay in that second. Errors go to stderr as JSON lines at level `error` (the parent keeps the last few).
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { loadConfig } from '../../src/config/config.js';
 import { createGateway } from '../../src/gateway.js';
 import { createLogger } from '../../src/util/log.js';
@@ -15,6 +16,14 @@ const gw = await createGateway(cfg, {
   video: { owner: 'soak-gateway', fetch: { allowList: new Set(arg.allowList), ca: arg.ca }, engine: { timers: true } },
 });
 process.stdout.write(`READY ${gw.url}\n`);
+// The loop's worst delay each second: a stall longer than Redis's 200 ms command timeout turns a
+// healthy Redis into a 503, and the soak wants to tell that apart from a pause.
+const lag = monitorEventLoopDelay({ resolution: 10 });
+lag.enable();
+setInterval(() => {
+  process.stdout.write(`LAG ${Math.round(lag.max / 1e6)}\n`);
+  lag.reset();
+}, 1_000).unref();
 let closing = false;
 process.on('SIGTERM', () => {
   if (closing) return;

@@ -147,7 +147,7 @@ export async function runRateExact(o: RateOptions): Promise<RateReport> {
       if (r.accepted !== r.expected) failures.push(`key ${k}: ${r.accepted} accepted, the sliding log allows ${r.expected}`);
       if (Object.keys(r.other).length > 0) failures.push(`key ${k}: other answers ${JSON.stringify(r.other)}`);
     });
-    return { setup: stack.describe().slice(0, 3), quota, windowMs, durationS: Math.round(durationS * 10) / 10, sent, perKey: reports, failures };
+    return { setup: stack.describe().slice(0, 4), quota, windowMs, durationS: Math.round(durationS * 10) / 10, sent, perKey: reports, failures };
   } finally {
     await stack.stop();
   }

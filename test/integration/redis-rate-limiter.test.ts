@@ -246,3 +246,22 @@ t.test('killed Redis: 503 within 300 ms; restarted on the same port: recovers by
   // A fresh server: empty data and an empty script cache (the NOSCRIPT path runs here).
   t.same(await limiter.take('before-kill', 60), { allowed: true, remaining: 59 });
 });
+
+t.test('waitReady: resolves once connected, false within its timeout when Redis is not there', async (t) => {
+  const limiter = createRateLimiter({ redisUrl: url, redis: { commandTimeoutMs: COMMAND_TIMEOUT_MS, connectTimeoutMs: 500, keyPrefix: prefix } });
+  t.teardown(() => limiter.close());
+  t.equal(await limiter.waitReady(2000), true, 'ready');
+  // Straight after waitReady the first take is answered, not refused as "not connected".
+  t.match(await limiter.take('key:ready-first', 5), { allowed: true });
+  // A port nobody listens on: false after the timeout, not a hang and not an exception.
+  const probe = await import('node:net').then(({ createServer }) => createServer());
+  await new Promise<void>((r) => probe.listen(0, '127.0.0.1', () => r()));
+  const deadPort = (probe.address() as { port: number }).port;
+  await new Promise<void>((r) => probe.close(() => r()));
+  const dead = createRateLimiter({ redisUrl: `redis://127.0.0.1:${deadPort}`, redis: { commandTimeoutMs: 200, connectTimeoutMs: 200, keyPrefix: prefix }, onRedisError: () => undefined });
+  t.teardown(() => dead.close());
+  const t0 = performance.now();
+  t.equal(await dead.waitReady(300), false, 'not ready');
+  t.ok(performance.now() - t0 < 1500, 'bounded by its timeout');
+  t.equal(await createRateLimiter({ redisUrl: null }).waitReady(1), true, 'the in-process limiter is always ready');
+});
