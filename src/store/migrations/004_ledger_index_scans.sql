@@ -8,7 +8,6 @@
 -- HeapTupleSatisfiesVisibility. An index scan goes to the live version's chain directly.
 ALTER FUNCTION ledger_reserve_any_key(text[], text[], text[], text[], text[], bigint[], timestamptz, integer) SET enable_seqscan = off;
 ALTER FUNCTION ledger_reserve(text[], text[], text[], text[], text[], bigint[], timestamptz, integer) SET enable_seqscan = off;
-ALTER FUNCTION ledger_reserve_one_any_key(text, text, text, text, text, bigint, timestamptz) SET enable_seqscan = off;
 ALTER FUNCTION ledger_reserve_one(text, text, text, text, text, bigint, timestamptz) SET enable_seqscan = off;
 ALTER FUNCTION ledger_resolve(text[], text[], bigint[], jsonb[], text[], text[], timestamptz, integer) SET enable_seqscan = off;
 ALTER FUNCTION ledger_resolve_one(text, text, bigint, jsonb, text, text, timestamptz) SET enable_seqscan = off;
