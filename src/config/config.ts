@@ -75,6 +75,8 @@ export const ConfigSchema = Type.Object({
     maxRunningPerAccount: Type.Integer({ minimum: 1, maximum: 1000 }),
     /** Daily generations for an account whose plan has none but which bought pay-as-you-go Ink. */
     paygDailyCap: Type.Integer({ minimum: 0, maximum: 100_000 }),
+    /** One image call to the vendor (the whole generation, thinking included) gives up after this. */
+    imageCallTimeoutMs: Ms,
   }),
   media: Type.Object({
     linkTtlS: Type.Integer({ minimum: 1, maximum: 86_400 }),

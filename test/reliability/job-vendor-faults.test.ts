@@ -49,8 +49,8 @@ const arkProxy = await startFaultProxy('127.0.0.1', ark.port);
 t.teardown(() => arkProxy.close());
 const gemProxy = await startFaultProxy('127.0.0.1', gem.port);
 t.teardown(() => gemProxy.close());
-// The production Gemini client waits up to 180 s for one image (GEMINI_CALL_TIMEOUT_MS, not
-// configurable); the same client class with a 1 s bound keeps the stall cases short.
+// The production Gemini client waits up to jobs.imageCallTimeoutMs (180 s) for one image; the same
+// client class with a 1 s bound keeps the stall cases short.
 const gemini = new GeminiClient({ baseUrl: gemProxy.url('/v1beta'), apiKey: gem.apiKey, timeoutMs: VENDOR_CALL_MS, connectTimeoutMs: 1_000 });
 t.teardown(() => gemini.close());
 

@@ -62,8 +62,6 @@ export async function loadMediaSecret(q: Queryable): Promise<Buffer> {
 }
 
 const DEFAULT_DOWNLOAD_TIMEOUT_MS = 5 * 60_000;
-/** One Gemini image call, thinking included. */
-export const GEMINI_CALL_TIMEOUT_MS = 180_000;
 
 export async function createVideoDeps(services: Services, opts: VideoDepsOptions = {}): Promise<VideoDeps> {
   const cfg = services.config;
@@ -89,7 +87,7 @@ export async function createVideoDeps(services: Services, opts: VideoDepsOptions
       apiKey: cfg.vendors.gemini.apiKey!,
       connectTimeoutMs: cfg.upstream.connectTimeoutMs,
       // The call is the whole generation (a 4K image with thinking): the engine renews the lease meanwhile.
-      timeoutMs: GEMINI_CALL_TIMEOUT_MS,
+      timeoutMs: cfg.jobs.imageCallTimeoutMs,
       // The image comes back base64-encoded inside the JSON (4/3 of its size), beside thought parts.
       maxResponseBytes: Math.min(2 ** 31 - 1, Math.ceil((cfg.media.maxResultBytes * 4) / 3) + 4 * 1024 * 1024),
     });
