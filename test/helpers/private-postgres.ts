@@ -4,10 +4,11 @@
 //
 // Pausing Postgres means stopping every process of the cluster: the postmaster alone would keep
 // accepting nothing new, but the backends already serving our pool would still answer.
-import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startEmbeddedPostgres } from '../../src/store/embedded.js';
+import { childrenOf, signal } from './proc.js';
 
 export interface PrivatePostgres {
   readonly url: string;
@@ -22,35 +23,6 @@ export interface PrivatePostgres {
   pids(): number[];
   /** Stops the cluster and removes its directory (safe to call twice). */
   stop(): Promise<void>;
-}
-
-const MAX_CHILDREN = 10_000;
-
-/** Direct children of `pid`, read from /proc (Linux). */
-function childrenOf(pid: number): number[] {
-  const out: number[] = [];
-  for (const name of readdirSync('/proc')) {
-    if (!/^\d+$/.test(name)) continue;
-    let stat: string;
-    try {
-      stat = readFileSync(`/proc/${name}/stat`, 'utf8');
-    } catch {
-      continue; // exited while we looked
-    }
-    // Field 4 is the parent pid; field 2 (the command) may hold spaces, so read after its ')'.
-    const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    if (Number(rest[1]) === pid) out.push(Number(name));
-    if (out.length >= MAX_CHILDREN) break;
-  }
-  return out;
-}
-
-function signal(pid: number, sig: NodeJS.Signals): void {
-  try {
-    process.kill(pid, sig);
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code !== 'ESRCH') throw e;
-  }
 }
 
 const live = new Set<number>();

@@ -2,8 +2,8 @@
 // service). Started on a free 127.0.0.1 port, no persistence, killed when the test process exits.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
+import { freePort } from './proc.js';
 
 export class RedisServerMissingError extends Error {
   constructor() {
@@ -17,17 +17,6 @@ export const envRedisUrl = (): string | undefined => process.env.REDIS_URL || un
 
 const START_TIMEOUT_MS = 10_000;
 const STOP_TIMEOUT_MS = 5_000;
-
-async function freePort(): Promise<number> {
-  const srv = createServer();
-  srv.listen(0, '127.0.0.1');
-  await once(srv, 'listening');
-  const addr = srv.address();
-  srv.close();
-  await once(srv, 'close');
-  if (addr === null || typeof addr === 'string') throw new Error('no port');
-  return addr.port;
-}
 
 /** Spawns redis-server on `port`; resolves when it accepts connections. */
 async function spawnRedis(port: number): Promise<ChildProcess> {

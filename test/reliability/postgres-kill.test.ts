@@ -14,18 +14,18 @@
 // The cluster is a private one (test/helpers/private-postgres-restart.ts): the shared server is
 // never signalled. Ends with the ledger invariant.
 import t from 'tap';
-import { request } from 'undici';
 import { chargeForRecord } from '../../src/admin/ledger-commands.js';
 import { createAccount, createKey } from '../../src/accounts/accounts.js';
 import { loadConfig, type DeepPartial, type Config } from '../../src/config/config.js';
 import { setLane } from '../../src/deployment/state.js';
 import { createGateway } from '../../src/gateway.js';
 import { textChargeInk } from '../../src/ledger/pricing.js';
-import { createPool, type Pool } from '../../src/store/pool.js';
+import { createPool } from '../../src/store/pool.js';
 import { silentLogger } from '../../src/util/log.js';
 import { startAnthropicSimulator, type AnthropicSimulator } from '../../src/vendors/anthropic/simulator.js';
-import { call, type Reply } from '../helpers/gateway.js';
+import { call } from '../helpers/gateway.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
+import { keyRow, messagesProbe, requestRow, resolutions, textOf, walletRow } from '../helpers/messages-probe.js';
 import { startRestartablePostgres } from '../helpers/private-postgres-restart.js';
 import { parseSse } from '../helpers/sse.js';
 
@@ -57,54 +57,9 @@ async function until<T>(what: string, probe: () => Promise<T | undefined> | T | 
   }
 }
 
-const messagesBody = (stream: boolean, tag: string, directives = `[[sim:pace=${PACE_MS}]] [[sim:tokens=${REPLY_TOKENS}]]`) => ({
-  model: 'sonnet',
-  // A hold far above the reply's cost, so a charge of the vendor's usage differs from the hold.
-  max_tokens: 20_000,
-  stream,
-  messages: [{ role: 'user', content: `postgres kill ${tag} ${directives}` }],
-});
-
-interface Answer extends Reply {
-  elapsedMs: number;
-}
-
-async function send(url: string, key: string, body: unknown): Promise<Answer> {
-  const t0 = performance.now();
-  const res = await request(url + '/v1/messages', {
-    method: 'POST',
-    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
-    body: JSON.stringify(body),
-  });
-  const text = await res.body.text();
-  const elapsedMs = performance.now() - t0;
-  let json: any;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    json = undefined;
-  }
-  return { status: res.statusCode, headers: res.headers as Reply['headers'], text, json, elapsedMs };
-}
-
-/** The same request answered by the vendor directly, unpaced: what the client's answer must carry. */
-async function vendorReference(sim: AnthropicSimulator, tag: string): Promise<any> {
-  const r = await call(sim.url, 'POST', '/v1/messages', {
-    body: { ...messagesBody(false, tag, `[[sim:pace=00]] [[sim:tokens=${REPLY_TOKENS}]]`), model: 'claude-sonnet-reference' },
-    headers: { 'x-api-key': VENDOR_KEY, 'anthropic-version': '2023-06-01' },
-  });
-  if (r.status !== 200) throw new Error(`reference call: ${r.status} ${r.text}`);
-  return r.json;
-}
-
-const textOf = (content: any[]): string => content.filter((b) => b.type === 'text').map((b) => b.text).join('');
-const requestRow = async (pool: Pool, id: string) =>
-  (await pool.query('SELECT status, hold_state, hold_ink, charged_ink, vendor_request_id FROM requests WHERE id = $1', [id])).rows[0];
-const resolutions = async (pool: Pool, id: string): Promise<number> =>
-  (await pool.query(`SELECT count(*)::int AS n FROM ledger_journal WHERE request_id = $1 AND kind IN ('settle', 'release', 'refund', 'reconcile')`, [id])).rows[0].n;
-const keyRow = async (pool: Pool, keyId: string) => (await pool.query('SELECT ink_reserved, ink_charged FROM api_keys WHERE id = $1', [keyId])).rows[0];
-const walletRow = async (pool: Pool, accountId: string) =>
-  (await pool.query('SELECT grant_ink + payg_ink AS balance, held_grant_ink + held_payg_ink AS held, charged_ink FROM wallets WHERE account_id = $1', [accountId])).rows[0];
+const probe = messagesProbe({ label: 'postgres kill', vendorKey: VENDOR_KEY, paceMs: PACE_MS, replyTokens: REPLY_TOKENS });
+const { send, vendorReference } = probe;
+const messagesBody = probe.body;
 
 t.test('Postgres killed (SIGKILL, whole cluster) and restarted: 503s while dead, open holds for what the vendor served, recovery by itself', async (t) => {
   // One teardown, in reverse order of start: the gateway and pools close while Postgres still runs.

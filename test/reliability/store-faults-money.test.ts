@@ -12,7 +12,6 @@
 // The shared Postgres and Redis are never signalled: Postgres is frozen through the proxy, Redis is
 // a private server this file spawns. Every case ends with the ledger invariant.
 import t, { type Test } from 'tap';
-import { request } from 'undici';
 import { chargeForRecord } from '../../src/admin/ledger-commands.js';
 import { createAccount, createKey } from '../../src/accounts/accounts.js';
 import { loadConfig, type Config, type DeepPartial } from '../../src/config/config.js';
@@ -22,8 +21,9 @@ import { textChargeInk } from '../../src/ledger/pricing.js';
 import { silentLogger } from '../../src/util/log.js';
 import { startAnthropicSimulator, type AnthropicSimulator } from '../../src/vendors/anthropic/simulator.js';
 import { testDb, type TestDb } from '../helpers/db.js';
-import { call, startTestGateway, type Reply } from '../helpers/gateway.js';
+import { call, startTestGateway } from '../helpers/gateway.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
+import { keyRow, messagesProbe, requestRow, resolutions, textOf, walletRow } from '../helpers/messages-probe.js';
 import { startPrivateRedis } from '../helpers/redis-server.js';
 import { parseSse } from '../helpers/sse.js';
 import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.js';
@@ -97,53 +97,10 @@ async function fundedKey(r: Rig): Promise<{ accountId: string; keyId: string; ke
   return { accountId: acc.id, keyId: k.id, key: k.key };
 }
 
-const messagesBody = (stream: boolean, tag: string, directives = `[[sim:pace=${PACE_MS}]] [[sim:tokens=${REPLY_TOKENS}]]`) => ({
-  model: 'sonnet',
-  // A hold far above the reply's cost, so a charge of the vendor's usage differs from the hold.
-  max_tokens: 20_000,
-  stream,
-  messages: [{ role: 'user', content: `store fault ${tag} ${directives}` }],
-});
+const probe = messagesProbe({ label: 'store fault', vendorKey: VENDOR_KEY, paceMs: PACE_MS, replyTokens: REPLY_TOKENS });
+const { send, vendorReference } = probe;
+const messagesBody = probe.body;
 
-interface Answer extends Reply {
-  elapsedMs: number;
-}
-
-async function send(url: string, key: string, body: unknown): Promise<Answer> {
-  const t0 = performance.now();
-  const res = await request(url + '/v1/messages', {
-    method: 'POST',
-    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
-    body: JSON.stringify(body),
-  });
-  const text = await res.body.text();
-  const elapsedMs = performance.now() - t0;
-  let json: any;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    json = undefined;
-  }
-  return { status: res.statusCode, headers: res.headers as Reply['headers'], text, json, elapsedMs };
-}
-
-/** The same request answered by the vendor directly, unpaced: what the client's answer must carry. */
-async function vendorReference(sim: AnthropicSimulator, tag: string): Promise<any> {
-  const r = await call(sim.url, 'POST', '/v1/messages', {
-    body: { ...messagesBody(false, tag, `[[sim:pace=00]] [[sim:tokens=${REPLY_TOKENS}]]`), model: 'claude-sonnet-reference' },
-    headers: { 'x-api-key': VENDOR_KEY, 'anthropic-version': '2023-06-01' },
-  });
-  if (r.status !== 200) throw new Error(`reference call: ${r.status} ${r.text}`);
-  return r.json;
-}
-
-const requestRow = async (db: TestDb, id: string) =>
-  (await db.pool.query('SELECT status, hold_state, hold_ink, charged_ink, vendor_request_id FROM requests WHERE id = $1', [id])).rows[0];
-const resolutions = async (db: TestDb, id: string): Promise<number> =>
-  (await db.pool.query(`SELECT count(*)::int AS n FROM ledger_journal WHERE request_id = $1 AND kind IN ('settle', 'release', 'refund', 'reconcile')`, [id])).rows[0].n;
-const keyRow = async (db: TestDb, keyId: string) => (await db.pool.query('SELECT ink_reserved, ink_charged FROM api_keys WHERE id = $1', [keyId])).rows[0];
-const walletRow = async (db: TestDb, accountId: string) =>
-  (await db.pool.query('SELECT grant_ink + payg_ink AS balance, held_grant_ink + held_payg_ink AS held, charged_ink FROM wallets WHERE account_id = $1', [accountId])).rows[0];
 const requestCount = async (db: TestDb, accountId: string): Promise<number> =>
   (await db.pool.query(`SELECT count(*)::int AS n FROM requests WHERE account_id = $1`, [accountId])).rows[0].n;
 const openHolds = async (db: TestDb, accountId: string): Promise<number> =>
@@ -154,13 +111,12 @@ async function recovered(r: Rig, key: string): Promise<void> {
   await until('the gateway to reach Postgres again', async () => ((await call(r.url, 'GET', '/v1/me', { key })).status === 200 ? true : undefined));
 }
 
-const textOf = (content: any[]): string => content.filter((b) => b.type === 'text').map((b) => b.text).join('');
 
 t.test('Postgres frozen after dispatch: the answer is delivered, the hold stays open, reconciliation settles it once', async (t) => {
   const r = await proxiedGateway(t);
   const ks = await fundedKey(r); // stream
   const kn = await fundedKey(r); // non-stream
-  const before = { stream: await walletRow(r.db, ks.accountId), body: await walletRow(r.db, kn.accountId) };
+  const before = { stream: await walletRow(r.db.pool, ks.accountId), body: await walletRow(r.db.pool, kn.accountId) };
   const calls0 = r.sim.requests.length;
 
   const streamP = send(r.url, ks.key, messagesBody(true, 'after-stream'));
@@ -212,30 +168,30 @@ t.test('Postgres frozen after dispatch: the answer is delivered, the hold stays 
   await recovered(r, ks.key);
   const holds: Record<string, number> = {};
   for (const [k, reqId, w0] of [[ks, streamReq, before.stream], [kn, bodyReq, before.body]] as const) {
-    const rec = await requestRow(r.db, reqId);
+    const rec = await requestRow(r.db.pool, reqId);
     t.equal(rec.hold_state, 'open', `${reqId}: hold still open`);
     t.equal(rec.charged_ink, 0, 'never settled to 0 or to the hold: nothing charged');
-    t.equal(await resolutions(r.db, reqId), 0, 'no resolution row');
+    t.equal(await resolutions(r.db.pool, reqId), 0, 'no resolution row');
     t.ok(rec.hold_ink > 0, `hold ${rec.hold_ink} Ink`);
     const me = (await call(r.url, 'GET', '/v1/me', { key: k.key })).json;
     t.same([me.key.ink_reserved, me.key.ink_charged], [rec.hold_ink, 0], 'key.ink_reserved = the hold (on /v1/me)');
-    t.same(await keyRow(r.db, k.keyId), { ink_reserved: rec.hold_ink, ink_charged: 0 });
-    const w = await walletRow(r.db, k.accountId);
+    t.same(await keyRow(r.db.pool, k.keyId), { ink_reserved: rec.hold_ink, ink_charged: 0 });
+    const w = await walletRow(r.db.pool, k.accountId);
     t.same([w.balance, w.held, w.charged_ink], [w0.balance - rec.hold_ink, rec.hold_ink, 0], 'the wallet holds it, charges nothing');
     holds[reqId] = rec.hold_ink;
   }
   // The usage_unknown mark failed with the settle, and is retried in the background
   // (Ledger.markUsageUnknownEventually): once Postgres is back, both holds carry their vendor id.
   const deadline = Date.now() + 15_000;
-  let bodyRec = await requestRow(r.db, bodyReq);
-  while ((bodyRec.status !== 'usage_unknown' || (await requestRow(r.db, streamReq)).status !== 'usage_unknown') && Date.now() < deadline) {
+  let bodyRec = await requestRow(r.db.pool, bodyReq);
+  while ((bodyRec.status !== 'usage_unknown' || (await requestRow(r.db.pool, streamReq)).status !== 'usage_unknown') && Date.now() < deadline) {
     await new Promise((res) => setTimeout(res, 100));
-    bodyRec = await requestRow(r.db, bodyReq);
+    bodyRec = await requestRow(r.db.pool, bodyReq);
   }
   t.equal(bodyRec.status, 'usage_unknown', 'non-stream: marked usage_unknown once Postgres answered again');
   t.equal(bodyRec.vendor_request_id, b.json.id, "non-stream: the vendor's id reached the hold");
   t.equal(bodyRec.hold_state, 'open', 'still open: the mark moves no money');
-  t.equal((await requestRow(r.db, streamReq)).vendor_request_id, streamVid, 'stream: vendor id on the hold');
+  t.equal((await requestRow(r.db.pool, streamReq)).vendor_request_id, streamVid, 'stream: vendor id on the hold');
   await assertLedgerInvariant(t, r.db.pool);
 
   // Reconciliation from the vendor's usage records (what its usage export would carry).
@@ -272,12 +228,12 @@ t.test('Postgres frozen after dispatch: the answer is delivered, the hold stays 
   t.equal(second.settled.count + second.released.count, 0, 'the second run resolves nothing');
   t.equal(Number((await r.db.pool.query('SELECT count(*) FROM ledger_journal')).rows[0].count), journal, 'no journal row added');
 
-  t.equal(await resolutions(r.db, streamReq), 1, 'stream: resolved exactly once');
-  t.equal(await resolutions(r.db, bodyReq), 1, 'non-stream: resolved exactly once');
-  t.same(await keyRow(r.db, ks.keyId), { ink_reserved: 0, ink_charged: streamCharge });
-  t.same(await keyRow(r.db, kn.keyId), { ink_reserved: 0, ink_charged: Math.min(bodyCharge, holds[bodyReq]!) });
-  t.same((await walletRow(r.db, ks.accountId)).balance, before.stream.balance - streamCharge, 'stream wallet: charged the vendor usage only');
-  t.same((await walletRow(r.db, kn.accountId)).balance, before.body.balance - Math.min(bodyCharge, holds[bodyReq]!), 'non-stream wallet: charged the vendor usage only');
+  t.equal(await resolutions(r.db.pool, streamReq), 1, 'stream: resolved exactly once');
+  t.equal(await resolutions(r.db.pool, bodyReq), 1, 'non-stream: resolved exactly once');
+  t.same(await keyRow(r.db.pool, ks.keyId), { ink_reserved: 0, ink_charged: streamCharge });
+  t.same(await keyRow(r.db.pool, kn.keyId), { ink_reserved: 0, ink_charged: Math.min(bodyCharge, holds[bodyReq]!) });
+  t.same((await walletRow(r.db.pool, ks.accountId)).balance, before.stream.balance - streamCharge, 'stream wallet: charged the vendor usage only');
+  t.same((await walletRow(r.db.pool, kn.accountId)).balance, before.body.balance - Math.min(bodyCharge, holds[bodyReq]!), 'non-stream wallet: charged the vendor usage only');
   await assertLedgerInvariant(t, r.db.pool);
 });
 
@@ -288,7 +244,7 @@ t.test('Postgres frozen before dispatch: 503 within the db timeouts, no vendor c
   // the reserve (the step that must come before any vendor call), not by authentication.
   const warm = await send(r.url, k.key, messagesBody(false, 'warm', '[[sim:tokens=3]]'));
   t.equal(warm.status, 200, 'a normal request first');
-  const w0 = await walletRow(r.db, k.accountId);
+  const w0 = await walletRow(r.db.pool, k.accountId);
   const rows0 = await requestCount(r.db, k.accountId);
   const calls0 = r.sim.requests.length;
   const budgetMs = r.config.db.queryTimeoutMs + r.config.db.connectionTimeoutMs + 300;
@@ -311,7 +267,7 @@ t.test('Postgres frozen before dispatch: 503 within the db timeouts, no vendor c
   r.proxy!.thaw();
   await recovered(r, k.key);
   await until('no open hold and the wallet back where it was', async () => {
-    const w = await walletRow(r.db, k.accountId);
+    const w = await walletRow(r.db.pool, k.accountId);
     return (await openHolds(r.db, k.accountId)) === 0 && w.held === 0 ? true : undefined;
   }, 20_000);
   const after = (await r.db.pool.query(`SELECT id, hold_state, charged_ink FROM requests WHERE account_id = $1 ORDER BY created_at`, [k.accountId])).rows;
@@ -322,8 +278,8 @@ t.test('Postgres frozen before dispatch: 503 within the db timeouts, no vendor c
     t.ok(row.hold_state === 'released' || row.hold_state === 'void', `${row.id}: ${row.hold_state}, never settled for a refused request`);
     t.equal(row.charged_ink, 0, `${row.id}: nothing charged`);
   }
-  t.same(await walletRow(r.db, k.accountId), w0, 'no balance change');
-  t.same(await keyRow(r.db, k.keyId), { ink_reserved: 0, ink_charged: w0.charged_ink });
+  t.same(await walletRow(r.db.pool, k.accountId), w0, 'no balance change');
+  t.same(await keyRow(r.db.pool, k.keyId), { ink_reserved: 0, ink_charged: w0.charged_ink });
   t.equal(r.sim.requests.length, calls0, 'still no vendor call');
   const next = await send(r.url, k.key, messagesBody(false, 'after-thaw', '[[sim:tokens=3]]'));
   t.equal(next.status, 200, 'requests succeed again');
@@ -345,7 +301,7 @@ t.test('Redis paused (SIGSTOP): 503 rate_limiter_unavailable within 300 ms, no v
   const k = await fundedKey(r);
   const warm = await send(r.url, k.key, messagesBody(false, 'warm', '[[sim:tokens=3]]'));
   t.equal(warm.status, 200, 'a normal request first (Redis up)');
-  const w0 = await walletRow(r.db, k.accountId);
+  const w0 = await walletRow(r.db.pool, k.accountId);
   const rows0 = await requestCount(r.db, k.accountId);
   const calls0 = sim.requests.length;
 
@@ -361,7 +317,7 @@ t.test('Redis paused (SIGSTOP): 503 rate_limiter_unavailable within 300 ms, no v
     }
     t.equal(sim.requests.length, calls0, 'no vendor call while Redis is paused');
     t.equal(await requestCount(r.db, k.accountId), rows0, 'no request record, so no hold');
-    t.same(await walletRow(r.db, k.accountId), w0, 'no balance change');
+    t.same(await walletRow(r.db.pool, k.accountId), w0, 'no balance change');
   } finally {
     redis.resume();
   }
