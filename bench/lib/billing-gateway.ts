@@ -1,8 +1,7 @@
 // The gateway the text benches measure: billing on (real Postgres ledger), both text lanes open and
 // pointed at the simulators, limits raised out of the way, one funded key.
-import { createAccount, createKey } from '../../src/accounts/accounts.js';
 import { loadConfig } from '../../src/config/config.js';
-import { setLane } from '../../src/deployment/state.js';
+import { prepareBenchGateway } from '../../src/bench/bench-account.js';
 import { createGateway, type Gateway } from '../../src/gateway.js';
 import { silentLogger } from '../../src/util/log.js';
 import { benchDatabaseUrl } from './env.js';
@@ -28,15 +27,10 @@ export async function startBillingGateway(sims: { anthropic: string; openai: str
   );
   const gw = await createGateway(cfg, { log: silentLogger });
   const pool = gw.services.pool;
-  await setLane(pool, 'messages', true);
-  await setLane(pool, 'responses', true);
-  await gw.services.state.refresh();
-  const acc = await createAccount(pool, { name: 'bench', planId: 'pro' });
-  await gw.services.ledger.topUp(acc.id, 1_000_000_000, 'bench');
-  const key = await createKey(pool, { accountId: acc.id, name: 'bench' });
+  const key = await prepareBenchGateway(gw);
   return {
     gw,
-    key: key.key,
+    key,
     dbKind: db.kind,
     stop: async () => {
       await pool.query(`DROP SCHEMA ${schema} CASCADE`).catch(() => undefined);

@@ -88,8 +88,7 @@ async function startSims(c: SimsChildConfig): Promise<{ ready: Record<string, un
 async function startInkgate(c: GatewayChildConfig): Promise<{ ready: Record<string, unknown>; stop: Stop }> {
   const { loadConfig } = await import('../config/config.js');
   const { createGateway } = await import('../gateway.js');
-  const { createAccount, createKey } = await import('../accounts/accounts.js');
-  const { setLane } = await import('../deployment/state.js');
+  const { prepareBenchGateway } = await import('./bench-account.js');
   const { silentLogger } = await import('../util/log.js');
   // A private data dir (media store) and schema: nothing of the operator's is read or written.
   const dataDir = mkdtempSync(join(tmpdir(), 'inkgate-bench-gw-'));
@@ -115,14 +114,8 @@ async function startInkgate(c: GatewayChildConfig): Promise<{ ready: Record<stri
     rmSync(dataDir, { recursive: true, force: true });
   };
   try {
-    await setLane(pool, 'messages', true);
-    await setLane(pool, 'responses', true);
-    await gw.services.state.refresh();
-    const acc = await createAccount(pool, { name: 'bench', planId: 'pro' });
-    // Enough Ink that no run can drain it: 10 million USD.
-    await gw.services.ledger.topUp(acc.id, 1_000_000_000, 'bench');
-    const key = await createKey(pool, { accountId: acc.id, name: 'bench' });
-    return { ready: { url: gw.url, key: key.key }, stop: dropAll };
+    const key = await prepareBenchGateway(gw);
+    return { ready: { url: gw.url, key }, stop: dropAll };
   } catch (e) {
     await dropAll();
     throw e;
