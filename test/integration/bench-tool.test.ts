@@ -13,6 +13,7 @@ import { figure } from '../../src/bench/goals.js';
 import { createPool } from '../../src/store/pool.js';
 import { loadConfig } from '../../src/config/config.js';
 import { testDatabaseUrl } from '../helpers/env.js';
+import { pidAlive } from '../../src/util/process.js';
 
 const root = join(import.meta.dirname, '..', '..');
 
@@ -32,15 +33,6 @@ async function bench(t: Test, args: string[]): Promise<{ code: number | null; pi
   const code = await new Promise<number | null>((r) => child.once('exit', (c) => r(c)));
   t.equal(code, 0, `exit 0; stderr: ${err.slice(-2000)}`);
   return { code, pid: child.pid!, rep: JSON.parse(out) as BenchReport, stderr: err };
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (e) {
-    return (e as NodeJS.ErrnoException).code === 'EPERM';
-  }
 }
 
 function checkRun(t: Test, r: RunResult): void {
@@ -82,7 +74,7 @@ function checkRatiosAndGoals(t: Test, rep: BenchReport): void {
 async function checkStopped(t: Test, rep: BenchReport, toolPid: number): Promise<void> {
   const pids = rep.processes.flatMap((p) => [p.pid, ...p.extraPids]);
   t.ok(pids.length >= 4, `child pids reported: ${pids.join(' ')}`);
-  t.same(pids.filter(alive), [], 'every process the bench started has ended');
+  t.same(pids.filter(pidAlive), [], 'every process the bench started has ended');
   const cfg = loadConfig({}, { db: { url: testDatabaseUrl } });
   const pool = createPool({ ...cfg.db, url: testDatabaseUrl, poolMax: 1 });
   try {
