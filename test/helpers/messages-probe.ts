@@ -4,7 +4,9 @@
 import { request } from 'undici';
 import type { Pool } from '../../src/store/pool.js';
 import type { AnthropicSimulator } from '../../src/vendors/anthropic/simulator.js';
+import type { Test } from 'tap';
 import { call, type Reply } from './gateway.js';
+import type { SseEvent } from './sse.js';
 
 export interface Answer extends Reply {
   elapsedMs: number;
@@ -65,3 +67,17 @@ export const resolutions = async (pool: Pool, id: string): Promise<number> =>
 export const keyRow = async (pool: Pool, keyId: string) => (await pool.query('SELECT ink_reserved, ink_charged FROM api_keys WHERE id = $1', [keyId])).rows[0];
 export const walletRow = async (pool: Pool, accountId: string) =>
   (await pool.query('SELECT grant_ink + payg_ink AS balance, held_grant_ink + held_payg_ink AS held, charged_ink FROM wallets WHERE account_id = $1', [accountId])).rows[0];
+
+/**
+ * A stream cut off from its settle: the vendor's whole content and message_stop went through,
+ * then exactly one final error event with code usage_unknown, and no usage frame.
+ */
+export function assertUsageUnknownStream(t: Test, evs: SseEvent[], vendorText: string): void {
+  const deltas = evs.filter((e) => e.event === 'content_block_delta').map((e) => JSON.parse(e.data).delta.text ?? '').join('');
+  t.equal(deltas, vendorText, 'stream: every content delta arrived');
+  t.ok(evs.some((e) => e.event === 'message_stop'), 'stream: message_stop passed through');
+  t.equal(evs.filter((e) => e.event === 'error').length, 1, 'stream: exactly one error event');
+  t.equal(evs.at(-1)?.event, 'error', 'stream: and it is the last event');
+  t.equal(JSON.parse(evs.at(-1)!.data).error?.code, 'usage_unknown', 'stream: code usage_unknown');
+  t.notOk(evs.some((e) => e.event === 'service.usage'), 'stream: no usage frame');
+}

@@ -118,10 +118,9 @@ export interface SoakStackOptions {
   log?: (m: string) => void;
 }
 
-/** How many of the process's socket fds are connections accepted on `port` (from /proc/net/tcp*). */
-function clientSockets(pid: number, port: number, fdNames: string[]): number {
-  const inodes = new Set<string>();
-  const hexPort = ':' + port.toString(16).toUpperCase().padStart(4, '0');
+/** The rows of the process's /proc/PID/net/tcp and tcp6 tables, split into columns (header dropped). */
+function tcpRows(pid: number): string[][] {
+  const rows: string[][] = [];
   for (const f of ['tcp', 'tcp6']) {
     let text: string;
     try {
@@ -131,9 +130,19 @@ function clientSockets(pid: number, port: number, fdNames: string[]): number {
     }
     for (const line of text.split('\n').slice(1)) {
       const cols = line.trim().split(/\s+/);
-      // local_address is column 1; state 0A is LISTEN (the listening socket is not a client).
-      if (cols.length > 9 && cols[1]!.endsWith(hexPort) && cols[3] !== '0A') inodes.add(cols[9]!);
+      if (cols.length > 9) rows.push(cols);
     }
+  }
+  return rows;
+}
+
+/** How many of the process's socket fds are connections accepted on `port` (from /proc/net/tcp*). */
+function clientSockets(pid: number, port: number, fdNames: string[]): number {
+  const inodes = new Set<string>();
+  const hexPort = ':' + port.toString(16).toUpperCase().padStart(4, '0');
+  for (const cols of tcpRows(pid)) {
+    // local_address is column 1; state 0A is LISTEN (the listening socket is not a client).
+    if (cols[1]!.endsWith(hexPort) && cols[3] !== '0A') inodes.add(cols[9]!);
   }
   let n = 0;
   for (const fd of fdNames) {
@@ -150,21 +159,11 @@ function clientSockets(pid: number, port: number, fdNames: string[]): number {
 /** The process's TCP sockets by the name of their peer's port (`client` for connections accepted on `port`). */
 function socketsByPeer(pid: number, port: number, names: ReadonlyMap<number, string>): Record<string, number> {
   const byInode = new Map<string, string>();
-  for (const f of ['tcp', 'tcp6']) {
-    let text: string;
-    try {
-      text = readFileSync(`/proc/${pid}/net/${f}`, 'utf8');
-    } catch {
-      continue;
-    }
-    for (const line of text.split('\n').slice(1)) {
-      const cols = line.trim().split(/\s+/);
-      if (cols.length <= 9) continue;
-      const local = parseInt(cols[1]!.split(':').pop()!, 16);
-      const remote = parseInt(cols[2]!.split(':').pop()!, 16);
-      const name = cols[3] === '0A' ? 'listen' : local === port ? 'client' : (names.get(remote) ?? 'other');
-      byInode.set(cols[9]!, name);
-    }
+  for (const cols of tcpRows(pid)) {
+    const local = parseInt(cols[1]!.split(':').pop()!, 16);
+    const remote = parseInt(cols[2]!.split(':').pop()!, 16);
+    const name = cols[3] === '0A' ? 'listen' : local === port ? 'client' : (names.get(remote) ?? 'other');
+    byInode.set(cols[9]!, name);
   }
   const out: Record<string, number> = {};
   let fds: string[] = [];
