@@ -93,3 +93,21 @@ export async function priorAnswer(
   const st = await keyState(q, keyId, idemKey, hash, nowMs);
   return st.kind === 'free' ? undefined : answerForKey(st, present);
 }
+
+/**
+ * Claims the key for a new generation, or gives the answer owed when another submit holds it.
+ * Two tries: a claim lost to a racer is answered from the racer's state (replay, 409, 422); a key
+ * that stays contended after that is in use (409). Undefined: claimed, admit the submit.
+ */
+export async function claimOrAnswer(
+  q: Queryable,
+  c: { keyId: string; idemKey: string; hash: Buffer; generationId: string; clock: () => number; ttlMs: number },
+  present: (row: GenerationRow) => Record<string, unknown>,
+): Promise<{ body: Record<string, unknown>; replayed: true } | undefined> {
+  for (let attempt = 0; attempt < 2; attempt++) {
+    if (await claimKey(q, c.keyId, c.idemKey, c.hash, c.generationId, c.clock(), c.ttlMs)) return undefined;
+    const prior = await priorAnswer(q, c.keyId, c.idemKey, c.hash, c.clock(), present);
+    if (prior) return prior;
+  }
+  return answerForKey({ kind: 'in_use' }, present);
+}

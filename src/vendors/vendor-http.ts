@@ -47,3 +47,18 @@ export async function readBounded(body: Dispatcher.ResponseData['body'], maxByte
     if (total !== undefined) clearTimeout(total);
   }
 }
+
+/**
+ * A vendor's JSON answer: the body read within `maxBytes`, then parsed; an empty or non-JSON body
+ * is `undefined` (the caller decides what that means for its status). Rejects only when the body
+ * could not be read (the connection failed or the cap was crossed).
+ */
+export async function readVendorJson(body: Dispatcher.ResponseData['body'], maxBytes: number): Promise<unknown> {
+  const text = (await readBounded(body, maxBytes)).toString('utf8');
+  if (text === '') return undefined;
+  try {
+    return JSON.parse(text) as unknown;
+  } catch {
+    return undefined;
+  }
+}

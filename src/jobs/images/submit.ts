@@ -24,7 +24,7 @@ import { imageInk } from '../../ledger/pricing.js';
 import { withTx } from '../../store/pool.js';
 import { canonicalJson, checkUrlsFetchable, type SubmitInput, type SubmitResult } from '../video/submit.js';
 import type { VideoDeps } from '../video/deps.js';
-import { answerForKey, assertIdempotencyKey, claimKey, dropClaim, priorAnswer } from '../idempotency.js';
+import { assertIdempotencyKey, claimOrAnswer, dropClaim, priorAnswer } from '../idempotency.js';
 import { admissionCounts, insertGeneration, markImageQueued, type GenerationRow } from '../store.js';
 import { presentImageAccepted } from './present.js';
 import { validateImageRequest } from './validate.js';
@@ -35,12 +35,6 @@ const URL_CHECK_CONCURRENCY = 8;
 
 /** The body hash of an image submit: prefixed, so it never equals a video body's hash under the same key. */
 export const imageBodyHash = (body: Record<string, unknown>): Buffer => createHash('sha256').update('image\n').update(canonicalJson(body)).digest();
-
-
-
-
-
-
 
 export async function submitImage(services: Services, deps: VideoDeps, input: SubmitInput): Promise<SubmitResult> {
   const { config, pool, catalog, ledger } = services;
@@ -65,18 +59,11 @@ export async function submitImage(services: Services, deps: VideoDeps, input: Su
   const holdInk = imageInk(v.request.size, v.model);
 
   const id = newId('igen_');
-  let claimed = false;
   if (idemKey !== undefined) {
     const urlWaves = Math.ceil(v.urls.length / URL_CHECK_CONCURRENCY);
     const ttlMs = config.jobs.leaseMs + urlWaves * 2 * config.media.referenceTimeoutMs;
-    for (let attempt = 0; attempt < 2 && !claimed; attempt++) {
-      claimed = await claimKey(pool, auth.keyId, idemKey, hash!, id, deps.clock(), ttlMs);
-      if (!claimed) {
-        const prior = await priorAnswer(pool, auth.keyId, idemKey, hash!, deps.clock(), presentImageAccepted);
-        if (prior) return prior;
-      }
-    }
-    if (!claimed) return answerForKey({ kind: 'in_use' }, presentImageAccepted);
+    const owed = await claimOrAnswer(pool, { keyId: auth.keyId, idemKey, hash: hash!, generationId: id, clock: deps.clock, ttlMs }, presentImageAccepted);
+    if (owed) return owed;
   }
 
   let row: GenerationRow;
@@ -95,7 +82,7 @@ export async function submitImage(services: Services, deps: VideoDeps, input: Su
       });
     });
   } catch (e) {
-    if (claimed) await dropClaim(pool, auth.keyId, idemKey!, id).catch(() => undefined);
+    if (idemKey !== undefined) await dropClaim(pool, auth.keyId, idemKey, id).catch(() => undefined);
     throw e;
   }
   // Committed. Hand the row to the engine. If this fails the row stays `submitting` under our lease;

@@ -14,7 +14,7 @@
 //   502 provider_error / 503 provider_unavailable       the vendor refused / could not be reached: hold released
 //   202                                                 accepted
 import { checkAdmissionCounts, requireAccess, utcDayStartMs } from '../plan-access.js';
-import { answerForKey, assertIdempotencyKey, claimKey, dropClaim, priorAnswer } from '../idempotency.js';
+import { assertIdempotencyKey, claimOrAnswer, dropClaim, priorAnswer } from '../idempotency.js';
 import { createHash } from 'node:crypto';
 import { newId } from '../../auth/api-key.js';
 import { unavailability } from '../../catalog/availability.js';
@@ -67,11 +67,6 @@ export { secondsUntilUtcMidnight } from '../plan-access.js';
 
 // ---------------------------------------------------------------------------------------------
 // Admission
-
-
-
-
-
 
 // ---------------------------------------------------------------------------------------------
 // Reference URLs
@@ -205,19 +200,11 @@ export async function submitVideo(services: Services, deps: VideoDeps, input: Su
   const holdInk = videoClipInk(v.model, v.request.resolution, v.request.duration, priceSet);
 
   const id = newId('vgen_');
-  let claimed = false;
   if (idemKey !== undefined) {
     const urlWaves = Math.ceil(v.urls.length / URL_CHECK_CONCURRENCY);
     const ttlMs = config.jobs.leaseMs + urlWaves * 2 * config.media.referenceTimeoutMs;
-    // Two tries: a claim lost to a racer is answered from the racer's state (replay, 409, 422).
-    for (let attempt = 0; attempt < 2 && !claimed; attempt++) {
-      claimed = await claimKey(pool, auth.keyId, idemKey, hash!, id, deps.clock(), ttlMs);
-      if (!claimed) {
-        const prior = await priorAnswer(pool, auth.keyId, idemKey, hash!, deps.clock(), presentAccepted);
-        if (prior) return prior;
-      }
-    }
-    if (!claimed) return answerForKey({ kind: 'in_use' }, presentAccepted);
+    const owed = await claimOrAnswer(pool, { keyId: auth.keyId, idemKey, hash: hash!, generationId: id, clock: deps.clock, ttlMs }, presentAccepted);
+    if (owed) return owed;
   }
 
   let row: GenerationRow;
@@ -238,7 +225,7 @@ export async function submitVideo(services: Services, deps: VideoDeps, input: Su
       });
     });
   } catch (e) {
-    if (claimed) await dropClaim(pool, auth.keyId, idemKey!, id).catch(() => undefined);
+    if (idemKey !== undefined) await dropClaim(pool, auth.keyId, idemKey, id).catch(() => undefined);
     throw e;
   }
 

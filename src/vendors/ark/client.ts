@@ -2,7 +2,7 @@
 // every call bounded (connect, headers, body, total), our key only, and an allow-list of the fields
 // we send: nothing the client wrote reaches the vendor except through the mapping below.
 // Wire shapes: /work/shared/vendors/ark (SEEDANCE_VIDEO_TASKS.md and the JSON examples).
-import { readBounded, retryAfterSeconds, vendorAgent } from '../vendor-http.js';
+import { readVendorJson, retryAfterSeconds, vendorAgent } from '../vendor-http.js';
 import { Agent, request, type Dispatcher } from 'undici';
 
 /** What we ask Ark for: built from a validated, normalised request only. */
@@ -182,17 +182,11 @@ export class ArkClient {
     } catch (e) {
       throw new ArkError('unavailable', `the vendor could not be reached: ${(e as Error).message}`);
     }
-    let text: string;
-    try {
-      text = (await readBounded(res.body, MAX_RESPONSE_BYTES)).toString('utf8');
-    } catch (e) {
-      throw new ArkError('unavailable', `the vendor answer could not be read: ${(e as Error).message}`, res.statusCode);
-    }
     let body: unknown;
     try {
-      body = text === '' ? undefined : JSON.parse(text);
-    } catch {
-      body = undefined;
+      body = await readVendorJson(res.body, MAX_RESPONSE_BYTES);
+    } catch (e) {
+      throw new ArkError('unavailable', `the vendor answer could not be read: ${(e as Error).message}`, res.statusCode);
     }
     const s = res.statusCode;
     if (s >= 200 && s < 300) {

@@ -3,7 +3,7 @@
 // our key only, and an allow-list of the fields we send: nothing the client wrote reaches the
 // vendor except through the mapping below.
 // Wire shapes: /work/shared/vendors/gemini (IMAGE_APIS.md and the JSON examples).
-import { readBounded, retryAfterSeconds, vendorAgent } from '../vendor-http.js';
+import { readVendorJson, retryAfterSeconds, vendorAgent } from '../vendor-http.js';
 import { Agent, request, type Dispatcher } from 'undici';
 
 export const GEMINI_IMAGE_SIZES = ['1K', '2K', '4K'] as const;
@@ -174,17 +174,11 @@ export class GeminiClient {
     } catch (e) {
       throw new GeminiError('unavailable', `the vendor could not be reached: ${(e as Error).message}`);
     }
-    let text: string;
-    try {
-      text = (await readBounded(res.body, this.maxResponseBytes)).toString('utf8');
-    } catch (e) {
-      throw new GeminiError('unavailable', `the vendor answer could not be read: ${(e as Error).message}`, res.statusCode);
-    }
     let body: unknown;
     try {
-      body = text === '' ? undefined : JSON.parse(text);
-    } catch {
-      body = undefined;
+      body = await readVendorJson(res.body, this.maxResponseBytes);
+    } catch (e) {
+      throw new GeminiError('unavailable', `the vendor answer could not be read: ${(e as Error).message}`, res.statusCode);
     }
     const s = res.statusCode;
     if (s >= 200 && s < 300) {
