@@ -94,11 +94,6 @@ export class KeyAuthenticator {
     if (token !== undefined && isWellFormedKey(token)) this.cache.delete(hashKey(token).toString('latin1'));
   }
 
-  /** Keys remembered now (tests). */
-  get cachedKeys(): number {
-    return this.cache.size;
-  }
-
   private async lookupHash(hash: Buffer): Promise<AuthInfo> {
     let row;
     try {

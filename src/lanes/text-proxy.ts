@@ -195,7 +195,6 @@ async function settleFailed(services: Services, ledger: TextBilling, requestId: 
     usage,
     err: e as Error,
   });
-  // Retried in the background while the store is away: the vendor id must reach the hold.
   await moveOrLog(services, requestId, 'markUsageUnknown', ledger.markUsageUnknownEventually(requestId, { vendorRequestId, reason: 'settle failed' }));
 }
 
@@ -240,7 +239,7 @@ export function createTextHandler(lane: TextLane, d: TextProxyDeps): (ctx: HttpC
         await moveOrLog(services, requestId, 'release', ledger.release(requestId, 'vendor unreachable before the request was sent'));
         throw new ApiError('provider_unavailable', { message: 'The vendor is unreachable.', retryAfterS: 30, cause: e });
       }
-      await moveOrLog(services, requestId, 'markUsageUnknown', ledger.markUsageUnknown(requestId, { reason: `dispatch failed: ${(e as Error).message.slice(0, 200)}` }));
+      await moveOrLog(services, requestId, 'markUsageUnknown', ledger.markUsageUnknownEventually(requestId, { reason: `dispatch failed: ${(e as Error).message.slice(0, 200)}` }));
       throw new ApiError('provider_error', { message: 'The vendor failed after the request was sent; the hold is kept until reconciled.', cause: e });
     }
 
@@ -258,7 +257,7 @@ export function createTextHandler(lane: TextLane, d: TextProxyDeps): (ctx: HttpC
         mapped.release ? 'release' : 'markUsageUnknown',
         mapped.release
           ? ledger.release(requestId, `vendor ${res.statusCode}`)
-          : ledger.markUsageUnknown(requestId, { vendorRequestId: storableId(headerValue(res.headers, VENDOR_ID_HEADERS)), reason: `vendor ${res.statusCode}` }),
+          : ledger.markUsageUnknownEventually(requestId, { vendorRequestId: storableId(headerValue(res.headers, VENDOR_ID_HEADERS)), reason: `vendor ${res.statusCode}` }),
       );
       throw mapped.error;
     }
@@ -271,11 +270,11 @@ export function createTextHandler(lane: TextLane, d: TextProxyDeps): (ctx: HttpC
       const buf = await readBounded(res.body, MAX_VENDOR_BODY_BYTES, cfg.upstream.streamTotalMs);
       result = lane.finishBody(JSON.parse(buf.toString('utf8')), req);
     } catch (e) {
-      await moveOrLog(services, requestId, 'markUsageUnknown', ledger.markUsageUnknown(requestId, { reason: `unreadable vendor body: ${(e as Error).message.slice(0, 200)}` }));
+      await moveOrLog(services, requestId, 'markUsageUnknown', ledger.markUsageUnknownEventually(requestId, { reason: `unreadable vendor body: ${(e as Error).message.slice(0, 200)}` }));
       throw new ApiError('provider_error', { message: 'The vendor answer could not be read; the hold is kept until reconciled.', cause: e });
     }
     if (result.chargeInk === undefined) {
-      await moveOrLog(services, requestId, 'markUsageUnknown', ledger.markUsageUnknown(requestId, { vendorRequestId: storableId(result.vendorRequestId), reason: 'no usable usage receipt' }));
+      await moveOrLog(services, requestId, 'markUsageUnknown', ledger.markUsageUnknownEventually(requestId, { vendorRequestId: storableId(result.vendorRequestId), reason: 'no usable usage receipt' }));
       throw new ApiError('provider_error', { message: 'The vendor answered without a usable usage receipt; the hold is kept until reconciled.' });
     }
     const headers: Array<[string, string]> = [['X-Service-Request-Id', requestId]];
@@ -365,7 +364,7 @@ async function streamThrough(
       services,
       requestId,
       'markUsageUnknown',
-      ledger.markUsageUnknown(requestId, { vendorRequestId: storableId(tally.vendorRequestId()), reason: failure ? `stream failed: ${failure.message.slice(0, 200)}` : 'no usage receipt' }),
+      ledger.markUsageUnknownEventually(requestId, { vendorRequestId: storableId(tally.vendorRequestId()), reason: failure ? `stream failed: ${failure.message.slice(0, 200)}` : 'no usage receipt' }),
     );
     frame = lane.errorFrame('usage_unknown', 'The stream ended without a usage receipt; the hold is kept until the vendor record reconciles it.', requestId, tally);
   } else {

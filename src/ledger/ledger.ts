@@ -406,7 +406,7 @@ export class Ledger {
     }
     // A statement that may still commit on the server would leave a hold nobody knows about:
     // claim the id (or release the hold) in the background, then answer 503 now.
-    if (row instanceof Error && outcomeUnknown(row)) this.abandon(input, 0);
+    if (row instanceof Error && outcomeUnknown(row)) this.abandon(input);
     return reserveOutcome(input, row);
   }
 
@@ -466,25 +466,36 @@ export class Ledger {
   }
 
   /** Claims the id of a reservation whose outcome is unknown, or releases the hold if it was taken. */
-  private abandon(input: ReserveInput, attempt: number): void {
-    const p = this.voidReservation(input).then(
-      (outcome) => this.log('ledger.reserve_abandoned', { requestId: input.requestId, outcome }),
-      (e: unknown) => {
-        const delay = this.abandonRetryMs[attempt];
-        if (delay === undefined || this.closed) {
-          this.log('ledger.reserve_abandon_failed', { requestId: input.requestId, error: (e as Error).message });
-          return;
-        }
-        const t = setTimeout(() => {
-          this.cleanupTimers.delete(t);
-          this.abandon(input, attempt + 1);
-        }, delay);
-        t.unref();
-        this.cleanupTimers.add(t);
-      },
-    );
-    this.cleanups.add(p);
-    void p.finally(() => this.cleanups.delete(p));
+  private abandon(input: ReserveInput): void {
+    const requestId = input.requestId;
+    const tryVoid = () => this.voidReservation(input).then((outcome) => this.log('ledger.reserve_abandoned', { requestId, outcome }));
+    this.track(tryVoid().catch(() => this.retryLater('ledger.reserve_abandon_failed', requestId, tryVoid)));
+  }
+
+  /**
+   * Runs `attempt` again `abandonRetryMs[n]` from now and, while it fails, after each following
+   * delay; when the delays run out (or the ledger closes) it logs `gaveUp`. For bookkeeping that
+   * must land once the store is back: an abandoned reserve's clean-up, a usage_unknown mark.
+   */
+  private retryLater(gaveUp: string, requestId: string, attempt: () => Promise<unknown>, n = 0): void {
+    const delay = this.abandonRetryMs[n];
+    if (delay === undefined || this.closed) {
+      this.log(gaveUp, { requestId });
+      return;
+    }
+    const t = setTimeout(() => {
+      this.cleanupTimers.delete(t);
+      this.track(attempt().then(() => undefined, () => this.retryLater(gaveUp, requestId, attempt, n + 1)));
+    }, delay);
+    t.unref();
+    this.cleanupTimers.add(t);
+  }
+
+  /** Background work close() waits for. */
+  private track(p: Promise<unknown>): void {
+    const done = p.then(() => undefined);
+    this.cleanups.add(done);
+    void done.finally(() => this.cleanups.delete(done));
   }
 
   private async voidReservation(input: ReserveInput): Promise<'voided' | 'released' | 'already_resolved' | 'no_account'> {
@@ -618,36 +629,18 @@ export class Ledger {
   /**
    * markUsageUnknown that does not give up when the store is briefly away: the first try is
    * awaited; if it fails, it is retried in the background (abandonRetryMs apart) until it lands
-   * or the ledger closes. Used after a settle could not be written: the hold stays open either
-   * way, and this is what puts the vendor's id on it, without which reconciliation could never
-   * match the vendor's record.
+   * or the ledger closes. The text lanes mark every hold they leave open this way (no receipt,
+   * vendor 5xx, a settle that could not be written): the hold stays open either way, and this is
+   * what puts the vendor's id on it, without which reconciliation could never match the vendor's
+   * record.
    */
   async markUsageUnknownEventually(requestId: string, details: { vendorRequestId?: string; reason?: string } = {}): Promise<void> {
     try {
       await this.markUsageUnknown(requestId, details);
     } catch (e) {
-      this.retryInBackground('ledger.usage_unknown', requestId, () => this.markUsageUnknown(requestId, details), 0);
+      this.retryLater('ledger.usage_unknown_gave_up', requestId, () => this.markUsageUnknown(requestId, details));
       throw e;
     }
-  }
-
-  private retryInBackground(what: string, requestId: string, attempt: () => Promise<unknown>, n: number): void {
-    const delay = this.abandonRetryMs[n];
-    if (delay === undefined || this.closed) {
-      this.log(`${what}_gave_up`, { requestId });
-      return;
-    }
-    const t = setTimeout(() => {
-      this.cleanupTimers.delete(t);
-      const p = attempt().then(
-        () => this.log(`${what}_retried`, { requestId, attempts: n + 2 }),
-        () => this.retryInBackground(what, requestId, attempt, n + 1),
-      );
-      this.cleanups.add(p);
-      void p.finally(() => this.cleanups.delete(p));
-    }, delay);
-    t.unref();
-    this.cleanupTimers.add(t);
   }
 
   async setVendorRequestId(requestId: string, vendorRequestId: string): Promise<void> {

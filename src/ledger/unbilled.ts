@@ -4,7 +4,7 @@
 import type { Hold, Ledger, ReserveInput, ResolveResult } from './ledger.js';
 
 /** The moves a text request makes. */
-export type TextBilling = Pick<Ledger, 'reserve' | 'settle' | 'release' | 'markUsageUnknown' | 'markUsageUnknownEventually' | 'setVendorRequestId'>;
+export type TextBilling = Pick<Ledger, 'reserve' | 'settle' | 'release' | 'markUsageUnknownEventually' | 'setVendorRequestId'>;
 
 export class UnbilledLedger implements TextBilling {
   async reserve(input: ReserveInput): Promise<Hold> {
@@ -18,8 +18,6 @@ export class UnbilledLedger implements TextBilling {
   async release(): Promise<ResolveResult> {
     return { resolved: true, chargedInk: 0, releasedInk: 0, expiredInk: 0 };
   }
-
-  async markUsageUnknown(): Promise<void> {}
 
   async markUsageUnknownEventually(): Promise<void> {}
 
