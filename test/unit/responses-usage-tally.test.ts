@@ -2,6 +2,7 @@ import t from 'tap';
 import fc from 'fast-check';
 import { readFileSync } from 'node:fs';
 import {
+  scanTextDeltaChars,
   ResponsesUsageTally,
   tallyResponseBody,
   type ResponsesTallyResult,
@@ -437,4 +438,49 @@ t.test('non-streaming bodies', async (t) => {
   t.equal(notJson.outcome, 'usage_unknown');
   t.match(notJson.parseError, /not JSON/);
   t.equal(tallyResponseBody('[1,2]').parseError, 'body is not a JSON object');
+});
+
+// Escapes every non-ASCII character and some ASCII ones as \uXXXX, as ensure_ascii JSON encoders
+// (Python's json.dumps) write them.
+const asciiJson = (v: string): string =>
+  '"' +
+  Array.from({ length: v.length }, (_, i) => v.charCodeAt(i))
+    .map((u) => (u > 0x7e || u === 0x2f ? '\\u' + u.toString(16).padStart(4, '0') : JSON.stringify(String.fromCharCode(u)).slice(1, -1)))
+    .join('') +
+  '"';
+
+t.test('scanTextDeltaChars counts what JSON.parse would count', async (t) => {
+  fc.assert(
+    fc.property(fc.string({ unit: 'binary', maxLength: 60 }), fc.boolean(), fc.boolean(), (delta, ascii, deltaFirst) => {
+      const lit = ascii ? asciiJson(delta) : JSON.stringify(delta);
+      const rest = '"type":"response.output_text.delta","item_id":"msg_1","output_index":0,"content_index":0';
+      const data = deltaFirst ? `{"delta":${lit},${rest},"sequence_number":7}` : `{${rest},"delta":${lit},"logprobs":[],"sequence_number":7}`;
+      const parsed = JSON.parse(data) as { delta: string };
+      return parsed.delta === delta && scanTextDeltaChars(data) === delta.length;
+    }),
+    { numRuns: 3000 },
+  );
+  t.equal(scanTextDeltaChars('{"type":"response.output_text.delta","delta":"a\\u00e9\\n\\"b"}'), 5, 'escapes are one unit each');
+  t.equal(scanTextDeltaChars('{"type":"response.output_text.delta","delta":"\\ud83d\\ude00"}'), 2, 'an escaped surrogate pair is two units');
+  t.equal(scanTextDeltaChars('{"type":"response.output_text.delta","delta":""}'), 0);
+  // Anything unusual is left to JSON.parse.
+  t.equal(scanTextDeltaChars('{"delta":"abc"}'), -1, 'no type: not known to be a text delta');
+  t.equal(scanTextDeltaChars('{"type":"response.output_text.delta","delta": "abc"}'), -1, 'space after the colon');
+  t.equal(scanTextDeltaChars('{"type":"response.output_text.delta","delta":"abc"'), 0 + 3, 'the string itself is complete');
+  t.equal(scanTextDeltaChars('{"type":"response.output_text.delta","delta":"abc'), -1, 'unterminated string');
+  t.equal(scanTextDeltaChars('{"type":"response.output_text.delta","delta":"a\\x"}'), -1, 'bad escape');
+  t.equal(scanTextDeltaChars('{"type":"response.output_text.delta","delta":"\\u12g4"}'), -1, 'bad \\u escape');
+  t.equal(scanTextDeltaChars('{"type":"response.output_text.delta","delta":"a\tb"}'), -1, 'raw control character');
+  t.equal(scanTextDeltaChars('{"type":"response.output_text.delta","delta":"a","x":{"delta":"bb"}}'), -1, 'two delta keys');
+});
+
+t.test('text deltas the scan leaves alone are still counted by parsing', async (t) => {
+  const s =
+    frame(created) +
+    'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","sequence_number":1,"delta": "spaced"}\n\n' +
+    frame(terminal('response.completed', 2, { status: 'completed', usage: { input_tokens: 1, output_tokens: 1 } }));
+  const r = tallyChunks([Buffer.from(s)]);
+  t.equal(r.visibleTextChars, 6);
+  t.equal(r.maxSequenceNumber, 2);
+  t.equal(r.outcome, 'complete');
 });

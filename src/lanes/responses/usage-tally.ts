@@ -24,9 +24,10 @@
 // that event (the official SDK discards it as well).
 //
 // Parsing cost: JSON.parse runs only for events that carry something we keep (terminal events,
-// `error`, text deltas, `response.created` (and `response.in_progress` / `response.queued` while
+// `error`, `response.created` (and `response.in_progress` / `response.queued` while
 // the response id is still unknown), and data-only frames whose type is unknown until parsed). Other named events (item and part
-// snapshots, argument deltas, reasoning) only have their sequence_number read by a scan.
+// snapshots, argument deltas, reasoning) only have their sequence_number read by a scan, and text
+// deltas their sequence_number and text length (`scanTextDeltaChars`).
 
 import { createParser, type EventSourceMessage, type EventSourceParser } from 'eventsource-parser';
 
@@ -189,6 +190,46 @@ function scanSequenceNumber(data: string): number {
   return digits === 0 ? -1 : n;
 }
 
+const DELTA_TYPE = '"type":"response.output_text.delta"';
+const DELTA_KEY = '"delta":"';
+
+/**
+ * The UTF-16 length `JSON.parse` would give the `delta` string of a text-delta event, read from
+ * the raw JSON: each escape (`\n`, `\"`, `\uXXXX`, ...) is one code unit, every other character
+ * is itself. Returns -1 (the caller then parses the event) unless the data says it is a text delta
+ * and has exactly one `"delta":"` key with a well-formed string after it. Neither pattern can occur
+ * inside a JSON string value, where every quote is escaped. It does not check the rest of the
+ * event is valid JSON: a malformed delta still counts, and the client's SDK reports it.
+ */
+export function scanTextDeltaChars(data: string): number {
+  if (data.indexOf(DELTA_TYPE) === -1) return -1;
+  const at = data.indexOf(DELTA_KEY);
+  if (at === -1) return -1;
+  let n = 0;
+  const len = data.length;
+  for (let i = at + DELTA_KEY.length; i < len; i++) {
+    const c = data.charCodeAt(i);
+    if (c === 34) return data.indexOf(DELTA_KEY, i) === -1 ? n : -1;
+    if (c < 0x20) return -1;
+    if (c === 92) {
+      const e = data.charCodeAt(i + 1);
+      if (e === 117) {
+        for (let k = 2; k < 6; k++) {
+          const h = data.charCodeAt(i + k) | 0x20;
+          if (!((h >= 48 && h <= 57) || (h >= 97 && h <= 102))) return -1;
+        }
+        i += 5;
+      } else if (e === 34 || e === 92 || e === 47 || e === 98 || e === 102 || e === 110 || e === 114 || e === 116) {
+        i += 1;
+      } else {
+        return -1;
+      }
+    }
+    n++;
+  }
+  return -1;
+}
+
 /**
  * Streaming tally. Feed it the upstream bytes as they pass (whole events or any split), then
  * call `end()` when the upstream body ends. Never throws from `feed`/`end`.
@@ -279,6 +320,16 @@ export class ResponsesUsageTally {
       const seq = scanSequenceNumber(data);
       if (seq > this._maxSequenceNumber) this._maxSequenceNumber = seq;
       return;
+    }
+    // Text deltas are most of a stream's events: count their text without building objects.
+    if (name === 'response.output_text.delta') {
+      const chars = scanTextDeltaChars(data);
+      if (chars !== -1) {
+        const seq = scanSequenceNumber(data);
+        if (seq > this._maxSequenceNumber) this._maxSequenceNumber = seq;
+        if (this._terminalEvent === undefined) this._visibleTextChars += chars;
+        return;
+      }
     }
     let parsed: unknown;
     try {
