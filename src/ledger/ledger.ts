@@ -276,6 +276,20 @@ const idTaken = (e: unknown): boolean => {
 const DUPLICATE: ReserveRow = Object.freeze({ item: 1, result: 'duplicate', take_grant_ink: 0, take_payg_ink: 0, available_ink: null, key_room_ink: null });
 
 /** Errors after which a batch is re-run item by item: not an outage, or one wedged row's lock. */
+/**
+ * A batch that timed out waiting for a row lock is retried once whole, waiting the session's
+ * longer lock_timeout, before it is split into single moves. Why: under a burst on one busy
+ * account the batches queue for the same wallet row, and splitting a batch there turns one
+ * statement into a hundred that queue for the same row and the same connections (measured: 1,000
+ * streams opened at once on one key got 503s). Splitting stays for what it is for: one wedged row
+ * (held by a long transaction elsewhere) that would otherwise fail its neighbours.
+ */
+const PATIENT = -1;
+
+function lockTimedOut(err: unknown): boolean {
+  return (err as { code?: unknown }).code === '55P03';
+}
+
 function retryAlone(err: unknown): boolean {
   return !isStoreUnavailable(err) || (err as { code?: unknown }).code === '55P03';
 }
@@ -345,6 +359,8 @@ export class Ledger {
   private readonly log: (msg: string, fields?: object) => void;
   private readonly reserveBatch: GroupCommit<ReserveInput, ReserveRow | Error> | undefined;
   private readonly resolveBatch: GroupCommit<ResolveItem, ResolveRow | Error> | undefined;
+  /** Vendor ids named mid-stream: bookkeeping, one batch at a time so it never crowds out the moves. */
+  private readonly vendorIdBatch: GroupCommit<readonly [string, string], void> | undefined;
   private readonly abandonRetryMs: readonly number[];
   private readonly batchLockTimeoutMs: number;
   private readonly functionForSingles: boolean;
@@ -370,6 +386,11 @@ export class Ledger {
       };
       this.reserveBatch = new GroupCommit('ledger reserve', (items) => this.runReserve(items), gc);
       this.resolveBatch = new GroupCommit('ledger resolve', (items) => this.runResolve(items), gc);
+      this.vendorIdBatch = new GroupCommit('ledger vendor ids', (items) => this.runSetVendorIds(items), {
+        maxItems: gc.maxItems,
+        maxInFlight: 1,
+        maxQueued: gc.maxQueued,
+      });
     }
   }
 
@@ -379,6 +400,15 @@ export class Ledger {
    */
   private nowText(): string {
     return this.now().toISOString();
+  }
+
+  /**
+   * The lock timeout a batch statement runs with: a batch first waits only `batchLockTimeoutMs`
+   * for a locked row; PATIENT (its one retry) waits the session's `lockTimeoutMs`.
+   */
+  private batchLockParam(n: number, lockTimeoutMs: number | null): number | null {
+    if (lockTimeoutMs === PATIENT) return null;
+    return n > 1 ? this.batchLockTimeoutMs : lockTimeoutMs;
   }
 
   /** Group-commit counters: statements sent and moves they carried, per kind (undefined when batching is off). */
@@ -428,11 +458,12 @@ export class Ledger {
       const r = await q.query<ReserveRow>({
         name: 'ledger_reserve',
         text: SQL.RESERVE,
-        values: [ids, accounts, keys, products, models, holds, this.nowText(), n > 1 ? this.batchLockTimeoutMs : lockTimeoutMs],
+        values: [ids, accounts, keys, products, models, holds, this.nowText(), this.batchLockParam(n, lockTimeoutMs)],
       });
       return byItem(r.rows, n);
     } catch (e) {
       // One bad item (an id that raced in elsewhere, a wedged wallet) must not fail its neighbours.
+      if (n > 1 && lockTimeoutMs === null && q === this.pool && lockTimedOut(e)) return this.runReserve(items, PATIENT, q);
       if (n > 1 && retryAlone(e)) return Promise.all(items.map((it) => this.runReserve([it], this.batchLockTimeoutMs).then((o) => o[0]!)));
       if (n === 1) return [idTaken(e) ? DUPLICATE : (e as Error)];
       throw e;
@@ -599,10 +630,11 @@ export class Ledger {
       const r = await q.query<ResolveRow>({
         name: alone ? 'ledger_resolve_async_commit' : 'ledger_resolve',
         text: alone ? SQL.RESOLVE_ASYNC_COMMIT : SQL.RESOLVE,
-        values: [ids, kinds, charges, usage, vendorIds, reasons, this.nowText(), n > 1 ? this.batchLockTimeoutMs : lockTimeoutMs],
+        values: [ids, kinds, charges, usage, vendorIds, reasons, this.nowText(), this.batchLockParam(n, lockTimeoutMs)],
       });
       return byItem(r.rows, n);
     } catch (e) {
+      if (n > 1 && lockTimeoutMs === null && q === this.pool && lockTimedOut(e)) return this.runResolve(items, PATIENT, q);
       if (n > 1 && retryAlone(e)) return Promise.all(items.map((it) => this.runResolve([it], this.batchLockTimeoutMs).then((o) => o[0]!)));
       if (n === 1) return [e as Error];
       throw e;
@@ -645,12 +677,20 @@ export class Ledger {
 
   async setVendorRequestId(requestId: string, vendorRequestId: string): Promise<void> {
     checkRequestId(requestId);
-    const vid = text('vendorRequestId', vendorRequestId, 256);
+    const vid = text('vendorRequestId', vendorRequestId, 256)!;
     try {
-      await this.pool.query(SQL.SET_VENDOR_REQUEST_ID, [requestId, vid]);
+      if (this.vendorIdBatch) await this.vendorIdBatch.submit([requestId, vid]);
+      else await this.pool.query({ name: 'ledger_set_vendor_request_id', text: SQL.SET_VENDOR_REQUEST_ID, values: [requestId, vid] });
     } catch (e) {
       storeError(e);
     }
+  }
+
+  private async runSetVendorIds(items: Array<readonly [string, string]>): Promise<void[]> {
+    const ids = new Array<string>(items.length), vids = new Array<string>(items.length);
+    for (let i = 0; i < items.length; i++) [ids[i], vids[i]] = items[i]!;
+    await this.pool.query({ name: 'ledger_set_vendor_request_ids', text: SQL.SET_VENDOR_REQUEST_IDS, values: [ids, vids] });
+    return new Array<void>(items.length);
   }
 
   // ---------------------------------------------------------------------------------------------
@@ -851,7 +891,7 @@ export class Ledger {
   /** Finishes every move already submitted; the pool is the caller's to end. */
   async close(): Promise<void> {
     this.closed = true;
-    await Promise.all([this.reserveBatch?.close(), this.resolveBatch?.close()]);
+    await Promise.all([this.reserveBatch?.close(), this.resolveBatch?.close(), this.vendorIdBatch?.close()]);
     for (const t of this.cleanupTimers) clearTimeout(t);
     this.cleanupTimers.clear();
     await Promise.allSettled([...this.cleanups]);

@@ -34,6 +34,15 @@ export const SET_VENDOR_REQUEST_ID = `UPDATE requests SET vendor_request_id = $2
     FROM set_config('synchronous_commit', 'off', true) AS async_commit
    WHERE id = $1 AND vendor_request_id IS DISTINCT FROM $2`;
 
+/**
+ * The same for a batch of running requests (group commit: one statement and one connection for
+ * every stream that named its vendor id in the same turn). Pairs are (request id, vendor id).
+ */
+export const SET_VENDOR_REQUEST_IDS = `UPDATE requests r SET vendor_request_id = d.vid
+    FROM set_config('synchronous_commit', 'off', true) AS async_commit,
+         unnest($1::text[], $2::text[]) AS d(id, vid)
+   WHERE r.id = d.id AND r.vendor_request_id IS DISTINCT FROM d.vid`;
+
 /** Top-up: pay-as-you-go and the credit total grow together, with the journal row, in one statement. */
 export const TOP_UP = `WITH w AS (
     UPDATE wallets SET payg_ink = payg_ink + $2, credited_ink = credited_ink + $2, topups_completed = topups_completed + 1

@@ -61,7 +61,9 @@ export async function migrate(pool: Pool, schema: string): Promise<number[]> {
       await client.query('SELECT pg_advisory_unlock($1)', [LOCK_KEY]);
     }
   } finally {
-    client.release();
+    // The session was given migration-sized timeouts and its own search_path: close it rather
+    // than hand the pool a connection whose lock_timeout is a minute instead of the hot path's.
+    client.release(true);
   }
   return applied;
 }

@@ -69,6 +69,35 @@ for (const batching of [true, false]) {
   });
 }
 
+t.test('a batch kept waiting past its short lock timeout by a busy wallet is retried whole, not split into single moves', async (t) => {
+  const ledger = new Ledger(pool, { batchLockTimeoutMs: 50 });
+  t.teardown(() => ledger.close());
+  const a = await seedAccount(pool, { paygInk: 10_000 });
+  // Count the batch statements the ledger sends (a split would send one per item).
+  const statements: string[] = [];
+  const orig = pool.query.bind(pool) as (...args: unknown[]) => Promise<unknown>;
+  (pool as unknown as { query: (...args: unknown[]) => Promise<unknown> }).query = (...args: unknown[]) => {
+    const q = args[0] as { name?: string };
+    if (q && typeof q === 'object' && q.name?.startsWith('ledger_reserve')) statements.push(q.name);
+    return orig(...args);
+  };
+  t.teardown(() => {
+    (pool as unknown as { query: unknown }).query = orig;
+  });
+  const unlock = await lockWallet(a.accountId);
+  const inputs = Array.from({ length: 10 }, () => input(a));
+  const all = Promise.all(inputs.map((i) => timed(ledger.reserve(i))));
+  // Hold the row until the batch's first attempt has timed out and its retry is waiting.
+  const deadline = Date.now() + 10_000;
+  while (statements.length < 2 && Date.now() < deadline) await new Promise((r) => setImmediate(r));
+  t.same(statements, ['ledger_reserve', 'ledger_reserve'], 'one statement for the batch, then one retry of it');
+  await unlock();
+  const results = await all;
+  for (const r of results) t.match(r.value, { holdInk: 30 }, 'every move of the batch got its hold');
+  t.equal(statements.length, 2, 'no single moves were sent');
+  await assertLedgerInvariant(t, pool);
+});
+
 t.test('a resolve against a locked wallet answers 503 and the hold stays open for a retry', async (t) => {
   const ledger = new Ledger(pool);
   t.teardown(() => ledger.close());

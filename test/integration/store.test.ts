@@ -25,3 +25,22 @@ t.test('the wallet invariant is a constraint the database enforces', async (t) =
   await t.rejects(db.pool.query("UPDATE wallets SET payg_ink = 10 WHERE account_id = 'usr_a'"), /wallet_balances/);
   await db.pool.query("UPDATE wallets SET payg_ink = 10, credited_ink = 10 WHERE account_id = 'usr_a'");
 });
+
+t.test("migrating leaves no connection with the migration's timeouts in the pool", async (t) => {
+  const db = await testDb(t);
+  await db.pool.query(`DROP SCHEMA ${db.schema} CASCADE`);
+  await migrate(db.pool, db.schema);
+  // Check every connection the pool holds (as many as it has opened, all checked out at once).
+  const clients = await Promise.all(Array.from({ length: Math.max(db.pool.totalCount, 1) }, () => db.pool.connect()));
+  try {
+    for (const c of clients) {
+      const { rows } = await c.query<{ lock_ms: number; statement_ms: number }>(
+        `SELECT (extract(epoch FROM current_setting('lock_timeout')::interval) * 1000)::int AS lock_ms,
+                (extract(epoch FROM current_setting('statement_timeout')::interval) * 1000)::int AS statement_ms`,
+      );
+      t.same(rows[0], { lock_ms: db.dbConfig.lockTimeoutMs, statement_ms: db.dbConfig.statementTimeoutMs });
+    }
+  } finally {
+    for (const c of clients) c.release();
+  }
+});
