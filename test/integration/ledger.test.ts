@@ -413,3 +413,36 @@ ledgerTest("inside the caller's transaction: a rolled-back reserve holds nothing
   }
   t.match(await walletOf(pool, a.accountId), { grant_ink: 0, payg_ink: 98, charged_ink: 12 });
 });
+
+for (const batching of [true, false]) {
+  t.test(`vendor ids named mid-stream by many streams at once are all recorded (batching ${batching})`, async (t) => {
+    const ledger = new Ledger(pool, { batching });
+    t.teardown(() => ledger.close());
+    const a = await seedAccount(pool, { paygInk: 100_000 });
+    const inputs = Array.from({ length: 60 }, () => reserveOf(a, 10));
+    await Promise.all(inputs.map((i) => ledger.reserve(i)));
+    const vid = (id: string) => `msg_${id.slice(4)}`;
+    const sent: string[] = [];
+    const orig = pool.query.bind(pool) as (...args: unknown[]) => Promise<unknown>;
+    (pool as unknown as { query: (...args: unknown[]) => Promise<unknown> }).query = (...args: unknown[]) => {
+      const q = args[0] as { name?: string };
+      if (q && typeof q === 'object' && q.name?.startsWith('ledger_set_vendor')) sent.push(q.name);
+      return orig(...args);
+    };
+    try {
+      await Promise.all(inputs.map((i) => ledger.setVendorRequestId(i.requestId, vid(i.requestId))));
+    } finally {
+      (pool as unknown as { query: unknown }).query = orig;
+    }
+    const { rows } = await pool.query<{ id: string; vendor_request_id: string; hold_state: string }>(
+      'SELECT id, vendor_request_id, hold_state FROM requests WHERE id = ANY($1)',
+      [inputs.map((i) => i.requestId)],
+    );
+    t.equal(rows.length, 60);
+    for (const r of rows) t.same([r.vendor_request_id, r.hold_state], [vid(r.id), 'open'], `${r.id}: vendor id recorded, hold untouched`);
+    if (batching) t.ok(sent.length >= 1 && sent.length < 60 && sent.every((n) => n === 'ledger_set_vendor_request_ids'), `${sent.length} statement(s) for 60 ids`);
+    else t.equal(sent.length, 60, 'one statement per id without batching');
+    for (const i of inputs) await ledger.release(i.requestId, 'test');
+    await assertLedgerInvariant(t, pool);
+  });
+}
