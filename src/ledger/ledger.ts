@@ -281,7 +281,6 @@ const idTaken = (e: unknown): boolean => {
 };
 const DUPLICATE: ReserveRow = Object.freeze({ item: 1, result: 'duplicate', take_grant_ink: 0, take_payg_ink: 0, available_ink: null, key_room_ink: null });
 
-/** Errors after which a batch is re-run item by item: not an outage, or one wedged row's lock. */
 /**
  * A batch that timed out waiting for a row lock is retried once whole, waiting the session's
  * longer lock_timeout, before it is split into single moves. Why: under a burst on one busy
@@ -296,8 +295,9 @@ function lockTimedOut(err: unknown): boolean {
   return (err as { code?: unknown }).code === '55P03';
 }
 
+/** Errors after which a batch is re-run item by item: not an outage, or one wedged row's lock. */
 function retryAlone(err: unknown): boolean {
-  return !isStoreUnavailable(err) || (err as { code?: unknown }).code === '55P03';
+  return !isStoreUnavailable(err) || lockTimedOut(err);
 }
 
 function checkReserveInput(input: ReserveInput): void {

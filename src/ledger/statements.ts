@@ -1,6 +1,6 @@
-// The ledger's SQL, one constant per statement. Holds move only through the four functions of
-// migration 002 (ledger_reserve / ledger_resolve for batches, ledger_reserve_one /
-// ledger_resolve_one for a lone move); credits through the single statements / short transaction
+// The ledger's SQL, one constant per statement. Holds move only through four functions
+// (ledger_reserve / ledger_resolve for batches, as migration 007 defines them, and
+// ledger_reserve_one (003) / ledger_resolve_one (002) for a lone move); credits through the single statements / short transaction
 // below. Each writes its journal rows in the same transaction as the balances.
 
 /** Reserve a batch: one row per item, in order. See 002_ledger.sql for the rules. */
