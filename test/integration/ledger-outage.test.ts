@@ -75,11 +75,15 @@ t.test('a batch kept waiting past its short lock timeout by a busy wallet is ret
   const a = await seedAccount(pool, { paygInk: 10_000 });
   // Count the batch statements the ledger sends (a split would send one per item).
   const statements: string[] = [];
+  let retrySent!: () => void;
+  const retried = new Promise<void>((resolve) => (retrySent = resolve));
   const orig = pool.query.bind(pool) as (...args: unknown[]) => Promise<unknown>;
   (pool as unknown as { query: (...args: unknown[]) => Promise<unknown> }).query = (...args: unknown[]) => {
     const q = args[0] as { name?: string };
     if (q && typeof q === 'object' && q.name?.startsWith('ledger_reserve')) statements.push(q.name);
-    return orig(...args);
+    const out = orig(...args);
+    if (statements.length === 2) retrySent();
+    return out;
   };
   t.teardown(() => {
     (pool as unknown as { query: unknown }).query = orig;
@@ -87,9 +91,8 @@ t.test('a batch kept waiting past its short lock timeout by a busy wallet is ret
   const unlock = await lockWallet(a.accountId);
   const inputs = Array.from({ length: 10 }, () => input(a));
   const all = Promise.all(inputs.map((i) => timed(ledger.reserve(i))));
-  // Hold the row until the batch's first attempt has timed out and its retry is waiting.
-  const deadline = Date.now() + 10_000;
-  while (statements.length < 2 && Date.now() < deadline) await new Promise((r) => setImmediate(r));
+  // Hold the row until the batch's first attempt has timed out and its retry is on its way.
+  await retried;
   t.same(statements, ['ledger_reserve', 'ledger_reserve'], 'one statement for the batch, then one retry of it');
   await unlock();
   const results = await all;
