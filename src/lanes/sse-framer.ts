@@ -242,21 +242,65 @@ export function forEachEvent(buf: Buffer, cb: (event: Buffer, complete: boolean)
   }
 }
 
-/** The exact bytes `"model":"<id>"` as a compact JSON writer (the vendors) emits them. */
-export function modelField(id: string): Buffer {
-  return Buffer.from(`"model":${JSON.stringify(id)}`, 'utf8');
+/**
+ * The model rewrite of the text lanes' pass-through, precomputed per model at start-up. Vendors
+ * answer with their own name for the model asked for, often a dated one (asked for `gpt-5-mini`,
+ * OpenAI answers `gpt-5-mini-2025-08-07`; asked for `claude-sonnet-4-5`, Anthropic answers
+ * `claude-sonnet-4-5-20250929`), so the match is on the prefix `"model":"<vendor id>` and the
+ * whole string value is replaced by the product id. Compact JSON, as the vendors write it.
+ */
+export interface ModelRewrite {
+  /** `"model":"<vendor id>` (no closing quote). */
+  readonly prefix: Buffer;
+  /** `"model":"<product id>"`. */
+  readonly replacement: Buffer;
 }
 
+export function modelRewrite(vendorId: string, productId: string): ModelRewrite {
+  const open = (id: string) => `"model":${JSON.stringify(id).slice(0, -1)}`;
+  return { prefix: Buffer.from(open(vendorId), 'utf8'), replacement: Buffer.from(`${open(productId)}"`, 'utf8') };
+}
+
+/** Longest model name we replace; a longer value is left alone (it is not a model id). */
+const MAX_MODEL_VALUE_BYTES = 256;
+const QUOTE = 0x22;
+const BACKSLASH = 0x5c;
+
 /**
- * Replaces the first occurrence of `needle` (precomputed, e.g. `modelField(vendorId)`) in
- * `event` with `replacement`; returns `event` itself when the needle is absent.
+ * Replaces every `"model":"<vendor id>…"` string value in `buf` with the product id; returns `buf`
+ * itself (no copy) when there is none, the common case for all but a stream's first and last
+ * events. The pattern cannot occur inside a JSON string (quotes are escaped there), and a value
+ * with an escape or without its closing quote within MAX_MODEL_VALUE_BYTES is left as it is.
  */
-export function rewriteModel(event: Buffer, needle: Buffer, replacement: Buffer): Buffer {
-  const at = event.indexOf(needle);
-  if (at === -1) return event;
-  const out = Buffer.allocUnsafe(event.length - needle.length + replacement.length);
-  event.copy(out, 0, 0, at);
-  replacement.copy(out, at);
-  event.copy(out, at + replacement.length, at + needle.length);
-  return out;
+export function rewriteModels(buf: Buffer, rw: ModelRewrite): Buffer {
+  let at = buf.indexOf(rw.prefix);
+  if (at === -1) return buf;
+  const parts: Buffer[] = [];
+  let from = 0;
+  let total = 0;
+  while (at !== -1) {
+    const valueStart = at + rw.prefix.length;
+    const limit = Math.min(buf.length, valueStart + MAX_MODEL_VALUE_BYTES);
+    let end = -1;
+    for (let i = valueStart; i < limit; i++) {
+      const c = buf[i]!;
+      if (c === QUOTE) {
+        end = i + 1;
+        break;
+      }
+      if (c === BACKSLASH || c < 0x20) break;
+    }
+    if (end === -1) {
+      at = buf.indexOf(rw.prefix, valueStart);
+      continue;
+    }
+    parts.push(buf.subarray(from, at), rw.replacement);
+    total += at - from + rw.replacement.length;
+    from = end;
+    at = buf.indexOf(rw.prefix, end);
+  }
+  if (parts.length === 0) return buf;
+  parts.push(buf.subarray(from));
+  total += buf.length - from;
+  return Buffer.concat(parts, total);
 }

@@ -15,7 +15,7 @@ import type { TextBilling } from '../ledger/unbilled.js';
 import type { HttpContext } from '../server/http-context.js';
 import { readJsonObject } from '../server/json-body.js';
 import type { Services } from '../gateway.js';
-import { forEachEvent, modelField, SseFramer } from './sse-framer.js';
+import { forEachEvent, modelRewrite, rewriteModels, SseFramer, type ModelRewrite } from './sse-framer.js';
 import { neverSent, type Upstream } from './upstream.js';
 import { readBounded } from '../vendors/vendor-http.js';
 
@@ -208,10 +208,10 @@ export function createTextHandler(lane: TextLane, d: TextProxyDeps): (ctx: HttpC
   const { services, ledger, upstream } = d;
   const cfg = services.config;
   const path = upstream ? upstream.basePath + lane.vendorPath : lane.vendorPath;
-  // Per model: the exact bytes the vendor writes for its model id, and ours to put in their place.
-  const rewrites = new Map<string, { needle: Buffer; replacement: Buffer }>();
+  // Per model: the bytes that start the vendor's model field, and ours to put in its place.
+  const rewrites = new Map<string, ModelRewrite>();
   for (const m of services.catalog.models) {
-    if (m.type === 'text') rewrites.set(m.id, { needle: modelField(m.vendorModel), replacement: modelField(m.id) });
+    if (m.type === 'text') rewrites.set(m.id, modelRewrite(m.vendorModel, m.id));
   }
 
   return async (ctx) => {
@@ -294,7 +294,7 @@ async function streamThrough(
   lane: TextLane,
   req: ParsedTextRequest,
   res: Dispatcher.ResponseData,
-  rw: { needle: Buffer; replacement: Buffer },
+  rw: ModelRewrite,
   ledger: TextBilling,
   services: Services,
 ): Promise<void> {
@@ -323,7 +323,7 @@ async function streamThrough(
         return;
       }
       if (out === null) return;
-      out = replaceAll(out, rw.needle, rw.replacement);
+      out = rewriteModels(out, rw);
       tally.push(out);
       if (!vendorIdRecorded) {
         const vendorId = storableId(tally.vendorRequestId());
@@ -388,19 +388,4 @@ async function streamThrough(
     }
   }
   ctx.end(frame);
-}
-
-/** Replaces every occurrence of needle; returns buf itself when there is none (the common case). */
-export function replaceAll(buf: Buffer, needle: Buffer, replacement: Buffer): Buffer {
-  let at = buf.indexOf(needle);
-  if (at === -1) return buf;
-  const parts: Buffer[] = [];
-  let from = 0;
-  while (at !== -1) {
-    parts.push(buf.subarray(from, at), replacement);
-    from = at + needle.length;
-    at = buf.indexOf(needle, from);
-  }
-  parts.push(buf.subarray(from));
-  return Buffer.concat(parts);
 }

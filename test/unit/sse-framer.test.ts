@@ -3,7 +3,7 @@ import fc from 'fast-check';
 import { readdirSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { SseFramer, forEachEvent, modelField, rewriteModel } from '../../src/lanes/sse-framer.js';
+import { SseFramer, forEachEvent, modelRewrite, rewriteModels } from '../../src/lanes/sse-framer.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const fixturesDir = join(here, '..', 'fixtures');
@@ -197,18 +197,30 @@ t.test('overflow: an incomplete event beyond the cap', async (t) => {
   t.throws(() => new SseFramer(0), RangeError);
 });
 
-t.test('rewriteModel', async (t) => {
-  const needle = modelField('claude-sonnet-4-5-20250929');
-  const repl = modelField('assistant-sonnet-5');
+t.test('rewriteModels: the vendor id, dated or not, becomes the product id in every model field', async (t) => {
   const sse = readFileSync(join(fixturesDir, 'anthropic', 'stream_thinking_text_tool.sse'));
   const events: Buffer[] = [];
   forEachEvent(sse, (ev) => events.push(ev));
   const start = events[0]!;
-  const rewritten = rewriteModel(start, needle, repl);
-  t.not(rewritten, start);
-  t.equal(rewritten.toString(), start.toString().replace('"model":"claude-sonnet-4-5-20250929"', '"model":"assistant-sonnet-5"'));
-  t.equal(JSON.parse(rewritten.toString().split('\n')[1]!.slice(6)).message.model, 'assistant-sonnet-5');
-  t.equal(rewriteModel(events[1]!, needle, repl), events[1], 'same buffer when absent');
-  const twice = Buffer.from('{"model":"a","x":{"model":"a"}}');
-  t.equal(rewriteModel(twice, modelField('a'), modelField('bb')).toString(), '{"model":"bb","x":{"model":"a"}}', 'first occurrence only');
+  for (const vendorId of ['claude-sonnet-4-5-20250929', 'claude-sonnet-4-5']) {
+    // The recorded stream answers with the dated name whether the configured id is dated or not.
+    const rewritten = rewriteModels(start, modelRewrite(vendorId, 'assistant-sonnet-5'));
+    t.not(rewritten, start);
+    t.equal(rewritten.toString(), start.toString().replace('"model":"claude-sonnet-4-5-20250929"', '"model":"assistant-sonnet-5"'), vendorId);
+    t.equal(JSON.parse(rewritten.toString().split('\n')[1]!.slice(6)).message.model, 'assistant-sonnet-5');
+  }
+  const rw = modelRewrite('gpt-6', 'text-6-astra');
+  t.equal(rewriteModels(events[1]!, rw), events[1], 'the same buffer when there is no model field');
+  t.equal(
+    rewriteModels(Buffer.from('{"response":{"model":"gpt-6-2026-09-01","x":1},"r":{"model":"gpt-6"},"o":{"model":"other"}}'), rw).toString(),
+    '{"response":{"model":"text-6-astra","x":1},"r":{"model":"text-6-astra"},"o":{"model":"other"}}',
+    'every occurrence, dated or exact; another model is left alone',
+  );
+  const escaped = Buffer.from('{"text":"say \\"model\\":\\"gpt-6\\""}');
+  t.equal(rewriteModels(escaped, rw), escaped, 'text inside a JSON string is never touched');
+  const unterminated = Buffer.from('{"model":"gpt-6-' + 'x'.repeat(300));
+  t.equal(rewriteModels(unterminated, rw), unterminated, 'no closing quote within the bound: left alone');
+  const escapeInValue = Buffer.from('{"model":"gpt-6\\u0041"}');
+  t.equal(rewriteModels(escapeInValue, rw), escapeInValue, 'a value with an escape: left alone');
+  t.equal(rewriteModels(Buffer.from('{"model":"gpt-6\\u0041","a":{"model":"gpt-6"}}'), rw).toString(), '{"model":"gpt-6\\u0041","a":{"model":"text-6-astra"}}', 'the next one is still rewritten');
 });

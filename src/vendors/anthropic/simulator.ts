@@ -94,6 +94,11 @@ export interface AnthropicSimulatorOptions {
   thinkingTokens?: number;
   /** When set, other models answer 404 not_found_error `model: <id>`. */
   models?: readonly string[];
+  /**
+   * When set, replies name the model `<requested>-<modelSuffix>`, as the real API answers an
+   * alias with its dated snapshot (`claude-sonnet-4-5` -> `claude-sonnet-4-5-20250929`).
+   */
+  modelSuffix?: string;
   /** Body cap; above it 413 request_too_large (default 32 MiB, the real API's). */
   maxBodyBytes?: number;
   /** Recorded requests kept, oldest dropped first (default 1000; 0 = none). */
@@ -501,7 +506,7 @@ export async function startAnthropicSimulator(opts: AnthropicSimulatorOptions = 
     const plan = planReply(b, turn, d, defaults, () => nextId('toolu_01Sim'));
     u.output = plan.outputTokens;
     const messageId = nextId('msg_01Sim');
-    const model: string = b.model;
+    const model: string = opts.modelSuffix ? `${b.model}-${opts.modelSuffix}` : b.model;
     const shape: Shape = {
       lineEnding: d.lineEnding ?? baseShape.lineEnding,
       chunkBytes: d.chunkBytes ?? baseShape.chunkBytes,

@@ -330,6 +330,8 @@ export interface ReplyPlan {
 export interface PlanContext {
   ids: IdSource;
   createdAtS: number;
+  /** Replies name the model `<requested>-<modelSuffix>` (a dated snapshot) when set. */
+  modelSuffix?: string;
 }
 
 /**
@@ -338,7 +340,7 @@ export interface PlanContext {
  */
 export function planReply(body: Obj, facts: RequestFacts, ctx: PlanContext, stream: boolean): ReplyPlan {
   const d = facts.directives;
-  const model = body.model as string;
+  const model = ctx.modelSuffix ? `${body.model as string}-${ctx.modelSuffix}` : (body.model as string);
   const idCore = ctx.ids.next();
   const responseId = `resp_${idCore}`;
 
@@ -453,7 +455,11 @@ export function planReply(body: Obj, facts: RequestFacts, ctx: PlanContext, stre
   if (wantsReasoning && !d.failed) {
     const rsId = `rs_${idCore}`;
     const summaryText = wantSummary ? SUMMARY_PIECES.map((p) => p.text).join('') : '';
-    const doneItem = `{"id":"${rsId}","type":"reasoning","summary":${wantSummary ? `[{"type":"summary_text","text":${J(summaryText)}}]` : '[]'}}`;
+    // Asked for (`include: ["reasoning.encrypted_content"]`, as stateless clients and inkgate do),
+    // the item carries the opaque reasoning a client sends back on the next turn.
+    const wantsEncrypted = Array.isArray(body.include) && body.include.includes('reasoning.encrypted_content');
+    const encrypted = wantsEncrypted ? `"encrypted_content":${J('gAAAAAsim' + Buffer.from(rsId).toString('base64'))},` : '';
+    const doneItem = `{"id":"${rsId}","type":"reasoning",${encrypted}"summary":${wantSummary ? `[{"type":"summary_text","text":${J(summaryText)}}]` : '[]'}}`;
     items.push(doneItem);
     if (stream) {
       const oi = `,"output_index":${outputIndex}`;

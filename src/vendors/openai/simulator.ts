@@ -75,6 +75,11 @@ export interface OpenAISimulatorOptions {
   maxBodyBytes?: number;
   /** Default 0 (any free port). */
   port?: number;
+  /**
+   * When set, replies name the model `<requested>-<modelSuffix>`, as the real API answers with a
+   * dated snapshot (`gpt-5-mini` -> `gpt-5-mini-2025-08-07`).
+   */
+  modelSuffix?: string;
 }
 
 export interface RecordedRequest {
@@ -285,7 +290,7 @@ export async function startOpenAISimulator(opts: OpenAISimulatorOptions = {}): P
       return;
     }
     const stream = b.stream === true;
-    const plan = planReply(b, facts, { ids, createdAtS: Math.floor(startedMs / 1000) }, stream);
+    const plan = planReply(b, facts, { ids, createdAtS: Math.floor(startedMs / 1000), modelSuffix: opts.modelSuffix }, stream);
     const paceMs = d.paceMs ?? defaultPaceMs;
     if (stream) await sendStream(res, requestId, startedMs, plan, d, paceMs);
     else await sendJson(res, requestId, startedMs, plan, d, paceMs);
