@@ -21,9 +21,12 @@ export interface DemoVendors {
   close(): Promise<void>;
 }
 
+const DEMO_MODEL_SNAPSHOT = '20260901';
+
 export async function startDemoVendors(): Promise<DemoVendors> {
-  const anthropic = await startAnthropicSimulator({ apiKey: 'sk-ant-demo', tokenPaceMs: 20 });
-  const openai = await startOpenAISimulator({ apiKey: 'sk-openai-demo', tokenPaceMs: 20 });
+  // Like the real APIs, the demo vendors answer with a dated snapshot of the model asked for.
+  const anthropic = await startAnthropicSimulator({ apiKey: 'sk-ant-demo', tokenPaceMs: 20, modelSuffix: DEMO_MODEL_SNAPSHOT });
+  const openai = await startOpenAISimulator({ apiKey: 'sk-openai-demo', tokenPaceMs: 20, modelSuffix: DEMO_MODEL_SNAPSHOT });
   const cert = selfSignedCert();
   const ark = await startArkSimulator({ apiKey: 'ark-demo', renderMs: 20_000, queueMs: 5_000, tls: cert });
   const gemini = await startGeminiSimulator({ apiKey: 'gemini-demo' });
