@@ -77,6 +77,8 @@ export const ConfigSchema = Type.Object({
     paygDailyCap: Type.Integer({ minimum: 0, maximum: 100_000 }),
     /** One image call to the vendor (the whole generation, thinking included) gives up after this. */
     imageCallTimeoutMs: Ms,
+    /** A duplicate submit waits this long for the submit that holds its Idempotency-Key, then 409. */
+    idempotencyWaitMs: Type.Integer({ minimum: 0, maximum: 600_000 }),
   }),
   media: Type.Object({
     linkTtlS: Type.Integer({ minimum: 1, maximum: 86_400 }),

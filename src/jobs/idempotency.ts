@@ -78,35 +78,55 @@ export function answerForKey(state: Exclude<KeyState, { kind: 'free' }>, present
   throw new ApiError('idempotency_key_in_use', { param: 'Idempotency-Key', message: 'A submit with this Idempotency-Key is still being admitted; retry shortly to get its answer.' });
 }
 
+/** First and longest pause between two looks at a key held by a submit still being admitted. */
+const IN_USE_FIRST_PAUSE_MS = 20;
+const IN_USE_MAX_PAUSE_MS = 250;
+
+/**
+ * The key's state, waiting while another submit holds it (it is being admitted right now) for up
+ * to `waitMs` of real time, so that a duplicate sent during the first one's admission gets the
+ * first one's answer (spec: a repeated submit returns the original 202 body) instead of a 409 the
+ * client would have to retry. Looks at the key with growing pauses (a few dozen queries at most).
+ */
+async function settledKeyState(q: Queryable, keyId: string, idemKey: string, hash: Buffer, clock: () => number, waitMs: number): Promise<KeyState> {
+  const deadline = performance.now() + waitMs;
+  let pauseMs = IN_USE_FIRST_PAUSE_MS;
+  for (;;) {
+    const st = await keyState(q, keyId, idemKey, hash, clock());
+    const left = deadline - performance.now();
+    if (st.kind !== 'in_use' || left <= 0) return st;
+    await new Promise((r) => setTimeout(r, Math.min(pauseMs, left)));
+    pauseMs = Math.min(pauseMs * 2, IN_USE_MAX_PAUSE_MS);
+  }
+}
+
 /**
  * The answer owed to a submit whose key is already taken (the replayed 202, or 422 / 409), or
  * undefined when the key is free: the caller then admits the submit and claims the key.
  */
 export async function priorAnswer(
   q: Queryable,
-  keyId: string,
-  idemKey: string,
-  hash: Buffer,
-  nowMs: number,
+  c: { keyId: string; idemKey: string; hash: Buffer; clock: () => number; waitMs: number },
   present: (row: GenerationRow) => Record<string, unknown>,
 ): Promise<{ body: Record<string, unknown>; replayed: true } | undefined> {
-  const st = await keyState(q, keyId, idemKey, hash, nowMs);
+  const st = await settledKeyState(q, c.keyId, c.idemKey, c.hash, c.clock, c.waitMs);
   return st.kind === 'free' ? undefined : answerForKey(st, present);
 }
 
 /**
  * Claims the key for a new generation, or gives the answer owed when another submit holds it.
- * Two tries: a claim lost to a racer is answered from the racer's state (replay, 409, 422); a key
- * that stays contended after that is in use (409). Undefined: claimed, admit the submit.
+ * Two tries: a claim lost to a racer is answered from the racer's state once it is settled
+ * (replay, 422, or 409 after `waitMs`); a key freed meanwhile (the racer failed) is claimed on the
+ * second try; one that stays contended after that is in use (409). Undefined: claimed, admit.
  */
 export async function claimOrAnswer(
   q: Queryable,
-  c: { keyId: string; idemKey: string; hash: Buffer; generationId: string; clock: () => number; ttlMs: number },
+  c: { keyId: string; idemKey: string; hash: Buffer; generationId: string; clock: () => number; ttlMs: number; waitMs: number },
   present: (row: GenerationRow) => Record<string, unknown>,
 ): Promise<{ body: Record<string, unknown>; replayed: true } | undefined> {
   for (let attempt = 0; attempt < 2; attempt++) {
     if (await claimKey(q, c.keyId, c.idemKey, c.hash, c.generationId, c.clock(), c.ttlMs)) return undefined;
-    const prior = await priorAnswer(q, c.keyId, c.idemKey, c.hash, c.clock(), present);
+    const prior = await priorAnswer(q, c, present);
     if (prior) return prior;
   }
   return answerForKey({ kind: 'in_use' }, present);

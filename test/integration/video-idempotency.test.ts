@@ -1,6 +1,7 @@
 // Idempotency-Key on video submits: replay of the original 202 (one hold, one vendor task), 422 on a
-// different body, 409 while the first is still being admitted, 20 duplicates at once, the 24-hour
-// window, and a key freed by a submit that ended in an error.
+// different body, a duplicate during the first one's admission waiting for its answer (409 only
+// when the wait is off), 20 duplicates at once, the 24-hour window, and a key freed by a submit
+// that ended in an error.
 import t, { type Test } from 'tap';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
 import { startVideoHarness, walletOf } from './video-harness.js';
@@ -56,7 +57,22 @@ check('keys are per API key: the same key on another API key is a new submit', a
   t.equal(rb.headers['idempotent-replayed'], undefined);
 });
 
-check('a duplicate while the first is still being admitted: 409 idempotency_key_in_use; then the replay', async (t) => {
+/** Resolves once the gateway has looked at `idemKey` `times` times (a waiting duplicate looks again and again). */
+function looksAtKey(idemKey: string, times: number): { seen: Promise<void>; stop: () => void } {
+  const q = pool as unknown as { query: (...args: unknown[]) => Promise<unknown> };
+  const orig = q.query;
+  let n = 0;
+  let done!: () => void;
+  const seen = new Promise<void>((r) => (done = r));
+  q.query = function (this: unknown, ...args: unknown[]) {
+    const text = typeof args[0] === 'string' ? args[0] : '';
+    if (text.includes('FROM idempotency_keys k LEFT JOIN generations') && (args[1] as unknown[] | undefined)?.[1] === idemKey && ++n === times) done();
+    return orig.apply(this, args);
+  };
+  return { seen, stop: () => void (q.query = orig) };
+}
+
+check('a duplicate while the first is still being admitted waits for it and gets its 202 (a different body: 422 at once)', async (t) => {
   const { key, accountId } = await h.funded(1_000);
   let release!: () => void;
   const gate = new Promise<void>((r) => (release = r));
@@ -69,36 +85,57 @@ check('a duplicate while the first is still being admitted: 409 idempotency_key_
   const first = h.submit(key, body, { 'idempotency-key': 'slow' });
   await inCreate; // the first submit is inside the vendor create call
   h.sim.beforeCreate = undefined;
-  const dup = await h.submit(key, body, { 'idempotency-key': 'slow' });
-  t.equal(dup.status, 409);
-  t.equal(dup.json.error.code, 'idempotency_key_in_use');
+  const watch = looksAtKey('slow', 3);
+  t.teardown(watch.stop);
+  const dupP = h.submit(key, body, { 'idempotency-key': 'slow' });
   const diff = await h.submit(key, { ...body, prompt: 'other' }, { 'idempotency-key': 'slow' });
-  t.equal(diff.status, 422, 'a different body is refused even while in flight');
+  t.equal(diff.status, 422, 'a different body is refused at once, even while the first is in flight');
+  await watch.seen; // the duplicate has looked at the key more than once: it is waiting
+  watch.stop();
   release();
-  const r1 = await first;
+  const [r1, dup] = await Promise.all([first, dupP]);
   t.equal(r1.status, 202);
-  const replay = await h.submit(key, body, { 'idempotency-key': 'slow' });
-  t.equal(replay.status, 202);
-  t.equal(replay.text, r1.text);
+  t.equal(dup.status, 202, 'the duplicate got the first submit\'s answer');
+  t.equal(dup.headers['idempotent-replayed'], 'true');
+  t.equal(dup.text, r1.text, 'byte for byte');
   t.equal(await holdsOf(accountId), 1);
 });
 
-check('20 duplicates at once: one hold, one vendor task, every answer the same generation or 409', async (t) => {
+t.test('with jobs.idempotencyWaitMs 0 a duplicate during admission answers 409 idempotency_key_in_use at once', async (t) => {
+  const h0 = await startVideoHarness(t, { config: { jobs: { idempotencyWaitMs: 0 } } });
+  const { key, accountId } = await h0.funded(1_000);
+  let release!: () => void;
+  const gate = new Promise<void>((r) => (release = r));
+  let entered!: () => void;
+  const inCreate = new Promise<void>((r) => (entered = r));
+  h0.sim.beforeCreate = async () => {
+    entered();
+    await gate;
+  };
+  const first = h0.submit(key, body, { 'idempotency-key': 'slow0' });
+  await inCreate;
+  h0.sim.beforeCreate = undefined;
+  const dup = await h0.submit(key, body, { 'idempotency-key': 'slow0' });
+  t.equal(dup.status, 409);
+  t.equal(dup.json.error.code, 'idempotency_key_in_use');
+  release();
+  t.equal((await first).status, 202);
+  const replay = await h0.submit(key, body, { 'idempotency-key': 'slow0' });
+  t.equal(replay.headers['idempotent-replayed'], 'true');
+  t.equal(Number((await h0.services.pool.query('SELECT count(*) AS n FROM requests WHERE account_id = $1', [accountId])).rows[0].n), 1);
+  await assertLedgerInvariant(t, h0.services.pool);
+});
+
+check('20 duplicates at once: one hold, one vendor task, every answer the same generation', async (t) => {
   const { key, accountId } = await h.funded(1_000);
   const creates = h.sim.creates.length;
   const replies = await Promise.all(Array.from({ length: 20 }, () => h.submit(key, body, { 'idempotency-key': 'burst-1' })));
-  const accepted = replies.filter((r) => r.status === 202);
-  const inUse = replies.filter((r) => r.status === 409);
-  t.equal(accepted.length + inUse.length, 20, `202 or 409 only (got ${replies.map((r) => r.status).join(',')})`);
-  t.ok(accepted.length >= 1);
-  t.equal(accepted.filter((r) => r.headers['idempotent-replayed'] === undefined).length, 1, 'exactly one original');
-  t.equal(new Set(accepted.map((r) => r.json.id)).size, 1, 'every 202 names the same generation');
-  for (const r of inUse) t.equal(r.json.error.code, 'idempotency_key_in_use');
+  t.same(replies.map((r) => r.status), Array(20).fill(202), 'every duplicate waited for the first and got 202');
+  t.equal(replies.filter((r) => r.headers['idempotent-replayed'] === undefined).length, 1, 'exactly one original');
+  t.equal(new Set(replies.map((r) => r.json.id)).size, 1, 'every 202 names the same generation');
+  t.equal(new Set(replies.map((r) => r.text)).size, 1, 'byte for byte the same body');
   t.equal(h.sim.creates.length, creates + 1, 'one vendor task');
   t.equal(await holdsOf(accountId), 1, 'one hold');
-  const after = await h.submit(key, body, { 'idempotency-key': 'burst-1' });
-  t.equal(after.headers['idempotent-replayed'], 'true');
-  t.equal(after.json.id, accepted[0]!.json.id);
 });
 
 check('a submit that ended in an error binds no key: the same key works after the fix', async (t) => {

@@ -6,7 +6,8 @@
 // Order of answers:
 //   415 / 400 invalid_json / invalid_body / 413         body (server layer, readJsonObject)
 //   400 invalid_idempotency_key                         header format
-//   202 replay / 422 idempotency_key_reused / 409 idempotency_key_in_use   an earlier submit with the key
+//   202 replay / 422 idempotency_key_reused / 409 idempotency_key_in_use   an earlier submit with the key (a
+//   duplicate during its admission waits jobs.idempotencyWaitMs for its answer before the 409)
 //   400 field codes                                     validate.ts, in its documented order
 //   403 tier_gated                                      plan without generation products (the video rule)
 //   503 provider_unavailable                            images lane off, Gemini unconfigured, model paused
@@ -43,7 +44,7 @@ export async function submitImage(services: Services, deps: VideoDeps, input: Su
   assertIdempotencyKey(idemKey);
   const hash = idemKey === undefined ? undefined : imageBodyHash(input.body);
   if (idemKey !== undefined) {
-    const prior = await priorAnswer(pool, auth.keyId, idemKey, hash!, deps.clock(), presentImageAccepted);
+    const prior = await priorAnswer(pool, { keyId: auth.keyId, idemKey, hash: hash!, clock: deps.clock, waitMs: config.jobs.idempotencyWaitMs }, presentImageAccepted);
     if (prior) return prior;
   }
 
@@ -62,7 +63,7 @@ export async function submitImage(services: Services, deps: VideoDeps, input: Su
   if (idemKey !== undefined) {
     const urlWaves = Math.ceil(v.urls.length / URL_CHECK_CONCURRENCY);
     const ttlMs = config.jobs.leaseMs + urlWaves * 2 * config.media.referenceTimeoutMs;
-    const owed = await claimOrAnswer(pool, { keyId: auth.keyId, idemKey, hash: hash!, generationId: id, clock: deps.clock, ttlMs }, presentImageAccepted);
+    const owed = await claimOrAnswer(pool, { keyId: auth.keyId, idemKey, hash: hash!, generationId: id, clock: deps.clock, ttlMs, waitMs: config.jobs.idempotencyWaitMs }, presentImageAccepted);
     if (owed) return owed;
   }
 
