@@ -227,6 +227,12 @@ t.test('vendor refusals: upstream_rejected / 413 release the hold; capacity is 5
   t.equal(big.status, 413);
   t.equal(big.json.error.code, 'payload_too_large');
   t.equal(big.json.error.param, 'messages');
+  // A prompt that is really beyond the 200,000-token context (3.6 MB, under the 4 MiB body cap, so
+  // inkgate's own floor does not refuse it): the vendor refuses it, and that is our 413.
+  const huge = await post(g, k.key, { model: 'sonnet', max_tokens: 20, messages: user('hello world '.repeat(300_000)) });
+  t.equal(huge.status, 413);
+  t.equal(huge.json.error.code, 'payload_too_large');
+  t.equal(huge.json.error.param, 'messages');
   const gw413 = await post(g, k.key, { model: 'sonnet', max_tokens: 20, messages: user('x [[sim:status=413]]') });
   t.equal(gw413.status, 400, "the vendor gateway's own 413 is upstream_rejected (spec, Messages codes)");
   t.equal(gw413.json.error.code, 'upstream_rejected');

@@ -429,6 +429,24 @@ t.test('protocol checks: version header, JSON, required fields, routes, models, 
   t.match(((await noMax.json()) as { error: { message: string } }).error.message, /max_tokens/);
   const budget = await raw({ model: MODEL, max_tokens: 1024, thinking: { type: 'enabled', budget_tokens: 1024 }, messages: [{ role: 'user', content: 'x' }] });
   t.equal(budget.status, 400, 'budget_tokens must be below max_tokens');
+  const fableBudget = await raw({ model: 'claude-fable-5-1', max_tokens: 1024, thinking: { type: 'enabled', budget_tokens: 2048 }, messages: [{ role: 'user', content: 'x' }] });
+  t.equal(fableBudget.status, 200, 'fable is exempt from the budget rule (spec: opus and sonnet)');
+  await fableBudget.arrayBuffer();
+  for (const [field, value] of [['temperature', 1.01], ['temperature', -0.1], ['top_p', 3], ['top_k', -3], ['top_k', 1.5], ['temperature', 'hot']] as const) {
+    const r = await raw({ model: MODEL, max_tokens: 10, [field]: value, messages: [{ role: 'user', content: 'x' }] });
+    t.equal(r.status, 400, `${field} ${value} refused`);
+    t.match(((await r.json()) as { error: { message: string } }).error.message, new RegExp(field));
+  }
+  const inRange = await raw({ model: MODEL, max_tokens: 10, temperature: 1, top_p: 0.5, top_k: 0, messages: [{ role: 'user', content: 'x' }] });
+  t.equal(inRange.status, 200, 'values inside the ranges pass');
+  await inRange.arrayBuffer();
+  const emptyText = await raw({ model: MODEL, max_tokens: 10, messages: [{ role: 'user', content: [{ type: 'text', text: '' }] }] });
+  t.equal(emptyText.status, 400, 'an empty text block is refused');
+  await emptyText.arrayBuffer();
+  // A prompt beyond the 200,000-token context is refused by the vendor itself, with its own words.
+  const long = await raw({ model: MODEL, max_tokens: 10, messages: [{ role: 'user', content: 'hello world '.repeat(300_000) }] });
+  t.equal(long.status, 400);
+  t.match(((await long.json()) as { error: { message: string } }).error.message, /^prompt is too long: \d+ tokens > 200000 maximum$/);
   const notFound = await fetch(`${sim.url}/v1/complete`, { method: 'POST', headers: { 'x-api-key': KEY } });
   t.equal(notFound.status, 404);
   t.equal(((await notFound.json()) as { error: { type: string } }).error.type, 'not_found_error');

@@ -248,8 +248,17 @@ export function validateMessagesBody(body: unknown, countTokensOnly = false): as
     if (Array.isArray(m.content)) {
       for (let j = 0; j < m.content.length; j++) {
         if (!isObj(m.content[j]) || typeof m.content[j].type !== 'string') throw invalid(`messages.${i}.content.${j}.type: Field required`);
+        if (m.content[j].type === 'text' && m.content[j].text === '') throw invalid('messages: text content blocks must be non-empty');
       }
     }
+  }
+  // Sampling ranges, as the API states them (0 to 1 for temperature and top_p; top_k a count).
+  for (const f of ['temperature', 'top_p'] as const) {
+    const v = body[f];
+    if (v !== undefined && (typeof v !== 'number' || v < 0 || v > 1)) throw invalid(`${f}: range: 0..1`);
+  }
+  if (body.top_k !== undefined && (!Number.isInteger(body.top_k) || (body.top_k as number) < 0)) {
+    throw invalid('top_k: Input should be greater than or equal to 0');
   }
   const thinking = body.thinking;
   const thinkingOn = isObj(thinking) && (thinking.type === 'enabled' || thinking.type === 'adaptive');
@@ -257,7 +266,8 @@ export function validateMessagesBody(body: unknown, countTokensOnly = false): as
     if (!Number.isInteger(thinking.budget_tokens) || thinking.budget_tokens < THINKING_MIN_BUDGET) {
       throw invalid(`thinking.enabled.budget_tokens: Input should be greater than or equal to ${THINKING_MIN_BUDGET}`);
     }
-    if (!countTokensOnly && thinking.budget_tokens >= body.max_tokens) {
+    // The budget must stay below max_tokens on the opus and sonnet models (spec); fable is exempt.
+    if (!countTokensOnly && thinking.budget_tokens >= body.max_tokens && !body.model.includes('fable')) {
       throw invalid('`max_tokens` must be greater than `thinking.budget_tokens`. Please consult our documentation at https://docs.claude.com/en/docs/build-with-claude/extended-thinking#max-tokens-and-context-window-size');
     }
   }

@@ -340,6 +340,9 @@ interface Active {
   timer: NodeJS.Timeout | undefined;
 }
 
+/** Every simulated model's context window, in prompt tokens (the simulator's own count). */
+const CONTEXT_WINDOW_TOKENS = 200_000;
+
 export async function startAnthropicSimulator(opts: AnthropicSimulatorOptions = {}): Promise<AnthropicSimulator> {
   const apiKey = opts.apiKey ?? DEFAULT_SIM_API_KEY;
   const maxBodyBytes = opts.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;
@@ -475,8 +478,9 @@ export async function startAnthropicSimulator(opts: AnthropicSimulatorOptions = 
       sendError(res, rec, requestId, d.status, type, ERROR_MESSAGES[type] ?? 'Error', extra);
       return;
     }
-    if (d.promptTooLong) {
-      sendError(res, rec, requestId, 400, 'invalid_request_error', `prompt is too long: ${Math.max(count.total, 200_001)} tokens > 200000 maximum`);
+    // The vendor refuses a prompt beyond the context itself, whoever sends it (or on request).
+    if (d.promptTooLong || count.total > CONTEXT_WINDOW_TOKENS) {
+      sendError(res, rec, requestId, 400, 'invalid_request_error', `prompt is too long: ${Math.max(count.total, CONTEXT_WINDOW_TOKENS + 1)} tokens > ${CONTEXT_WINDOW_TOKENS} maximum`);
       return;
     }
 
