@@ -41,6 +41,7 @@ export function mediaOrigin(services: Services, deps: VideoDeps, ctx: HttpContex
 
 export function generationRoutes(services: Services, deps: VideoDeps, p: GenerationProduct): Route[] {
   const ttlS = services.config.media.linkTtlS;
+  const retentionMs = services.config.media.retentionDays * 86_400_000;
   const linker = (ctx: HttpContext) => {
     const origin = mediaOrigin(services, deps, ctx);
     return (key: string) => signedMediaLink(deps.mediaSecret, origin, key, deps.clock(), ttlS);
@@ -51,6 +52,10 @@ export function generationRoutes(services: Services, deps: VideoDeps, p: Generat
     // Another account's generation and one never accepted (voided) look exactly like an unknown id.
     if (!row || row.kind !== p.kind || row.account_id !== ctx.auth!.accountId || row.state === 'voided') {
       throw new ApiError('generation_not_found', { message: `No ${p.noun} with this id on your account.` });
+    }
+    // Past its retention the result is gone at once, not when the hourly sweep gets to its file.
+    if (row.state === 'succeeded' && !row.result_expired && row.completed_at !== null && row.completed_at.getTime() <= deps.clock() - retentionMs) {
+      return { ...row, result_expired: true };
     }
     return row;
   };

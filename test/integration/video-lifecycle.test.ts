@@ -276,6 +276,25 @@ check('retention: the file goes, the record stays with result_expired, /content 
   t.equal(c.json.error.code, 'result_expired');
 });
 
+check('retention: past 7 days the result is gone at once, before the sweep runs', async (t) => {
+  const { key } = await h.funded(1_000);
+  const r = await h.submit(key, { model: 'clip-2.0-fast', prompt: 'x' });
+  const done = await runToEnd(h, key, r.json.id);
+  t.equal(done.status, 'succeeded');
+  h.advance(7 * 86_400_000 - 60_000);
+  const before = (await h.get(key, r.json.id)).json;
+  t.ok('video' in before, 'a minute before the 7 days: still there');
+  t.equal((await h.content(key, r.json.id)).status, 302);
+  h.advance(60_000); // exactly 7 days after completion, no sweep in between
+  const g = (await h.get(key, r.json.id)).json;
+  t.equal(g.status, 'succeeded');
+  t.equal(g.result_expired, true);
+  t.notOk('video' in g, 'no link');
+  const c = await h.content(key, r.json.id);
+  t.equal(c.status, 410);
+  t.equal(c.json.error.code, 'result_expired');
+});
+
 check('revoking the key stops new calls; the running generation finishes and settles', async (t) => {
   const { key, keyId, accountId } = await h.funded(1_000);
   const r = await h.submit(key, { model: 'clip-2.0-fast', prompt: 'x' });
