@@ -111,6 +111,7 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
         pattern: '/v1/messages',
         access: 'key',
         keyRecheckedByReserve: true,
+        requestIdHeader: 'request-id',
         bodyBytes: text,
         handler: createTextHandler(messagesLane(config, catalog), { services, ledger: textLedger, upstream: upstream('anthropic') }),
       },

@@ -48,6 +48,8 @@ export class HttpContext {
   readonly requestId: string;
   readonly remoteAddress: string;
   params: string[] = [];
+  /** The route's extra name for X-Request-Id (Route.requestIdHeader), set once the route is known. */
+  requestIdHeader: string | undefined;
   auth: AuthInfo | undefined;
   aborted = false;
   responded = false;
@@ -129,6 +131,7 @@ export class HttpContext {
     res.writeStatus(statusLine(status));
     res.writeHeader('Cache-Control', 'no-store');
     res.writeHeader('X-Request-Id', this.requestId);
+    if (this.requestIdHeader !== undefined) res.writeHeader(this.requestIdHeader, this.requestId);
     if (extra) for (const [k, v] of extra) res.writeHeader(k, v);
   }
 

@@ -15,6 +15,12 @@ export interface Route {
    * so the key may come from the authenticator's short cache instead of a lookup per request.
    */
   readonly keyRecheckedByReserve?: boolean;
+  /**
+   * One more header carrying our request id, under the name the protocol's official SDK reads it
+   * from (the Anthropic SDK's `_request_id` / `requestID` come from `request-id`; the OpenAI SDK
+   * reads `x-request-id`, which every response has).
+   */
+  readonly requestIdHeader?: string;
   readonly handler: (ctx: HttpContext) => Promise<void>;
 }
 

@@ -95,6 +95,7 @@ export function startServer(d: ServerDeps): Promise<RunningServer> {
       return;
     }
     ctx.params = m.params;
+    ctx.requestIdHeader = m.route.requestIdHeader;
     // uWS needs the body reader attached in this tick; auth runs while the body arrives.
     if (m.route.bodyBytes !== undefined) ctx.collectBody(m.route.bodyBytes);
     if (ctx.done) return;

@@ -214,7 +214,7 @@ t.test('only allow-listed headers reach the vendor, with our key exactly once', 
   const md = (sim.requests.at(-1)!.body as any).metadata;
   t.match(md.user_id, /^[0-9a-f]{32}$/, 'metadata replaced by a hash of the key');
   t.notOk(JSON.stringify(sim.requests.at(-1)!.body).includes(k.key), 'the client key never reaches the vendor');
-  t.notOk(r.headers['request-id'], 'vendor response headers are not passed on');
+  t.equal(r.headers['request-id'], r.headers['x-request-id'], "vendor response headers are not passed on: request-id is ours, not the vendor's");
   await invariant();
 });
 
@@ -341,5 +341,28 @@ t.test('a client that disconnects mid-stream is still charged for what the vendo
   }
   t.equal(m.key.ink_reserved, 0, 'hold settled');
   t.ok(m.key.ink_charged > 0, 'charged');
+  await invariant();
+});
+
+t.test("the Anthropic SDK's request id is ours: `request-id` on every Messages answer", async (t) => {
+  const { g, k, client, invariant } = await setup(t);
+  const { data: msg, response } = await client.messages.create({ model: 'sonnet', max_tokens: 50, messages: user('Hi') }).withResponse();
+  t.match(msg._request_id, /^req_/);
+  t.equal(msg._request_id, response.headers.get('x-service-request-id'), 'the request record the charge is on');
+  t.equal(response.headers.get('request-id'), response.headers.get('x-request-id'));
+  const err = await client.messages.create({ model: 'nope', max_tokens: 50, messages: user('Hi') }).catch((e: unknown) => e);
+  t.ok(err instanceof Anthropic.BadRequestError);
+  const e = err as InstanceType<typeof Anthropic.BadRequestError>;
+  t.match(e.requestID, /^req_/, 'errors too');
+  t.equal(e.requestID, (e.error as { error?: { request_id?: string } }).error?.request_id, 'the id in the error body');
+  const stream = await request(g.url + '/v1/messages', {
+    method: 'POST',
+    headers: { authorization: `Bearer ${k.key}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'sonnet', max_tokens: 50, stream: true, messages: user('Hi') }),
+  });
+  await stream.body.text();
+  t.equal(stream.headers['request-id'], stream.headers['x-request-id'], 'streams too');
+  const other = await g.call('GET', '/v1/me', { key: k.key });
+  t.equal(other.headers['request-id'], undefined, 'only on the Messages route');
   await invariant();
 });

@@ -36,6 +36,8 @@ const VENDOR_ALLOW: Record<'messages' | 'responses', ReadonlySet<string>> = {
 const CLIENT_ALLOW = new Set([
   'content-type', 'content-length', 'transfer-encoding', 'connection', 'date', 'uwebsockets', 'cache-control', 'x-request-id',
   'x-service-request-id', 'x-service-ink-charged', 'x-accel-buffering', 'retry-after', 'www-authenticate', 'allow',
+  // Our request id again under the Anthropic SDK's name (Messages route only; checked below).
+  'request-id',
 ]);
 /** Added by the tap to every vendor answer: none may reach the client. */
 const VENDOR_ANSWER_HEADERS: Record<string, string | string[]> = {
@@ -164,6 +166,7 @@ function checkClientGot(t: Test, headers: Record<string, string | string[] | und
   t.equal(headers['set-cookie'], undefined, 'no vendor set-cookie');
   t.equal(headers['cache-control'], 'no-store', 'our cache policy');
   t.match(String(headers['x-request-id']), /^req_[0-9a-f]{32}$/, 'our request id');
+  if (headers['request-id'] !== undefined) t.equal(headers['request-id'], headers['x-request-id'], "request-id is ours, never the vendor's");
   const all = Object.entries(headers).map(([k, v]) => `${k}: ${String(v)}`).join('\n');
   t.notOk(all.includes(MARK), 'no vendor header value reaches the client');
 }
