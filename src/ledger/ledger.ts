@@ -282,6 +282,10 @@ const idTaken = (e: unknown): boolean => {
 const DUPLICATE: ReserveRow = Object.freeze({ item: 1, result: 'duplicate', take_grant_ink: 0, take_payg_ink: 0, available_ink: null, key_room_ink: null });
 
 /**
+ * How long a move's statement waits for a locked row: 'first' (a batch waits `batchLockTimeoutMs`,
+ * a lone move the session's lock_timeout), 'patient' (the session's lock_timeout), or a number of
+ * ms (the single moves a batch was split into).
+ *
  * A batch that timed out waiting for a row lock is retried once whole, waiting the session's
  * longer lock_timeout, before it is split into single moves. Why: under a burst on one busy
  * account the batches queue for the same wallet row, and splitting a batch there turns one
@@ -289,7 +293,7 @@ const DUPLICATE: ReserveRow = Object.freeze({ item: 1, result: 'duplicate', take
  * streams opened at once on one key got 503s). Splitting stays for what it is for: one wedged row
  * (held by a long transaction elsewhere) that would otherwise fail its neighbours.
  */
-const PATIENT = -1;
+type LockWait = 'first' | 'patient' | number;
 
 function lockTimedOut(err: unknown): boolean {
   return (err as { code?: unknown }).code === '55P03';
@@ -408,13 +412,11 @@ export class Ledger {
     return this.now().toISOString();
   }
 
-  /**
-   * The lock timeout a batch statement runs with: a batch first waits only `batchLockTimeoutMs`
-   * for a locked row; PATIENT (its one retry) waits the session's `lockTimeoutMs`.
-   */
-  private batchLockParam(n: number, lockTimeoutMs: number | null): number | null {
-    if (lockTimeoutMs === PATIENT) return null;
-    return n > 1 ? this.batchLockTimeoutMs : lockTimeoutMs;
+  /** The batch functions' lock-timeout argument for `wait` (null: the session's lock_timeout). */
+  private lockParam(n: number, wait: LockWait): number | null {
+    if (wait === 'patient') return null;
+    if (wait === 'first') return n > 1 ? this.batchLockTimeoutMs : null;
+    return wait;
   }
 
   /** Group-commit counters: statements sent and moves they carried, per kind (undefined when batching is off). */
@@ -446,9 +448,9 @@ export class Ledger {
     return reserveOutcome(input, row);
   }
 
-  private async runReserve(items: ReserveInput[], lockTimeoutMs: number | null = null, q: Queryable = this.pool): Promise<Array<ReserveRow | Error>> {
+  private async runReserve(items: ReserveInput[], wait: LockWait = 'first', q: Queryable = this.pool): Promise<Array<ReserveRow | Error>> {
     const n = items.length;
-    if (n === 1 && lockTimeoutMs === null && !this.functionForSingles) return [await this.reserveOne(items[0]!, q).catch((e: Error) => e)];
+    if (n === 1 && wait === 'first' && !this.functionForSingles) return [await this.reserveOne(items[0]!, q).catch((e: Error) => e)];
     const ids = new Array<string>(n), accounts = new Array<string>(n), keys = new Array<string>(n);
     const products = new Array<string>(n), models = new Array<string>(n), holds = new Array<number>(n);
     for (let i = 0; i < n; i++) {
@@ -464,12 +466,12 @@ export class Ledger {
       const r = await q.query<ReserveRow>({
         name: 'ledger_reserve',
         text: SQL.RESERVE,
-        values: [ids, accounts, keys, products, models, holds, this.nowText(), this.batchLockParam(n, lockTimeoutMs)],
+        values: [ids, accounts, keys, products, models, holds, this.nowText(), this.lockParam(n, wait)],
       });
       return byItem(r.rows, n);
     } catch (e) {
       // One bad item (an id that raced in elsewhere, a wedged wallet) must not fail its neighbours.
-      if (n > 1 && lockTimeoutMs === null && q === this.pool && lockTimedOut(e)) return this.runReserve(items, PATIENT, q);
+      if (n > 1 && wait === 'first' && q === this.pool && lockTimedOut(e)) return this.runReserve(items, 'patient', q);
       if (n > 1 && retryAlone(e)) return Promise.all(items.map((it) => this.runReserve([it], this.batchLockTimeoutMs).then((o) => o[0]!)));
       if (n === 1) return [idTaken(e) ? DUPLICATE : (e as Error)];
       throw e;
@@ -576,11 +578,11 @@ export class Ledger {
    * reserves and writes its row in one commit). No batching; the caller commits or rolls back.
    */
   using(q: Queryable): LedgerTx {
-    const resolveOn = async (item: ResolveItem): Promise<ResolveResult> => this.resolveOutcome(item, (await this.runResolve([item], null, q))[0]!);
+    const resolveOn = async (item: ResolveItem): Promise<ResolveResult> => this.resolveOutcome(item, (await this.runResolve([item], 'first', q))[0]!);
     return {
       reserve: async (input) => {
         checkReserveInput(input);
-        return reserveOutcome(input, (await this.runReserve([input], null, q))[0]!);
+        return reserveOutcome(input, (await this.runReserve([input], 'first', q))[0]!);
       },
       settle: async (requestId, chargeInk, details = {}) => resolveOn(settleItem(requestId, chargeInk, details)),
       release: async (requestId, reason) => resolveOn(returnItem('release', requestId, reason)),
@@ -617,9 +619,9 @@ export class Ledger {
     return { resolved: true, chargedInk: row.charged_total_ink ?? 0, releasedInk: row.released_total_ink ?? 0, expiredInk: row.expired_total_ink ?? 0 };
   }
 
-  private async runResolve(items: ResolveItem[], lockTimeoutMs: number | null = null, q: Queryable = this.pool): Promise<Array<ResolveRow | Error>> {
+  private async runResolve(items: ResolveItem[], wait: LockWait = 'first', q: Queryable = this.pool): Promise<Array<ResolveRow | Error>> {
     const n = items.length;
-    if (n === 1 && lockTimeoutMs === null && !this.functionForSingles) return [await this.resolveOne(items[0]!, q).catch((e: Error) => e)];
+    if (n === 1 && wait === 'first' && !this.functionForSingles) return [await this.resolveOne(items[0]!, q).catch((e: Error) => e)];
     const ids = new Array<string>(n), kinds = new Array<string>(n), charges = new Array<number>(n);
     const usage = new Array<string | null>(n), vendorIds = new Array<string | null>(n), reasons = new Array<string | null>(n);
     for (let i = 0; i < n; i++) {
@@ -636,11 +638,11 @@ export class Ledger {
       const r = await q.query<ResolveRow>({
         name: alone ? 'ledger_resolve_async_commit' : 'ledger_resolve',
         text: alone ? SQL.RESOLVE_ASYNC_COMMIT : SQL.RESOLVE,
-        values: [ids, kinds, charges, usage, vendorIds, reasons, this.nowText(), this.batchLockParam(n, lockTimeoutMs)],
+        values: [ids, kinds, charges, usage, vendorIds, reasons, this.nowText(), this.lockParam(n, wait)],
       });
       return byItem(r.rows, n);
     } catch (e) {
-      if (n > 1 && lockTimeoutMs === null && q === this.pool && lockTimedOut(e)) return this.runResolve(items, PATIENT, q);
+      if (n > 1 && wait === 'first' && q === this.pool && lockTimedOut(e)) return this.runResolve(items, 'patient', q);
       if (n > 1 && retryAlone(e)) return Promise.all(items.map((it) => this.runResolve([it], this.batchLockTimeoutMs).then((o) => o[0]!)));
       if (n === 1) return [e as Error];
       throw e;
