@@ -6,6 +6,7 @@ import type { HttpContext } from '../server/http-context.js';
 import { readJsonObject } from '../server/json-body.js';
 import type { Route } from '../server/router.js';
 import { getGeneration, type GenerationRow } from './store.js';
+import { withRetention } from './sweep.js';
 import type { VideoDeps } from './video/deps.js';
 import { signedMediaLink, type SignedLink } from './video/present.js';
 import type { SubmitInput, SubmitResult } from './video/submit.js';
@@ -41,7 +42,6 @@ export function mediaOrigin(services: Services, deps: VideoDeps, ctx: HttpContex
 
 export function generationRoutes(services: Services, deps: VideoDeps, p: GenerationProduct): Route[] {
   const ttlS = services.config.media.linkTtlS;
-  const retentionMs = services.config.media.retentionDays * 86_400_000;
   const linker = (ctx: HttpContext) => {
     const origin = mediaOrigin(services, deps, ctx);
     return (key: string) => signedMediaLink(deps.mediaSecret, origin, key, deps.clock(), ttlS);
@@ -54,10 +54,7 @@ export function generationRoutes(services: Services, deps: VideoDeps, p: Generat
       throw new ApiError('generation_not_found', { message: `No ${p.noun} with this id on your account.` });
     }
     // Past its retention the result is gone at once, not when the hourly sweep gets to its file.
-    if (row.state === 'succeeded' && !row.result_expired && row.completed_at !== null && row.completed_at.getTime() <= deps.clock() - retentionMs) {
-      return { ...row, result_expired: true };
-    }
-    return row;
+    return withRetention(row, deps.clock(), services.config.media.retentionDays);
   };
   return [
     {

@@ -3,6 +3,7 @@
 // `/content` answers 410). Also drops Idempotency-Key claims older than their 24-hour window.
 import type { Services } from '../gateway.js';
 import { withTx } from '../store/pool.js';
+import type { GenerationRow } from './store.js';
 import type { VideoDeps } from './video/deps.js';
 import { IDEMPOTENCY_WINDOW_MS } from './video/submit.js';
 
@@ -14,9 +15,20 @@ export interface SweepReport {
   idempotencyKeysDropped: number;
 }
 
+/** The instant before which a result's retention has run out: results completed at or before it are gone. */
+export function retentionCutoffMs(nowMs: number, retentionDays: number): number {
+  return nowMs - retentionDays * 86_400_000;
+}
+
+/** The row as clients see it: a succeeded result past its retention is expired, swept or not. */
+export function withRetention(row: GenerationRow, nowMs: number, retentionDays: number): GenerationRow {
+  const past = row.state === 'succeeded' && !row.result_expired && row.completed_at !== null && row.completed_at.getTime() <= retentionCutoffMs(nowMs, retentionDays);
+  return past ? { ...row, result_expired: true } : row;
+}
+
 export async function sweepRetention(services: Services, deps: Pick<VideoDeps, 'clock' | 'media'>): Promise<SweepReport> {
   const now = deps.clock();
-  const cutoff = new Date(now - services.config.media.retentionDays * 86_400_000);
+  const cutoff = new Date(retentionCutoffMs(now, services.config.media.retentionDays));
   let expired = 0;
   for (let i = 0; i < MAX_BATCHES; i++) {
     const n = await withTx(services.pool, async (c) => {
