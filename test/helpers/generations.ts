@@ -37,3 +37,21 @@ export async function runToEnd(h: Steppable, key: string, id: string, stepMs: nu
   }
   throw new Error(`generation ${id} did not finish in ${max} rounds`);
 }
+
+/**
+ * Holds the next vendor create call of an Ark simulator until `release()`: `entered` resolves when
+ * that call is inside the vendor (the submit has committed its hold and generation row). Only that
+ * one call is held; later creates run as usual.
+ */
+export function holdNextCreate(sim: { beforeCreate: (() => Promise<void>) | undefined }): { entered: Promise<void>; release: () => void } {
+  let release!: () => void;
+  const held = new Promise<void>((r) => (release = r));
+  let enter!: () => void;
+  const entered = new Promise<void>((r) => (enter = r));
+  sim.beforeCreate = async () => {
+    sim.beforeCreate = undefined;
+    enter();
+    await held;
+  };
+  return { entered, release };
+}

@@ -8,6 +8,7 @@ import t, { type Test } from 'tap';
 import { Ledger } from '../../src/ledger/ledger.js';
 import { createPool } from '../../src/store/pool.js';
 import { testDb } from '../helpers/db.js';
+import { watchQueries } from '../helpers/query-watch.js';
 import { assertLedgerInvariant, newRequestId, seedAccount, walletOf } from '../helpers/ledger-invariant.js';
 
 const db = await testDb(t);
@@ -74,30 +75,17 @@ t.test('a batch kept waiting past its short lock timeout by a busy wallet is ret
   t.teardown(() => ledger.close());
   const a = await seedAccount(pool, { paygInk: 10_000 });
   // Count the batch statements the ledger sends (a split would send one per item).
-  const statements: string[] = [];
-  let retrySent!: () => void;
-  const retried = new Promise<void>((resolve) => (retrySent = resolve));
-  const orig = pool.query.bind(pool) as (...args: unknown[]) => Promise<unknown>;
-  (pool as unknown as { query: (...args: unknown[]) => Promise<unknown> }).query = (...args: unknown[]) => {
-    const q = args[0] as { name?: string };
-    if (q && typeof q === 'object' && q.name?.startsWith('ledger_reserve')) statements.push(q.name);
-    const out = orig(...args);
-    if (statements.length === 2) retrySent();
-    return out;
-  };
-  t.teardown(() => {
-    (pool as unknown as { query: unknown }).query = orig;
-  });
+  const reserves = watchQueries(t, pool, (q) => q.name?.startsWith('ledger_reserve') === true);
   const unlock = await lockWallet(a.accountId);
   const inputs = Array.from({ length: 10 }, () => input(a));
   const all = Promise.all(inputs.map((i) => timed(ledger.reserve(i))));
   // Hold the row until the batch's first attempt has timed out and its retry is on its way.
-  await retried;
-  t.same(statements, ['ledger_reserve', 'ledger_reserve'], 'one statement for the batch, then one retry of it');
+  await reserves.until(2);
+  t.same(reserves.seen.map((q) => q.name), ['ledger_reserve', 'ledger_reserve'], 'one statement for the batch, then one retry of it');
   await unlock();
   const results = await all;
   for (const r of results) t.match(r.value, { holdInk: 30 }, 'every move of the batch got its hold');
-  t.equal(statements.length, 2, 'no single moves were sent');
+  t.equal(reserves.seen.length, 2, 'no single moves were sent');
   await assertLedgerInvariant(t, pool);
 });
 

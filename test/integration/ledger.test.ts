@@ -4,6 +4,7 @@ import t, { type Test } from 'tap';
 import { ApiError } from '../../src/errors.js';
 import { Ledger, type LedgerOptions, type RequestRecord } from '../../src/ledger/ledger.js';
 import { testDb } from '../helpers/db.js';
+import { watchQueries } from '../helpers/query-watch.js';
 import { assertLedgerInvariant, keyOf, newRequestId, seedAccount, walletOf } from '../helpers/ledger-invariant.js';
 
 const db = await testDb(t);
@@ -422,18 +423,10 @@ for (const batching of [true, false]) {
     const inputs = Array.from({ length: 60 }, () => reserveOf(a, 10));
     await Promise.all(inputs.map((i) => ledger.reserve(i)));
     const vid = (id: string) => `msg_${id.slice(4)}`;
-    const sent: string[] = [];
-    const orig = pool.query.bind(pool) as (...args: unknown[]) => Promise<unknown>;
-    (pool as unknown as { query: (...args: unknown[]) => Promise<unknown> }).query = (...args: unknown[]) => {
-      const q = args[0] as { name?: string };
-      if (q && typeof q === 'object' && q.name?.startsWith('ledger_set_vendor')) sent.push(q.name);
-      return orig(...args);
-    };
-    try {
-      await Promise.all(inputs.map((i) => ledger.setVendorRequestId(i.requestId, vid(i.requestId))));
-    } finally {
-      (pool as unknown as { query: unknown }).query = orig;
-    }
+    const watch = watchQueries(t, pool, (q) => q.name?.startsWith('ledger_set_vendor') === true);
+    await Promise.all(inputs.map((i) => ledger.setVendorRequestId(i.requestId, vid(i.requestId))));
+    watch.stop();
+    const sent = watch.seen.map((q) => q.name);
     const { rows } = await pool.query<{ id: string; vendor_request_id: string; hold_state: string }>(
       'SELECT id, vendor_request_id, hold_state FROM requests WHERE id = ANY($1)',
       [inputs.map((i) => i.requestId)],

@@ -8,6 +8,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { dirname, resolve } from 'node:path';
 import t, { type Test } from 'tap';
 import { request } from 'undici';
+import { holdNextCreate } from '../helpers/generations.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
 import { RENDER_MS, rowOf, runToEnd, startVideoHarness, walletOf } from './video-harness.js';
 
@@ -70,24 +71,16 @@ async function kill(child: ChildProcess): Promise<void> {
 t.test('SIGKILL during the vendor create: failed and refunded after the lease lapses, no second task', async (t) => {
   const { key, accountId } = await h.funded(1_000);
   const { child, url } = await startChild(t);
-  let entered!: () => void;
-  const inCreate = new Promise<void>((r) => (entered = r));
-  let release!: () => void;
-  const held = new Promise<void>((r) => (release = r));
-  h.sim.beforeCreate = async () => {
-    entered();
-    await held;
-  };
+  const create = holdNextCreate(h.sim);
   const creates = h.sim.creates.length;
   const submit = request(url + '/v1/video/generations', {
     method: 'POST',
     headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
     body: JSON.stringify({ model: 'clip-2.0-fast', prompt: 'killed mid-create' }),
   }).then((r) => r.body.text().then(() => r.statusCode), (e: Error) => e);
-  await inCreate;
+  await create.entered;
   await kill(child);
-  h.sim.beforeCreate = undefined;
-  release();
+  create.release();
   const outcome = await submit;
   t.ok(outcome instanceof Error, 'the client saw the connection drop, not an answer');
   const rows = (await pool.query('SELECT id, state, lease_owner FROM generations WHERE account_id = $1', [accountId])).rows;

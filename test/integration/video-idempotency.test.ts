@@ -3,7 +3,9 @@
 // when the wait is off), 20 duplicates at once, the 24-hour window, and a key freed by a submit
 // that ended in an error.
 import t, { type Test } from 'tap';
+import { holdNextCreate } from '../helpers/generations.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
+import { watchQueries } from '../helpers/query-watch.js';
 import { startVideoHarness, walletOf } from './video-harness.js';
 
 const h = await startVideoHarness(t);
@@ -57,42 +59,20 @@ check('keys are per API key: the same key on another API key is a new submit', a
   t.equal(rb.headers['idempotent-replayed'], undefined);
 });
 
-/** Resolves once the gateway has looked at `idemKey` `times` times (a waiting duplicate looks again and again). */
-function looksAtKey(idemKey: string, times: number): { seen: Promise<void>; stop: () => void } {
-  const q = pool as unknown as { query: (...args: unknown[]) => Promise<unknown> };
-  const orig = q.query;
-  let n = 0;
-  let done!: () => void;
-  const seen = new Promise<void>((r) => (done = r));
-  q.query = function (this: unknown, ...args: unknown[]) {
-    const text = typeof args[0] === 'string' ? args[0] : '';
-    if (text.includes('FROM idempotency_keys k LEFT JOIN generations') && (args[1] as unknown[] | undefined)?.[1] === idemKey && ++n === times) done();
-    return orig.apply(this, args);
-  };
-  return { seen, stop: () => void (q.query = orig) };
-}
-
 check('a duplicate while the first is still being admitted waits for it and gets its 202 (a different body: 422 at once)', async (t) => {
   const { key, accountId } = await h.funded(1_000);
-  let release!: () => void;
-  const gate = new Promise<void>((r) => (release = r));
-  let entered!: () => void;
-  const inCreate = new Promise<void>((r) => (entered = r));
-  h.sim.beforeCreate = async () => {
-    entered();
-    await gate;
-  };
+  const create = holdNextCreate(h.sim);
   const first = h.submit(key, body, { 'idempotency-key': 'slow' });
-  await inCreate; // the first submit is inside the vendor create call
-  h.sim.beforeCreate = undefined;
-  const watch = looksAtKey('slow', 3);
-  t.teardown(watch.stop);
+  await create.entered; // the first submit is inside the vendor create call
+  // Every look at the key: a waiting duplicate looks again and again.
+  const looks = watchQueries(t, pool, (q) => q.text.includes('FROM idempotency_keys k LEFT JOIN generations') && q.values?.[1] === 'slow');
   const dupP = h.submit(key, body, { 'idempotency-key': 'slow' });
   const diff = await h.submit(key, { ...body, prompt: 'other' }, { 'idempotency-key': 'slow' });
   t.equal(diff.status, 422, 'a different body is refused at once, even while the first is in flight');
-  await watch.seen; // the duplicate has looked at the key more than once: it is waiting
-  watch.stop();
-  release();
+  // Three looks, one of them the different body's: the duplicate has looked more than once, so it is waiting.
+  await looks.until(3);
+  looks.stop();
+  create.release();
   const [r1, dup] = await Promise.all([first, dupP]);
   t.equal(r1.status, 202);
   t.equal(dup.status, 202, 'the duplicate got the first submit\'s answer');
@@ -104,21 +84,13 @@ check('a duplicate while the first is still being admitted waits for it and gets
 t.test('with jobs.idempotencyWaitMs 0 a duplicate during admission answers 409 idempotency_key_in_use at once', async (t) => {
   const h0 = await startVideoHarness(t, { config: { jobs: { idempotencyWaitMs: 0 } } });
   const { key, accountId } = await h0.funded(1_000);
-  let release!: () => void;
-  const gate = new Promise<void>((r) => (release = r));
-  let entered!: () => void;
-  const inCreate = new Promise<void>((r) => (entered = r));
-  h0.sim.beforeCreate = async () => {
-    entered();
-    await gate;
-  };
+  const create = holdNextCreate(h0.sim);
   const first = h0.submit(key, body, { 'idempotency-key': 'slow0' });
-  await inCreate;
-  h0.sim.beforeCreate = undefined;
+  await create.entered;
   const dup = await h0.submit(key, body, { 'idempotency-key': 'slow0' });
   t.equal(dup.status, 409);
   t.equal(dup.json.error.code, 'idempotency_key_in_use');
-  release();
+  create.release();
   t.equal((await first).status, 202);
   const replay = await h0.submit(key, body, { 'idempotency-key': 'slow0' });
   t.equal(replay.headers['idempotent-replayed'], 'true');

@@ -11,6 +11,7 @@ import { startArkSimulator } from '../../src/vendors/ark/simulator.js';
 import { startGeminiSimulator } from '../../src/vendors/gemini/simulator.js';
 import { startTestGateway, type Reply } from '../helpers/gateway.js';
 import { testCert } from '../helpers/https-server.js';
+import { holdNextCreate } from '../helpers/generations.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
 
 const RENDER_MS = 60_000;
@@ -143,21 +144,13 @@ for (const kind of ['video', 'images'] as const) {
     if (kind === 'video') {
       // While A's submit is still in flight (held inside the vendor create), B's use of the key is not 409.
       const inflight = { 'idempotency-key': 'shared-inflight' };
-      let entered!: () => void;
-      const inCreate = new Promise<void>((r) => (entered = r));
-      let release!: () => void;
-      const held = new Promise<void>((r) => (release = r));
-      ark.beforeCreate = async () => {
-        entered();
-        await held;
-      };
+      const create = holdNextCreate(ark);
       const d = await funded();
       const pending = g.call('POST', path, { key: d.key, body, headers: inflight });
-      await inCreate;
-      ark.beforeCreate = undefined;
+      await create.entered;
       const e = await funded();
       const during = await g.call('POST', path, { key: e.key, body, headers: inflight });
-      release();
+      create.release();
       const first = await pending;
       t.equal(first.status, 202);
       t.equal(during.status, 202, 'not 409 idempotency_key_in_use: the other account key is not visible');
