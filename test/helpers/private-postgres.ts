@@ -8,7 +8,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startEmbeddedPostgres } from '../../src/store/embedded.js';
-import { childrenOf, signal } from './proc.js';
+import { childrenOf, leftAtExit, signal } from './proc.js';
 
 export interface PrivatePostgres {
   readonly url: string;
@@ -25,27 +25,13 @@ export interface PrivatePostgres {
   stop(): Promise<void>;
 }
 
-const live = new Set<number>();
-let exitHookInstalled = false;
 
 export async function startPrivatePostgres(log: (m: string) => void = () => undefined): Promise<PrivatePostgres> {
   const dataDir = mkdtempSync(join(tmpdir(), 'inkgate-private-pg-'));
   const handle = await startEmbeddedPostgres(dataDir, log);
   const pid = Number.parseInt(readFileSync(join(dataDir, 'pg', 'postmaster.pid'), 'utf8').split('\n')[0] ?? '', 10);
   if (!Number.isInteger(pid) || pid <= 0) throw new Error(`private postgres: no postmaster pid in ${dataDir}`);
-  live.add(pid);
-  if (!exitHookInstalled) {
-    exitHookInstalled = true;
-    // A test process that dies must not leave a stopped cluster behind: continue it, then ask for
-    // an immediate shutdown (SIGQUIT), which also ends its backends.
-    process.once('exit', () => {
-      for (const p of live) {
-        signal(p, 'SIGCONT');
-        for (const c of childrenOf(p)) signal(c, 'SIGCONT');
-        signal(p, 'SIGQUIT');
-      }
-    });
-  }
+  leftAtExit.postmasters.add(pid);
   let stopped = false;
   const pids = () => [pid, ...childrenOf(pid)];
   return {
@@ -69,7 +55,7 @@ export async function startPrivatePostgres(log: (m: string) => void = () => unde
       try {
         await handle.stop();
       } finally {
-        live.delete(pid);
+        leftAtExit.postmasters.delete(pid);
         rmSync(dataDir, { recursive: true, force: true });
       }
     },

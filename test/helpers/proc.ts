@@ -1,5 +1,5 @@
 // Processes by pid, from /proc (Linux): what the tests that pause or kill real servers need.
-import { readdirSync, readFileSync } from 'node:fs';
+import { readdirSync, readFileSync, rmSync } from 'node:fs';
 
 const MAX_CHILDREN = 10_000;
 
@@ -35,5 +35,23 @@ export function signal(pid: number, sig: NodeJS.Signals): void {
     if ((e as NodeJS.ErrnoException).code !== 'ESRCH') throw e;
   }
 }
+
+/**
+ * What a test process must not leave behind if it dies: clusters it started (maybe SIGSTOPped by
+ * the test) and their temporary directories. At exit each postmaster is continued, with its
+ * children, then asked for an immediate shutdown (SIGQUIT, which also ends its backends); the
+ * directories are removed (an exiting backend writes nothing new). Callers take a process or a
+ * directory out again once they have stopped it themselves.
+ */
+export const leftAtExit = { postmasters: new Set<number>(), dirs: new Set<string>() };
+
+process.once('exit', () => {
+  for (const p of leftAtExit.postmasters) {
+    signal(p, 'SIGCONT');
+    for (const c of childrenOf(p)) signal(c, 'SIGCONT');
+    signal(p, 'SIGQUIT');
+  }
+  for (const d of leftAtExit.dirs) rmSync(d, { recursive: true, force: true });
+});
 
 export { freePort } from '../../src/util/process.js';
