@@ -39,6 +39,9 @@ export function newRequestId(): string {
 
 const MAX_HEADERS = 100;
 
+/** Placeholder for HttpContext.write's chunk field between writes (keeps no chunk alive). */
+const EMPTY_CHUNK = new Uint8Array(0);
+
 export class HttpContext {
   readonly res: HttpResponse;
   readonly method: string;
@@ -180,12 +183,19 @@ export class HttpContext {
   /** Writes a chunk; false means uWS buffered it (backpressure): wait for onWritable before more. */
   write(chunk: Uint8Array | string): boolean {
     if (this.aborted) return true;
-    let ok = true;
-    this.res.cork(() => {
-      ok = this.res.write(chunk);
-    });
-    return ok;
+    // The chunk and the answer travel through fields so that the corked callback is made once per
+    // response, not once per relayed chunk (the stream hot path allocates nothing per chunk).
+    this.pendingChunk = chunk;
+    this.res.cork(this.corkedWrite);
+    this.pendingChunk = EMPTY_CHUNK;
+    return this.writeOk;
   }
+
+  private pendingChunk: Uint8Array | string = EMPTY_CHUNK;
+  private writeOk = true;
+  private readonly corkedWrite = (): void => {
+    this.writeOk = this.res.write(this.pendingChunk);
+  };
 
   /** Resolves when the socket drained what uWS buffered, or the client went away. */
   waitWritable(): Promise<void> {
