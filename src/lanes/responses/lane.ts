@@ -58,12 +58,17 @@ export function responsesLane(cfg: Config, catalog: Catalog): TextLane {
       };
     },
     newTally(req): StreamTally {
-      const t = new ResponsesUsageTally();
+      const t = new ResponsesUsageTally({ keepOutput: true });
       const tally = {
         capped: false,
         push: (c: Buffer) => {
+          t.markOutput();
           t.feed(c);
-          if (t.visibleTextChars > capChars && !t.sawTerminal) tally.capped = true;
+          if (t.visibleTextChars > capChars && !t.sawTerminal) {
+            tally.capped = true;
+            // The proxy does not relay the chunk that passed the cap: the final response must not carry it either.
+            t.rewindOutput();
+          }
         },
         end: () => t.end(),
         outcome: () => t.outcome(),
@@ -78,7 +83,12 @@ export function responsesLane(cfg: Config, catalog: Catalog): TextLane {
     finishBody(json, req): BodyResult {
       const t = tallyResponseBody(json);
       if (json && typeof json === 'object' && 'model' in json) (json as Record<string, unknown>).model = req.model.id;
-      const usable = t.usageUsable && (t.status === 'completed' || t.status === 'incomplete');
+      // The statuses of the stream's three terminal events: a `failed` response that reports its
+      // usage settles on it, as `response.failed` with usage does on the stream (spec, Errors: "a
+      // text call settles to what the vendor reports"); the client gets the vendor's failed
+      // response, as the stream passes `response.failed` on. Other statuses (queued, in_progress,
+      // cancelled: background mode, which we refuse) are not a receipt.
+      const usable = t.usageUsable && (t.status === 'completed' || t.status === 'incomplete' || t.status === 'failed');
       return {
         chargeInk: usable ? charge(req.model, t.usage) : undefined,
         usage: usageRecord(t.usage),
@@ -108,13 +118,24 @@ export function responsesLane(cfg: Config, catalog: Catalog): TextLane {
     cappedFrame(inkCharged, requestId, tally) {
       const inner = (tally as unknown as { inner: ResponsesUsageTally; model: string }).inner;
       const seq = inner.maxSequenceNumber + 1;
+      // The SDK's final response is this snapshot (it replaces what the deltas built), so it
+      // carries what was relayed: the first snapshot's fields, the finished items, and the open
+      // message items with the text relayed so far.
+      const kept = inner.relayedOutput();
       const response = {
+        ...kept?.snapshot,
         id: inner.responseId ?? null,
         object: 'response',
         status: 'incomplete',
+        error: null,
         incomplete_details: { reason: 'max_output_tokens' },
         model: (tally as unknown as { model: string }).model,
-        output: [],
+        output: kept?.output ?? [],
+        // null, not counts: the vendor's receipt never came (we stopped reading), and the charge
+        // is the hold (spec), which is not a token count: it prices the prompt as cache writes and
+        // the output at max_output_tokens floored at 32,768. Counts that priced to it would be
+        // invented; the request record's usage is empty for the same reason. What was charged is
+        // in the service.usage comment that follows.
         usage: null,
       };
       return (

@@ -28,8 +28,12 @@
 // the response id is still unknown), and data-only frames whose type is unknown until parsed). Other named events (item and part
 // snapshots, argument deltas, reasoning) only have their sequence_number read by a scan, and text
 // deltas their sequence_number and text length (`scanTextDeltaChars`).
+// With `keepOutput` (the Responses lane), `output_item.added` / `content_part.added` /
+// `output_item.done` are parsed too, and each text delta's escaped text is kept (see RelayedOutput).
 
 import { createParser, type EventSourceMessage, type EventSourceParser } from 'eventsource-parser';
+import { count, isObject, scanCount } from './raw-json.js';
+import { KEPT_ITEM_EVENTS, RelayedOutput } from './relayed-output.js';
 
 export type ResponsesTerminalEvent = 'response.completed' | 'response.incomplete' | 'response.failed';
 export type ResponsesTallyOutcome = 'complete' | 'usage_unknown' | 'incomplete_stream';
@@ -91,6 +95,11 @@ export interface ResponsesUsageTallyOptions {
    * at most 4 MiB) plus the whole output text, so one event can legitimately be several MB.
    */
   maxEventChars?: number;
+  /**
+   * Keep what the stream relayed of the output (see RelayedOutput) until the terminal event, so a
+   * stream the service stops at its own cap can end with a response that carries it.
+   */
+  keepOutput?: boolean;
 }
 
 const DEFAULT_MAX_EVENT_CHARS = 16 * 1024 * 1024;
@@ -120,20 +129,12 @@ function emptyUsage(): ResponsesUsage {
   };
 }
 
-function count(v: unknown): number | undefined {
-  return typeof v === 'number' && Number.isSafeInteger(v) && v >= 0 ? v : undefined;
-}
-
 function str(v: unknown): string | undefined {
   return typeof v === 'string' ? v : undefined;
 }
 
 function strOrNull(v: unknown): string | null {
   return typeof v === 'string' ? v : null;
-}
-
-function isObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
 /** Reads a Responses `usage` object; returns the buckets and whether they are usable for settlement. */
@@ -171,27 +172,18 @@ function readResponseError(v: unknown): { code: string | null; message: string }
   return { code: strOrNull(v.code), message: str(v.message) ?? '' };
 }
 
-/** Reads `"sequence_number":N` from raw JSON without parsing it (the key cannot occur unescaped inside a string). */
-function scanSequenceNumber(data: string): number {
-  const at = data.indexOf(SEQ_KEY);
-  if (at === -1) return -1;
-  let i = at + SEQ_KEY.length;
-  while (data.charCodeAt(i) === 32) i++;
-  let n = 0;
-  let digits = 0;
-  for (;;) {
-    const c = data.charCodeAt(i);
-    if (c < 48 || c > 57) break;
-    n = n * 10 + (c - 48);
-    digits++;
-    i++;
-    if (digits > 15) return -1;
-  }
-  return digits === 0 ? -1 : n;
-}
+const scanSequenceNumber = (data: string): number => scanCount(data, SEQ_KEY);
 
 const DELTA_TYPE = '"type":"response.output_text.delta"';
 const DELTA_KEY = '"delta":"';
+
+/** Where the raw (still escaped) `delta` string of the last scanned text delta lies in its data. */
+interface DeltaSpan {
+  start: number;
+  end: number;
+}
+
+const unusedSpan: DeltaSpan = { start: 0, end: 0 };
 
 /**
  * The UTF-16 length `JSON.parse` would give the `delta` string of a text-delta event, read from
@@ -202,14 +194,25 @@ const DELTA_KEY = '"delta":"';
  * event is valid JSON: a malformed delta still counts, and the client's SDK reports it.
  */
 export function scanTextDeltaChars(data: string): number {
+  return scanTextDelta(data, unusedSpan);
+}
+
+/** scanTextDeltaChars that also says where the escaped string lies (`span`, reused: no allocation). */
+function scanTextDelta(data: string, span: DeltaSpan): number {
   if (data.indexOf(DELTA_TYPE) === -1) return -1;
   const at = data.indexOf(DELTA_KEY);
   if (at === -1) return -1;
   let n = 0;
   const len = data.length;
-  for (let i = at + DELTA_KEY.length; i < len; i++) {
+  const start = at + DELTA_KEY.length;
+  for (let i = start; i < len; i++) {
     const c = data.charCodeAt(i);
-    if (c === 34) return data.indexOf(DELTA_KEY, i) === -1 ? n : -1;
+    if (c === 34) {
+      if (data.indexOf(DELTA_KEY, i) !== -1) return -1;
+      span.start = start;
+      span.end = i;
+      return n;
+    }
     if (c < 0x20) return -1;
     if (c === 92) {
       const e = data.charCodeAt(i + 1);
@@ -255,8 +258,12 @@ export class ResponsesUsageTally {
   private _eventCount = 0;
   private _sawDone = false;
   private _parseError: string | undefined;
+  /** Until the terminal event (then dropped: a stream that has its receipt is never capped). */
+  private kept: RelayedOutput | undefined;
+  private readonly span: DeltaSpan = { start: 0, end: 0 };
 
   constructor(opts: ResponsesUsageTallyOptions = {}) {
+    if (opts.keepOutput) this.kept = new RelayedOutput();
     this.parser = createParser({
       onEvent: (ev) => this.onEvent(ev),
       onError: (err) => {
@@ -315,7 +322,8 @@ export class ResponsesUsageTally {
     // Snapshots before the terminal one are parsed only until the response id is known.
     const skip =
       name !== undefined &&
-      (!PARSED_EVENTS.has(name) || (this._responseId !== undefined && (name === 'response.in_progress' || name === 'response.queued')));
+      (!PARSED_EVENTS.has(name) || (this._responseId !== undefined && (name === 'response.in_progress' || name === 'response.queued'))) &&
+      !(this.kept !== undefined && KEPT_ITEM_EVENTS.has(name));
     if (skip) {
       const seq = scanSequenceNumber(data);
       if (seq > this._maxSequenceNumber) this._maxSequenceNumber = seq;
@@ -323,11 +331,14 @@ export class ResponsesUsageTally {
     }
     // Text deltas are most of a stream's events: count their text without building objects.
     if (name === 'response.output_text.delta') {
-      const chars = scanTextDeltaChars(data);
+      const chars = scanTextDelta(data, this.span);
       if (chars !== -1) {
         const seq = scanSequenceNumber(data);
         if (seq > this._maxSequenceNumber) this._maxSequenceNumber = seq;
-        if (this._terminalEvent === undefined) this._visibleTextChars += chars;
+        if (this._terminalEvent === undefined) {
+          this._visibleTextChars += chars;
+          this.kept?.delta(data, this.span.start, this.span.end);
+        }
         return;
       }
     }
@@ -347,13 +358,22 @@ export class ResponsesUsageTally {
     switch (type) {
       case 'response.output_text.delta': {
         const delta = parsed.delta;
-        if (typeof delta === 'string') this._visibleTextChars += delta.length;
+        if (typeof delta === 'string') {
+          this._visibleTextChars += delta.length;
+          this.kept?.text(count(parsed.output_index) ?? -1, count(parsed.content_index) ?? -1, JSON.stringify(delta).slice(1, -1));
+        }
         return;
       }
       case 'response.created':
       case 'response.in_progress':
       case 'response.queued':
         this.readSnapshotIdentity(parsed.response);
+        this.kept?.snapshot(data);
+        return;
+      case 'response.output_item.added':
+      case 'response.content_part.added':
+      case 'response.output_item.done':
+        this.kept?.itemEvent(type, parsed);
         return;
       case 'response.completed':
       case 'response.incomplete':
@@ -376,6 +396,7 @@ export class ResponsesUsageTally {
 
   private onTerminal(type: ResponsesTerminalEvent, resp: unknown): void {
     this._terminalEvent = type;
+    this.kept = undefined;
     if (!isObject(resp)) return;
     this.readSnapshotIdentity(resp);
     this._status = str(resp.status);
@@ -430,6 +451,21 @@ export class ResponsesUsageTally {
   get parseError(): string | undefined {
     return this._parseError;
   }
+  /** Start of a chunk (with `keepOutput`): what was kept so far has been relayed. */
+  markOutput(): void {
+    this.kept?.mark();
+  }
+
+  /** The chunk since `markOutput()` is not relayed (the cap): take back what it added, keep no more. */
+  rewindOutput(): void {
+    this.kept?.rewind();
+  }
+
+  /** What was kept of the relayed output (with `keepOutput`, before the terminal event); else undefined. */
+  relayedOutput(): ReturnType<RelayedOutput['build']> | undefined {
+    return this.kept?.build();
+  }
+
   /** True once a terminal event has been seen (the receipt, usable or not). */
   get sawTerminal(): boolean {
     return this._terminalEvent !== undefined;
