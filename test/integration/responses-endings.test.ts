@@ -3,46 +3,15 @@
 // response that reports its usage (settled on it, streamed or not, like the stream's response.failed).
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import OpenAI from 'openai';
 import t, { type Test } from 'tap';
 import { request } from 'undici';
-import { setLane } from '../../src/deployment/state.js';
 import { ResponsesUsageTally } from '../../src/lanes/responses/usage-tally.js';
 import { textChargeInk, textUsageFromResponses } from '../../src/ledger/pricing.js';
-import { startOpenAISimulator, type OpenAISimulator } from '../../src/vendors/openai/simulator.js';
-import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
-import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
-import { parseSse, sseComments } from '../helpers/sse.js';
+import type { OpenAISimulator } from '../../src/vendors/openai/simulator.js';
+import { me, rawResponsesStream, startResponsesHarness } from '../helpers/responses-harness.js';
 
-const VENDOR_KEY = 'sk-openai-test-vendor';
-
-async function setup(t: Test, o: { capChars?: number; vendorUrl?: (sim: OpenAISimulator) => Promise<string> } = {}) {
-  const sim = await startOpenAISimulator({ apiKey: VENDOR_KEY });
-  t.teardown(() => sim.close());
-  const baseUrl = o.vendorUrl ? await o.vendorUrl(sim) : sim.url;
-  const g = await startTestGateway(t, {
-    vendors: { openai: { baseUrl, apiKey: VENDOR_KEY } },
-    ...(o.capChars !== undefined ? { responses: { visibleOutputCapChars: o.capChars } } : {}),
-  });
-  await setLane(g.db.pool, 'responses', true);
-  await g.gw.services.state.refresh();
-  const k = await g.newKey();
-  await g.gw.services.ledger.topUp(k.accountId, 50_000, 'test');
-  const client = new OpenAI({ baseURL: g.url + '/v1', apiKey: k.key, maxRetries: 0 });
-  return { sim, g, k, client, invariant: () => assertLedgerInvariant(t, g.db.pool) };
-}
-
-const me = async (g: TestGateway, key: string) => (await g.call('GET', '/v1/me', { key })).json;
-
-async function rawStream(g: TestGateway, key: string, body: Record<string, unknown>) {
-  const r = await request(g.url + '/v1/responses', {
-    method: 'POST',
-    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
-    body: JSON.stringify({ model: 'astra', stream: true, ...body }),
-  });
-  const text = await r.body.text();
-  return { status: r.statusCode, text, events: parseSse(text), comments: sseComments(text) };
-}
+const setup = startResponsesHarness;
+const rawStream = rawResponsesStream;
 
 const usageFrame = (comments: string[]) => JSON.parse(comments.at(-1)!.slice('service.usage '.length));
 const chargeOf = (u: any): number =>
@@ -60,7 +29,7 @@ const CAP = 40;
 const FULL_TEXT_OF_100 = 'long reply [[sim:tokens=100]]';
 
 t.test('capped stream: finalResponse().output_text is the text relayed before the cap', async (t) => {
-  const { g, k, client, invariant } = await setup(t, { capChars: CAP });
+  const { g, k, client, invariant } = await setup(t, { gateway: { responses: { visibleOutputCapChars: CAP } } });
   for (const directives of ['[[sim:pace=2]]', '[[sim:chunk=7]]']) {
     const before = await me(g, k.key);
     const rs = client.responses.stream({ model: 'astra', input: `${FULL_TEXT_OF_100} ${directives}`, max_output_tokens: 1000 });
@@ -86,7 +55,7 @@ t.test('capped stream: finalResponse().output_text is the text relayed before th
 });
 
 t.test('capped stream read as events (responses.create stream:true) and on the wire', async (t) => {
-  const { g, k, client, invariant } = await setup(t, { capChars: CAP });
+  const { g, k, client, invariant } = await setup(t, { gateway: { responses: { visibleOutputCapChars: CAP } } });
   const s = await client.responses.create({ model: 'astra', input: `${FULL_TEXT_OF_100} [[sim:pace=2]]`, max_output_tokens: 1000, stream: true });
   let relayed = '';
   let last: any;
@@ -122,7 +91,7 @@ t.test('capped stream read as events (responses.create stream:true) and on the w
 });
 
 t.test('capped stream with a finished reasoning item before the message', async (t) => {
-  const { client, invariant } = await setup(t, { capChars: CAP });
+  const { client, invariant } = await setup(t, { gateway: { responses: { visibleOutputCapChars: CAP } } });
   const rs = client.responses.stream({
     model: 'astra',
     input: `${FULL_TEXT_OF_100} [[sim:pace=2]]`,

@@ -1,39 +1,10 @@
 // POST /v1/responses end to end: the official OpenAI SDK -> inkgate -> the OpenAI Responses simulator.
-import OpenAI from 'openai';
-import t, { type Test } from 'tap';
-import { request } from 'undici';
-import { setLane } from '../../src/deployment/state.js';
+import t from 'tap';
 import { responsesHoldInk, textChargeInk, textUsageFromResponses } from '../../src/ledger/pricing.js';
-import { startOpenAISimulator } from '../../src/vendors/openai/simulator.js';
-import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
-import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
-import { parseSse, sseComments } from '../helpers/sse.js';
+import { me, rawResponsesStream, startResponsesHarness, VENDOR_KEY } from '../helpers/responses-harness.js';
 
-const VENDOR_KEY = 'sk-openai-test-vendor';
-
-async function setup(t: Test, overrides: Record<string, unknown> = {}) {
-  const sim = await startOpenAISimulator({ apiKey: VENDOR_KEY });
-  t.teardown(() => sim.close());
-  const g = await startTestGateway(t, { vendors: { openai: { baseUrl: sim.url, apiKey: VENDOR_KEY } }, ...overrides });
-  await setLane(g.db.pool, 'responses', true);
-  await g.gw.services.state.refresh();
-  const k = await g.newKey();
-  await g.gw.services.ledger.topUp(k.accountId, 50_000, 'test');
-  const client = new OpenAI({ baseURL: g.url + '/v1', apiKey: k.key, maxRetries: 0 });
-  return { sim, g, k, client, invariant: () => assertLedgerInvariant(t, g.db.pool) };
-}
-
-const me = async (g: TestGateway, key: string) => (await g.call('GET', '/v1/me', { key })).json;
-
-async function rawStream(g: TestGateway, key: string, body: Record<string, unknown>) {
-  const r = await request(g.url + '/v1/responses', {
-    method: 'POST',
-    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
-    body: JSON.stringify({ model: 'astra', stream: true, ...body }),
-  });
-  const text = await r.body.text();
-  return { status: r.statusCode, headers: r.headers, text, events: parseSse(text), comments: sseComments(text) };
-}
+const setup = startResponsesHarness;
+const rawStream = rawResponsesStream;
 
 t.test('official SDK: responses.create through inkgate', async (t) => {
   const { g, k, client, sim, invariant } = await setup(t);
@@ -155,7 +126,7 @@ t.test('failure paths: response.failed, cut streams, vendor statuses', async (t)
 });
 
 t.test('the service visible-output cap stops the reply and charges the hold', async (t) => {
-  const { g, k, client, invariant } = await setup(t, { responses: { visibleOutputCapChars: 40 } });
+  const { g, k, client, invariant } = await setup(t, { gateway: { responses: { visibleOutputCapChars: 40 } } });
   const before = await me(g, k.key);
   const raw = await rawStream(g, k.key, { input: 'long reply [[sim:tokens=100]] [[sim:pace=2]]', max_output_tokens: 1000 });
   const names = raw.events.map((e) => e.event);
