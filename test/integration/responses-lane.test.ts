@@ -164,3 +164,22 @@ t.test('validation and unsupported fields', async (t) => {
   t.equal(sim.requests.length, n);
   await invariant();
 });
+
+t.test('long-context pricing with an upstream that counts characters / 4: charged in full, not capped at the hold', async (t) => {
+  // The simulator counts ceil(chars / 4) + 4 per item: 1,087,988 letters are 272,001 input tokens
+  // there (the long-context tier starts above 272,000), while o200k counts about a half of that.
+  const { g, k, client, invariant } = await setup(t);
+  for (const [letters, tier] of [
+    [1_087_984, 'base'],
+    [1_087_988, 'long-context'],
+  ] as const) {
+    const { data: resp, response } = await client.responses.create({ model: 'astra', input: 'a'.repeat(letters), max_output_tokens: 1000 }).withResponse();
+    const u = resp.usage!;
+    t.equal(u.input_tokens, tier === 'base' ? 272_000 : 272_001, `${tier}: the upstream's count`);
+    const expected = textChargeInk('text-6-astra', textUsageFromResponses({ inputTokens: u.input_tokens, cachedTokens: 0, cacheWriteTokens: 0, outputTokens: u.output_tokens }));
+    t.equal(Number(response.headers.get('x-service-ink-charged')), expected, `${tier}: rate x reported usage`);
+  }
+  const m = await me(g, k.key);
+  t.equal(m.key.ink_reserved, 0);
+  await invariant();
+});

@@ -10,6 +10,7 @@ import { ApiError } from '../../src/errors.js';
 import { loadCatalog } from '../../src/catalog/models.js';
 import { responsesHoldInk } from '../../src/ledger/pricing.js';
 import {
+  HOLD_CHARS_PER_TOKEN,
   HOLD_ENCRYPTED_CHARS_PER_TOKEN,
   HOLD_ITEM_OVERHEAD_TOKENS,
   HOLD_MARGIN_PERCENT,
@@ -462,6 +463,32 @@ t.test('a string input: one item of framing', async (tt) => {
   const verbatim = reference('Hello there') + reference('Be brief.');
   tt.equal(r.promptTokens, verbatim);
   tt.equal(r.promptTokensForHold, holdFor(verbatim + HOLD_REQUEST_OVERHEAD_TOKENS + 2 * HOLD_ITEM_OVERHEAD_TOKENS));
+});
+
+t.test('the hold assumes at least one token per four characters of verbatim text', async (tt) => {
+  // A run of one letter is a handful of o200k tokens; an upstream that counts characters / 4
+  // reports a quarter of its length. The hold takes the larger, so the charge is never capped below
+  // what such an upstream reports (and a long prompt is held at the long-context tier).
+  const filler = 'a'.repeat(1_087_988);
+  const r = parse({ model: 'astra', input: filler, max_output_tokens: 1000 });
+  // (The exact count of such a run is checked against the library on shorter runs elsewhere: its
+  // own counter is quadratic on one long run.)
+  tt.ok(r.promptTokens > 0 && r.promptTokens < 200_000, `exact count ${r.promptTokens} is far below characters / 4`);
+  const quarter = Math.ceil(filler.length / HOLD_CHARS_PER_TOKEN);
+  tt.equal(r.promptTokensForHold, holdFor(quarter + HOLD_REQUEST_OVERHEAD_TOKENS + HOLD_ITEM_OVERHEAD_TOKENS));
+  tt.ok(r.promptTokensForHold > 272_000, 'held at the long-context tier');
+  tt.equal(r.holdInk, responsesHoldInk(r.promptTokensForHold, 1000, r.model));
+  // Any text: the larger of the two decides.
+  for (const text of ['The quick brown fox jumps over the lazy dog. '.repeat(50), '東京は日本の首都です。'.repeat(40), '🙂'.repeat(300)]) {
+    const p = parse({ model: 'astra', input: text });
+    const base = Math.max(reference(text), Math.ceil(text.length / HOLD_CHARS_PER_TOKEN));
+    tt.equal(p.promptTokensForHold, holdFor(base + HOLD_REQUEST_OVERHEAD_TOKENS + HOLD_ITEM_OVERHEAD_TOKENS), text.slice(0, 12));
+  }
+  // The envelope (413) is still the exact count: 4 MB of one letter (about 500,000 o200k tokens)
+  // is accepted.
+  const huge = parse({ model: 'astra', input: 'a'.repeat(4_000_000) });
+  tt.ok(huge.promptTokens < 922_000);
+  tt.ok(huge.promptTokensForHold > 922_000, 'while its hold assumes a million tokens');
 });
 
 t.test('the 922,000-token envelope, at the boundary', async (tt) => {

@@ -54,7 +54,7 @@
 // what the vendor counts: the vendor adds role and framing tokens on top. The hold uses that count
 // plus framing (4 tokens per input item, 8 per tool, 32 per request), tool parameter schemas and
 // the json_schema format as JSON, a quarter of each reasoning item's encrypted_content length, and
-// a margin of 2% + 64 tokens.
+// a margin of 2% + 64 tokens; the verbatim part is never taken below one token per 4 characters.
 // Counting cost on one core of the reference machine (2 cores, Node 20), exact count: English 1 MiB
 // ~70 ms, 4 MiB ~275 ms; CJK 1 MiB ~80 ms, 4 MiB ~320 ms; CJK without punctuation 4 MiB ~0.9 s;
 // worst case, 4 MiB of one repeated character, ~1.6-2.1 s (gpt-tokenizer's own countTokens takes
@@ -100,6 +100,8 @@ export const HOLD_REQUEST_OVERHEAD_TOKENS = 32;
 /** Hold margin over the count: +2% + 64 tokens. */
 export const HOLD_MARGIN_PERCENT = 2;
 export const HOLD_MARGIN_TOKENS = 64;
+/** The hold assumes at least one token per this many characters of verbatim text. */
+export const HOLD_CHARS_PER_TOKEN = 4;
 /** Characters of a reasoning item's encrypted_content per token assumed for the hold. */
 export const HOLD_ENCRYPTED_CHARS_PER_TOKEN = 4;
 /** The one `include` value accepted; always sent (store is false). */
@@ -236,8 +238,16 @@ function fail(code: ErrorCode, param: string, message: string): never {
 interface Count {
   /** Exact tokens of verbatim text (the envelope count). */
   verbatim: number;
+  /** UTF-16 code units of that verbatim text (for the hold's four-characters-per-token floor). */
+  chars: number;
   /** Extra tokens the hold assumes beyond `verbatim`, before the margin. */
   extra: number;
+}
+
+/** Counts text the vendor reads verbatim: its exact tokens and its length. */
+function addVerbatim(count: Count, text: string): void {
+  count.verbatim += countO200kTokens(text);
+  count.chars += text.length;
 }
 
 /**
@@ -293,7 +303,7 @@ export function parseResponsesRequest(body: Record<string, unknown>, catalog: Ca
     }
   }
 
-  const count: Count = { verbatim: 0, extra: HOLD_REQUEST_OVERHEAD_TOKENS };
+  const count: Count = { verbatim: 0, chars: 0, extra: HOLD_REQUEST_OVERHEAD_TOKENS };
 
   // input
   checkInput(body.input, count);
@@ -302,7 +312,7 @@ export function parseResponsesRequest(body: Record<string, unknown>, catalog: Ca
   const instructions = optional(body, 'instructions');
   if (instructions !== undefined) {
     if (typeof instructions !== 'string') fail('invalid_type', 'instructions', '`instructions` must be a string.');
-    count.verbatim += countO200kTokens(instructions);
+    addVerbatim(count, instructions);
     count.extra += HOLD_ITEM_OVERHEAD_TOKENS;
   }
 
@@ -380,7 +390,12 @@ export function parseResponsesRequest(body: Record<string, unknown>, catalog: Ca
   if (promptTokens > model.constraints.maxInputTokens) {
     fail('payload_too_large', 'input', `The prompt is ${promptTokens} tokens, above the ${model.constraints.maxInputTokens}-token input limit of ${model.id}.`);
   }
-  const raw = count.verbatim + count.extra;
+  // The hold never assumes fewer tokens than one per HOLD_CHARS_PER_TOKEN characters: upstreams
+  // that estimate rather than tokenize (OpenAI-compatible servers, simulators) commonly count
+  // characters / 4, which for repetitive text is far above the exact o200k count (a run of one
+  // letter is about one o200k token per 8 characters); a hold below the reported usage would cap
+  // the charge at the hold and price a long-context prompt at the base tier.
+  const raw = Math.max(count.verbatim, Math.ceil(count.chars / HOLD_CHARS_PER_TOKEN)) + count.extra;
   const promptTokensForHold = raw + Math.ceil((raw * HOLD_MARGIN_PERCENT) / 100) + HOLD_MARGIN_TOKENS;
   const holdInk = responsesHoldInk(promptTokensForHold, maxOutputTokens, model);
 
@@ -419,7 +434,7 @@ function checkInput(input: unknown, count: Count): void {
     fail('missing_input', 'input', '`input` is required: a string or a non-empty array of items.');
   }
   if (typeof input === 'string') {
-    count.verbatim += countO200kTokens(input);
+    addVerbatim(count, input);
     count.extra += HOLD_ITEM_OVERHEAD_TOKENS;
     return;
   }
@@ -471,14 +486,15 @@ function checkItem(item: unknown, path: string, count: Count): void {
       requireString(item, 'call_id', path);
       const name = requireString(item, 'name', path);
       const args = requireString(item, 'arguments', path);
-      count.verbatim += countO200kTokens(name) + countO200kTokens(args);
+      addVerbatim(count, name);
+      addVerbatim(count, args);
       return;
     }
     case 'function_call_output': {
       requireString(item, 'call_id', path);
       const output = item.output;
       if (typeof output === 'string') {
-        count.verbatim += countO200kTokens(output);
+        addVerbatim(count, output);
         return;
       }
       if (!Array.isArray(output)) badInput(`${path}.output`, `\`${path}.output\` must be a string or an array of input_text parts.`);
@@ -499,7 +515,7 @@ function checkMessage(item: Obj, path: string, count: Count): void {
   if (typeof role !== 'string' || !ROLES.has(role)) badInput(`${path}.role`, `\`${path}.role\` must be one of user, assistant, system, developer.`);
   const content = item.content;
   if (typeof content === 'string') {
-    count.verbatim += countO200kTokens(content);
+    addVerbatim(count, content);
     return;
   }
   if (!Array.isArray(content)) badInput(`${path}.content`, `\`${path}.content\` must be a string or an array of content parts.`);
@@ -512,11 +528,11 @@ function countTextPart(part: unknown, path: string, count: Count, inMessage: boo
   const type = part.type;
   if (typeof type !== 'string') badInput(`${path}.type`, `\`${path}.type\` must be a string.`);
   if (type === 'input_text' || (inMessage && type === 'output_text')) {
-    count.verbatim += countO200kTokens(requireString(part, 'text', path));
+    addVerbatim(count, requireString(part, 'text', path));
     return;
   }
   if (inMessage && type === 'refusal') {
-    count.verbatim += countO200kTokens(requireString(part, 'refusal', path));
+    addVerbatim(count, requireString(part, 'refusal', path));
     return;
   }
   if (MEDIA_PARTS.has(type)) fail('unsupported_parameter', `${path}.type`, `"${type}" content is not supported in v1: text only.`);
@@ -540,11 +556,11 @@ function checkTools(tools: unknown, count: Count): void {
     }
     const name = t.name;
     if (typeof name !== 'string' || name.length === 0) fail('invalid_tool', `${path}.name`, `\`${path}.name\` must be a non-empty string.`);
-    count.verbatim += countO200kTokens(name);
+    addVerbatim(count, name);
     const description = t.description;
     if (description !== undefined && description !== null) {
       if (typeof description !== 'string') fail('invalid_type', `${path}.description`, `\`${path}.description\` must be a string.`);
-      count.verbatim += countO200kTokens(description);
+      addVerbatim(count, description);
     }
     const parameters = t.parameters;
     if (parameters !== undefined && parameters !== null) {
