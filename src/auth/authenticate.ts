@@ -5,7 +5,9 @@
 // - `authenticateCached` (routes whose reserve re-checks the key, the text lanes): a key
 //   authenticated in the last `keyCacheMs` is taken from memory, and the reserve statement, which
 //   runs before anything is spent or sent to a vendor, refuses a key revoked or expired since
-//   (003_reserve_live_key.sql). The cache saves the hot path a round trip and a statement.
+//   (003_reserve_live_key.sql). The cache saves the hot path a round trip and a statement. A
+//   request that fails before its reserve ran is looked up afresh before it is answered (the
+//   server's error path), so a revoked key still gets 401 rather than, say, a validation error.
 import { findLiveKey, findLiveKeys, type AuthRow } from '../accounts/accounts.js';
 import { ApiError } from '../errors.js';
 import { GroupCommit, type GroupCommitOptions } from '../ledger/group-commit.js';
@@ -86,6 +88,11 @@ export class KeyAuthenticator {
     if (this.cache.size >= this.cacheOpts.keyCacheEntries) this.cache.delete(this.cache.keys().next().value!);
     this.cache.set(id, { info, untilMs: nowMs + this.cacheOpts.keyCacheMs });
     return info;
+  }
+
+  /** True when positive lookups are remembered (`keyCacheMs` > 0). */
+  get caching(): boolean {
+    return this.cacheOpts.keyCacheMs > 0;
   }
 
   /** Drops a key from the cache (its reserve found it revoked or expired). */

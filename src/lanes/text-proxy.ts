@@ -225,6 +225,7 @@ export function createTextHandler(lane: TextLane, d: TextProxyDeps): (ctx: HttpC
     const auth = ctx.auth!;
     const requestId = ctx.requestId;
     await ledger.reserve({ requestId, accountId: auth.accountId, keyId: auth.keyId, product: lane.product, model: req.model.id, holdInk: req.holdInk });
+    ctx.keyConfirmed = true;
 
     let res: Dispatcher.ResponseData;
     try {

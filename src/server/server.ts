@@ -51,8 +51,18 @@ export function startServer(d: ServerDeps): Promise<RunningServer> {
   const app = uws.App();
   const keys = new KeyAuthenticator(d.db, d.keyCache);
 
-  const fail = (ctx: HttpContext, r: Route, e: unknown) => {
-    // The reserve found a remembered key revoked or expired: forget it, so the next request looks it up.
+  const fail = async (ctx: HttpContext, r: Route, e: unknown) => {
+    if (r.keyRecheckedByReserve && ctx.auth !== undefined && !ctx.keyConfirmed && keys.caching && !ctx.done) {
+      // A remembered key answered before its reserve could re-check it (a validation error, a
+      // paused model, a rate limit): look it up afresh, so a key revoked since gets its 401
+      // (spec, Authentication 5: refused at once), not the other error. Error paths only.
+      try {
+        await keys.authenticate(ctx.header('authorization'));
+      } catch (fresh) {
+        if (isApiError(fresh) && fresh.code === 'invalid_api_key') e = fresh;
+      }
+    }
+    // The key is revoked or expired (found by its reserve or just now): forget it, so the next request looks it up.
     if (r.keyRecheckedByReserve && isApiError(e) && e.code === 'invalid_api_key') keys.forget(ctx.header('authorization'));
     if (ctx.done) return;
     ctx.sendError(toApiError(e, d.log, ctx));
@@ -99,7 +109,7 @@ export function startServer(d: ServerDeps): Promise<RunningServer> {
     // uWS needs the body reader attached in this tick; auth runs while the body arrives.
     if (m.route.bodyBytes !== undefined) ctx.collectBody(m.route.bodyBytes);
     if (ctx.done) return;
-    run(ctx, m.route).catch((e: unknown) => fail(ctx, m.route, e));
+    run(ctx, m.route).catch((e: unknown) => fail(ctx, m.route, e)).catch((e: unknown) => d.log.error('error answer failed', { request_id: ctx.requestId, err: e as Error }));
   });
 
   return new Promise((resolveS, reject) => {

@@ -69,6 +69,38 @@ t.test('a remembered key skips the lookup; revocation still refuses the very nex
   await assertLedgerInvariant(t, g.db.pool);
 });
 
+t.test('a remembered key revoked since gets 401, not the error its request would have had', async (t) => {
+  const { a, o, g, lookups } = await setup(t);
+  const k = await g.newKey();
+  await g.gw.services.ledger.topUp(k.accountId, 100_000, 'test');
+  t.equal((await g.call('POST', '/v1/messages', { key: k.key, body: message })).status, 200);
+  t.equal((await g.call('POST', '/v1/responses', { key: k.key, body: response })).status, 200);
+
+  // While the key is live, a bad request keeps its own error (one fresh lookup on that error path).
+  const live = await g.call('POST', '/v1/messages', { key: k.key, body: { model: 'sonnet' } });
+  t.equal(live.status, 400);
+  t.equal(live.json.error.code, 'missing_max_tokens');
+
+  await revokeKey(g.db.pool, k.keyId);
+  const vendorCallsBefore = a.requests.length + o.requests.length;
+  const cases: Array<[string, string, unknown, Record<string, string>?]> = [
+    ['missing max_tokens', '/v1/messages', { model: 'sonnet' }],
+    ['unknown model', '/v1/messages', { ...message, model: 'nope' }],
+    ['not JSON', '/v1/responses', '{', {}],
+    ['text/plain', '/v1/messages', JSON.stringify(message), { 'content-type': 'text/plain' }],
+    ['unsupported field', '/v1/responses', { ...response, background: true }],
+  ];
+  for (const [what, path, body, headers] of cases) {
+    const lookupsBefore = lookups();
+    const r = await g.call('POST', path, { key: k.key, body, headers });
+    t.equal(r.status, 401, `${what}: 401`);
+    t.equal(r.json.error.code, 'invalid_api_key', what);
+    t.ok(lookups() > lookupsBefore, `${what}: looked up afresh`);
+  }
+  t.equal(a.requests.length + o.requests.length, vendorCallsBefore, 'nothing reached a vendor');
+  await assertLedgerInvariant(t, g.db.pool);
+});
+
 t.test('an expired key is refused by the reserve even while remembered', async (t) => {
   const { g } = await setup(t);
   const k = await g.newKey();
