@@ -1,4 +1,4 @@
-// The media host: answers GET /media/<key>?exp=..&sig=.. (spec: signed links are authenticated by
+// The media host: answers GET (and HEAD) /media/<key>?exp=..&sig=.. (spec: signed links are authenticated by
 // their signature alone, no API key). Transport-free: it returns what to send, and
 // writeMediaResponse streams it into any sink with backpressure (the server adapts uWS to MediaSink).
 import type { Readable } from 'node:stream';
@@ -85,6 +85,10 @@ export interface MediaSink {
   /** Resolves when writable again, and also when the client goes away (never hangs). */
   drained(): Promise<void>;
   end(body?: string): void;
+  /** Ends a HEAD answer: status, headers and the size of the body a GET would send, no body. */
+  endHead(status: number, headers: Headers, sizeBytes: number): void;
+  /** True for HEAD: the answer is sent without its body. */
+  readonly headOnly: boolean;
   /** True once the client went away. */
   readonly aborted: boolean;
 }
@@ -92,8 +96,15 @@ export interface MediaSink {
 /** Sends a MediaResponse: JSON for errors, the stream with backpressure for 200. */
 export async function writeMediaResponse(r: MediaResponse, sink: MediaSink): Promise<void> {
   if (r.status !== 200) {
+    const body = JSON.stringify(r.body);
+    if (sink.headOnly) return sink.endHead(r.status, r.headers, Buffer.byteLength(body));
     sink.head(r.status, r.headers);
-    sink.end(JSON.stringify(r.body));
+    sink.end(body);
+    return;
+  }
+  if (sink.headOnly) {
+    r.stream.destroy();
+    sink.endHead(200, r.headers, r.sizeBytes);
     return;
   }
   sink.head(200, r.headers);

@@ -151,9 +151,11 @@ export class HttpContext {
     this.res.cork(() => {
       this.writeCommon(status, extra);
       this.res.writeHeader('Content-Type', 'application/json');
-      // uWS writes a body even to HEAD, which a keep-alive client would read as the next response.
-      // (Not endWithoutBody: with two arguments this native build never sends the response.)
-      this.res.end(this.method === 'HEAD' ? undefined : text, closeConnection);
+      // uWS writes a body even to HEAD, which a keep-alive client would read as the next response:
+      // HEAD gets the GET answer's Content-Length and no body.
+      if (this.method !== 'HEAD') this.res.end(text, closeConnection);
+      else if (closeConnection) this.res.end(undefined, true);
+      else this.res.endWithoutBody(Buffer.byteLength(text));
     });
   }
 
@@ -177,6 +179,16 @@ export class HttpContext {
   }
 
   // ---- streaming (SSE) -------------------------------------------------------------------------
+
+  /** Sends status and headers, and no body, declaring `contentLength` (a HEAD answer to a streamed GET). */
+  sendHead(status: number, extra: HeaderList, contentLength: number): void {
+    if (this.done) return;
+    this.responded = true;
+    this.res.cork(() => {
+      this.writeCommon(status, extra);
+      this.res.endWithoutBody(contentLength);
+    });
+  }
 
   /** Sends status and headers of a stream; the body follows with write() and end(). */
   startStream(status: number, extra: HeaderList): void {

@@ -48,8 +48,12 @@ export class Router {
     }
   }
 
-  /** A route, or the methods the path does allow (404 with Allow), or undefined (404). */
-  match(method: string, path: string): Match {
+  /**
+   * A route, or the methods the path does allow (404 with Allow), or undefined (404). HEAD takes
+   * the GET route (RFC 9110, 9.3.2): the handler runs as for GET and the context sends no body.
+   */
+  match(requestMethod: string, path: string): Match {
+    const method = requestMethod === 'HEAD' ? 'GET' : requestMethod;
     // A trailing slash is the same resource; anything else must match exactly.
     const p = path.length > 1 && path.endsWith('/') ? path.slice(0, -1) : path;
     const hit = this.exact.get(method + ' ' + p);
@@ -78,6 +82,7 @@ export class Router {
       if (c.route.method === method) return { route: c.route, params };
       allow.push(c.route.method);
     }
+    if (allow.includes('GET')) allow.push('HEAD');
     return allow.length > 0 ? { allow: [...new Set(allow)].join(', ') } : undefined;
   }
 }

@@ -1,5 +1,6 @@
 // Spec "Conventions shared by all endpoints", "Error object", "Authentication": driven over HTTP.
 import t, { type Test } from "tap";
+import { Client } from 'undici';
 import { startTestGateway, type Reply } from '../helpers/gateway.js';
 import { setApiOpen } from '../../src/deployment/state.js';
 
@@ -49,7 +50,34 @@ t.test('shared conventions', async (t) => {
     const r = await g.call('POST', '/v1/me', { key, body: {} });
     assertEnvelope(t, r, 404, 'not_found');
     t.notOk(r.json.error.param, 'no param: no field is at fault');
-    t.equal(r.headers.allow, 'GET');
+    t.equal(r.headers.allow, 'GET, HEAD');
+  });
+
+  t.test('HEAD answers as GET would, without a body, and the connection stays usable', async (t) => {
+    // One keep-alive connection: a body sent after a HEAD answer would be read as the next answer.
+    const client = new Client(g.url, { pipelining: 1 });
+    t.teardown(() => client.close());
+    for (const [path, auth, status] of [
+      ['/v1/models', undefined, 200],
+      ['/v1/models/astra', undefined, 200],
+      ['/v1/me', `Bearer ${key}`, 200],
+      ['/v1/me', undefined, 401],
+      ['/v1/nope', undefined, 404],
+    ] as const) {
+      const headers = auth ? { authorization: auth } : {};
+      const head = await client.request({ method: 'HEAD', path, headers });
+      const headBody = await head.body.text();
+      const get = await client.request({ method: 'GET', path, headers });
+      const getBody = await get.body.text();
+      t.equal(head.statusCode, status, `HEAD ${path}`);
+      t.equal(get.statusCode, status, `GET ${path} after it, same connection`);
+      t.equal(headBody, '', 'no body');
+      t.equal(head.headers['content-type'], get.headers['content-type']);
+      // (The 404's message names the method, one letter longer for HEAD.)
+      const sameLength = Buffer.byteLength(getBody) + (status === 404 ? 1 : 0);
+      t.equal(Number(head.headers['content-length']), sameLength, 'the GET answer\'s length');
+      t.match(head.headers['x-request-id'], /^req_/);
+    }
   });
 
   t.test('a closed API answers 404 external_api_disabled on every /v1 path', async (t) => {

@@ -189,6 +189,8 @@ t.test('writeMediaResponse honours backpressure and sends the exact bytes', asyn
       return new Promise((res) => setImmediate(res));
     },
     end: () => (ended = true),
+    headOnly: false,
+    endHead: () => t.fail('not a HEAD'),
   };
   await writeMediaResponse(r, sink);
   t.equal(head?.status, 200);
@@ -199,7 +201,24 @@ t.test('writeMediaResponse honours backpressure and sends the exact bytes', asyn
   const errSink: { body?: string } & MediaSink = {
     aborted: false, head: () => undefined, write: () => true, drained: async () => undefined,
     end(b?: string) { errSink.body = b; },
+    headOnly: false,
+    endHead: () => t.fail('not a HEAD'),
   };
   await writeMediaResponse(await handleMediaRequest({ path: '/media/x', query: '' }, store, secret, NOW), errSink);
   t.equal(JSON.parse(errSink.body!).error.code, 'invalid_signature');
+
+  // HEAD: the status, headers and size a GET would send, no body, the file closed unread.
+  const heads: Array<{ status: number; sizeBytes: number }> = [];
+  const headSink: MediaSink = {
+    aborted: false, head: () => t.fail('HEAD sends no streamed head'), write: () => t.fail('HEAD writes no body') as never,
+    drained: async () => undefined, end: () => t.fail('HEAD has no body to end'),
+    headOnly: true,
+    endHead: (status, _h, sizeBytes) => void heads.push({ status, sizeBytes }),
+  };
+  const ok = await handleMediaRequest(req(signMediaPath(secret, '/media/video/big.mp4', NOW + 900)), store, secret, NOW);
+  await writeMediaResponse(ok, headSink);
+  t.ok(ok.status === 200 && ok.stream.destroyed, 'the opened file is closed');
+  await writeMediaResponse(await handleMediaRequest({ path: '/media/x', query: '' }, store, secret, NOW), headSink);
+  t.same(heads, [{ status: 200, sizeBytes: data.length }, { status: 403, sizeBytes: heads[1]?.sizeBytes }]);
+  t.ok(heads[1]!.sizeBytes > 0);
 });

@@ -12,7 +12,7 @@ import { mediaHostHandler } from '../../src/jobs/video/routes.js';
 import { Router } from '../../src/server/router.js';
 import { startServer } from '../../src/server/server.js';
 import { silentLogger } from '../../src/util/log.js';
-import { request } from 'undici';
+import { Client, request } from 'undici';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
 import { QUEUE_MS, RENDER_MS, rowOf, runToEnd, startVideoHarness, walletOf } from './video-harness.js';
 
@@ -101,6 +101,10 @@ check('submit -> queued -> running -> succeeded: stored, linked, settled', async
   t.ok(Date.parse(again.video.expires_at) > exp);
   const c = await h.content(key, g.id);
   t.equal(c.status, 302);
+  const headContent = await h.tg.call('HEAD', `/v1/video/generations/${g.id}/content`, { key });
+  t.equal(headContent.status, 302, 'HEAD /content: the same redirect');
+  t.equal(headContent.text, '');
+  t.match(headContent.headers.location, /\/media\//);
   const loc = new URL(c.headers.location as string);
   t.equal(loc.pathname, link.pathname);
   t.ok(Number(loc.searchParams.get('exp')) * 1000 >= h.sim.now() + 899_000, '/content redirects to a fresh 15-minute link');
@@ -131,6 +135,19 @@ check('the media host serves a signed link over HTTP (uWS), and only a signed on
   t.equal(got.statusCode, 200);
   t.equal(got.headers['content-type'], 'video/mp4');
   t.ok(bytes.equals(fixture), 'the MP4, byte for byte');
+  // HEAD: the same status and headers with the file's size, no body; the connection stays usable.
+  const client = new Client(base, { pipelining: 1 });
+  t.teardown(() => client.close());
+  const head = await client.request({ method: 'HEAD', path: link.pathname + link.search });
+  t.equal(await head.body.text(), '');
+  t.equal(head.statusCode, 200);
+  t.equal(head.headers['content-type'], 'video/mp4');
+  t.equal(Number(head.headers['content-length']), fixture.length, 'HEAD declares the MP4\'s size');
+  const after = await client.request({ method: 'GET', path: link.pathname + link.search });
+  t.ok(Buffer.from(await after.body.arrayBuffer()).equals(fixture), 'a GET on the same connection after it');
+  const headForged = await client.request({ method: 'HEAD', path: link.pathname + link.search.replace(/sig=./, 'sig=A') });
+  t.equal(await headForged.body.text(), '');
+  t.equal(headForged.statusCode, 403);
   const forged = await request(base + link.pathname + link.search.replace(/sig=./, 'sig=A'));
   await forged.body.text();
   t.equal(forged.statusCode, 403, 'a tampered signature is refused');

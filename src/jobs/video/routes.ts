@@ -2,7 +2,7 @@
 // signed links for non-/v1 paths (plug `mediaHostHandler(deps)` into the server's `other` hook).
 import { ApiError } from '../../errors.js';
 import type { Services } from '../../gateway.js';
-import { handleMediaRequest, writeMediaResponse, type MediaSink } from '../../media/media-host.js';
+import { handleMediaRequest, writeMediaResponse, type Headers as MediaHeaders, type MediaSink } from '../../media/media-host.js';
 import { MEDIA_PATH_PREFIX } from '../../media/signed-link.js';
 import type { HttpContext } from '../../server/http-context.js';
 import type { Route } from '../../server/router.js';
@@ -26,16 +26,19 @@ export function videoRoutes(services: Services, deps: VideoDeps): Route[] {
 }
 
 /**
- * The media host for the server's `other` hook (non-/v1 paths): GET /media/<key>?exp=&sig= served
+ * The media host for the server's `other` hook (non-/v1 paths): GET (or HEAD) /media/<key>?exp=&sig= served
  * from the media store after the signature check. Returns false for any other path (-> 404).
  */
 export function mediaHostHandler(deps: Pick<VideoDeps, 'media' | 'mediaSecret' | 'clock'>): (ctx: HttpContext) => boolean {
   return (ctx) => {
-    if (!ctx.path.startsWith(MEDIA_PATH_PREFIX) || ctx.method !== 'GET') return false;
+    if (!ctx.path.startsWith(MEDIA_PATH_PREFIX) || (ctx.method !== 'GET' && ctx.method !== 'HEAD')) return false;
+    // The context already sends Cache-Control: no-store; uWS frames the body itself (chunked, or
+    // its own Content-Length for HEAD), so a Content-Length of our own would contradict it.
+    const ours = (headers: MediaHeaders) => headers.filter(([k]) => k !== 'content-length' && k !== 'cache-control');
     const sink: MediaSink = {
-      // The context already sends Cache-Control: no-store; uWS frames the body itself (chunked),
-      // so a Content-Length of our own would contradict it.
-      head: (status, headers) => ctx.startStream(status, headers.filter(([k]) => k !== 'content-length' && k !== 'cache-control')),
+      headOnly: ctx.method === 'HEAD',
+      head: (status, headers) => ctx.startStream(status, ours(headers)),
+      endHead: (status, headers, sizeBytes) => ctx.sendHead(status, ours(headers), sizeBytes),
       write: (chunk) => ctx.write(chunk),
       drained: () => ctx.waitWritable(),
       end: (body) => ctx.end(body),
