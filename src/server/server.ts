@@ -70,8 +70,21 @@ export function startServer(d: ServerDeps): Promise<RunningServer> {
 
   async function run(ctx: HttpContext, r: Route): Promise<void> {
     if (r.access === 'public') {
-      const decision = await d.limiter.take('ip:' + ctx.remoteAddress, d.publicRequestsPerMinute);
-      if (!decision.allowed) throw new ApiError('rate_limit_exceeded', { retryAfterS: decision.retryAfterS });
+      // Public routes need no key, but a call that carries a valid one counts against that key
+      // (spec, Limits: "60 requests per minute per key, every /v1 route counted"); without one
+      // (or with one that does not authenticate, which a public route ignores) it counts against
+      // the caller's address. The cached lookup is enough here: no money moves on these routes.
+      const authorization = ctx.header('authorization');
+      const keyId = authorization === undefined ? undefined : await keys.authenticateCached(authorization).then((a) => a.keyId, () => undefined);
+      const decision = keyId !== undefined
+        ? await d.limiter.take('key:' + keyId, d.requestsPerMinute)
+        : await d.limiter.take('ip:' + ctx.remoteAddress, d.publicRequestsPerMinute);
+      if (!decision.allowed) {
+        throw new ApiError('rate_limit_exceeded', {
+          retryAfterS: decision.retryAfterS,
+          message: keyId !== undefined ? undefined : 'More than the allowed requests per minute from this address on the public catalogue.',
+        });
+      }
     } else {
       const authorization = ctx.header('authorization');
       ctx.auth = await (r.keyRecheckedByReserve ? keys.authenticateCached(authorization) : keys.authenticate(authorization));

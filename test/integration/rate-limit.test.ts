@@ -22,6 +22,19 @@ t.test('per-key limit over HTTP (the suite\'s limiter: ' + (testRedisUrl ? 'Redi
   const pub = await g.call('GET', '/v1/models/clip-2.5');
   t.equal(pub.status, 429, 'public routes are limited per client address');
   t.ok(pub.headers['retry-after']);
+  t.match(pub.json.error.message, /address/, 'the message names what is limited');
+  t.match(over.json.error.message, /key/);
+
+  // A public route called with a key counts against the key ("every /v1 route counted"), not the
+  // address (whose budget is spent above); a key that does not authenticate is ignored there.
+  const c = await g.newKey();
+  for (let i = 0; i < 3; i++) t.equal((await g.call('GET', '/v1/models', { key: c.key })).status, 200, 'keyed catalogue call');
+  for (let i = 0; i < 2; i++) t.equal((await g.call('GET', '/v1/me', { key: c.key })).status, 200);
+  const sixth = await g.call('GET', '/v1/models/astra', { key: c.key });
+  t.equal(sixth.status, 429, 'the sixth request of the key, over two routes, is refused');
+  t.equal((await g.call('GET', '/v1/me', { key: c.key })).status, 429);
+  const bogus = await g.call('GET', '/v1/models', { key: 'svc_' + 'A'.repeat(43) });
+  t.equal(bogus.status, 429, 'an unknown key on a public route counts against the address');
 });
 
 t.test('Redis paused or killed: 503 rate_limiter_unavailable within 300 ms, then recovery', async (t) => {
