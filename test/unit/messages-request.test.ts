@@ -90,6 +90,8 @@ t.test('unknown, missing and non-string models answer unknown_model', async (tt)
   for (const model of ['claude-sonnet-5', 'astra', 'text-6-astra', 'clip-2.5', '', 'SONNET', 42, null, ['sonnet'], { id: 'sonnet' }]) {
     rejects(tt, base({ model }), 'unknown_model', 'model', JSON.stringify(model));
   }
+  tt.throws(() => parseMessagesRequest(base({ model: 42 }), catalog, opts), { message: /model id string; got number/ }, 'a non-string model is described as such');
+  tt.throws(() => parseMessagesRequest(base({ model: 'gpt-6' }), catalog, opts), { message: /Unknown model "gpt-6"/ });
 });
 
 t.test('top-level allow-list', async (tt) => {

@@ -197,7 +197,7 @@ t.test('every accepted field: forwarded, replaced or dropped as documented', asy
 
 t.test('defaults: model, max_output_tokens, stream, store, include, safety_identifier', async (tt) => {
   const r = parseResponsesRequest({ model: 'astra', input: 'Hi' }, catalog, opts);
-  tt.throws(() => parseResponsesRequest({ input: 'Hi' }, catalog, opts), { code: 'unknown_model', param: 'model' }, 'model is required');
+  tt.throws(() => parseResponsesRequest({ input: 'Hi' }, catalog, opts), { code: 'unknown_model', param: 'model', message: /`model` is required/ }, 'model is required');
   tt.equal(r.maxOutputTokens, 32_768);
   tt.equal(r.stream, false);
   const v = JSON.parse(r.vendorBody) as Obj;
@@ -307,6 +307,7 @@ t.test('model: text-6-astra or astra, anything else unknown_model', async (tt) =
   tt.equal(parse(base({ model: 'astra' })).model.id, 'text-6-astra');
   for (const m of ['fable', 'assistant-sonnet-5', 'gpt-6', 'clip-2.5', 'ASTRA', '']) rejects(tt, base({ model: m }), 'unknown_model', 'model', `model ${m}`);
   rejects(tt, base({ model: 7 }), 'unknown_model', 'model', 'model 7');
+  tt.throws(() => parse(base({ model: 7 })), { message: /model id string; got number/ }, 'the message says what was wrong');
 });
 
 t.test('max_output_tokens: 16 to 128,000, default 32,768, always sent', async (tt) => {

@@ -133,7 +133,8 @@ export function parseMessagesRequest(body: Record<string, unknown>, catalog: Cat
   if (modelName === undefined) fail('unknown_model', 'model', '`model` is required: one of assistant-fable-5-1, assistant-opus-5, assistant-sonnet-5 (or fable, opus, sonnet).');
   const model = typeof modelName === 'string' ? catalog.text(modelName, 'anthropic-messages') : undefined;
   if (model === undefined) {
-    fail('unknown_model', 'model', `Unknown model ${JSON.stringify(typeof modelName === 'string' ? modelName.slice(0, 100) : describe(modelName))} for /v1/messages.`);
+    if (typeof modelName !== 'string') fail('unknown_model', 'model', `\`model\` must be a model id string; got ${describe(modelName)}.`);
+    fail('unknown_model', 'model', `Unknown model ${JSON.stringify(modelName.slice(0, 100))} for /v1/messages.`);
   }
 
   // max_tokens

@@ -273,8 +273,9 @@ export function parseResponsesRequest(body: Record<string, unknown>, catalog: Ca
   // Required, as on every other endpoint: a request never bills a model it did not name.
   const model = typeof modelName === 'string' ? catalog.text(modelName, 'openai-responses') : undefined;
   if (model === undefined) {
-    const shown = typeof modelName === 'string' ? JSON.stringify(modelName.slice(0, 100)) : describe(modelName);
-    fail('unknown_model', 'model', `Unknown model ${shown} for /v1/responses; use text-6-astra (or astra).`);
+    if (modelName === undefined) fail('unknown_model', 'model', '`model` is required: text-6-astra (or astra).');
+    if (typeof modelName !== 'string') fail('unknown_model', 'model', `\`model\` must be a model id string; got ${describe(modelName)}.`);
+    fail('unknown_model', 'model', `Unknown model ${JSON.stringify(modelName.slice(0, 100))} for /v1/responses; use text-6-astra (or astra).`);
   }
 
   // max_output_tokens
