@@ -57,7 +57,6 @@ const table = {
   result_expired: { status: 410, type: 'not_found_error', message: 'The result is past its retention and was deleted.' },
   payload_too_large: { status: 413, type: 'invalid_request_error', message: 'The request is larger than allowed.' },
   unsupported_media_type: { status: 415, type: 'invalid_request_error', message: 'The body must be application/json.' },
-  idempotency_key_reused: { status: 422, type: 'invalid_request_error', message: 'This Idempotency-Key was used with a different request body.' },
   // 429
   rate_limit_exceeded: { status: 429, type: 'rate_limit_error', message: 'More than the allowed requests per minute on this key.' },
   concurrency_limit: { status: 429, type: 'rate_limit_error', message: 'Too many generations running on this account.' },

@@ -1,7 +1,7 @@
-// Idempotency-Key claims for asynchronous generation submits (table idempotency_keys, migration
-// 010), shared by video and image submits. One claim per (API key, Idempotency-Key)
-// within 24 hours, whatever the product: a key used on a video submit and then on an image submit
-// is a different body, so it answers 422 idempotency_key_reused.
+// Idempotency-Key claims for asynchronous generation submits (table idempotency_keys, migrations
+// 010 and 013), shared by video and image submits. One claim per (API key, product,
+// Idempotency-Key) within 24 hours. A repeated submit gets the original 202 whatever its body
+// (spec: "returns the original 202 body"; "a new intent needs a new key").
 import { ApiError } from '../errors.js';
 import type { Queryable } from '../store/pool.js';
 import { getGeneration, type GenerationRow } from './store.js';
@@ -17,64 +17,58 @@ export function assertIdempotencyKey(idemKey: string | undefined): void {
 /** A key binds one accepted submit for this long. */
 export const IDEMPOTENCY_WINDOW_MS = 24 * 3600 * 1000;
 
-export type KeyState =
-  | { kind: 'free' }
-  | { kind: 'replay'; row: GenerationRow }
-  | { kind: 'in_use' }
-  | { kind: 'reused' };
+/** The key spaces: one per submit endpoint. */
+export type IdempotencyProduct = 'video' | 'images';
+
+export type KeyState = { kind: 'free' } | { kind: 'replay'; row: GenerationRow } | { kind: 'in_use' };
 
 interface KeyRow {
-  body_hash: Buffer;
   generation_id: string;
   claimed_until: Date;
   created_at: Date;
   g_state: string | null;
 }
 
-export async function keyState(q: Queryable, keyId: string, idemKey: string, hash: Buffer, nowMs: number): Promise<KeyState> {
+export async function keyState(q: Queryable, keyId: string, product: IdempotencyProduct, idemKey: string, nowMs: number): Promise<KeyState> {
   const r = await q.query<KeyRow>(
-    `SELECT k.body_hash, k.generation_id, k.claimed_until, k.created_at, g.state AS g_state
+    `SELECT k.generation_id, k.claimed_until, k.created_at, g.state AS g_state
        FROM idempotency_keys k LEFT JOIN generations g ON g.id = k.generation_id
-      WHERE k.key_id = $1 AND k.idem_key = $2`,
-    [keyId, idemKey],
+      WHERE k.key_id = $1 AND k.product = $2 AND k.idem_key = $3`,
+    [keyId, product, idemKey],
   );
   const k = r.rows[0];
   if (k === undefined || k.created_at.getTime() <= nowMs - IDEMPOTENCY_WINDOW_MS) return { kind: 'free' };
   const accepted = k.g_state !== null && ['queued', 'running', 'succeeded', 'failed'].includes(k.g_state);
   const inFlight = k.g_state === 'submitting' || k.g_state === 'creating' || ((k.g_state === null || k.g_state === 'voided') && k.claimed_until.getTime() > nowMs);
   if (!accepted && !inFlight) return { kind: 'free' };
-  if (!k.body_hash.equals(hash)) return { kind: 'reused' };
   if (inFlight) return { kind: 'in_use' };
   const row = await getGeneration(q, k.generation_id);
   return row ? { kind: 'replay', row } : { kind: 'in_use' };
 }
 
-export async function claimKey(q: Queryable, keyId: string, idemKey: string, hash: Buffer, generationId: string, nowMs: number, ttlMs: number): Promise<boolean> {
+export async function claimKey(q: Queryable, keyId: string, product: IdempotencyProduct, idemKey: string, generationId: string, nowMs: number, ttlMs: number): Promise<boolean> {
   const r = await q.query(
-    `INSERT INTO idempotency_keys AS k (key_id, idem_key, body_hash, generation_id, claimed_until, created_at)
+    `INSERT INTO idempotency_keys AS k (key_id, product, idem_key, generation_id, claimed_until, created_at)
      VALUES ($1, $2, $3, $4, $5, $6)
-     ON CONFLICT (key_id, idem_key) DO UPDATE
-        SET body_hash = EXCLUDED.body_hash, generation_id = EXCLUDED.generation_id,
+     ON CONFLICT (key_id, product, idem_key) DO UPDATE
+        SET generation_id = EXCLUDED.generation_id,
             claimed_until = EXCLUDED.claimed_until, created_at = EXCLUDED.created_at
       WHERE k.created_at <= $7
          OR (k.claimed_until <= $6
              AND NOT EXISTS (SELECT 1 FROM generations g WHERE g.id = k.generation_id AND g.state <> 'voided'))
      RETURNING k.generation_id`,
-    [keyId, idemKey, hash, generationId, new Date(nowMs + ttlMs), new Date(nowMs), new Date(nowMs - IDEMPOTENCY_WINDOW_MS)],
+    [keyId, product, idemKey, generationId, new Date(nowMs + ttlMs), new Date(nowMs), new Date(nowMs - IDEMPOTENCY_WINDOW_MS)],
   );
   return r.rowCount === 1;
 }
 
-export async function dropClaim(q: Queryable, keyId: string, idemKey: string, generationId: string): Promise<void> {
-  await q.query('DELETE FROM idempotency_keys WHERE key_id = $1 AND idem_key = $2 AND generation_id = $3', [keyId, idemKey, generationId]);
+export async function dropClaim(q: Queryable, keyId: string, product: IdempotencyProduct, idemKey: string, generationId: string): Promise<void> {
+  await q.query('DELETE FROM idempotency_keys WHERE key_id = $1 AND product = $2 AND idem_key = $3 AND generation_id = $4', [keyId, product, idemKey, generationId]);
 }
 
-/** The answer for a key already taken: the replayed 202 body (rendered by `present`), or 422 / 409. */
+/** The answer for a key already taken: the replayed 202 body (rendered by `present`), or 409. */
 export function answerForKey(state: Exclude<KeyState, { kind: 'free' }>, present: (row: GenerationRow) => Record<string, unknown>): { body: Record<string, unknown>; replayed: true } {
   if (state.kind === 'replay') return { body: present(state.row), replayed: true };
-  if (state.kind === 'reused') {
-    throw new ApiError('idempotency_key_reused', { param: 'Idempotency-Key', message: 'This Idempotency-Key was already used with a different request body; a new intent needs a new key.' });
-  }
   throw new ApiError('idempotency_key_in_use', { param: 'Idempotency-Key', message: 'A submit with this Idempotency-Key is still being admitted; retry shortly to get its answer.' });
 }
 
@@ -88,11 +82,11 @@ const IN_USE_MAX_PAUSE_MS = 250;
  * first one's answer (spec: a repeated submit returns the original 202 body) instead of a 409 the
  * client would have to retry. Looks at the key with growing pauses (a few dozen queries at most).
  */
-async function settledKeyState(q: Queryable, keyId: string, idemKey: string, hash: Buffer, clock: () => number, waitMs: number): Promise<KeyState> {
+async function settledKeyState(q: Queryable, keyId: string, product: IdempotencyProduct, idemKey: string, clock: () => number, waitMs: number): Promise<KeyState> {
   const deadline = performance.now() + waitMs;
   let pauseMs = IN_USE_FIRST_PAUSE_MS;
   for (;;) {
-    const st = await keyState(q, keyId, idemKey, hash, clock());
+    const st = await keyState(q, keyId, product, idemKey, clock());
     const left = deadline - performance.now();
     if (st.kind !== 'in_use' || left <= 0) return st;
     await new Promise((r) => setTimeout(r, Math.min(pauseMs, left)));
@@ -101,31 +95,31 @@ async function settledKeyState(q: Queryable, keyId: string, idemKey: string, has
 }
 
 /**
- * The answer owed to a submit whose key is already taken (the replayed 202, or 422 / 409), or
+ * The answer owed to a submit whose key is already taken (the replayed 202, or 409), or
  * undefined when the key is free: the caller then admits the submit and claims the key.
  */
 export async function priorAnswer(
   q: Queryable,
-  c: { keyId: string; idemKey: string; hash: Buffer; clock: () => number; waitMs: number },
+  c: { keyId: string; product: IdempotencyProduct; idemKey: string; clock: () => number; waitMs: number },
   present: (row: GenerationRow) => Record<string, unknown>,
 ): Promise<{ body: Record<string, unknown>; replayed: true } | undefined> {
-  const st = await settledKeyState(q, c.keyId, c.idemKey, c.hash, c.clock, c.waitMs);
+  const st = await settledKeyState(q, c.keyId, c.product, c.idemKey, c.clock, c.waitMs);
   return st.kind === 'free' ? undefined : answerForKey(st, present);
 }
 
 /**
  * Claims the key for a new generation, or gives the answer owed when another submit holds it.
  * Two tries: a claim lost to a racer is answered from the racer's state once it is settled
- * (replay, 422, or 409 after `waitMs`); a key freed meanwhile (the racer failed) is claimed on the
+ * (replay, or 409 after `waitMs`); a key freed meanwhile (the racer failed) is claimed on the
  * second try; one that stays contended after that is in use (409). Undefined: claimed, admit.
  */
 export async function claimOrAnswer(
   q: Queryable,
-  c: { keyId: string; idemKey: string; hash: Buffer; generationId: string; clock: () => number; ttlMs: number; waitMs: number },
+  c: { keyId: string; product: IdempotencyProduct; idemKey: string; generationId: string; clock: () => number; ttlMs: number; waitMs: number },
   present: (row: GenerationRow) => Record<string, unknown>,
 ): Promise<{ body: Record<string, unknown>; replayed: true } | undefined> {
   for (let attempt = 0; attempt < 2; attempt++) {
-    if (await claimKey(q, c.keyId, c.idemKey, c.hash, c.generationId, c.clock(), c.ttlMs)) return undefined;
+    if (await claimKey(q, c.keyId, c.product, c.idemKey, c.generationId, c.clock(), c.ttlMs)) return undefined;
     const prior = await priorAnswer(q, c, present);
     if (prior) return prior;
   }

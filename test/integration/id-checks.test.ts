@@ -22,8 +22,8 @@ const GENERATION_INSERT = `INSERT INTO generations (id, kind, account_id, key_id
     created_at, updated_at, next_poll_at)
   VALUES ($1, 'video', 'usr_none', 'key_none', 'req_none', 'm', 'submitting', '{}', 'p', 0, now(), now(), now())`;
 
-const IDEM_INSERT = `INSERT INTO idempotency_keys (key_id, idem_key, body_hash, generation_id, claimed_until, created_at)
-  VALUES ('key_none', $1, decode(repeat('00', 32), 'hex'), 'vgen_x', now(), now())`;
+const IDEM_INSERT = `INSERT INTO idempotency_keys (key_id, product, idem_key, generation_id, claimed_until, created_at)
+  VALUES ('key_none', 'video', $1, 'vgen_x', now(), now())`;
 
 const cases: Array<{ what: string; sql: string; pattern: RegExp; ids: string[] }> = [
   {

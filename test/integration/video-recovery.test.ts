@@ -49,8 +49,8 @@ async function plant(
   });
   if (opts.idempotencyKey !== undefined) {
     await pool.query(
-      `INSERT INTO idempotency_keys (key_id, idem_key, body_hash, generation_id, claimed_until, created_at) VALUES ($1, $2, $3, $4, $5, $5)`,
-      [account.keyId, opts.idempotencyKey, randomBytes(32), id, new Date(now)],
+      `INSERT INTO idempotency_keys (key_id, product, idem_key, generation_id, claimed_until, created_at) VALUES ($1, 'video', $2, $3, $4, $4)`,
+      [account.keyId, opts.idempotencyKey, id, new Date(now)],
     );
   }
   let taskId: string | undefined;

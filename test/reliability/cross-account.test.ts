@@ -132,7 +132,7 @@ for (const kind of ['video', 'images'] as const) {
     t.not(same.json.id, ra.json.id, 'a generation of its own');
     t.equal(same.headers['idempotent-replayed'], undefined, 'not a replay');
     t.equal(same.json.request.prompt, body.prompt);
-    // Same key, another body: not 422 (which would say the key exists elsewhere).
+    // Same key, another body, another account: a new submit, not a replay of A's.
     const c = await funded();
     const diff = await g.call('POST', path, { key: c.key, body: { ...body, prompt: 'something else' }, headers: idem });
     t.equal(diff.status, 202, 'a different body under the same key on another account is simply a new submit');

@@ -6,7 +6,7 @@
 // Order of answers:
 //   415 / 400 invalid_json / invalid_body / 413         body (server layer, readJsonObject)
 //   400 invalid_idempotency_key                         header format
-//   202 replay / 422 idempotency_key_reused / 409 idempotency_key_in_use   an earlier submit with the key (a
+//   202 replay / 409 idempotency_key_in_use             an earlier submit with the key, whatever its body (a
 //   duplicate during its admission waits jobs.idempotencyWaitMs for its answer before the 409)
 //   400 field codes                                     validate.ts, in its documented order
 //   403 tier_gated                                      plan without generation products (the video rule)
@@ -16,14 +16,13 @@
 //   403 / 429 again, 402 insufficient_ink / key_ink_limit_reached   the authoritative admission transaction
 //   202                                                 accepted
 import { checkAdmissionCounts, requireAccess, utcDayStartMs } from '../plan-access.js';
-import { createHash } from 'node:crypto';
 import { newId } from '../../auth/api-key.js';
 import { unavailability } from '../../catalog/availability.js';
 import { ApiError } from '../../errors.js';
 import type { Services } from '../../gateway.js';
 import { imageInk } from '../../ledger/pricing.js';
 import { withTx } from '../../store/pool.js';
-import { canonicalJson, checkUrlsFetchable, type SubmitInput, type SubmitResult } from '../video/submit.js';
+import { checkUrlsFetchable, type SubmitInput, type SubmitResult } from '../video/submit.js';
 import type { VideoDeps } from '../video/deps.js';
 import { assertIdempotencyKey, claimOrAnswer, dropClaim, priorAnswer } from '../idempotency.js';
 import { admissionCounts, insertGeneration, markImageQueued, type GenerationRow } from '../store.js';
@@ -34,17 +33,14 @@ import { validateImageRequest } from './validate.js';
 export const IMAGE_PRICE_SET = 'per_image';
 const URL_CHECK_CONCURRENCY = 8;
 
-/** The body hash of an image submit: prefixed, so it never equals a video body's hash under the same key. */
-export const imageBodyHash = (body: Record<string, unknown>): Buffer => createHash('sha256').update('image\n').update(canonicalJson(body)).digest();
 
 export async function submitImage(services: Services, deps: VideoDeps, input: SubmitInput): Promise<SubmitResult> {
   const { config, pool, catalog, ledger } = services;
   const { auth } = input;
   const idemKey = input.idempotencyKey;
   assertIdempotencyKey(idemKey);
-  const hash = idemKey === undefined ? undefined : imageBodyHash(input.body);
   if (idemKey !== undefined) {
-    const prior = await priorAnswer(pool, { keyId: auth.keyId, idemKey, hash: hash!, clock: deps.clock, waitMs: config.jobs.idempotencyWaitMs }, presentImageAccepted);
+    const prior = await priorAnswer(pool, { keyId: auth.keyId, product: 'images', idemKey, clock: deps.clock, waitMs: config.jobs.idempotencyWaitMs }, presentImageAccepted);
     if (prior) return prior;
   }
 
@@ -63,7 +59,7 @@ export async function submitImage(services: Services, deps: VideoDeps, input: Su
   if (idemKey !== undefined) {
     const urlWaves = Math.ceil(v.urls.length / URL_CHECK_CONCURRENCY);
     const ttlMs = config.jobs.leaseMs + urlWaves * 2 * config.media.referenceTimeoutMs;
-    const owed = await claimOrAnswer(pool, { keyId: auth.keyId, idemKey, hash: hash!, generationId: id, clock: deps.clock, ttlMs, waitMs: config.jobs.idempotencyWaitMs }, presentImageAccepted);
+    const owed = await claimOrAnswer(pool, { keyId: auth.keyId, product: 'images', idemKey, generationId: id, clock: deps.clock, ttlMs, waitMs: config.jobs.idempotencyWaitMs }, presentImageAccepted);
     if (owed) return owed;
   }
 
@@ -83,7 +79,7 @@ export async function submitImage(services: Services, deps: VideoDeps, input: Su
       });
     });
   } catch (e) {
-    if (idemKey !== undefined) await dropClaim(pool, auth.keyId, idemKey, id).catch(() => undefined);
+    if (idemKey !== undefined) await dropClaim(pool, auth.keyId, 'images', idemKey, id).catch(() => undefined);
     throw e;
   }
   // Committed. Hand the row to the engine. If this fails the row stays `submitting` under our lease;

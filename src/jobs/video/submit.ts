@@ -4,7 +4,7 @@
 // Order of answers (the README documents it):
 //   415 / 400 invalid_json / invalid_body / 413         body (server layer, readJsonObject)
 //   400 invalid_idempotency_key                         header format
-//   202 replay / 422 idempotency_key_reused / 409 idempotency_key_in_use   an earlier submit with the key (a
+//   202 replay / 409 idempotency_key_in_use             an earlier submit with the key, whatever its body (a
 //   duplicate during its admission waits jobs.idempotencyWaitMs for its answer before the 409)
 //   400 field codes                                     validate.ts, in its documented order
 //   403 tier_gated                                      plan without video
@@ -16,7 +16,6 @@
 //   202                                                 accepted
 import { checkAdmissionCounts, requireAccess, utcDayStartMs } from '../plan-access.js';
 import { assertIdempotencyKey, claimOrAnswer, dropClaim, priorAnswer } from '../idempotency.js';
-import { createHash } from 'node:crypto';
 import { newId } from '../../auth/api-key.js';
 import { unavailability } from '../../catalog/availability.js';
 import type { AuthInfo } from '../../server/http-context.js';
@@ -49,17 +48,6 @@ export interface SubmitResult {
   readonly replayed: boolean;
 }
 
-/** JSON with object keys sorted at every level: two bodies that mean the same hash the same. */
-export function canonicalJson(v: unknown): string {
-  if (Array.isArray(v)) return '[' + v.map(canonicalJson).join(',') + ']';
-  if (typeof v === 'object' && v !== null) {
-    const o = v as Record<string, unknown>;
-    return '{' + Object.keys(o).sort().map((k) => JSON.stringify(k) + ':' + canonicalJson(o[k])).join(',') + '}';
-  }
-  return JSON.stringify(v) ?? 'null';
-}
-
-export const bodyHash = (body: Record<string, unknown>): Buffer => createHash('sha256').update(canonicalJson(body)).digest();
 
 export { secondsUntilUtcMidnight } from '../plan-access.js';
 
@@ -182,9 +170,8 @@ export async function submitVideo(services: Services, deps: VideoDeps, input: Su
   const { auth } = input;
   const idemKey = input.idempotencyKey;
   assertIdempotencyKey(idemKey);
-  const hash = idemKey === undefined ? undefined : bodyHash(input.body);
   if (idemKey !== undefined) {
-    const prior = await priorAnswer(pool, { keyId: auth.keyId, idemKey, hash: hash!, clock: deps.clock, waitMs: config.jobs.idempotencyWaitMs }, presentAccepted);
+    const prior = await priorAnswer(pool, { keyId: auth.keyId, product: 'video', idemKey, clock: deps.clock, waitMs: config.jobs.idempotencyWaitMs }, presentAccepted);
     if (prior) return prior;
   }
 
@@ -204,7 +191,7 @@ export async function submitVideo(services: Services, deps: VideoDeps, input: Su
   if (idemKey !== undefined) {
     const urlWaves = Math.ceil(v.urls.length / URL_CHECK_CONCURRENCY);
     const ttlMs = config.jobs.leaseMs + urlWaves * 2 * config.media.referenceTimeoutMs;
-    const owed = await claimOrAnswer(pool, { keyId: auth.keyId, idemKey, hash: hash!, generationId: id, clock: deps.clock, ttlMs, waitMs: config.jobs.idempotencyWaitMs }, presentAccepted);
+    const owed = await claimOrAnswer(pool, { keyId: auth.keyId, product: 'video', idemKey, generationId: id, clock: deps.clock, ttlMs, waitMs: config.jobs.idempotencyWaitMs }, presentAccepted);
     if (owed) return owed;
   }
 
@@ -226,7 +213,7 @@ export async function submitVideo(services: Services, deps: VideoDeps, input: Su
       });
     });
   } catch (e) {
-    if (idemKey !== undefined) await dropClaim(pool, auth.keyId, idemKey, id).catch(() => undefined);
+    if (idemKey !== undefined) await dropClaim(pool, auth.keyId, 'video', idemKey, id).catch(() => undefined);
     throw e;
   }
 

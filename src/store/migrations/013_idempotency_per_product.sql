@@ -1,0 +1,14 @@
+-- Idempotency-Keys: one key space per product (video, images) and no body comparison.
+--
+-- Why: the spec ("Idempotency (submit)") says a repeated submit with the same key on the same API
+-- key within 24 hours returns the original 202 body with `Idempotent-Replayed: true`, and that a
+-- new intent needs a new key. It names no error for a key reused with another body (010 answered
+-- 422 idempotency_key_reused, a code the spec's tables do not have), so the original 202 is
+-- replayed whatever the body. The key space is per endpoint: a key first used on a video submit
+-- and then on an image submit starts an image generation instead of replaying a video.
+ALTER TABLE idempotency_keys ADD COLUMN product text NOT NULL DEFAULT 'video' CHECK (product IN ('video', 'images'));
+UPDATE idempotency_keys SET product = 'images' WHERE generation_id LIKE 'igen\_%';
+ALTER TABLE idempotency_keys ALTER COLUMN product DROP DEFAULT;
+ALTER TABLE idempotency_keys DROP CONSTRAINT idempotency_keys_pkey;
+ALTER TABLE idempotency_keys ADD PRIMARY KEY (key_id, product, idem_key);
+ALTER TABLE idempotency_keys DROP COLUMN body_hash;
