@@ -31,7 +31,8 @@ function checkShape(root: unknown): void {
       continue;
     }
     if (typeof v !== 'object' || v === null) continue;
-    if (depth >= MAX_JSON_DEPTH) throw new ApiError('invalid_json', { message: `The body is nested deeper than ${MAX_JSON_DEPTH} levels.` });
+    // Valid JSON, but not a body we accept (invalid_json is for text that is not JSON at all).
+    if (depth >= MAX_JSON_DEPTH) throw new ApiError('invalid_body', { message: `The body is nested deeper than ${MAX_JSON_DEPTH} levels.` });
     if (Array.isArray(v)) {
       for (let i = 0; i < v.length; i++) {
         const e = v[i];

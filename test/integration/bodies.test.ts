@@ -56,7 +56,9 @@ t.test('bodies', async (t) => {
       ['{"a":-1e309}', 'invalid_json'],
       ['{"__proto__":{"polluted":true}}', 'invalid_body'],
       ['{"a":{"constructor":{"prototype":{"polluted":true}}}}', 'invalid_body'],
-      ['{"a":' + '['.repeat(100_00) + ']'.repeat(100_00) + '}', 'invalid_json'],
+      // Valid JSON nested too deep: a body we do not accept, not broken JSON.
+      ['{"a":' + '['.repeat(100_00) + ']'.repeat(100_00) + '}', 'invalid_body'],
+      ['{"a":' + '['.repeat(64) + ']'.repeat(64) + '}', 'invalid_body'],
     ];
     for (const [body, code] of cases) {
       const r = await post(body);
