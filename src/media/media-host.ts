@@ -1,4 +1,4 @@
-// The media host: answers GET (and HEAD) /media/<key>?exp=..&sig=.. (spec: signed links are authenticated by
+// The media host: answers GET (and HEAD) /media/<key>?exp=..&n=..&sig=.. (spec: signed links are authenticated by
 // their signature alone, no API key). Transport-free: it returns what to send, and
 // writeMediaResponse streams it into any sink with backpressure (the server adapts uWS to MediaSink).
 import type { Readable } from 'node:stream';
@@ -58,8 +58,9 @@ export async function handleMediaRequest(req: MediaRequest, store: MediaStore, s
   const params = new URLSearchParams(req.query);
   const exp = single(params, 'exp');
   const sig = single(params, 'sig');
-  if (exp === undefined || sig === undefined) return fail('invalid_signature', req.requestId);
-  const verdict = verifyMediaLink(secret, req.path, exp, sig, nowS);
+  const nonces = params.getAll('n');
+  if (exp === undefined || sig === undefined || nonces.length > 1) return fail('invalid_signature', req.requestId);
+  const verdict = verifyMediaLink(secret, req.path, exp, sig, nowS, nonces[0] ?? '');
   if (verdict === 'bad_signature') return fail('invalid_signature', req.requestId);
   if (verdict === 'expired') return fail('link_expired', req.requestId);
   if (!req.path.startsWith(MEDIA_PATH_PREFIX)) return fail('not_found', req.requestId);

@@ -1,8 +1,11 @@
 // Signed media links (spec "Authentication" 8: authenticated by their signature alone; "Limits":
-// valid 15 minutes). sig = base64url(HMAC-SHA256(secret, path + '\n' + exp)). The newline cannot
-// occur in a path we sign, so (path, exp) pairs never collide. Time is always passed in (no clock
-// read here), so tests and callers control it.
-import { createHmac, timingSafeEqual } from 'node:crypto';
+// valid 15 minutes). sig = base64url(HMAC-SHA256(secret, path + '\n' + exp + '\n' + n)), where n
+// is a random nonce, so every read of a generation gives a fresh link (spec: "reading the
+// generation again yields a fresh link"; with exp alone, two reads in the same second gave the
+// same one). A link without n (the form before the nonce) is HMAC(path + '\n' + exp). The newline
+// cannot occur in a path we sign and exp is digits, so no two (path, exp, n) collide. Time is
+// always passed in (no clock read here), so tests and callers control it.
+import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 
 /** Spec "Limits": a signed link is valid 15 minutes. */
 export const MEDIA_LINK_TTL_S = 15 * 60;
@@ -12,23 +15,33 @@ export const MEDIA_PATH_PREFIX = '/media/';
 const SIG_CHARS = 43; // base64url of 32 bytes, no padding
 const MAX_PATH_CHARS = 1024;
 const EXP_RE = /^[0-9]{1,12}$/;
+/** The nonce's form: what `newNonce` makes (base64url of 6 random bytes), or empty (none). */
+const NONCE_RE = /^[A-Za-z0-9_-]{0,16}$/;
+const newNonce = (): string => randomBytes(6).toString('base64url');
 
 export type LinkVerdict = 'ok' | 'expired' | 'bad_signature';
 
-function mac(secret: Buffer, path: string, exp: string): Buffer {
-  return createHmac('sha256', secret).update(path).update('\n').update(exp).digest();
+function mac(secret: Buffer, path: string, exp: string, nonce: string): Buffer {
+  const h = createHmac('sha256', secret).update(path).update('\n').update(exp);
+  if (nonce !== '') h.update('\n').update(nonce);
+  return h.digest();
 }
 
 function checkPath(path: string): void {
   if (!path.startsWith('/') || path.length > MAX_PATH_CHARS || /[\n?#]/.test(path)) throw new Error(`signMediaPath: bad path ${JSON.stringify(path)}`);
 }
 
-/** `${path}?exp=${expiresAtS}&sig=${sig}`; `path` is what the media host will see (no query). */
-export function signMediaPath(secret: Buffer, path: string, expiresAtS: number): string {
+/**
+ * `${path}?exp=${expiresAtS}&n=${nonce}&sig=${sig}` (no `n` when the nonce is empty); `path` is
+ * what the media host will see (no query). The nonce is random unless given.
+ */
+export function signMediaPath(secret: Buffer, path: string, expiresAtS: number, nonce: string = newNonce()): string {
   checkPath(path);
   if (!Number.isSafeInteger(expiresAtS) || expiresAtS < 0 || !EXP_RE.test(String(expiresAtS))) throw new Error('signMediaPath: bad expiry');
+  if (!NONCE_RE.test(nonce)) throw new Error('signMediaPath: bad nonce');
   const exp = String(expiresAtS);
-  return `${path}?exp=${exp}&sig=${mac(secret, path, exp).toString('base64url')}`;
+  const sig = mac(secret, path, exp, nonce).toString('base64url');
+  return nonce === '' ? `${path}?exp=${exp}&sig=${sig}` : `${path}?exp=${exp}&n=${nonce}&sig=${sig}`;
 }
 
 /**
@@ -46,9 +59,10 @@ export function mediaLinkFor(secret: Buffer, mediaUrl: string, key: string, nowS
  * timingSafeEqual; a signature of the wrong length is compared against a same-length dummy so both
  * paths do the same work (only the length, which is public, could show). Valid while nowS < exp.
  */
-export function verifyMediaLink(secret: Buffer, path: string, exp: string | number, sig: string, nowS: number): LinkVerdict {
+export function verifyMediaLink(secret: Buffer, path: string, exp: string | number, sig: string, nowS: number, nonce = ''): LinkVerdict {
   const expText = typeof exp === 'number' ? String(exp) : exp;
-  const expected = Buffer.from(mac(secret, path, expText).toString('base64url'), 'utf8');
+  if (typeof nonce !== 'string' || !NONCE_RE.test(nonce)) return 'bad_signature';
+  const expected = Buffer.from(mac(secret, path, expText, nonce).toString('base64url'), 'utf8');
   const givenRaw = Buffer.from(typeof sig === 'string' ? sig : '', 'utf8');
   const given = givenRaw.length === SIG_CHARS ? givenRaw : Buffer.alloc(SIG_CHARS);
   const equal = timingSafeEqual(given, expected);

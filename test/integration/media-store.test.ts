@@ -161,6 +161,8 @@ t.test('media host: refusals', async (t) => {
   await expect('no query', { path, query: '' }, 403, 'invalid_signature');
   await expect('no sig', { path, query: `exp=${exp}` }, 403, 'invalid_signature');
   await expect('two sigs', { path, query: `${good.query}&sig=${sig}` }, 403, 'invalid_signature');
+  await expect('two nonces', { path, query: `${good.query}&n=${new URLSearchParams(good.query).get('n')}` }, 403, 'invalid_signature');
+  await expect('nonce dropped', { path, query: good.query.replace(/&n=[^&]*/, '') }, 403, 'invalid_signature');
   await expect('huge query', { path, query: good.query + '&x=' + 'a'.repeat(600) }, 403, 'invalid_signature');
   await expect('signed, but no such object', req(signMediaPath(secret, '/media/video/none.mp4', NOW + 900)), 404, 'not_found');
   await expect('signed, outside the prefix', req(signMediaPath(secret, '/other/video/gen_9.mp4', NOW + 900)), 404, 'not_found');

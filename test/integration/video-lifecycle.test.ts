@@ -98,6 +98,8 @@ check('submit -> queued -> running -> succeeded: stored, linked, settled', async
   h.advance(60_000);
   const again = (await h.get(key, g.id)).json;
   t.not(again.video.url, done.video.url, 'a later read gives a fresh link');
+  const sameSecond = (await h.get(key, g.id)).json;
+  t.not(sameSecond.video.url, again.video.url, 'so does a read in the same second (a nonce in every link)');
   t.ok(Date.parse(again.video.expires_at) > exp);
   const c = await h.content(key, g.id);
   t.equal(c.status, 302);
