@@ -42,9 +42,13 @@ export function mediaOrigin(services: Services, deps: VideoDeps, ctx: HttpContex
 
 export function generationRoutes(services: Services, deps: VideoDeps, p: GenerationProduct): Route[] {
   const ttlS = services.config.media.linkTtlS;
-  const linker = (ctx: HttpContext) => {
+  const retentionMs = services.config.media.retentionDays * 86_400_000;
+  // A link never outlives its result: it expires at the end of the 15 minutes or of the
+  // retention, whichever comes first (the file may still be on disk until the hourly sweep).
+  const linker = (ctx: HttpContext, row: GenerationRow) => {
     const origin = mediaOrigin(services, deps, ctx);
-    return (key: string) => signedMediaLink(deps.mediaSecret, origin, key, deps.clock(), ttlS);
+    const notAfterMs = row.completed_at === null ? undefined : row.completed_at.getTime() + retentionMs;
+    return (key: string) => signedMediaLink(deps.mediaSecret, origin, key, deps.clock(), ttlS, notAfterMs);
   };
   const own = async (ctx: HttpContext): Promise<GenerationRow> => {
     const id = ctx.params[0] ?? '';
@@ -72,7 +76,10 @@ export function generationRoutes(services: Services, deps: VideoDeps, p: Generat
       method: 'GET',
       pattern: `${p.path}/:id`,
       access: 'key',
-      handler: async (ctx) => ctx.sendJson(200, p.present(await own(ctx), linker(ctx))),
+      handler: async (ctx) => {
+        const row = await own(ctx);
+        ctx.sendJson(200, p.present(row, linker(ctx, row)));
+      },
     },
     {
       method: 'GET',
@@ -83,7 +90,7 @@ export function generationRoutes(services: Services, deps: VideoDeps, p: Generat
         if (row.state === 'failed') throw new ApiError('result_unavailable', { message: 'The generation failed; there is no result to download.' });
         if (row.state !== 'succeeded') throw new ApiError('generation_not_ready', { message: 'The generation has not finished; poll it until `status` is `succeeded`.' });
         if (row.result_expired || row.media_key === null) throw new ApiError('result_expired', { message: 'The result is past its 7-day retention and was deleted.' });
-        ctx.sendEmpty(302, [['Location', linker(ctx)(row.media_key).url]]);
+        ctx.sendEmpty(302, [['Location', linker(ctx, row)(row.media_key).url]]);
       },
     },
   ];

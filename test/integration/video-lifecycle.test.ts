@@ -303,8 +303,14 @@ check('retention: past 7 days the result is gone at once, before the sweep runs'
   h.advance(7 * 86_400_000 - 60_000);
   const before = (await h.get(key, r.json.id)).json;
   t.ok('video' in before, 'a minute before the 7 days: still there');
+  const retentionEndMs = Date.parse(done.completed_at) + 7 * 86_400_000;
+  t.equal(Date.parse(before.video.expires_at), Math.floor(retentionEndMs / 1000) * 1000, 'its link expires with the retention, not 15 minutes later');
   t.equal((await h.content(key, r.json.id)).status, 302);
   h.advance(60_000); // exactly 7 days after completion, no sweep in between
+  const link = new URL(before.video.url);
+  const late = await handleMediaRequest({ path: link.pathname, query: link.search.slice(1) }, h.deps.media, h.deps.mediaSecret, Math.floor(h.sim.now() / 1000));
+  if (late.status === 200) late.stream.destroy();
+  t.equal(late.status, 403, 'a link read before the end no longer serves the file (still on disk until the sweep)');
   const g = (await h.get(key, r.json.id)).json;
   t.equal(g.status, 'succeeded');
   t.equal(g.result_expired, true);

@@ -24,10 +24,14 @@ export interface SignedLink {
   readonly expiresAtS: number;
 }
 
-/** A fresh signed link for a media key: `${base}/media/<key>?exp=&sig=`, valid `ttlS` from now. */
-export function signedMediaLink(secret: Buffer, base: string, key: string, nowMs: number, ttlS: number): SignedLink {
+/**
+ * A fresh signed link for a media key: `${base}/media/<key>?exp=&n=&sig=`, valid `ttlS` from now,
+ * and never past `notAfterMs` (the result's retention end) when given.
+ */
+export function signedMediaLink(secret: Buffer, base: string, key: string, nowMs: number, ttlS: number, notAfterMs?: number): SignedLink {
   const origin = base.endsWith('/') ? base.slice(0, -1) : base;
-  const expiresAtS = Math.floor(nowMs / 1000) + ttlS;
+  const ttlEndS = Math.floor(nowMs / 1000) + ttlS;
+  const expiresAtS = notAfterMs === undefined ? ttlEndS : Math.min(ttlEndS, Math.floor(notAfterMs / 1000));
   return { url: origin + signMediaPath(secret, MEDIA_PATH_PREFIX + key, expiresAtS), expiresAtS };
 }
 
