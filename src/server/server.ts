@@ -52,10 +52,11 @@ export function startServer(d: ServerDeps): Promise<RunningServer> {
   const keys = new KeyAuthenticator(d.db, d.keyCache);
 
   const fail = async (ctx: HttpContext, r: Route, e: unknown) => {
-    if (r.keyRecheckedByReserve && ctx.auth !== undefined && !ctx.keyConfirmed && keys.caching && !ctx.done) {
-      // A remembered key answered before its reserve could re-check it (a validation error, a
-      // paused model, a rate limit): look it up afresh, so a key revoked since gets its 401
-      // (spec, Authentication 5: refused at once), not the other error. Error paths only.
+    if (r.keyRecheckedByReserve && ctx.auth !== undefined && !ctx.keyConfirmed && keys.caching && !ctx.done && isApiError(e) && e.status < 500) {
+      // A remembered key got a client error before its reserve could re-check it (validation,
+      // 415, 413, a rate limit): look it up afresh, so a key revoked since gets its 401 (spec,
+      // Authentication 5: refused at once), not the other error. Client errors only: a 503 (a
+      // store outage, a paused model) must not wait for a second lookup.
       try {
         await keys.authenticate(ctx.header('authorization'));
       } catch (fresh) {
