@@ -1,6 +1,7 @@
 import t from 'tap';
 import { testDb } from '../helpers/db.js';
 import { listMigrations, migrate } from '../../src/store/migrate.js';
+import { createPool } from '../../src/store/pool.js';
 
 t.test('migrations apply once, and a second run applies nothing', async (t) => {
   const db = await testDb(t);
@@ -43,4 +44,18 @@ t.test("migrating leaves no connection with the migration's timeouts in the pool
   } finally {
     for (const c of clients) c.release();
   }
+});
+
+t.test("migrations are not cut by the pool's hot-path query timeout", async (t) => {
+  // A pool whose client-side query timeout (pg's query_timeout) is far below what migration 002
+  // takes: the migration's own statements carry their own, longer one.
+  const db = await testDb(t);
+  const tight = createPool({ ...db.dbConfig, url: db.url, queryTimeoutMs: 5 });
+  t.teardown(() => tight.end());
+  const schema = db.schema + '_tight';
+  t.teardown(() => db.pool.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`));
+  const applied = await migrate(tight, schema);
+  t.same(applied, listMigrations().map((m) => m.version), 'every migration applied');
+  // The pool's own queries keep its tight timeout: one that sleeps is cut.
+  await t.rejects(tight.query('SELECT pg_sleep(0.5)'), /timeout/i);
 });
