@@ -246,19 +246,34 @@ export function forEachEvent(buf: Buffer, cb: (event: Buffer, complete: boolean)
  * The model rewrite of the text lanes' pass-through, precomputed per model at start-up. Vendors
  * answer with their own name for the model asked for, often a dated one (asked for `gpt-5-mini`,
  * OpenAI answers `gpt-5-mini-2025-08-07`; asked for `claude-sonnet-4-5`, Anthropic answers
- * `claude-sonnet-4-5-20250929`), so the match is on the prefix `"model":"<vendor id>` and the
- * whole string value is replaced by the product id. Compact JSON, as the vendors write it.
+ * `claude-sonnet-4-5-20250929`), so the match is on a string value starting `"<vendor id>` that
+ * is the value of a `"model"` key, and the whole string value is replaced by the product id. The
+ * vendors write compact JSON; servers that write `"model": "…"` (Python's json.dumps default)
+ * are matched too: spaces or tabs may stand around the colon.
  */
 export interface ModelRewrite {
-  /** `"model":"<vendor id>` (no closing quote). */
-  readonly prefix: Buffer;
-  /** `"model":"<product id>"`. */
+  /** `"<vendor id>` (the value's opening quote and the id, no closing quote). */
+  readonly value: Buffer;
+  /** `"<product id>"`. */
   readonly replacement: Buffer;
 }
 
 export function modelRewrite(vendorId: string, productId: string): ModelRewrite {
-  const open = (id: string) => `"model":${JSON.stringify(id).slice(0, -1)}`;
-  return { prefix: Buffer.from(open(vendorId), 'utf8'), replacement: Buffer.from(`${open(productId)}"`, 'utf8') };
+  return { value: Buffer.from(JSON.stringify(vendorId).slice(0, -1), 'utf8'), replacement: Buffer.from(JSON.stringify(productId), 'utf8') };
+}
+
+const MODEL_KEY = Buffer.from('"model"', 'utf8');
+const COLON = 0x3a;
+
+/** True when the string value starting at `at` follows `"model"` and a colon (spaces and tabs allowed). */
+function afterModelKey(buf: Buffer, at: number): boolean {
+  let i = at - 1;
+  while (i >= 0 && (buf[i] === 0x20 || buf[i] === 0x09)) i--;
+  if (i < 0 || buf[i] !== COLON) return false;
+  i--;
+  while (i >= 0 && (buf[i] === 0x20 || buf[i] === 0x09)) i--;
+  const start = i + 1 - MODEL_KEY.length;
+  return start >= 0 && buf.compare(MODEL_KEY, 0, MODEL_KEY.length, start, i + 1) === 0;
 }
 
 /** Longest model name we replace; a longer value is left alone (it is not a model id). */
@@ -269,17 +284,22 @@ const BACKSLASH = 0x5c;
 /**
  * Replaces every `"model":"<vendor id>…"` string value in `buf` with the product id; returns `buf`
  * itself (no copy) when there is none, the common case for all but a stream's first and last
- * events. The pattern cannot occur inside a JSON string (quotes are escaped there), and a value
- * with an escape or without its closing quote within MAX_MODEL_VALUE_BYTES is left as it is.
+ * events. The pattern cannot occur inside a JSON string (quotes are escaped there, so the value's
+ * quote would follow a backslash, not a colon), and a value with an escape or without its closing
+ * quote within MAX_MODEL_VALUE_BYTES is left as it is.
  */
 export function rewriteModels(buf: Buffer, rw: ModelRewrite): Buffer {
-  let at = buf.indexOf(rw.prefix);
+  let at = buf.indexOf(rw.value);
   if (at === -1) return buf;
   const parts: Buffer[] = [];
   let from = 0;
   let total = 0;
   while (at !== -1) {
-    const valueStart = at + rw.prefix.length;
+    const valueStart = at + rw.value.length;
+    if (!afterModelKey(buf, at)) {
+      at = buf.indexOf(rw.value, valueStart);
+      continue;
+    }
     const limit = Math.min(buf.length, valueStart + MAX_MODEL_VALUE_BYTES);
     let end = -1;
     for (let i = valueStart; i < limit; i++) {
@@ -291,13 +311,13 @@ export function rewriteModels(buf: Buffer, rw: ModelRewrite): Buffer {
       if (c === BACKSLASH || c < 0x20) break;
     }
     if (end === -1) {
-      at = buf.indexOf(rw.prefix, valueStart);
+      at = buf.indexOf(rw.value, valueStart);
       continue;
     }
     parts.push(buf.subarray(from, at), rw.replacement);
     total += at - from + rw.replacement.length;
     from = end;
-    at = buf.indexOf(rw.prefix, end);
+    at = buf.indexOf(rw.value, end);
   }
   if (parts.length === 0) return buf;
   parts.push(buf.subarray(from));

@@ -223,4 +223,13 @@ t.test('rewriteModels: the vendor id, dated or not, becomes the product id in ev
   const escapeInValue = Buffer.from('{"model":"gpt-6\\u0041"}');
   t.equal(rewriteModels(escapeInValue, rw), escapeInValue, 'a value with an escape: left alone');
   t.equal(rewriteModels(Buffer.from('{"model":"gpt-6\\u0041","a":{"model":"gpt-6"}}'), rw).toString(), '{"model":"gpt-6\\u0041","a":{"model":"text-6-astra"}}', 'the next one is still rewritten');
+  // Spaced JSON (Python's json.dumps default) is matched too; other keys with the id are not.
+  t.equal(
+    rewriteModels(Buffer.from('{"type": "response.created", "response": {"id": "gpt-6", "model": "gpt-6-2026", "m":{"model" :\t"gpt-6"}}}'), rw).toString(),
+    '{"type": "response.created", "response": {"id": "gpt-6", "model": "text-6-astra", "m":{"model" :\t"text-6-astra"}}}',
+  );
+  const spacedEscaped = Buffer.from('{"text":"say \\"model\\": \\"gpt-6\\""}');
+  t.equal(rewriteModels(spacedEscaped, rw), spacedEscaped, 'spaced text inside a JSON string is never touched either');
+  const otherKey = Buffer.from('{"mymodel":"gpt-6","model_id":"gpt-6"}');
+  t.equal(rewriteModels(otherKey, rw), otherKey, 'only the key "model"');
 });
