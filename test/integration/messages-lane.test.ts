@@ -211,6 +211,7 @@ t.test('only allow-listed headers reach the vendor, with our key exactly once', 
   t.equal(h['anthropic-beta'], 'prompt-caching-2024-07-31');
   t.notOk(h.cookie);
   t.notOk(h['x-custom-header']);
+  t.equal(h['accept-encoding'], 'identity', 'no compressed answers asked for');
   const md = (sim.requests.at(-1)!.body as any).metadata;
   t.match(md.user_id, /^[0-9a-f]{32}$/, 'metadata replaced by a hash of the key');
   t.notOk(JSON.stringify(sim.requests.at(-1)!.body).includes(k.key), 'the client key never reaches the vendor');

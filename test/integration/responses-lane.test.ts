@@ -27,6 +27,7 @@ t.test('official SDK: responses.create through inkgate', async (t) => {
   const wire = sim.requests.at(-1)!;
   t.equal((wire.body as any).model, g.gw.services.catalog.text('astra')!.vendorModel);
   t.equal(wire.headers.authorization, `Bearer ${VENDOR_KEY}`, 'our vendor key, exactly');
+  t.equal(wire.headers['accept-encoding'], 'identity', 'no compressed answers asked for');
   t.notOk(JSON.stringify(wire).includes(k.key), 'the client key never reaches the vendor');
   await invariant();
 });

@@ -41,6 +41,9 @@ export function messagesLane(cfg: Config, catalog: Catalog): TextLane {
       'anthropic-version': cfg.vendors.anthropic.version,
       'content-type': 'application/json',
       accept: 'application/json',
+      // We read and relay the bytes as they are: no compressed answers (an absent Accept-Encoding
+      // would allow any coding, RFC 9110 12.5.3).
+      'accept-encoding': 'identity',
     }),
     parse(body, ctx): ParsedTextRequest {
       // metadata.user_id on the wire: a hash of the key id, stable per key, meaningless outside.

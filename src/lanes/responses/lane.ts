@@ -46,6 +46,9 @@ export function responsesLane(cfg: Config, catalog: Catalog): TextLane {
       authorization: `Bearer ${cfg.vendors.openai.apiKey ?? ''}`,
       'content-type': 'application/json',
       accept: 'application/json',
+      // We read and relay the bytes as they are: no compressed answers (an absent Accept-Encoding
+      // would allow any coding, RFC 9110 12.5.3).
+      'accept-encoding': 'identity',
     }),
     parse(body, ctx): ParsedTextRequest {
       const userHash = vendorUserHash(ctx.auth!.keyId);

@@ -174,6 +174,7 @@ export class ArkClient {
         headers: {
           authorization: `Bearer ${this.opts.apiKey}`,
           accept: 'application/json',
+          'accept-encoding': 'identity', // we parse the bytes as they come: no compressed answers
           ...(json === undefined ? {} : { 'content-type': 'application/json' }),
         },
         body: json === undefined ? undefined : JSON.stringify(json),

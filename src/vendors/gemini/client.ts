@@ -167,7 +167,8 @@ export class GeminiClient {
       res = await request(this.base + path, {
         method: 'POST',
         dispatcher: this.agent,
-        headers: { 'x-goog-api-key': this.opts.apiKey, accept: 'application/json', 'content-type': 'application/json' },
+        // accept-encoding identity: we parse the bytes as they come, so no compressed answers.
+        headers: { 'x-goog-api-key': this.opts.apiKey, accept: 'application/json', 'accept-encoding': 'identity', 'content-type': 'application/json' },
         body: JSON.stringify(json),
         signal: AbortSignal.timeout(this.timeoutMs),
       });
