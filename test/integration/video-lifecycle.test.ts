@@ -258,6 +258,24 @@ check('GET and /content: ownership and readiness', async (t) => {
   await runToEnd(h, key, id);
 });
 
+check("a result the vendor serves from its own API origin (http, 127.0.0.1) is downloaded, without the public-https rules", async (t) => {
+  // An on-premises or fake Ark: results on the configured base URL's origin, over http.
+  const h3 = await startVideoHarness(t, { sim: { tls: undefined } });
+  t.match(h3.sim.contentHostPort, /^127\.0\.0\.1:/);
+  const { key } = await h3.funded(1_000);
+  const r = await h3.submit(key, { model: 'clip-2.0-fast', prompt: 'x' });
+  const done = await runToEnd(h3, key, r.json.id);
+  t.equal(done.status, 'succeeded');
+  const link = new URL(done.video.url);
+  const served = await handleMediaRequest({ path: link.pathname, query: link.search.slice(1) }, h3.deps.media, h3.deps.mediaSecret, Math.floor(h3.sim.now() / 1000));
+  t.equal(served.status, 200);
+  if (served.status === 200) t.ok((await readStream(served.stream)).equals(fixture), "the vendor's MP4, byte for byte");
+  // Any other origin still goes through safeFetch: an http URL elsewhere is refused.
+  const other = new URL(`http://127.0.0.1:1/x.mp4`);
+  t.equal(await h3.deps.ark!.downloadOwnResult(other, { maxBytes: 10, timeoutMs: 1000, accept: 'video/*' }), undefined, 'not its origin: not downloaded here');
+  await assertLedgerInvariant(t, h3.services.pool);
+});
+
 check('progress is shown while queued or running when the vendor reports it', async (t) => {
   const h2 = await startVideoHarness(t, { sim: { reportProgress: true } });
   const { key } = await h2.funded(1_000);

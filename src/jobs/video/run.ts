@@ -148,16 +148,19 @@ export class VideoRunner {
       } catch {
         throw new Error('the vendor result URL is not a URL');
       }
-      const res = await safeFetch(url, {
-        param: 'video_url',
-        maxBytes: services.config.media.maxResultBytes,
-        timeoutMs: deps.downloadTimeoutMs,
-        maxRedirects: services.config.media.referenceMaxRedirects,
-        allowList: deps.fetch.allowList,
-        resolver: deps.fetch.resolver,
-        ca: deps.fetch.ca,
-        accept: 'video/*',
-      });
+      // From the vendor's own API origin (operator-configured) directly; from anywhere else under
+      // the public-https rules.
+      const bounds = { maxBytes: services.config.media.maxResultBytes, timeoutMs: deps.downloadTimeoutMs, accept: 'video/*' };
+      const res =
+        (deps.ark ? await deps.ark.downloadOwnResult(url, bounds) : undefined) ??
+        (await safeFetch(url, {
+          ...bounds,
+          param: 'video_url',
+          maxRedirects: services.config.media.referenceMaxRedirects,
+          allowList: deps.fetch.allowList,
+          resolver: deps.fetch.resolver,
+          ca: deps.fetch.ca,
+        }));
       const contentType = /^video\/[A-Za-z0-9.+-]{1,60}$/.test(res.contentType.split(';')[0]!.trim()) ? res.contentType.split(';')[0]!.trim() : 'video/mp4';
       const put = await deps.media.put(key, res.bytes ?? Buffer.alloc(0), contentType);
       stored = { sizeBytes: put.sizeBytes, contentType };

@@ -2,7 +2,7 @@
 // every call bounded (connect, headers, body, total), our key only, and an allow-list of the fields
 // we send: nothing the client wrote reaches the vendor except through the mapping below.
 // Wire shapes: /work/shared/vendors/ark (SEEDANCE_VIDEO_TASKS.md and the JSON examples).
-import { readVendorJson, retryAfterSeconds, vendorAgent } from '../vendor-http.js';
+import { readBounded, readVendorJson, retryAfterSeconds, vendorAgent } from '../vendor-http.js';
 import { Agent, request, type Dispatcher } from 'undici';
 
 /** What we ask Ark for: built from a validated, normalised request only. */
@@ -131,10 +131,13 @@ export function parseTask(raw: unknown): ArkTask {
 export class ArkClient {
   private readonly agent: Agent;
   private readonly base: string;
+  /** The configured base URL's origin: results served from it are the vendor's own (downloadOwnResult). */
+  private readonly origin: string;
   private readonly timeoutMs: number;
 
   constructor(private readonly opts: ArkClientOptions) {
     this.base = opts.baseUrl.endsWith('/') ? opts.baseUrl.slice(0, -1) : opts.baseUrl;
+    this.origin = new URL(this.base).origin;
     this.timeoutMs = opts.timeoutMs ?? 20_000;
     this.agent = vendorAgent({ timeoutMs: this.timeoutMs, connectTimeoutMs: opts.connectTimeoutMs, connections: opts.connections });
   }
@@ -160,6 +163,31 @@ export class ArkClient {
   async cancelTask(id: string): Promise<void> {
     if (!TASK_ID_RE.test(id)) return;
     await this.call('DELETE', `/contents/generations/tasks/${encodeURIComponent(id)}`);
+  }
+
+  /**
+   * Downloads a result the vendor serves from its own API origin (the configured base URL's scheme,
+   * host and port), or answers undefined for any other URL. Why: the operator chose that origin
+   * (our API key already goes there), so the public-https rules for URLs from elsewhere
+   * (safeFetch) do not apply to it; a local or on-premises Ark serves results that way, over http
+   * on a private address. Results on other hosts (Ark's object store) go through safeFetch. No
+   * key is sent, no redirect is followed, and the size and total time are bounded.
+   */
+  async downloadOwnResult(url: URL, o: { maxBytes: number; timeoutMs: number; accept: string }): Promise<{ bytes: Buffer; contentType: string } | undefined> {
+    if (url.origin !== this.origin || url.username !== '' || url.password !== '') return undefined;
+    const res = await request(url, {
+      method: 'GET',
+      dispatcher: this.agent,
+      headers: { accept: o.accept, 'accept-encoding': 'identity' },
+      signal: AbortSignal.timeout(o.timeoutMs),
+    });
+    if (res.statusCode !== 200) {
+      res.body.destroy();
+      throw new Error(`the vendor's result URL answered ${res.statusCode}`);
+    }
+    const bytes = await readBounded(res.body, o.maxBytes, o.timeoutMs);
+    const ct = res.headers['content-type'];
+    return { bytes, contentType: (Array.isArray(ct) ? ct[0] : ct) ?? '' };
   }
 
   async close(): Promise<void> {
