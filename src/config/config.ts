@@ -179,7 +179,43 @@ export function loadConfig(env: Env = process.env, overrides: DeepPartial<Config
   }
   const cfg = merged as Config;
   cfg.dataDir = resolve(cfg.dataDir);
+  for (const v of VENDORS) {
+    const base = cfg.vendors[v].baseUrl;
+    if (base !== null) cfg.vendors[v].baseUrl = vendorBaseUrl(v, base);
+  }
   return deepFreeze(cfg);
+}
+
+const VENDORS = ['anthropic', 'openai', 'ark', 'gemini'] as const;
+
+/**
+ * The API path each vendor's base URL ends in, as its own SDKs write it: Anthropic's base is the
+ * bare host (its clients add /v1/messages), OpenAI's ends in /v1, Gemini's REST base in /v1beta,
+ * Ark's in /api/v3.
+ */
+const VENDOR_API_PATHS: Readonly<Record<(typeof VENDORS)[number], string>> = Object.freeze({ anthropic: '', openai: '/v1', ark: '/api/v3', gemini: '/v1beta' });
+
+/**
+ * A vendor base URL in the form our clients join paths to. Operators write it either way (with or
+ * without the API path; a copied SDK setting or a bare host), and a wrong guess reached the vendor
+ * as a 404 that the text lanes report as the client's 400 upstream_rejected. So: trailing slashes
+ * go; a bare host gets the vendor's API path; an Anthropic base ending in /v1 loses it. Any other
+ * path (a proxy's prefix) is kept as written.
+ */
+export function vendorBaseUrl(vendor: (typeof VENDORS)[number], raw: string): string {
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    throw new Error(`config: vendors.${vendor}.baseUrl is not a URL: ${JSON.stringify(raw)}`);
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new Error(`config: vendors.${vendor}.baseUrl must be http(s): ${JSON.stringify(raw)}`);
+  if (url.search !== '' || url.hash !== '') throw new Error(`config: vendors.${vendor}.baseUrl must have no query or fragment: ${JSON.stringify(raw)}`);
+  let path = url.pathname.replace(/\/+$/, '');
+  const apiPath = VENDOR_API_PATHS[vendor];
+  if (vendor === 'anthropic' && path.endsWith('/v1')) path = path.slice(0, -3);
+  else if (path === '') path = apiPath;
+  return url.origin + path;
 }
 
 /** The rest of process.env that parts of the program are allowed to see, read here only. */
