@@ -29,8 +29,8 @@ const MARK = 'SMUGGLED';
 
 /** What a vendor may receive: the lane's allow-list (undici adds host, content-length). */
 const VENDOR_ALLOW: Record<'messages' | 'responses', ReadonlySet<string>> = {
-  messages: new Set(['host', 'content-length', 'content-type', 'accept', 'x-api-key', 'anthropic-version', 'anthropic-beta', 'connection']),
-  responses: new Set(['host', 'content-length', 'content-type', 'accept', 'authorization', 'connection']),
+  messages: new Set(['host', 'content-length', 'content-type', 'accept', 'accept-encoding', 'x-api-key', 'anthropic-version', 'anthropic-beta', 'connection']),
+  responses: new Set(['host', 'content-length', 'content-type', 'accept', 'accept-encoding', 'authorization', 'connection']),
 };
 /** What a client may receive: our headers only (uWS adds its own name, Date and the framing). */
 const CLIENT_ALLOW = new Set([
@@ -146,6 +146,8 @@ function checkVendorSaw(t: Test, r: Rig, req: TappedRequest, clientKey: string) 
   t.same(keyLines.map(([, v]) => v), [r.ourKeyValue], `our key exactly once, as ${r.ourKeyHeader}`);
   const otherKey = r.lane === 'messages' ? 'authorization' : 'x-api-key';
   t.notOk(names.includes(otherKey), `no ${otherKey} toward the vendor`);
+  const enc = req.rawHeaders.filter(([k]) => k.toLowerCase() === 'accept-encoding');
+  t.same(enc.map(([, v]) => v), ['identity'], "our accept-encoding once, never the client's");
   const host = req.rawHeaders.filter(([k]) => k.toLowerCase() === 'host');
   t.same(host.map(([, v]) => v), [r.tap.url().slice('http://'.length)], "the vendor's own host, once");
   if (r.lane === 'messages') {
