@@ -90,6 +90,15 @@ export class KeyAuthenticator {
     return info;
   }
 
+  /** The remembered answer for this header, if any and still fresh; never a lookup. */
+  peekCached(authorization: string | undefined): AuthInfo | undefined {
+    if (this.cacheOpts.keyCacheMs === 0) return undefined;
+    const token = bearerToken(authorization);
+    if (token === undefined || !isWellFormedKey(token)) return undefined;
+    const hit = this.cache.get(hashKey(token).toString('latin1'));
+    return hit !== undefined && hit.untilMs > performance.now() ? hit.info : undefined;
+  }
+
   /** True when positive lookups are remembered (`keyCacheMs` > 0). */
   get caching(): boolean {
     return this.cacheOpts.keyCacheMs > 0;

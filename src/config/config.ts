@@ -211,6 +211,7 @@ export function vendorBaseUrl(vendor: (typeof VENDORS)[number], raw: string): st
   }
   if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new Error(`config: vendors.${vendor}.baseUrl must be http(s): ${JSON.stringify(raw)}`);
   if (url.search !== '' || url.hash !== '') throw new Error(`config: vendors.${vendor}.baseUrl must have no query or fragment: ${JSON.stringify(raw)}`);
+  if (url.username !== '' || url.password !== '') throw new Error(`config: vendors.${vendor}.baseUrl must carry no credentials (the key has its own setting)`);
   let path = url.pathname.replace(/\/+$/, '');
   const apiPath = VENDOR_API_PATHS[vendor];
   if (vendor === 'anthropic' && path.endsWith('/v1')) path = path.slice(0, -3);

@@ -52,11 +52,11 @@ export function startServer(d: ServerDeps): Promise<RunningServer> {
   const keys = new KeyAuthenticator(d.db, d.keyCache);
 
   const fail = async (ctx: HttpContext, r: Route, e: unknown) => {
-    if (r.keyRecheckedByReserve && ctx.auth !== undefined && !ctx.keyConfirmed && keys.caching && !ctx.done && isApiError(e) && e.status < 500) {
+    if (r.keyRecheckedByReserve && ctx.auth !== undefined && !ctx.keyConfirmed && keys.caching && !ctx.done && isApiError(e) && e.status < 500 && e.status !== 429) {
       // A remembered key got a client error before its reserve could re-check it (validation,
-      // 415, 413, a rate limit): look it up afresh, so a key revoked since gets its 401 (spec,
-      // Authentication 5: refused at once), not the other error. Client errors only: a 503 (a
-      // store outage, a paused model) must not wait for a second lookup.
+      // 415): look it up afresh, so a key revoked since gets its 401 (spec, Authentication 5:
+      // refused at once), not the other error. Not for a 503 (a store outage, a paused model: no
+      // second wait) nor a 429 (a client over its limit must not buy a lookup per refusal).
       try {
         await keys.authenticate(ctx.header('authorization'));
       } catch (fresh) {
@@ -75,16 +75,23 @@ export function startServer(d: ServerDeps): Promise<RunningServer> {
       // (spec, Limits: "60 requests per minute per key, every /v1 route counted"); without one
       // (or with one that does not authenticate, which a public route ignores) it counts against
       // the caller's address. The cached lookup is enough here: no money moves on these routes.
+      // A key not remembered is looked up only after the address limit let the call through, so
+      // a flood of made-up keys costs the store nothing beyond the address's own budget.
       const authorization = ctx.header('authorization');
-      const keyId = authorization === undefined ? undefined : await keys.authenticateCached(authorization).then((a) => a.keyId, () => undefined);
-      const decision = keyId !== undefined
-        ? await d.limiter.take('key:' + keyId, d.requestsPerMinute)
-        : await d.limiter.take('ip:' + ctx.remoteAddress, d.publicRequestsPerMinute);
-      if (!decision.allowed) {
-        throw new ApiError('rate_limit_exceeded', {
-          retryAfterS: decision.retryAfterS,
-          message: keyId !== undefined ? undefined : 'More than the allowed requests per minute from this address on the public catalogue.',
-        });
+      let keyId = authorization === undefined ? undefined : keys.peekCached(authorization)?.keyId;
+      if (keyId === undefined) {
+        const byAddress = await d.limiter.take('ip:' + ctx.remoteAddress, d.publicRequestsPerMinute);
+        if (!byAddress.allowed) {
+          throw new ApiError('rate_limit_exceeded', {
+            retryAfterS: byAddress.retryAfterS,
+            message: 'More than the allowed requests per minute from this address on the public catalogue.',
+          });
+        }
+        if (authorization !== undefined) keyId = await keys.authenticateCached(authorization).then((a) => a.keyId, () => undefined);
+      }
+      if (keyId !== undefined) {
+        const byKey = await d.limiter.take('key:' + keyId, d.requestsPerMinute);
+        if (!byKey.allowed) throw new ApiError('rate_limit_exceeded', { retryAfterS: byKey.retryAfterS });
       }
     } else {
       const authorization = ctx.header('authorization');

@@ -24,17 +24,24 @@ t.test('per-key limit over HTTP (the suite\'s limiter: ' + (testRedisUrl ? 'Redi
   t.ok(pub.headers['retry-after']);
   t.match(pub.json.error.message, /address/, 'the message names what is limited');
   t.match(over.json.error.message, /key/);
+});
 
-  // A public route called with a key counts against the key ("every /v1 route counted"), not the
-  // address (whose budget is spent above); a key that does not authenticate is ignored there.
+t.test('a keyed call to the public catalogue counts against the key ("every /v1 route counted")', async (t) => {
+  const g = await startTestGateway(t, { limits: { requestsPerMinute: 5, publicRequestsPerMinute: 3 }, redis: { url: testRedisUrl, keyPrefix: `t${process.pid}:${Date.now()}:k:` } });
   const c = await g.newKey();
+  // The first keyed call is looked up after the address limit let it through (1 of the address's
+  // 3); from then on the remembered key counts against the key alone.
   for (let i = 0; i < 3; i++) t.equal((await g.call('GET', '/v1/models', { key: c.key })).status, 200, 'keyed catalogue call');
   for (let i = 0; i < 2; i++) t.equal((await g.call('GET', '/v1/me', { key: c.key })).status, 200);
   const sixth = await g.call('GET', '/v1/models/astra', { key: c.key });
   t.equal(sixth.status, 429, 'the sixth request of the key, over two routes, is refused');
+  t.match(sixth.json.error.message, /key/);
   t.equal((await g.call('GET', '/v1/me', { key: c.key })).status, 429);
+  // The address spent 1 of its 3: two anonymous calls pass, then made-up keys count there too.
+  for (let i = 0; i < 2; i++) t.equal((await g.call('GET', '/v1/models')).status, 200, 'anonymous call');
   const bogus = await g.call('GET', '/v1/models', { key: 'svc_' + 'A'.repeat(43) });
   t.equal(bogus.status, 429, 'an unknown key on a public route counts against the address');
+  t.match(bogus.json.error.message, /address/);
 });
 
 t.test('Redis paused or killed: 503 rate_limiter_unavailable within 300 ms, then recovery', async (t) => {

@@ -27,6 +27,7 @@ t.test('malformed base URLs are configuration errors, not requests gone astray',
   t.throws(() => vendorBaseUrl('openai', 'api.openai.com'), /not a URL/);
   t.throws(() => vendorBaseUrl('openai', 'ftp://api.openai.com'), /http\(s\)/);
   t.throws(() => vendorBaseUrl('openai', 'https://api.openai.com/v1?x=1'), /no query/);
+  t.throws(() => vendorBaseUrl('openai', 'https://user:pw@api.openai.com/v1'), /no credentials/);
 });
 
 t.test('the environment names of DESIGN.md go through the same rule', async (t) => {

@@ -41,6 +41,8 @@ const base = (extra: Obj = {}): Obj => ({ model: 'astra', input: 'Hello there', 
 const parse = (body: Obj): ResponsesRequest => parseResponsesRequest(body, catalog, opts);
 const vendor = (body: Obj): Obj => JSON.parse(parse(body).vendorBody) as Obj;
 const holdFor = (raw: number): number => raw + Math.ceil((raw * HOLD_MARGIN_PERCENT) / 100) + HOLD_MARGIN_TOKENS;
+/** What the hold budgets for a schema or summary text: its count, at least a token per 4 characters. */
+const held = (text: string): number => Math.max(reference(text), Math.ceil(text.length / 4));
 
 /** Asserts parse throws an ApiError with this code and param. */
 function rejects(tt: Test, body: Obj, code: string, param: string, name?: string): void {
@@ -448,11 +450,11 @@ t.test('promptTokens is the exact count of verbatim text; the hold adds framing,
     HOLD_REQUEST_OVERHEAD_TOKENS +
     HOLD_ITEM_OVERHEAD_TOKENS * (body.input.length + 1) +
     Math.ceil(body.input[3].encrypted_content.length / HOLD_ENCRYPTED_CHARS_PER_TOKEN) +
-    reference('Need the weather tool.') +
-    reference(JSON.stringify(body.tools[0].parameters)) +
+    held('Need the weather tool.') +
+    held(JSON.stringify(body.tools[0].parameters)) +
     HOLD_TOOL_OVERHEAD_TOKENS +
-    reference(format.name) +
-    reference(JSON.stringify(format.schema)) +
+    held(format.name) +
+    held(JSON.stringify(format.schema)) +
     HOLD_TOOL_OVERHEAD_TOKENS;
   tt.equal(r.promptTokensForHold, holdFor(verbatim + extra));
   tt.equal(r.holdInk, responsesHoldInk(r.promptTokensForHold, 2048, r.model));
@@ -490,6 +492,14 @@ t.test('the hold assumes at least one token per four characters of verbatim text
   const huge = parse({ model: 'astra', input: 'a'.repeat(4_000_000) });
   tt.ok(huge.promptTokens < 922_000);
   tt.ok(huge.promptTokensForHold > 922_000, 'while its hold assumes a million tokens');
+});
+
+t.test('tool schemas and summaries are held at one token per four characters at least', async (tt) => {
+  const filler = 'a'.repeat(40_000);
+  const r = parse({ model: 'astra', input: 'hi', tools: [{ type: 'function', name: 'f', parameters: { type: 'object', description: filler } }] });
+  const schema = JSON.stringify({ type: 'object', description: filler });
+  tt.ok(reference('a'.repeat(4000)) * 10 < schema.length / 4, 'o200k counts such a run far below characters / 4');
+  tt.ok(r.promptTokensForHold >= Math.ceil(schema.length / 4), `hold count ${r.promptTokensForHold} covers ${Math.ceil(schema.length / 4)}`);
 });
 
 t.test('the 922,000-token envelope, at the boundary', async (tt) => {

@@ -25,6 +25,7 @@ t.test('recorded answers: create, then a succeeded task named with an anonymised
       const json = (s: string) => res.writeHead(200, { 'content-type': 'application/json' }).end(s);
       if (req.method === 'POST' && req.url === '/api/v3/contents/generations/tasks') return json(created);
       if (req.method === 'GET' && req.url === '/api/v3/contents/generations/tasks/cgt-20250331175019-68d9t') return json(succeeded);
+      if (req.method === 'GET' && req.url === '/api/v3/contents/generations/tasks/cgt-20250331175019-zzzzz') return json(succeeded.replace('cgt-2025******-****', 'cgt-20250331175019-68d9t'));
       res.writeHead(404).end('{}');
     });
   });
@@ -41,6 +42,8 @@ t.test('recorded answers: create, then a succeeded task named with an anonymised
   t.equal(task.durationS, 5);
   t.same(task.usage, { completionTokens: 108900, totalTokens: 108900 });
   for (const s of seen) t.equal(s.headers['accept-encoding'], 'identity', `${s.method}: no compressed answers asked for`);
+  // An answer that names another (real) task is still refused: it must never be settled as ours.
+  await t.rejects(ark.getTask('cgt-20250331175019-zzzzz'), /another task/);
   const body = JSON.parse(seen[0]!.body);
   t.equal(body.model, 'dreamina-seedance-2-0-260128');
   t.ok(Array.isArray(body.content) && body.content[0].type === 'text', 'content[] starts with the text item');

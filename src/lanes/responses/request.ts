@@ -251,6 +251,14 @@ function addVerbatim(count: Count, text: string): void {
 }
 
 /**
+ * Budgets text the hold assumes the vendor reads in some form (schemas, summaries): its o200k
+ * count, never below one token per HOLD_CHARS_PER_TOKEN characters (the verbatim floor's rule).
+ */
+function holdTokensOf(text: string): number {
+  return Math.max(countO200kTokens(text), Math.ceil(text.length / HOLD_CHARS_PER_TOKEN));
+}
+
+/**
  * Validates a parsed JSON body for `POST /v1/responses` and builds the vendor request.
  * Throws ApiError with the code and a `param` naming the field as a dotted path.
  */
@@ -478,7 +486,7 @@ function checkItem(item: unknown, path: string, count: Count): void {
         for (let k = 0; k < summary.length; k++) {
           const s: unknown = summary[k];
           if (!isObj(s) || typeof s.text !== 'string') badInput(`${path}.summary.${k}`, `\`${path}.summary.${k}\` must be a summary_text part with a string \`text\`.`);
-          count.extra += countO200kTokens(s.text);
+          count.extra += holdTokensOf(s.text);
         }
       }
       return;
@@ -566,7 +574,7 @@ function checkTools(tools: unknown, count: Count): void {
     const parameters = t.parameters;
     if (parameters !== undefined && parameters !== null) {
       if (!isObj(parameters)) fail('invalid_type', `${path}.parameters`, `\`${path}.parameters\` must be a JSON Schema object.`);
-      count.extra += countO200kTokens(JSON.stringify(parameters));
+      count.extra += holdTokensOf(JSON.stringify(parameters));
     }
     const strict = t.strict;
     if (strict !== undefined && strict !== null && typeof strict !== 'boolean') fail('invalid_type', `${path}.strict`, `\`${path}.strict\` must be a boolean.`);
@@ -607,9 +615,9 @@ function checkText(text: unknown, count: Count): void {
       }
       // The vendor renders the schema into the prompt in its own form: the hold budgets its JSON.
       count.extra +=
-        countO200kTokens(format.name) +
-        countO200kTokens(JSON.stringify(format.schema)) +
-        (typeof description === 'string' ? countO200kTokens(description) : 0) +
+        holdTokensOf(format.name) +
+        holdTokensOf(JSON.stringify(format.schema)) +
+        (typeof description === 'string' ? holdTokensOf(description) : 0) +
         HOLD_TOOL_OVERHEAD_TOKENS;
     }
   }

@@ -6,6 +6,8 @@
 -- 422 idempotency_key_reused, a code the spec's tables do not have), so the original 202 is
 -- replayed whatever the body. The key space is per endpoint: a key first used on a video submit
 -- and then on an image submit starts an image generation instead of replaying a video.
+-- Deploying: stop instances older than 013 before it runs (their claims name body_hash and
+-- conflict on (key_id, idem_key); a submit with an Idempotency-Key on one of them would fail).
 ALTER TABLE idempotency_keys ADD COLUMN product text NOT NULL DEFAULT 'video' CHECK (product IN ('video', 'images'));
 UPDATE idempotency_keys SET product = 'images' WHERE generation_id LIKE 'igen\_%';
 ALTER TABLE idempotency_keys ALTER COLUMN product DROP DEFAULT;

@@ -153,10 +153,12 @@ export class ArkClient {
   async getTask(id: string): Promise<ArkTask> {
     if (!TASK_ID_RE.test(id)) throw new ArkError('protocol', 'bad task id');
     const { body } = await this.call('GET', `/contents/generations/tasks/${encodeURIComponent(id)}`);
-    // The answer is for the task the path names. Its own `id` field is not checked against ours:
-    // recorded answers name tasks with anonymised ids (cgt-2025******-****), and refusing such an
-    // answer would leave the job polling until its timeout.
-    return { ...parseTask(body), id };
+    // An answer for another task is refused (it must never be settled as ours), except an id
+    // masked with '*' (recorded answers anonymise ids: cgt-2025******-****), which no real task id
+    // has: that one is taken as the answer for the task the path names.
+    const task = parseTask(body);
+    if (task.id !== id && !task.id.includes('*')) throw new ArkError('protocol', 'the vendor answered for another task');
+    return { ...task, id };
   }
 
   /** Best effort: Ark cancels only queued tasks. */
