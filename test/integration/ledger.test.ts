@@ -1,5 +1,6 @@
 // The ledger's money rules against the real Postgres: splits, settle, release, refund, caps,
 // exactly-once resolution, unknown usage and reconciliation, credits and roll-over.
+import type { QueryConfig } from 'pg';
 import t, { type Test } from 'tap';
 import { ApiError } from '../../src/errors.js';
 import { Ledger, type LedgerOptions, type RequestRecord } from '../../src/ledger/ledger.js';
@@ -346,7 +347,30 @@ ledgerTest('the journal is append-only: UPDATE, DELETE and TRUNCATE are refused'
   await ledger.reserve(reserveOf(a, 10));
   await t.rejects(pool.query('UPDATE ledger_journal SET amount_ink = 0 WHERE account_id = $1', [a.accountId]), /append-only/);
   await t.rejects(pool.query('DELETE FROM ledger_journal WHERE account_id = $1', [a.accountId]), /append-only/);
-  await t.rejects(pool.query('TRUNCATE ledger_journal CASCADE'), /append-only/);
+  // TRUNCATE needs the table's exclusive lock, which waits for every session that touched the
+  // table (earlier tests' background clean-ups included) and can lose a deadlock check to one:
+  // it runs on its own connection with room to wait, and a lock conflict (not the answer under
+  // test) is tried again. The refusal itself must come from the trigger.
+  let refusal: Error | undefined;
+  for (let attempt = 0; attempt < 3 && refusal === undefined; attempt++) {
+    const c = await pool.connect();
+    try {
+      await c.query('BEGIN');
+      await c.query("SET LOCAL lock_timeout = '15s'");
+      await c.query({ text: 'TRUNCATE ledger_journal CASCADE', query_timeout: 20_000 } as QueryConfig);
+      await c.query('ROLLBACK');
+      t.fail('TRUNCATE was not refused');
+      break;
+    } catch (e) {
+      await c.query('ROLLBACK').catch(() => undefined);
+      const code = (e as { code?: string }).code;
+      if (code !== '40P01' && code !== '55P03') refusal = e as Error;
+      else t.comment(`TRUNCATE attempt ${attempt + 1}: ${(e as Error).message}`);
+    } finally {
+      c.release();
+    }
+  }
+  t.match(refusal?.message, /append-only/, 'TRUNCATE refused by the journal trigger');
   // A second resolution row for one hold is refused by the database itself.
   const r = reserveOf(a, 10);
   await ledger.reserve(r);
