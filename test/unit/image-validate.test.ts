@@ -154,6 +154,14 @@ t.test('the Gemini wire format', async (t) => {
   t.same(blocked.kind === 'blocked' && blocked.reason, 'PROHIBITED_CONTENT');
   const thoughtOnly = parseImageResponse({ candidates: [{ content: { parts: [{ thought: true, inlineData: { mimeType: 'image/png', data: 'AAAA' } }] }, finishReason: 'STOP' }] });
   t.equal(thoughtOnly.kind, 'no_image', 'an interim thought image is not the result');
+  // The same answers in proto field names (snake_case), as servers built from the proto or the
+  // Python types write them: read the same.
+  const snake = (v: unknown): unknown =>
+    Array.isArray(v) ? v.map(snake) : v && typeof v === 'object' ? Object.fromEntries(Object.entries(v).map(([k, x]) => [k.replace(/[A-Z]/g, (c) => '_' + c.toLowerCase()), snake(x)])) : v;
+  t.same(parseImageResponse(snake(sample)), ok, 'snake_case answer: the same image, id and usage');
+  const safetySnake = parseImageResponse(snake(JSON.parse(readFileSync(`${vendorDir}/gemini_response_image_safety.json`, 'utf8'))));
+  t.same(safetySnake, safety, 'snake_case safety block: the same');
+  t.same(parseImageResponse({ prompt_feedback: { block_reason: 'PROHIBITED_CONTENT' } }).kind, 'blocked');
   t.throws(() => parseImageResponse([]), { name: 'GeminiError' });
   t.throws(() => parseImageResponse({ candidates: [] }), { name: 'GeminiError' });
 

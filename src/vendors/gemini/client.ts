@@ -88,14 +88,24 @@ export function geminiRequestBody(i: GeminiImageInput): Record<string, unknown> 
 const num = (v: unknown): number | undefined => (typeof v === 'number' && Number.isFinite(v) && v >= 0 ? v : undefined);
 const str = (v: unknown, max = 4096): string | undefined => (typeof v === 'string' && v.length > 0 && v.length <= max ? v : undefined);
 const obj = (v: unknown): Record<string, unknown> | undefined => (typeof v === 'object' && v !== null && !Array.isArray(v) ? (v as Record<string, unknown>) : undefined);
+/**
+ * A field by its JSON name (lowerCamelCase, what the REST API writes) or its proto name
+ * (snake_case, which the API also accepts and which servers built from the proto or the Python
+ * types write): `f(o, 'inlineData')` also finds `inline_data`.
+ */
+const f = (o: Record<string, unknown> | undefined, camel: string): unknown => {
+  if (o === undefined) return undefined;
+  const v = o[camel];
+  return v !== undefined ? v : o[camel.replace(/[A-Z]/g, (c) => '_' + c.toLowerCase())];
+};
 
 export function parseUsage(raw: unknown): GeminiUsage {
-  const u = obj(raw) ?? {};
+  const u = obj(raw);
   return {
-    promptTokens: num(u.promptTokenCount),
-    candidatesTokens: num(u.candidatesTokenCount),
-    thoughtsTokens: num(u.thoughtsTokenCount),
-    totalTokens: num(u.totalTokenCount),
+    promptTokens: num(f(u, 'promptTokenCount')),
+    candidatesTokens: num(f(u, 'candidatesTokenCount')),
+    thoughtsTokens: num(f(u, 'thoughtsTokenCount')),
+    totalTokens: num(f(u, 'totalTokenCount')),
   };
 }
 
@@ -103,25 +113,25 @@ export function parseUsage(raw: unknown): GeminiUsage {
 export function parseImageResponse(raw: unknown): GeminiImageResult {
   const o = obj(raw);
   if (o === undefined) throw new GeminiError('protocol', 'the answer is not a JSON object');
-  const usage = parseUsage(o.usageMetadata);
-  const responseId = str(o.responseId, 256);
+  const usage = parseUsage(f(o, 'usageMetadata'));
+  const responseId = str(f(o, 'responseId'), 256);
   const candidates = Array.isArray(o.candidates) ? o.candidates : [];
-  const feedback = obj(o.promptFeedback);
-  const blockReason = str(feedback?.blockReason, 100);
+  const feedback = obj(f(o, 'promptFeedback'));
+  const blockReason = str(f(feedback, 'blockReason'), 100);
   if (candidates.length === 0) {
-    if (blockReason !== undefined) return { kind: 'blocked', reason: blockReason, message: str(feedback?.blockReasonMessage, 1000), responseId, usage };
+    if (blockReason !== undefined) return { kind: 'blocked', reason: blockReason, message: str(f(feedback, 'blockReasonMessage'), 1000), responseId, usage };
     throw new GeminiError('protocol', 'the answer has no candidates');
   }
   const c = obj(candidates[0]) ?? {};
-  const finish = str(c.finishReason, 100) ?? 'UNKNOWN';
+  const finish = str(f(c, 'finishReason'), 100) ?? 'UNKNOWN';
   const parts = Array.isArray(obj(c.content)?.parts) ? (obj(c.content)!.parts as unknown[]) : [];
   // The image is the last non-thought inline image part (interim thought images carry thought: true).
   let image: { mimeType: string; data: string } | undefined;
   for (const p of parts) {
     const part = obj(p);
     if (part === undefined || part.thought === true) continue;
-    const inline = obj(part.inlineData);
-    const mimeType = str(inline?.mimeType, 100);
+    const inline = obj(f(part, 'inlineData'));
+    const mimeType = str(f(inline, 'mimeType'), 100);
     const data = typeof inline?.data === 'string' ? inline.data : undefined;
     if (mimeType !== undefined && /^image\/[a-z0-9.+-]{1,60}$/.test(mimeType) && data !== undefined && data.length > 0) image = { mimeType, data };
   }
@@ -131,7 +141,7 @@ export function parseImageResponse(raw: unknown): GeminiImageResult {
     return { kind: 'image', bytes, mimeType: image.mimeType, responseId, usage };
   }
   if (SAFETY_REASONS.has(finish) || blockReason !== undefined) {
-    return { kind: 'blocked', reason: SAFETY_REASONS.has(finish) ? finish : blockReason!, message: str(c.finishMessage, 1000), responseId, usage };
+    return { kind: 'blocked', reason: SAFETY_REASONS.has(finish) ? finish : blockReason!, message: str(f(c, 'finishMessage'), 1000), responseId, usage };
   }
   return { kind: 'no_image', reason: finish, responseId, usage };
 }
