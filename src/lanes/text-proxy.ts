@@ -43,6 +43,12 @@ export interface StreamTally {
   vendorError?(): { type?: string; message?: string } | undefined;
   /** True when the lane wants the proxy to stop reading (the service's own output cap). */
   readonly capped?: boolean;
+  /**
+   * True when `bytes` more bytes of stream could cross the lane's cap (lanes without one leave it
+   * out). The proxy then feeds that chunk event by event, so the events before the one that
+   * crosses are still relayed (the first ones carry `response.created`, which the SDK needs).
+   */
+  mayCap?(bytes: number): boolean;
 }
 
 export interface BodyResult {
@@ -317,15 +323,9 @@ async function streamThrough(
       failure = err;
       resolveS();
     };
-    body.on('data', (chunk: Buffer) => {
-      let out = framer.push(chunk);
-      if (framer.overflowed) {
-        body.destroy(new Error('vendor event above the size cap'));
-        return;
-      }
-      if (out === null) return;
-      out = rewriteModels(out, rw);
-      tally.push(out);
+    /** Tallies and relays whole events; false once the lane's cap stopped the stream. */
+    const relay = (events: Buffer): boolean => {
+      tally.push(events);
       if (!vendorIdRecorded) {
         const vendorId = storableId(tally.vendorRequestId());
         if (vendorId !== undefined) {
@@ -335,11 +335,12 @@ async function streamThrough(
       }
       if (tally.capped) {
         body.destroy();
-        return;
+        return false;
       }
+      let out = events;
       if (out.indexOf(ERROR_EVENT) !== -1) {
         out = withoutErrorEvents(out);
-        if (out.length === 0) return;
+        if (out.length === 0) return true;
       }
       // A client that went away is not written to, but the vendor is read to its receipt.
       if (!ctx.aborted && !ctx.write(out) && !waiting) {
@@ -350,6 +351,23 @@ async function streamThrough(
           body.resume();
         });
       }
+      return true;
+    };
+    let relaying = true;
+    const relayEach = (ev: Buffer): void => {
+      if (relaying) relaying = relay(ev);
+    };
+    body.on('data', (chunk: Buffer) => {
+      const framed = framer.push(chunk);
+      if (framer.overflowed) {
+        body.destroy(new Error('vendor event above the size cap'));
+        return;
+      }
+      if (framed === null) return;
+      const out = rewriteModels(framed, rw);
+      // Near the cap, one event at a time, so that what comes before the crossing event is relayed.
+      if (tally.mayCap?.(out.length)) forEachEvent(out, relayEach);
+      else relay(out);
     });
     body.once('end', () => finish());
     body.once('error', (e: Error) => finish(e));

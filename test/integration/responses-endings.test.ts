@@ -54,6 +54,40 @@ t.test('capped stream: finalResponse().output_text is the text relayed before th
   await invariant();
 });
 
+/** A vendor in front of the simulator that sends each whole answer in one write (a burst). */
+async function burstingVendor(t: Test, sim: OpenAISimulator): Promise<string> {
+  const server = createServer((req: IncomingMessage, res: ServerResponse) => {
+    const parts: Buffer[] = [];
+    req.on('data', (c: Buffer) => parts.push(c));
+    req.on('end', async () => {
+      const up = await request(sim.url + '/responses', { method: 'POST', headers: { authorization: req.headers.authorization!, 'content-type': 'application/json' }, body: Buffer.concat(parts) });
+      const whole = Buffer.from(await up.body.arrayBuffer());
+      res.writeHead(up.statusCode, { 'content-type': String(up.headers['content-type']), 'content-length': String(whole.length) });
+      res.end(whole);
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  t.teardown(() => server.close());
+  return `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1`;
+}
+
+t.test('capped in the first chunk (the vendor sends everything at once): the events before the crossing one are relayed', async (t) => {
+  const { g, k, client, invariant } = await setup(t, { gateway: { responses: { visibleOutputCapChars: CAP } }, vendorUrl: (sim) => burstingVendor(t, sim) });
+  const rs = client.responses.stream({ model: 'astra', input: FULL_TEXT_OF_100, max_output_tokens: 1000 });
+  let relayed = '';
+  let created = 0;
+  rs.on('response.created', () => created++);
+  rs.on('response.output_text.delta', (e) => (relayed += e.delta));
+  const final = await rs.finalResponse();
+  t.equal(created, 1, 'response.created reached the client (it shares the chunk that crossed the cap)');
+  t.equal(final.status, 'incomplete');
+  t.ok(relayed.length > 0 && relayed.length <= CAP, `text up to the cap was relayed (${relayed.length})`);
+  t.ok(CAP - relayed.length < 10, 'up to the delta that crossed, not a whole chunk short');
+  t.equal(final.output_text, relayed, 'the final response carries exactly the relayed text');
+  t.equal((await me(g, k.key)).key.ink_reserved, 0, 'settled');
+  await invariant();
+});
+
 t.test('capped stream read as events (responses.create stream:true) and on the wire', async (t) => {
   const { g, k, client, invariant } = await setup(t, { gateway: { responses: { visibleOutputCapChars: CAP } } });
   const s = await client.responses.create({ model: 'astra', input: `${FULL_TEXT_OF_100} [[sim:pace=2]]`, max_output_tokens: 1000, stream: true });

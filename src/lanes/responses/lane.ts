@@ -73,6 +73,9 @@ export function responsesLane(cfg: Config, catalog: Catalog): TextLane {
             t.rewindOutput();
           }
         },
+        // Text deltas add at most one character (UTF-16 unit) per byte of their event, so a chunk
+        // shorter than what is left under the cap cannot cross it.
+        mayCap: (bytes: number) => !t.sawTerminal && t.visibleTextChars + bytes > capChars,
         end: () => t.end(),
         outcome: () => t.outcome(),
         chargeInk: () => (t.usageUsable ? charge(req.model, t.usage) : undefined),
