@@ -8,7 +8,7 @@ import type { Route } from '../server/router.js';
 import { getGeneration, type GenerationRow } from './store.js';
 import { withRetention } from './sweep.js';
 import type { VideoDeps } from './video/deps.js';
-import { signedMediaLink, type SignedLink } from './video/present.js';
+import { signedMediaLink, type SignedLink } from '../media/signed-link.js';
 import type { SubmitInput, SubmitResult } from './video/submit.js';
 
 export interface GenerationProduct {

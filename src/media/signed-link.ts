@@ -44,13 +44,20 @@ export function signMediaPath(secret: Buffer, path: string, expiresAtS: number, 
   return nonce === '' ? `${path}?exp=${exp}&sig=${sig}` : `${path}?exp=${exp}&n=${nonce}&sig=${sig}`;
 }
 
+export interface SignedLink {
+  readonly url: string;
+  readonly expiresAtS: number;
+}
+
 /**
- * The full link for a media-store key: `${mediaUrl}/media/<key>?exp=...&sig=...`, valid
- * MEDIA_LINK_TTL_S from `nowS`. `mediaUrl` is the configured media origin (no trailing slash).
+ * The full link for a media-store key: `${base}/media/<key>?exp=&n=&sig=`, valid `ttlS` from now
+ * and never past `notAfterMs` (the result's retention end) when given. `base` is the media origin.
  */
-export function mediaLinkFor(secret: Buffer, mediaUrl: string, key: string, nowS: number): string {
-  const base = mediaUrl.endsWith('/') ? mediaUrl.slice(0, -1) : mediaUrl;
-  return base + signMediaPath(secret, MEDIA_PATH_PREFIX + key, Math.floor(nowS) + MEDIA_LINK_TTL_S);
+export function signedMediaLink(secret: Buffer, base: string, key: string, nowMs: number, ttlS: number, notAfterMs?: number): SignedLink {
+  const origin = base.endsWith('/') ? base.slice(0, -1) : base;
+  const ttlEndS = Math.floor(nowMs / 1000) + ttlS;
+  const expiresAtS = notAfterMs === undefined ? ttlEndS : Math.min(ttlEndS, Math.floor(notAfterMs / 1000));
+  return { url: origin + signMediaPath(secret, MEDIA_PATH_PREFIX + key, expiresAtS), expiresAtS };
 }
 
 /**

@@ -69,6 +69,12 @@ export function startServer(d: ServerDeps): Promise<RunningServer> {
     ctx.sendError(toApiError(e, d.log, ctx));
   };
 
+  /** Takes one request from `bucket`'s per-minute budget, or throws the 429. */
+  const spend = async (bucket: string, perMinute: number, message?: string): Promise<void> => {
+    const decision = await d.limiter.take(bucket, perMinute);
+    if (!decision.allowed) throw new ApiError('rate_limit_exceeded', { retryAfterS: decision.retryAfterS, message });
+  };
+
   async function run(ctx: HttpContext, r: Route): Promise<void> {
     if (r.access === 'public') {
       // Public routes need no key, but a call that carries a valid one counts against that key
@@ -80,24 +86,14 @@ export function startServer(d: ServerDeps): Promise<RunningServer> {
       const authorization = ctx.header('authorization');
       let keyId = authorization === undefined ? undefined : keys.peekCached(authorization)?.keyId;
       if (keyId === undefined) {
-        const byAddress = await d.limiter.take('ip:' + ctx.remoteAddress, d.publicRequestsPerMinute);
-        if (!byAddress.allowed) {
-          throw new ApiError('rate_limit_exceeded', {
-            retryAfterS: byAddress.retryAfterS,
-            message: 'More than the allowed requests per minute from this address on the public catalogue.',
-          });
-        }
+        await spend('ip:' + ctx.remoteAddress, d.publicRequestsPerMinute, 'More than the allowed requests per minute from this address on the public catalogue.');
         if (authorization !== undefined) keyId = await keys.authenticateCached(authorization).then((a) => a.keyId, () => undefined);
       }
-      if (keyId !== undefined) {
-        const byKey = await d.limiter.take('key:' + keyId, d.requestsPerMinute);
-        if (!byKey.allowed) throw new ApiError('rate_limit_exceeded', { retryAfterS: byKey.retryAfterS });
-      }
+      if (keyId !== undefined) await spend('key:' + keyId, d.requestsPerMinute);
     } else {
       const authorization = ctx.header('authorization');
       ctx.auth = await (r.keyRecheckedByReserve ? keys.authenticateCached(authorization) : keys.authenticate(authorization));
-      const decision = await d.limiter.take('key:' + ctx.auth.keyId, d.requestsPerMinute);
-      if (!decision.allowed) throw new ApiError('rate_limit_exceeded', { retryAfterS: decision.retryAfterS });
+      await spend('key:' + ctx.auth.keyId, d.requestsPerMinute);
     }
     if (ctx.aborted) return;
     await r.handler(ctx);

@@ -1,7 +1,7 @@
 import t from 'tap';
 import fc from 'fast-check';
 import { createHmac } from 'node:crypto';
-import { MEDIA_LINK_TTL_S, mediaLinkFor, signMediaPath, verifyMediaLink } from '../../src/media/signed-link.js';
+import { MEDIA_LINK_TTL_S, signedMediaLink, signMediaPath, verifyMediaLink } from '../../src/media/signed-link.js';
 
 const secret = Buffer.from('0123456789abcdef0123456789abcdef');
 const NOW = 1_760_000_000;
@@ -36,10 +36,13 @@ t.test('the link format is the documented HMAC, with a fresh nonce per link', as
 
 t.test('round trip, and the 15-minute window with an injected clock', async (t) => {
   t.equal(MEDIA_LINK_TTL_S, 900);
-  const full = mediaLinkFor(secret, 'https://media.example.com/', 'video/gen_1.mp4', NOW);
+  const full = signedMediaLink(secret, 'https://media.example.com/', 'video/gen_1.mp4', NOW * 1000, MEDIA_LINK_TTL_S).url;
   t.ok(full.startsWith('https://media.example.com/media/video/gen_1.mp4?exp='));
   const { path, exp, sig, n } = parts(new URL(full).pathname + new URL(full).search);
   t.equal(Number(exp), NOW + 900);
+  const capped = signedMediaLink(secret, 'https://media.example.com', 'video/gen_1.mp4', NOW * 1000, MEDIA_LINK_TTL_S, (NOW + 60) * 1000);
+  t.equal(capped.expiresAtS, NOW + 60, 'never past the given end (the retention)');
+  t.match(capped.url, new RegExp(`exp=${NOW + 60}&`));
   t.equal(verifyMediaLink(secret, path, exp, sig, NOW, n), 'ok');
   t.equal(verifyMediaLink(secret, path, Number(exp), sig, NOW, n), 'ok', 'exp as a number');
   t.equal(verifyMediaLink(secret, path, exp, sig, NOW + 899, n), 'ok', 'last valid second');

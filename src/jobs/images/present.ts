@@ -3,7 +3,8 @@
 // width, height, size_bytes}` with a fresh 15-minute signed link on every read.
 import { inkToUsd } from '../../ledger/pricing.js';
 import type { GenerationRow } from '../store.js';
-import { publicStatus, type SignedLink } from '../video/present.js';
+import type { SignedLink } from '../../media/signed-link.js';
+import { publicStatus } from '../video/present.js';
 
 export const IMAGE_OBJECT = 'image.generation';
 

@@ -1,7 +1,7 @@
 // The video generation resource (spec "Video generation" table) from a stored row.
 // submitting/creating are shown as `queued` (the vendor has not confirmed the task yet).
 import { inkToUsd } from '../../ledger/pricing.js';
-import { MEDIA_PATH_PREFIX, signMediaPath } from '../../media/signed-link.js';
+import type { SignedLink } from '../../media/signed-link.js';
 import type { GenerationRow } from '../store.js';
 
 export type PublicStatus = 'queued' | 'running' | 'succeeded' | 'failed';
@@ -17,22 +17,6 @@ export function publicStatus(row: GenerationRow): PublicStatus {
     default:
       return 'queued';
   }
-}
-
-export interface SignedLink {
-  readonly url: string;
-  readonly expiresAtS: number;
-}
-
-/**
- * A fresh signed link for a media key: `${base}/media/<key>?exp=&n=&sig=`, valid `ttlS` from now,
- * and never past `notAfterMs` (the result's retention end) when given.
- */
-export function signedMediaLink(secret: Buffer, base: string, key: string, nowMs: number, ttlS: number, notAfterMs?: number): SignedLink {
-  const origin = base.endsWith('/') ? base.slice(0, -1) : base;
-  const ttlEndS = Math.floor(nowMs / 1000) + ttlS;
-  const expiresAtS = notAfterMs === undefined ? ttlEndS : Math.min(ttlEndS, Math.floor(notAfterMs / 1000));
-  return { url: origin + signMediaPath(secret, MEDIA_PATH_PREFIX + key, expiresAtS), expiresAtS };
 }
 
 /** The 202 body of an accepted submit; a replay renders the same row to the same bytes. */
