@@ -3,6 +3,7 @@
 // Idempotency-Key) within 24 hours. A repeated submit gets the original 202 whatever its body
 // (spec: "returns the original 202 body"; "a new intent needs a new key").
 import { ApiError } from '../errors.js';
+import type { Product } from '../ledger/ledger.js';
 import type { Queryable } from '../store/pool.js';
 import { getGeneration, type GenerationRow } from './store.js';
 
@@ -17,8 +18,8 @@ export function assertIdempotencyKey(idemKey: string | undefined): void {
 /** A key binds one accepted submit for this long. */
 export const IDEMPOTENCY_WINDOW_MS = 24 * 3600 * 1000;
 
-/** The key spaces: one per submit endpoint. */
-export type IdempotencyProduct = 'video' | 'images';
+/** The key spaces: one per submit endpoint, named as the ledger names the products. */
+export type IdempotencyProduct = Extract<Product, 'video' | 'images'>;
 
 export type KeyState = { kind: 'free' } | { kind: 'replay'; row: GenerationRow } | { kind: 'in_use' };
 

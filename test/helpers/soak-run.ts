@@ -473,7 +473,7 @@ export async function runSoak(stack: SoakStack, o: SoakOptions): Promise<SoakRep
               count(*) FILTER (WHERE r.hold_state = 'open' AND r.status = 'usage_unknown')::int AS "usageUnknown",
               count(*) FILTER (WHERE r.hold_state = 'open' AND r.status = 'running')::int AS running,
               count(*) FILTER (WHERE r.hold_state <> 'void' AND g.state = 'failed'
-                                 AND ((g.kind = 'video' AND g.vendor_task_id IS NULL) OR (g.kind = 'images' AND g.polls = 0)))::int AS unstarted
+                                 AND ((g.kind = 'video' AND g.vendor_task_id IS NULL) OR (g.kind = 'image' AND g.polls = 0)))::int AS unstarted
          FROM requests r LEFT JOIN generations g ON g.request_id = r.id
         GROUP BY r.product ORDER BY r.product`,
     )
