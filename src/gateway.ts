@@ -6,6 +6,9 @@ import { catalogRoutes } from './catalog/routes.js';
 import type { Config } from './config/config.js';
 import { DeploymentState } from './deployment/state.js';
 import { createRateLimiter, type RateLimiter } from './limits/rate-limiter.js';
+import { hostname } from 'node:os';
+import { randomBytes } from 'node:crypto';
+import { Escrow } from './ledger/escrow.js';
 import { Ledger } from './ledger/ledger.js';
 import { UnbilledLedger } from './ledger/unbilled.js';
 import { messagesLane } from './lanes/messages/lane.js';
@@ -29,6 +32,8 @@ export interface Services {
   readonly limiter: RateLimiter;
   readonly catalog: Catalog;
   readonly ledger: Ledger;
+  /** The text lanes' billing: escrow leases over the ledger. */
+  readonly escrow: Escrow;
   readonly log: Logger;
 }
 
@@ -87,9 +92,21 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
       log.warn('rate limiter not ready; starting anyway, limited routes answer 503 until it is', { kind: limiter.kind });
     }
     const catalog = opts.catalog ?? loadCatalog();
-    const ledger = new Ledger(pool, { log: (msg, fields) => log.warn(msg, fields as Record<string, unknown>) });
+    const ledgerLog = (msg: string, fields?: object) => log.warn(msg, fields as Record<string, unknown>);
+    const ledger = new Ledger(pool, { log: ledgerLog });
     cleanups.push(() => ledger.close());
-    const services: Services = { config, pool, state, limiter, catalog, ledger, log };
+    let server: RunningServer | undefined;
+    const escrow = await Escrow.start({
+      pool,
+      ledger,
+      config: config.ledger,
+      instanceId: config.ledger.instanceId ?? defaultInstanceId(),
+      bus: { dbUrl: config.db.url, dbSchema: config.db.schema, connectTimeoutMs: config.db.connectionTimeoutMs, redis: config.redis },
+      log: ledgerLog,
+      onKeyChanged: (keyId) => server?.keys.forgetKey(keyId),
+    });
+    cleanups.push(() => escrow.close());
+    const services: Services = { config, pool, state, limiter, catalog, ledger, escrow, log };
 
     const upstreams: Upstream[] = [];
     const upstream = (v: 'anthropic' | 'openai'): Upstream | undefined => {
@@ -102,10 +119,10 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
     const videoDeps = await createVideoDeps(services, opts.video ?? {});
     cleanups.push(() => videoDeps.close());
     const text = config.limits.textBodyBytes;
-    const textLedger = opts.unbilled ? new UnbilledLedger() : ledger;
+    const textLedger = opts.unbilled ? new UnbilledLedger() : escrow;
     const routes: Route[] = [
       ...catalogRoutes(config, catalog, state),
-      ...accountRoutes(pool),
+      ...accountRoutes(pool, escrow),
       {
         method: 'POST',
         pattern: '/v1/messages',
@@ -127,10 +144,11 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
       ...imageRoutes(services, videoDeps),
       ...(opts.extraRoutes?.(services) ?? []),
     ];
+    // Closed after the server drained (cleanups run in reverse): no admitted request meets a closed pool.
     cleanups.push(async () => {
       await Promise.all(upstreams.map((u) => u.pool.close()));
     });
-    const server: RunningServer = await startServer({
+    server = await startServer({
       host: config.server.host,
       port: config.server.port,
       allowUwsFallback: config.allowUwsFallback,
@@ -144,14 +162,17 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
       log,
       other: mediaHostHandler(videoDeps),
     });
-    cleanups.push(() => server.close());
+    const running = server;
+    cleanups.push(async () => {
+      if (!(await running.close())) log.warn('shutdown: requests still running after the drain period');
+    });
     // Started last and stopped first: no job runs against a closing ledger or pool.
     const engine = startJobEngine(services, videoDeps, opts.video?.engine ?? {});
     cleanups.push(() => engine.stop());
     const host = config.server.host.includes(':') ? `[${config.server.host}]` : config.server.host;
     return {
-      url: `http://${host}:${server.port}`,
-      port: server.port,
+      url: `http://${host}:${running.port}`,
+      port: running.port,
       services,
       video: { deps: videoDeps, engine },
       close: cleanup,
@@ -160,4 +181,9 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
     await cleanup();
     throw e;
   }
+}
+
+/** An instance id nobody else has: host, process and a random part (set ledger.instanceId to keep one across restarts). */
+function defaultInstanceId(): string {
+  return `${hostname().slice(0, 100)}-${process.pid}-${randomBytes(3).toString('hex')}`;
 }

@@ -1,5 +1,6 @@
 // Accounts, plans and keys: the records behind "one key, one wallet".
 import { generateKey, newId } from '../auth/api-key.js';
+import { RECALL_CHANNEL } from '../ledger/recalls.js';
 import type { Pool, Queryable } from '../store/pool.js';
 import { withTx } from '../store/pool.js';
 
@@ -101,15 +102,24 @@ export async function listKeys(db: Queryable, accountId?: string): Promise<KeyRo
   return r.rows;
 }
 
+/**
+ * A key's change reaches every gateway instance at once: in the same statement its live leases are
+ * recalled (the heartbeat reads that within a second even if no message arrives) and a NOTIFY is
+ * sent, which Postgres delivers only if the change commits.
+ */
+const keyChanged = (update: string): string => `WITH k AS (${update} RETURNING id),
+    l AS (UPDATE leases SET recall_at = coalesce(recall_at, now()) WHERE key_id IN (SELECT id FROM k) AND state = 'live')
+  SELECT pg_notify('${RECALL_CHANNEL}_' || current_schema(), json_build_object('k', id, 'w', 'key')::text) FROM k`;
+
 export async function revokeKey(db: Queryable, keyId: string): Promise<void> {
-  const r = await db.query('UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1', [keyId]);
+  const r = await db.query(keyChanged('UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1'), [keyId]);
   if (r.rowCount === 0) throw new AdminError(`unknown key ${keyId}`);
 }
 
 /** Edits a key's lifetime cap (null removes it). Lowering it below what was spent blocks new holds only. */
 export async function setKeyLimit(db: Queryable, keyId: string, inkLimit: number | null): Promise<void> {
   if (inkLimit !== null && (!Number.isSafeInteger(inkLimit) || inkLimit < 0)) throw new AdminError('--ink-limit must be a whole number of Ink >= 0');
-  const r = await db.query('UPDATE api_keys SET ink_limit = $2 WHERE id = $1', [keyId, inkLimit]);
+  const r = await db.query(keyChanged('UPDATE api_keys SET ink_limit = $2 WHERE id = $1'), [keyId, inkLimit]);
   if (r.rowCount === 0) throw new AdminError(`unknown key ${keyId}`);
 }
 

@@ -1,6 +1,8 @@
 // GET /v1/me: the account object of the spec's "Account" table, straight from the ledger's rows.
 import { ApiError } from '../errors.js';
 import type { Route } from '../server/router.js';
+import type { Escrow } from '../ledger/escrow.js';
+import { LEASED_VIEW_COLUMNS, LEASED_VIEW_JOINS } from '../ledger/statements.js';
 import type { Queryable } from '../store/pool.js';
 
 interface MeRow {
@@ -18,9 +20,9 @@ interface MeRow {
 /** The account object for a key, or undefined when the key is gone. One indexed read. */
 export async function readAccountObject(db: Queryable, keyId: string): Promise<Record<string, unknown> | undefined> {
   const r = await db.query<MeRow>(
-    `SELECT a.id AS user_id, k.id AS key_id, k.prefix, k.name, k.ink_limit, k.ink_charged, k.ink_reserved,
-            w.grant_ink, w.payg_ink
+    `SELECT a.id AS user_id, k.id AS key_id, k.prefix, k.name, ${LEASED_VIEW_COLUMNS}
        FROM api_keys k JOIN accounts a ON a.id = k.account_id JOIN wallets w ON w.account_id = a.id
+       ${LEASED_VIEW_JOINS}
       WHERE k.id = $1`,
     [keyId],
   );
@@ -47,13 +49,15 @@ export async function readAccountObject(db: Queryable, keyId: string): Promise<R
   };
 }
 
-export function accountRoutes(db: Queryable): Route[] {
+/** `escrow`: this instance's unflushed records are written first (read-your-writes). */
+export function accountRoutes(db: Queryable, escrow?: Pick<Escrow, 'beforeView'>): Route[] {
   return [
     {
       method: 'GET',
       pattern: '/v1/me',
       access: 'key',
       handler: async (ctx) => {
+        await escrow?.beforeView();
         const body = await readAccountObject(db, ctx.auth!.keyId);
         if (!body) throw new ApiError('invalid_api_key');
         ctx.sendJson(200, body);

@@ -110,6 +110,11 @@ export class KeyAuthenticator {
     if (token !== undefined && isWellFormedKey(token)) this.cache.delete(hashKey(token).toString('latin1'));
   }
 
+  /** Drops every remembered answer for a key (revoked, expired or changed on another instance). */
+  forgetKey(keyId: string): void {
+    for (const [h, c] of this.cache) if (c.info.keyId === keyId) this.cache.delete(h);
+  }
+
   private async lookupHash(hash: Buffer): Promise<AuthInfo> {
     let row;
     try {

@@ -97,6 +97,47 @@ export const ConfigSchema = Type.Object({
     paygUsd: Type.Integer({ minimum: 0, maximum: 1_000_000 }),
     grantInk: Type.Integer({ minimum: 0, maximum: 100_000_000 }),
   }),
+  ledger: Type.Object({
+    /** This process's name in the lease table; null: host, pid and a random part (a restart under a fixed id recovers its old leases at once). */
+    instanceId: Type.Union([Type.String({ pattern: '^[A-Za-z0-9._:@-]{1,200}$' }), Type.Null()]),
+    /** 'write-behind': a settlement is answered from memory and written by the next group commit; 'sync': the response ends after that commit. */
+    durability: Type.Union([Type.Literal('write-behind'), Type.Literal('sync')]),
+    /** Group commit: the journal is written at most this long after a record joined it. */
+    flushMs: Type.Integer({ minimum: 1, maximum: 10_000 }),
+    /** Most request records in one flush (one transaction). */
+    flushMaxRecords: Type.Integer({ minimum: 1, maximum: 100_000 }),
+    /** Most records waiting for a flush; past it new admissions answer 503 (Postgres away too long). */
+    journalMaxRecords: Type.Integer({ minimum: 1, maximum: 10_000_000 }),
+    lease: Type.Object({
+      /** Off: every hold is a durable move of its own (the exact path). */
+      enabled: Type.Boolean(),
+      /** A lease is sized to this long of the key's recent holds... */
+      targetMs: Ms,
+      /** ...and at least this many holds of the size that asked for it... */
+      minHolds: Type.Integer({ minimum: 1, maximum: 10_000 }),
+      /** ...and at most this much Ink. */
+      maxInk: Type.Integer({ minimum: 1, maximum: 1_000_000_000_000 }),
+      /** At most this share (per mille) of the unleased wallet, and of the key's headroom, goes into one lease. */
+      walletPermille: Type.Integer({ minimum: 1, maximum: 1000 }),
+      keyPermille: Type.Integer({ minimum: 1, maximum: 1000 }),
+      /** A lease never takes the unleased wallet below this; under it holds are exact durable moves. */
+      floorInk: Type.Integer({ minimum: 0, maximum: 1_000_000_000_000 }),
+      /** A lease is refilled in the background once its spare Ink is below this share (per mille) of its last size. */
+      refillBelowPermille: Type.Integer({ minimum: 0, maximum: 1000 }),
+      /** A lease with no hold for this long is returned. */
+      idleMs: Ms,
+      /** A lease's expiry, renewed by the heartbeat; past it (and recoverGraceMs) anyone may recover it. */
+      ttlMs: Ms,
+      heartbeatMs: Ms,
+      /** The owner stops holding from a lease this long before its expiry (monotonic clock from the last renewal). */
+      deadlineMarginMs: Ms,
+      /** After a lease was refused at the edge, the key stays on the exact path this long. */
+      edgeRetryMs: Ms,
+      /** A refusal at the edge waits this long for recalled leases to give their spare Ink back before answering. */
+      recallWaitMs: Ms,
+      recoverGraceMs: Ms,
+    }),
+  }),
   allowUwsFallback: Type.Boolean(),
 });
 
@@ -154,6 +195,7 @@ function fromEnv(env: Env): Record<string, unknown> {
     pricing: { videoPriceSet: str(env.INKGATE_VIDEO_PRICE_SET) },
     vendors: { anthropic: vendor('ANTHROPIC'), openai: vendor('OPENAI'), ark: vendor('ARK'), gemini: vendor('GEMINI') },
     allowUwsFallback: bool(env.INKGATE_ALLOW_UWS_FALLBACK),
+    ledger: { instanceId: str(env.INKGATE_INSTANCE_ID), durability: str(env.INKGATE_LEDGER_DURABILITY) },
   };
 }
 

@@ -25,7 +25,8 @@ export function createUpstream(baseUrl: string, apiKey: string, cfg: Config['ups
 }
 
 /** Errors raised before the request could have reached the vendor: nothing ran, the hold can go back. */
-const NOT_SENT = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'UND_ERR_CONNECT_TIMEOUT']);
+// UND_ERR_CLOSED: the pool was closed before the request was dispatched (a shutdown): nothing was sent.
+const NOT_SENT = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_CLOSED']);
 
 export function neverSent(err: unknown): boolean {
   const code = (err as { code?: unknown } | null)?.code;

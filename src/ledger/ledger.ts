@@ -734,6 +734,8 @@ export class Ledger {
       const row = r.rows[0];
       if (!row) throw new Error(`unknown account ${accountId} (no wallet)`);
       await c.query(SQL.ROLL_APPLY, [accountId, row.period_grant_ink, now]);
+      // Leases keep old-period grant: recalled now, their grant part lapses when it comes back.
+      await c.query(SQL.RECALL_FOR_PERIOD, [accountId, now]);
       if (row.grant_ink > 0) await c.query(SQL.JOURNAL_EXPIRE, [accountId, row.grant_ink, now]);
       if (row.period_grant_ink > 0) await c.query(SQL.JOURNAL_PERIOD_GRANT, [accountId, row.period_grant_ink, now]);
       return { expiredInk: row.grant_ink, grantInk: row.period_grant_ink };

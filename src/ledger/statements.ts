@@ -23,7 +23,7 @@ export const VOID_REQUEST = `INSERT INTO requests (id, account_id, key_id, produ
 
 export const MARK_USAGE_UNKNOWN = `UPDATE requests
      SET status = 'usage_unknown', vendor_request_id = coalesce($2, vendor_request_id), reason = coalesce($3, reason)
-   WHERE id = $1 AND hold_state = 'open'`;
+   WHERE id = $1 AND hold_state = 'open' AND NOT leased`;
 
 /**
  * The vendor's id of a running request, recorded as soon as the stream names it, so that a hold
@@ -75,9 +75,22 @@ export const JOURNAL_EXPIRE = `INSERT INTO ledger_journal (at, kind, account_id,
 export const JOURNAL_PERIOD_GRANT = `INSERT INTO ledger_journal (at, kind, account_id, amount_ink, grant_ink, credited_ink, note)
   VALUES ($3, 'grant', $1, $2, $2, $2, 'period grant')`;
 
-export const ACCOUNT_VIEW = `SELECT k.ink_limit, k.ink_charged, k.ink_reserved,
-         coalesce(w.grant_ink, 0) AS grant_ink, coalesce(w.payg_ink, 0) AS payg_ink
-    FROM api_keys k LEFT JOIN wallets w ON w.account_id = k.account_id
+/**
+ * What a key's account can see of its Ink, leases included: a lease's spare Ink is still the
+ * account's balance, and the holds in flight inside leases are the key's ink_reserved like durable
+ * ones. (Correct as of the last flush; the serving instance flushes before it reads.)
+ */
+export const LEASED_VIEW_COLUMNS = `k.ink_limit, k.ink_charged, k.ink_reserved + coalesce(kl.h, 0)::bigint AS ink_reserved,
+         w.grant_ink + w.leased_grant_ink - coalesce(al.g, 0)::bigint AS grant_ink,
+         w.payg_ink + w.leased_payg_ink - coalesce(al.p, 0)::bigint AS payg_ink`;
+export const LEASED_VIEW_JOINS = `LEFT JOIN LATERAL (SELECT sum(r.hold_ink) AS h FROM leases l JOIN requests r ON r.lease_id = l.id AND r.leased
+                      WHERE l.key_id = k.id AND l.state = 'live') kl ON true
+    LEFT JOIN LATERAL (SELECT sum(r.hold_grant_ink) AS g, sum(r.hold_payg_ink) AS p FROM leases l JOIN requests r ON r.lease_id = l.id AND r.leased
+                      WHERE l.account_id = w.account_id AND l.state = 'live') al ON true`;
+
+export const ACCOUNT_VIEW = `SELECT ${LEASED_VIEW_COLUMNS}
+    FROM api_keys k JOIN wallets w ON w.account_id = k.account_id
+    ${LEASED_VIEW_JOINS}
    WHERE k.id = $2 AND k.account_id = $1`;
 
 export const WALLET_VIEW = `SELECT account_id, grant_ink, payg_ink, held_grant_ink, held_payg_ink, charged_ink, expired_ink,
@@ -92,10 +105,11 @@ export const LIST_REQUESTS = `SELECT ${REQUEST_COLUMNS} FROM requests
 
 export const GET_REQUEST = `SELECT ${REQUEST_COLUMNS} FROM requests WHERE id = $1`;
 
-export const REQUESTS_BY_VENDOR_ID = `SELECT ${REQUEST_COLUMNS} FROM requests WHERE vendor_request_id = ANY($1::text[])`;
+/** Holds still inside a lease are not reconcilable yet (they end through their lease): left out. */
+export const REQUESTS_BY_VENDOR_ID = `SELECT ${REQUEST_COLUMNS} FROM requests WHERE vendor_request_id = ANY($1::text[]) AND NOT leased`;
 
 export const STALE_OPEN_HOLDS = `SELECT ${REQUEST_COLUMNS} FROM requests
-   WHERE hold_state = 'open' AND created_at < $1 ORDER BY created_at, id LIMIT $2`;
+   WHERE hold_state = 'open' AND NOT leased AND created_at < $1 ORDER BY created_at, id LIMIT $2`;
 
 /** Reserve one hold (the common case at low load): ledger_reserve_one, one round trip. */
 export const RESERVE_ONE = `SELECT item, result, take_grant_ink, take_payg_ink, available_ink, key_room_ink
@@ -122,3 +136,37 @@ export const RESOLVE_ASYNC_COMMIT = `SELECT r.item, r.result, r.charged_total_in
 
 export const RESOLVE_ONE_ASYNC_COMMIT = `SELECT r.item, r.result, r.charged_total_ink, r.released_total_ink, r.expired_total_ink, r.held_total_ink
   FROM ${ASYNC_COMMIT} ledger_resolve_one($1::text, $2::text, $3::bigint, $4::jsonb, $5::text, $6::text, $7::timestamptz) AS r`;
+
+// ---------------------------------------------------------------------------------------------
+// Escrow leases (014_escrow.sql)
+
+export const INSTANCE_START = `SELECT ledger_instance_start($1::text, $2::timestamptz, 0) AS epoch`;
+
+export const LEASE_TAKE = `SELECT result, lease_id, take_grant_ink, take_payg_ink, grant_period, available_ink, key_room_ink
+  FROM ledger_lease_take($1::bigint, $2::text, $3::text, $4::text, $5::bigint, $6::bigint, $7::bigint, $8::bigint, $9::integer,
+                         $10::integer, $11::integer, $12::timestamptz)`;
+
+export const LEASE_RETURN = `SELECT result, expired_ink, left_grant_ink, left_payg_ink
+  FROM ledger_lease_return($1::bigint, $2::text, $3::bigint, $4::bigint, $5::bigint, $6::boolean, $7::boolean, $8::timestamptz)`;
+
+export const LEASE_RECOVER = `SELECT ledger_lease_recover($1::bigint, $2::timestamptz, $3::text) AS kept`;
+
+export const HEARTBEAT = `SELECT lease_id, give_up FROM ledger_heartbeat($1::text, $2::bigint, $3::integer, $4::timestamptz)`;
+
+/** Live leases past their expiry (and the grace): anyone's to recover. */
+export const EXPIRED_LEASES = `SELECT id FROM leases WHERE state = 'live' AND expires_at < $1::timestamptz ORDER BY expires_at LIMIT $2`;
+
+/** Leases an older start under this instance id left behind. */
+export const OWN_OLD_LEASES = `SELECT id FROM leases WHERE state = 'live' AND instance_id = $1 AND epoch < $2 ORDER BY id`;
+
+/** Marks the live, undrained leases of an account ($1) or of a key ($2) as recalled; returns how many. */
+export const RECALL_LEASES = `UPDATE leases SET recall_at = coalesce(recall_at, $3::timestamptz)
+   WHERE state = 'live' AND drained_at IS NULL AND (account_id = $1 OR key_id = $2)`;
+
+/** How many leases of an account ($1) or key ($2) still hold spare Ink they have not given back. */
+export const UNDRAINED_LEASES = `SELECT count(*)::int AS n FROM leases
+   WHERE state = 'live' AND drained_at IS NULL AND (account_id = $1 OR key_id = $2)`;
+
+/** Roll-over: the account's leases are recalled in the same transaction, and told so when it commits. */
+export const RECALL_FOR_PERIOD = `WITH l AS (UPDATE leases SET recall_at = coalesce(recall_at, $2::timestamptz) WHERE account_id = $1 AND state = 'live')
+  SELECT pg_notify('inkgate_recall_' || current_schema(), json_build_object('a', $1::text, 'w', 'period')::text)`;

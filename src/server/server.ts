@@ -30,7 +30,14 @@ export interface ServerDeps {
 export interface RunningServer {
   readonly port: number;
   readonly native: boolean;
-  close(): void;
+  /** The request authenticator (its key cache is dropped per key when a key changes elsewhere). */
+  readonly keys: KeyAuthenticator;
+  /**
+   * Stops admitting (the listen socket closes; a request still arriving on a kept-alive connection
+   * gets 503 and Connection: close) and resolves once every admitted request has ended, or after
+   * `drainMs` (false).
+   */
+  close(drainMs?: number): Promise<boolean>;
 }
 
 export function toApiError(e: unknown, log: Logger, ctx: HttpContext): ApiError {
@@ -99,9 +106,23 @@ export function startServer(d: ServerDeps): Promise<RunningServer> {
     await r.handler(ctx);
   }
 
+  let draining = false;
+  let inFlight = 0;
+  let drained: (() => void) | undefined;
+  const admitted = (p: Promise<unknown>): void => {
+    inFlight++;
+    void p.finally(() => {
+      if (--inFlight === 0) drained?.();
+    });
+  };
+
   app.any('/*', (res, req) => {
     const ctx = new HttpContext(res, req);
     const path = ctx.path;
+    if (draining) {
+      ctx.sendError(new ApiError('provider_unavailable', { message: 'This instance is shutting down; retry.', retryAfterS: 1 }), true);
+      return;
+    }
     if (!(path === '/v1' || path.startsWith('/v1/'))) {
       if (d.other?.(ctx)) return;
       ctx.sendError(new ApiError('not_found'));
@@ -126,7 +147,11 @@ export function startServer(d: ServerDeps): Promise<RunningServer> {
     // uWS needs the body reader attached in this tick; auth runs while the body arrives.
     if (m.route.bodyBytes !== undefined) ctx.collectBody(m.route.bodyBytes);
     if (ctx.done) return;
-    run(ctx, m.route).catch((e: unknown) => fail(ctx, m.route, e)).catch((e: unknown) => d.log.error('error answer failed', { request_id: ctx.requestId, err: e as Error }));
+    admitted(
+      run(ctx, m.route)
+        .catch((e: unknown) => fail(ctx, m.route, e))
+        .catch((e: unknown) => d.log.error('error answer failed', { request_id: ctx.requestId, err: e as Error })),
+    );
   });
 
   return new Promise((resolveS, reject) => {
@@ -135,10 +160,24 @@ export function startServer(d: ServerDeps): Promise<RunningServer> {
         reject(new Error(`cannot listen on ${d.host}:${d.port}`));
         return;
       }
+      let listening = true;
       resolveS({
         port: uws.us_socket_local_port(sock),
         native: uws.native,
-        close: () => uws.us_listen_socket_close(sock),
+        keys,
+        close: async (drainMs = 30_000) => {
+          draining = true;
+          if (listening) uws.us_listen_socket_close(sock);
+          listening = false;
+          if (inFlight === 0) return true;
+          return new Promise<boolean>((done) => {
+            const t = setTimeout(() => done(false), drainMs);
+            drained = () => {
+              clearTimeout(t);
+              done(true);
+            };
+          });
+        },
       });
     });
   });

@@ -1,0 +1,580 @@
+// The text lanes' billing: holds and settlements from escrow leases in memory, written behind.
+//
+// Admission takes the hold from this instance's lease on the key in one synchronous block (no
+// await between the check and the subtraction). With no lease, or one too small, only this
+// request waits: for a take or a refill (one durable move, shared by the requests of that key that
+// arrive meanwhile) or, at the edge of the wallet or of the key's cap, for the exact path: a durable
+// conditional reserve of its own (Ledger.reserve). A refusal there is final only once no lease on
+// the account (or key) anywhere still keeps spare Ink: they are recalled first and, once they gave
+// it back, the reserve is tried again. So the last Ink is exact across any number of instances.
+//
+// Settlement is in memory too: charge = min(usage cost, hold), the rest back to the lease, and the
+// request record (start and end) goes to the write-behind journal (write-behind.ts). Unknown usage
+// is the one end that waits for its write: the hold must be a durable open hold before the client
+// is told so. `ledger.durability: sync` makes every settlement wait for its write.
+import { ApiError, isApiError } from '../errors.js';
+import type { Config } from '../config/config.js';
+import { storeError, type Pool } from '../store/pool.js';
+import type { Hold, Ledger, ReserveInput, ResolveResult, TextUsage } from './ledger.js';
+import { MAX_MOVE_INK, usageJson } from './ledger.js';
+import { HoldRate, leaseWantInk, LocalLease } from './lease.js';
+import { createRecallBus, type RecallBus, type RecallScope } from './recalls.js';
+import * as SQL from './statements.js';
+import type { TextBilling } from './unbilled.js';
+import { WriteBehind, type JournalRecord } from './write-behind.js';
+
+type LedgerConfig = Config['ledger'];
+
+export interface EscrowOptions {
+  readonly pool: Pool;
+  /** The exact path (durable per-request moves). */
+  readonly ledger: Ledger;
+  readonly config: LedgerConfig;
+  readonly instanceId: string;
+  readonly bus: { dbUrl: string; dbSchema: string; connectTimeoutMs: number; redis: Config['redis'] } | undefined;
+  readonly log: (msg: string, fields?: Record<string, unknown>) => void;
+  /** A key was revoked, expired or its cap edited elsewhere: authentication caches drop it. */
+  readonly onKeyChanged?: (keyId: string) => void;
+  readonly now?: () => Date;
+}
+
+interface KeyState {
+  readonly rate: HoldRate;
+  /** performance.now() until which holds of this key take the exact path (a lease met the edge). */
+  edgeUntilMs: number;
+  /** A take or refill in flight for this key; requests that do not fit wait for it. */
+  acquiring: Promise<LocalLease | undefined> | undefined;
+}
+
+interface ActiveHold {
+  readonly record: JournalRecord;
+  readonly lease: LocalLease;
+}
+
+/** How long an end that must be durable (unknown usage, sync mode) waits for its write before the answer goes anyway. */
+const WRITE_WAIT_MS = 5000;
+const MAX_KEY_STATES = 100_000;
+const RECOVER_BATCH = 50;
+const RECALL_POLL_MS = 10;
+const CLOSE_FLUSH_MS = 10_000;
+
+const unavailable = (message: string, cause?: unknown) => new ApiError('provider_unavailable', { message, retryAfterS: 1, cause });
+
+function wholeInk(name: string, v: number): number {
+  if (!Number.isSafeInteger(v) || v < 0 || v > MAX_MOVE_INK) throw new RangeError(`ledger: ${name} must be a whole number of Ink from 0 to ${MAX_MOVE_INK}, got ${v}`);
+  return v;
+}
+
+export class Escrow implements TextBilling {
+  private readonly pool: Pool;
+  private readonly ledger: Ledger;
+  private readonly cfg: LedgerConfig;
+  private readonly lc: LedgerConfig['lease'];
+  private readonly now: () => Date;
+  private readonly log: EscrowOptions['log'];
+  readonly instanceId: string;
+  private epoch = 0;
+  /** Leasing on (config) and not superseded by another start under our instance id. */
+  private leasing: boolean;
+  private closing = false;
+  /** The live lease of each key (holds come from it). */
+  private readonly byKey = new Map<string, LocalLease>();
+  /** Every lease not yet closed, live or draining, by id. */
+  private readonly byId = new Map<number, LocalLease>();
+  private readonly keys = new Map<string, KeyState>();
+  private readonly active = new Map<string, ActiveHold>();
+  readonly journal: WriteBehind;
+  private bus: RecallBus | undefined;
+  private heartbeat: NodeJS.Timeout | undefined;
+  private ticking: Promise<void> | undefined;
+  /** Lease returns in flight (close waits for them). */
+  private readonly returns = new Set<Promise<void>>();
+  /** Counters for the bench and tests. */
+  readonly stats = { leaseHolds: 0, exactHolds: 0, takes: 0, refills: 0, edges: 0, recalls: 0, recovered: 0 };
+
+  private constructor(private readonly o: EscrowOptions) {
+    this.pool = o.pool;
+    this.ledger = o.ledger;
+    this.cfg = o.config;
+    this.lc = o.config.lease;
+    this.now = o.now ?? (() => new Date());
+    this.log = o.log;
+    this.instanceId = o.instanceId;
+    this.leasing = o.config.lease.enabled;
+    this.journal = new WriteBehind(o.pool, {
+      instanceId: o.instanceId,
+      epoch: () => this.epoch,
+      flushMs: o.config.flushMs,
+      flushMaxRecords: o.config.flushMaxRecords,
+      journalMaxRecords: o.config.journalMaxRecords,
+      now: this.now,
+      log: o.log,
+      onEndWritten: (r) => this.endWritten(r),
+    });
+  }
+
+  /** Registers this instance (a new epoch), recovers what an earlier start under the same id left, starts the heartbeat. */
+  static async start(o: EscrowOptions): Promise<Escrow> {
+    const e = new Escrow(o);
+    const r = await o.pool.query<{ epoch: number }>(SQL.INSTANCE_START, [o.instanceId, e.now()]);
+    e.epoch = r.rows[0]!.epoch;
+    const old = await o.pool.query<{ id: number }>(SQL.OWN_OLD_LEASES, [o.instanceId, e.epoch]);
+    for (const row of old.rows) await e.recover(row.id, 'instance restarted');
+    if (o.bus) {
+      e.bus = createRecallBus({ ...o.bus, onRecall: (s) => e.heard(s), onError: (err) => o.log('ledger.recall_bus_error', { err }) });
+    }
+    e.heartbeat = setInterval(() => void e.tick(), o.config.lease.heartbeatMs);
+    e.heartbeat.unref();
+    return e;
+  }
+
+  get currentEpoch(): number {
+    return this.epoch;
+  }
+
+  /** Leases this instance holds now (live or draining). */
+  get openLeases(): number {
+    return this.byId.size;
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Admission
+
+  async reserve(input: ReserveInput): Promise<Hold> {
+    if (this.closing) throw unavailable('The gateway is shutting down; retry on another instance.');
+    if (!this.leasing) return this.exact(input);
+    wholeInk('holdInk', input.holdInk);
+    const nowMs = performance.now();
+    const ks = this.keyState(input.keyId);
+    ks.rate.add(input.holdInk, nowMs);
+    const lease = this.byKey.get(input.keyId);
+    if (lease !== undefined) {
+      const h = this.holdFrom(lease, ks, input, nowMs);
+      if (h !== undefined) return h;
+    }
+    if (ks.edgeUntilMs > nowMs) return this.exact(input);
+    for (let attempt = 0; attempt < 3; attempt++) {
+      const l = await this.acquire(ks, input.accountId, input.keyId, input.holdInk);
+      if (l === undefined) break;
+      const h = this.holdFrom(l, ks, input, performance.now());
+      if (h !== undefined) return h;
+    }
+    return this.exact(input);
+  }
+
+  /** The hold from `lease`, synchronously, or undefined when it is not live, late or short. */
+  private holdFrom(lease: LocalLease, ks: KeyState, input: ReserveInput, nowMs: number): Hold | undefined {
+    if (lease.accountId !== input.accountId) return undefined;
+    if (this.journal.full) throw unavailable('The ledger cannot write its journal now; retry after Retry-After.');
+    const split = lease.take(input.holdInk, nowMs);
+    if (split === undefined) return undefined;
+    const record: JournalRecord = {
+      requestId: input.requestId,
+      accountId: input.accountId,
+      keyId: input.keyId,
+      product: input.product,
+      model: input.model,
+      leaseId: lease.id,
+      holdInk: input.holdInk,
+      holdGrantInk: split.grantInk,
+      grantPeriod: lease.grantPeriod,
+      createdAt: this.now().toISOString(),
+      vendorRequestId: null,
+      end: null,
+      chargeInk: 0,
+      usage: null,
+      reason: null,
+      resolvedAt: null,
+      queued: false,
+      written: undefined,
+      waiters: undefined,
+    };
+    this.active.set(input.requestId, { record, lease });
+    this.journal.start(record);
+    this.stats.leaseHolds++;
+    if (lease.wantsRefill(this.lc.refillBelowPermille) && ks.acquiring === undefined) void this.acquire(ks, lease.accountId, lease.keyId, input.holdInk).catch(() => undefined);
+    return { requestId: input.requestId, holdInk: input.holdInk, grantInk: split.grantInk, paygInk: split.paygInk };
+  }
+
+  private keyState(keyId: string): KeyState {
+    let ks = this.keys.get(keyId);
+    if (ks === undefined) {
+      if (this.keys.size >= MAX_KEY_STATES) {
+        for (const [k, v] of this.keys) {
+          if (v.acquiring === undefined && !this.byKey.has(k)) {
+            this.keys.delete(k);
+            break;
+          }
+        }
+      }
+      ks = { rate: new HoldRate(), edgeUntilMs: 0, acquiring: undefined };
+      this.keys.set(keyId, ks);
+    }
+    return ks;
+  }
+
+  /** One take or refill per key at a time; the requests that arrive meanwhile wait for it. */
+  private acquire(ks: KeyState, accountId: string, keyId: string, holdInk: number): Promise<LocalLease | undefined> {
+    if (ks.acquiring) return ks.acquiring;
+    const p = this.take(ks, accountId, keyId, holdInk).finally(() => {
+      if (ks.acquiring === p) ks.acquiring = undefined;
+    });
+    ks.acquiring = p;
+    return p;
+  }
+
+  private async take(ks: KeyState, accountId: string, keyId: string, holdInk: number): Promise<LocalLease | undefined> {
+    const current = this.byKey.get(keyId);
+    const sentMs = performance.now();
+    const refill = current !== undefined && current.state === 'live' && !current.noRefill && sentMs < current.deadlineMs;
+    const want = leaseWantInk(this.lc, holdInk, ks.rate.inkPerS(sentMs));
+    let row: { result: string; lease_id: number | null; take_grant_ink: number; take_payg_ink: number; grant_period: number | null };
+    try {
+      const r = await this.pool.query<typeof row>({
+        name: 'ledger_lease_take',
+        text: SQL.LEASE_TAKE,
+        values: [
+          refill ? current.id : null, accountId, keyId, this.instanceId, this.epoch, refill ? 1 : holdInk, want, this.lc.floorInk,
+          this.lc.walletPermille, this.lc.keyPermille, this.lc.ttlMs, this.now(),
+        ],
+      });
+      row = r.rows[0]!;
+    } catch (e) {
+      if (refill) return current; // a refill is best effort: the lease still serves what it has
+      storeError(e);
+    }
+    switch (row.result) {
+      case 'ok': {
+        const deadline = sentMs + this.lc.ttlMs - this.lc.deadlineMarginMs;
+        if (refill && current.id === row.lease_id) {
+          current.add(row.take_grant_ink, row.take_payg_ink);
+          current.deadlineMs = Math.max(current.deadlineMs, deadline);
+          this.stats.refills++;
+          return current;
+        }
+        const lease = new LocalLease(row.lease_id!, accountId, keyId, row.grant_period!, deadline);
+        lease.add(row.take_grant_ink, row.take_payg_ink);
+        this.byId.set(lease.id, lease);
+        if (current !== undefined && current.state === 'live') void this.retire(current, 'replaced');
+        this.byKey.set(keyId, lease);
+        this.stats.takes++;
+        if (this.closing) void this.retire(lease, 'shutting down');
+        return lease;
+      }
+      case 'edge':
+        this.stats.edges++;
+        ks.edgeUntilMs = performance.now() + this.lc.edgeRetryMs;
+        if (refill) current.noRefill = true;
+        return undefined;
+      case 'key_not_live':
+        if (current !== undefined) void this.retire(current, 'key not live');
+        this.o.onKeyChanged?.(keyId);
+        throw new ApiError('invalid_api_key', { message: 'The API key has been revoked or has expired.' });
+      case 'lease_gone':
+        if (current !== undefined) void this.retire(current, 'recalled');
+        ks.edgeUntilMs = performance.now() + this.lc.edgeRetryMs;
+        return undefined;
+      case 'stale_instance':
+        this.superseded();
+        return undefined;
+      default:
+        return undefined; // unknown_key: the exact path answers it
+    }
+  }
+
+  /** The exact path: one durable conditional move; a refusal is final only when nothing is leased anywhere. */
+  private async exact(input: ReserveInput): Promise<Hold> {
+    this.stats.exactHolds++;
+    try {
+      return await this.ledger.reserve(input);
+    } catch (e) {
+      if (!this.leasing || !isApiError(e) || (e.code !== 'insufficient_ink' && e.code !== 'key_ink_limit_reached')) throw e;
+      const scope = e.code === 'key_ink_limit_reached' ? { keyId: input.keyId } : { accountId: input.accountId };
+      if (!(await this.recallAndWait(scope))) {
+        throw unavailable('Part of this wallet is still leased by another gateway instance; retry after Retry-After.', e);
+      }
+      return this.ledger.reserve(input);
+    }
+  }
+
+  /**
+   * Recalls every lease of an account or key, here and on every instance, and waits (bounded) until
+   * each has given its spare Ink back. False: some did not in time (an instance that stopped
+   * answering; its lease expires and is recovered).
+   */
+  async recallAndWait(scope: { accountId?: string; keyId?: string }): Promise<boolean> {
+    const a = scope.accountId ?? null, k = scope.keyId ?? null;
+    let n: number;
+    try {
+      n = (await this.pool.query<{ n: number }>(SQL.UNDRAINED_LEASES, [a, k])).rows[0]!.n;
+      if (n === 0) return true;
+      this.stats.recalls++;
+      await this.pool.query(SQL.RECALL_LEASES, [a, k, this.now()]);
+    } catch (e) {
+      storeError(e);
+    }
+    await this.heard({ accountId: scope.accountId, keyId: scope.keyId, why: 'edge' });
+    await this.bus?.publish({ accountId: scope.accountId, keyId: scope.keyId, why: 'edge' }).catch((err: Error) => this.log('ledger.recall_publish_failed', { err }));
+    const until = performance.now() + this.lc.recallWaitMs;
+    for (;;) {
+      try {
+        n = (await this.pool.query<{ n: number }>(SQL.UNDRAINED_LEASES, [a, k])).rows[0]!.n;
+      } catch (e) {
+        storeError(e);
+      }
+      if (n === 0) return true;
+      if (performance.now() >= until) return false;
+      await new Promise((r) => setTimeout(r, RECALL_POLL_MS));
+    }
+  }
+
+  /** A recall heard on the bus (or made here): this instance's leases in scope give their spare Ink back. */
+  private async heard(s: RecallScope): Promise<void> {
+    const done: Promise<void>[] = [];
+    const edgeUntil = performance.now() + this.lc.edgeRetryMs;
+    for (const lease of this.byId.values()) {
+      if ((s.accountId !== undefined && lease.accountId === s.accountId) || (s.keyId !== undefined && lease.keyId === s.keyId)) {
+        this.keyState(lease.keyId).edgeUntilMs = edgeUntil;
+        done.push(this.retire(lease, `recalled (${s.why})`));
+      }
+    }
+    if (s.keyId !== undefined && s.why === 'key') this.o.onKeyChanged?.(s.keyId);
+    await Promise.all(done);
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Settlement
+
+  async settle(requestId: string, chargeInk: number, details: { usage?: TextUsage | object; vendorRequestId?: string } = {}): Promise<ResolveResult> {
+    const a = this.active.get(requestId);
+    if (a === undefined) return this.ledger.settle(requestId, chargeInk, details);
+    wholeInk('chargeInk', chargeInk);
+    const usage = usageJson(details.usage);
+    const r = a.record;
+    const c = chargeInk < r.holdInk ? chargeInk : r.holdInk;
+    if (chargeInk > r.holdInk) this.log('ledger.charge_above_hold', { requestId, chargeInk, holdInk: r.holdInk, kind: 'settle' });
+    this.active.delete(requestId);
+    a.lease.end(r.holdGrantInk, r.holdInk - r.holdGrantInk, c, false);
+    r.end = 'settle';
+    r.chargeInk = c;
+    r.usage = usage;
+    if (details.vendorRequestId !== undefined) r.vendorRequestId = details.vendorRequestId;
+    r.resolvedAt = this.now().toISOString();
+    this.journal.touch(r);
+    if (this.cfg.durability === 'sync') await this.waitWritten(r);
+    return { resolved: true, chargedInk: c, releasedInk: r.holdInk - c, expiredInk: 0 };
+  }
+
+  async release(requestId: string, reason: string): Promise<ResolveResult> {
+    const a = this.active.get(requestId);
+    if (a === undefined) return this.ledger.release(requestId, reason);
+    const r = a.record;
+    this.active.delete(requestId);
+    a.lease.end(r.holdGrantInk, r.holdInk - r.holdGrantInk, 0, false);
+    r.end = 'release';
+    r.reason = reason.slice(0, 500);
+    r.resolvedAt = this.now().toISOString();
+    this.journal.touch(r);
+    if (this.cfg.durability === 'sync') await this.waitWritten(r);
+    return { resolved: true, chargedInk: 0, releasedInk: r.holdInk, expiredInk: 0 };
+  }
+
+  /** The hold leaves its lease as a durable open hold (usage_unknown), written before this resolves. */
+  async markUsageUnknownEventually(requestId: string, details: { vendorRequestId?: string; reason?: string } = {}): Promise<void> {
+    const a = this.active.get(requestId);
+    if (a === undefined) return this.ledger.markUsageUnknownEventually(requestId, details);
+    const r = a.record;
+    this.active.delete(requestId);
+    a.lease.end(r.holdGrantInk, r.holdInk - r.holdGrantInk, 0, true);
+    r.end = 'unknown';
+    if (details.vendorRequestId !== undefined) r.vendorRequestId = details.vendorRequestId;
+    r.reason = (details.reason ?? 'usage unknown').slice(0, 500);
+    this.journal.touch(r);
+    await this.waitWritten(r);
+  }
+
+  async setVendorRequestId(requestId: string, vendorRequestId: string): Promise<void> {
+    const a = this.active.get(requestId);
+    if (a === undefined) return this.ledger.setVendorRequestId(requestId, vendorRequestId);
+    a.record.vendorRequestId = vendorRequestId;
+    this.journal.touch(a.record);
+  }
+
+  private async waitWritten(r: JournalRecord): Promise<void> {
+    if (!(await this.journal.whenWritten(r, WRITE_WAIT_MS))) {
+      this.log('ledger.end_not_yet_written', { request_id: r.requestId, end: r.end, note: 'kept in the journal queue; written when the store answers' });
+    }
+  }
+
+  /** A record's end is in Postgres: a draining lease with nothing left in flight can close. */
+  private endWritten(r: JournalRecord): void {
+    const lease = this.byId.get(r.leaseId);
+    if (lease === undefined) return;
+    lease.unwritten--;
+    if (lease.state === 'draining' && lease.inFlight === 0 && lease.unwritten === 0) void this.retire(lease, 'drained');
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Views
+
+  /** Read-your-writes: every record this instance has is written before a view reads Postgres. */
+  async beforeView(): Promise<void> {
+    if (!(await this.journal.flushAll(this.o.config.flushMs * 2 + 2000))) {
+      throw unavailable('The ledger cannot write its journal now; retry after Retry-After.');
+    }
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Lease life: return, heartbeat, recovery
+
+  /**
+   * Stops holds from a lease and gives its spare Ink back; closes it once nothing is in flight and
+   * everything is written. Safe to call again (the heartbeat does, for leases still draining).
+   */
+  private retire(lease: LocalLease, why: string): Promise<void> {
+    const p = this.retireOnce(lease, why);
+    this.returns.add(p);
+    void p.finally(() => this.returns.delete(p));
+    return p;
+  }
+
+  private async retireOnce(lease: LocalLease, why: string): Promise<void> {
+    if (lease.state === 'closed') return;
+    if (lease.state === 'live') {
+      lease.state = 'draining';
+      if (this.byKey.get(lease.keyId) === lease) this.byKey.delete(lease.keyId);
+    }
+    if (lease.returning) return;
+    lease.returning = true;
+    const g = lease.spareGrantInk, p = lease.sparePaygInk;
+    const close = lease.inFlight === 0 && lease.unwritten === 0;
+    lease.spareGrantInk = 0;
+    lease.sparePaygInk = 0;
+    try {
+      const r = await this.pool.query<{ result: string }>({
+        name: 'ledger_lease_return',
+        text: SQL.LEASE_RETURN,
+        values: [lease.id, this.instanceId, this.epoch, g, p, close, true, this.now()],
+      });
+      const result = r.rows[0]!.result;
+      if (result === 'ok') {
+        if (close) this.closeLocal(lease);
+      } else {
+        // lease_gone: recovered meanwhile (its Ink went back there); mismatch: a bug, left to recovery.
+        if (result !== 'lease_gone') this.log('ledger.lease_return_refused', { lease_id: lease.id, result, why });
+        this.closeLocal(lease);
+      }
+    } catch (e) {
+      lease.spareGrantInk += g;
+      lease.sparePaygInk += p;
+      this.log('ledger.lease_return_failed', { lease_id: lease.id, why, err: e as Error });
+    } finally {
+      lease.returning = false;
+    }
+  }
+
+  private closeLocal(lease: LocalLease): void {
+    lease.state = 'closed';
+    this.byId.delete(lease.id);
+    if (this.byKey.get(lease.keyId) === lease) this.byKey.delete(lease.keyId);
+  }
+
+  /** Another start took our instance id: nothing leased is ours any more (it is recovered there). */
+  private superseded(): void {
+    if (!this.leasing) return;
+    this.leasing = false;
+    this.log('ledger.instance_superseded', { instance_id: this.instanceId, epoch: this.epoch });
+    for (const lease of this.byId.values()) {
+      lease.deadlineMs = 0;
+      if (lease.state === 'live') lease.state = 'draining';
+    }
+    this.byKey.clear();
+  }
+
+  private tick(): Promise<void> {
+    if (this.ticking) return this.ticking;
+    this.ticking = this.beat().finally(() => {
+      this.ticking = undefined;
+    });
+    return this.ticking;
+  }
+
+  private async beat(): Promise<void> {
+    const sentMs = performance.now();
+    try {
+      const r = await this.pool.query<{ lease_id: number | null; give_up: string | null }>({
+        name: 'ledger_heartbeat',
+        text: SQL.HEARTBEAT,
+        values: [this.instanceId, this.epoch, this.lc.ttlMs, this.now()],
+      });
+      const deadline = sentMs + this.lc.ttlMs - this.lc.deadlineMarginMs;
+      for (const row of r.rows) {
+        if (row.give_up === 'stale') {
+          this.superseded();
+          break;
+        }
+        const lease = row.lease_id === null ? undefined : this.byId.get(row.lease_id);
+        if (lease === undefined) continue;
+        lease.deadlineMs = Math.max(lease.deadlineMs, deadline);
+        if (row.give_up !== null) {
+          if (row.give_up === 'key_not_live') this.o.onKeyChanged?.(lease.keyId);
+          this.keyState(lease.keyId).edgeUntilMs = performance.now() + this.lc.edgeRetryMs;
+          void this.retire(lease, row.give_up);
+        }
+      }
+      const nowMs = performance.now();
+      for (const lease of this.byId.values()) {
+        if (lease.state === 'draining' && !lease.returning) void this.retire(lease, 'draining');
+        else if (lease.state === 'live' && lease.inFlight === 0 && nowMs - lease.lastHoldMs > this.lc.idleMs) void this.retire(lease, 'idle');
+      }
+      await this.recoverExpired();
+    } catch (e) {
+      this.log('ledger.heartbeat_failed', { err: e as Error });
+    }
+  }
+
+  /** Recovers leases anyone left past their expiry (a killed or paused instance). */
+  async recoverExpired(): Promise<number> {
+    const cutoff = new Date(this.now().getTime() - this.lc.recoverGraceMs);
+    const r = await this.pool.query<{ id: number }>(SQL.EXPIRED_LEASES, [cutoff, RECOVER_BATCH]);
+    let n = 0;
+    for (const row of r.rows) if (await this.recover(row.id, 'lease expired')) n++;
+    return n;
+  }
+
+  private async recover(leaseId: number, why: string): Promise<boolean> {
+    const r = await this.pool.query<{ kept: number | null }>(SQL.LEASE_RECOVER, [leaseId, this.now(), `${why}; hold kept for reconciliation`]);
+    const kept = r.rows[0]?.kept;
+    if (kept === null || kept === undefined) return false;
+    this.stats.recovered++;
+    this.log('ledger.lease_recovered', { lease_id: leaseId, why, holds_kept: kept });
+    return true;
+  }
+
+  /** Runs one heartbeat now (tests, and the bench's quiet check). */
+  beatNow(): Promise<void> {
+    return this.tick();
+  }
+
+  /**
+   * Shutdown, after the server stopped admitting and drained: no new holds, everything written,
+   * every lease returned. What cannot be written in time stays for recovery to find.
+   */
+  async close(): Promise<void> {
+    if (this.closing) return;
+    this.closing = true;
+    if (this.heartbeat) clearInterval(this.heartbeat);
+    await this.ticking;
+    await Promise.all([...this.byId.values()].map((l) => this.retire(l, 'shutting down')));
+    const written = await this.journal.flushAll(CLOSE_FLUSH_MS);
+    if (!written) this.log('ledger.close_unwritten', { records: this.journal.pending, note: 'left for lease recovery' });
+    // Closing a lease waits for its last write; a return still running finishes first.
+    for (let round = 0; round < 3 && this.byId.size > 0; round++) {
+      await Promise.all([...this.returns]);
+      await Promise.all([...this.byId.values()].map((l) => this.retire(l, 'shutting down')));
+    }
+    if (this.byId.size > 0) this.log('ledger.close_leases_left', { leases: this.byId.size, note: 'recovered when they expire' });
+    this.journal.close();
+    await this.bus?.close();
+  }
+}

@@ -1,0 +1,172 @@
+// Lease recalls between instances: "give back what you lease on this account" (the edge of a wallet,
+// a roll-over) and "... on this key" (a revoke, a cap edit). Redis pub/sub when REDIS_URL is set,
+// Postgres LISTEN/NOTIFY otherwise. A message is only a hurry-up: the recall is also written on
+// the lease rows (recall_at), and every instance's heartbeat reads it back, so a lost message
+// costs at most one heartbeat, never money.
+import pg from 'pg';
+import { Redis } from 'ioredis';
+import { redisOptions, reconnectDelayMs } from '../limits/redis-client.js';
+
+export interface RecallScope {
+  readonly accountId?: string;
+  readonly keyId?: string;
+  /** 'key': the key itself changed (revoked, cap edited): also drop it from authentication caches. */
+  readonly why: 'edge' | 'key' | 'period';
+}
+
+export const RECALL_CHANNEL = 'inkgate_recall';
+const MAX_MESSAGE_CHARS = 1000;
+
+export function encodeRecall(s: RecallScope): string {
+  return JSON.stringify({ a: s.accountId, k: s.keyId, w: s.why });
+}
+
+export function decodeRecall(text: string): RecallScope | undefined {
+  if (text.length > MAX_MESSAGE_CHARS) return undefined;
+  try {
+    const j = JSON.parse(text) as { a?: unknown; k?: unknown; w?: unknown };
+    const why = j.w === 'key' || j.w === 'period' ? j.w : 'edge';
+    const accountId = typeof j.a === 'string' ? j.a : undefined;
+    const keyId = typeof j.k === 'string' ? j.k : undefined;
+    if (accountId === undefined && keyId === undefined) return undefined;
+    return { accountId, keyId, why };
+  } catch {
+    return undefined;
+  }
+}
+
+export interface RecallBus {
+  readonly kind: 'redis' | 'postgres';
+  publish(s: RecallScope): Promise<void>;
+  close(): Promise<void>;
+}
+
+export interface RecallBusOptions {
+  readonly dbUrl: string;
+  readonly dbSchema: string;
+  readonly connectTimeoutMs: number;
+  readonly redis: { url: string | null; commandTimeoutMs: number; connectTimeoutMs: number; keyPrefix: string };
+  /** Called for every recall heard (also this instance's own). Absent: publish only (the CLI). */
+  readonly onRecall?: (s: RecallScope) => void;
+  readonly onError?: (e: Error) => void;
+}
+
+/**
+ * The buses an instance listens on. Recalls between instances go over Redis when it is configured,
+ * else Postgres. Changes made by an operator (revoke, cap edit, roll-over) always arrive over
+ * Postgres: their NOTIFY is sent in the transaction that makes the change and delivered only if it
+ * commits, which no Redis message can promise. With Redis, an instance therefore listens on both.
+ */
+export function createRecallBus(o: RecallBusOptions): RecallBus {
+  if (!o.redis.url) return new PostgresRecallBus(o);
+  const redis = new RedisRecallBus(o);
+  const pg = o.onRecall ? new PostgresRecallBus(o) : undefined;
+  return {
+    kind: 'redis',
+    publish: (s) => redis.publish(s),
+    close: async () => {
+      await Promise.all([redis.close(), pg?.close()]);
+    },
+  };
+}
+
+/** The channel name carries the schema, so test schemas (and deployments sharing a server) never hear each other. */
+const channelOf = (schema: string): string => `${RECALL_CHANNEL}_${schema}`;
+
+class PostgresRecallBus implements RecallBus {
+  readonly kind = 'postgres' as const;
+  private client: pg.Client | undefined;
+  private closed = false;
+  private attempt = 0;
+  private timer: NodeJS.Timeout | undefined;
+  private readonly channel: string;
+
+  constructor(private readonly o: RecallBusOptions) {
+    this.channel = channelOf(o.dbSchema);
+    if (o.onRecall) this.connect();
+  }
+
+  private connect(): void {
+    if (this.closed) return;
+    const c = new pg.Client({ connectionString: this.o.dbUrl, connectionTimeoutMillis: this.o.connectTimeoutMs, keepAlive: true, application_name: 'inkgate-recalls' });
+    this.client = c;
+    const retry = (e: Error) => {
+      this.o.onError?.(e);
+      void c.end().catch(() => undefined);
+      if (this.client === c) this.client = undefined;
+      if (this.closed || this.timer) return;
+      this.timer = setTimeout(() => {
+        this.timer = undefined;
+        this.connect();
+      }, reconnectDelayMs(this.attempt++, 1000));
+      this.timer.unref();
+    };
+    c.on('error', retry);
+    c.on('notification', (m) => {
+      const s = m.payload === undefined ? undefined : decodeRecall(m.payload);
+      if (s) this.o.onRecall?.(s);
+    });
+    c.connect()
+      .then(() => c.query(`LISTEN ${this.channel}`))
+      .then(() => {
+        this.attempt = 0;
+      })
+      .catch(retry);
+  }
+
+  async publish(s: RecallScope): Promise<void> {
+    const c = new pg.Client({ connectionString: this.o.dbUrl, connectionTimeoutMillis: this.o.connectTimeoutMs, query_timeout: this.o.connectTimeoutMs });
+    try {
+      await c.connect();
+      await c.query('SELECT pg_notify($1, $2)', [this.channel, encodeRecall(s)]);
+    } finally {
+      await c.end().catch(() => undefined);
+    }
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    if (this.timer) clearTimeout(this.timer);
+    await this.client?.end().catch(() => undefined);
+  }
+}
+
+/** The statement that sends a recall on the Postgres bus inside the caller's own transaction. */
+export function notifyStatement(schema: string, s: RecallScope): { text: string; values: string[] } {
+  return { text: 'SELECT pg_notify($1, $2)', values: [channelOf(schema), encodeRecall(s)] };
+}
+
+class RedisRecallBus implements RecallBus {
+  readonly kind = 'redis' as const;
+  private readonly pub: Redis;
+  private readonly sub: Redis | undefined;
+  private readonly channel: string;
+
+  constructor(o: RecallBusOptions) {
+    // The prefix is written into the channel name by hand: ioredis applies keyPrefix to keys, not channels.
+    const opts = redisOptions({ ...o.redis, url: o.redis.url!, keyPrefix: '' });
+    this.channel = `${o.redis.keyPrefix}${channelOf(o.dbSchema)}`;
+    this.pub = new Redis(o.redis.url!, opts);
+    this.pub.on('error', (e: Error) => o.onError?.(e));
+    if (o.onRecall) {
+      // A subscriber connection only listens; the offline queue lets SUBSCRIBE wait for the connection.
+      const sub = new Redis(o.redis.url!, { ...opts, enableOfflineQueue: true, commandTimeout: undefined });
+      sub.on('error', (e: Error) => o.onError?.(e));
+      sub.on('message', (_ch: string, text: string) => {
+        const s = decodeRecall(text);
+        if (s) o.onRecall?.(s);
+      });
+      void sub.subscribe(this.channel).catch((e: Error) => o.onError?.(e));
+      this.sub = sub;
+    }
+  }
+
+  async publish(s: RecallScope): Promise<void> {
+    await this.pub.publish(this.channel, encodeRecall(s));
+  }
+
+  async close(): Promise<void> {
+    this.pub.disconnect();
+    this.sub?.disconnect();
+  }
+}

@@ -1,0 +1,236 @@
+// The write-behind journal: request records of leased holds, written to Postgres by group commit.
+//
+// A record joins the queue when its request starts (the hold came out of a lease), again when it
+// ends (settle, release, usage unknown) or learns its vendor id, unless it is already waiting.
+// Every `flushMs` (or at once when `flushMaxRecords` are waiting) one ledger_flush statement
+// writes a batch in one transaction: a request that started and ended inside the window costs one
+// row. ledger_flush is idempotent on request id, so a batch whose answer was lost (timeout,
+// dropped connection) is simply sent again with whatever its records hold by then.
+//
+// Bounded: `journalMaxRecords` counts every record not yet fully written, waiting or in flight;
+// once it is reached `full` is true and the escrow refuses new admissions (503) rather than let
+// the heap grow while Postgres is away.
+import type { Pool } from '../store/pool.js';
+import type { Product } from './ledger.js';
+
+export type EndKind = 'settle' | 'release' | 'unknown';
+
+/** One leased request, as the flush writes it. Mutable: its end and vendor id arrive later. */
+export interface JournalRecord {
+  readonly requestId: string;
+  readonly accountId: string;
+  readonly keyId: string;
+  readonly product: Product;
+  readonly model: string;
+  readonly leaseId: number;
+  readonly holdInk: number;
+  readonly holdGrantInk: number;
+  readonly grantPeriod: number;
+  readonly createdAt: string;
+  vendorRequestId: string | null;
+  end: EndKind | null;
+  chargeInk: number;
+  usage: string | null;
+  reason: string | null;
+  resolvedAt: string | null;
+  /** Waiting for the next batch. */
+  queued: boolean;
+  /** The end this record had when a batch carrying it committed (null: only its start is written). */
+  written: EndKind | null | undefined;
+  /** Resolved once a batch carrying the record's end has committed. */
+  waiters: Array<() => void> | undefined;
+}
+
+export interface WriteBehindOptions {
+  readonly instanceId: string;
+  readonly epoch: () => number;
+  readonly flushMs: number;
+  readonly flushMaxRecords: number;
+  readonly journalMaxRecords: number;
+  readonly now: () => Date;
+  readonly log: (msg: string, fields?: Record<string, unknown>) => void;
+  /** Told when a record's end is written (the escrow closes drained leases then). */
+  readonly onEndWritten: (r: JournalRecord) => void;
+}
+
+const FLUSH = `SELECT item, result FROM ledger_flush($1::text, $2::bigint, $3::timestamptz, $4::text[], $5::text[], $6::text[],
+  $7::text[], $8::text[], $9::bigint[], $10::bigint[], $11::bigint[], $12::integer[], $13::timestamptz[], $14::text[], $15::text[],
+  $16::bigint[], $17::jsonb[], $18::text[], $19::timestamptz[])`;
+
+/** Back-off between failed flushes: the store is away; try again soon, never in a tight loop. */
+const RETRY_MS = [10, 25, 50, 100, 250, 500, 1000] as const;
+
+export class WriteBehind {
+  private queue: JournalRecord[] = [];
+  private live = 0;
+  private flushing: Promise<void> | undefined;
+  private timer: NodeJS.Timeout | undefined;
+  private failures = 0;
+  private closed = false;
+  /** Flushes committed, and records they carried (for the bench and tests). */
+  readonly stats = { flushes: 0, records: 0, failures: 0, late: 0 };
+
+  constructor(
+    private readonly pool: Pool,
+    private readonly o: WriteBehindOptions,
+  ) {}
+
+  /** Records not fully written (waiting, in flight, or started and not yet ended). */
+  get size(): number {
+    return this.live;
+  }
+
+  get full(): boolean {
+    return this.live >= this.o.journalMaxRecords;
+  }
+
+  get pending(): number {
+    return this.queue.length;
+  }
+
+  /** A hold came out of a lease: its record starts. */
+  start(r: JournalRecord): void {
+    this.live++;
+    this.enqueue(r);
+  }
+
+  /** Its end (or vendor id) changed: written by the next batch. */
+  touch(r: JournalRecord): void {
+    this.enqueue(r);
+  }
+
+  /** Resolves once a batch carrying the record's current end has committed (or after `timeoutMs`: false). */
+  whenWritten(r: JournalRecord, timeoutMs: number): Promise<boolean> {
+    if (r.end !== null && r.written === r.end && !r.queued) return Promise.resolve(true);
+    return new Promise((resolve) => {
+      const t = setTimeout(() => resolve(false), timeoutMs);
+      (r.waiters ??= []).push(() => {
+        clearTimeout(t);
+        resolve(true);
+      });
+      this.schedule(0);
+    });
+  }
+
+  /** Writes everything waiting now; resolves when the queue it saw is written (or `timeoutMs` passed: false). */
+  async flushAll(timeoutMs: number): Promise<boolean> {
+    const until = performance.now() + timeoutMs;
+    while (this.queue.length > 0 || this.flushing) {
+      if (performance.now() > until) return false;
+      if (this.flushing) await this.flushing;
+      else await this.flushOnce();
+      if (this.failures > 0 && this.queue.length > 0) {
+        if (performance.now() + RETRY_MS[0] > until) return false;
+        await new Promise((r) => setTimeout(r, RETRY_MS[Math.min(this.failures - 1, RETRY_MS.length - 1)]));
+      }
+    }
+    return true;
+  }
+
+  private enqueue(r: JournalRecord): void {
+    if (!r.queued) {
+      r.queued = true;
+      this.queue.push(r);
+    }
+    if (this.queue.length >= this.o.flushMaxRecords) this.schedule(0);
+    else this.schedule(this.o.flushMs);
+  }
+
+  private schedule(ms: number): void {
+    if (this.closed && ms > 0) ms = 0;
+    if (this.flushing) return; // the running flush reschedules itself when it ends
+    if (this.timer) {
+      if (ms > 0) return;
+      clearTimeout(this.timer);
+    }
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      void this.flushOnce();
+    }, ms);
+  }
+
+  private flushOnce(): Promise<void> {
+    if (this.flushing) return this.flushing;
+    if (this.timer) {
+      clearTimeout(this.timer);
+      this.timer = undefined;
+    }
+    if (this.queue.length === 0) return Promise.resolve();
+    const batch = this.queue.length <= this.o.flushMaxRecords ? this.queue : this.queue.slice(0, this.o.flushMaxRecords);
+    this.queue = batch === this.queue ? [] : this.queue.slice(batch.length);
+    this.flushing = this.write(batch).finally(() => {
+      this.flushing = undefined;
+      if (this.queue.length > 0) this.schedule(this.failures > 0 ? RETRY_MS[Math.min(this.failures - 1, RETRY_MS.length - 1)] : this.o.flushMs);
+    });
+    return this.flushing;
+  }
+
+  private async write(batch: JournalRecord[]): Promise<void> {
+    const n = batch.length;
+    const ends = new Array<EndKind | null>(n);
+    const cols = {
+      ids: new Array<string>(n), accounts: new Array<string>(n), keys: new Array<string>(n), products: new Array<string>(n),
+      models: new Array<string>(n), leases: new Array<number>(n), holds: new Array<number>(n), holdGrants: new Array<number>(n),
+      periods: new Array<number>(n), created: new Array<string>(n), vids: new Array<string | null>(n), charges: new Array<number>(n),
+      usage: new Array<string | null>(n), reasons: new Array<string | null>(n), resolved: new Array<string | null>(n),
+    };
+    for (let i = 0; i < n; i++) {
+      const r = batch[i]!;
+      r.queued = false;
+      ends[i] = r.end;
+      cols.ids[i] = r.requestId; cols.accounts[i] = r.accountId; cols.keys[i] = r.keyId; cols.products[i] = r.product;
+      cols.models[i] = r.model; cols.leases[i] = r.leaseId; cols.holds[i] = r.holdInk; cols.holdGrants[i] = r.holdGrantInk;
+      cols.periods[i] = r.grantPeriod; cols.created[i] = r.createdAt; cols.vids[i] = r.vendorRequestId; cols.charges[i] = r.chargeInk;
+      cols.usage[i] = r.usage; cols.reasons[i] = r.reason; cols.resolved[i] = r.resolvedAt;
+    }
+    let rows: Array<{ item: number; result: 'ok' | 'late' | 'deferred' }>;
+    try {
+      const res = await this.pool.query<{ item: number; result: 'ok' | 'late' | 'deferred' }>({
+        name: 'ledger_flush',
+        text: FLUSH,
+        values: [
+          this.o.instanceId, this.o.epoch(), this.o.now().toISOString(), cols.ids, cols.accounts, cols.keys, cols.products,
+          cols.models, cols.leases, cols.holds, cols.holdGrants, cols.periods, cols.created, cols.vids, ends, cols.charges,
+          cols.usage, cols.reasons, cols.resolved,
+        ],
+      });
+      rows = res.rows;
+    } catch (e) {
+      this.failures++;
+      this.stats.failures++;
+      if (this.failures === 1 || this.failures % 100 === 0) this.o.log('ledger.flush_failed', { records: n, failures: this.failures, err: e as Error });
+      // Back to the front, in order; a record touched meanwhile is already queued again.
+      const again = batch.filter((r) => !r.queued);
+      for (const r of again) r.queued = true;
+      this.queue = again.concat(this.queue);
+      return;
+    }
+    this.failures = 0;
+    this.stats.flushes++;
+    this.stats.records += n;
+    for (let i = 0; i < n; i++) {
+      const r = batch[i]!;
+      const result = rows[i]?.result;
+      if (result === 'deferred') continue; // its lease was recovered: the start waits for its end (late path)
+      if (result === 'late') {
+        this.stats.late++;
+        this.o.log('ledger.late_flush', { request_id: r.requestId, lease_id: r.leaseId, end: ends[i], charge_ink: r.chargeInk });
+      }
+      r.written = ends[i];
+      if (ends[i] !== null && r.end === ends[i]) {
+        if (!r.queued) this.live--;
+        const w = r.waiters;
+        r.waiters = undefined;
+        if (w) for (const f of w) f();
+        this.o.onEndWritten(r);
+      }
+    }
+  }
+
+  /** Stops the timer; what is still queued is flushed by the caller (flushAll) first. */
+  close(): void {
+    this.closed = true;
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = undefined;
+  }
+}
