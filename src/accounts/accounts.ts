@@ -129,9 +129,10 @@ export interface AuthRow {
   name: string;
   prefix: string;
   plan_id: string;
+  expires_at: Date | null;
 }
 
-const LIVE_KEY_COLUMNS = `k.id, k.account_id, k.name, k.prefix, a.plan_id
+const LIVE_KEY_COLUMNS = `k.id, k.account_id, k.name, k.prefix, a.plan_id, k.expires_at
        FROM api_keys k JOIN accounts a ON a.id = k.account_id`;
 const LIVE = `k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now())`;
 // Named (prepared once per connection): every authenticated request runs one of these, and
@@ -153,7 +154,7 @@ export async function findLiveKeys(db: Queryable, hashes: Buffer[]): Promise<Arr
   if (hashes.length === 1) return [await findLiveKey(db, hashes[0]!)];
   const r = await db.query<AuthRow & { key_hash: Buffer }>({ ...FIND_LIVE_KEYS, values: [hashes] });
   const byHash = new Map<string, AuthRow>();
-  for (const row of r.rows) byHash.set(row.key_hash.toString('latin1'), { id: row.id, account_id: row.account_id, name: row.name, prefix: row.prefix, plan_id: row.plan_id });
+  for (const row of r.rows) byHash.set(row.key_hash.toString('latin1'), { id: row.id, account_id: row.account_id, name: row.name, prefix: row.prefix, plan_id: row.plan_id, expires_at: row.expires_at });
   return hashes.map((h) => byHash.get(h.toString('latin1')));
 }
 

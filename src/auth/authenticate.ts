@@ -23,7 +23,14 @@ function tokenHash(authorization: string | undefined): Buffer {
 
 function authInfo(row: AuthRow | undefined): AuthInfo {
   if (!row) throw new ApiError('invalid_api_key');
-  return { keyId: row.id, accountId: row.account_id, keyName: row.name, keyPrefix: row.prefix, planId: row.plan_id };
+  return {
+    keyId: row.id,
+    accountId: row.account_id,
+    keyName: row.name,
+    keyPrefix: row.prefix,
+    planId: row.plan_id,
+    expiresAtMs: row.expires_at === null ? null : row.expires_at.getTime(),
+  };
 }
 
 export async function authenticate(db: Queryable, authorization: string | undefined): Promise<AuthInfo> {

@@ -230,6 +230,8 @@ export function createTextHandler(lane: TextLane, d: TextProxyDeps): (ctx: HttpC
     if (pausedFor !== undefined) throw new ApiError('provider_unavailable', { message: `${req.model.id} is paused.`, retryAfterS: pausedFor });
     const auth = ctx.auth!;
     const requestId = ctx.requestId;
+    // A hold from a lease does not read the key row: a remembered key that expired since is refused here.
+    if (auth.expiresAtMs !== null && auth.expiresAtMs <= Date.now()) throw new ApiError('invalid_api_key', { message: 'The API key has expired.' });
     await ledger.reserve({ requestId, accountId: auth.accountId, keyId: auth.keyId, product: lane.product, model: req.model.id, holdInk: req.holdInk });
     ctx.keyConfirmed = true;
 

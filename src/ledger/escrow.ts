@@ -89,6 +89,7 @@ export class Escrow implements TextBilling {
   private ticking: Promise<void> | undefined;
   /** Lease returns in flight (close waits for them). */
   private readonly returns = new Set<Promise<void>>();
+  private readonly keyWaiters = new Map<string, Array<() => void>>();
   /** Counters for the bench and tests. */
   readonly stats = { leaseHolds: 0, exactHolds: 0, takes: 0, refills: 0, edges: 0, recalls: 0, recovered: 0 };
 
@@ -268,7 +269,7 @@ export class Escrow implements TextBilling {
         return undefined;
       case 'key_not_live':
         if (current !== undefined) void this.retire(current, 'key not live');
-        this.o.onKeyChanged?.(keyId);
+        this.keyChanged(keyId);
         throw new ApiError('invalid_api_key', { message: 'The API key has been revoked or has expired.' });
       case 'lease_gone':
         if (current !== undefined) void this.retire(current, 'recalled');
@@ -338,8 +339,25 @@ export class Escrow implements TextBilling {
         done.push(this.retire(lease, `recalled (${s.why})`));
       }
     }
-    if (s.keyId !== undefined && s.why === 'key') this.o.onKeyChanged?.(s.keyId);
+    if (s.keyId !== undefined && s.why === 'key') this.keyChanged(s.keyId);
     await Promise.all(done);
+  }
+
+  private keyChanged(keyId: string): void {
+    this.o.onKeyChanged?.(keyId);
+    const w = this.keyWaiters.get(keyId);
+    if (w === undefined) return;
+    this.keyWaiters.delete(keyId);
+    for (const f of w) f();
+  }
+
+  /** Resolves when this instance next learns that the key changed (revoked, expired, cap edited). */
+  nextKeyChange(keyId: string): Promise<void> {
+    return new Promise((resolve) => {
+      const w = this.keyWaiters.get(keyId);
+      if (w) w.push(resolve);
+      else this.keyWaiters.set(keyId, [resolve]);
+    });
   }
 
   // ---------------------------------------------------------------------------------------------
@@ -517,7 +535,7 @@ export class Escrow implements TextBilling {
         if (lease === undefined) continue;
         lease.deadlineMs = Math.max(lease.deadlineMs, deadline);
         if (row.give_up !== null) {
-          if (row.give_up === 'key_not_live') this.o.onKeyChanged?.(lease.keyId);
+          if (row.give_up === 'key_not_live') this.keyChanged(lease.keyId);
           this.keyState(lease.keyId).edgeUntilMs = performance.now() + this.lc.edgeRetryMs;
           void this.retire(lease, row.give_up);
         }

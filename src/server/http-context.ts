@@ -23,6 +23,8 @@ export interface AuthInfo {
   readonly keyName: string;
   readonly keyPrefix: string;
   readonly planId: string;
+  /** When the key expires (epoch ms), null: never. A remembered key is checked against it before a hold. */
+  readonly expiresAtMs: number | null;
 }
 
 /**

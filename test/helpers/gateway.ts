@@ -83,3 +83,17 @@ export async function call(
 }
 
 export { testRedisUrl };
+
+/**
+ * A request record as Postgres has it once the gateway's write-behind journal is written (the
+ * text lanes answer from memory and write their records a flush later).
+ */
+export async function writtenRequest(g: { gw: Gateway }, requestId: string) {
+  await g.gw.services.escrow.beforeView();
+  return g.gw.services.ledger.getRequest(requestId);
+}
+
+/** Waits until the gateway's journal is written: what a reader on another connection then sees is final. */
+export async function journalWritten(g: { gw: Gateway }): Promise<void> {
+  await g.gw.services.escrow.beforeView();
+}

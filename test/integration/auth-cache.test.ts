@@ -48,7 +48,11 @@ t.test('a remembered key skips the lookup; revocation still refuses the very nex
   t.equal((await g.call('POST', '/v1/responses', { key: k.key, body: response })).status, 200);
   t.equal(lookups(), afterFirst, 'later text requests take the key from the cache');
 
+  // The revocation reaches the gateway as a Postgres notification sent when it commits (every
+  // instance, within one heartbeat at worst): wait for this one to have heard it.
+  const heard = g.gw.services.escrow.nextKeyChange(k.keyId);
   await revokeKey(g.db.pool, k.keyId);
+  await heard;
   const vendorCallsBefore = a.requests.length + o.requests.length;
   const before = await keyOf(g.db.pool, k.keyId);
   for (const [path, body] of [['/v1/messages', message], ['/v1/responses', response]] as const) {
@@ -101,12 +105,14 @@ t.test('a remembered key revoked since gets 401, not the error its request would
   await assertLedgerInvariant(t, g.db.pool);
 });
 
-t.test('an expired key is refused by the reserve even while remembered', async (t) => {
+t.test('an expired key is refused even while remembered, also when its expiry was set behind the gateway', async (t) => {
   const { g } = await setup(t);
   const k = await g.newKey();
   await g.gw.services.ledger.topUp(k.accountId, 100_000, 'test');
   t.equal((await g.call('POST', '/v1/messages', { key: k.key, body: message })).status, 200);
+  // Written straight to the table (no notification): the gateway's next heartbeat finds the key dead.
   await g.db.pool.query(`UPDATE api_keys SET expires_at = now() - interval '1 second' WHERE id = $1`, [k.keyId]);
+  await g.gw.services.escrow.beatNow();
   const r = await g.call('POST', '/v1/messages', { key: k.key, body: message });
   t.equal(r.status, 401);
   t.equal(r.json.error.code, 'invalid_api_key');

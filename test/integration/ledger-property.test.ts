@@ -67,7 +67,7 @@ class Model {
   keys: Array<{ limit: number | null; charged: number; reserved: number }>;
   holds: MHold[] = [];
   constructor(grant: number, payg: number, limits: Array<number | null>) {
-    this.w = { grant_ink: grant, payg_ink: payg, held_grant_ink: 0, held_payg_ink: 0, charged_ink: 0, expired_ink: 0, credited_ink: grant + payg };
+    this.w = { grant_ink: grant, payg_ink: payg, leased_grant_ink: 0, leased_payg_ink: 0, held_grant_ink: 0, held_payg_ink: 0, charged_ink: 0, expired_ink: 0, credited_ink: grant + payg };
     this.keys = limits.map((limit) => ({ limit, charged: 0, reserved: 0 }));
   }
   /** What a reserve must do when it runs alone. */

@@ -6,7 +6,7 @@ import { request } from 'undici';
 import { setLane } from '../../src/deployment/state.js';
 import { textChargeInk } from '../../src/ledger/pricing.js';
 import { startAnthropicSimulator, type AnthropicSimulator } from '../../src/vendors/anthropic/simulator.js';
-import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
+import { startTestGateway, writtenRequest, type TestGateway } from '../helpers/gateway.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
 import { parseSse } from '../helpers/sse.js';
 
@@ -255,7 +255,7 @@ t.test('vendor refusals: upstream_rejected / 413 release the hold; capacity is 5
   const m = await me(g, k.key);
   t.ok(m.key.ink_reserved > 0, 'a vendor 5xx keeps the hold until reconciled');
   t.equal(m.key.ink_charged, 0, 'never silently charged');
-  const rec = await g.gw.services.ledger.getRequest(five.json.error.request_id);
+  const rec = await writtenRequest(g, five.json.error.request_id);
   t.equal(rec?.status, 'usage_unknown');
   t.equal(rec?.vendor_request_id, sim.requests.at(-1)!.requestId, "the vendor's request-id header is kept for reconciliation");
   await invariant();

@@ -8,6 +8,7 @@ import { request } from 'undici';
 import { ResponsesUsageTally } from '../../src/lanes/responses/usage-tally.js';
 import { textChargeInk, textUsageFromResponses } from '../../src/ledger/pricing.js';
 import type { OpenAISimulator } from '../../src/vendors/openai/simulator.js';
+import { writtenRequest } from '../helpers/gateway.js';
 import { me, rawResponsesStream, startResponsesHarness } from '../helpers/responses-harness.js';
 
 const setup = startResponsesHarness;
@@ -117,7 +118,7 @@ t.test('capped stream read as events (responses.create stream:true) and on the w
   const seqs = raw.events.map((e) => JSON.parse(e.data).sequence_number as number);
   t.ok(seqs.every((n, i) => i === 0 || n > seqs[i - 1]!), 'sequence numbers still increase');
   const frame = usageFrame(raw.comments);
-  const rec = await g.gw.services.ledger.getRequest(frame.request_id);
+  const rec = await writtenRequest(g, frame.request_id);
   t.equal(rec?.hold_state, 'settled');
   t.equal(rec?.charged_ink, rec?.hold_ink, 'the charge equals the hold');
   t.equal(frame.ink_charged, rec?.hold_ink);
@@ -270,7 +271,7 @@ t.test('a failed response that reports usage settles on it, streamed or not', as
   t.ok(expected > 0);
   t.equal(Number(r.headers['x-service-ink-charged']), expected, 'charged what the vendor reported');
   const requestId = String(r.headers['x-service-request-id']);
-  const rec = await g.gw.services.ledger.getRequest(requestId);
+  const rec = await writtenRequest(g, requestId);
   t.equal(rec?.hold_state, 'settled', 'the hold is settled, not kept');
   t.equal(rec?.charged_ink, expected);
   t.equal(rec?.usage?.output_tokens, r.json.usage.output_tokens, 'the reported usage is on the record');
@@ -286,7 +287,7 @@ t.test('a failed response that reports usage settles on it, streamed or not', as
   const frame = usageFrame(raw.comments);
   t.equal(frame.ink_charged, chargeOf(JSON.parse(raw.events.at(-1)!.data).response.usage));
   t.equal(frame.ink_charged, expected, 'streamed and non-streamed settle alike');
-  t.equal((await g.gw.services.ledger.getRequest(frame.request_id))?.hold_state, 'settled');
+  t.equal((await writtenRequest(g, frame.request_id))?.hold_state, 'settled');
 
   // The official SDK gets the failed response object (no exception), with usage.
   const viaSdk = await client.responses.create({ model: 'astra', input: 'fail after some work', max_output_tokens: 1000 });
@@ -304,7 +305,7 @@ t.test('a failed response without usage still keeps the hold (non-streaming)', a
   const r = await g.call('POST', '/v1/responses', { key: k.key, body: { model: 'astra', input: 'x [[sim:failed]]', max_output_tokens: 1000 } });
   t.equal(r.status, 502);
   t.equal(r.json.error.code, 'provider_error');
-  const rec = await g.gw.services.ledger.getRequest(r.json.error.request_id);
+  const rec = await writtenRequest(g, r.json.error.request_id);
   t.equal(rec?.hold_state, 'open', 'no receipt: the hold stays until reconciled');
   t.equal(rec?.charged_ink, 0);
   t.ok((await me(g, k.key)).key.ink_reserved > 0);

@@ -1,6 +1,7 @@
 // POST /v1/responses end to end: the official OpenAI SDK -> inkgate -> the OpenAI Responses simulator.
 import t from 'tap';
 import { responsesHoldInk, textChargeInk, textUsageFromResponses } from '../../src/ledger/pricing.js';
+import { writtenRequest } from '../helpers/gateway.js';
 import { me, rawResponsesStream, startResponsesHarness, VENDOR_KEY } from '../helpers/responses-harness.js';
 
 const setup = startResponsesHarness;
@@ -136,7 +137,7 @@ t.test('the service visible-output cap stops the reply and charges the hold', as
   const after = await me(g, k.key);
   t.equal(after.key.ink_charged - before.key.ink_charged, frame.ink_charged);
   t.equal(after.key.ink_reserved, 0);
-  const rec = await g.gw.services.ledger.getRequest(frame.request_id);
+  const rec = await writtenRequest(g, frame.request_id);
   t.equal(rec?.charged_ink, frame.ink_charged);
   t.equal(frame.ink_charged, rec?.hold_ink, 'the charge equals the hold');
   // The SDK accepts the capped stream.

@@ -71,6 +71,8 @@ const shared: DeepPartial<Config> = {
     gemini: { baseUrl: gemini.url, apiKey: gemini.apiKey },
   },
   jobs: { tickMs: 20, pollIntervalMs: 50, maxPollIntervalMs: 100, leaseMs: LEASE_MS },
+  // One instance id for both: the restart recovers the killed start's Ink leases at once.
+  ledger: { instanceId: 'kill-mid-stream' },
 };
 const cliConfig = loadConfig({}, { db: { url: db.url, schema: db.schema } });
 

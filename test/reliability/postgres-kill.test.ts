@@ -1,4 +1,4 @@
-// Issue 9, "Faults": Postgres KILLED (SIGKILL to the postmaster and every backend, by pid) while the
+// Postgres KILLED (SIGKILL to the postmaster and every backend, by pid) while the
 // gateway serves, then restarted on the same data directory and port. Pausing is covered by
 // soak.test.ts and store-faults-money.test.ts; this is the crash: every connection of the gateway's
 // pool dies at once, nothing answers on the port, and the server comes back through crash recovery.
@@ -76,6 +76,9 @@ t.test('Postgres killed (SIGKILL, whole cluster) and restarted: 503s while dead,
     db: { url: pg.url, schema: 'public' },
     redis: { url: null },
     vendors: { anthropic: { baseUrl: sim.url, apiKey: VENDOR_KEY } },
+    // The exact path: every hold a durable move of its own, as for a wallet near its edge. What a
+    // key holding an Ink lease sees when Postgres goes away is escrow-faults.test.ts.
+    ledger: { lease: { enabled: false } },
   };
   const config = loadConfig({}, overrides);
   const gw = await createGateway(config, { log: silentLogger }); // migrates the fresh cluster
