@@ -55,7 +55,7 @@ export type ResolveResult =
       /** Old-period grant that lapsed instead of returning (only after a roll-over); charged + released + expired = hold. */
       expiredInk: number;
     }
-  | { resolved: false; reason: 'already_resolved' | 'unknown_request' };
+  | { resolved: false; reason: 'already_resolved' | 'unknown_request' | 'in_lease' };
 
 export interface AccountView {
   key: { ink_limit: number | null; ink_charged: number; ink_reserved: number };
@@ -602,6 +602,9 @@ export class Ledger {
   }
 
   private resolveOutcome(item: ResolveItem, row: ResolveRow | Error): ResolveResult {
+    // The hold still sits in an instance's Ink lease (its request is running there): it ends through
+    // that instance's journal, or through the lease's recovery, never by a resolution from outside.
+    if (row instanceof Error && (row as { constraint?: unknown }).constraint === 'request_leased') return { resolved: false, reason: 'in_lease' };
     if (row instanceof Error) {
       if (row.name === 'QueueFullError') throw overloaded(row);
       // The hold stays open (or was resolved by a commit we did not see): a retry is safe either way.
