@@ -208,7 +208,10 @@ t.test('Postgres paused 5 s (SIGSTOP, whole cluster): a leased key keeps being s
     if (Number.isNaN(resumedAt)) pg.resume(); // a failed assertion must not leave it stopped
   });
   t.ok(pidsPaused.length >= 2, `paused the postmaster and ${pidsPaused.length - 1} backends`);
-  t.same(pidsPaused.filter((p) => procStat(p)?.state !== 'T'), [], 'every process of the cluster is stopped');
+  // SIGSTOP is delivered asynchronously: wait (bounded) until /proc shows each one stopped (or gone).
+  const notStopped = () => pidsPaused.filter((p) => { const s = procStat(p)?.state; return s !== undefined && s !== 'T' && s !== 'Z'; });
+  await until('every process of the cluster to be stopped', () => (notStopped().length === 0 ? true : undefined), 1_000, 5).catch(() => undefined);
+  t.same(notStopped().map((p) => `${p}: ${procStat(p)?.state}`), [], 'every process of the cluster is stopped');
 
   // During the pause: B and B2, alternately, stream and non-stream, one at a time.
   const bProbes: Array<{ who: string; stream: boolean; ms: number; status: number; code: unknown; retryAfter: unknown; message: string }> = [];
@@ -221,7 +224,7 @@ t.test('Postgres paused 5 s (SIGSTOP, whole cluster): a leased key keeps being s
   // The fault itself lasts PAUSE_MS: wait out what is left of it (a timed fault, not a synchronisation).
   const left = PAUSE_MS - (performance.now() - pausedAt);
   if (left > 0) await new Promise((r) => setTimeout(r, left));
-  t.same(pidsPaused.filter((p) => procStat(p)?.state !== 'T'), [], 'still stopped at the end of the pause');
+  t.same(notStopped(), [], 'still stopped at the end of the pause');
   pg.resume();
   resumedAt = performance.now();
   const pauseMs = resumedAt - pausedAt;
