@@ -74,7 +74,7 @@ async function measure(o: BenchOptions, err: Write): Promise<BenchReport> {
     database: set.database,
     upstreamConnections: set.upstreamConnections,
     targets: set.targets.map((t) => ({ lane: t.lane, name: t.name, url: t.request.origin + t.request.path, process: t.processName })),
-    processes: set.processes.map((p) => ({ name: p.name, pid: p.pid, extraPids: p.extraPids })),
+    processes: set.processes.filter((p) => p.pid > 0).map((p) => ({ name: p.name, pid: p.pid, extraPids: p.extraPids })),
     runs: results,
     ratios: ratios(results),
     goals: goals(results, o.lanes, o.paceMs),

@@ -1,7 +1,8 @@
-// Ratios between targets and the issue's goals, computed only from figures the report prints, so
+// Ratios between targets and the performance goals, computed only from figures the report prints, so
 // anyone can check them by hand: a ratio is numerator / denominator, both as reported.
 import type { LaneName, Scenario } from './args.js';
 import type { RunKind, RunResult } from './scenarios.js';
+import { POSTGRES_SERVER } from './postgres-cpu.js';
 import type { TargetName } from './targets.js';
 
 export interface Ratio {
@@ -92,14 +93,17 @@ export function goals(runs: readonly RunResult[], lanes: readonly LaneName[], pa
     const s1 = (t: TargetName) => find(runs, lane, 'latency', 'stream', t);
     const sat = (t: TargetName) => find(runs, lane, 'saturation', 'request', t);
     const paced = (t: TargetName) => find(runs, lane, 'paced', 'paced', t);
-    g('added latency c=1 p50 (non-streaming)', diff(c1('inkgate'), c1('direct'), 'latency.p50Ms'), '<=', 1.0, 'ms', 'latency: inkgate - direct');
-    g('added time to first token c=1 p50', diff(s1('inkgate'), s1('direct'), 'ttft.p50Ms'), '<=', 1.0, 'ms', 'latency stream: inkgate - direct');
-    g('added latency c=1 p99 (non-streaming)', diff(c1('inkgate'), c1('direct'), 'latency.p99Ms'), '<=', 3.0, 'ms', 'latency: inkgate - direct');
-    g('added time to first token c=1 p99', diff(s1('inkgate'), s1('direct'), 'ttft.p99Ms'), '<=', 3.0, 'ms', 'latency stream: inkgate - direct');
-    g('saturation throughput vs plain proxy', q(sat('inkgate'), sat('plain proxy'), 'rps'), '>=', 1.0, 'x', 'saturation: rps inkgate / plain proxy');
-    const cpu = sat('inkgate') && figure(sat('inkgate')!, 'own.cpuUsPerRequest');
-    const cpuProxy = sat('plain proxy') && figure(sat('plain proxy')!, 'own.cpuUsPerRequest');
-    g('CPU per request vs plain proxy (saturation)', cpu ?? null, '<=', cpuProxy ?? null, 'µs', 'saturation: own process CPU / requests');
+    const billing = (t: TargetName) => find(runs, lane, 'billing', 'request', t);
+    const billingOn = billing('inkgate') ?? sat('inkgate');
+    g('added latency c=1 p50 (non-streaming)', diff(c1('inkgate'), c1('direct'), 'latency.p50Ms'), '<=', 0.5, 'ms', 'latency: inkgate - direct');
+    g('added time to first token c=1 p50', diff(s1('inkgate'), s1('direct'), 'ttft.p50Ms'), '<=', 0.5, 'ms', 'latency stream: inkgate - direct');
+    g('added latency c=1 p99 (non-streaming)', diff(c1('inkgate'), c1('direct'), 'latency.p99Ms'), '<=', 2.0, 'ms', 'latency: inkgate - direct');
+    g('added time to first token c=1 p99', diff(s1('inkgate'), s1('direct'), 'ttft.p99Ms'), '<=', 2.0, 'ms', 'latency stream: inkgate - direct');
+    g('saturation: billing on vs billing off', q(billing('inkgate'), billing('inkgate (billing off)'), 'rps'), '>=', 0.9, 'x', 'billing, 50 connections: rps on / off');
+    g('saturation: billing on vs plain proxy', q(sat('inkgate'), sat('plain proxy'), 'rps'), '>=', 1.3, 'x', 'saturation: rps inkgate / plain proxy');
+    const pg = billingOn?.processes.find((p) => p.name === POSTGRES_SERVER);
+    g('Postgres CPU per billed request (saturation)', pg ? pg.cpuUsPerRequest : null, '<=', 25, 'µs', 'Postgres server processes\' CPU / inkgate requests');
+    g('failed requests under saturation', billingOn ? billingOn.failed : null, '<=', 0, '', 'billing run: answers other than 200');
     const chunkRun = paced('inkgate') ?? s1('inkgate');
     g('CPU per relayed SSE chunk', chunkRun ? figure(chunkRun, 'own.cpuUsPerChunk') : null, '<=', 40, 'µs', chunkRun ? `${chunkRun.scenario}: gateway CPU / SSE events relayed` : 'paced or latency stream');
     g('paced streams: throughput vs direct', q(paced('inkgate'), paced('direct'), 'paced.streamsPerS'), '>=', 0.95, 'x', 'paced: streams/s inkgate / direct');

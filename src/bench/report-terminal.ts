@@ -85,7 +85,7 @@ export function renderTerminal(rep: BenchReport): string {
   for (const runs of groups.values()) out.push(section(rep, runs));
   for (const s of rep.skipped) out.push(`\n(skipped: ${s.lane} ${s.scenario}: ${s.reason})`);
   if (rep.goals.some((g) => g.value !== null)) {
-    out.push('\n## goals (issue 8, billing on)');
+    out.push('\n## goals (billing on)');
     out.push(
       table(
         ['lane', 'goal', 'measured', 'goal', 'result'],

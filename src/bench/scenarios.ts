@@ -1,4 +1,4 @@
-// The scenarios of issue 8 as a plan of runs (lane x scenario x target), executed one at a time so
+// The bench's scenarios as a plan of runs (lane x scenario x target), executed one at a time so
 // runs never compete with each other. Each run measures the client-side figures and, around its
 // measured window, the CPU, peak RSS and event-loop delay of every bench process.
 import type { BenchOptions, LaneName, Scenario } from './args.js';

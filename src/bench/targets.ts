@@ -7,6 +7,7 @@ import { dirname, extname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { BenchOptions, LaneName } from './args.js';
 import { selfStarted } from './args.js';
+import { postgresServerProcess } from './postgres-cpu.js';
 import type { ChildRole, GatewayChildConfig, ProcessSnapshot, ProxyChildConfig, SimsChildConfig } from './child.js';
 import { laneBodies, laneEndpoint, vendorHeaders, type LaneBodies } from './lanes.js';
 import type { Request } from './load.js';
@@ -183,6 +184,7 @@ export async function startTargets(o: BenchOptions, dbUrl: string | null, onStep
         targets.push(target('inkgate', lane, String(on!.url), { authorization: `Bearer ${String(on!.key)}` }, o.models[lane], o, 'inkgate'));
         targets.push(target('inkgate (billing off)', lane, String(off!.url), { authorization: `Bearer ${String(off!.key)}` }, o.models[lane], o, 'inkgate (billing off)'));
       }
+      processes.push(postgresServerProcess());
       return { targets, processes, database, upstreamConnections, stop: stopAll };
     }
     const named = o.lanes.filter((l) => o.direct[l] !== null);

@@ -569,9 +569,10 @@ export class Escrow implements TextBilling {
     return true;
   }
 
-  /** Runs one heartbeat now (tests, and the bench's quiet check). */
-  beatNow(): Promise<void> {
-    return this.tick();
+  /** Runs one heartbeat now and waits for the lease returns it (or anything before it) started. */
+  async beatNow(): Promise<void> {
+    await this.tick();
+    while (this.returns.size > 0) await Promise.all([...this.returns]);
   }
 
   /**

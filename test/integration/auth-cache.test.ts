@@ -6,7 +6,7 @@ import { revokeKey } from '../../src/accounts/accounts.js';
 import { setLane } from '../../src/deployment/state.js';
 import { startAnthropicSimulator } from '../../src/vendors/anthropic/simulator.js';
 import { startOpenAISimulator } from '../../src/vendors/openai/simulator.js';
-import { startTestGateway } from '../helpers/gateway.js';
+import { journalWritten, startTestGateway } from '../helpers/gateway.js';
 import { assertLedgerInvariant, keyOf } from '../helpers/ledger-invariant.js';
 
 async function setup(t: Test, keyCacheMs = 60_000) {
@@ -53,6 +53,8 @@ t.test('a remembered key skips the lookup; revocation still refuses the very nex
   const heard = g.gw.services.escrow.nextKeyChange(k.keyId);
   await revokeKey(g.db.pool, k.keyId);
   await heard;
+  await journalWritten(g);
+  await g.gw.services.escrow.beatNow();
   const vendorCallsBefore = a.requests.length + o.requests.length;
   const before = await keyOf(g.db.pool, k.keyId);
   for (const [path, body] of [['/v1/messages', message], ['/v1/responses', response]] as const) {

@@ -198,11 +198,15 @@ t.test('Postgres paused 5 s (SIGSTOP, whole cluster): a leased key keeps being s
   const loadDone = Promise.all(loops);
   await until('A load under way', () => (aAll.length >= 3 + WARM_LOAD_REQUESTS ? true : undefined));
   const stats0 = { ...escrow.stats };
+  // Diagnostics only: A's lease as the gateway holds it (spare Ink, not counting holds in flight).
+  const spareOfA = () => (escrow as unknown as { byKey: Map<string, { spareInk: number }> }).byKey.get(ka.keyId)?.spareInk;
+  const spareAtPause = spareOfA();
 
   // SIGSTOP the whole cluster: postmaster first, then every backend.
   const pidsPaused = pg.pids();
   pg.pause();
   const pausedAt = performance.now();
+  const pausedWall = new Date();
   let resumedAt = Number.NaN;
   closers.push(() => {
     if (Number.isNaN(resumedAt)) pg.resume(); // a failed assertion must not leave it stopped
@@ -213,10 +217,12 @@ t.test('Postgres paused 5 s (SIGSTOP, whole cluster): a leased key keeps being s
   await until('every process of the cluster to be stopped', () => (notStopped().length === 0 ? true : undefined), 1_000, 5).catch(() => undefined);
   t.same(notStopped().map((p) => `${p}: ${procStat(p)?.state}`), [], 'every process of the cluster is stopped');
 
-  // During the pause: B and B2, alternately, stream and non-stream, one at a time.
+  // During the pause: B2 and B, alternately, stream and non-stream, one at a time. B2 goes first:
+  // its lease take then finds the pool's idle connection and is really sent to the stopped backend
+  // (later probes wait for a new connection, which the stopped postmaster never accepts).
   const bProbes: Array<{ who: string; stream: boolean; ms: number; status: number; code: unknown; retryAfter: unknown; message: string }> = [];
   for (let i = 0; performance.now() - pausedAt < PAUSE_MS - B_PROBE_TAIL_MS; i++) {
-    const [who, k] = i % 2 === 0 ? (['B', kb] as const) : (['B2', kb2] as const);
+    const [who, k] = i % 2 === 1 ? (['B', kb] as const) : (['B2', kb2] as const);
     const stream = Math.floor(i / 2) % 2 === 1;
     const a = await send(gw.url, k.key, probe.body(stream, `keyB-${who}-${i}`, A_DIRECTIVES));
     bProbes.push({ who, stream, ms: a.elapsedMs, status: a.status, code: a.json?.error?.code, retryAfter: a.headers['retry-after'], message: String(a.json?.error?.message ?? a.text.slice(0, 160)) });
@@ -231,6 +237,7 @@ t.test('Postgres paused 5 s (SIGSTOP, whole cluster): a leased key keeps being s
   stopLoad = true;
   await loadDone;
   const stats1 = { ...escrow.stats };
+  t.comment(`A's lease: ${spareAtPause} Ink spare when Postgres stopped, ${spareOfA()} Ink after the pause`);
   t.comment(`Postgres stopped for ${pauseMs.toFixed(0)} ms; escrow stats during the pause: ${JSON.stringify(Object.fromEntries(Object.entries(stats1).map(([k, v]) => [k, v - (stats0 as Record<string, number>)[k]!])))}`);
 
   t.ok(resumedAt - aFirstLookupMs < config.auth.keyCacheMs, `A's key stayed in the key cache for the whole pause (${(resumedAt - aFirstLookupMs).toFixed(0)} ms < ${config.auth.keyCacheMs} ms)`);
@@ -299,7 +306,7 @@ t.test('Postgres paused 5 s (SIGSTOP, whole cluster): a leased key keeps being s
   t.equal(wrong.length, 0, `${wrong.length} rows differ`);
   t.equal(rows.size, served.length, 'and A has no other request row');
   const told = served.reduce((s, o) => s + o.charged!, 0);
-  t.ok(told > 0, `A was told ${told} Ink in all`);
+  t.ok(told > 0, `A was told ${told} Ink in all (${served.length} requests)`);
   const keyA = (await pool.query('SELECT ink_charged, ink_reserved FROM api_keys WHERE id = $1', [ka.keyId])).rows[0];
   t.same(keyA, { ink_charged: told, ink_reserved: 0 }, "key A's charged total = the sum it was told, nothing reserved");
   t.equal((await walletRow(pool, ka.accountId)).charged_ink, told, "A's wallet charged total = the sum it was told");
@@ -309,8 +316,15 @@ t.test('Postgres paused 5 s (SIGSTOP, whole cluster): a leased key keeps being s
   }
   const leasesOpen = (await pool.query(`SELECT id, key_id, state, grant_ink + payg_ink AS ink FROM leases WHERE state = 'live' ORDER BY id`)).rows;
   const strays = leasesOpen.filter((l) => l.key_id !== ka.keyId);
-  t.same(strays, [], 'no live lease for a key that never got one (B2’s lease take timed out)');
+  t.same(strays, [], "no live lease for a key that never got one (B2's lease take timed out)");
   t.comment(`live leases before close: ${JSON.stringify(leasesOpen)}; gateway openLeases ${escrow.openLeases}`);
+  if (strays.length > 0) {
+    // Evidence for the report: whose the stray is, when it was made, and whether the heartbeat renewed it.
+    const detail = (await pool.query(`SELECT id, instance_id = $1 AS ours, epoch = $2 AS this_epoch, created_at, expires_at,
+        round(extract(epoch FROM expires_at - created_at) * 1000) AS expires_after_created_ms FROM leases WHERE id = ANY($3::bigint[])`,
+      [escrow.instanceId, escrow.currentEpoch, strays.map((l) => l.id)])).rows;
+    t.comment(`stray leases (Postgres stopped at ${pausedWall.toISOString()}, lease ttl ${config.ledger.lease.ttlMs} ms): ${JSON.stringify(detail)}`);
+  }
   await assertLedgerInvariant(t, pool);
 
   // Close: the gateway returns its leases; nothing stays live in Postgres.
