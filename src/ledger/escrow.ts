@@ -57,6 +57,12 @@ const MAX_KEY_STATES = 100_000;
 const RECOVER_BATCH = 50;
 const RECALL_POLL_MS = 10;
 const CLOSE_FLUSH_MS = 10_000;
+/**
+ * A live lease of ours that we do not know is an orphan once it is this old: a take whose answer we
+ * never got. Longer than any statement can run (statement_timeout), so a take still in flight is
+ * never mistaken for one.
+ */
+const ORPHAN_AFTER_MS = 30_000;
 
 const unavailable = (message: string, cause?: unknown) => new ApiError('provider_unavailable', { message, retryAfterS: 1, cause });
 
@@ -523,13 +529,17 @@ export class Escrow implements TextBilling {
       const r = await this.pool.query<{ lease_id: number | null; give_up: string | null }>({
         name: 'ledger_heartbeat',
         text: SQL.HEARTBEAT,
-        values: [this.instanceId, this.epoch, this.lc.ttlMs, this.now()],
+        values: [this.instanceId, this.epoch, this.lc.ttlMs, this.now(), [...this.byId.keys()], ORPHAN_AFTER_MS],
       });
       const deadline = sentMs + this.lc.ttlMs - this.lc.deadlineMarginMs;
       for (const row of r.rows) {
         if (row.give_up === 'stale') {
           this.superseded();
           break;
+        }
+        if (row.give_up === 'orphan' && row.lease_id !== null) {
+          await this.recover(row.lease_id, 'a take whose answer was lost');
+          continue;
         }
         const lease = row.lease_id === null ? undefined : this.byId.get(row.lease_id);
         if (lease === undefined) continue;
@@ -592,7 +602,14 @@ export class Escrow implements TextBilling {
       await Promise.all([...this.returns]);
       await Promise.all([...this.byId.values()].map((l) => this.retire(l, 'shutting down')));
     }
-    if (this.byId.size > 0) this.log('ledger.close_leases_left', { leases: this.byId.size, note: 'recovered when they expire' });
+    // Anything of this epoch still live now is an orphan (a take whose answer was lost) or a lease
+    // whose return failed: nothing is in flight any more, so recovering it is exact.
+    try {
+      const left = await this.pool.query<{ id: number }>(SQL.OWN_LIVE_LEASES, [this.instanceId, this.epoch]);
+      for (const row of left.rows) await this.recover(row.id, 'left at shutdown');
+    } catch (e) {
+      this.log('ledger.close_leases_left', { leases: this.byId.size, err: e as Error, note: 'recovered when they expire' });
+    }
     this.journal.close();
     await this.bus?.close();
   }

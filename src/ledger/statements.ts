@@ -151,10 +151,13 @@ export const LEASE_RETURN = `SELECT result, expired_ink, left_grant_ink, left_pa
 
 export const LEASE_RECOVER = `SELECT ledger_lease_recover($1::bigint, $2::timestamptz, $3::text) AS kept`;
 
-export const HEARTBEAT = `SELECT lease_id, give_up FROM ledger_heartbeat($1::text, $2::bigint, $3::integer, $4::timestamptz)`;
+export const HEARTBEAT = `SELECT lease_id, give_up FROM ledger_heartbeat($1::text, $2::bigint, $3::integer, $4::timestamptz, $5::bigint[], $6::integer)`;
 
 /** Live leases past their expiry (and the grace): anyone's to recover. */
 export const EXPIRED_LEASES = `SELECT id FROM leases WHERE state = 'live' AND expires_at < $1::timestamptz ORDER BY expires_at LIMIT $2`;
+
+/** This epoch's live leases (at shutdown, after every return). */
+export const OWN_LIVE_LEASES = `SELECT id FROM leases WHERE state = 'live' AND instance_id = $1 AND epoch = $2 ORDER BY id`;
 
 /** Leases an older start under this instance id left behind. */
 export const OWN_OLD_LEASES = `SELECT id FROM leases WHERE state = 'live' AND instance_id = $1 AND epoch < $2 ORDER BY id`;

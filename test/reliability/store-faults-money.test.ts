@@ -1,4 +1,5 @@
-// Issue 9, "Faults" on the stores, seen from the money side: what a Postgres or Redis outage does to
+// Faults on the stores, seen from the money side, on the exact path (every hold a durable move of its
+// own, as for a wallet near its edge; a key holding an Ink lease is escrow-faults.test.ts): what a Postgres or Redis outage does to
 // holds, charges and vendor calls on the text lanes (Messages, stream and non-stream).
 //   1. Postgres frozen AFTER dispatch (the gateway's pool runs through a TCP proxy we freeze while
 //      the vendor is still answering): the client still gets the vendor's answer (non-stream 200
@@ -21,7 +22,7 @@ import { textChargeInk } from '../../src/ledger/pricing.js';
 import { silentLogger } from '../../src/util/log.js';
 import { startAnthropicSimulator, type AnthropicSimulator } from '../../src/vendors/anthropic/simulator.js';
 import { testDb, type TestDb } from '../helpers/db.js';
-import { call, startTestGateway } from '../helpers/gateway.js';
+import { call, journalWritten, startTestGateway } from '../helpers/gateway.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
 import { assertUsageUnknownStream, keyRow, messagesProbe, requestRow, resolutions, textOf, walletRow } from '../helpers/messages-probe.js';
 import { startPrivateRedis } from '../helpers/redis-server.js';
@@ -81,6 +82,7 @@ async function proxiedGateway(t: Test): Promise<Rig> {
     db: { url: viaProxy, schema: db.schema },
     redis: { url: null },
     vendors: { anthropic: { baseUrl: sim.url, apiKey: VENDOR_KEY } },
+    ledger: { lease: { enabled: false } },
   };
   const config = loadConfig({}, overrides);
   const gw = await createGateway(config, { log: silentLogger, skipMigrate: true });
@@ -295,6 +297,7 @@ t.test('Redis paused (SIGSTOP): 503 rate_limiter_unavailable within 300 ms, no v
   const k = await fundedKey(r);
   const warm = await send(r.url, k.key, messagesBody(false, 'warm', '[[sim:tokens=3]]'));
   t.equal(warm.status, 200, 'a normal request first (Redis up)');
+  await journalWritten(g); // the warm request's record, written behind, is in before the baseline is read
   const w0 = await walletRow(r.db.pool, k.accountId);
   const rows0 = await requestCount(r.db, k.accountId);
   const calls0 = sim.requests.length;

@@ -15,7 +15,7 @@ import { textChargeInk, textUsageFromResponses } from '../../src/ledger/pricing.
 import { startAnthropicSimulator } from '../../src/vendors/anthropic/simulator.js';
 import { startOpenAISimulator } from '../../src/vendors/openai/simulator.js';
 import { cutAt, startFaultProxy, type Fault, type FaultProxy } from '../helpers/fault-proxy.js';
-import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
+import { journalWritten, startTestGateway, type TestGateway } from '../helpers/gateway.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
 import { parseSse, sseComments } from '../helpers/sse.js';
 
@@ -152,8 +152,11 @@ async function send(r: Rig, key: string, stream: boolean, extra?: string): Promi
 }
 
 const me = async (g: TestGateway, key: string) => (await g.call('GET', '/v1/me', { key })).json;
-const record = async (g: TestGateway, requestId: string) =>
-  (await g.db.pool.query('SELECT status, hold_state, charged_ink FROM requests WHERE id = $1', [requestId])).rows[0];
+/** The request's record once the gateway's journal is written (the lanes write records behind). */
+const record = async (g: TestGateway, requestId: string) => {
+  await journalWritten(g);
+  return (await g.db.pool.query('SELECT status, hold_state, charged_ink FROM requests WHERE id = $1', [requestId])).rows[0];
+};
 
 async function newFundedKey(g: TestGateway) {
   const k = await g.newKey();

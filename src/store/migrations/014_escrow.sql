@@ -190,8 +190,8 @@ END
 $fn$;
 
 -- Returns spare Ink of a live lease to the wallet (grant part lapses if the period rolled since the
--- lease took it). p_close: the lease ends; what is returned must then be all it holds (the owner
--- closes only with nothing in flight and everything flushed). p_drain: the lease was recalled and
+-- lease took it). p_close: the lease ends and gives back all it holds (the owner closes only with
+-- nothing in flight and everything flushed; a hold still in the lease makes it a mismatch). p_drain: the lease was recalled and
 -- takes no more holds. Results: ok | lease_gone | mismatch.
 CREATE FUNCTION ledger_lease_return(
   p_lease bigint, p_instance text, p_epoch bigint, p_grant bigint, p_payg bigint, p_close boolean, p_drain boolean,
@@ -218,9 +218,12 @@ BEGIN
     result := 'lease_gone'; RETURN NEXT; RETURN;
   END IF;
   IF p_grant < 0 OR p_payg < 0 OR p_grant > l.grant_ink OR p_payg > l.payg_ink
-     OR (p_close AND (p_grant <> l.grant_ink OR p_payg <> l.payg_ink OR EXISTS (SELECT 1 FROM requests WHERE lease_id = p_lease AND leased))) THEN
+     OR (p_close AND EXISTS (SELECT 1 FROM requests WHERE lease_id = p_lease AND leased)) THEN
     result := 'mismatch'; RETURN NEXT; RETURN;
   END IF;
+  -- Closing returns everything the lease holds: with nothing in flight and every record written
+  -- that is the owner's spare, plus what a refill whose answer was lost (a timeout) added.
+  IF p_close THEN p_grant := l.grant_ink; p_payg := l.payg_ink; END IF;
   IF l.grant_period <> w.grant_period THEN ex := p_grant; END IF;
   back := p_grant - ex;
   UPDATE wallets SET grant_ink = grant_ink + back, payg_ink = payg_ink + p_payg, expired_ink = expired_ink + ex,
@@ -471,10 +474,15 @@ BEGIN
 END
 $fn$;
 
--- The heartbeat: renews this instance's live leases and says which of them the owner must give
--- up (recalled, key revoked or expired, period rolled). No rows and `stale`: the epoch was
--- superseded (another start took the id) and every lease of it is someone else's to recover.
-CREATE FUNCTION ledger_heartbeat(p_instance text, p_epoch bigint, p_ttl_ms integer, p_now timestamptz)
+-- The heartbeat: renews the live leases this instance knows (p_known) and says which of them the
+-- owner must give up (recalled, key revoked or expired, period rolled). A live lease of this
+-- instance and epoch that it does not know and that is older than p_orphan_ms is an orphan: a take
+-- whose answer the instance never got (it timed out while Postgres was slow, then committed). It
+-- is listed as 'orphan' and not renewed, so the instance recovers it (it never held anything from
+-- it). No rows but one `stale`: the epoch was superseded (another start took the id) and every
+-- lease of it is someone else's to recover.
+CREATE FUNCTION ledger_heartbeat(p_instance text, p_epoch bigint, p_ttl_ms integer, p_now timestamptz, p_known bigint[],
+                                 p_orphan_ms integer)
 RETURNS TABLE (lease_id bigint, give_up text)
 LANGUAGE plpgsql AS $fn$
 BEGIN
@@ -486,7 +494,7 @@ BEGIN
   RETURN QUERY
   WITH renewed AS (
     UPDATE leases l SET expires_at = p_now + make_interval(secs => p_ttl_ms / 1000.0)
-     WHERE l.instance_id = p_instance AND l.epoch = p_epoch AND l.state = 'live'
+     WHERE l.id = ANY(p_known) AND l.instance_id = p_instance AND l.epoch = p_epoch AND l.state = 'live'
     RETURNING l.id, l.key_id, l.account_id, l.recall_at, l.drained_at, l.grant_period
   )
   SELECT r.id, CASE
@@ -494,6 +502,10 @@ BEGIN
            WHEN r.recall_at IS NOT NULL AND r.drained_at IS NULL THEN 'recalled'
            WHEN w.grant_period <> r.grant_period THEN 'period'
          END
-    FROM renewed r JOIN api_keys k ON k.id = r.key_id JOIN wallets w ON w.account_id = r.account_id;
+    FROM renewed r JOIN api_keys k ON k.id = r.key_id JOIN wallets w ON w.account_id = r.account_id
+  UNION ALL
+  SELECT l.id, 'orphan'::text FROM leases l
+   WHERE l.instance_id = p_instance AND l.epoch = p_epoch AND l.state = 'live' AND NOT (l.id = ANY(p_known))
+     AND l.created_at < p_now - make_interval(secs => p_orphan_ms / 1000.0);
 END
 $fn$;
