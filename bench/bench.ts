@@ -1,4 +1,4 @@
-// `npm run bench`: the bench tool of issue 8 (src/bench) run from source through the ts loader,
+// `npm run bench`: the bench tool (src/bench) run from source through the ts loader,
 // the same tool as `inkgate bench` on a built install. Flags: `--help`.
 import { runBench } from '../src/bench/cli.js';
 

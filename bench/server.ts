@@ -1,4 +1,4 @@
-// Bench of the bare server (issue 2 §10): authenticated GET /v1/me and the public catalogue through
+// Bench of the bare server: authenticated GET /v1/me and the public catalogue through
 // inkgate (uWS) against the same handlers on plain node:http, same machine, same run, same database
 // and limiter. Servers run in a child process; the load generator runs here.
 //   node --import ./node_modules/@tapjs/typescript/dist/esm/import.mjs bench/server.ts [--seconds 5]

@@ -1,4 +1,4 @@
-// Load and soak (issue 9): mixed traffic against a gateway in its own process on a private
+// Load and soak: mixed traffic against a gateway in its own process on a private
 // PostgreSQL and a private redis-server, optionally pausing them; then 10 keys at 100 requests/s
 // each against the per-key limit. Loopback only, bounded. Exit status 1 when a goal is missed.
 //

@@ -1,4 +1,4 @@
-// Where inkgate's added latency goes on a text lane, at concurrency 1 (issue 4/5 profiling aid).
+// Where inkgate's added latency goes on a text lane, at concurrency 1 (a profiling aid).
 //   TS_NODE_TRANSPILE_ONLY=1 node --import ./node_modules/@tapjs/typescript/dist/esm/import.mjs bench/text-breakdown.ts [--lane messages|responses] [--n 3000] [--stream] [--conns 1]
 // The simulators run in a child (bench/lib/sims-child.ts); the gateway and the load run
 // here, so wrapped calls (each pg query, the ledger moves, the vendor request) time themselves.

@@ -1,4 +1,4 @@
-// Request bodies (spec "Conventions" 2, issue 2 §2): content type, JSON, caps enforced while the body
+// Request bodies (spec "Conventions" 2): content type, JSON, caps enforced while the body
 // streams in, hostile JSON. Driven against a real gateway with a test route that echoes what it parsed.
 import { connect } from 'node:net';
 import { Readable } from 'node:stream';

@@ -1,4 +1,4 @@
-// Issue 9, "Hostile input", Auth: keys in query strings are ignored on every route; a key revoked
+// Hostile input, auth: keys in query strings are ignored on every route; a key revoked
 // with the operator's CLI is refused on the very next request (billed routes included, nothing
 // held, nothing sent to a vendor); and no full key ever lands in the logs or the database. For
 // the last, a gateway runs with a capturing debug logger through successes and every kind of

@@ -1,4 +1,4 @@
-// Issue 9, "Hostile input", Cross-account: another account's generation (video or image), request
+// Hostile input, cross-account: another account's generation (video or image), request
 // record and Idempotency-Key are invisible. Account B knows A's ids (as if leaked) and A's
 // idempotency keys, and probes every route that takes an id, in every state A's generations pass
 // through. Everything answers as if the thing did not exist: 404 for ids, and a fresh, unrelated

@@ -1,4 +1,4 @@
-// Issue 9: hostile input against every route. Part 1 drives generated bodies, headers, methods and
+// Hostile input against every route. Part 1 drives generated bodies, headers, methods and
 // paths (fast-check) through a real gateway whose text lanes point at the vendor simulators; part 2
 // abuses the real uWS server over raw sockets. Invariants: never a 5xx (except the lane-closed 503 of
 // video/images), every error in the spec's envelope, never a hold left open, never Ink moved by a 4xx.

@@ -1,4 +1,4 @@
-// Vendor faults on the job products (issue 9, "Faults"), injected by our own HTTP-aware fault proxy
+// Vendor faults on the job products, injected by our own HTTP-aware fault proxy
 // (test/helpers/fault-proxy.ts) between inkgate and the Ark (video) and Gemini (image) simulators.
 // The text lanes have their own suite (vendor-faults.test.ts); here each fault hits one of the
 // three vendor calls the job engine makes, and must end in the answer the spec and README give:

@@ -1,4 +1,4 @@
-// Issue 9, "Faults": the gateway process killed mid-stream and mid-image. A real gateway runs in a
+// Faults: the gateway process killed mid-stream and mid-image. A real gateway runs in a
 // CHILD process (its own pool, its own job engine on real timers) over a private schema; the
 // vendor simulators run here, so they outlive it. We SIGKILL the child while a Messages stream and
 // a Responses stream are half-way through (the simulators pace their deltas), and while an image

@@ -1,4 +1,4 @@
-// Issue 9, "Hostile input": header smuggling toward the vendors, on both text lanes, in one place.
+// Hostile input: header smuggling toward the vendors, on both text lanes, in one place.
 // A header tap (test/helpers/header-tap.ts) between inkgate and each simulator records the raw
 // header lines the vendor receives (duplicates kept) and adds hostile headers to every vendor
 // answer. A client sends everything a smuggler would: its own `x-api-key`, `authorization`

@@ -1,4 +1,4 @@
-// Load and soak, the CI variant of bench/soak.ts (issue 9): about 50 s of mixed traffic (Messages
+// Load and soak, the CI variant of bench/soak.ts: about 50 s of mixed traffic (Messages
 // and Responses, streamed and not, video and image submits and polls) at 60 requests/s against a
 // gateway in its own process, on a PRIVATE PostgreSQL and a PRIVATE redis-server, while Redis and
 // Postgres are paused (SIGSTOP ... SIGCONT, 3 s) in turn every 10 s. Goals: no 5xx but a pause's

@@ -1,9 +1,9 @@
-// The README's error table and src/errors.ts must agree, row for row.
+// The error table of docs/reference.md and src/errors.ts must agree, row for row.
 import { readFileSync } from 'node:fs';
 import t from 'tap';
 import { ERRORS } from '../../src/errors.js';
 
-const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
+const readme = readFileSync(new URL('../../docs/reference.md', import.meta.url), 'utf8');
 const section = readme.slice(readme.indexOf('## Error codes'));
 const rows = [...section.matchAll(/^\| (\d{3}) \| `([a-z_]+)` \| `([a-z_]+)` \| (.+) \|$/gm)];
 
