@@ -114,6 +114,7 @@ export class Escrow implements TextBilling {
       flushMs: o.config.flushMs,
       flushMaxRecords: o.config.flushMaxRecords,
       journalMaxRecords: o.config.journalMaxRecords,
+      asyncCommit: o.config.durability === 'write-behind',
       now: this.now,
       log: o.log,
       onEndWritten: (r) => this.endWritten(r),

@@ -62,6 +62,12 @@ async function statementsDuring(db: TestDb, fn: () => Promise<void>): Promise<nu
   return n;
 }
 
+const tally = (xs: string[]): Record<string, number> => {
+  const out: Record<string, number> = {};
+  for (const x of xs) out[x] = (out[x] ?? 0) + 1;
+  return out;
+};
+
 const code = (e: unknown): string => (isApiError(e) ? e.code : `thrown: ${(e as Error).message}`);
 
 t.test('holds and settlements come from the lease in memory; one flush writes them; views agree', async (t) => {
@@ -119,8 +125,7 @@ t.test('the edge is exact across instances: 5,000 Ink with 150-Ink holds admits 
   const outcomes = await Promise.all(
     Array.from({ length: 60 }, (_, i) => es[i % 3]!.reserve(input(accountId, keyIds[i % 3]!, 150)).then(() => 'ok', code)),
   );
-  t.equal(outcomes.filter((o) => o === 'ok').length, 33, 'exactly 33 admitted');
-  t.equal(outcomes.filter((o) => o === 'insufficient_ink').length, 27, 'the rest refused with 402 insufficient_ink');
+  t.same(tally(outcomes), { ok: 33, insufficient_ink: 27 }, 'exactly 33 admitted, the rest refused with 402 insufficient_ink');
   for (const e of es) await e.journal.flushAll(5000);
   const w = await walletOf(db.pool, accountId);
   const inLeases = (await db.pool.query(`SELECT coalesce(sum(hold_ink), 0)::int AS h FROM requests WHERE account_id = $1 AND leased`, [accountId])).rows[0].h;
@@ -137,8 +142,7 @@ t.test('a key cap admits exactly what fits, across instances', async (t) => {
   const outcomes = await Promise.all(
     Array.from({ length: 30 }, (_, i) => es[i % 3]!.reserve(input(accountId, keyIds[0]!, 150)).then(() => 'ok', code)),
   );
-  t.equal(outcomes.filter((o) => o === 'ok').length, 13, '13 x 150 fit under 2,000');
-  t.equal(outcomes.filter((o) => o === 'key_ink_limit_reached').length, 17);
+  t.same(tally(outcomes), { ok: 13, key_ink_limit_reached: 17 }, '13 x 150 fit under 2,000; the rest refused with 402 key_ink_limit_reached');
   t.equal(await es[0]!.reserve(input(accountId, keyIds[1]!, 150)).then(() => 'ok', code), 'ok', "the account's other key still works");
   await assertLedgerInvariant(t, db.pool);
 });
