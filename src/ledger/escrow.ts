@@ -129,7 +129,12 @@ export class Escrow implements TextBilling {
     const old = await o.pool.query<{ id: number }>(SQL.OWN_OLD_LEASES, [o.instanceId, e.epoch]);
     for (const row of old.rows) await e.recover(row.id, 'instance restarted');
     if (o.bus) {
-      e.bus = createRecallBus({ ...o.bus, onRecall: (s) => e.heard(s), onError: (err) => o.log('ledger.recall_bus_error', { err }) });
+      e.bus = createRecallBus({
+        ...o.bus,
+        onRecall: (s) => void e.heard(s),
+        onError: (err) => o.log('ledger.recall_bus_error', { err }),
+        publishVia: o.pool,
+      });
     }
     e.heartbeat = setInterval(() => void e.tick(), o.config.lease.heartbeatMs);
     e.heartbeat.unref();
@@ -312,25 +317,27 @@ export class Escrow implements TextBilling {
    */
   async recallAndWait(scope: { accountId?: string; keyId?: string }): Promise<boolean> {
     const a = scope.accountId ?? null, k = scope.keyId ?? null;
-    let n: number;
-    try {
-      n = (await this.pool.query<{ n: number }>(SQL.UNDRAINED_LEASES, [a, k])).rows[0]!.n;
-      if (n === 0) return true;
-      this.stats.recalls++;
-      await this.pool.query(SQL.RECALL_LEASES, [a, k, this.now()]);
-    } catch (e) {
-      storeError(e);
-    }
-    await this.heard({ accountId: scope.accountId, keyId: scope.keyId, why: 'edge' });
-    await this.bus?.publish({ accountId: scope.accountId, keyId: scope.keyId, why: 'edge' }).catch((err: Error) => this.log('ledger.recall_publish_failed', { err }));
     const until = performance.now() + this.lc.recallWaitMs;
+    let first = true;
     for (;;) {
+      let marked: number, undrained: number;
       try {
-        n = (await this.pool.query<{ n: number }>(SQL.UNDRAINED_LEASES, [a, k])).rows[0]!.n;
+        // Marks every undrained lease in scope, also one taken since the last round (a take that
+        // committed as the recall began), and pauses new leases on the account or key meanwhile.
+        const pauseUntil = new Date(this.now().getTime() + this.lc.recallWaitMs);
+        marked = (await this.pool.query<{ marked: number }>(SQL.RECALL_LEASES, [a, k, this.now(), pauseUntil])).rows[0]!.marked;
+        undrained = (await this.pool.query<{ n: number }>(SQL.UNDRAINED_LEASES, [a, k])).rows[0]!.n;
       } catch (e) {
         storeError(e);
       }
-      if (n === 0) return true;
+      if (undrained === 0) return true;
+      if (marked > 0) {
+        if (first) this.stats.recalls++;
+        const s: RecallScope = { accountId: scope.accountId, keyId: scope.keyId, why: 'edge' };
+        await this.heard(s);
+        await this.bus?.publish(s).catch((err: Error) => this.log('ledger.recall_publish_failed', { err }));
+      }
+      first = false;
       if (performance.now() >= until) return false;
       await new Promise((r) => setTimeout(r, RECALL_POLL_MS));
     }

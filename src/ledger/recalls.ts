@@ -49,6 +49,8 @@ export interface RecallBusOptions {
   /** Called for every recall heard (also this instance's own). Absent: publish only (the CLI). */
   readonly onRecall?: (s: RecallScope) => void;
   readonly onError?: (e: Error) => void;
+  /** Where a Postgres bus sends its NOTIFYs (the instance's pool); absent: a connection of its own per message. */
+  readonly publishVia?: { query(text: string, values: unknown[]): Promise<unknown> };
 }
 
 /**
@@ -115,6 +117,10 @@ class PostgresRecallBus implements RecallBus {
   }
 
   async publish(s: RecallScope): Promise<void> {
+    if (this.o.publishVia) {
+      await this.o.publishVia.query('SELECT pg_notify($1, $2)', [this.channel, encodeRecall(s)]);
+      return;
+    }
     const c = new pg.Client({ connectionString: this.o.dbUrl, connectionTimeoutMillis: this.o.connectTimeoutMs, query_timeout: this.o.connectTimeoutMs });
     try {
       await c.connect();
@@ -149,14 +155,15 @@ class RedisRecallBus implements RecallBus {
     this.pub = new Redis(o.redis.url!, opts);
     this.pub.on('error', (e: Error) => o.onError?.(e));
     if (o.onRecall) {
-      // A subscriber connection only listens; the offline queue lets SUBSCRIBE wait for the connection.
-      const sub = new Redis(o.redis.url!, { ...opts, enableOfflineQueue: true, commandTimeout: undefined });
+      // A subscriber connection only listens. It subscribes on every 'ready' itself: ioredis's own
+      // re-subscription leaves its promise unhandled when the connection drops again meanwhile.
+      const sub = new Redis(o.redis.url!, { ...opts, autoResubscribe: false, commandTimeout: undefined });
       sub.on('error', (e: Error) => o.onError?.(e));
+      sub.on('ready', () => void sub.subscribe(this.channel).catch((e: Error) => o.onError?.(e)));
       sub.on('message', (_ch: string, text: string) => {
         const s = decodeRecall(text);
         if (s) o.onRecall?.(s);
       });
-      void sub.subscribe(this.channel).catch((e: Error) => o.onError?.(e));
       this.sub = sub;
     }
   }

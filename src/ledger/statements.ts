@@ -162,9 +162,12 @@ export const OWN_LIVE_LEASES = `SELECT id FROM leases WHERE state = 'live' AND i
 /** Leases an older start under this instance id left behind. */
 export const OWN_OLD_LEASES = `SELECT id FROM leases WHERE state = 'live' AND instance_id = $1 AND epoch < $2 ORDER BY id`;
 
-/** Marks the live, undrained leases of an account ($1) or of a key ($2) as recalled; returns how many. */
-export const RECALL_LEASES = `UPDATE leases SET recall_at = coalesce(recall_at, $3::timestamptz)
-   WHERE state = 'live' AND drained_at IS NULL AND (account_id = $1 OR key_id = $2)`;
+/**
+ * Marks the live, undrained leases of an account ($1) or of a key ($2) as recalled (`marked`: how
+ * many were not marked yet), and pauses new leases there until $4, so the Ink they give back is
+ * not leased again while the refusal that recalled them waits for it.
+ */
+export const RECALL_LEASES = `SELECT ledger_recall($1::text, $2::text, $3::timestamptz, $4::timestamptz) AS marked`;
 
 /** How many leases of an account ($1) or key ($2) still hold spare Ink they have not given back. */
 export const UNDRAINED_LEASES = `SELECT count(*)::int AS n FROM leases

@@ -30,6 +30,12 @@ ALTER TABLE wallets ADD CONSTRAINT wallet_balances CHECK (
 
 ALTER TABLE api_keys ADD COLUMN ink_leased bigint NOT NULL DEFAULT 0 CHECK (ink_leased >= 0);
 
+-- While a refusal at the edge waits for recalled leases to give their spare Ink back, no new lease
+-- is taken on the account (or key) it recalled: otherwise another instance could lease that Ink
+-- again and the refusal would wait for ever, or answer 402 while Ink sits in a lease.
+ALTER TABLE wallets ADD COLUMN lease_pause_until timestamptz;
+ALTER TABLE api_keys ADD COLUMN lease_pause_until timestamptz;
+
 -- One row per running gateway process. `epoch` grows at every start under the same id: whatever
 -- an older epoch still owns is recovered at once, and a late flush from it is told so.
 CREATE TABLE ledger_instances (
@@ -144,7 +150,8 @@ DECLARE
 BEGIN
   take_grant_ink := 0; take_payg_ink := 0; lease_id := p_lease; grant_period := NULL; available_ink := NULL; key_room_ink := NULL;
   SELECT w.grant_ink, w.payg_ink, w.grant_period, k.ink_limit, k.ink_charged + k.ink_reserved + k.ink_leased AS used,
-         k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > p_now) AS live INTO v
+         k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > p_now) AS live,
+         coalesce(w.lease_pause_until > p_now, false) OR coalesce(k.lease_pause_until > p_now, false) AS paused INTO v
     FROM wallets w JOIN api_keys k ON k.account_id = w.account_id
    WHERE w.account_id = p_account AND k.id = p_key
      FOR UPDATE OF w, k;
@@ -161,6 +168,7 @@ BEGIN
     END IF;
   END IF;
   unleased := v.grant_ink + v.payg_ink;
+  IF v.paused THEN result := 'edge'; available_ink := unleased; RETURN NEXT; RETURN; END IF;
   room := CASE WHEN v.ink_limit IS NULL THEN NULL ELSE greatest(v.ink_limit - v.used, 0) END;
   available_ink := unleased; key_room_ink := room;
   size := least(p_want, (unleased * p_wallet_permille) / 1000, unleased - p_floor);
@@ -243,6 +251,24 @@ BEGIN
   END IF;
   result := 'ok'; expired_ink := ex; left_grant_ink := l.grant_ink - p_grant; left_payg_ink := l.payg_ink - p_payg;
   RETURN NEXT;
+END
+$fn$;
+
+-- Recalls the undrained live leases of an account (p_account) or of a key (p_key): marks them
+-- (recall_at) and pauses new leases there until p_until. Returns how many were not marked yet.
+-- Statements in the house lock order (wallets, keys, leases), so it never deadlocks with a take,
+-- a return or a flush.
+CREATE FUNCTION ledger_recall(p_account text, p_key text, p_now timestamptz, p_until timestamptz)
+RETURNS integer LANGUAGE plpgsql AS $fn$
+DECLARE
+  n integer;
+BEGIN
+  UPDATE wallets SET lease_pause_until = greatest(lease_pause_until, p_until) WHERE account_id = p_account;
+  UPDATE api_keys SET lease_pause_until = greatest(lease_pause_until, p_until) WHERE id = p_key;
+  UPDATE leases SET recall_at = p_now
+   WHERE state = 'live' AND drained_at IS NULL AND recall_at IS NULL AND (account_id = p_account OR key_id = p_key);
+  GET DIAGNOSTICS n = ROW_COUNT;
+  RETURN n;
 END
 $fn$;
 
