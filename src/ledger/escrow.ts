@@ -393,7 +393,8 @@ export class Escrow implements TextBilling {
     if (details.vendorRequestId !== undefined) r.vendorRequestId = details.vendorRequestId;
     r.resolvedAt = this.now().toISOString();
     this.journal.touch(r);
-    if (this.cfg.durability === 'sync') await this.waitWritten(r);
+    if (a.lease.state === 'draining' && c < r.holdInk) await this.returnFromDrained(a.lease);
+    else if (this.cfg.durability === 'sync') await this.waitWritten(r);
     return { resolved: true, chargedInk: c, releasedInk: r.holdInk - c, expiredInk: 0 };
   }
 
@@ -407,7 +408,8 @@ export class Escrow implements TextBilling {
     r.reason = reason.slice(0, 500);
     r.resolvedAt = this.now().toISOString();
     this.journal.touch(r);
-    if (this.cfg.durability === 'sync') await this.waitWritten(r);
+    if (a.lease.state === 'draining' && r.holdInk > 0) await this.returnFromDrained(a.lease);
+    else if (this.cfg.durability === 'sync') await this.waitWritten(r);
     return { resolved: true, chargedInk: 0, releasedInk: r.holdInk, expiredInk: 0 };
   }
 
@@ -470,6 +472,16 @@ export class Escrow implements TextBilling {
     return p;
   }
 
+  /**
+   * A hold of a recalled lease ended and gave Ink back to it: that Ink goes back to the wallet before
+   * the caller hears of the settlement, as a durable hold's release would (the refusal that recalled
+   * the lease must find it there). Rare: only holds in flight when their lease was recalled.
+   */
+  private async returnFromDrained(lease: LocalLease): Promise<void> {
+    while (lease.returnDone !== undefined) await lease.returnDone;
+    if (lease.state === 'draining') await this.retire(lease, 'a recalled hold ended');
+  }
+
   private async retireOnce(lease: LocalLease, why: string): Promise<void> {
     if (lease.state === 'closed') return;
     if (lease.state === 'live') {
@@ -478,6 +490,8 @@ export class Escrow implements TextBilling {
     }
     if (lease.returning) return;
     lease.returning = true;
+    let done!: () => void;
+    lease.returnDone = new Promise<void>((r) => (done = r));
     const g = lease.spareGrantInk, p = lease.sparePaygInk;
     const close = lease.inFlight === 0 && lease.unwritten === 0;
     lease.spareGrantInk = 0;
@@ -502,6 +516,8 @@ export class Escrow implements TextBilling {
       this.log('ledger.lease_return_failed', { lease_id: lease.id, why, err: e as Error });
     } finally {
       lease.returning = false;
+      lease.returnDone = undefined;
+      done();
     }
   }
 

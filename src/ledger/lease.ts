@@ -25,6 +25,8 @@ export class LocalLease {
   noRefill = false;
   /** A return or close is running. */
   returning = false;
+  /** The return running now, if any. */
+  returnDone: Promise<void> | undefined;
 
   constructor(
     readonly id: number,
