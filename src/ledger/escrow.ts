@@ -64,6 +64,9 @@ const CLOSE_FLUSH_MS = 10_000;
  */
 const ORPHAN_AFTER_MS = 30_000;
 
+/** A hold of a lease ends once: a second end, until its record is written, is answered from memory. */
+const ALREADY_RESOLVED: ResolveResult = Object.freeze({ resolved: false, reason: 'already_resolved' });
+
 const unavailable = (message: string, cause?: unknown) => new ApiError('provider_unavailable', { message, retryAfterS: 1, cause });
 
 function wholeInk(name: string, v: number): number {
@@ -195,6 +198,8 @@ export class Escrow implements TextBilling {
       vendorRequestId: null,
       end: null,
       chargeInk: 0,
+      restGrantInk: 0,
+      restPaygInk: 0,
       usage: null,
       reason: null,
       resolvedAt: null,
@@ -298,15 +303,21 @@ export class Escrow implements TextBilling {
   /** The exact path: one durable conditional move; a refusal is final only when nothing is leased anywhere. */
   private async exact(input: ReserveInput): Promise<Hold> {
     this.stats.exactHolds++;
-    try {
-      return await this.ledger.reserve(input);
-    } catch (e) {
-      if (!this.leasing || !isApiError(e) || (e.code !== 'insufficient_ink' && e.code !== 'key_ink_limit_reached')) throw e;
-      const scope = e.code === 'key_ink_limit_reached' ? { keyId: input.keyId } : { accountId: input.accountId };
-      if (!(await this.recallAndWait(scope))) {
-        throw unavailable('Part of this wallet is still leased by another gateway instance; retry after Retry-After.', e);
+    // A refusal names one limit (the key's cap is checked first, then the wallet); once the leases
+    // behind it gave their Ink back, the retry may meet the other one: recall that too, once.
+    const recalled = new Set<string>();
+    for (;;) {
+      try {
+        return await this.ledger.reserve(input);
+      } catch (e) {
+        if (!this.leasing || !isApiError(e) || (e.code !== 'insufficient_ink' && e.code !== 'key_ink_limit_reached')) throw e;
+        if (recalled.has(e.code)) throw e;
+        recalled.add(e.code);
+        const scope = e.code === 'key_ink_limit_reached' ? { keyId: input.keyId } : { accountId: input.accountId };
+        if (!(await this.recallAndWait(scope))) {
+          throw unavailable('Part of this wallet is still leased by another gateway instance; retry after Retry-After.', e);
+        }
       }
-      return this.ledger.reserve(input);
     }
   }
 
@@ -380,20 +391,22 @@ export class Escrow implements TextBilling {
   async settle(requestId: string, chargeInk: number, details: { usage?: TextUsage | object; vendorRequestId?: string } = {}): Promise<ResolveResult> {
     const a = this.active.get(requestId);
     if (a === undefined) return this.ledger.settle(requestId, chargeInk, details);
+    if (a.record.end !== null) return ALREADY_RESOLVED;
     wholeInk('chargeInk', chargeInk);
     const usage = usageJson(details.usage);
     const r = a.record;
     const c = chargeInk < r.holdInk ? chargeInk : r.holdInk;
     if (chargeInk > r.holdInk) this.log('ledger.charge_above_hold', { requestId, chargeInk, holdInk: r.holdInk, kind: 'settle' });
-    this.active.delete(requestId);
-    a.lease.end(r.holdGrantInk, r.holdInk - r.holdGrantInk, c, false);
+    const ch = a.lease.end(r.holdGrantInk, r.holdInk - r.holdGrantInk, c, false);
+    r.restGrantInk = r.holdGrantInk - ch.chargedGrantInk;
+    r.restPaygInk = r.holdInk - r.holdGrantInk - ch.chargedPaygInk;
     r.end = 'settle';
     r.chargeInk = c;
     r.usage = usage;
     if (details.vendorRequestId !== undefined) r.vendorRequestId = details.vendorRequestId;
     r.resolvedAt = this.now().toISOString();
     this.journal.touch(r);
-    if (a.lease.state === 'draining' && c < r.holdInk) await this.returnFromDrained(a.lease);
+    if (a.lease.state === 'draining' && c < r.holdInk) await this.returnFromDrained(a.lease, r);
     else if (this.cfg.durability === 'sync') await this.waitWritten(r);
     return { resolved: true, chargedInk: c, releasedInk: r.holdInk - c, expiredInk: 0 };
   }
@@ -401,14 +414,16 @@ export class Escrow implements TextBilling {
   async release(requestId: string, reason: string): Promise<ResolveResult> {
     const a = this.active.get(requestId);
     if (a === undefined) return this.ledger.release(requestId, reason);
+    if (a.record.end !== null) return ALREADY_RESOLVED;
     const r = a.record;
-    this.active.delete(requestId);
     a.lease.end(r.holdGrantInk, r.holdInk - r.holdGrantInk, 0, false);
+    r.restGrantInk = r.holdGrantInk;
+    r.restPaygInk = r.holdInk - r.holdGrantInk;
     r.end = 'release';
     r.reason = reason.slice(0, 500);
     r.resolvedAt = this.now().toISOString();
     this.journal.touch(r);
-    if (a.lease.state === 'draining' && r.holdInk > 0) await this.returnFromDrained(a.lease);
+    if (a.lease.state === 'draining' && r.holdInk > 0) await this.returnFromDrained(a.lease, r);
     else if (this.cfg.durability === 'sync') await this.waitWritten(r);
     return { resolved: true, chargedInk: 0, releasedInk: r.holdInk, expiredInk: 0 };
   }
@@ -417,8 +432,8 @@ export class Escrow implements TextBilling {
   async markUsageUnknownEventually(requestId: string, details: { vendorRequestId?: string; reason?: string } = {}): Promise<void> {
     const a = this.active.get(requestId);
     if (a === undefined) return this.ledger.markUsageUnknownEventually(requestId, details);
+    if (a.record.end !== null) return;
     const r = a.record;
-    this.active.delete(requestId);
     a.lease.end(r.holdGrantInk, r.holdInk - r.holdGrantInk, 0, true);
     r.end = 'unknown';
     if (details.vendorRequestId !== undefined) r.vendorRequestId = details.vendorRequestId;
@@ -442,9 +457,12 @@ export class Escrow implements TextBilling {
 
   /** A record's end is in Postgres: a draining lease with nothing left in flight can close. */
   private endWritten(r: JournalRecord): void {
+    // Until now a second end of the same request was answered here; from now on Postgres answers it.
+    if (this.active.get(r.requestId)?.record === r) this.active.delete(r.requestId);
     const lease = this.byId.get(r.leaseId);
     if (lease === undefined) return;
     lease.unwritten--;
+    lease.written(r.restGrantInk, r.restPaygInk);
     if (lease.state === 'draining' && lease.inFlight === 0 && lease.unwritten === 0) void this.retire(lease, 'drained');
   }
 
@@ -477,7 +495,8 @@ export class Escrow implements TextBilling {
    * the caller hears of the settlement, as a durable hold's release would (the refusal that recalled
    * the lease must find it there). Rare: only holds in flight when their lease was recalled.
    */
-  private async returnFromDrained(lease: LocalLease): Promise<void> {
+  private async returnFromDrained(lease: LocalLease, r: JournalRecord): Promise<void> {
+    await this.waitWritten(r); // until then Postgres counts that Ink as the hold, still in the lease
     while (lease.returnDone !== undefined) await lease.returnDone;
     if (lease.state === 'draining') await this.retire(lease, 'a recalled hold ended');
   }
@@ -492,10 +511,13 @@ export class Escrow implements TextBilling {
     lease.returning = true;
     let done!: () => void;
     lease.returnDone = new Promise<void>((r) => (done = r));
-    const g = lease.spareGrantInk, p = lease.sparePaygInk;
+    // Only what Postgres already sees as spare leaves: Ink an ended hold gave back stays until its
+    // end is written, so write those ends first (a recall must get everything back, not most).
+    if (lease.pendingGrantInk + lease.pendingPaygInk > 0) await this.journal.flushAll(WRITE_WAIT_MS);
+    const g = Math.max(0, lease.spareGrantInk - lease.pendingGrantInk), p = Math.max(0, lease.sparePaygInk - lease.pendingPaygInk);
     const close = lease.inFlight === 0 && lease.unwritten === 0;
-    lease.spareGrantInk = 0;
-    lease.sparePaygInk = 0;
+    lease.spareGrantInk -= g;
+    lease.sparePaygInk -= p;
     try {
       const r = await this.pool.query<{ result: string }>({
         name: 'ledger_lease_return',

@@ -9,6 +9,12 @@ export type LeaseState = 'live' | 'draining' | 'closed';
 export class LocalLease {
   spareGrantInk = 0;
   sparePaygInk = 0;
+  /**
+   * The part of spare that ended holds gave back and whose end is not written yet: in Postgres that
+   * Ink still counts as a hold in flight in this lease, so it may not be returned before the write.
+   */
+  pendingGrantInk = 0;
+  pendingPaygInk = 0;
   /** Holds taken and not yet ended. */
   inFlight = 0;
   /** Records of this lease whose end is not yet written (the lease closes only at zero). */
@@ -73,7 +79,15 @@ export class LocalLease {
     const cp = chargeInk - cg;
     this.spareGrantInk += holdGrantInk - cg;
     this.sparePaygInk += holdPaygInk - cp;
+    this.pendingGrantInk += holdGrantInk - cg;
+    this.pendingPaygInk += holdPaygInk - cp;
     return { chargedGrantInk: cg, chargedPaygInk: cp };
+  }
+
+  /** An ended hold's record is written: what it gave back may now leave the lease. */
+  written(restGrantInk: number, restPaygInk: number): void {
+    this.pendingGrantInk -= restGrantInk;
+    this.pendingPaygInk -= restPaygInk;
   }
 
   /** True when spare Ink is low enough for a background refill. */

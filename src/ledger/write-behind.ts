@@ -30,6 +30,9 @@ export interface JournalRecord {
   vendorRequestId: string | null;
   end: EndKind | null;
   chargeInk: number;
+  /** What the end gave back to the lease (hold - charge), grant and pay-as-you-go parts. */
+  restGrantInk: number;
+  restPaygInk: number;
   usage: string | null;
   reason: string | null;
   resolvedAt: string | null;
