@@ -612,7 +612,14 @@ export class Escrow implements TextBilling {
     const cutoff = new Date(this.now().getTime() - this.lc.recoverGraceMs);
     const r = await this.pool.query<{ id: number }>(SQL.EXPIRED_LEASES, [cutoff, RECOVER_BATCH]);
     let n = 0;
-    for (const row of r.rows) if (await this.recover(row.id, 'lease expired')) n++;
+    for (const row of r.rows) {
+      // One lease that cannot be recovered (its rows disagree: a bug to look at) must not block the rest.
+      try {
+        if (await this.recover(row.id, 'lease expired')) n++;
+      } catch (e) {
+        this.log('ledger.lease_recover_failed', { lease_id: row.id, err: e as Error });
+      }
+    }
     return n;
   }
 

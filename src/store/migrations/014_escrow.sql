@@ -17,9 +17,10 @@
 -- leases took; charged + reserved + leased never passes the cap.
 --
 -- Lock order, for every function here: wallets, then api_keys, then leases (all sorted), then
--- requests. The older hold functions (002, 007) lock requests first; they never touch a request
--- whose hold sits in a lease (the request_leased CHECK refuses any such resolution), so the two
--- orders never meet on the same rows.
+-- requests. The older hold functions (002, 007) lock requests first. They are kept off requests
+-- whose hold sits in a lease: the gateway answers a second end of such a hold from memory until its
+-- record is written, reconciliation skips leased rows, and the request_leased CHECK refuses any
+-- resolution that still reaches one (it fails instead of moving money).
 
 ALTER TABLE wallets
   ADD COLUMN leased_grant_ink bigint NOT NULL DEFAULT 0 CHECK (leased_grant_ink >= 0),
