@@ -32,6 +32,10 @@ export interface BenchOptions {
   readonly directModels: Readonly<Record<LaneName, string>>;
   readonly anthropicVersion: string;
   readonly plainProxy: boolean;
+  /** The self-started inkgate's ledger durability (config ledger.durability). */
+  readonly durability: 'write-behind' | 'sync';
+  /** The self-started inkgate's group-commit period, ms (config ledger.flushMs). */
+  readonly flushMs: number;
   readonly json: boolean;
   readonly reportFile: string | null;
   readonly progress: boolean;
@@ -66,6 +70,8 @@ and a plain node:http + undici pass-through proxy, and stops them all at the end
   --model-messages ID, --model-responses ID             gateway model ids (default sonnet, astra)
   --direct-model-messages ID, --direct-model-responses ID  vendor model ids (default claude-sonnet-5, gpt-6)
   --no-plain-proxy       do not start the plain proxy in front of a named --direct
+  --durability MODE      the self-started inkgate's ledger durability: write-behind (default) or sync
+  --flush-ms MS          the self-started inkgate's journal group-commit period (default 20)
   --json                 one JSON document on stdout (every figure, ratios, goals)
   --report FILE.html     a self-contained HTML report with latency plots
   --progress             progress bar on stderr even when it is not a terminal
@@ -75,7 +81,7 @@ const BOOLEAN = new Set(['json', 'progress', 'no-plain-proxy', 'help']);
 const VALUED = new Set([
   'scenario', 'lane', 'seconds', 'warmup-seconds', 'max-requests', 'max-total-seconds', 'connections', 'rate', 'streams', 'pace-ms', 'deltas',
   'upstream-connections', 'gateway', 'key', 'direct', 'direct-key', 'direct-responses', 'direct-responses-key', 'model-messages',
-  'model-responses', 'direct-model-messages', 'direct-model-responses', 'anthropic-version', 'report',
+  'model-responses', 'direct-model-messages', 'direct-model-responses', 'anthropic-version', 'report', 'durability', 'flush-ms',
 ]);
 
 function num(flags: Map<string, string>, name: string, dflt: number, min: number, max: number, integer = true): number {
@@ -130,6 +136,8 @@ export function parseBenchArgs(argv: readonly string[], stderrIsTty: boolean): B
   const drKey = flags.get('direct-responses-key') ?? directKey;
   if ((drUrl === undefined) !== (drKey === undefined)) throw new BenchUsageError('--direct-responses and --direct-responses-key go together');
   const streams = num(flags, 'streams', 1000, 1, 20_000);
+  const durability = flags.get('durability') ?? 'write-behind';
+  if (durability !== 'write-behind' && durability !== 'sync') throw new BenchUsageError('--durability must be write-behind or sync');
   const report = flags.get('report');
   if (report !== undefined && report.trim() === '') throw new BenchUsageError('--report needs a file name');
   return {
@@ -154,6 +162,8 @@ export function parseBenchArgs(argv: readonly string[], stderrIsTty: boolean): B
     directModels: { messages: flags.get('direct-model-messages') ?? 'claude-sonnet-5', responses: flags.get('direct-model-responses') ?? 'gpt-6' },
     anthropicVersion: flags.get('anthropic-version') ?? '2023-06-01',
     plainProxy: !bools.has('no-plain-proxy'),
+    durability,
+    flushMs: num(flags, 'flush-ms', 20, 1, 10_000),
     json: bools.has('json'),
     reportFile: report ?? null,
     progress: bools.has('progress') || stderrIsTty,

@@ -19,6 +19,7 @@ export interface GatewayChildConfig {
   readonly sims: { readonly anthropic: string; readonly openai: string };
   readonly simKeys: { readonly anthropic: string; readonly openai: string };
   readonly upstreamConnections: number;
+  readonly ledger: { readonly durability: 'write-behind' | 'sync'; readonly flushMs: number };
 }
 
 export interface ProxyChildConfig {
@@ -103,6 +104,7 @@ async function startInkgate(c: GatewayChildConfig): Promise<{ ready: Record<stri
       limits: { requestsPerMinute: 1_000_000, publicRequestsPerMinute: 1_000_000 },
       vendors: { anthropic: { baseUrl: c.sims.anthropic, apiKey: c.simKeys.anthropic }, openai: { baseUrl: c.sims.openai, apiKey: c.simKeys.openai } },
       upstream: { connections: c.upstreamConnections },
+      ledger: c.ledger,
       demo: { createAccount: false },
     },
   );

@@ -166,7 +166,7 @@ export async function startTargets(o: BenchOptions, dbUrl: string | null, onStep
         dbUrl === null ? add('postgres', 'db', {}) : Promise.resolve({ url: dbUrl }),
       ])) as [{ anthropic: string; openai: string }, { url: string }];
       const gw = (unbilled: boolean) =>
-        ({ dbUrl: db.url, schema: `inkgate_bench_${process.pid}_${unbilled ? 'off' : 'on'}`, unbilled, sims: s, simKeys: SIM_KEYS, upstreamConnections }) satisfies GatewayChildConfig;
+        ({ dbUrl: db.url, schema: `inkgate_bench_${process.pid}_${unbilled ? 'off' : 'on'}`, unbilled, sims: s, simKeys: SIM_KEYS, upstreamConnections, ledger: { durability: o.durability, flushMs: o.flushMs } }) satisfies GatewayChildConfig;
       const [on, off, proxy] = await settled([
         add('inkgate', 'gateway', gw(false)),
         add('inkgate (billing off)', 'gateway', gw(true)),
