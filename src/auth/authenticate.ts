@@ -1,15 +1,16 @@
 // Bearer key -> account. Only `Authorization: Bearer` is read (x-api-key and query strings are ignored).
-// Revocation must take effect on the very next request. Two ways keep that true:
+// Revocation must reach every instance at once. How:
 // - `authenticate`: a lookup per request, a statement that starts after the request arrived, so
 //   it sees every revocation committed before.
-// - `authenticateCached` (routes whose reserve re-checks the key, the text lanes): a key
-//   authenticated in the last `keyCacheMs` is taken from memory, and the reserve statement, which
-//   runs before anything is spent or sent to a vendor, refuses a key revoked or expired since
-//   (003_reserve_live_key.sql). The cache saves the hot path a round trip and a statement. A
-//   request that fails before its reserve ran is looked up afresh before it is answered (the
-//   server's error path), so a revoked key still gets 401 rather than, say, a validation error.
+// - `authenticateCached` (the text lanes): a key authenticated in the last `keyCacheMs` is taken
+//   from memory. A revoke, expiry or cap edit drops it: the change sends a notification that every
+//   instance hears when it commits, and the Ink lease heartbeat reads it back within a second at
+//   worst (src/ledger/escrow.ts). A hold from a lease reads no key row; an exact-path reserve still
+//   refuses a key revoked or expired since (003_reserve_live_key.sql). A request that fails before
+//   its hold is looked up afresh before it is answered (the server's error path), so a revoked key
+//   still gets 401 rather than, say, a validation error.
 import { findLiveKey, findLiveKeys, type AuthRow } from '../accounts/accounts.js';
-import { ApiError } from '../errors.js';
+import { ApiError, isApiError } from '../errors.js';
 import { GroupCommit, type GroupCommitOptions } from '../ledger/group-commit.js';
 import type { AuthInfo } from '../server/http-context.js';
 import { storeError, type Queryable } from '../store/pool.js';
@@ -90,7 +91,16 @@ export class KeyAuthenticator {
     const hit = this.cache.get(id);
     const nowMs = performance.now();
     if (hit !== undefined && hit.untilMs > nowMs) return hit.info;
-    const info = await this.lookupHash(hash);
+    let info: AuthInfo;
+    try {
+      info = await this.lookupHash(hash);
+    } catch (e) {
+      // The store cannot answer (paused, failing over): a key remembered until recently is still
+      // taken, for at most one more keyCacheMs. Its holds still need a live Ink lease (or the store),
+      // and no revocation can have been written meanwhile either.
+      if (hit !== undefined && isApiError(e) && e.code === 'provider_unavailable' && nowMs - hit.untilMs < this.cacheOpts.keyCacheMs) return hit.info;
+      throw e;
+    }
     this.cache.delete(id);
     if (this.cache.size >= this.cacheOpts.keyCacheEntries) this.cache.delete(this.cache.keys().next().value!);
     this.cache.set(id, { info, untilMs: nowMs + this.cacheOpts.keyCacheMs });
