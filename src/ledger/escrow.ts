@@ -16,7 +16,7 @@ import { ApiError, isApiError } from '../errors.js';
 import type { Config } from '../config/config.js';
 import { storeError, type Pool } from '../store/pool.js';
 import type { Hold, Ledger, ReserveInput, ResolveResult, TextUsage } from './ledger.js';
-import { MAX_MOVE_INK, usageJson } from './ledger.js';
+import { checkReserveInput, checkVendorRequestId, usageJson, wholeInk } from './ledger.js';
 import { HoldRate, leaseWantInk, LocalLease } from './lease.js';
 import { createRecallBus, type RecallBus, type RecallScope } from './recalls.js';
 import * as SQL from './statements.js';
@@ -69,10 +69,6 @@ const ALREADY_RESOLVED: ResolveResult = Object.freeze({ resolved: false, reason:
 
 const unavailable = (message: string, cause?: unknown) => new ApiError('provider_unavailable', { message, retryAfterS: 1, cause });
 
-function wholeInk(name: string, v: number): number {
-  if (!Number.isSafeInteger(v) || v < 0 || v > MAX_MOVE_INK) throw new RangeError(`ledger: ${name} must be a whole number of Ink from 0 to ${MAX_MOVE_INK}, got ${v}`);
-  return v;
-}
 
 export class Escrow implements TextBilling {
   private readonly pool: Pool;
@@ -159,7 +155,8 @@ export class Escrow implements TextBilling {
   async reserve(input: ReserveInput): Promise<Hold> {
     if (this.closing) throw unavailable('The gateway is shutting down; retry on another instance.');
     if (!this.leasing) return this.exact(input);
-    wholeInk('holdInk', input.holdInk);
+    // Checked here as the exact path checks its own: a record the flush cannot write would stop every batch behind it.
+    checkReserveInput(input);
     const nowMs = performance.now();
     const ks = this.keyState(input.keyId);
     ks.rate.add(input.holdInk, nowMs);
@@ -204,7 +201,7 @@ export class Escrow implements TextBilling {
       reason: null,
       resolvedAt: null,
       queued: false,
-      written: undefined,
+      endWritten: false,
       waiters: undefined,
     };
     this.active.set(input.requestId, { record, lease });
@@ -394,38 +391,39 @@ export class Escrow implements TextBilling {
     if (a.record.end !== null) return ALREADY_RESOLVED;
     wholeInk('chargeInk', chargeInk);
     const usage = usageJson(details.usage);
+    const vendorId = details.vendorRequestId === undefined ? undefined : checkVendorRequestId(details.vendorRequestId);
     const r = a.record;
-    const c = chargeInk < r.holdInk ? chargeInk : r.holdInk;
     if (chargeInk > r.holdInk) this.log('ledger.charge_above_hold', { requestId, chargeInk, holdInk: r.holdInk, kind: 'settle' });
-    const ch = a.lease.end(r.holdGrantInk, r.holdInk - r.holdGrantInk, c, false);
-    r.restGrantInk = r.holdGrantInk - ch.chargedGrantInk;
-    r.restPaygInk = r.holdInk - r.holdGrantInk - ch.chargedPaygInk;
-    r.end = 'settle';
-    r.chargeInk = c;
     r.usage = usage;
-    if (details.vendorRequestId !== undefined) r.vendorRequestId = details.vendorRequestId;
-    r.resolvedAt = this.now().toISOString();
-    this.journal.touch(r);
-    if (a.lease.state === 'draining' && c < r.holdInk) await this.returnFromDrained(a.lease, r);
-    else if (this.cfg.durability === 'sync') await this.waitWritten(r);
-    return { resolved: true, chargedInk: c, releasedInk: r.holdInk - c, expiredInk: 0 };
+    if (vendorId !== undefined) r.vendorRequestId = vendorId;
+    return this.endInLease(a, 'settle', Math.min(chargeInk, r.holdInk));
   }
 
   async release(requestId: string, reason: string): Promise<ResolveResult> {
     const a = this.active.get(requestId);
     if (a === undefined) return this.ledger.release(requestId, reason);
     if (a.record.end !== null) return ALREADY_RESOLVED;
+    a.record.reason = reason.slice(0, 500);
+    return this.endInLease(a, 'release', 0);
+  }
+
+  /**
+   * Ends a leased hold in memory: `chargeInk` (at most the hold) is charged, the rest goes back to
+   * the lease, the record joins the journal. Answered at once, except when its lease was recalled
+   * (the freed Ink goes back to the wallet first) or in sync mode (after the write).
+   */
+  private async endInLease(a: ActiveHold, end: 'settle' | 'release', chargeInk: number): Promise<ResolveResult> {
     const r = a.record;
-    a.lease.end(r.holdGrantInk, r.holdInk - r.holdGrantInk, 0, false);
-    r.restGrantInk = r.holdGrantInk;
-    r.restPaygInk = r.holdInk - r.holdGrantInk;
-    r.end = 'release';
-    r.reason = reason.slice(0, 500);
+    const rest = a.lease.end(r.holdGrantInk, r.holdInk - r.holdGrantInk, chargeInk, false);
+    r.restGrantInk = rest.restGrantInk;
+    r.restPaygInk = rest.restPaygInk;
+    r.end = end;
+    r.chargeInk = chargeInk;
     r.resolvedAt = this.now().toISOString();
     this.journal.touch(r);
-    if (a.lease.state === 'draining' && r.holdInk > 0) await this.returnFromDrained(a.lease, r);
+    if (a.lease.state === 'draining' && chargeInk < r.holdInk) await this.returnFromDrained(a.lease, r);
     else if (this.cfg.durability === 'sync') await this.waitWritten(r);
-    return { resolved: true, chargedInk: 0, releasedInk: r.holdInk, expiredInk: 0 };
+    return { resolved: true, chargedInk: chargeInk, releasedInk: r.holdInk - chargeInk, expiredInk: 0 };
   }
 
   /** The hold leaves its lease as a durable open hold (usage_unknown), written before this resolves. */
@@ -434,9 +432,10 @@ export class Escrow implements TextBilling {
     if (a === undefined) return this.ledger.markUsageUnknownEventually(requestId, details);
     if (a.record.end !== null) return;
     const r = a.record;
+    const vendorId = details.vendorRequestId === undefined ? undefined : checkVendorRequestId(details.vendorRequestId);
     a.lease.end(r.holdGrantInk, r.holdInk - r.holdGrantInk, 0, true);
     r.end = 'unknown';
-    if (details.vendorRequestId !== undefined) r.vendorRequestId = details.vendorRequestId;
+    if (vendorId !== undefined) r.vendorRequestId = vendorId;
     r.reason = (details.reason ?? 'usage unknown').slice(0, 500);
     this.journal.touch(r);
     await this.waitWritten(r);
@@ -445,7 +444,7 @@ export class Escrow implements TextBilling {
   async setVendorRequestId(requestId: string, vendorRequestId: string): Promise<void> {
     const a = this.active.get(requestId);
     if (a === undefined) return this.ledger.setVendorRequestId(requestId, vendorRequestId);
-    a.record.vendorRequestId = vendorRequestId;
+    a.record.vendorRequestId = checkVendorRequestId(vendorRequestId);
     this.journal.touch(a.record);
   }
 

@@ -70,18 +70,20 @@ export class LocalLease {
 
   /**
    * Ends a hold: `chargeInk` (at most the hold) is spent grant first out of the hold's own split,
-   * the rest goes back to spare. `keep`: the whole hold leaves the lease (usage unknown).
+   * the rest goes back to spare (pending until the end is written). `keep`: the whole hold leaves
+   * the lease (usage unknown), nothing comes back. Returns what came back.
    */
-  end(holdGrantInk: number, holdPaygInk: number, chargeInk: number, keep: boolean): { chargedGrantInk: number; chargedPaygInk: number } {
+  end(holdGrantInk: number, holdPaygInk: number, chargeInk: number, keep: boolean): { restGrantInk: number; restPaygInk: number } {
     this.inFlight--;
-    if (keep) return { chargedGrantInk: 0, chargedPaygInk: 0 };
+    if (keep) return { restGrantInk: 0, restPaygInk: 0 };
     const cg = chargeInk < holdGrantInk ? chargeInk : holdGrantInk;
-    const cp = chargeInk - cg;
-    this.spareGrantInk += holdGrantInk - cg;
-    this.sparePaygInk += holdPaygInk - cp;
-    this.pendingGrantInk += holdGrantInk - cg;
-    this.pendingPaygInk += holdPaygInk - cp;
-    return { chargedGrantInk: cg, chargedPaygInk: cp };
+    const restGrantInk = holdGrantInk - cg;
+    const restPaygInk = holdPaygInk - (chargeInk - cg);
+    this.spareGrantInk += restGrantInk;
+    this.sparePaygInk += restPaygInk;
+    this.pendingGrantInk += restGrantInk;
+    this.pendingPaygInk += restPaygInk;
+    return { restGrantInk, restPaygInk };
   }
 
   /** An ended hold's record is written: what it gave back may now leave the lease. */

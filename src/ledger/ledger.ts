@@ -239,11 +239,16 @@ export function usageJson(usage: object | undefined): string | null {
   return s;
 }
 
-function wholeInk(name: string, v: number, min = 0): number {
+export function wholeInk(name: string, v: number, min = 0): number {
   if (!Number.isSafeInteger(v) || v < min || v > MAX_MOVE_INK) {
     throw new RangeError(`ledger: ${name} must be a whole number of Ink from ${min} to ${MAX_MOVE_INK}, got ${v}`);
   }
   return v;
+}
+
+/** A vendor's request id as the request record stores it (1 to 256 characters), or a RangeError. */
+export function checkVendorRequestId(v: string): string {
+  return text('vendorRequestId', v, 256)!;
 }
 
 function checkRequestId(id: string): void {
@@ -304,7 +309,7 @@ function retryAlone(err: unknown): boolean {
   return !isStoreUnavailable(err) || lockTimedOut(err);
 }
 
-function checkReserveInput(input: ReserveInput): void {
+export function checkReserveInput(input: ReserveInput): void {
   checkRequestId(input.requestId);
   if (!(PRODUCTS as readonly string[]).includes(input.product)) throw new RangeError(`ledger: unknown product ${JSON.stringify(input.product)}`);
   text('model', input.model, 200);

@@ -46,11 +46,11 @@ export interface RecallBusOptions {
   readonly dbSchema: string;
   readonly connectTimeoutMs: number;
   readonly redis: { url: string | null; commandTimeoutMs: number; connectTimeoutMs: number; keyPrefix: string };
-  /** Called for every recall heard (also this instance's own). Absent: publish only (the CLI). */
-  readonly onRecall?: (s: RecallScope) => void;
+  /** Called for every recall heard (also this instance's own). */
+  readonly onRecall: (s: RecallScope) => void;
   readonly onError?: (e: Error) => void;
-  /** Where a Postgres bus sends its NOTIFYs (the instance's pool); absent: a connection of its own per message. */
-  readonly publishVia?: { query(text: string, values: unknown[]): Promise<unknown> };
+  /** Where a Postgres bus sends its NOTIFYs: the instance's pool. */
+  readonly publishVia: { query(text: string, values: unknown[]): Promise<unknown> };
 }
 
 /**
@@ -62,12 +62,12 @@ export interface RecallBusOptions {
 export function createRecallBus(o: RecallBusOptions): RecallBus {
   if (!o.redis.url) return new PostgresRecallBus(o);
   const redis = new RedisRecallBus(o);
-  const pg = o.onRecall ? new PostgresRecallBus(o) : undefined;
+  const pg = new PostgresRecallBus(o);
   return {
     kind: 'redis',
     publish: (s) => redis.publish(s),
     close: async () => {
-      await Promise.all([redis.close(), pg?.close()]);
+      await Promise.all([redis.close(), pg.close()]);
     },
   };
 }
@@ -85,7 +85,7 @@ class PostgresRecallBus implements RecallBus {
 
   constructor(private readonly o: RecallBusOptions) {
     this.channel = channelOf(o.dbSchema);
-    if (o.onRecall) this.connect();
+    this.connect();
   }
 
   private connect(): void {
@@ -106,7 +106,7 @@ class PostgresRecallBus implements RecallBus {
     c.on('error', retry);
     c.on('notification', (m) => {
       const s = m.payload === undefined ? undefined : decodeRecall(m.payload);
-      if (s) this.o.onRecall?.(s);
+      if (s) this.o.onRecall(s);
     });
     c.connect()
       .then(() => c.query(`LISTEN ${this.channel}`))
@@ -117,17 +117,7 @@ class PostgresRecallBus implements RecallBus {
   }
 
   async publish(s: RecallScope): Promise<void> {
-    if (this.o.publishVia) {
-      await this.o.publishVia.query('SELECT pg_notify($1, $2)', [this.channel, encodeRecall(s)]);
-      return;
-    }
-    const c = new pg.Client({ connectionString: this.o.dbUrl, connectionTimeoutMillis: this.o.connectTimeoutMs, query_timeout: this.o.connectTimeoutMs });
-    try {
-      await c.connect();
-      await c.query('SELECT pg_notify($1, $2)', [this.channel, encodeRecall(s)]);
-    } finally {
-      await c.end().catch(() => undefined);
-    }
+    await this.o.publishVia.query('SELECT pg_notify($1, $2)', [this.channel, encodeRecall(s)]);
   }
 
   async close(): Promise<void> {
@@ -137,15 +127,10 @@ class PostgresRecallBus implements RecallBus {
   }
 }
 
-/** The statement that sends a recall on the Postgres bus inside the caller's own transaction. */
-export function notifyStatement(schema: string, s: RecallScope): { text: string; values: string[] } {
-  return { text: 'SELECT pg_notify($1, $2)', values: [channelOf(schema), encodeRecall(s)] };
-}
-
 class RedisRecallBus implements RecallBus {
   readonly kind = 'redis' as const;
   private readonly pub: Redis;
-  private readonly sub: Redis | undefined;
+  private readonly sub: Redis;
   private readonly channel: string;
 
   constructor(o: RecallBusOptions) {
@@ -154,18 +139,16 @@ class RedisRecallBus implements RecallBus {
     this.channel = `${o.redis.keyPrefix}${channelOf(o.dbSchema)}`;
     this.pub = new Redis(o.redis.url!, opts);
     this.pub.on('error', (e: Error) => o.onError?.(e));
-    if (o.onRecall) {
-      // A subscriber connection only listens. It subscribes on every 'ready' itself: ioredis's own
-      // re-subscription leaves its promise unhandled when the connection drops again meanwhile.
-      const sub = new Redis(o.redis.url!, { ...opts, autoResubscribe: false, commandTimeout: undefined });
-      sub.on('error', (e: Error) => o.onError?.(e));
-      sub.on('ready', () => void sub.subscribe(this.channel).catch((e: Error) => o.onError?.(e)));
-      sub.on('message', (_ch: string, text: string) => {
-        const s = decodeRecall(text);
-        if (s) o.onRecall?.(s);
-      });
-      this.sub = sub;
-    }
+    // A subscriber connection only listens. It subscribes on every 'ready' itself: ioredis's own
+    // re-subscription leaves its promise unhandled when the connection drops again meanwhile.
+    const sub = new Redis(o.redis.url!, { ...opts, autoResubscribe: false, commandTimeout: undefined });
+    sub.on('error', (e: Error) => o.onError?.(e));
+    sub.on('ready', () => void sub.subscribe(this.channel).catch((e: Error) => o.onError?.(e)));
+    sub.on('message', (_ch: string, text: string) => {
+      const s = decodeRecall(text);
+      if (s) o.onRecall(s);
+    });
+    this.sub = sub;
   }
 
   async publish(s: RecallScope): Promise<void> {
@@ -174,6 +157,6 @@ class RedisRecallBus implements RecallBus {
 
   async close(): Promise<void> {
     this.pub.disconnect();
-    this.sub?.disconnect();
+    this.sub.disconnect();
   }
 }

@@ -38,8 +38,8 @@ export interface JournalRecord {
   resolvedAt: string | null;
   /** Waiting for the next batch. */
   queued: boolean;
-  /** The end this record had when a batch carrying it committed (null: only its start is written). */
-  written: EndKind | null | undefined;
+  /** A batch carrying the record's end has committed (an end never changes once set). */
+  endWritten: boolean;
   /** Resolved once a batch carrying the record's end has committed. */
   waiters: Array<() => void> | undefined;
 }
@@ -117,7 +117,7 @@ export class WriteBehind {
 
   /** Resolves once a batch carrying the record's current end has committed (or after `timeoutMs`: false). */
   whenWritten(r: JournalRecord, timeoutMs: number): Promise<boolean> {
-    if (r.end !== null && r.written === r.end && !r.queued) return Promise.resolve(true);
+    if (r.endWritten) return Promise.resolve(true);
     return new Promise((resolve) => {
       const t = setTimeout(() => resolve(false), timeoutMs);
       (r.waiters ??= []).push(() => {
@@ -234,9 +234,11 @@ export class WriteBehind {
         this.stats.late++;
         this.o.log('ledger.late_flush', { request_id: r.requestId, lease_id: r.leaseId, end: ends[i], charge_ink: r.chargeInk });
       }
-      r.written = ends[i];
-      if (ends[i] !== null && r.end === ends[i]) {
-        if (!r.queued) this.live--;
+      // Once per record, even if it was queued again after its end (a late vendor id): the counters
+      // and the lease's bookkeeping must not see the same end twice.
+      if (ends[i] !== null && !r.endWritten) {
+        r.endWritten = true;
+        this.live--;
         const w = r.waiters;
         r.waiters = undefined;
         if (w) for (const f of w) f();
