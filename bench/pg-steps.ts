@@ -8,7 +8,7 @@ import { percentile } from './lib/load.js';
 import { createPool } from '../src/store/pool.js';
 import { migrate } from '../src/store/migrate.js';
 import { createAccount, createKey, findLiveKey } from '../src/accounts/accounts.js';
-import { hashKey } from '../src/auth/api-key.js';
+import { hashKey } from '../src/accounts/api-key.js';
 import { Ledger } from '../src/ledger/ledger.js';
 import { newRequestId } from '../src/server/http-context.js';
 

@@ -1,5 +1,5 @@
 // The one table of error codes: code -> HTTP status, type, default message.
-// The README's error table is checked against this table by test/unit/errors-readme.test.ts,
+// The error table in docs/api/errors.md is checked against this table by test/unit/errors-readme.test.ts,
 // so adding a code here means documenting it there.
 
 export interface ErrorSpec {

@@ -5,7 +5,8 @@ import { loadCatalog, type Catalog } from './catalog/models.js';
 import { catalogRoutes } from './catalog/routes.js';
 import type { Config } from './config/config.js';
 import { DeploymentState } from './deployment/state.js';
-import { createRateLimiter, type RateLimiter } from './limits/rate-limiter.js';
+import { createRateLimiter } from './limits/create-rate-limiter.js';
+import type { RateLimiter } from './limits/rate-limiter.js';
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import { Escrow } from './ledger/escrow.js';
@@ -14,28 +15,18 @@ import { UnbilledLedger } from './ledger/unbilled.js';
 import { messagesLane } from './lanes/messages/lane.js';
 import { responsesLane } from './lanes/responses/lane.js';
 import { createTextHandler } from './lanes/text-proxy.js';
-import { createUpstream, type Upstream } from './lanes/upstream.js';
+import { createUpstream, type Upstream } from './vendors/text-upstream.js';
 import { startJobEngine, type JobEngine, type JobEngineOptions } from './jobs/engine.js';
 import { createVideoDeps, type VideoDeps, type VideoDepsOptions } from './jobs/video/deps.js';
 import { mediaHostHandler, videoRoutes } from './jobs/video/routes.js';
 import { imageRoutes } from './jobs/images/routes.js';
 import { Router, type Route } from './server/router.js';
-import { startServer, type RunningServer } from './server/server.js';
+import { startServer } from './server/server.js';
+import { KeyAuthenticator } from './auth/authenticate.js';
 import { migrate } from './store/migrate.js';
 import { createPool, type Pool } from './store/pool.js';
 import { createLogger, type Logger } from './util/log.js';
-
-export interface Services {
-  readonly config: Config;
-  readonly pool: Pool;
-  readonly state: DeploymentState;
-  readonly limiter: RateLimiter;
-  readonly catalog: Catalog;
-  readonly ledger: Ledger;
-  /** The text lanes' billing: escrow leases over the ledger. */
-  readonly escrow: Escrow;
-  readonly log: Logger;
-}
+import type { Services } from './services.js';
 
 export interface Gateway {
   readonly url: string;
@@ -95,7 +86,9 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
     const ledgerLog = (msg: string, fields?: object) => log.warn(msg, fields as Record<string, unknown>);
     const ledger = new Ledger(pool, { log: ledgerLog });
     cleanups.push(() => ledger.close());
-    let server: RunningServer | undefined;
+    // Key authentication, shared by the server and the escrow (a key changed elsewhere is dropped from its cache).
+    const keys = new KeyAuthenticator(pool, config.auth);
+    cleanups.push(() => keys.close());
     const escrow = await Escrow.start({
       pool,
       ledger,
@@ -103,7 +96,7 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
       instanceId: config.ledger.instanceId ?? defaultInstanceId(),
       bus: { dbUrl: config.db.url, dbSchema: config.db.schema, connectTimeoutMs: config.db.connectionTimeoutMs, redis: config.redis },
       log: ledgerLog,
-      onKeyChanged: (keyId) => server?.keys.forgetKey(keyId),
+      onKeyChanged: (keyId) => keys.forgetKey(keyId),
     });
     cleanups.push(() => escrow.close());
     const services: Services = { config, pool, state, limiter, catalog, ledger, escrow, log };
@@ -148,7 +141,7 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
     cleanups.push(async () => {
       await Promise.all(upstreams.map((u) => u.pool.close()));
     });
-    server = await startServer({
+    const server = await startServer({
       host: config.server.host,
       port: config.server.port,
       allowUwsFallback: config.allowUwsFallback,
@@ -157,7 +150,7 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
       limiter,
       db: pool,
       requestsPerMinute: config.limits.requestsPerMinute,
-      keyCache: config.auth,
+      keys,
       publicRequestsPerMinute: config.limits.publicRequestsPerMinute,
       log,
       other: mediaHostHandler(videoDeps),

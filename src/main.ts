@@ -6,7 +6,7 @@ import { Ledger } from './ledger/ledger.js';
 import { openDatabase } from './store/connect.js';
 import { createPool } from './store/pool.js';
 import { createLogger } from './util/log.js';
-import { startDemoVendors } from './vendors/demo.js';
+import { startDemoVendors } from './simulators/demo.js';
 
 export async function main(argv: string[]): Promise<void> {
   const log = createLogger('info');

@@ -1,6 +1,7 @@
 // Accounts, plans and keys: the records behind "one key, one wallet".
-import { generateKey, newId } from '../auth/api-key.js';
-import { RECALL_CHANNEL } from '../ledger/recalls.js';
+import { generateKey } from './api-key.js';
+import { newId } from '../util/ids.js';
+import { recallNotifySql } from '../ledger/recalls.js';
 import type { Pool, Queryable } from '../store/pool.js';
 import { withTx } from '../store/pool.js';
 
@@ -109,7 +110,7 @@ export async function listKeys(db: Queryable, accountId?: string): Promise<KeyRo
  */
 const keyChanged = (update: string): string => `WITH k AS (${update} RETURNING id),
     l AS (UPDATE leases SET recall_at = coalesce(recall_at, now()) WHERE key_id IN (SELECT id FROM k) AND state = 'live')
-  SELECT pg_notify('${RECALL_CHANNEL}_' || current_schema(), json_build_object('k', id, 'w', 'key')::text) FROM k`;
+  SELECT ${recallNotifySql(null, 'id', 'key')} FROM k`;
 
 export async function revokeKey(db: Queryable, keyId: string): Promise<void> {
   const r = await db.query(keyChanged('UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1'), [keyId]);

@@ -1,4 +1,5 @@
 // GET /v1/me: the account object of the spec's "Account" table, straight from the ledger's rows.
+import { inkToUsd } from '../catalog/pricing.js';
 import { ApiError } from '../errors.js';
 import type { Route } from '../server/router.js';
 import type { Escrow } from '../ledger/escrow.js';
@@ -44,7 +45,7 @@ export async function readAccountObject(db: Queryable, keyId: string): Promise<R
       balance,
       period_grant_remaining: row.grant_ink,
       payg_balance: row.payg_ink,
-      usd_payg_equivalent: balance / 100,
+      usd_payg_equivalent: inkToUsd(balance),
     },
   };
 }

@@ -179,7 +179,7 @@ export const commands: Readonly<Record<string, AdminCommand>> = Object.freeze({ 
 
 function usage(): string {
   const rows = Object.values(commands).map((c) => `  inkgate ${c.usage}\n      ${c.summary}`);
-  rows.push('  inkgate bench [--help]\n      measure what a gateway adds over its vendor (latency, throughput, CPU, memory; see README "Performance")');
+  rows.push('  inkgate bench [--help]\n      measure what a gateway adds over its vendor (latency, throughput, CPU, memory; see docs/performance.md)');
   return `usage: inkgate <command> [--json]\n\n${rows.join('\n')}\n`;
 }
 
@@ -230,9 +230,10 @@ export async function runCli(argv: string[], out: (s: string) => unknown = (s) =
     if (found.name !== 'migrate') await migrate(pool, cfg.db.schema);
     let catalog: ReturnType<typeof loadCatalog> | undefined;
     const ctx: AdminContext = { pool, ledger, config: cfg, catalog: () => (catalog ??= loadCatalog()) };
-    const result = await commands[found.name]!.run({ flags: args.flags, positional: found.rest }, ctx);
+    const command = commands[found.name]!;
+    const result = await command.run({ flags: args.flags, positional: found.rest }, ctx);
     out(json ? JSON.stringify(result, null, 2) + '\n' : human(result) + '\n');
-    return 0;
+    return command.exitCode?.(result) ?? 0;
   } catch (e) {
     const msg = e instanceof Error ? e.message.split('\n')[0] : String(e);
     if (json) out(JSON.stringify({ error: msg }) + '\n');

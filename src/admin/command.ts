@@ -19,4 +19,6 @@ export interface AdminCommand {
   usage: string;
   summary: string;
   run(args: { flags: Record<string, string | true>; positional: string[] }, ctx: AdminContext): Promise<unknown>;
+  /** The exit status for a result (default 0): a check that finds a problem exits 1 after printing it. */
+  exitCode?(result: unknown): number;
 }

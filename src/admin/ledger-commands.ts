@@ -1,8 +1,9 @@
 // Operator commands for the Ink ledger: top-ups, grants, period roll-over, request history,
 // reconciliation from vendor usage files, and releasing a hold an operator has looked at.
 // Each returns a JSON-serialisable result; errors are one line.
+import { checkLedger, LEDGER_RULES } from '../ledger/invariant.js';
 import type { Catalog } from '../catalog/models.js';
-import { textChargeInk } from '../ledger/pricing.js';
+import { textChargeInk } from '../catalog/pricing.js';
 import type { ReconcileReport, RequestRecord, VendorUsageRecord } from '../ledger/ledger.js';
 import { readUsageFile } from '../ledger/reconcile-file.js';
 import type { AdminCommand } from './command.js';
@@ -186,6 +187,15 @@ export const ledgerCommands: Record<string, AdminCommand> = {
       const report = await ctx.ledger.reconcile(records, { olderThanMs: olderThanS * 1000, chargeFor: chargeForRecord(ctx.catalog()) });
       return reconcileReportJson(report);
     },
+  },
+  'ledger check': {
+    usage: 'ledger check',
+    summary: 'check every ledger rule (conservation, holds, leases, caps, journal) over the whole database; exit 1 on a violation',
+    run: async (_a, ctx) => {
+      const violations = await checkLedger(ctx.pool);
+      return { ok: violations.length === 0, rules: LEDGER_RULES.length, violations };
+    },
+    exitCode: (r) => ((r as { ok: boolean }).ok ? 0 : 1),
   },
   release: {
     usage: 'release --request R [--reason T]',

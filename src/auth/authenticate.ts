@@ -11,10 +11,10 @@
 //   still gets 401 rather than, say, a validation error.
 import { findLiveKey, findLiveKeys, type AuthRow } from '../accounts/accounts.js';
 import { ApiError, isApiError } from '../errors.js';
-import { GroupCommit, type GroupCommitOptions } from '../ledger/group-commit.js';
+import { GroupCommit, type GroupCommitOptions } from '../store/group-commit.js';
 import type { AuthInfo } from '../server/http-context.js';
 import { storeError, type Queryable } from '../store/pool.js';
-import { bearerToken, hashKey, isWellFormedKey } from './api-key.js';
+import { bearerToken, hashKey, isWellFormedKey } from '../accounts/api-key.js';
 
 function tokenHash(authorization: string | undefined): Buffer {
   const token = bearerToken(authorization);

@@ -1,6 +1,6 @@
 // `inkgate bench` arguments: parsed and checked once, every number bounded, so a typo fails at
 // once with one line instead of after minutes of load.
-export const SCENARIOS = ['latency', 'saturation', 'open-loop', 'paced', 'billing'] as const;
+export const SCENARIOS = ['latency', 'saturation', 'stream-saturation', 'open-loop', 'paced', 'billing', 'many-tenants', 'durability'] as const;
 export type Scenario = (typeof SCENARIOS)[number];
 export type LaneName = 'messages' | 'responses';
 
@@ -36,6 +36,9 @@ export interface BenchOptions {
   readonly durability: 'write-behind' | 'sync';
   /** The self-started inkgate's group-commit period, ms (config ledger.flushMs). */
   readonly flushMs: number;
+  /** many-tenants: accounts, and keys spread over them. */
+  readonly tenantAccounts: number;
+  readonly tenantKeys: number;
   readonly json: boolean;
   readonly reportFile: string | null;
   readonly progress: boolean;
@@ -52,7 +55,8 @@ Measures what inkgate adds over calling the vendor directly. With no target name
 on 127.0.0.1, the vendor simulators, inkgate (billing on, and a second one with billing off)
 and a plain node:http + undici pass-through proxy, and stops them all at the end.
 
-  --scenario LIST        latency,saturation,open-loop,paced,billing (default: all)
+  --scenario LIST        latency,saturation,stream-saturation,open-loop,paced,billing,
+                         many-tenants,durability (default: all)
   --lane L               messages | responses | both (default both)
   --seconds N            measured seconds per run (default 5)
   --warmup-seconds N     unmeasured warm-up before each run (default 1)
@@ -72,6 +76,8 @@ and a plain node:http + undici pass-through proxy, and stops them all at the end
   --no-plain-proxy       do not start the plain proxy in front of a named --direct
   --durability MODE      the self-started inkgate's ledger durability: write-behind (default) or sync
   --flush-ms MS          the self-started inkgate's journal group-commit period (default 20)
+  --tenant-accounts N    many-tenants: funded accounts (default 100)
+  --tenant-keys N        many-tenants: keys spread over them, one per request in turn (default 1000)
   --json                 one JSON document on stdout (every figure, ratios, goals)
   --report FILE.html     a self-contained HTML report with latency plots
   --progress             progress bar on stderr even when it is not a terminal
@@ -82,6 +88,7 @@ const VALUED = new Set([
   'scenario', 'lane', 'seconds', 'warmup-seconds', 'max-requests', 'max-total-seconds', 'connections', 'rate', 'streams', 'pace-ms', 'deltas',
   'upstream-connections', 'gateway', 'key', 'direct', 'direct-key', 'direct-responses', 'direct-responses-key', 'model-messages',
   'model-responses', 'direct-model-messages', 'direct-model-responses', 'anthropic-version', 'report', 'durability', 'flush-ms',
+  'tenant-accounts', 'tenant-keys',
 ]);
 
 function num(flags: Map<string, string>, name: string, dflt: number, min: number, max: number, integer = true): number {
@@ -138,6 +145,9 @@ export function parseBenchArgs(argv: readonly string[], stderrIsTty: boolean): B
   const streams = num(flags, 'streams', 1000, 1, 20_000);
   const durability = flags.get('durability') ?? 'write-behind';
   if (durability !== 'write-behind' && durability !== 'sync') throw new BenchUsageError('--durability must be write-behind or sync');
+  const tenantAccounts = num(flags, 'tenant-accounts', 100, 1, 10_000);
+  const tenantKeys = num(flags, 'tenant-keys', 1000, 1, 100_000);
+  if (tenantKeys < tenantAccounts) throw new BenchUsageError('--tenant-keys must be at least --tenant-accounts (every account gets a key)');
   const report = flags.get('report');
   if (report !== undefined && report.trim() === '') throw new BenchUsageError('--report needs a file name');
   return {
@@ -164,6 +174,8 @@ export function parseBenchArgs(argv: readonly string[], stderrIsTty: boolean): B
     plainProxy: !bools.has('no-plain-proxy'),
     durability,
     flushMs: num(flags, 'flush-ms', 20, 1, 10_000),
+    tenantAccounts,
+    tenantKeys,
     json: bools.has('json'),
     reportFile: report ?? null,
     progress: bools.has('progress') || stderrIsTty,

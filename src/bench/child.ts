@@ -1,7 +1,8 @@
 // One bench process: the vendor simulators, an inkgate, the plain proxy or an embedded Postgres.
 // Each target runs in its own process so its CPU time, peak RSS and event-loop delay are its own.
 // Protocol (IPC): the parent sends {op:'start', role, config}; the child answers {type:'ready'};
-// then {op:'mark'} (reset the window) and {op:'read'} answer {type:'stats'}; {op:'stop'} ends it.
+// then {op:'mark'} (reset the window) and {op:'read'} answer {type:'stats'}; {op:'audit'} (a
+// gateway, once the load is over) answers {type:'audit'}; {op:'stop'} ends it.
 // The parent gone (IPC disconnect) stops it too, so a killed bench leaves no process behind.
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -20,6 +21,25 @@ export interface GatewayChildConfig {
   readonly simKeys: { readonly anthropic: string; readonly openai: string };
   readonly upstreamConnections: number;
   readonly ledger: { readonly durability: 'write-behind' | 'sync'; readonly flushMs: number };
+  /** The shared rate limiter (null: in-process). */
+  readonly redisUrl: string | null;
+  /** Many tenants: also make this many funded accounts and keys (ready then carries `keys`). */
+  readonly tenants: { readonly accounts: number; readonly keys: number } | null;
+}
+
+/** What a gateway's ledger looks like after the load: every hold should have ended, nothing logged. */
+export interface LedgerAudit {
+  /** Holds still open once the journal is written: running (an end lost) or usage_unknown. */
+  readonly openHolds: number;
+  readonly usageUnknown: number;
+  /** Requests recorded, and the distinct keys they came from. */
+  readonly requests: number;
+  readonly keysUsed: number;
+  /** Rows breaking a ledger rule (src/ledger/invariant.ts), over the gateway's whole schema. */
+  readonly invariantViolations: number;
+  /** Error lines the gateway logged during the bench (a failed settle or move is one). */
+  readonly errorsLogged: number;
+  readonly firstErrors: readonly string[];
 }
 
 export interface ProxyChildConfig {
@@ -45,6 +65,13 @@ export interface ProcessSnapshot {
 }
 
 type Stop = () => Promise<void>;
+type Audit = () => Promise<LedgerAudit>;
+interface Started {
+  ready: Record<string, unknown>;
+  stop: Stop;
+  audit?: Audit;
+}
+const FIRST_ERRORS = 5;
 
 function probe(): { mark(): ProcessSnapshot; read(): ProcessSnapshot } {
   const eld = monitorEventLoopDelay({ resolution: 10 });
@@ -78,19 +105,27 @@ function probe(): { mark(): ProcessSnapshot; read(): ProcessSnapshot } {
   };
 }
 
-async function startSims(c: SimsChildConfig): Promise<{ ready: Record<string, unknown>; stop: Stop }> {
-  const { startAnthropicSimulator } = await import('../vendors/anthropic/simulator.js');
-  const { startOpenAISimulator } = await import('../vendors/openai/simulator.js');
+async function startSims(c: SimsChildConfig): Promise<Started> {
+  const { startAnthropicSimulator } = await import('../simulators/anthropic/simulator.js');
+  const { startOpenAISimulator } = await import('../simulators/openai/simulator.js');
   const a = await startAnthropicSimulator({ apiKey: c.keys.anthropic, maxRecordedRequests: 0 });
   const o = await startOpenAISimulator({ apiKey: c.keys.openai, maxRecordedRequests: 0 });
   return { ready: { anthropic: a.url, openai: o.url }, stop: async () => void (await Promise.all([a.close(), o.close()])) };
 }
 
-async function startInkgate(c: GatewayChildConfig): Promise<{ ready: Record<string, unknown>; stop: Stop }> {
+async function startInkgate(c: GatewayChildConfig): Promise<Started> {
   const { loadConfig } = await import('../config/config.js');
   const { createGateway } = await import('../gateway.js');
-  const { prepareBenchGateway } = await import('./bench-account.js');
-  const { silentLogger } = await import('../util/log.js');
+  const { prepareBenchGateway, prepareTenants } = await import('./bench-account.js');
+  const { createLogger } = await import('../util/log.js');
+  const { checkLedger } = await import('../ledger/invariant.js');
+  // Nothing is printed, but error lines are counted: a failed settle under load is a finding.
+  let errorsLogged = 0;
+  const firstErrors: string[] = [];
+  const log = createLogger('error', (line) => {
+    errorsLogged++;
+    if (firstErrors.length < FIRST_ERRORS) firstErrors.push(line.slice(0, 500));
+  });
   // A private data dir (media store) and schema: nothing of the operator's is read or written.
   const dataDir = mkdtempSync(join(tmpdir(), 'inkgate-bench-gw-'));
   // Empty environment on purpose: the operator's INKGATE_* variables must not reshape the target.
@@ -100,7 +135,7 @@ async function startInkgate(c: GatewayChildConfig): Promise<{ ready: Record<stri
       server: { host: '127.0.0.1', port: 0 },
       dataDir,
       db: { url: c.dbUrl, schema: c.schema, poolMax: 32 },
-      redis: { url: null },
+      redis: { url: c.redisUrl },
       limits: { requestsPerMinute: 1_000_000, publicRequestsPerMinute: 1_000_000 },
       vendors: { anthropic: { baseUrl: c.sims.anthropic, apiKey: c.simKeys.anthropic }, openai: { baseUrl: c.sims.openai, apiKey: c.simKeys.openai } },
       upstream: { connections: c.upstreamConnections },
@@ -108,29 +143,40 @@ async function startInkgate(c: GatewayChildConfig): Promise<{ ready: Record<stri
       demo: { createAccount: false },
     },
   );
-  const gw = await createGateway(cfg, { log: silentLogger, unbilled: c.unbilled });
+  const gw = await createGateway(cfg, { log, unbilled: c.unbilled });
   const pool = gw.services.pool;
   const dropAll = async () => {
     await pool.query(`DROP SCHEMA IF EXISTS ${c.schema} CASCADE`).catch(() => undefined);
     await gw.close().catch(() => undefined);
     rmSync(dataDir, { recursive: true, force: true });
   };
+  const audit: Audit = async () => {
+    await gw.services.escrow.beforeView(); // the journal written: what is open now is open in Postgres
+    const r = await pool.query<{ open: string; unknown: string; n: string; keys: string }>(
+      `SELECT count(*) FILTER (WHERE hold_state = 'open') AS open, count(*) FILTER (WHERE status = 'usage_unknown') AS unknown,
+              count(*) AS n, count(DISTINCT key_id) AS keys FROM requests`,
+    );
+    const row = r.rows[0]!;
+    const invariantViolations = (await checkLedger(pool)).reduce((n, v) => n + v.count, 0);
+    return { invariantViolations, openHolds: Number(row.open), usageUnknown: Number(row.unknown), requests: Number(row.n), keysUsed: Number(row.keys), errorsLogged, firstErrors };
+  };
   try {
     const key = await prepareBenchGateway(gw);
-    return { ready: { url: gw.url, key }, stop: dropAll };
+    const keys = c.tenants ? await prepareTenants(gw, c.tenants.accounts, c.tenants.keys) : undefined;
+    return { ready: { url: gw.url, key, ...(keys ? { keys } : {}), limiter: c.redisUrl ? 'redis' : 'in-process' }, stop: dropAll, ...(c.unbilled ? {} : { audit }) };
   } catch (e) {
     await dropAll();
     throw e;
   }
 }
 
-async function startProxy(c: ProxyChildConfig): Promise<{ ready: Record<string, unknown>; stop: Stop }> {
+async function startProxy(c: ProxyChildConfig): Promise<Started> {
   const { startPlainProxy } = await import('./plain-proxy.js');
   const p = await startPlainProxy(c);
   return { ready: { url: p.url }, stop: () => p.close() };
 }
 
-async function startDb(): Promise<{ ready: Record<string, unknown>; stop: Stop }> {
+async function startDb(): Promise<Started> {
   const { startEmbeddedPostgres } = await import('../store/embedded.js');
   const dir = mkdtempSync(join(tmpdir(), 'inkgate-bench-pg-'));
   const h = await startEmbeddedPostgres(dir, () => undefined);
@@ -152,6 +198,7 @@ async function startDb(): Promise<{ ready: Record<string, unknown>; stop: Stop }
 function main(): void {
   const p = probe();
   let stop: Stop | null = null;
+  let audit: Audit | null = null;
   let stopping = false;
   const end = async (code: number) => {
     if (stopping) return;
@@ -177,6 +224,7 @@ function main(): void {
       started.then(
         (s) => {
           stop = s.stop;
+          audit = s.audit ?? null;
           process.send?.({ type: 'ready', ...s.ready });
         },
         (e: unknown) => {
@@ -186,7 +234,11 @@ function main(): void {
       );
     } else if (m.op === 'mark') process.send?.({ type: 'stats', id: m.id, ...p.mark() });
     else if (m.op === 'read') process.send?.({ type: 'stats', id: m.id, ...p.read() });
-    else if (m.op === 'stop') void end(0).then(undefined, () => process.exit(1));
+    else if (m.op === 'audit') {
+      const reply = (a: LedgerAudit | null, error?: string) => process.send?.({ type: 'audit', id: m.id, audit: a, error });
+      if (!audit) reply(null); // not a billing gateway: nothing to audit
+      else audit().then((a) => reply(a), (e: unknown) => reply(null, e instanceof Error ? e.message : String(e)));
+    } else if (m.op === 'stop') void end(0).then(undefined, () => process.exit(1));
   });
 }
 

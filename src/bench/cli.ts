@@ -5,7 +5,7 @@ import { writeFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { loadConfig } from '../config/config.js';
 import { BenchUsageError, parseBenchArgs, selfStarted, USAGE, type BenchOptions } from './args.js';
-import { goals, ratios } from './goals.js';
+import { goals, ratios, type AuditResult } from './goals.js';
 import { createProgress } from './progress.js';
 import { publicOptions, toJson, type BenchReport } from './report.js';
 import { renderHtml } from './report-html.js';
@@ -21,7 +21,10 @@ async function measure(o: BenchOptions, err: Write): Promise<BenchReport> {
   const progress = createProgress(o.progress, err);
   // The self-started inkgate's database: DATABASE_URL / INKGATE_CONFIG's db.url when set, else an
   // embedded Postgres of its own (never the operator's ./var cluster).
-  const dbUrl = selfStarted(o) ? loadConfig().db.url : null;
+  // The many-tenants gateway shares its limiter through REDIS_URL's Redis when one is configured.
+  const cfg = selfStarted(o) ? loadConfig() : null;
+  const dbUrl = cfg ? cfg.db.url : null;
+  const redisUrl = cfg ? cfg.redis.url : null;
   let set: TargetSet | undefined;
   let stopping: Promise<void> | null = null;
   const stopAll = () => (stopping ??= (set?.stop() ?? Promise.resolve()).then(() => progress.done()));
@@ -33,8 +36,9 @@ async function measure(o: BenchOptions, err: Write): Promise<BenchReport> {
   process.once('SIGTERM', onSignal);
   const results: RunResult[] = [];
   let skipped: Skipped[] = [];
+  const audits: AuditResult[] = [];
   try {
-    set = await startTargets(o, dbUrl, (s) => progress.update(s, 0));
+    set = await startTargets(o, dbUrl, redisUrl, (s) => progress.update(s, 0));
     const plan = planRuns(o, set);
     skipped = plan.skipped;
     const total = plan.runs.reduce((s, r) => s + r.plannedSeconds, 0);
@@ -57,6 +61,12 @@ async function measure(o: BenchOptions, err: Write): Promise<BenchReport> {
       }
       done += run.plannedSeconds;
     }
+    progress.update('reading the gateways\' ledgers', 1);
+    // Once the load is over: every hold should have ended and no ledger error been logged.
+    for (const p of set.processes) {
+      const a = await p.audit();
+      if (a) audits.push({ process: p.name, ...a });
+    }
     progress.update('stopping the processes it started', 1);
   } finally {
     await stopAll();
@@ -73,11 +83,13 @@ async function measure(o: BenchOptions, err: Write): Promise<BenchReport> {
     selfStarted: selfStarted(o),
     database: set.database,
     upstreamConnections: set.upstreamConnections,
+    tenantsLimiter: set.tenantsLimiter,
     targets: set.targets.map((t) => ({ lane: t.lane, name: t.name, url: t.request.origin + t.request.path, process: t.processName })),
     processes: set.processes.filter((p) => p.pid > 0).map((p) => ({ name: p.name, pid: p.pid, extraPids: p.extraPids })),
     runs: results,
     ratios: ratios(results),
-    goals: goals(results, o.lanes, o.paceMs),
+    audits,
+    goals: goals(results, o.lanes, o.paceMs, audits),
     skipped,
     wallSeconds: (Date.now() - started) / 1000,
   };

@@ -4,6 +4,12 @@ import type { LaneName, Scenario } from './args.js';
 import type { RunKind, RunResult } from './scenarios.js';
 import { POSTGRES_SERVER } from './postgres-cpu.js';
 import type { TargetName } from './targets.js';
+import type { LedgerAudit } from './child.js';
+
+/** One gateway's ledger audit after the runs, as the report prints it. */
+export interface AuditResult extends LedgerAudit {
+  readonly process: string;
+}
 
 export interface Ratio {
   readonly lane: LaneName;
@@ -20,7 +26,8 @@ export interface Ratio {
 }
 
 export interface Goal {
-  readonly lane: LaneName;
+  /** 'all': a goal about a whole gateway (its ledger audit), not one lane. */
+  readonly lane: LaneName | 'all';
   readonly goal: string;
   readonly value: number | null;
   readonly op: '<=' | '>=';
@@ -42,7 +49,7 @@ const find = (runs: readonly RunResult[], lane: LaneName, scenario: Scenario, ki
 
 const RATIO_METRICS: Readonly<Record<RunKind, readonly string[]>> = {
   request: ['latency.p50Ms', 'latency.p99Ms', 'rps', 'own.cpuUsPerRequest'],
-  stream: ['ttft.p50Ms', 'ttft.p99Ms', 'latency.p50Ms', 'own.cpuUsPerChunk'],
+  stream: ['rps', 'ttft.p50Ms', 'ttft.p99Ms', 'latency.p50Ms', 'own.cpuUsPerChunk'],
   'open-loop': ['latency.p50Ms', 'latency.p99Ms', 'latency.maxMs'],
   paced: ['paced.streamsPerS', 'latency.p50Ms', 'latency.p99Ms', 'paced.maxGapMs', 'own.cpuUsPerChunk'],
 };
@@ -52,6 +59,8 @@ const PAIRS: ReadonlyArray<readonly [TargetName, TargetName]> = [
   ['inkgate', 'plain proxy'],
   ['plain proxy', 'direct'],
   ['inkgate', 'inkgate (billing off)'],
+  ['inkgate (sync)', 'inkgate'],
+  ['inkgate (many tenants)', 'inkgate (one key)'],
 ];
 
 export function ratios(runs: readonly RunResult[]): Ratio[] {
@@ -72,8 +81,9 @@ export function ratios(runs: readonly RunResult[]): Ratio[] {
   return out;
 }
 
-export function goals(runs: readonly RunResult[], lanes: readonly LaneName[], paceMs: number): Goal[] {
+export function goals(runs: readonly RunResult[], lanes: readonly LaneName[], paceMs: number, audits: readonly AuditResult[] = []): Goal[] {
   const out: Goal[] = [];
+  const billed = (t: TargetName) => t !== 'direct' && t !== 'plain proxy' && t !== 'inkgate (billing off)';
   for (const lane of lanes) {
     const g = (goal: string, value: number | null, op: Goal['op'], limit: number | null, unit: string, from: string) => {
       const pass = value === null || limit === null ? null : op === '<=' ? value <= limit : value >= limit;
@@ -106,6 +116,16 @@ export function goals(runs: readonly RunResult[], lanes: readonly LaneName[], pa
     const pg = billingOn?.processes.find((p) => p.name === POSTGRES_SERVER);
     g('Postgres CPU per billed request (saturation)', pg ? pg.cpuUsPerRequest : null, '<=', 25, 'µs', 'Postgres server processes\' CPU / inkgate requests');
     g('failed requests under saturation', billingOn ? billingOn.failed : null, '<=', 0, '', 'billing run: answers other than 200');
+    const ss = (t: TargetName) => find(runs, lane, 'stream-saturation', 'stream', t);
+    g('stream saturation: billing on vs billing off', q(ss('inkgate'), ss('inkgate (billing off)'), 'rps'), '>=', 0.9, 'x', 'stream-saturation: streams/s on / off');
+    g('stream saturation: billing on vs plain proxy', q(ss('inkgate'), ss('plain proxy'), 'rps'), '>=', 1.3, 'x', 'stream-saturation: streams/s inkgate / plain proxy');
+    const pgs = ss('inkgate')?.processes.find((p) => p.name === POSTGRES_SERVER);
+    g('Postgres CPU per billed stream (saturation)', pgs ? pgs.cpuUsPerRequest : null, '<=', 25, 'µs', 'Postgres server processes\' CPU / inkgate streams');
+    const mt = (kind: RunKind, t: TargetName) => find(runs, lane, 'many-tenants', kind, t);
+    g('many tenants vs one key (non-streaming)', q(mt('request', 'inkgate (many tenants)'), mt('request', 'inkgate (one key)'), 'rps'), '>=', 0.8, 'x', 'many-tenants: rps over all keys / one key');
+    g('many tenants vs one key (streaming)', q(mt('stream', 'inkgate (many tenants)'), mt('stream', 'inkgate (one key)'), 'rps'), '>=', 0.8, 'x', 'many-tenants: streams/s over all keys / one key');
+    const billedRuns = runs.filter((r) => r.lane === lane && billed(r.target));
+    g('failed requests, every billed run', billedRuns.length ? billedRuns.reduce((n, r) => n + r.failed, 0) : null, '<=', 0, '', 'all runs of a billing inkgate: answers other than 200');
     const chunkRun = paced('inkgate') ?? s1('inkgate');
     g('CPU per relayed SSE chunk', chunkRun ? figure(chunkRun, 'own.cpuUsPerChunk') : null, '<=', 40, 'µs', chunkRun ? `${chunkRun.scenario}: gateway CPU / SSE events relayed` : 'paced or latency stream');
     g('paced streams: throughput vs direct', q(paced('inkgate'), paced('direct'), 'paced.streamsPerS'), '>=', 0.95, 'x', 'paced: streams/s inkgate / direct');
@@ -114,6 +134,13 @@ export function goals(runs: readonly RunResult[], lanes: readonly LaneName[], pa
     g('paced streams: gateway peak RSS', rss ?? null, '<=', 300, 'MB', 'paced: gateway process, sampled every 50 ms');
     const gap = paced('inkgate') ? figure(paced('inkgate')!, 'paced.maxGapMs') : null;
     g('paced streams: longest gap between chunks', gap, '<=', paceMs > 0 ? 10 * paceMs : null, 'ms', `paced: 10 chunk intervals of ${paceMs} ms`);
+  }
+  // The ledger after the load, per gateway (not per lane: a gateway serves both).
+  for (const a of audits) {
+    const g = (goal: string, value: number, from: string) => out.push({ lane: 'all', goal: `${a.process}: ${goal}`, value, op: '<=', limit: 0, unit: '', pass: value <= 0, from });
+    g('ledger invariant violations', a.invariantViolations, 'rows breaking a ledger rule once the journal is written (inkgate ledger check)');
+    g('holds left open after the bench', a.openHolds, 'requests with an open hold once the journal is written');
+    g('errors logged (failed settles and moves)', a.errorsLogged, 'error lines the gateway logged');
   }
   return out;
 }

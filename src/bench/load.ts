@@ -13,6 +13,8 @@ export interface Request {
   readonly path: string;
   readonly headers: Record<string, string>;
   readonly body: string;
+  /** Closed loop: header sets taken in turn, one per request (many tenants: one key each), over `headers`. */
+  readonly rotate?: ReadonlyArray<Record<string, string>>;
 }
 
 export interface Window {
@@ -28,6 +30,8 @@ export interface Tally {
   statuses: Record<string, number>;
   /** Transport failures (no HTTP answer, or the body broke off), by undici error code. */
   errors: Record<string, number>;
+  /** The first few answers other than 200, status and body start. */
+  failureSamples: string[];
   /** SSE events received (blank-line terminated), streaming runs only. */
   chunks: number;
   /** Measured window, s. */
@@ -37,12 +41,22 @@ export interface Tally {
   readonly ttft: Histogram;
 }
 
-const newTally = (): Tally => ({ requests: 0, statuses: {}, errors: {}, chunks: 0, seconds: 0, latency: newHistogram(), ttft: newHistogram() });
+const newTally = (): Tally => ({ requests: 0, statuses: {}, errors: {}, failureSamples: [], chunks: 0, seconds: 0, latency: newHistogram(), ttft: newHistogram() });
 
 /** Every wait on a target is bounded: a target that hangs fails the request, not the bench. */
 const TARGET_TIMEOUT_MS = 60_000;
 /** After a run's window ends, requests still out get this long before their connections are cut. */
 const DRAIN_MS = 10_000;
+
+const FAILURE_SAMPLES = 5;
+/** A rotation's warm-up (every key once) is bounded too: a slow target still gets measured. */
+const ROTATION_WARMUP_MAX_MS = 60_000;
+const FAILURE_SAMPLE_CHARS = 300;
+
+const countStatus = (t: Tally, a: OneAnswer) => {
+  t.statuses[a.status] = (t.statuses[a.status] ?? 0) + 1;
+  if (a.failure !== null && t.failureSamples.length < FAILURE_SAMPLES) t.failureSamples.push(a.failure);
+};
 
 const countError = (t: Tally, e: unknown) => {
   const code = String((e as { code?: unknown } | null)?.code ?? (e as Error | null)?.name ?? 'error');
@@ -89,6 +103,8 @@ export function countEventEnds(buf: Uint8Array, prevLf: boolean): number {
 
 interface OneAnswer {
   status: number;
+  /** The start of the body of an answer other than 200 (what went wrong, for the report). */
+  failure: string | null;
   ttftMs: number;
   chunks: number;
   maxGapMs: number;
@@ -102,6 +118,10 @@ async function once(p: Pool, r: Request, t0: number, marker: Buffer | null): Pro
   let maxGapMs = 0;
   let last = 0;
   let prevLf = false;
+  if (res.statusCode !== 200) {
+    const text = await res.body.text();
+    return { status: res.statusCode, failure: `${res.statusCode} ${text.slice(0, FAILURE_SAMPLE_CHARS)}`, ttftMs, chunks, maxGapMs };
+  }
   for await (const c of res.body as AsyncIterable<Buffer>) {
     if (marker === null) continue;
     const now = performance.now();
@@ -111,7 +131,7 @@ async function once(p: Pool, r: Request, t0: number, marker: Buffer | null): Pro
     chunks += countEventEnds(c, prevLf);
     prevLf = c[c.length - 1] === 10;
   }
-  return { status: res.statusCode, ttftMs, chunks, maxGapMs };
+  return { status: res.statusCode, failure: null, ttftMs, chunks, maxGapMs };
 }
 
 export interface ClosedLoopOptions {
@@ -134,14 +154,24 @@ export async function closedLoop(o: ClosedLoopOptions): Promise<Tally> {
   let stop = false;
   let full: () => void = () => undefined;
   const reachedMax = new Promise<void>((r) => (full = r));
+  // Rotation: every request of every worker takes the next header set (built once, not per request).
+  const rotated = o.request.rotate?.map((h) => ({ ...o.request, headers: { ...o.request.headers, ...h } })) ?? [o.request];
+  let turn = 0;
+  // With many tenants the warm-up lasts until every key has been used once (each has met its
+  // first request's costs: key lookup, first lease), so the window measures the steady state.
+  let allUsed: () => void = () => undefined;
+  const everyKeyUsed = new Promise<void>((r) => (allUsed = r));
+  if (rotated.length === 1) allUsed();
   const worker = async () => {
     while (!stop) {
       const t0 = performance.now();
+      const r = rotated[turn++ % rotated.length]!;
+      if (turn === rotated.length) allUsed();
       try {
-        const a = await once(p, o.request, t0, o.marker);
+        const a = await once(p, r, t0, o.marker);
         if (!recording) continue;
         t.requests++;
-        t.statuses[a.status] = (t.statuses[a.status] ?? 0) + 1;
+        countStatus(t, a);
         recordMs(t.latency, performance.now() - t0);
         if (o.marker) {
           t.chunks += a.chunks;
@@ -157,6 +187,7 @@ export async function closedLoop(o: ClosedLoopOptions): Promise<Tally> {
   };
   const workers = Promise.all(Array.from({ length: o.connections }, worker));
   await sleep(o.warmupMs);
+  await within(everyKeyUsed, ROTATION_WARMUP_MAX_MS);
   await window.start();
   recording = true;
   const w0 = performance.now();
@@ -236,7 +267,7 @@ export async function openLoop(o: OpenLoopOptions): Promise<OpenLoopTally> {
         const done = performance.now();
         if (done > lastDone) lastDone = done;
         t.requests++;
-        t.statuses[a.status] = (t.statuses[a.status] ?? 0) + 1;
+        countStatus(t, a);
         recordMs(t.latency, done - due);
         recordMs(t.serviceTime, done - sentAt);
       },
@@ -292,7 +323,7 @@ export async function pacedWave(o: PacedOptions): Promise<PacedTally> {
           const a = await once(p, o.request, s0, o.marker);
           if (!measured) return;
           t.requests++;
-          t.statuses[a.status] = (t.statuses[a.status] ?? 0) + 1;
+          countStatus(t, a);
           if (a.status !== 200) t.failures++;
           recordMs(t.latency, performance.now() - s0);
           if (!Number.isNaN(a.ttftMs)) recordMs(t.ttft, a.ttftMs);

@@ -1,11 +1,12 @@
 // The Postgres server's CPU, as one more bench "process": the sum of user + system time of every
-// process named `postgres` on this machine (postmaster, backends, WAL writer, checkpointer), read
+// process named `postgres` on this machine (postmaster, backends, WAL writer, checkpointer, and
+// the backends already reaped), read
 // from /proc around each measured window. So a run reports Postgres CPU per request beside the
 // gateway's own. Only meaningful when the database runs on this machine (the embedded one or
 // DATABASE_URL at 127.0.0.1) and nothing else uses it during the run.
 import { readdir, readFile } from 'node:fs/promises';
 import type { ProcessSnapshot } from './child.js';
-import type { BenchProcess } from './targets.js';
+import type { BenchProcess } from './bench-process.js';
 
 /** Clock ticks per second of /proc/<pid>/stat times (USER_HZ: 100 on Linux). */
 const TICKS_PER_S = 100;
@@ -29,7 +30,9 @@ async function postgresCpuUs(): Promise<number> {
     const close = st.lastIndexOf(')');
     if (st.slice(st.indexOf('(') + 1, close) !== 'postgres') continue;
     const f = st.slice(close + 2).split(' ');
-    ticks += Number(f[11]) + Number(f[12]); // utime, stime
+    // utime, stime, and cutime, cstime: the postmaster's reaped backends, so a backend that exits
+    // during a window (a pool closing idle connections) does not take its CPU out of the sum.
+    ticks += Number(f[11]) + Number(f[12]) + Number(f[13]) + Number(f[14]);
   }
   return (ticks * 1_000_000) / TICKS_PER_S;
 }
@@ -43,6 +46,9 @@ export function postgresServerProcess(): BenchProcess {
     extraPids: [],
     async stats(): Promise<ProcessSnapshot> {
       return { cpuUs: await postgresCpuUs(), rssBytes: 0, peakRssBytes: 0, eldP50Ms: 0, eldP99Ms: 0, eldMaxMs: 0 };
+    },
+    async audit() {
+      return null;
     },
     async stop() {},
   };

@@ -1,5 +1,5 @@
 // The terminal report: one table per lane and scenario, the ratios under each, then the goals with
-// pass/fail marks. Plain text (markdown tables), so it pastes into an issue or the README as is.
+// pass/fail marks. Plain text (markdown tables), so it pastes into an issue or a doc as is.
 import type { BenchReport } from './report.js';
 import type { Ratio } from './goals.js';
 import type { RunResult } from './scenarios.js';
@@ -46,10 +46,10 @@ function section(rep: BenchReport, runs: RunResult[]): string {
       runs.map((r) => [r.target, String(r.requests), n0(r.rps), f(r.latency.p50Ms), f(r.latency.p90Ms), f(r.latency.p99Ms), f(r.latency.maxMs), n0(r.own?.cpuUsPerRequest), mb(r), f(r.own?.eldP99Ms, 1), String(r.failed)]),
     );
   } else if (r0.kind === 'stream') {
-    title = `${r0.scenario}, concurrency 1, streaming`;
+    title = `${r0.scenario}, ${r0.connections === 1 ? 'concurrency 1' : `closed loop, ${r0.connections} connections`}, streaming`;
     body = table(
-      ['target', 'streams', 'TTFT p50 ms', 'TTFT p99 ms', 'last byte p50 ms', 'last byte p99 ms', 'SSE events', 'CPU µs/req', 'CPU µs/chunk', 'failed'],
-      runs.map((r) => [r.target, String(r.requests), f(r.ttft?.p50Ms), f(r.ttft?.p99Ms), f(r.latency.p50Ms), f(r.latency.p99Ms), String(r.chunks ?? '-'), n0(r.own?.cpuUsPerRequest), f(r.own?.cpuUsPerChunk, 1), String(r.failed)]),
+      ['target', 'streams', 'streams/s', 'TTFT p50 ms', 'TTFT p99 ms', 'last byte p50 ms', 'last byte p99 ms', 'SSE events', 'CPU µs/req', 'CPU µs/chunk', 'failed'],
+      runs.map((r) => [r.target, String(r.requests), n0(r.rps), f(r.ttft?.p50Ms), f(r.ttft?.p99Ms), f(r.latency.p50Ms), f(r.latency.p99Ms), String(r.chunks ?? '-'), n0(r.own?.cpuUsPerRequest), f(r.own?.cpuUsPerChunk, 1), String(r.failed)]),
     );
   } else if (r0.kind === 'open-loop') {
     title = `open loop, ${r0.openLoop!.rate} req/s, latency from the scheduled send (at most ${r0.connections} out at once)`;
@@ -66,7 +66,7 @@ function section(rep: BenchReport, runs: RunResult[]): string {
     );
   }
   const ratiosText = rs.length ? `\n${ratioLines(rs)}` : '';
-  const errs = runs.filter((r) => r.failed > 0).map((r) => `  ${r.target} failures: statuses ${JSON.stringify(r.statuses)} errors ${JSON.stringify(r.errors)}`);
+  const errs = runs.filter((r) => r.failed > 0).map((r) => `  ${r.target} failures: statuses ${JSON.stringify(r.statuses)} errors ${JSON.stringify(r.errors)}${r.failureSamples.map((f) => `\n    ${f}`).join('')}`);
   return `\n## ${r0.lane}: ${title}\n${body}${ratiosText}${errs.length ? '\n' + errs.join('\n') : ''}`;
 }
 
@@ -76,6 +76,7 @@ export function renderTerminal(rep: BenchReport): string {
   if (rep.selfStarted) {
     out.push(`# self-started on 127.0.0.1: simulators, inkgate (billing on; ledger in ${rep.database}), inkgate (billing off), plain node:http + undici proxy; in-process rate limiter; ${rep.upstreamConnections} upstream connections per vendor`);
   }
+  if (rep.tenantsLimiter) out.push(`# many tenants: a gateway of its own with the ${rep.tenantsLimiter} rate limiter, ${String(rep.options.tenantKeys)} keys over ${String(rep.options.tenantAccounts)} accounts`);
   for (const t of rep.targets) out.push(`#   ${t.lane} ${t.name}: ${t.url}`);
   const groups = new Map<string, RunResult[]>();
   for (const r of rep.runs) {
@@ -84,12 +85,16 @@ export function renderTerminal(rep: BenchReport): string {
   }
   for (const runs of groups.values()) out.push(section(rep, runs));
   for (const s of rep.skipped) out.push(`\n(skipped: ${s.lane} ${s.scenario}: ${s.reason})`);
+  for (const a of rep.audits) {
+    out.push(`\n(ledger of ${a.process} after the runs: ${a.requests} requests from ${a.keysUsed} keys, ${a.invariantViolations} invariant violations, ${a.openHolds} holds open, ${a.usageUnknown} usage_unknown, ${a.errorsLogged} error lines logged)`);
+    for (const e of a.firstErrors) out.push(`  ${e}`);
+  }
   if (rep.goals.some((g) => g.value !== null)) {
     out.push('\n## goals (billing on)');
     out.push(
       table(
         ['lane', 'goal', 'measured', 'goal', 'result'],
-        rep.goals.map((g) => {
+        rep.goals.filter((g) => g.value !== null).map((g) => {
           const digits = g.unit === 'x' ? 2 : g.unit === 'ms' ? 3 : 1;
           const limit = g.limit === null ? '-' : `${g.op} ${Number.isInteger(g.limit) ? g.limit : f(g.limit, digits)} ${g.unit}`;
           return [g.lane, g.goal, g.value === null ? 'not measured' : `${f(g.value, digits)} ${g.unit}`, limit, g.pass === null ? 'n/a' : g.pass ? 'pass' : 'FAIL'];
@@ -98,7 +103,7 @@ export function renderTerminal(rep: BenchReport): string {
     );
     const passed = rep.goals.filter((g) => g.pass === true).length;
     const failed = rep.goals.filter((g) => g.pass === false).length;
-    out.push(`${passed} goals met, ${failed} missed, ${rep.goals.length - passed - failed} not measured. Bench wall time ${rep.wallSeconds.toFixed(0)} s.`);
+    out.push(`${passed} goals met, ${failed} missed, ${rep.goals.length - passed - failed} not measured (their scenarios not run, not shown). Bench wall time ${rep.wallSeconds.toFixed(0)} s.`);
   }
   return out.join('\n') + '\n';
 }

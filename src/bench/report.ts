@@ -1,6 +1,6 @@
 // The one document every output is made from: the terminal table, --json and the HTML report.
 import type { BenchOptions, LaneName } from './args.js';
-import type { Goal, Ratio } from './goals.js';
+import type { AuditResult, Goal, Ratio } from './goals.js';
 import type { RunResult, Skipped } from './scenarios.js';
 import type { TargetName } from './targets.js';
 
@@ -15,11 +15,15 @@ export interface BenchReport {
   readonly selfStarted: boolean;
   readonly database: string | null;
   readonly upstreamConnections: number | null;
+  /** The many-tenants gateway's rate limiter ("redis" or "in-process"), null when not started. */
+  readonly tenantsLimiter: string | null;
   readonly targets: ReadonlyArray<{ readonly lane: LaneName; readonly name: TargetName; readonly url: string; readonly process: string | null }>;
   /** Every process the bench started, ended before the report is printed. */
   readonly processes: ReadonlyArray<{ readonly name: string; readonly pid: number; readonly extraPids: readonly number[] }>;
   readonly runs: readonly RunResult[];
   readonly ratios: readonly Ratio[];
+  /** Each self-started billing gateway's ledger once the load is over. */
+  readonly audits: readonly AuditResult[];
   readonly goals: readonly Goal[];
   readonly skipped: readonly Skipped[];
   readonly wallSeconds: number;

@@ -34,6 +34,8 @@ export interface RunResult {
   readonly requests: number;
   readonly rps: number;
   readonly statuses: Record<string, number>;
+  /** The first few answers other than 200: status and the start of the body. */
+  readonly failureSamples: readonly string[];
   readonly errors: Record<string, number>;
   /** Answers other than 200 plus transport errors. */
   readonly failed: number;
@@ -94,6 +96,22 @@ export function planRuns(o: BenchOptions, set: TargetSet): { runs: PlannedRun[];
         }
         add(ts, 'request', 1, per);
         add(ts, 'request', o.connections, per);
+        continue;
+      }
+      if (scenario === 'durability' || scenario === 'many-tenants') {
+        const names: TargetName[] = scenario === 'durability' ? ['inkgate', 'inkgate (sync)'] : ['inkgate (one key)', 'inkgate (many tenants)'];
+        const ts = of(names);
+        if (ts.length < 2) {
+          skipped.push({ lane, scenario, reason: `needs the self-started ${names.join(' and ')}` });
+          continue;
+        }
+        add(ts, 'request', o.connections, per);
+        add(ts, 'stream', o.connections, per);
+        continue;
+      }
+      if (scenario === 'stream-saturation') {
+        // One-write replies (no pacing): what the gateway itself costs per stream, billing on and off.
+        add(of([...BASELINES, 'inkgate (billing off)']), 'stream', o.connections, per);
         continue;
       }
       const ts = of(BASELINES);
@@ -189,6 +207,7 @@ export async function executeRun(run: PlannedRun, o: BenchOptions, processes: re
     requests: tally.requests,
     rps: tally.requests / tally.seconds,
     statuses: tally.statuses,
+    failureSamples: tally.failureSamples,
     errors: tally.errors,
     failed: non200 + sum(tally.errors),
     latency: summarize(tally.latency),

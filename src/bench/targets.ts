@@ -8,12 +8,26 @@ import { fileURLToPath } from 'node:url';
 import type { BenchOptions, LaneName } from './args.js';
 import { selfStarted } from './args.js';
 import { postgresServerProcess } from './postgres-cpu.js';
-import type { ChildRole, GatewayChildConfig, ProcessSnapshot, ProxyChildConfig, SimsChildConfig } from './child.js';
+import type { BenchProcess } from './bench-process.js';
+import type { ChildRole, GatewayChildConfig, LedgerAudit, ProcessSnapshot, ProxyChildConfig, SimsChildConfig } from './child.js';
+
+export type { BenchProcess } from './bench-process.js';
 import { laneBodies, laneEndpoint, vendorHeaders, type LaneBodies } from './lanes.js';
 import type { Request } from './load.js';
 
-export type TargetName = 'direct' | 'plain proxy' | 'inkgate' | 'inkgate (billing off)';
-export const TARGET_ORDER: readonly TargetName[] = ['direct', 'plain proxy', 'inkgate', 'inkgate (billing off)'];
+export type TargetName =
+  | 'direct'
+  | 'plain proxy'
+  | 'inkgate'
+  | 'inkgate (billing off)'
+  | 'inkgate (sync)'
+  | 'inkgate (one key)'
+  | 'inkgate (many tenants)';
+export const TARGET_ORDER: readonly TargetName[] = [
+  'direct', 'plain proxy', 'inkgate', 'inkgate (billing off)', 'inkgate (sync)', 'inkgate (one key)', 'inkgate (many tenants)',
+];
+/** The process of the many-tenants scenario: one gateway, the shared limiter, many funded keys. */
+export const TENANTS_PROCESS = 'inkgate (tenants)';
 
 export interface Target {
   readonly name: TargetName;
@@ -24,14 +38,6 @@ export interface Target {
   readonly processName: string | null;
 }
 
-export interface BenchProcess {
-  readonly name: string;
-  readonly pid: number;
-  /** Processes it started itself (the embedded postmaster), reported so callers can check they end. */
-  readonly extraPids: readonly number[];
-  stats(op: 'mark' | 'read'): Promise<ProcessSnapshot>;
-  stop(): Promise<void>;
-}
 
 export interface TargetSet {
   readonly targets: readonly Target[];
@@ -39,6 +45,8 @@ export interface TargetSet {
   /** Where the self-started inkgate keeps its ledger, e.g. "DATABASE_URL" or "embedded PostgreSQL". */
   readonly database: string | null;
   readonly upstreamConnections: number | null;
+  /** The many-tenants gateway's rate limiter ("redis" or "in-process"), null when not started. */
+  readonly tenantsLimiter: string | null;
   stop(): Promise<void>;
 }
 
@@ -80,31 +88,39 @@ async function spawnChild(name: string, role: ChildRole, config: unknown): Promi
   let exited = cp.exitCode !== null;
   const exit = new Promise<void>((r) => cp.once('exit', () => ((exited = true), r())));
   let nextId = 1;
-  const waiting = new Map<number, (s: ProcessSnapshot) => void>();
+  // Questions to the child ('mark', 'read', 'audit') and their answers, matched by id.
+  const pending = new Map<number, (m: Record<string, unknown>) => void>();
   const ready = new Promise<Record<string, unknown>>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`${name}: not ready after ${START_TIMEOUT_MS / 1000} s\n${tail}`)), START_TIMEOUT_MS);
     cp.on('message', (m: { type: string; id?: number; message?: string } & Record<string, unknown>) => {
       if (m.type === 'ready') (clearTimeout(timer), resolve(m));
       else if (m.type === 'error') (clearTimeout(timer), reject(new Error(`${name}: ${m.message}`)));
-      else if (m.type === 'stats') {
-        waiting.get(m.id!)?.(m as unknown as ProcessSnapshot);
-        waiting.delete(m.id!);
+      else if (m.id !== undefined) {
+        pending.get(m.id)?.(m);
+        pending.delete(m.id);
       }
     });
     void exit.then(() => (clearTimeout(timer), reject(new Error(`${name}: exited before it was ready\n${tail.trim()}`))));
   });
+  const ask = (op: 'mark' | 'read' | 'audit') =>
+    new Promise<Record<string, unknown>>((resolve, reject) => {
+      if (exited) return reject(new Error(`${name} is gone\n${tail.trim()}`));
+      const id = nextId++;
+      const timer = setTimeout(() => (pending.delete(id), reject(new Error(`${name}: no answer to ${op} after ${STATS_TIMEOUT_MS} ms`))), STATS_TIMEOUT_MS);
+      pending.set(id, (m) => (clearTimeout(timer), resolve(m)));
+      cp.send({ op, id });
+    });
   const proc: BenchProcess = {
     name,
     pid: cp.pid!,
     extraPids: [],
-    stats: (op) =>
-      new Promise<ProcessSnapshot>((resolve, reject) => {
-        if (exited) return reject(new Error(`${name} is gone\n${tail.trim()}`));
-        const id = nextId++;
-        const timer = setTimeout(() => (waiting.delete(id), reject(new Error(`${name}: no stats after ${STATS_TIMEOUT_MS} ms`))), STATS_TIMEOUT_MS);
-        waiting.set(id, (s) => (clearTimeout(timer), resolve(s)));
-        cp.send({ op, id });
-      }),
+    stats: async (op) => (await ask(op)) as unknown as ProcessSnapshot,
+    audit: async () => {
+      if (exited || role !== 'gateway') return null;
+      const m = await ask('audit');
+      if (m.error !== undefined) throw new Error(`${name}: audit failed: ${String(m.error)}`);
+      return (m.audit ?? null) as LedgerAudit | null;
+    },
     stop: async () => {
       if (exited) return;
       cp.send({ op: 'stop' }, () => undefined);
@@ -144,7 +160,7 @@ function target(name: TargetName, lane: LaneName, baseUrl: string, headers: Reco
   };
 }
 
-export async function startTargets(o: BenchOptions, dbUrl: string | null, onStep: (what: string) => void): Promise<TargetSet> {
+export async function startTargets(o: BenchOptions, dbUrl: string | null, redisUrl: string | null, onStep: (what: string) => void): Promise<TargetSet> {
   const processes: BenchProcess[] = [];
   const stopAll = async () => {
     // Reverse start order: gateways drop their schemas before the database goes.
@@ -165,16 +181,33 @@ export async function startTargets(o: BenchOptions, dbUrl: string | null, onStep
         add('simulators', 'sims', { keys: SIM_KEYS } satisfies SimsChildConfig),
         dbUrl === null ? add('postgres', 'db', {}) : Promise.resolve({ url: dbUrl }),
       ])) as [{ anthropic: string; openai: string }, { url: string }];
-      const gw = (unbilled: boolean) =>
-        ({ dbUrl: db.url, schema: `inkgate_bench_${process.pid}_${unbilled ? 'off' : 'on'}`, unbilled, sims: s, simKeys: SIM_KEYS, upstreamConnections, ledger: { durability: o.durability, flushMs: o.flushMs } }) satisfies GatewayChildConfig;
-      const [on, off, proxy] = await settled([
-        add('inkgate', 'gateway', gw(false)),
-        add('inkgate (billing off)', 'gateway', gw(true)),
+      const gw = (suffix: string, unbilled: boolean, more: Partial<GatewayChildConfig> = {}): GatewayChildConfig => ({
+        dbUrl: db.url,
+        schema: `inkgate_bench_${process.pid}_${suffix}`,
+        unbilled,
+        sims: s,
+        simKeys: SIM_KEYS,
+        upstreamConnections,
+        ledger: { durability: o.durability, flushMs: o.flushMs },
+        redisUrl: null,
+        tenants: null,
+        ...more,
+      });
+      // The durability and many-tenants scenarios need gateways of their own, started only for them.
+      const wantSync = o.scenarios.includes('durability');
+      const wantTenants = o.scenarios.includes('many-tenants');
+      const [on, off, proxy, sync, tenants] = await settled([
+        add('inkgate', 'gateway', gw('on', false)),
+        add('inkgate (billing off)', 'gateway', gw('off', true)),
         add('plain proxy', 'proxy', {
           upstreams: { messages: { url: s.anthropic, key: SIM_KEYS.anthropic }, responses: { url: s.openai, key: SIM_KEYS.openai } },
           anthropicVersion: o.anthropicVersion,
           connections: upstreamConnections,
         } satisfies ProxyChildConfig),
+        wantSync ? add('inkgate (sync)', 'gateway', gw('sync', false, { ledger: { durability: 'sync', flushMs: o.flushMs } })) : Promise.resolve(null),
+        wantTenants
+          ? add(TENANTS_PROCESS, 'gateway', gw('tenants', false, { redisUrl, tenants: { accounts: o.tenantAccounts, keys: o.tenantKeys } }))
+          : Promise.resolve(null),
       ]);
       for (const lane of o.lanes) {
         const simUrl = lane === 'messages' ? s.anthropic : s.openai;
@@ -183,9 +216,17 @@ export async function startTargets(o: BenchOptions, dbUrl: string | null, onStep
         targets.push(target('plain proxy', lane, String(proxy!.url), {}, o.directModels[lane], o, 'plain proxy'));
         targets.push(target('inkgate', lane, String(on!.url), { authorization: `Bearer ${String(on!.key)}` }, o.models[lane], o, 'inkgate'));
         targets.push(target('inkgate (billing off)', lane, String(off!.url), { authorization: `Bearer ${String(off!.key)}` }, o.models[lane], o, 'inkgate (billing off)'));
+        if (sync) targets.push(target('inkgate (sync)', lane, String(sync.url), { authorization: `Bearer ${String(sync.key)}` }, o.models[lane], o, 'inkgate (sync)'));
+        if (tenants) {
+          const one = target('inkgate (one key)', lane, String(tenants.url), { authorization: `Bearer ${String(tenants.key)}` }, o.models[lane], o, TENANTS_PROCESS);
+          targets.push(one);
+          const rotate = (tenants.keys as string[]).map((k) => ({ authorization: `Bearer ${k}` }));
+          targets.push({ ...one, name: 'inkgate (many tenants)', request: { ...one.request, rotate } });
+        }
       }
       processes.push(postgresServerProcess());
-      return { targets, processes, database, upstreamConnections, stop: stopAll };
+      const tenantsLimiter = tenants ? String(tenants.limiter) : null;
+      return { targets, processes, database, upstreamConnections, tenantsLimiter, stop: stopAll };
     }
     const named = o.lanes.filter((l) => o.direct[l] !== null);
     let proxyUrl: string | null = null;
@@ -200,7 +241,7 @@ export async function startTargets(o: BenchOptions, dbUrl: string | null, onStep
       if (d && proxyUrl) targets.push(target('plain proxy', lane, proxyUrl, {}, o.directModels[lane], o, 'plain proxy'));
       if (o.gateway) targets.push(target('inkgate', lane, o.gateway.url, { authorization: `Bearer ${o.gateway.key}` }, o.models[lane], o, null));
     }
-    return { targets, processes, database: null, upstreamConnections: proxyUrl ? upstreamConnections : null, stop: stopAll };
+    return { targets, processes, database: null, upstreamConnections: proxyUrl ? upstreamConnections : null, tenantsLimiter: null, stop: stopAll };
   } catch (e) {
     await stopAll();
     throw e;

@@ -2,7 +2,7 @@
 // Everything but `available` is computed once per price set when the builder is made; a request
 // only copies the precomputed parts into a fresh top-level object with the live `available` flag.
 import type { Catalog, CatalogModel, ImageModel, TextModel, TextRates, VideoModel, VideoPriceSet, VideoResolution } from './models.js';
-import { imageInk, inkToUsd, videoClipInk, videoDisplayInkPerSecond } from '../ledger/pricing.js';
+import { imageInk, inkToUsd, videoClipInk, videoDisplayInkPerSecond } from './pricing.js';
 
 export interface InkUsd {
   readonly ink: number;

@@ -183,7 +183,7 @@ const int = (name: string, v: string | undefined): number | undefined => {
 const str = (v: string | undefined): string | undefined => (v === undefined || v === '' ? undefined : v);
 const bool = (v: string | undefined): boolean | undefined => (v === undefined || v === '' ? undefined : v === '1' || v === 'true');
 
-/** The environment's part of the configuration (the names in DESIGN.md). */
+/** The environment's part of the configuration (these names are part of the interface: docs/operations.md). */
 function fromEnv(env: Env): Record<string, unknown> {
   const vendor = (p: string) => ({ baseUrl: str(env[`INKGATE_${p}_BASE_URL`]), apiKey: str(env[`INKGATE_${p}_API_KEY`]) });
   return {

@@ -4,7 +4,7 @@
 // (or this one after restart) claims them and resumes (poll), restarts (never-called submit) or fails
 // and refunds (a create whose outcome is unknown) them. Nothing here keeps state another instance needs.
 // Image rows (images/run.ts) go through the same claim: the Gemini call is made by the worker.
-import type { Services } from '../gateway.js';
+import type { Services } from '../services.js';
 import { claimDue, renewLease, type GenerationRow } from './store.js';
 import { sweepRetention, type SweepReport } from './sweep.js';
 import type { VideoDeps } from './video/deps.js';

@@ -1,7 +1,7 @@
 // The three routes every asynchronous generation product has (submit, poll, download redirect),
 // built from what differs between products: path, id shape, body cap, submit and presentation.
 import { ApiError } from '../errors.js';
-import type { Services } from '../gateway.js';
+import type { Services } from '../services.js';
 import type { HttpContext } from '../server/http-context.js';
 import { readJsonObject } from '../server/json-body.js';
 import type { Route } from '../server/router.js';

@@ -1,7 +1,7 @@
 // Retention: a succeeded result's file is deleted `retentionDays` after the result was stored
 // (completed_at); the record stays and gains result_expired (GET shows `result_expired: true`,
 // `/content` answers 410). Also drops Idempotency-Key claims older than their 24-hour window.
-import type { Services } from '../gateway.js';
+import type { Services } from '../services.js';
 import { withTx } from '../store/pool.js';
 import type { GenerationRow } from './store.js';
 import type { VideoDeps } from './video/deps.js';

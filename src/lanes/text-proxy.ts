@@ -2,7 +2,7 @@
 // event-aligned while tallying usage on the side, settle, and add the service's frame at the end.
 // Each lane (Messages, Responses) supplies only what differs: parsing, headers, tally, frames.
 //
-// Money rules on this path (DESIGN "Money"):
+// Money rules on this path (docs/ledger.md):
 // - Nothing reaches the vendor without a hold; every hold ends exactly once, or is deliberately
 //   left open (usage_unknown) for reconciliation.
 // - Refused before running (vendor 4xx, capacity, never sent): release in full.
@@ -14,9 +14,9 @@ import { ApiError } from '../errors.js';
 import type { TextBilling } from '../ledger/unbilled.js';
 import type { HttpContext } from '../server/http-context.js';
 import { readJsonObject } from '../server/json-body.js';
-import type { Services } from '../gateway.js';
+import type { Services } from '../services.js';
 import { forEachEvent, modelRewrite, rewriteModels, SseFramer, type ModelRewrite } from './sse-framer.js';
-import { neverSent, type Upstream } from './upstream.js';
+import { neverSent, type Upstream } from '../vendors/text-upstream.js';
 import { readBounded } from '../vendors/vendor-http.js';
 
 export interface ParsedTextRequest {

@@ -470,7 +470,7 @@ export class Escrow implements TextBilling {
 
   /** Read-your-writes: every record this instance has is written before a view reads Postgres. */
   async beforeView(): Promise<void> {
-    if (!(await this.journal.flushAll(this.o.config.flushMs * 2 + 2000))) {
+    if (!(await this.journal.flushAll(this.cfg.flushMs * 2 + 2000))) {
       throw unavailable('The ledger cannot write its journal now; retry after Retry-After.');
     }
   }

@@ -25,8 +25,6 @@ export class LocalLease {
   deadlineMs: number;
   lastHoldMs: number;
   state: LeaseState = 'live';
-  /** A refill is running (only one at a time). */
-  refilling = false;
   /** The last refill met the edge: no more until the key leaves the exact path. */
   noRefill = false;
   /** A return or close is running. */
@@ -92,9 +90,9 @@ export class LocalLease {
     this.pendingPaygInk -= restPaygInk;
   }
 
-  /** True when spare Ink is low enough for a background refill. */
+  /** True when spare Ink is low enough for a background refill (one per key at a time: the escrow's take). */
   wantsRefill(refillBelowPermille: number): boolean {
-    return this.state === 'live' && !this.refilling && !this.noRefill && this.spareInk * 1000 < this.lastTakeInk * refillBelowPermille;
+    return this.state === 'live' && !this.noRefill && this.spareInk * 1000 < this.lastTakeInk * refillBelowPermille;
   }
 }
 
@@ -116,8 +114,8 @@ export class HoldRate {
 
   /** Ink per second: the last full window, or the current one when it is busier. */
   inkPerS(nowMs: number): number {
-    const elapsed = Math.max(nowMs - this.windowStartMs, 1);
-    const current = (this.windowInk * 1000) / Math.max(elapsed, 250);
+    // A window younger than 250 ms is read as 250 ms long: one hold is not a burst.
+    const current = (this.windowInk * 1000) / Math.max(nowMs - this.windowStartMs, 250);
     return Math.max(this.lastInkPerS, current);
   }
 }

@@ -1,8 +1,8 @@
 // The Ink ledger: reserve before a request runs, then settle, release or refund exactly once.
 //
-// Money rules (spec "What the service does" 4-5, "Hold and refund rules"; DESIGN "Money"):
+// Money rules (spec "What the service does" 4-5, "Hold and refund rules"; docs/ledger.md):
 // - Amounts are whole Ink (BIGINT). The ledger never prices anything: callers pass whole-Ink holds
-//   and charges (src/ledger/pricing.ts does the rounding).
+//   and charges (src/catalog/pricing.ts does the rounding).
 // - Reserve takes from the period grant first, then pay-as-you-go; the hold records its split.
 //   It checks the wallet and the key's lifetime cap together, under row locks, in one statement.
 // - Settle charges min(charge, hold), grant first out of the hold, and returns the rest to the
@@ -14,9 +14,10 @@
 //
 // Throughput: concurrent reserves (and, separately, resolutions) are grouped into one statement
 // and one commit (group-commit.ts). Each item still gets its whole hold or nothing.
+import { inkToUsd } from '../catalog/pricing.js';
 import { ApiError } from '../errors.js';
 import { isStoreUnavailable, storeError, withTx, type Pool, type Queryable } from '../store/pool.js';
-import { GroupCommit } from './group-commit.js';
+import { GroupCommit } from '../store/group-commit.js';
 import * as SQL from './statements.js';
 
 export const PRODUCTS = ['messages', 'responses', 'video', 'images'] as const;
@@ -766,7 +767,7 @@ export class Ledger {
     const balance = r.grant_ink + r.payg_ink;
     return {
       key: { ink_limit: r.ink_limit, ink_charged: r.ink_charged, ink_reserved: r.ink_reserved },
-      ink: { balance, period_grant_remaining: r.grant_ink, payg_balance: r.payg_ink, usd_payg_equivalent: balance / 100 },
+      ink: { balance, period_grant_remaining: r.grant_ink, payg_balance: r.payg_ink, usd_payg_equivalent: inkToUsd(balance) },
     };
   }
 

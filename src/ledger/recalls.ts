@@ -14,11 +14,24 @@ export interface RecallScope {
   readonly why: 'edge' | 'key' | 'period';
 }
 
-export const RECALL_CHANNEL = 'inkgate_recall';
+const RECALL_CHANNEL = 'inkgate_recall';
 const MAX_MESSAGE_CHARS = 1000;
+
+/** The channel name carries the schema, so test schemas (and deployments sharing a server) never hear each other. */
+export const recallChannel = (schema: string): string => `${RECALL_CHANNEL}_${schema}`;
 
 export function encodeRecall(s: RecallScope): string {
   return JSON.stringify({ a: s.accountId, k: s.keyId, w: s.why });
+}
+
+/**
+ * The same message sent from SQL, inside the transaction that makes the change: Postgres delivers
+ * a NOTIFY only if that transaction commits. `accountIdSql` / `keyIdSql` are SQL expressions (a
+ * column or a parameter), or null.
+ */
+export function recallNotifySql(accountIdSql: string | null, keyIdSql: string | null, why: RecallScope['why']): string {
+  const fields = [...(accountIdSql ? [`'a', ${accountIdSql}`] : []), ...(keyIdSql ? [`'k', ${keyIdSql}`] : []), `'w', '${why}'`];
+  return `pg_notify('${RECALL_CHANNEL}_' || current_schema(), json_build_object(${fields.join(', ')})::text)`;
 }
 
 export function decodeRecall(text: string): RecallScope | undefined {
@@ -72,8 +85,6 @@ export function createRecallBus(o: RecallBusOptions): RecallBus {
   };
 }
 
-/** The channel name carries the schema, so test schemas (and deployments sharing a server) never hear each other. */
-const channelOf = (schema: string): string => `${RECALL_CHANNEL}_${schema}`;
 
 class PostgresRecallBus implements RecallBus {
   readonly kind = 'postgres' as const;
@@ -84,7 +95,7 @@ class PostgresRecallBus implements RecallBus {
   private readonly channel: string;
 
   constructor(private readonly o: RecallBusOptions) {
-    this.channel = channelOf(o.dbSchema);
+    this.channel = recallChannel(o.dbSchema);
     this.connect();
   }
 
@@ -136,7 +147,7 @@ class RedisRecallBus implements RecallBus {
   constructor(o: RecallBusOptions) {
     // The prefix is written into the channel name by hand: ioredis applies keyPrefix to keys, not channels.
     const opts = redisOptions({ ...o.redis, url: o.redis.url!, keyPrefix: '' });
-    this.channel = `${o.redis.keyPrefix}${channelOf(o.dbSchema)}`;
+    this.channel = `${o.redis.keyPrefix}${recallChannel(o.dbSchema)}`;
     this.pub = new Redis(o.redis.url!, opts);
     this.pub.on('error', (e: Error) => o.onError?.(e));
     // A subscriber connection only listens. It subscribes on every 'ready' itself: ioredis's own

@@ -2,7 +2,7 @@
 // (ledger_reserve / ledger_resolve for batches, as migration 007 defines them, and
 // ledger_reserve_one (003) / ledger_resolve_one (002) for a lone move); credits through the single statements / short transaction
 // below. Each writes its journal rows in the same transaction as the balances.
-import { RECALL_CHANNEL } from './recalls.js';
+import { recallNotifySql } from './recalls.js';
 
 /** Reserve a batch: one row per item, in order. See 002_ledger.sql for the rules. */
 export const RESERVE = `SELECT item, result, take_grant_ink, take_payg_ink, available_ink, key_room_ink
@@ -176,4 +176,4 @@ export const UNDRAINED_LEASES = `SELECT count(*)::int AS n FROM leases
 
 /** Roll-over: the account's leases are recalled in the same transaction, and told so when it commits. */
 export const RECALL_FOR_PERIOD = `WITH l AS (UPDATE leases SET recall_at = coalesce(recall_at, $2::timestamptz) WHERE account_id = $1 AND state = 'live')
-  SELECT pg_notify('${RECALL_CHANNEL}_' || current_schema(), json_build_object('a', $1::text, 'w', 'period')::text)`;
+  SELECT ${recallNotifySql('$1::text', null, 'period')}`;

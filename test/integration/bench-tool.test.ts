@@ -12,7 +12,7 @@ import type { RunResult } from '../../src/bench/scenarios.js';
 import { figure } from '../../src/bench/goals.js';
 import { createPool } from '../../src/store/pool.js';
 import { loadConfig } from '../../src/config/config.js';
-import { testDatabaseUrl } from '../helpers/env.js';
+import { testDatabaseUrl, testRedisUrl } from '../helpers/env.js';
 import { pidAlive } from '../../src/util/process.js';
 
 const root = join(import.meta.dirname, '..', '..');
@@ -20,7 +20,7 @@ const root = join(import.meta.dirname, '..', '..');
 async function bench(t: Test, args: string[]): Promise<{ code: number | null; pid: number; rep: BenchReport; stderr: string }> {
   const child = spawn(process.execPath, ['--import', './node_modules/@tapjs/typescript/dist/esm/import.mjs', 'bench/bench.ts', ...args], {
     cwd: root,
-    env: { ...process.env, TS_NODE_TRANSPILE_ONLY: '1', DATABASE_URL: testDatabaseUrl, INKGATE_CONFIG: '' },
+    env: { ...process.env, TS_NODE_TRANSPILE_ONLY: '1', DATABASE_URL: testDatabaseUrl, REDIS_URL: testRedisUrl ?? '', INKGATE_CONFIG: '' },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   t.teardown(() => {
@@ -129,5 +129,38 @@ t.test('paced streams and the open loop on the responses lane', async (t) => {
   }
   t.ok(rep.goals.some((g) => g.goal.includes('gateway peak RSS') && g.value !== null), 'paced goals measured');
   t.same(rep.skipped, []);
+  await checkStopped(t, rep, pid);
+});
+
+t.test('stream saturation, many tenants and durability on the messages lane, with the ledger audited', async (t) => {
+  const { rep, pid } = await bench(t, [
+    '--seconds', '1', '--warmup-seconds', '0.2', '--scenario', 'stream-saturation,many-tenants,durability', '--lane', 'messages',
+    '--connections', '6', '--tenant-accounts', '5', '--tenant-keys', '20', '--json',
+  ]);
+  const kinds = rep.runs.map((r) => `${r.scenario}/${r.kind}/${r.connections}/${r.target}`);
+  for (const want of [
+    'stream-saturation/stream/6/direct', 'stream-saturation/stream/6/plain proxy', 'stream-saturation/stream/6/inkgate', 'stream-saturation/stream/6/inkgate (billing off)',
+    'many-tenants/request/6/inkgate (one key)', 'many-tenants/request/6/inkgate (many tenants)', 'many-tenants/stream/6/inkgate (many tenants)',
+    'durability/request/6/inkgate', 'durability/request/6/inkgate (sync)', 'durability/stream/6/inkgate (sync)',
+  ]) t.ok(kinds.includes(want), `run ${want}`);
+  for (const r of rep.runs) checkRun(t, r);
+  checkRatiosAndGoals(t, rep);
+  t.equal(rep.tenantsLimiter, testRedisUrl ? 'redis' : 'in-process', 'the many-tenants gateway uses the configured limiter');
+  // Every billing gateway is audited after the load: nothing open, nothing logged.
+  t.same(rep.audits.map((a) => a.process).sort(), ['inkgate', 'inkgate (sync)', 'inkgate (tenants)']);
+  for (const a of rep.audits) {
+    t.equal(a.openHolds, 0, `${a.process}: no hold left open`);
+    t.equal(a.invariantViolations, 0, `${a.process}: the ledger invariant holds`);
+    t.equal(a.errorsLogged, 0, `${a.process}: no error logged ${a.firstErrors.join(' ')}`);
+    t.ok(a.requests > 0, `${a.process}: requests recorded (${a.requests})`);
+  }
+  const tenants = rep.audits.find((a) => a.process === 'inkgate (tenants)')!;
+  t.equal(tenants.keysUsed, 21, 'the many-tenants runs spread over all 20 keys (and the one-key run used its own)');
+  const billedRequests = rep.runs.filter((r) => r.target === 'inkgate (one key)' || r.target === 'inkgate (many tenants)').reduce((n, r) => n + r.requests, 0);
+  t.ok(tenants.requests >= billedRequests, `every measured answer was billed (${tenants.requests} >= ${billedRequests})`);
+  for (const goal of ['stream saturation: billing on vs billing off', 'many tenants vs one key (non-streaming)', 'Postgres CPU per billed stream (saturation)']) {
+    t.ok(rep.goals.some((g) => g.goal === goal && g.value !== null), `goal measured: ${goal}`);
+  }
+  t.ok(rep.goals.some((g) => g.lane === 'all' && g.goal === 'inkgate (sync): holds left open after the bench' && g.pass === true), 'audit goals reported');
   await checkStopped(t, rep, pid);
 });

@@ -1,5 +1,5 @@
 // Real vendors answer with a dated snapshot of the model asked for (asked for `gpt-5-mini`,
-// OpenAI answers `gpt-5-mini-2025-08-07`; the recorded transcripts in shared/vendors show it).
+// OpenAI answers `gpt-5-mini-2025-08-07`; the vendor's recorded transcripts show it).
 // Whatever the vendor calls it, every `model` the client sees is the product id: in bodies, in
 // every streamed event, and in what the official SDKs assemble from the stream.
 import Anthropic from '@anthropic-ai/sdk';
@@ -7,8 +7,8 @@ import OpenAI from 'openai';
 import t, { type Test } from 'tap';
 import { request } from 'undici';
 import { setLane } from '../../src/deployment/state.js';
-import { startAnthropicSimulator } from '../../src/vendors/anthropic/simulator.js';
-import { startOpenAISimulator } from '../../src/vendors/openai/simulator.js';
+import { startAnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
+import { startOpenAISimulator } from '../../src/simulators/openai/simulator.js';
 import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
 import { parseSse } from '../helpers/sse.js';

@@ -37,7 +37,7 @@ import { loadConfig, type Config, type DeepPartial } from '../../src/config/conf
 import { isApiError } from '../../src/errors.js';
 import { Escrow } from '../../src/ledger/escrow.js';
 import { Ledger, type Hold, type ResolveResult } from '../../src/ledger/ledger.js';
-import { RECALL_CHANNEL } from '../../src/ledger/recalls.js';
+import { encodeRecall, recallChannel } from '../../src/ledger/recalls.js';
 import { migrate } from '../../src/store/migrate.js';
 import { createPool, type Pool } from '../../src/store/pool.js';
 import { testDatabaseUrl } from '../helpers/env.js';
@@ -378,14 +378,14 @@ class Run {
   }
 
   private async busesListening(): Promise<void> {
-    const channel = `${RECALL_CHANNEL}_${this.schema}`;
+    const channel = recallChannel(this.schema);
     for (const i of this.insts) {
       const key = `ping_${randomBytes(4).toString('hex')}`;
       let heard = false;
       const p = i.e.nextKeyChange(key).then(() => (heard = true));
       for (let n = 0; !heard; n++) {
         if (n > 250) this.fail(`instance ${i.idx} never listened on the recall bus`);
-        await this.pool.query('SELECT pg_notify($1, $2)', [channel, JSON.stringify({ k: key, w: 'key' })]);
+        await this.pool.query('SELECT pg_notify($1, $2)', [channel, encodeRecall({ keyId: key, why: 'key' })]);
         await Promise.race([p, sleep(20)]);
       }
     }

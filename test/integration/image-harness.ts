@@ -7,11 +7,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Test } from 'tap';
 import type { Config, DeepPartial } from '../../src/config/config.js';
-import type { Services } from '../../src/gateway.js';
+import type { Services } from '../../src/services.js';
 import type { JobEngine } from '../../src/jobs/engine.js';
 import type { VideoDeps } from '../../src/jobs/video/deps.js';
-import { solidPng } from '../../src/vendors/gemini/png.js';
-import { startGeminiSimulator, type GeminiSimulator } from '../../src/vendors/gemini/simulator.js';
+import { solidPng } from '../../src/simulators/gemini/png.js';
+import { startGeminiSimulator, type GeminiSimulator } from '../../src/simulators/gemini/simulator.js';
 import { startTestGateway, type Reply, type TestGateway } from '../helpers/gateway.js';
 import { startHttpsServer, testCert, type TestHttpsServer } from '../helpers/https-server.js';
 

@@ -3,7 +3,7 @@
 import t from 'tap';
 import { request, Agent } from 'undici';
 import { setLane } from '../../src/deployment/state.js';
-import { startAnthropicSimulator } from '../../src/vendors/anthropic/simulator.js';
+import { startAnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
 import { startTestGateway } from '../helpers/gateway.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
 

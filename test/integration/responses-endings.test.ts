@@ -6,8 +6,8 @@ import type { AddressInfo } from 'node:net';
 import t, { type Test } from 'tap';
 import { request } from 'undici';
 import { ResponsesUsageTally } from '../../src/lanes/responses/usage-tally.js';
-import { textChargeInk, textUsageFromResponses } from '../../src/ledger/pricing.js';
-import type { OpenAISimulator } from '../../src/vendors/openai/simulator.js';
+import { textChargeInk, textUsageFromResponses } from '../../src/catalog/pricing.js';
+import type { OpenAISimulator } from '../../src/simulators/openai/simulator.js';
 import { writtenRequest } from '../helpers/gateway.js';
 import { me, rawResponsesStream, startResponsesHarness } from '../helpers/responses-harness.js';
 

@@ -1,6 +1,6 @@
 // POST /v1/responses end to end: the official OpenAI SDK -> inkgate -> the OpenAI Responses simulator.
 import t from 'tap';
-import { responsesHoldInk, textChargeInk, textUsageFromResponses } from '../../src/ledger/pricing.js';
+import { responsesHoldInk, textChargeInk, textUsageFromResponses } from '../../src/catalog/pricing.js';
 import { writtenRequest } from '../helpers/gateway.js';
 import { me, rawResponsesStream, startResponsesHarness, VENDOR_KEY } from '../helpers/responses-harness.js';
 

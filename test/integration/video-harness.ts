@@ -8,10 +8,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Test } from 'tap';
 import type { Config, DeepPartial } from '../../src/config/config.js';
-import type { Services } from '../../src/gateway.js';
+import type { Services } from '../../src/services.js';
 import { startJobEngine, type JobEngine } from '../../src/jobs/engine.js';
 import { createVideoDeps, type VideoDeps } from '../../src/jobs/video/deps.js';
-import { startArkSimulator, type ArkSimulator, type ArkSimulatorOptions } from '../../src/vendors/ark/simulator.js';
+import { startArkSimulator, type ArkSimulator, type ArkSimulatorOptions } from '../../src/simulators/ark/simulator.js';
 import { startTestGateway, type Reply, type TestGateway } from '../helpers/gateway.js';
 import { startHttpsServer, testCert, type TestHttpsServer } from '../helpers/https-server.js';
 

@@ -4,11 +4,12 @@
 import { readFileSync } from 'node:fs';
 import t, { type Test } from 'tap';
 import { revokeKey } from '../../src/accounts/accounts.js';
-import { videoClipInk } from '../../src/ledger/pricing.js';
+import { videoClipInk } from '../../src/catalog/pricing.js';
 import { handleMediaRequest } from '../../src/media/media-host.js';
-import { SAMPLE_MP4_PATH } from '../../src/vendors/ark/simulator.js';
+import { SAMPLE_MP4_PATH } from '../../src/simulators/ark/simulator.js';
 import { resultKey, MAX_PERSIST_ATTEMPTS } from '../../src/jobs/video/run.js';
 import { mediaHostHandler } from '../../src/jobs/video/routes.js';
+import { KeyAuthenticator } from '../../src/auth/authenticate.js';
 import { Router } from '../../src/server/router.js';
 import { startServer } from '../../src/server/server.js';
 import { silentLogger } from '../../src/util/log.js';
@@ -123,7 +124,7 @@ check('the media host serves a signed link over HTTP (uWS), and only a signed on
   // A server with only the media host on its `other` hook: what the lead wires into the gateway.
   const srv = await startServer({
     host: '127.0.0.1', port: 0, allowUwsFallback: h.config.allowUwsFallback, router: new Router([]),
-    state: h.services.state, limiter: h.services.limiter, db: pool, requestsPerMinute: 60, publicRequestsPerMinute: 60,
+    state: h.services.state, limiter: h.services.limiter, db: pool, keys: new KeyAuthenticator(pool), requestsPerMinute: 60, publicRequestsPerMinute: 60,
     log: silentLogger, other: mediaHostHandler(h.deps),
   });
   t.teardown(() => srv.close());

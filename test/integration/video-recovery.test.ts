@@ -9,7 +9,7 @@ import { insertGeneration, type GenerationState } from '../../src/jobs/store.js'
 import { resultKey, VideoRunner } from '../../src/jobs/video/run.js';
 import { arkInput } from '../../src/jobs/video/submit.js';
 import { validateVideoRequest } from '../../src/jobs/video/validate.js';
-import { videoClipInk } from '../../src/ledger/pricing.js';
+import { videoClipInk } from '../../src/catalog/pricing.js';
 import { ArkClient } from '../../src/vendors/ark/client.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
 import { RENDER_MS, rowOf, runToEnd, startVideoHarness, walletOf } from './video-harness.js';

@@ -14,14 +14,14 @@
 // shared server at 127.0.0.1:5432 is never signalled: the cluster here is a private one
 // (test/helpers/private-postgres.ts), paused and continued by pid.
 import t from 'tap';
-import { createAccount, createKey } from '../../src/accounts/accounts.js';
 import { loadConfig, type Config, type DeepPartial } from '../../src/config/config.js';
 import { setLane } from '../../src/deployment/state.js';
 import { createGateway, type Gateway } from '../../src/gateway.js';
 import { createPool } from '../../src/store/pool.js';
 import { createLogger } from '../../src/util/log.js';
-import { startAnthropicSimulator } from '../../src/vendors/anthropic/simulator.js';
+import { startAnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
+import { fundedKey } from '../helpers/gateway.js';
 import { messagesProbe, walletRow, type Answer } from '../helpers/messages-probe.js';
 import { startPrivatePostgres } from '../helpers/private-postgres.js';
 import { procStat } from '../helpers/proc.js';
@@ -147,15 +147,10 @@ t.test('Postgres paused 5 s (SIGSTOP, whole cluster): a leased key keeps being s
   await gw.services.state.refresh();
   const escrow = gw.services.escrow;
 
-  const fundedKey = async (name: string) => {
-    const acc = await createAccount(pool, { name, planId: 'pro' });
-    const k = await createKey(pool, { accountId: acc.id, name: `${name} key` });
-    await gw.services.ledger.topUp(acc.id, FUNDS_INK, name);
-    return { accountId: acc.id, keyId: k.id, key: k.key };
-  };
-  const ka = await fundedKey('leased key A');
-  const kb = await fundedKey('never used key B');
-  const kb2 = await fundedKey('authenticated key B2');
+  const funded = (name: string) => fundedKey(gw, name, FUNDS_INK);
+  const ka = await funded('leased key A');
+  const kb = await funded('never used key B');
+  const kb2 = await funded('authenticated key B2');
   const liveLeases = async (keyId: string): Promise<number> =>
     (await pool.query(`SELECT count(*)::int AS n FROM leases WHERE key_id = $1 AND state = 'live'`, [keyId])).rows[0].n;
 

@@ -8,8 +8,8 @@ import fc from 'fast-check';
 import t from 'tap';
 import { request, Agent, type Dispatcher } from 'undici';
 import { setLane } from '../../src/deployment/state.js';
-import { startAnthropicSimulator } from '../../src/vendors/anthropic/simulator.js';
-import { startOpenAISimulator } from '../../src/vendors/openai/simulator.js';
+import { startAnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
+import { startOpenAISimulator } from '../../src/simulators/openai/simulator.js';
 import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
 

@@ -1,5 +1,5 @@
 // Faults: the gateway process killed mid-stream and mid-image. A real gateway runs in a
-// CHILD process (its own pool, its own job engine on real timers) over a private schema; the
+// child process (its own pool, its own job engine on real timers) over a private schema; the
 // vendor simulators run here, so they outlive it. We SIGKILL the child while a Messages stream and
 // a Responses stream are half-way through (the simulators pace their deltas), and while an image
 // call is in flight. Then a fresh gateway on the same schema plays the restarted instance:
@@ -10,44 +10,30 @@
 //          the fixed price exactly once.
 // Mid-video (killed during the vendor create and mid-download) is test/integration/video-crash.test.ts.
 // Every case ends with the ledger invariant.
-import { spawn, type ChildProcess } from 'node:child_process';
-import { once } from 'node:events';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
+import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import { request } from 'undici';
 import { loadConfig, type Config, type DeepPartial } from '../../src/config/config.js';
 import { createGateway, type Gateway } from '../../src/gateway.js';
-import { textChargeInk, textUsageFromResponses } from '../../src/ledger/pricing.js';
+import { textChargeInk, textUsageFromResponses } from '../../src/catalog/pricing.js';
 import { silentLogger } from '../../src/util/log.js';
-import { startAnthropicSimulator } from '../../src/vendors/anthropic/simulator.js';
-import { startGeminiSimulator } from '../../src/vendors/gemini/simulator.js';
-import { startOpenAISimulator } from '../../src/vendors/openai/simulator.js';
+import { startAnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
+import { startGeminiSimulator } from '../../src/simulators/gemini/simulator.js';
+import { startOpenAISimulator } from '../../src/simulators/openai/simulator.js';
 import { testDb } from '../helpers/db.js';
 import { call } from '../helpers/gateway.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
 import { operatorCli } from '../helpers/operator-cli.js';
+import { startGatewayProcess } from '../helpers/gateway-process.js';
 import { parseSse } from '../helpers/sse.js';
 
-const root = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
-const src = (p: string) => pathToFileURL(resolve(root, 'src', p)).href;
 const ANTHROPIC_KEY = 'sk-ant-kill';
 const OPENAI_KEY = 'sk-openai-kill';
 const PACE_MS = 40;
 const DELTAS_BEFORE_KILL = 5;
 const LEASE_MS = 30_000;
-const READY_TIMEOUT_MS = 20_000;
-
-const CHILD = `
-import { loadConfig } from '${src('config/config.js')}';
-import { createGateway } from '${src('gateway.js')}';
-import { silentLogger } from '${src('util/log.js')}';
-const cfg = loadConfig({}, JSON.parse(process.env.CHILD_CONFIG));
-const gw = await createGateway(cfg, { skipMigrate: true, log: silentLogger, video: { owner: 'doomed-instance', engine: { timers: true } } });
-process.stdout.write('READY ' + gw.url + '\\n');
-`;
 
 const db = await testDb(t);
 const anthropic = await startAnthropicSimulator({ apiKey: ANTHROPIC_KEY });
@@ -80,41 +66,8 @@ const { cli, operatorKey: newOperatorKey } = operatorCli(cliConfig);
 /** A fresh account with a key and Ink, made the way an operator would. */
 const operatorKey = (ink: number) => newOperatorKey('kill test', ink / 100);
 
-async function startChild(t: Test): Promise<{ child: ChildProcess; url: string }> {
-  const tsLoader = process.execArgv.filter((a) => a.includes('typescript'));
-  const child = spawn(process.execPath, [...tsLoader, '--input-type=module', '-e', CHILD], {
-    cwd: root,
-    env: { ...process.env, CHILD_CONFIG: JSON.stringify(shared) },
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  t.teardown(() => {
-    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
-  });
-  let out = '';
-  const url = await new Promise<string>((resolveUrl, reject) => {
-    const timer = setTimeout(() => reject(new Error(`child not ready within ${READY_TIMEOUT_MS} ms: ${out}`)), READY_TIMEOUT_MS);
-    child.stdout!.on('data', (d: Buffer) => {
-      out += d.toString();
-      const m = /READY (\S+)/.exec(out);
-      if (m) {
-        clearTimeout(timer);
-        resolveUrl(m[1]!);
-      }
-    });
-    child.once('exit', (code) => {
-      clearTimeout(timer);
-      reject(new Error(`child exited (${code}) before it was ready: ${out}`));
-    });
-  });
-  return { child, url };
-}
-
-async function kill(child: ChildProcess): Promise<void> {
-  const exited = once(child, 'exit');
-  child.kill('SIGKILL');
-  const [, signal] = await exited;
-  if (signal !== 'SIGKILL') throw new Error(`child ended by ${String(signal)}, not SIGKILL`);
-}
+/** The doomed instance: a real gateway process on the shared schema, with a job engine on real timers. */
+const startChild = (t: Test) => startGatewayProcess(t, shared, { video: { owner: 'doomed-instance', engine: { timers: true } } });
 
 /** Starts a stream and resolves once `deltas` content deltas have arrived; the rest of the body keeps flowing into `text`. */
 async function openStream(url: string, path: string, key: string, body: unknown, deltaEvent: string, deltas: number) {
@@ -157,7 +110,8 @@ await cli('lane', 'enable', 'images');
 t.test('SIGKILL mid-stream on both text lanes: holds open after restart, reconciled exactly once', async (t) => {
   const mk = await operatorKey(10_000);
   const rk = await operatorKey(10_000);
-  const { child, url } = await startChild(t);
+  const child = await startChild(t);
+  const url = child.url;
 
   const directive = `[[sim:pace=${PACE_MS}]] [[sim:tokens=400]]`;
   const msgBody = { model: 'sonnet', max_tokens: 1_000, stream: true, messages: [{ role: 'user', content: `killed mid-stream ${directive}` }] };
@@ -168,7 +122,7 @@ t.test('SIGKILL mid-stream on both text lanes: holds open after restart, reconci
   ]);
   t.equal(ms.status, 200);
   t.equal(rs.status, 200);
-  await kill(child);
+  await child.kill();
   const [mEnd, rEnd] = await Promise.all([ms.ended, rs.ended]);
   t.ok(mEnd instanceof Error && rEnd instanceof Error, 'both clients saw their connection drop mid-body');
   t.notMatch(ms.text, /service\.usage|event: message_stop/, 'the Messages stream never finished');
@@ -264,7 +218,8 @@ t.test('SIGKILL mid-stream on both text lanes: holds open after restart, reconci
 
 t.test('SIGKILL mid-image: the survivor calls again after the lease lapses and settles once', async (t) => {
   const k = await operatorKey(1_000);
-  const { child, url } = await startChild(t);
+  const child = await startChild(t);
+  const url = child.url;
   let entered!: () => void;
   const inCall = new Promise<void>((r) => (entered = r));
   gemini.beforeGenerate = () => {
@@ -276,7 +231,7 @@ t.test('SIGKILL mid-image: the survivor calls again after the lease lapses and s
   t.equal(sub.status, 202, sub.text);
   const id: string = sub.json.id;
   await inCall;
-  await kill(child);
+  await child.kill();
   gemini.beforeGenerate = undefined;
   const row0 = (await db.pool.query('SELECT state, lease_owner, polls FROM generations WHERE id = $1', [id])).rows[0];
   t.same([row0.state, row0.lease_owner], ['running', 'doomed-instance'], 'left running under the dead instance lease');

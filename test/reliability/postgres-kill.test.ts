@@ -15,15 +15,14 @@
 // never signalled. Ends with the ledger invariant.
 import t from 'tap';
 import { chargeForRecord } from '../../src/admin/ledger-commands.js';
-import { createAccount, createKey } from '../../src/accounts/accounts.js';
 import { loadConfig, type DeepPartial, type Config } from '../../src/config/config.js';
 import { setLane } from '../../src/deployment/state.js';
 import { createGateway } from '../../src/gateway.js';
-import { textChargeInk } from '../../src/ledger/pricing.js';
+import { textChargeInk } from '../../src/catalog/pricing.js';
 import { createPool } from '../../src/store/pool.js';
 import { silentLogger } from '../../src/util/log.js';
-import { startAnthropicSimulator, type AnthropicSimulator } from '../../src/vendors/anthropic/simulator.js';
-import { call } from '../helpers/gateway.js';
+import { startAnthropicSimulator, type AnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
+import { call, fundedKey } from '../helpers/gateway.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
 import { assertUsageUnknownStream, keyRow, messagesProbe, requestRow, resolutions, textOf, walletRow } from '../helpers/messages-probe.js';
 import { startRestartablePostgres } from '../helpers/private-postgres-restart.js';
@@ -89,15 +88,10 @@ t.test('Postgres killed (SIGKILL, whole cluster) and restarted: 503s while dead,
   await setLane(pool, 'messages', true);
   await gw.services.state.refresh();
 
-  const fundedKey = async (name: string) => {
-    const acc = await createAccount(pool, { name, planId: 'pro' });
-    const k = await createKey(pool, { accountId: acc.id, name: `${name} key` });
-    await gw.services.ledger.topUp(acc.id, FUNDS_INK, name);
-    return { accountId: acc.id, keyId: k.id, key: k.key };
-  };
-  const ks = await fundedKey('killed mid-stream');
-  const kn = await fundedKey('killed mid-body');
-  const kp = await fundedKey('probes while dead');
+  const funded = (name: string) => fundedKey(gw, name, FUNDS_INK);
+  const ks = await funded('killed mid-stream');
+  const kn = await funded('killed mid-body');
+  const kp = await funded('probes while dead');
 
   // 1. Warm: one request succeeds (and the probe key is now in the instance's key cache, so the
   //    dead store is met by the reserve, the step before any vendor call).

@@ -11,9 +11,9 @@
 import t, { type Test } from 'tap';
 import { request } from 'undici';
 import { setLane, type Lane } from '../../src/deployment/state.js';
-import { textChargeInk, textUsageFromResponses } from '../../src/ledger/pricing.js';
-import { startAnthropicSimulator } from '../../src/vendors/anthropic/simulator.js';
-import { startOpenAISimulator } from '../../src/vendors/openai/simulator.js';
+import { textChargeInk, textUsageFromResponses } from '../../src/catalog/pricing.js';
+import { startAnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
+import { startOpenAISimulator } from '../../src/simulators/openai/simulator.js';
 import { cutAt, startFaultProxy, type Fault, type FaultProxy } from '../helpers/fault-proxy.js';
 import { journalWritten, startTestGateway, type TestGateway } from '../helpers/gateway.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';

@@ -99,14 +99,15 @@ t.test('SSE event ends and histogram summaries', async (t) => {
 
 t.test('arguments: bounded and checked', async (t) => {
   const o = parseBenchArgs([], false);
-  t.same(o.scenarios, ['latency', 'saturation', 'open-loop', 'paced', 'billing']);
+  t.same(o.scenarios, ['latency', 'saturation', 'stream-saturation', 'open-loop', 'paced', 'billing', 'many-tenants', 'durability']);
+  t.same([o.tenantAccounts, o.tenantKeys], [100, 1000], 'many tenants: 1,000 keys over 100 accounts');
   t.same(o.lanes, ['messages', 'responses']);
   t.equal(o.seconds, 5);
   t.equal(o.connections, 50);
   t.equal(o.streams, 1000);
   t.equal(o.progress, false, 'no progress bar off a terminal');
   t.equal(parseBenchArgs(['--progress'], false).progress, true);
-  for (const bad of [['--seconds', '0'], ['--scenario', 'latency,warp'], ['--lane', 'video'], ['--gateway', 'http://x'], ['--direct', 'ftp://x', '--direct-key', 'k'], ['--frobnicate'], ['--connections', '2.5'], ['stray']]) {
+  for (const bad of [['--seconds', '0'], ['--scenario', 'latency,warp'], ['--lane', 'video'], ['--gateway', 'http://x'], ['--direct', 'ftp://x', '--direct-key', 'k'], ['--frobnicate'], ['--connections', '2.5'], ['stray'], ['--tenant-accounts', '10', '--tenant-keys', '5']]) {
     t.throws(() => parseBenchArgs(bad, false), { name: 'BenchUsageError' }, bad.join(' '));
   }
 });

@@ -8,9 +8,9 @@ import { defaultCatalog } from '../../src/catalog/models.js';
 import { ApiError } from '../../src/errors.js';
 import { imagePixelSize } from '../../src/jobs/images/image-size.js';
 import { MAX_IMAGE_PROMPT_CHARS, validateImageRequest } from '../../src/jobs/images/validate.js';
-import { imageInk } from '../../src/ledger/pricing.js';
+import { imageInk } from '../../src/catalog/pricing.js';
 import { geminiRequestBody, parseImageResponse } from '../../src/vendors/gemini/client.js';
-import { crc32, solidPng } from '../../src/vendors/gemini/png.js';
+import { crc32, solidPng } from '../../src/simulators/gemini/png.js';
 
 const catalog = defaultCatalog();
 const url = (i: number) => `https://cdn.example.com/ref/${i}.png`;

@@ -1,7 +1,8 @@
 import t from 'tap';
 import fc from 'fast-check';
 import { MemoryRateLimiter, retryAfterSeconds } from '../../src/limits/memory-rate-limiter.js';
-import { createRateLimiter, type RateDecision } from '../../src/limits/rate-limiter.js';
+import { createRateLimiter } from '../../src/limits/create-rate-limiter.js';
+import type { RateDecision } from '../../src/limits/rate-limiter.js';
 
 const MINUTE = 60_000;
 

@@ -21,7 +21,7 @@ import {
   videoMicroInkPerSecond,
   videoSettleInk,
   type TextUsage,
-} from '../../src/ledger/pricing.js';
+} from '../../src/catalog/pricing.js';
 
 const catalog = defaultCatalog();
 

@@ -8,7 +8,7 @@ import { fileURLToPath } from 'node:url';
 import { countTokens as libraryCount } from 'gpt-tokenizer/encoding/o200k_base';
 import { ApiError } from '../../src/errors.js';
 import { loadCatalog } from '../../src/catalog/models.js';
-import { responsesHoldInk } from '../../src/ledger/pricing.js';
+import { responsesHoldInk } from '../../src/catalog/pricing.js';
 import {
   HOLD_CHARS_PER_TOKEN,
   HOLD_ENCRYPTED_CHARS_PER_TOKEN,

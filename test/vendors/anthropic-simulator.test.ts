@@ -2,8 +2,8 @@
 // failure modes must look to the SDK like the real API's. Each test states what the SDK does.
 import t from 'tap';
 import Anthropic from '@anthropic-ai/sdk';
-import { startAnthropicSimulator, type AnthropicSimulator } from '../../src/vendors/anthropic/simulator.js';
-import { thinkingSignature } from '../../src/vendors/anthropic/scenarios.js';
+import { startAnthropicSimulator, type AnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
+import { thinkingSignature } from '../../src/simulators/anthropic/scenarios.js';
 import { SseFramer, forEachEvent } from '../../src/lanes/sse-framer.js';
 import { MessagesUsageTally, tallyMessageBody } from '../../src/lanes/messages/usage-tally.js';
 

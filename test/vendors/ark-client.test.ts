@@ -1,5 +1,5 @@
 // The Ark client against a strict fake that answers with the recorded transcripts
-// (test/fixtures/ark, copied from shared/vendors/ark): create, then a succeeded task whose
+// (test/fixtures/ark, the vendor's recorded examples): create, then a succeeded task whose
 // recorded id is anonymised (cgt-2025******-****) and differs from the one created.
 import { createServer, type IncomingMessage } from 'node:http';
 import type { AddressInfo } from 'node:net';

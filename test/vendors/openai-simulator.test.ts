@@ -6,7 +6,7 @@ import {
   simulatedInputTokens,
   DEFAULT_REPLY_TOKENS,
   type OpenAISimulator,
-} from '../../src/vendors/openai/simulator.js';
+} from '../../src/simulators/openai/simulator.js';
 import { ResponsesUsageTally } from '../../src/lanes/responses/usage-tally.js';
 
 const API_KEY = 'sk-test-openai-sim';

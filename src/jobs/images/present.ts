@@ -1,7 +1,7 @@
 // The image generation resource from a stored row. Same status machine and money fields as video
 // (submitting/creating are shown as `queued`); the result is `image {url, expires_at, content_type,
 // width, height, size_bytes}` with a fresh 15-minute signed link on every read.
-import { inkToUsd } from '../../ledger/pricing.js';
+import { inkToUsd } from '../../catalog/pricing.js';
 import type { GenerationRow } from '../store.js';
 import type { SignedLink } from '../../media/signed-link.js';
 import { publicStatus } from '../video/present.js';

@@ -1,6 +1,6 @@
 // HTTP side of image generations: submit, poll, download redirect. Signed links are served by the
 // same media host as video (mediaHostHandler in video/routes.ts), from the same media store.
-import type { Services } from '../../gateway.js';
+import type { Services } from '../../services.js';
 import type { Route } from '../../server/router.js';
 import type { VideoDeps } from '../video/deps.js';
 import { generationRoutes } from '../generation-routes.js';

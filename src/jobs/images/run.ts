@@ -10,7 +10,7 @@
 // after submit (then `timeout`). Vendor refused or answered nonsense: `provider_failed`. A safety
 // refusal (IMAGE_SAFETY, promptFeedback.blockReason): `content_policy`. Every failure refunds in full.
 import { createHash } from 'node:crypto';
-import type { Services } from '../../gateway.js';
+import type { Services } from '../../services.js';
 import { safeFetch } from '../../net/safe-fetch.js';
 import { withTx } from '../../store/pool.js';
 import { GeminiError, type GeminiImageResult, type GeminiInlineImage } from '../../vendors/gemini/client.js';

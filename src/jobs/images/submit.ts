@@ -16,11 +16,11 @@
 //   403 / 429 again, 402 insufficient_ink / key_ink_limit_reached   the authoritative admission transaction
 //   202                                                 accepted
 import { checkAdmissionCounts, requireAccess, utcDayStartMs } from '../plan-access.js';
-import { newId } from '../../auth/api-key.js';
+import { newId } from '../../util/ids.js';
 import { unavailability } from '../../catalog/availability.js';
 import { ApiError } from '../../errors.js';
-import type { Services } from '../../gateway.js';
-import { imageInk } from '../../ledger/pricing.js';
+import type { Services } from '../../services.js';
+import { imageInk } from '../../catalog/pricing.js';
 import { withTx } from '../../store/pool.js';
 import { checkUrlsFetchable, type SubmitInput, type SubmitResult } from '../video/submit.js';
 import type { VideoDeps } from '../video/deps.js';

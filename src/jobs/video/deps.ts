@@ -4,7 +4,7 @@
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
-import type { Services } from '../../gateway.js';
+import type { Services } from '../../services.js';
 import { vendorConfigured } from '../../catalog/availability.js';
 import { FsMediaStore, type MediaStore } from '../../media/media-store.js';
 import type { Resolver } from '../../net/safe-fetch.js';

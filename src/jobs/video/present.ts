@@ -1,6 +1,6 @@
 // The video generation resource (spec "Video generation" table) from a stored row.
 // submitting/creating are shown as `queued` (the vendor has not confirmed the task yet).
-import { inkToUsd } from '../../ledger/pricing.js';
+import { inkToUsd } from '../../catalog/pricing.js';
 import type { SignedLink } from '../../media/signed-link.js';
 import type { GenerationRow } from '../store.js';
 

@@ -1,7 +1,7 @@
 // HTTP side of video generations: submit, poll, download redirect; and the media host that serves
 // signed links for non-/v1 paths (plug `mediaHostHandler(deps)` into the server's `other` hook).
 import { ApiError } from '../../errors.js';
-import type { Services } from '../../gateway.js';
+import type { Services } from '../../services.js';
 import { handleMediaRequest, writeMediaResponse, type Headers as MediaHeaders, type MediaSink } from '../../media/media-host.js';
 import { MEDIA_PATH_PREFIX } from '../../media/signed-link.js';
 import type { HttpContext } from '../../server/http-context.js';

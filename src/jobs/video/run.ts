@@ -7,8 +7,8 @@
 //               under a key derived from the id (a retry overwrites the same key), then settle on the
 //               delivered seconds and mark succeeded in one transaction; on failure refund in one transaction.
 import { createHash } from 'node:crypto';
-import type { Services } from '../../gateway.js';
-import { videoSettleInk } from '../../ledger/pricing.js';
+import type { Services } from '../../services.js';
+import { videoSettleInk } from '../../catalog/pricing.js';
 import type { VideoPriceSet, VideoResolution } from '../../catalog/models.js';
 import { safeFetch } from '../../net/safe-fetch.js';
 import { withTx } from '../../store/pool.js';

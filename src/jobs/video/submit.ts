@@ -1,7 +1,7 @@
 // Submitting a video generation: validation, Idempotency-Key, reference URLs, admission (tier,
 // daily cap, concurrency, Ink hold, the row) committed in one transaction, then the vendor task.
 //
-// Order of answers (the README documents it):
+// Order of answers (docs/api/video.md documents it):
 //   415 / 400 invalid_json / invalid_body / 413         body (server layer, readJsonObject)
 //   400 invalid_idempotency_key                         header format
 //   202 replay / 409 idempotency_key_in_use             an earlier submit with the key, whatever its body (a
@@ -16,12 +16,12 @@
 //   202                                                 accepted
 import { checkAdmissionCounts, requireAccess, utcDayStartMs } from '../plan-access.js';
 import { assertIdempotencyKey, claimOrAnswer, dropClaim, priorAnswer } from '../idempotency.js';
-import { newId } from '../../auth/api-key.js';
+import { newId } from '../../util/ids.js';
 import { unavailability } from '../../catalog/availability.js';
 import type { AuthInfo } from '../../server/http-context.js';
 import { ApiError } from '../../errors.js';
-import type { Services } from '../../gateway.js';
-import { videoClipInk } from '../../ledger/pricing.js';
+import type { Services } from '../../services.js';
+import { videoClipInk } from '../../catalog/pricing.js';
 import { safeFetch } from '../../net/safe-fetch.js';
 import { isStoreUnavailable, withTx } from '../../store/pool.js';
 import { ArkError, type ArkCreateInput } from '../../vendors/ark/client.js';

@@ -1,9 +1,9 @@
 // POST /v1/messages: the Anthropic Messages protocol, proxied to the vendor through the shared
 // text proxy. Only what differs lives here: request parsing, vendor headers, tally, frames.
-import { vendorUserHash } from '../../auth/api-key.js';
+import { vendorUserHash } from '../../accounts/api-key.js';
 import type { Catalog } from '../../catalog/models.js';
 import type { Config } from '../../config/config.js';
-import { messagesHoldInk, textChargeInk } from '../../ledger/pricing.js';
+import { inkToUsd, messagesHoldInk, textChargeInk } from '../../catalog/pricing.js';
 import type { BodyResult, ParsedTextRequest, StreamTally, TextLane } from '../text-proxy.js';
 import { forwardedBetaHeader, parseMessagesRequest } from './request.js';
 import { MessagesUsageTally, tallyMessageBody, type MessagesUsage } from './usage-tally.js';
@@ -82,7 +82,7 @@ export function messagesLane(cfg: Config, catalog: Catalog): TextLane {
       };
     },
     usageFrame(inkCharged, requestId) {
-      return sseEvent('service.usage', { type: 'service.usage', ink_charged: inkCharged, usd_payg_charged: inkCharged / 100, request_id: requestId });
+      return sseEvent('service.usage', { type: 'service.usage', ink_charged: inkCharged, usd_payg_charged: inkToUsd(inkCharged), request_id: requestId });
     },
     errorFrame(code, message, requestId, tally) {
       // The protocol's error event shape, with our code and request id inside `error`. A vendor

@@ -8,7 +8,7 @@
 // only; the single JSON.stringify of the vendor body and one byte count over it are the only
 // passes over the text itself.
 //
-// Decisions (documented in the README):
+// Decisions (documented in docs/api/messages.md):
 // - `model` that is not a string answers `unknown_model` like an unknown name.
 // - `null` for an optional top-level field answers `invalid_type` (the protocol has no nulls
 //   there); it is not read as "absent".

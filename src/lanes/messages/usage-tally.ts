@@ -1,7 +1,7 @@
 // Usage tally for the Messages lane: parses the forwarded vendor SSE alongside the byte
 // pass-through and records what the vendor reported, so the call can be settled.
 //
-// Anthropic semantics (vendors/anthropic/MESSAGES_API.md):
+// Anthropic semantics (the Messages API's documented usage fields):
 // - `message_start.message.usage` carries input_tokens, cache_creation_input_tokens,
 //   cache_read_input_tokens and a small placeholder output_tokens.
 // - `message_delta.usage.output_tokens` is the cumulative output total (thinking included);

@@ -1,10 +1,10 @@
 // POST /v1/responses: the OpenAI Responses protocol for text-6-astra through the shared text proxy.
 // The usage frame is an SSE comment after the terminal event: the official SDK (6.45+, 7.x) throws
 // on any event type it does not know in responses.stream(), but every version ignores comments.
-import { vendorUserHash } from '../../auth/api-key.js';
+import { vendorUserHash } from '../../accounts/api-key.js';
 import type { Catalog, TextModel } from '../../catalog/models.js';
 import type { Config } from '../../config/config.js';
-import { responsesHoldInk, textChargeInk, textUsageFromResponses } from '../../ledger/pricing.js';
+import { inkToUsd, responsesHoldInk, textChargeInk, textUsageFromResponses } from '../../catalog/pricing.js';
 import type { BodyResult, ParsedTextRequest, StreamTally, TextLane } from '../text-proxy.js';
 import { parseResponsesRequest } from './request.js';
 import { ResponsesUsageTally, tallyResponseBody, type ResponsesUsage } from './usage-tally.js';
@@ -33,7 +33,7 @@ function usageRecord(u: ResponsesUsage): Record<string, number> {
 }
 
 const usagePayload = (ink: number, requestId: string) =>
-  JSON.stringify({ type: 'service.usage', ink_charged: ink, usd_payg_charged: ink / 100, request_id: requestId });
+  JSON.stringify({ type: 'service.usage', ink_charged: ink, usd_payg_charged: inkToUsd(ink), request_id: requestId });
 
 export function responsesLane(cfg: Config, catalog: Catalog): TextLane {
   const capChars = cfg.responses.visibleOutputCapChars;

@@ -2,7 +2,7 @@
 // v1 contract, resolves the product model, counts the prompt with the vendor's tokenizer
 // (o200k_base), checks the input envelope, sizes the Ink hold and builds the vendor body once. Pure.
 //
-// ---- README: POST /v1/responses request rules (paste as is) ------------------------------------
+// ---- POST /v1/responses request rules (docs/api/responses.md) ------------------------------------
 // Accepted top-level fields (validated, then forwarded unless said otherwise):
 //   model               required: `text-6-astra` or `astra`. Missing, null or anything else
 //                       (including a Messages model) answers `unknown_model`.
@@ -37,7 +37,7 @@
 //   metadata            accepted (an object of at most 16 string values, keys up to 64 and values up
 //                       to 512 characters) and not forwarded; the response echoes `metadata: {}`.
 //   user, safety_identifier  accepted (strings) and replaced: the vendor receives
-//                       `safety_identifier` = a hash of the account, never the client's value.
+//                       `safety_identifier` = a hash of the key id, never the client's value.
 // Null for any optional field means "absent" (the protocol's own convention).
 // Rejected with 400 `unsupported_parameter`, `param` naming the field: previous_response_id and
 // conversation (vendor-side state), background, prompt (stored prompts), service_tier,
@@ -62,7 +62,7 @@
 // -------------------------------------------------------------------------------------------------
 import { ApiError, type ErrorCode } from '../../errors.js';
 import type { Catalog, TextModel } from '../../catalog/models.js';
-import { responsesHoldInk } from '../../ledger/pricing.js';
+import { responsesHoldInk } from '../../catalog/pricing.js';
 import { countO200kTokens } from './token-count.js';
 
 export { countO200kTokens } from './token-count.js';

@@ -16,7 +16,7 @@
 // ordinary text, as the vendor treats user text. test/unit/responses-request.test.ts checks the
 // count against `countTokens(text, { disallowedSpecial: new Set() })` on fixed and random texts.
 //
-// Cost (this machine, one core; measured figures are in request.ts's README block): about 70 ms per
+// Cost (this machine, one core; measured figures are in request.ts's rules block): about 70 ms per
 // MiB of ordinary text, at most ~0.5 us per byte for a single run of one character. Memory: the rank
 // table (~5 MB, built in ~200 ms at import); a chunk longer than 4 KiB gets transient arrays of
 // 32 bytes per byte of that chunk (a 4 MiB single-character body: ~128 MB for ~2 s), nothing retained.

@@ -1,7 +1,7 @@
 // The Ark (Seedance) video task API: create a task, read it, cancel it. One undici Agent per client,
 // every call bounded (connect, headers, body, total), our key only, and an allow-list of the fields
 // we send: nothing the client wrote reaches the vendor except through the mapping below.
-// Wire shapes: /work/shared/vendors/ark (SEEDANCE_VIDEO_TASKS.md and the JSON examples).
+// Wire shapes: the Ark video-task API (create, get, and the task JSON), as the simulator speaks it.
 import { readBounded, readVendorJson, retryAfterSeconds, vendorAgent } from '../vendor-http.js';
 import { Agent, request, type Dispatcher } from 'undici';
 

@@ -2,7 +2,7 @@
 // base64). One undici Agent per client, every call bounded (connect, headers, body size, total),
 // our key only, and an allow-list of the fields we send: nothing the client wrote reaches the
 // vendor except through the mapping below.
-// Wire shapes: /work/shared/vendors/gemini (IMAGE_APIS.md and the JSON examples).
+// Wire shapes: the Gemini generateContent API for images, as the simulator speaks it.
 import { readVendorJson, retryAfterSeconds, vendorAgent } from '../vendor-http.js';
 import { Agent, request, type Dispatcher } from 'undici';
 

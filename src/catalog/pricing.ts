@@ -15,7 +15,7 @@ import {
   type VideoModel,
   type VideoPriceSet,
   type VideoResolution,
-} from '../catalog/models.js';
+} from './models.js';
 
 export const MICRO_INK_PER_INK = 1_000_000;
 /** Tokens per usage bucket we are prepared to price (1e9 x 1e6 x 4 buckets < 2^53). */

@@ -1,6 +1,6 @@
 // Anthropic Messages API simulator: a real HTTP server (node:http, 127.0.0.1, port 0) that
 // answers `POST /v1/messages` (JSON or SSE) and `POST /v1/messages/count_tokens` in the wire
-// form of the real API (vendors/anthropic: compact JSON, `event:` + `data:` frames, a `ping`
+// form of the real API (compact JSON, `event:` + `data:` frames, a `ping`
 // after the first content_block_start, `request-id` header, error envelope
 // `{"type":"error","error":{"type","message"},"request_id"}`). It is the vendor in tests, in
 // `npm run demo`, and the "vendor called directly" baseline of the bench, so the per-request

@@ -1,6 +1,6 @@
 // Gemini image simulator: a real node:http server on 127.0.0.1, port 0, answering
 //   POST /v1beta/models/{model}:generateContent
-// in the shapes of /work/shared/vendors/gemini/*.json: a thought part, then the image as an
+// in the shapes of the real API: a thought part, then the image as an
 // inline base64 PNG of the requested size class and aspect ratio (a real, decodable PNG), and
 // usageMetadata with thinking tokens. Auth: `x-goog-api-key`, else 403 PERMISSION_DENIED.
 //

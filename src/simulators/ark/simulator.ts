@@ -11,7 +11,7 @@
 //
 // Auth: `Authorization: Bearer <apiKey>`, else 401 {"error":{"code":"AuthenticationError",…}}.
 // Directives in the prompt text (the `text` content item) choose failures:
-//   [[sim:refuse]]          400 InvalidParameter at create (the vendor refuses the request)
+//   [[sim:refuse]]          400 InputTextSensitiveContentDetected at create (the vendor refuses the request)
 //   [[sim:unavailable]]     503 ServiceUnavailable at create
 //   [[sim:ratelimit]]       429 RateLimitExceeded at create, Retry-After: 7
 //   [[sim:fail]]            the task ends `failed` (OutputVideoSensitiveContentDetected)

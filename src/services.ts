@@ -1,0 +1,23 @@
+// The shared vocabulary of the products: what every lane and job is handed by the composition
+// (gateway.ts). It sits below the products and above the stores, so products import it and never
+// the composition itself (which imports them).
+import type { Catalog } from './catalog/models.js';
+import type { Config } from './config/config.js';
+import type { DeploymentState } from './deployment/state.js';
+import type { Escrow } from './ledger/escrow.js';
+import type { Ledger } from './ledger/ledger.js';
+import type { RateLimiter } from './limits/rate-limiter.js';
+import type { Pool } from './store/pool.js';
+import type { Logger } from './util/log.js';
+
+export interface Services {
+  readonly config: Config;
+  readonly pool: Pool;
+  readonly state: DeploymentState;
+  readonly limiter: RateLimiter;
+  readonly catalog: Catalog;
+  readonly ledger: Ledger;
+  /** The text lanes' billing: escrow leases over the ledger. */
+  readonly escrow: Escrow;
+  readonly log: Logger;
+}

@@ -1,0 +1,154 @@
+// Three gateway processes on one Postgres and one Redis, billing from leases (the defaults), each
+// with its own instance id. What one process alone cannot show:
+//   - the wallet's edge is exact across them: a balance of 33.5 holds admits exactly 33 streams of
+//     60 sent at once to the three, the rest 402 insufficient_ink;
+//   - a key cap of 13.5 holds admits exactly 13 of 30;
+//   - the per-key rate limit is shared: 130 requests over the three admit exactly the quota;
+//   - a revoked key is refused by every process within one second of the revoke.
+// The ledger invariant holds after each case.
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import t, { type Test } from 'tap';
+import { request } from 'undici';
+import { loadConfig, type Config, type DeepPartial } from '../../src/config/config.js';
+import { startAnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
+import { testDb } from '../helpers/db.js';
+import { testRedisUrl } from '../helpers/env.js';
+import { startGatewayProcess, type GatewayProcess } from '../helpers/gateway-process.js';
+import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
+import { operatorCli } from '../helpers/operator-cli.js';
+import { RedisServerMissingError, startPrivateRedis } from '../helpers/redis-server.js';
+
+const ANTHROPIC_KEY = 'sk-ant-three';
+const RATE_PER_MINUTE = 100;
+const REVOKE_WITHIN_MS = 1000;
+// Streams that stay open (40 deltas 50 ms apart, about 2 s) while every other one is admitted or
+// refused: each admitted one keeps its hold for the whole test of the edge.
+const LONG = '[[sim:pace=50]] [[sim:tokens=40]]';
+
+const db = await testDb(t);
+let redisUrl = testRedisUrl;
+if (redisUrl === null) {
+  try {
+    const r = await startPrivateRedis();
+    t.teardown(() => r.stop());
+    redisUrl = r.url;
+    t.comment('Redis: a private redis-server (no shared Redis answered)');
+  } catch (e) {
+    if (!(e instanceof RedisServerMissingError)) throw e;
+    t.fail('three gateways need a shared Redis for the rate limit and recalls: no REDIS_URL answered and redis-server is missing');
+  }
+}
+const anthropic = await startAnthropicSimulator({ apiKey: ANTHROPIC_KEY, maxRecordedRequests: 0 });
+t.teardown(() => anthropic.close());
+const dataDir = mkdtempSync(join(tmpdir(), 'inkgate-three-'));
+t.teardown(() => rmSync(dataDir, { recursive: true, force: true }));
+
+const shared = (instanceId: string): DeepPartial<Config> => ({
+  dataDir,
+  server: { host: '127.0.0.1', port: 0 },
+  db: { url: db.url, schema: db.schema },
+  redis: { url: redisUrl },
+  limits: { requestsPerMinute: RATE_PER_MINUTE },
+  vendors: { anthropic: { baseUrl: anthropic.url, apiKey: ANTHROPIC_KEY } },
+  ledger: { instanceId },
+});
+const { cli, operatorKey } = operatorCli(loadConfig({}, { db: { url: db.url, schema: db.schema } }));
+await cli('lane', 'enable', 'messages');
+const gateways: GatewayProcess[] = await Promise.all(['three-a', 'three-b', 'three-c'].map((id) => startGatewayProcess(t, shared(id))));
+
+const body = (text: string, stream: boolean) => JSON.stringify({ model: 'sonnet', max_tokens: 30_000, stream, messages: [{ role: 'user', content: text }] });
+
+async function send(g: GatewayProcess, key: string, payload: string): Promise<{ status: number; code: string | null; id: string; done: Promise<void> }> {
+  const res = await request(g.url + '/v1/messages', { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body: payload });
+  const id = String(res.headers['x-service-request-id']);
+  if (res.statusCode !== 200) {
+    const err = (await res.body.json()) as { error?: { type?: string; code?: string } };
+    return { status: res.statusCode, code: err.error?.code ?? err.error?.type ?? null, id, done: Promise.resolve() };
+  }
+  return { status: 200, code: null, id, done: res.body.text().then(() => undefined) };
+}
+
+/** The hold a long stream takes, measured on an account of its own. */
+async function holdOfLongStream(): Promise<number> {
+  const probe = await operatorKey('three probe', 100);
+  const r = await send(gateways[0]!, probe.key, body(`probe ${LONG}`, true));
+  // No assertion at the top level: tap would take the root test as done and tear the processes down.
+  if (r.status !== 200) throw new Error(`the probe stream was refused: ${r.status} ${r.code}`);
+  await r.done;
+  // /v1/me on the serving process writes its journal first (read-your-writes): the row is there after it.
+  const me = await request(gateways[0]!.url + '/v1/me', { headers: { authorization: `Bearer ${probe.key}` } });
+  if (me.statusCode !== 200) throw new Error(`/v1/me answered ${me.statusCode}`);
+  await me.body.dump();
+  const row = await db.pool.query<{ hold_ink: string }>('SELECT hold_ink FROM requests WHERE id = $1', [r.id]);
+  if (!row.rows[0]) throw new Error(`${r.id} is not written after /v1/me`);
+  return Number(row.rows[0].hold_ink);
+}
+const HOLD_INK = await holdOfLongStream();
+t.comment(`a long stream holds ${HOLD_INK} Ink`);
+
+/** Sends `n` copies at once, dealt over the three processes; tallies the answers by status and code. */
+async function burst(n: number, key: string, text: string): Promise<Record<string, number>> {
+  const rs = await Promise.all(Array.from({ length: n }, (_, i) => send(gateways[i % 3]!, key, body(text, true))));
+  await Promise.all(rs.map((r) => r.done));
+  const out: Record<string, number> = {};
+  for (const r of rs) {
+    const k = r.status === 200 ? '200' : `${r.status} ${r.code}`;
+    out[k] = (out[k] ?? 0) + 1;
+  }
+  return out;
+}
+
+async function account(t: Test, name: string, ink: number, inkLimit?: number): Promise<{ accountId: string; keyId: string; key: string }> {
+  // The free plan has no grant: the balance is exactly the top-up.
+  const acc = await cli('account', 'create', '--name', name, '--plan', 'free');
+  await cli('topup', '--account', acc.id, '--usd', (ink / 100).toFixed(2));
+  const k = await cli('key', 'create', '--account', acc.id, '--name', name, ...(inkLimit === undefined ? [] : ['--ink-limit', String(inkLimit)]));
+  return { accountId: acc.id, keyId: k.id, key: k.key };
+}
+
+t.test('the wallet edge is exact across three processes', async (t) => {
+  const a = await account(t, 'three edge', 33 * HOLD_INK + Math.floor(HOLD_INK / 2));
+  t.same(await burst(60, a.key, `edge ${LONG}`), { '200': 33, '402 insufficient_ink': 27 }, 'exactly 33 of 60 admitted');
+  const leases = await db.pool.query<{ n: string; i: string }>('SELECT count(*) AS n, count(DISTINCT instance_id) AS i FROM leases WHERE account_id = $1', [a.accountId]);
+  t.ok(Number(leases.rows[0]!.n) > 0, `leases served part of it (${leases.rows[0]!.n} leases on ${leases.rows[0]!.i} processes), recalled at the edge`);
+  await assertLedgerInvariant(t, db.pool);
+});
+
+t.test('a key cap is exact across three processes', async (t) => {
+  const a = await account(t, 'three cap', 1_000 * HOLD_INK, 13 * HOLD_INK + Math.floor(HOLD_INK / 2));
+  t.same(await burst(30, a.key, `cap ${LONG}`), { '200': 13, '402 key_ink_limit_reached': 17 }, 'exactly 13 of 30 admitted under the cap');
+  await assertLedgerInvariant(t, db.pool);
+});
+
+t.test('the rate limit is shared by the three processes', async (t) => {
+  const a = await account(t, 'three rate', 100_000);
+  const rs = await Promise.all(Array.from({ length: RATE_PER_MINUTE + 30 }, (_, i) => send(gateways[i % 3]!, a.key, body('rate', false))));
+  await Promise.all(rs.map((r) => r.done));
+  const ok = rs.filter((r) => r.status === 200).length;
+  const limited = rs.filter((r) => r.status === 429).length;
+  t.same({ ok, limited }, { ok: RATE_PER_MINUTE, limited: 30 }, `exactly ${RATE_PER_MINUTE} a minute over the three, the rest 429`);
+  await assertLedgerInvariant(t, db.pool);
+});
+
+t.test('a revoked key is refused by every process within one second', async (t) => {
+  const a = await account(t, 'three revoke', 100_000);
+  // Each process has seen the key (cached, with a lease of its own) before the revoke.
+  for (const g of gateways) t.equal((await send(g, a.key, body('before', false))).status, 200);
+  await cli('key', 'revoke', a.keyId);
+  const revokedAt = performance.now();
+  const refusedAfterMs = await Promise.all(
+    gateways.map(async (g) => {
+      for (;;) {
+        const r = await send(g, a.key, body('after', false));
+        await r.done;
+        if (r.status === 401) return performance.now() - revokedAt;
+        if (performance.now() - revokedAt > 5 * REVOKE_WITHIN_MS) return Infinity;
+      }
+    }),
+  );
+  t.comment(`refused after ${refusedAfterMs.map((ms) => ms.toFixed(1)).join(', ')} ms`);
+  for (const [i, ms] of refusedAfterMs.entries()) t.ok(ms <= REVOKE_WITHIN_MS, `process ${i}: refused within ${REVOKE_WITHIN_MS} ms (${ms.toFixed(1)})`);
+  await assertLedgerInvariant(t, db.pool);
+});
