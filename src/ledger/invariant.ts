@@ -121,7 +121,10 @@ const CHECKS: ReadonlyArray<readonly [rule: string, sql: string]> = [
          OR charged_grant_ink <> least(charged_ink, hold_grant_ink)`,
   ],
   [
-    'per key: ink_reserved = its durable open holds, ink_charged = its charges, ink_leased = its live leases',
+    // The cap is checked when Ink is taken: a cap edited below what is already charged or held is
+    // allowed (it stops new holds), so what the state can show is that no lease holds headroom the
+    // cap does not leave.
+    'per key: ink_reserved = its durable open holds, ink_charged = its charges, ink_leased = its live leases, a lease within the cap',
     `SELECT k.id, k.ink_reserved, k.ink_charged, k.ink_leased, coalesce(r.open_ink, 0) AS open_ink, coalesce(r.charged, 0) AS charged,
             coalesce(l.leased, 0) AS leased
        FROM api_keys k
@@ -129,7 +132,7 @@ const CHECKS: ReadonlyArray<readonly [rule: string, sql: string]> = [
                     FROM requests GROUP BY key_id) r ON r.key_id = k.id
        LEFT JOIN (SELECT key_id, sum(grant_ink + payg_ink) AS leased FROM leases WHERE state = 'live' GROUP BY key_id) l ON l.key_id = k.id
       WHERE k.ink_reserved <> coalesce(r.open_ink, 0) OR k.ink_charged <> coalesce(r.charged, 0) OR k.ink_leased <> coalesce(l.leased, 0)
-         OR (k.ink_limit IS NOT NULL AND k.ink_charged + k.ink_reserved + k.ink_leased > greatest(k.ink_limit, k.ink_charged))`,
+         OR (k.ink_limit IS NOT NULL AND k.ink_charged + k.ink_reserved + k.ink_leased > greatest(k.ink_limit, k.ink_charged + k.ink_reserved))`,
   ],
   [
     'every journal row points to its wallet, a hold move to its request, a lease move to its lease, of that account and key',
