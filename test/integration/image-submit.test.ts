@@ -3,7 +3,7 @@
 // images have their own concurrency slots and their own daily count, apart from video.
 import t, { type Test } from 'tap';
 import { setAccountPlan } from '../../src/accounts/accounts.js';
-import { admissionCounts } from '../../src/jobs/store.js';
+import { admissionCounts } from '../../src/generations/store.js';
 import { startArkSimulator } from '../../src/simulators/ark/simulator.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
 import { rowOf, runToEnd, START_MS, startImageHarness, walletOf } from './image-harness.js';

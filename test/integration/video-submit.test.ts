@@ -4,7 +4,7 @@
 import t, { type Test } from 'tap';
 import { setAccountPlan } from '../../src/accounts/accounts.js';
 import { pauseModel, resumeModel, setLane } from '../../src/deployment/state.js';
-import { secondsUntilUtcMidnight } from '../../src/jobs/video/submit.js';
+import { secondsUntilUtcMidnight } from '../../src/generations/plan-access.js';
 import { videoClipInk } from '../../src/catalog/pricing.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
 import { runToEnd, startVideoHarness, walletOf } from './video-harness.js';
