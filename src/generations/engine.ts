@@ -35,102 +35,116 @@ export interface JobEngineOptions {
 }
 
 export function startJobEngine(services: Services, deps: GenerationDeps, opts: JobEngineOptions = {}): JobEngine {
-  const jobs = services.config.jobs;
-  const runners = { video: new VideoRunner(services, deps), image: new ImageRunner(services, deps) };
-  const timersOn = opts.timers ?? true;
-  const inFlight = new Set<Promise<unknown>>();
-  let stopped = false;
-  let working = 0;
-  let claiming: Promise<unknown> | undefined;
-  let claimAgain = false;
+  return new Engine(services, deps, opts.timers ?? true);
+}
 
-  const track = <T>(p: Promise<T>): Promise<T> => {
-    inFlight.add(p);
-    const drop = () => inFlight.delete(p);
+class Engine implements JobEngine {
+  private readonly runners: { readonly video: VideoRunner; readonly image: ImageRunner };
+  private readonly inFlight = new Set<Promise<unknown>>();
+  private readonly timers: NodeJS.Timeout[] = [];
+  private stopped = false;
+  private inHand = 0;
+  private claiming: Promise<unknown> | undefined;
+  private claimAgain = false;
+
+  constructor(
+    private readonly services: Services,
+    private readonly deps: GenerationDeps,
+    private readonly timersOn: boolean,
+  ) {
+    this.runners = { video: new VideoRunner(services, deps), image: new ImageRunner(services, deps) };
+    if (!timersOn) return;
+    const jobs = services.config.jobs;
+    const t = setInterval(() => this.refill(), jobs.tickMs);
+    const s = setInterval(() => {
+      if (!this.stopped) this.sweep().catch((e: unknown) => services.log.warn('jobs.sweep_failed', { err: (e as Error).message }));
+    }, jobs.sweepIntervalMs);
+    for (const x of [t, s]) {
+      x.unref();
+      this.timers.push(x);
+    }
+  }
+
+  get working(): number {
+    return this.inHand;
+  }
+
+  tick(): Promise<number> {
+    return this.track(
+      this.claim().then(async (started) => {
+        await Promise.all(started);
+        return started.length;
+      }),
+    );
+  }
+
+  sweep(): Promise<SweepReport> {
+    return this.track(sweepRetention(this.services, this.deps));
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    for (const t of this.timers) clearInterval(t);
+    // Rows started while we waited are tracked too: wait until nothing is left.
+    while (this.inFlight.size > 0) await Promise.allSettled([...this.inFlight]);
+  }
+
+  private track<T>(p: Promise<T>): Promise<T> {
+    this.inFlight.add(p);
+    const drop = () => this.inFlight.delete(p);
     void p.then(drop, drop);
     return p;
-  };
+  }
 
-  const work = async (row: GenerationRow): Promise<void> => {
+  /** Claims rows for the free slots and starts each; resolves with their work. */
+  private async claim(): Promise<Array<Promise<void>>> {
+    const jobs = this.services.config.jobs;
+    const free = jobs.batchSize - this.inHand;
+    if (this.stopped || free <= 0) return [];
+    const rows = await claimDue(this.services.pool, JOB_KINDS, this.deps.owner, this.deps.clock(), jobs.leaseMs, free);
+    this.inHand += rows.length;
+    return rows.map((row) =>
+      this.track(
+        this.work(row).finally(() => {
+          this.inHand--;
+          if (this.timersOn) this.refill();
+        }),
+      ),
+    );
+  }
+
+  /** One claim at a time; a row that finishes meanwhile asks for another claim after it. */
+  private refill(): void {
+    if (this.stopped) return;
+    if (this.claiming !== undefined) {
+      this.claimAgain = true;
+      return;
+    }
+    this.claimAgain = false;
+    this.claiming = this.track(this.claim())
+      .catch((e: unknown) => this.services.log.warn('jobs.claim_failed', { err: (e as Error).message }))
+      .finally(() => {
+        this.claiming = undefined;
+        if (this.claimAgain) this.refill();
+      });
+  }
+
+  private async work(row: GenerationRow): Promise<void> {
+    const { services, deps } = this;
+    const leaseMs = services.config.jobs.leaseMs;
     // Renew while we work (a long download or vendor call), so no other instance takes the row from under us.
-    const renewEveryMs = Math.max(50, Math.floor(jobs.leaseMs / 3));
     const timer = setInterval(() => {
-      renewLease(services.pool, row.id, deps.owner, deps.clock(), jobs.leaseMs).catch(() => undefined);
-    }, renewEveryMs);
+      renewLease(services.pool, row.id, deps.owner, deps.clock(), leaseMs).catch(() => undefined);
+    }, Math.max(50, Math.floor(leaseMs / 3)));
     timer.unref();
     try {
-      if (row.kind === 'video') await runners.video.run(row);
-      else if (row.kind === 'image') await runners.image.run(row);
+      if (row.kind === 'video') await this.runners.video.run(row);
+      else if (row.kind === 'image') await this.runners.image.run(row);
     } catch (e) {
       // The lease stays until it lapses; the row is then claimed again.
       services.log.warn('jobs.row_failed', { generation: row.id, state: row.state, err: (e as Error).message });
     } finally {
       clearInterval(timer);
     }
-  };
-
-  /** Claims rows for the free slots and starts each; resolves with their work. */
-  const claim = async (): Promise<Array<Promise<void>>> => {
-    const free = jobs.batchSize - working;
-    if (stopped || free <= 0) return [];
-    const rows = await claimDue(services.pool, JOB_KINDS, deps.owner, deps.clock(), jobs.leaseMs, free);
-    working += rows.length;
-    return rows.map((row) =>
-      track(
-        work(row).finally(() => {
-          working--;
-          if (timersOn) refill();
-        }),
-      ),
-    );
-  };
-
-  /** One claim at a time; a row that finishes meanwhile asks for another claim after it. */
-  function refill(): void {
-    if (stopped) return;
-    if (claiming !== undefined) {
-      claimAgain = true;
-      return;
-    }
-    claimAgain = false;
-    claiming = track(claim())
-      .catch((e: unknown) => services.log.warn('jobs.claim_failed', { err: (e as Error).message }))
-      .finally(() => {
-        claiming = undefined;
-        if (claimAgain) refill();
-      });
   }
-
-  const timers: NodeJS.Timeout[] = [];
-  if (timersOn) {
-    const t = setInterval(refill, jobs.tickMs);
-    t.unref();
-    timers.push(t);
-    const s = setInterval(() => {
-      if (stopped) return;
-      track(sweepRetention(services, deps)).catch((e: unknown) => services.log.warn('jobs.sweep_failed', { err: (e as Error).message }));
-    }, jobs.sweepIntervalMs);
-    s.unref();
-    timers.push(s);
-  }
-
-  return {
-    tick: () =>
-      track(
-        claim().then(async (started) => {
-          await Promise.all(started);
-          return started.length;
-        }),
-      ),
-    sweep: () => track(sweepRetention(services, deps)),
-    stop: async () => {
-      stopped = true;
-      for (const t of timers) clearInterval(t);
-      // Rows started while we waited are tracked too: wait until nothing is left.
-      while (inFlight.size > 0) await Promise.allSettled([...inFlight]);
-    },
-    get working() {
-      return working;
-    },
-  };
 }
