@@ -258,7 +258,11 @@ export function validateMessagesBody(body: unknown, countTokensOnly = false): as
       if (!isObj(body.tools[i]) || typeof body.tools[i].name !== 'string') throw invalid(`tools.${i}.custom.name: Field required`);
     }
   }
-  // tool_use / tool_result pairing, and thinking blocks sent back unchanged.
+  checkToolTurns(messages, thinkingOn);
+}
+
+/** tool_use / tool_result pairing across turns, and thinking blocks sent back unchanged. */
+function checkToolTurns(messages: unknown[], thinkingOn: boolean): void {
   for (let i = 0; i < messages.length; i++) {
     const m = messages[i] as Obj;
     if (m.role !== 'assistant' || !Array.isArray(m.content)) continue;
