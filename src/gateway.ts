@@ -16,10 +16,11 @@ import { messagesLane } from './lanes/messages/lane.js';
 import { responsesLane } from './lanes/responses/lane.js';
 import { createTextHandler } from './lanes/text-proxy.js';
 import { createUpstream, type Upstream } from './vendors/text-upstream.js';
-import { startJobEngine, type JobEngine, type JobEngineOptions } from './jobs/engine.js';
-import { createVideoDeps, type VideoDeps, type VideoDepsOptions } from './jobs/video/deps.js';
-import { mediaHostHandler, videoRoutes } from './jobs/video/routes.js';
-import { imageRoutes } from './jobs/images/routes.js';
+import { startJobEngine, type JobEngine, type JobEngineOptions } from './generations/engine.js';
+import { createGenerationDeps, type GenerationDeps, type GenerationDepsOptions } from './generations/deps.js';
+import { mediaHostHandler } from './generations/routes.js';
+import { videoRoutes } from './generations/video/routes.js';
+import { imageRoutes } from './generations/images/routes.js';
 import { Router, type Route } from './server/router.js';
 import { startServer } from './server/server.js';
 import { KeyAuthenticator } from './auth/authenticate.js';
@@ -32,8 +33,8 @@ export interface Gateway {
   readonly url: string;
   readonly port: number;
   readonly services: Services;
-  /** The video product's dependencies and this instance's job engine. */
-  readonly video: { readonly deps: VideoDeps; readonly engine: JobEngine };
+  /** The generation products' dependencies (video and images; named `video` since it came first) and this instance's job engine. */
+  readonly video: { readonly deps: GenerationDeps; readonly engine: JobEngine };
   close(): Promise<void>;
 }
 
@@ -46,7 +47,7 @@ export interface GatewayOptions {
   /** More routes (tests of the server layer). */
   extraRoutes?: (s: Services) => Route[];
   /** Video dependencies (tests inject a clock, fetch allow-list, engine without timers). */
-  video?: VideoDepsOptions & { engine?: JobEngineOptions };
+  video?: GenerationDepsOptions & { engine?: JobEngineOptions };
   /** Skip migrations when the caller already ran them. */
   skipMigrate?: boolean;
   /**
@@ -109,8 +110,8 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
       upstreams.push(u);
       return u;
     };
-    const videoDeps = await createVideoDeps(services, opts.video ?? {});
-    cleanups.push(() => videoDeps.close());
+    const generationDeps = await createGenerationDeps(services, opts.video ?? {});
+    cleanups.push(() => generationDeps.close());
     const text = config.limits.textBodyBytes;
     const textLedger = opts.unbilled ? new UnbilledLedger() : escrow;
     const routes: Route[] = [
@@ -133,8 +134,8 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
         bodyBytes: text,
         handler: createTextHandler(responsesLane(config, catalog), { services, ledger: textLedger, upstream: upstream('openai') }),
       },
-      ...videoRoutes(services, videoDeps),
-      ...imageRoutes(services, videoDeps),
+      ...videoRoutes(services, generationDeps),
+      ...imageRoutes(services, generationDeps),
       ...(opts.extraRoutes?.(services) ?? []),
     ];
     // Closed after the server drained (cleanups run in reverse): no admitted request meets a closed pool.
@@ -153,21 +154,21 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
       keys,
       publicRequestsPerMinute: config.limits.publicRequestsPerMinute,
       log,
-      other: mediaHostHandler(videoDeps),
+      other: mediaHostHandler(generationDeps),
     });
     const running = server;
     cleanups.push(async () => {
       if (!(await running.close())) log.warn('shutdown: requests still running after the drain period');
     });
     // Started last and stopped first: no job runs against a closing ledger or pool.
-    const engine = startJobEngine(services, videoDeps, opts.video?.engine ?? {});
+    const engine = startJobEngine(services, generationDeps, opts.video?.engine ?? {});
     cleanups.push(() => engine.stop());
     const host = config.server.host.includes(':') ? `[${config.server.host}]` : config.server.host;
     return {
       url: `http://${host}:${running.port}`,
       port: running.port,
       services,
-      video: { deps: videoDeps, engine },
+      video: { deps: generationDeps, engine },
       close: cleanup,
     };
   } catch (e) {

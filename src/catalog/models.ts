@@ -282,134 +282,143 @@ export function parseCatalog(raw: unknown, source = 'models.json'): Catalog {
   }
   const file = raw as ModelsFile;
   const problems: string[] = [];
-  const models: CatalogModel[] = [];
+  const models: CatalogModel[] = [
+    ...file.video.map((v, i) => videoModel(v, `/video/${i} (${v.id})`, problems)),
+    ...file.text.map((t, i) => textModel(t, `/text/${i} (${t.id})`, problems)),
+    ...file.image.map((m, i) => imageModel(m, `/image/${i} (${m.id})`, problems)),
+  ];
+  const byName = namesOf(models, problems);
+  if (problems.length > 0) throw new Error(`catalog: ${source} is invalid:\n  ${problems.join('\n  ')}`);
+  return catalogOf(models, byName);
+}
 
-  file.video.forEach((v, i) => {
-    const at = `/video/${i} (${v.id})`;
-    const microInkPerSecond = {} as Record<VideoPriceSet, Partial<Record<VideoResolution, number>>>;
-    for (const set of VIDEO_PRICE_SETS) {
-      const table = v.ink_per_second[set];
-      const out: Partial<Record<VideoResolution, number>> = {};
-      for (const res of VIDEO_RESOLUTIONS) {
-        const dec = table[res];
-        const offered = v.resolutions.includes(res);
-        if (offered && dec === undefined) problems.push(`${at} ink_per_second.${set} lacks offered resolution ${res}`);
-        if (!offered && dec !== undefined) problems.push(`${at} ink_per_second.${set} prices ${res}, which is not offered`);
-        if (offered && dec !== undefined) {
-          const micro = decimalToMicro(dec);
-          if (micro <= 0) problems.push(`${at} ink_per_second.${set}.${res} must be above 0`);
-          out[res] = micro;
-        }
+/** A video entry of the file as a model; what is wrong with it is pushed onto `problems`. */
+function videoModel(v: ModelsFile['video'][number], at: string, problems: string[]): VideoModel {
+  const microInkPerSecond = {} as Record<VideoPriceSet, Partial<Record<VideoResolution, number>>>;
+  for (const set of VIDEO_PRICE_SETS) {
+    const table = v.ink_per_second[set];
+    const out: Partial<Record<VideoResolution, number>> = {};
+    for (const res of VIDEO_RESOLUTIONS) {
+      const dec = table[res];
+      const offered = v.resolutions.includes(res);
+      if (offered && dec === undefined) problems.push(`${at} ink_per_second.${set} lacks offered resolution ${res}`);
+      if (!offered && dec !== undefined) problems.push(`${at} ink_per_second.${set} prices ${res}, which is not offered`);
+      if (offered && dec !== undefined) {
+        const micro = decimalToMicro(dec);
+        if (micro <= 0) problems.push(`${at} ink_per_second.${set}.${res} must be above 0`);
+        out[res] = micro;
       }
-      microInkPerSecond[set] = out;
     }
-    const ceiling = v.resolution_ceiling_by_aspect;
-    if (ceiling) {
-      for (const [aspect, res] of Object.entries(ceiling)) {
-        if (!v.aspect_ratios.includes(aspect as VideoAspectRatio)) problems.push(`${at} ceiling names aspect ${aspect}, which is not offered`);
-        if (res !== undefined && !v.resolutions.includes(res)) problems.push(`${at} ceiling for ${aspect} is ${res}, which is not offered`);
-      }
+    microInkPerSecond[set] = out;
+  }
+  const ceiling = v.resolution_ceiling_by_aspect;
+  if (ceiling) {
+    for (const [aspect, res] of Object.entries(ceiling)) {
+      if (!v.aspect_ratios.includes(aspect as VideoAspectRatio)) problems.push(`${at} ceiling names aspect ${aspect}, which is not offered`);
+      if (res !== undefined && !v.resolutions.includes(res)) problems.push(`${at} ceiling for ${aspect} is ${res}, which is not offered`);
     }
-    if (v.duration_seconds.min < 1 || v.duration_seconds.min > v.duration_seconds.max) problems.push(`${at} duration_seconds needs 1 <= min <= max`);
-    const refs = v.references;
-    if (refs.images > refs.total || refs.videos > refs.total || refs.audio > refs.total) problems.push(`${at} a per-kind reference cap is above the total`);
-    models.push({
-      type: 'video',
-      id: v.id,
-      aliases: [],
-      label: v.label,
-      listed: v.listed,
-      vendor: v.vendor,
-      vendorModel: v.vendor_model,
-      endpoint: v.endpoint,
-      resolutions: VIDEO_RESOLUTIONS.filter((r) => v.resolutions.includes(r)),
-      aspectRatios: [...v.aspect_ratios],
-      resolutionCeilingByAspect: ceiling && Object.keys(ceiling).length > 0 ? { ...ceiling } : null,
-      durationSeconds: { ...v.duration_seconds },
-      references: { ...refs },
-      audioNeedsVisualReference: v.audio_needs_visual_reference,
-      microInkPerSecond,
-    });
-  });
+  }
+  if (v.duration_seconds.min < 1 || v.duration_seconds.min > v.duration_seconds.max) problems.push(`${at} duration_seconds needs 1 <= min <= max`);
+  const refs = v.references;
+  if (refs.images > refs.total || refs.videos > refs.total || refs.audio > refs.total) problems.push(`${at} a per-kind reference cap is above the total`);
+  return {
+    type: 'video',
+    id: v.id,
+    aliases: [],
+    label: v.label,
+    listed: v.listed,
+    vendor: v.vendor,
+    vendorModel: v.vendor_model,
+    endpoint: v.endpoint,
+    resolutions: VIDEO_RESOLUTIONS.filter((r) => v.resolutions.includes(r)),
+    aspectRatios: [...v.aspect_ratios],
+    resolutionCeilingByAspect: ceiling && Object.keys(ceiling).length > 0 ? { ...ceiling } : null,
+    durationSeconds: { ...v.duration_seconds },
+    references: { ...refs },
+    audioNeedsVisualReference: v.audio_needs_visual_reference,
+    microInkPerSecond,
+  };
+}
 
-  file.text.forEach((t, i) => {
-    const at = `/text/${i} (${t.id})`;
-    if (PROTOCOL_ENDPOINT[t.protocol] !== t.endpoint) problems.push(`${at} protocol ${t.protocol} is served on ${PROTOCOL_ENDPOINT[t.protocol]}, not ${t.endpoint}`);
-    const rates = textRates(t.ink_per_million_tokens);
-    // Holds count the whole prompt at the cache-write rate; that covers any split of the prompt
-    // into input / cache read / cache write only if cache write is the dearest prompt bucket.
-    const checkHoldable = (r: TextRates, where: string) => {
-      if (r.cacheWrite < r.input || r.cacheWrite < r.cacheRead) problems.push(`${at} ${where}: cache_write must be the highest prompt rate (holds count the prompt as cache writes)`);
-    };
-    checkHoldable(rates, 'ink_per_million_tokens');
-    let longContext: TextModel['longContext'] = null;
-    if (t.long_context) {
-      const lr = textRates(t.long_context.ink_per_million_tokens);
-      checkHoldable(lr, 'long_context');
-      if (lr.input < rates.input || lr.output < rates.output || lr.cacheRead < rates.cacheRead || lr.cacheWrite < rates.cacheWrite) {
-        problems.push(`${at} long_context rates must not be below the base rates (a hold priced at the lower tier must cover the charge)`);
-      }
-      if (t.long_context.above_input_tokens >= t.constraints.max_input_tokens) problems.push(`${at} long_context.above_input_tokens must be below max_input_tokens`);
-      longContext = { aboveInputTokens: t.long_context.above_input_tokens, rates: lr };
+/** A text entry of the file as a model; what is wrong with it is pushed onto `problems`. */
+function textModel(t: ModelsFile['text'][number], at: string, problems: string[]): TextModel {
+  if (PROTOCOL_ENDPOINT[t.protocol] !== t.endpoint) problems.push(`${at} protocol ${t.protocol} is served on ${PROTOCOL_ENDPOINT[t.protocol]}, not ${t.endpoint}`);
+  const rates = textRates(t.ink_per_million_tokens);
+  // Holds count the whole prompt at the cache-write rate; that covers any split of the prompt
+  // into input / cache read / cache write only if cache write is the dearest prompt bucket.
+  const checkHoldable = (r: TextRates, where: string) => {
+    if (r.cacheWrite < r.input || r.cacheWrite < r.cacheRead) problems.push(`${at} ${where}: cache_write must be the highest prompt rate (holds count the prompt as cache writes)`);
+  };
+  checkHoldable(rates, 'ink_per_million_tokens');
+  let longContext: TextModel['longContext'] = null;
+  if (t.long_context) {
+    const lr = textRates(t.long_context.ink_per_million_tokens);
+    checkHoldable(lr, 'long_context');
+    if (lr.input < rates.input || lr.output < rates.output || lr.cacheRead < rates.cacheRead || lr.cacheWrite < rates.cacheWrite) {
+      problems.push(`${at} long_context rates must not be below the base rates (a hold priced at the lower tier must cover the charge)`);
     }
-    const c = t.constraints;
-    if (c.default_max_output_tokens !== null && c.default_max_output_tokens > c.max_output_tokens) problems.push(`${at} default_max_output_tokens above max_output_tokens`);
-    if (t.hold_output_floor_tokens > c.max_output_tokens) problems.push(`${at} hold_output_floor_tokens above max_output_tokens`);
-    models.push({
-      type: 'text',
-      id: t.id,
-      aliases: [...t.aliases],
-      label: t.label,
-      vendorLabel: t.vendor_label,
-      listed: t.listed,
-      vendor: t.vendor,
-      vendorModel: t.vendor_model,
-      endpoint: t.endpoint,
-      protocol: t.protocol,
-      rates,
-      longContext,
-      holdOutputFloorTokens: t.hold_output_floor_tokens,
-      constraints: {
-        maxInputTokens: c.max_input_tokens,
-        defaultMaxOutputTokens: c.default_max_output_tokens,
-        maxOutputTokens: c.max_output_tokens,
-        images: c.images,
-        streaming: c.streaming,
-      },
-    });
-  });
+    if (t.long_context.above_input_tokens >= t.constraints.max_input_tokens) problems.push(`${at} long_context.above_input_tokens must be below max_input_tokens`);
+    longContext = { aboveInputTokens: t.long_context.above_input_tokens, rates: lr };
+  }
+  const c = t.constraints;
+  if (c.default_max_output_tokens !== null && c.default_max_output_tokens > c.max_output_tokens) problems.push(`${at} default_max_output_tokens above max_output_tokens`);
+  if (t.hold_output_floor_tokens > c.max_output_tokens) problems.push(`${at} hold_output_floor_tokens above max_output_tokens`);
+  return {
+    type: 'text',
+    id: t.id,
+    aliases: [...t.aliases],
+    label: t.label,
+    vendorLabel: t.vendor_label,
+    listed: t.listed,
+    vendor: t.vendor,
+    vendorModel: t.vendor_model,
+    endpoint: t.endpoint,
+    protocol: t.protocol,
+    rates,
+    longContext,
+    holdOutputFloorTokens: t.hold_output_floor_tokens,
+    constraints: {
+      maxInputTokens: c.max_input_tokens,
+      defaultMaxOutputTokens: c.default_max_output_tokens,
+      maxOutputTokens: c.max_output_tokens,
+      images: c.images,
+      streaming: c.streaming,
+    },
+  };
+}
 
-  file.image.forEach((m, i) => {
-    const at = `/image/${i} (${m.id})`;
-    const inkPerImage: Partial<Record<ImageSize, number>> = {};
-    for (const size of IMAGE_SIZES) {
-      const ink = m.ink_per_image[size];
-      const offered = m.sizes.includes(size);
-      if (offered && ink === undefined) problems.push(`${at} ink_per_image lacks offered size ${size}`);
-      if (!offered && ink !== undefined) problems.push(`${at} ink_per_image prices ${size}, which is not offered`);
-      if (offered && ink !== undefined) inkPerImage[size] = ink;
-    }
-    if (!m.sizes.includes(m.default_size)) problems.push(`${at} default_size is not offered`);
-    if (!m.aspect_ratios.includes(m.default_aspect_ratio)) problems.push(`${at} default_aspect_ratio is not offered`);
-    models.push({
-      type: 'image',
-      id: m.id,
-      aliases: [...m.aliases],
-      label: m.label,
-      listed: m.listed,
-      vendor: m.vendor,
-      vendorModel: m.vendor_model,
-      endpoint: m.endpoint,
-      sizes: IMAGE_SIZES.filter((s) => m.sizes.includes(s)),
-      defaultSize: m.default_size,
-      aspectRatios: [...m.aspect_ratios],
-      defaultAspectRatio: m.default_aspect_ratio,
-      maxReferenceImages: m.max_reference_images,
-      inkPerImage,
-    });
-  });
+/** An image entry of the file as a model; what is wrong with it is pushed onto `problems`. */
+function imageModel(m: ModelsFile['image'][number], at: string, problems: string[]): ImageModel {
+  const inkPerImage: Partial<Record<ImageSize, number>> = {};
+  for (const size of IMAGE_SIZES) {
+    const ink = m.ink_per_image[size];
+    const offered = m.sizes.includes(size);
+    if (offered && ink === undefined) problems.push(`${at} ink_per_image lacks offered size ${size}`);
+    if (!offered && ink !== undefined) problems.push(`${at} ink_per_image prices ${size}, which is not offered`);
+    if (offered && ink !== undefined) inkPerImage[size] = ink;
+  }
+  if (!m.sizes.includes(m.default_size)) problems.push(`${at} default_size is not offered`);
+  if (!m.aspect_ratios.includes(m.default_aspect_ratio)) problems.push(`${at} default_aspect_ratio is not offered`);
+  return {
+    type: 'image',
+    id: m.id,
+    aliases: [...m.aliases],
+    label: m.label,
+    listed: m.listed,
+    vendor: m.vendor,
+    vendorModel: m.vendor_model,
+    endpoint: m.endpoint,
+    sizes: IMAGE_SIZES.filter((s) => m.sizes.includes(s)),
+    defaultSize: m.default_size,
+    aspectRatios: [...m.aspect_ratios],
+    defaultAspectRatio: m.default_aspect_ratio,
+    maxReferenceImages: m.max_reference_images,
+    inkPerImage,
+  };
+}
 
-  // One namespace for ids and aliases across every product: `GET /v1/models/{id}` resolves both.
+/** One namespace for ids and aliases across every product: `GET /v1/models/{id}` resolves both. */
+function namesOf(models: readonly CatalogModel[], problems: string[]): Map<string, CatalogModel> {
   const byName = new Map<string, CatalogModel>();
   for (const m of models) {
     for (const name of [m.id, ...m.aliases]) {
@@ -418,9 +427,11 @@ export function parseCatalog(raw: unknown, source = 'models.json'): Catalog {
       else byName.set(name, m);
     }
   }
+  return byName;
+}
 
-  if (problems.length > 0) throw new Error(`catalog: ${source} is invalid:\n  ${problems.join('\n  ')}`);
-
+/** The frozen catalogue over checked models. */
+function catalogOf(models: CatalogModel[], byName: ReadonlyMap<string, CatalogModel>): Catalog {
   deepFreeze(models);
   const listed = Object.freeze(models.filter((m) => m.listed));
   const get = (name: string): CatalogModel | undefined => byName.get(name);

@@ -15,6 +15,7 @@
 import { ApiError, isApiError } from '../errors.js';
 import type { Config } from '../config/config.js';
 import { storeError, type Pool } from '../store/pool.js';
+import { assertLedger, CheckedHold } from './hold.js';
 import type { Hold, Ledger, ReserveInput, ResolveResult, TextUsage } from './ledger.js';
 import { checkReserveInput, checkVendorRequestId, usageJson, wholeInk } from './ledger.js';
 import { HoldRate, leaseWantInk, LocalLease } from './lease.js';
@@ -49,6 +50,8 @@ interface KeyState {
 interface ActiveHold {
   readonly record: JournalRecord;
   readonly lease: LocalLease;
+  /** Its life, checked at every move. */
+  readonly hold: CheckedHold;
 }
 
 /** How long an end that must be durable (unknown usage, sync mode) waits for its write before the answer goes anyway. */
@@ -204,7 +207,7 @@ export class Escrow implements TextBilling {
       endWritten: false,
       waiters: undefined,
     };
-    this.active.set(input.requestId, { record, lease });
+    this.active.set(input.requestId, { record, lease, hold: new CheckedHold(input.requestId, input.holdInk, split.grantInk, split.paygInk) });
     this.journal.start(record);
     this.stats.leaseHolds++;
     if (lease.wantsRefill(this.lc.refillBelowPermille) && ks.acquiring === undefined) void this.acquire(ks, lease.accountId, lease.keyId, input.holdInk).catch(() => undefined);
@@ -414,7 +417,13 @@ export class Escrow implements TextBilling {
    */
   private async endInLease(a: ActiveHold, end: 'settle' | 'release', chargeInk: number): Promise<ResolveResult> {
     const r = a.record;
+    // A text lane settles only what it sent (usage exists only for a dispatched request); it does
+    // not report the dispatch apart, so a settle of a hold still `reserved` records it first.
+    if (end === 'settle' && a.hold.state === 'reserved') a.hold.dispatch();
+    const o = end === 'settle' ? a.hold.settle(chargeInk) : a.hold.release();
     const rest = a.lease.end(r.holdGrantInk, r.holdInk - r.holdGrantInk, chargeInk, false);
+    // Postcondition: the lease gave back exactly what the hold released, source by source.
+    assertLedger(rest.restGrantInk === o.releasedGrantInk && rest.restPaygInk === o.releasedPaygInk, `hold ${r.requestId}: the lease gave back ${rest.restGrantInk} + ${rest.restPaygInk}, the hold released ${o.releasedGrantInk} + ${o.releasedPaygInk}`);
     r.restGrantInk = rest.restGrantInk;
     r.restPaygInk = rest.restPaygInk;
     r.end = end;
@@ -433,6 +442,8 @@ export class Escrow implements TextBilling {
     if (a.record.end !== null) return;
     const r = a.record;
     const vendorId = details.vendorRequestId === undefined ? undefined : checkVendorRequestId(details.vendorRequestId);
+    if (a.hold.state === 'reserved') a.hold.dispatch(); // unknown usage is only ever of a request sent
+    a.hold.markUnknown();
     a.lease.end(r.holdGrantInk, r.holdInk - r.holdGrantInk, 0, true);
     r.end = 'unknown';
     if (vendorId !== undefined) r.vendorRequestId = vendorId;
@@ -445,6 +456,7 @@ export class Escrow implements TextBilling {
     const a = this.active.get(requestId);
     if (a === undefined) return this.ledger.setVendorRequestId(requestId, vendorRequestId);
     a.record.vendorRequestId = checkVendorRequestId(vendorRequestId);
+    if (a.hold.state === 'reserved') a.hold.dispatch(); // the vendor answered: the request was sent
     this.journal.touch(a.record);
   }
 

@@ -14,6 +14,7 @@
 //
 // Throughput: concurrent reserves (and, separately, resolutions) are grouped into one statement
 // and one commit (group-commit.ts). Each item still gets its whole hold or nothing.
+import { assertLedger } from './hold.js';
 import { inkToUsd } from '../catalog/pricing.js';
 import { ApiError } from '../errors.js';
 import { isStoreUnavailable, storeError, withTx, type Pool, type Queryable } from '../store/pool.js';
@@ -348,6 +349,8 @@ function reserveOutcome(input: ReserveInput, row: ReserveRow | Error): Hold {
   }
   switch (row.result) {
     case 'ok':
+      // Postcondition: the hold was taken whole from its two sources.
+      assertLedger(row.take_grant_ink + row.take_payg_ink === input.holdInk, `reserve ${input.requestId}: grant ${row.take_grant_ink} + payg ${row.take_payg_ink} != hold ${input.holdInk}`);
       return { requestId: input.requestId, holdInk: input.holdInk, grantInk: row.take_grant_ink, paygInk: row.take_payg_ink };
     case 'insufficient':
       throw new ApiError('insufficient_ink', {
@@ -625,7 +628,10 @@ export class Ledger {
     if (item.kind !== 'release' && item.kind !== 'refund' && item.chargeInk > held) {
       this.log('ledger.charge_above_hold', { requestId: item.id, chargeInk: item.chargeInk, holdInk: held, kind: item.kind });
     }
-    return { resolved: true, chargedInk: row.charged_total_ink ?? 0, releasedInk: row.released_total_ink ?? 0, expiredInk: row.expired_total_ink ?? 0 };
+    const r = { resolved: true as const, chargedInk: row.charged_total_ink ?? 0, releasedInk: row.released_total_ink ?? 0, expiredInk: row.expired_total_ink ?? 0 };
+    // Postcondition: every Ink of the hold went somewhere (charged, back to the wallet, or expired with its grant).
+    assertLedger(r.chargedInk + r.releasedInk + r.expiredInk === held, `resolve ${item.id}: charged ${r.chargedInk} + released ${r.releasedInk} + expired ${r.expiredInk} != hold ${held}`);
+    return r;
   }
 
   private async runResolve(items: ResolveItem[], wait: LockWait = 'first', q: Queryable = this.pool): Promise<Array<ResolveRow | Error>> {

@@ -119,16 +119,35 @@ function errorCode(e: unknown): string {
 const TLS_CODES = /CERT|SELF_SIGNED|ERR_TLS|ERR_SSL|UNABLE_TO_VERIFY|ALTNAME/;
 
 /**
+ * A URL that could not be fetched. The client sees one message whatever went wrong: saying that a
+ * name "does not resolve" or "resolves to a blocked address (private)", or which TLS check failed,
+ * would let a client map the internal network through the gateway. `detail` says why, for the log.
+ */
+export class FetchRefusal extends ApiError {
+  /** Why, in words for the operator's log; never sent to the client. */
+  readonly detail: string;
+  /** The HTTP status the server answered, when it answered one we refuse. */
+  readonly answeredStatus: number | undefined;
+
+  constructor(param: string, detail: string, opts: { cause?: unknown; answeredStatus?: number } = {}) {
+    super('invalid_url', { param, message: `\`${param}\` could not be fetched: it must be a public https URL that answers with the file.`, cause: opts.cause });
+    this.detail = detail;
+    this.answeredStatus = opts.answeredStatus;
+  }
+}
+
+/**
  * Fetches `url` under the SSRF rules. Every refusal or failure is `invalid_url` (or `too_long`
- * for an over-long client URL) naming `opts.param`, with the reason in the message.
+ * for an over-long client URL) naming `opts.param`. A problem of the URL's own text (scheme,
+ * credentials, an IP literal in a blocked range) is said in the message, as validation says it;
+ * anything learnt by resolving, connecting or fetching is a FetchRefusal with the reason in `detail` only.
  */
 export async function safeFetch(url: URL, opts: SafeFetchOptions): Promise<SafeFetchResult> {
   checkOptions(opts);
   const param = opts.param ?? 'url';
   const resolver = opts.resolver ?? systemResolver;
   const allowList = opts.allowList ?? new Set<string>();
-  const fail = (reason: string, cause?: unknown): ApiError =>
-    new ApiError('invalid_url', { param, message: `\`${param}\` is not fetchable: ${reason}.`, cause });
+  const fail = (reason: string, cause?: unknown, answeredStatus?: number): ApiError => new FetchRefusal(param, reason, { cause, answeredStatus });
 
   const ctrl = new AbortController();
   let timedOut = false;
@@ -229,7 +248,7 @@ export async function safeFetch(url: URL, opts: SafeFetchOptions): Promise<SafeF
       const problem = urlProblem(current, exempt);
       if (problem !== undefined) {
         if (hop === 0 && problem.startsWith('the URL is longer')) throw new ApiError('too_long', { param, message: `\`${param}\` ${problem.slice(8)}.` });
-        throw invalidUrlError(param, hop === 0 ? problem : `a redirect was refused: ${problem}`);
+        throw hop === 0 ? invalidUrlError(param, problem) : fail(`a redirect was refused: ${problem}`);
       }
       // Resolve-time check (clear error before any connection). IP literals were classified above.
       const host = bare(current.hostname);
@@ -271,11 +290,11 @@ export async function safeFetch(url: URL, opts: SafeFetchOptions): Promise<SafeF
       }
       if (status >= 400) {
         discard(res.body);
-        throw fail(`the server answered ${status}`);
+        throw fail(`the server answered ${status}`, undefined, status);
       }
       if (status < 200 || status >= 300) {
         discard(res.body);
-        throw fail(`the server answered ${status}`);
+        throw fail(`the server answered ${status}`, undefined, status);
       }
       const ct = res.headers['content-type'];
       const contentType = typeof ct === 'string' && ct !== '' ? ct : 'application/octet-stream';

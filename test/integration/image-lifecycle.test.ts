@@ -3,8 +3,8 @@
 // are fresh 15-minute signatures; retention deletes the file after 7 days (injected clock).
 import t, { type Test } from 'tap';
 import { handleMediaRequest } from '../../src/media/media-host.js';
-import { imageResultKey, MAX_VENDOR_CALLS } from '../../src/jobs/images/run.js';
-import { imagePixelSize } from '../../src/jobs/images/image-size.js';
+import { imageResultKey, MAX_VENDOR_CALLS } from '../../src/generations/images/run.js';
+import { imagePixelSize } from '../../src/generations/images/image-size.js';
 import { GEMINI_PIXEL_SIZES } from '../../src/simulators/gemini/simulator.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
 import { rowOf, runToEnd, startImageHarness, walletOf } from './image-harness.js';

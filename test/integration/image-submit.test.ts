@@ -3,7 +3,7 @@
 // images have their own concurrency slots and their own daily count, apart from video.
 import t, { type Test } from 'tap';
 import { setAccountPlan } from '../../src/accounts/accounts.js';
-import { admissionCounts } from '../../src/jobs/store.js';
+import { admissionCounts } from '../../src/generations/store.js';
 import { startArkSimulator } from '../../src/simulators/ark/simulator.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
 import { rowOf, runToEnd, START_MS, startImageHarness, walletOf } from './image-harness.js';
@@ -34,7 +34,7 @@ check('bad bodies and bad fields: 4xx with code and param, nothing held, nothing
   // The largest valid body is accepted by the body limit (then answered by the fields).
   const biggest = { ...ok, prompt: '\u{1F600}'.repeat(8000), metadata: { m: 'x'.repeat(4000) }, reference_image_urls: Array.from({ length: 14 }, () => 'https://10.1.2.3/' + 'a'.repeat(2025)) };
   r = await raw(JSON.stringify(biggest));
-  t.same([r.status, r.json.error.code, r.json.error.param], [400, 'invalid_url', 'reference_image_urls'], 'not 413: a maximal body is read and validated');
+  t.same([r.status, r.json.error.code, r.json.error.param], [400, 'invalid_url', 'reference_image_urls[0]'], 'not 413: a maximal body is read and validated');
   const fields: Array<[Record<string, unknown>, string, string]> = [
     [{ prompt: 'x' }, 'unknown_model', 'model'],
     [{ ...ok, model: 'clip-2.5' }, 'unknown_model', 'model'],
@@ -46,9 +46,9 @@ check('bad bodies and bad fields: 4xx with code and param, nothing held, nothing
     [{ ...ok, seed: 'seven' }, 'invalid_seed', 'seed'],
     [{ ...ok, reference_image_urls: {} }, 'invalid_type', 'reference_image_urls'],
     [{ ...ok, reference_image_urls: Array.from({ length: 15 }, () => h.ref('/ok.png')) }, 'too_many', 'reference_image_urls'],
-    [{ ...ok, reference_image_urls: [h.ref('/ok.png'), 1] }, 'invalid_type', 'reference_image_urls'],
-    [{ ...ok, reference_image_urls: ['ftp://cdn.example.com/a.png'] }, 'invalid_url', 'reference_image_urls'],
-    [{ ...ok, reference_image_urls: ['https://cdn.invalid/a.png'] }, 'invalid_url', 'reference_image_urls'],
+    [{ ...ok, reference_image_urls: [h.ref('/ok.png'), 1] }, 'invalid_type', 'reference_image_urls[1]'],
+    [{ ...ok, reference_image_urls: ['ftp://cdn.example.com/a.png'] }, 'invalid_url', 'reference_image_urls[0]'],
+    [{ ...ok, reference_image_urls: ['https://cdn.invalid/a.png'] }, 'invalid_url', 'reference_image_urls[0]'],
     [{ ...ok, metadata: 'tag' }, 'invalid_type', 'metadata'],
     [{ ...ok, metadata: { a: 'x'.repeat(5000) } }, 'too_long', 'metadata'],
     [{ model: 'image-1', prompt: ' ' }, 'missing_prompt', 'prompt'],
@@ -66,9 +66,9 @@ check('bad bodies and bad fields: 4xx with code and param, nothing held, nothing
 check('references are fetched before admission: an unreachable one is invalid_url with its index', async (t) => {
   const { key, accountId } = await h.funded(100);
   const r = await h.submit(key, { ...ok, reference_image_urls: [h.ref('/ok.png'), h.ref('/missing.png')] });
-  t.same([r.status, r.json.error.code, r.json.error.param], [400, 'invalid_url', 'reference_image_urls']);
+  t.same([r.status, r.json.error.code, r.json.error.param], [400, 'invalid_url', 'reference_image_urls[1]']);
   const off = await h.submit(key, { ...ok, reference_image_urls: ['https://127.0.0.1:9/x.png'] });
-  t.same([off.json.error.code, off.json.error.param], ['invalid_url', 'reference_image_urls'], 'a loopback URL off the test allow-list');
+  t.same([off.json.error.code, off.json.error.param], ['invalid_url', 'reference_image_urls[0]'], 'a loopback URL off the test allow-list');
   t.same(await generationsOf(accountId), []);
   t.same(await walletOf(h, accountId), { balance: 100, held: 0, charged: 0 });
 });

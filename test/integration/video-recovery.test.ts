@@ -5,10 +5,10 @@
 import { randomBytes } from 'node:crypto';
 import t, { type Test } from 'tap';
 import { withTx } from '../../src/store/pool.js';
-import { insertGeneration, type GenerationState } from '../../src/jobs/store.js';
-import { resultKey, VideoRunner } from '../../src/jobs/video/run.js';
-import { arkInput } from '../../src/jobs/video/submit.js';
-import { validateVideoRequest } from '../../src/jobs/video/validate.js';
+import { insertGeneration, type GenerationState } from '../../src/generations/store.js';
+import { resultKey, VideoRunner } from '../../src/generations/video/run.js';
+import { arkInput } from '../../src/generations/video/submit.js';
+import { validateVideoRequest } from '../../src/generations/video/validate.js';
 import { videoClipInk } from '../../src/catalog/pricing.js';
 import { ArkClient } from '../../src/vendors/ark/client.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';

@@ -20,7 +20,7 @@
 // invariant. The engine runs on the Ark simulator's clock, driven by tick(): no sleeps.
 import t, { type Test } from 'tap';
 import { setLane } from '../../src/deployment/state.js';
-import { MAX_VENDOR_CALLS } from '../../src/jobs/images/run.js';
+import { MAX_VENDOR_CALLS } from '../../src/generations/images/run.js';
 import { startArkSimulator } from '../../src/simulators/ark/simulator.js';
 import { GeminiClient } from '../../src/vendors/gemini/client.js';
 import { startGeminiSimulator } from '../../src/simulators/gemini/simulator.js';

@@ -6,8 +6,8 @@ import { inflateSync } from 'node:zlib';
 import t from 'tap';
 import { defaultCatalog } from '../../src/catalog/models.js';
 import { ApiError } from '../../src/errors.js';
-import { imagePixelSize } from '../../src/jobs/images/image-size.js';
-import { MAX_IMAGE_PROMPT_CHARS, validateImageRequest } from '../../src/jobs/images/validate.js';
+import { imagePixelSize } from '../../src/generations/images/image-size.js';
+import { MAX_IMAGE_PROMPT_CHARS, validateImageRequest } from '../../src/generations/images/validate.js';
 import { imageInk } from '../../src/catalog/pricing.js';
 import { geminiRequestBody, parseImageResponse } from '../../src/vendors/gemini/client.js';
 import { crc32, solidPng } from '../../src/simulators/gemini/png.js';
@@ -32,7 +32,7 @@ t.test('defaults and normalisation', async (t) => {
   t.same(v.urls, []);
   const full = validateImageRequest({ ...base, size: '4K', aspect_ratio: '21:9', seed: 7, reference_image_urls: [url(1), url(2)] }, catalog);
   t.same(full.request, { model: 'image-1', prompt: 'a lighthouse at dusk', size: '4K', aspect_ratio: '21:9', seed: 7, reference_image_urls: [url(1), url(2)] });
-  t.same(full.urls.map((u) => u.param), ['reference_image_urls', 'reference_image_urls']);
+  t.same(full.urls.map((u) => u.param), ['reference_image_urls[0]', 'reference_image_urls[1]']);
   t.equal(fails({ ...base, size: null, aspect_ratio: null, seed: null, reference_image_urls: null, metadata: null }).code, 'accepted', 'null = absent');
   t.notOk('reference_image_urls' in validateImageRequest({ ...base, reference_image_urls: [] }, catalog).request, 'an empty list is none');
   t.equal(fails({ ...base, reference_image_urls: Array.from({ length: 14 }, (_, i) => url(i)) }).code, 'accepted', '14 references are allowed');
@@ -67,13 +67,14 @@ t.test('every bad input: code, param, 400', async (t) => {
     ['seed a string', { ...base, seed: '7' }, 'invalid_seed', 'seed'],
     ['references not an array', { ...base, reference_image_urls: url(1) }, 'invalid_type', 'reference_image_urls'],
     ['15 references', { ...base, reference_image_urls: Array.from({ length: 15 }, (_, i) => url(i)) }, 'too_many', 'reference_image_urls'],
-    ['reference not a string', { ...base, reference_image_urls: [url(0), 7] }, 'invalid_type', 'reference_image_urls'],
-    ['reference too long', { ...base, reference_image_urls: ['https://cdn.example.com/' + 'a'.repeat(2100)] }, 'too_long', 'reference_image_urls'],
-    ['reference http', { ...base, reference_image_urls: ['http://cdn.example.com/a.png'] }, 'invalid_url', 'reference_image_urls'],
-    ['reference with credentials', { ...base, reference_image_urls: ['https://u:p@cdn.example.com/a.png'] }, 'invalid_url', 'reference_image_urls'],
-    ['reference private host', { ...base, reference_image_urls: ['https://10.0.0.1/a.png'] }, 'invalid_url', 'reference_image_urls'],
-    ['reference loopback', { ...base, reference_image_urls: ['https://127.0.0.1/a.png'] }, 'invalid_url', 'reference_image_urls'],
-    ['reference not a URL', { ...base, reference_image_urls: ['not a url'] }, 'invalid_url', 'reference_image_urls'],
+    ['reference not a string', { ...base, reference_image_urls: [url(0), 7] }, 'invalid_type', 'reference_image_urls[1]'],
+    ['reference too long', { ...base, reference_image_urls: ['https://cdn.example.com/' + 'a'.repeat(2100)] }, 'too_long', 'reference_image_urls[0]'],
+    ['reference http', { ...base, reference_image_urls: ['http://cdn.example.com/a.png'] }, 'invalid_url', 'reference_image_urls[0]'],
+    ['reference with credentials', { ...base, reference_image_urls: ['https://u:p@cdn.example.com/a.png'] }, 'invalid_url', 'reference_image_urls[0]'],
+    ['reference private host', { ...base, reference_image_urls: ['https://10.0.0.1/a.png'] }, 'invalid_url', 'reference_image_urls[0]'],
+    ['third reference private host', { ...base, reference_image_urls: [url(0), url(1), 'https://10.0.0.1/a.png'] }, 'invalid_url', 'reference_image_urls[2]'],
+    ['reference loopback', { ...base, reference_image_urls: ['https://127.0.0.1/a.png'] }, 'invalid_url', 'reference_image_urls[0]'],
+    ['reference not a URL', { ...base, reference_image_urls: ['not a url'] }, 'invalid_url', 'reference_image_urls[0]'],
     ['metadata an array', { ...base, metadata: [1] }, 'invalid_type', 'metadata'],
     ['metadata a string', { ...base, metadata: 'x' }, 'invalid_type', 'metadata'],
     ['metadata too big', { ...base, metadata: { a: 'x'.repeat(4100) } }, 'too_long', 'metadata'],

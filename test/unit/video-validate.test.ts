@@ -3,7 +3,7 @@
 import t from 'tap';
 import { defaultCatalog } from '../../src/catalog/models.js';
 import { ApiError } from '../../src/errors.js';
-import { validateVideoRequest } from '../../src/jobs/video/validate.js';
+import { validateVideoRequest } from '../../src/generations/video/validate.js';
 
 const catalog = defaultCatalog();
 const img = (i: number) => `https://cdn.example.com/img/${i}.png`;
@@ -49,7 +49,7 @@ t.test('reference lists keep their order; every URL is listed for the fetch chec
   );
   t.same(v.request.reference_image_urls, [img(3), img(1), img(2)]);
   t.same(v.urls.map((u) => u.param), [
-    'reference_image_urls', 'reference_image_urls', 'reference_image_urls', 'reference_video_urls', 'reference_audio_urls',
+    'reference_image_urls[0]', 'reference_image_urls[1]', 'reference_image_urls[2]', 'reference_video_urls[0]', 'reference_audio_urls[0]',
   ]);
 });
 
@@ -88,8 +88,9 @@ t.test('every submit code with its param', async (t) => {
     ['first frame loopback', { ...base, first_frame_url: 'https://127.0.0.1/a.png' }, 'invalid_url', 'first_frame_url'],
     ['last frame http', { ...base, first_frame_url: img(0), last_frame_url: 'http://cdn.example.com/b.png' }, 'invalid_url', 'last_frame_url'],
     ['reference list not an array', { ...base, reference_image_urls: img(0) }, 'invalid_type', 'reference_image_urls'],
-    ['reference element not a string', { ...base, reference_image_urls: [img(0), 5] }, 'invalid_type', 'reference_image_urls'],
-    ['reference element private address', { ...base, reference_video_urls: ['https://10.0.0.1/v.mp4'] }, 'invalid_url', 'reference_video_urls'],
+    ['reference element not a string', { ...base, reference_image_urls: [img(0), 5] }, 'invalid_type', 'reference_image_urls[1]'],
+    ['reference element private address', { ...base, reference_video_urls: ['https://10.0.0.1/v.mp4'] }, 'invalid_url', 'reference_video_urls[0]'],
+    ['third reference element private address', { ...base, reference_image_urls: [img(0), img(1), 'https://10.0.0.1/i.png'] }, 'invalid_url', 'reference_image_urls[2]'],
     ['31 images on clip-2.5', { ...base, reference_image_urls: list(31, img) }, 'too_many', 'reference_image_urls'],
     ['11 videos on clip-2.5', { ...base, reference_video_urls: list(11, vid) }, 'too_many', 'reference_video_urls'],
     ['11 audio on clip-2.5', { ...base, reference_audio_urls: list(11, aud) }, 'too_many', 'reference_audio_urls'],

@@ -89,21 +89,26 @@ function int(arg: string | undefined, min: number, max: number): number | undefi
 }
 
 /** Applies one directive; returns an error message when it is unknown or malformed. */
+/** Directives that take a whole number in a range: [min, max, where it goes]. */
+const NUMERIC_DIRECTIVES: Readonly<Record<string, readonly [number, number, (d: SimDirectives, n: number) => void]>> = {
+  status: [400, 599, (d, n) => (d.status = n)],
+  'retry-after': [0, 3600, (d, n) => (d.retryAfterS = n)],
+  chunk: [1, 65_536, (d, n) => (d.chunkBytes = n)],
+  pace: [0, 60_000, (d, n) => (d.paceMs = n)],
+  tokens: [1, MAX_SIM_TOKENS, (d, n) => (d.tokens = n)],
+  'thinking-tokens': [1, MAX_SIM_TOKENS, (d, n) => (d.thinkingTokens = n)],
+};
+
 function applyDirective(d: SimDirectives, name: string, arg: string | undefined): string | undefined {
   const bad = `malformed simulator directive [[sim:${name}${arg === undefined ? '' : '=' + arg}]]`;
+  const numeric = Object.hasOwn(NUMERIC_DIRECTIVES, name) ? NUMERIC_DIRECTIVES[name] : undefined;
+  if (numeric !== undefined) {
+    const n = int(arg, numeric[0], numeric[1]);
+    if (n === undefined) return bad;
+    numeric[2](d, n);
+    return undefined;
+  }
   switch (name) {
-    case 'status': {
-      const n = int(arg, 400, 599);
-      if (n === undefined) return bad;
-      d.status = n;
-      return undefined;
-    }
-    case 'retry-after': {
-      const n = int(arg, 0, 3600);
-      if (n === undefined) return bad;
-      d.retryAfterS = n;
-      return undefined;
-    }
     case 'prompt-too-long':
       d.promptTooLong = true;
       return undefined;
@@ -138,12 +143,6 @@ function applyDirective(d: SimDirectives, name: string, arg: string | undefined)
     case 'stall-headers':
       d.stallAfterHeaders = true;
       return undefined;
-    case 'chunk': {
-      const n = int(arg, 1, 65_536);
-      if (n === undefined) return bad;
-      d.chunkBytes = n;
-      return undefined;
-    }
     case 'chunking':
       if (arg === 'byte') d.chunkBytes = 1;
       else if (arg === 'split') d.splitAtLineEnds = true;
@@ -160,24 +159,6 @@ function applyDirective(d: SimDirectives, name: string, arg: string | undefined)
     case 'lf':
       d.lineEnding = name;
       return undefined;
-    case 'pace': {
-      const n = int(arg, 0, 60_000);
-      if (n === undefined) return bad;
-      d.paceMs = n;
-      return undefined;
-    }
-    case 'tokens': {
-      const n = int(arg, 1, MAX_SIM_TOKENS);
-      if (n === undefined) return bad;
-      d.tokens = n;
-      return undefined;
-    }
-    case 'thinking-tokens': {
-      const n = int(arg, 1, MAX_SIM_TOKENS);
-      if (n === undefined) return bad;
-      d.thinkingTokens = n;
-      return undefined;
-    }
     case 'tool':
       d.tool = arg ?? true;
       return undefined;
@@ -277,7 +258,11 @@ export function validateMessagesBody(body: unknown, countTokensOnly = false): as
       if (!isObj(body.tools[i]) || typeof body.tools[i].name !== 'string') throw invalid(`tools.${i}.custom.name: Field required`);
     }
   }
-  // tool_use / tool_result pairing, and thinking blocks sent back unchanged.
+  checkToolTurns(messages, thinkingOn);
+}
+
+/** tool_use / tool_result pairing across turns, and thinking blocks sent back unchanged. */
+function checkToolTurns(messages: unknown[], thinkingOn: boolean): void {
   for (let i = 0; i < messages.length; i++) {
     const m = messages[i] as Obj;
     if (m.role !== 'assistant' || !Array.isArray(m.content)) continue;
@@ -551,6 +536,55 @@ export interface PlanDefaults {
   thinkingTokens: number;
 }
 
+/** The tool the reply calls, if any: asked for by directive, tool_choice, or "use the tool" in the turn. */
+function chosenTool(body: Obj, turn: LastUserTurn, d: SimDirectives): Obj | undefined {
+  const tools: Obj[] = Array.isArray(body.tools) ? body.tools.filter(isObj) : [];
+  const choice = isObj(body.tool_choice) ? body.tool_choice : undefined;
+  if (tools.length === 0 || choice?.type === 'none') return undefined;
+  const wanted =
+    typeof d.tool === 'string' ? d.tool
+    : choice?.type === 'tool' && typeof choice.name === 'string' ? choice.name
+    : undefined;
+  const asked =
+    d.tool !== undefined ||
+    choice?.type === 'any' ||
+    choice?.type === 'tool' ||
+    (turn.toolResultText === undefined && /\buse the tool\b/i.test(turn.text));
+  if (!asked) return undefined;
+  return wanted !== undefined ? tools.find((t) => t.name === wanted) ?? tools[0] : tools[0];
+}
+
+/** The pieces up to the first stop sequence (which may start in an earlier piece), and which one stopped them. */
+function cutAtStopSequence(pieces: string[], stopSequences: unknown): { pieces: string[]; stopSequence: string | null } {
+  const stops: string[] = Array.isArray(stopSequences) ? stopSequences.filter((s: unknown): s is string => typeof s === 'string' && s.length > 0) : [];
+  if (stops.length === 0) return { pieces, stopSequence: null };
+  let acc = '';
+  for (let i = 0; i < pieces.length; i++) {
+    const before = acc.length;
+    acc += pieces[i];
+    let hit = -1;
+    let which = '';
+    for (const s of stops) {
+      const at = acc.indexOf(s, Math.max(0, before - s.length + 1));
+      if (at !== -1 && (hit === -1 || at < hit)) {
+        hit = at;
+        which = s;
+      }
+    }
+    if (hit === -1) continue;
+    const kept: string[] = [];
+    let pos = 0;
+    for (let k = 0; k <= i && pos < hit; k++) {
+      const p = pieces[k]!;
+      const take = Math.min(p.length, hit - pos);
+      kept.push(p.slice(0, take));
+      pos += take;
+    }
+    return { pieces: kept, stopSequence: which };
+  }
+  return { pieces, stopSequence: null };
+}
+
 export function planReply(body: Obj, turn: LastUserTurn, d: SimDirectives, defaults: PlanDefaults, toolId: () => string): ReplyPlan {
   let budget: number = body.max_tokens;
   let truncated = false;
@@ -572,22 +606,7 @@ export function planReply(body: Obj, turn: LastUserTurn, d: SimDirectives, defau
     budget -= n;
   }
 
-  // Tool use?
-  const tools: Obj[] = Array.isArray(body.tools) ? body.tools.filter(isObj) : [];
-  const choice = isObj(body.tool_choice) ? body.tool_choice : undefined;
-  let tool: Obj | undefined;
-  if (tools.length > 0 && choice?.type !== 'none') {
-    const wanted =
-      typeof d.tool === 'string' ? d.tool
-      : choice?.type === 'tool' && typeof choice.name === 'string' ? choice.name
-      : undefined;
-    const asked =
-      d.tool !== undefined ||
-      choice?.type === 'any' ||
-      choice?.type === 'tool' ||
-      (turn.toolResultText === undefined && /\buse the tool\b/i.test(turn.text));
-    if (asked) tool = wanted !== undefined ? tools.find((t) => t.name === wanted) ?? tools[0] : tools[0];
-  }
+  const tool = chosenTool(body, turn, d);
 
   // Text.
   let stopSequence: string | null = null;
@@ -605,37 +624,9 @@ export function planReply(body: Obj, turn: LastUserTurn, d: SimDirectives, defau
       n = d.tokens ?? defaults.replyTokens;
     }
     let pieces = wordPieces(lead, n);
-    const stops: string[] = Array.isArray(body.stop_sequences) ? body.stop_sequences.filter((s: unknown): s is string => typeof s === 'string' && s.length > 0) : [];
-    if (stops.length > 0) {
-      let acc = '';
-      for (let i = 0; i < pieces.length; i++) {
-        const before = acc.length;
-        acc += pieces[i];
-        let hit = -1;
-        let which = '';
-        for (const s of stops) {
-          const at = acc.indexOf(s, Math.max(0, before - s.length + 1));
-          if (at !== -1 && (hit === -1 || at < hit)) {
-            hit = at;
-            which = s;
-          }
-        }
-        if (hit !== -1) {
-          // Keep the text before the stop sequence (which may start in an earlier piece).
-          const kept: string[] = [];
-          let pos = 0;
-          for (let k = 0; k <= i && pos < hit; k++) {
-            const p = pieces[k]!;
-            const take = Math.min(p.length, hit - pos);
-            kept.push(p.slice(0, take));
-            pos += take;
-          }
-          pieces = kept;
-          stopSequence = which;
-          break;
-        }
-      }
-    }
+    const cut = cutAtStopSequence(pieces, body.stop_sequences);
+    pieces = cut.pieces;
+    stopSequence = cut.stopSequence;
     if (pieces.length > budget) {
       pieces = pieces.slice(0, budget);
       truncated = true;

@@ -56,7 +56,7 @@
 //   [[sim:delta-usage=output]]  message_delta usage carries only output_tokens (older form)
 // An unknown or malformed directive answers 400 invalid_request_error naming it.
 
-import { createServer, type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http';
+import { createServer, type IncomingHttpHeaders, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { EventEmitter } from 'node:events';
 import {
@@ -68,6 +68,7 @@ import {
   planReply,
   prefixKey,
   validateMessagesBody,
+  type InputCount,
   type PlannedBlock,
   type ReplyPlan,
   type SimDirectives,
@@ -344,31 +345,138 @@ interface Active {
 const CONTEXT_WINDOW_TOKENS = 200_000;
 
 export async function startAnthropicSimulator(opts: AnthropicSimulatorOptions = {}): Promise<AnthropicSimulator> {
-  const apiKey = opts.apiKey ?? DEFAULT_SIM_API_KEY;
-  const maxBodyBytes = opts.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;
-  const maxRecorded = opts.maxRecordedRequests ?? 1000;
-  const cacheMinTokens = opts.cacheMinTokens ?? 0;
-  const defaults = { replyTokens: opts.replyTokens ?? 12, thinkingTokens: opts.thinkingTokens ?? 6 };
-  const models = opts.models ? new Set(opts.models) : undefined;
-  const baseShape: Shape = {
-    lineEnding: opts.lineEnding ?? 'lf',
-    chunkBytes: opts.chunking === 'byte' ? 1 : undefined,
-    split: opts.chunking === 'split',
+  const sim = new Sim(opts);
+  const server = listenFor(sim, opts.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES);
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const port = (server.address() as AddressInfo).port;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    port,
+    requests: sim.requests,
+    get requestCount() {
+      return sim.requestCount;
+    },
+    events: sim.events,
+    waitForRequests: (count) => sim.waitForRequests(count),
+    setScenario(directives: string | null): void {
+      sim.scenario = directives;
+    },
+    clearCache(): void {
+      sim.cache.clear();
+    },
+    close(): Promise<void> {
+      for (const a of sim.active) if (a.timer !== undefined) clearTimeout(a.timer);
+      return new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      });
+    },
   };
-  const basePaceMs = opts.tokenPaceMs ?? 0;
-  let scenario: string | null = opts.scenario ?? null;
-  const cache = new Set<string>();
-  const requests: RecordedRequest[] = [];
-  const events = new EventEmitter();
-  events.setMaxListeners(100);
-  const active = new Set<Active>();
-  let requestCount = 0;
-  let seq = 0;
-  // Ids: fixed-length, unique per simulator run, shaped like the real ones.
-  const runTag = (Date.now() % 1_000_000).toString(36).padStart(4, '0');
-  const nextId = (prefix: string): string => `${prefix}${runTag}${(++seq).toString(36).padStart(16, '0')}`;
+}
 
-  const sendError = (res: ServerResponse, rec: RecordedRequest | undefined, requestId: string, status: number, type: string, message: string, extra?: Record<string, string>): void => {
+/** The HTTP server: reads each body up to `maxBodyBytes` (beyond, the vendor's 413) and hands it to the simulator. */
+function listenFor(sim: Sim, maxBodyBytes: number): Server {
+  const server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    let over = false;
+    req.on('data', (c: Buffer) => {
+      if (over) return;
+      size += c.length;
+      if (size > maxBodyBytes) {
+        over = true;
+        chunks.length = 0;
+        sim.handle(req, res, null);
+        return;
+      }
+      chunks.push(c);
+    });
+    req.on('end', () => {
+      if (over) return;
+      try {
+        sim.handle(req, res, chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
+      } catch (e) {
+        // A simulator bug must show as a 500 in the test that hit it, not kill the process.
+        if (!res.headersSent) res.writeHead(500, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ type: 'error', error: { type: 'api_error', message: `simulator: ${(e as Error).message}` } }));
+      }
+    });
+    req.on('error', () => res.destroy());
+  });
+  server.keepAliveTimeout = 30_000;
+  return server;
+}
+
+/** One admitted request on its way to an answer. */
+interface Reply {
+  readonly res: ServerResponse;
+  readonly rec: RecordedRequest;
+  readonly state: Active;
+  readonly requestId: string;
+  readonly messageId: string;
+  readonly model: string;
+  readonly plan: ReplyPlan;
+  readonly u: Usage;
+  readonly d: SimDirectives;
+  readonly shape: Shape;
+  readonly paceMs: number;
+}
+
+/** The simulator's state and its answer to one request, step by step. */
+class Sim {
+  private readonly apiKey: string;
+  private readonly maxRecorded: number;
+  private readonly cacheMinTokens: number;
+  private readonly defaults: { replyTokens: number; thinkingTokens: number };
+  private readonly models: ReadonlySet<string> | undefined;
+  private readonly baseShape: Shape;
+  private readonly basePaceMs: number;
+  scenario: string | null;
+  readonly cache = new Set<string>();
+  readonly requests: RecordedRequest[] = [];
+  readonly events = new EventEmitter();
+  readonly active = new Set<Active>();
+  requestCount = 0;
+  private seq = 0;
+  // Ids: fixed-length, unique per simulator run, shaped like the real ones.
+  private readonly runTag = (Date.now() % 1_000_000).toString(36).padStart(4, '0');
+
+  constructor(private readonly opts: AnthropicSimulatorOptions) {
+    this.apiKey = opts.apiKey ?? DEFAULT_SIM_API_KEY;
+    this.maxRecorded = opts.maxRecordedRequests ?? 1000;
+    this.cacheMinTokens = opts.cacheMinTokens ?? 0;
+    this.defaults = { replyTokens: opts.replyTokens ?? 12, thinkingTokens: opts.thinkingTokens ?? 6 };
+    this.models = opts.models ? new Set(opts.models) : undefined;
+    this.baseShape = { lineEnding: opts.lineEnding ?? 'lf', chunkBytes: opts.chunking === 'byte' ? 1 : undefined, split: opts.chunking === 'split' };
+    this.basePaceMs = opts.tokenPaceMs ?? 0;
+    this.scenario = opts.scenario ?? null;
+    this.events.setMaxListeners(100);
+  }
+
+  private nextId(prefix: string): string {
+    return `${prefix}${this.runTag}${(++this.seq).toString(36).padStart(16, '0')}`;
+  }
+
+  waitForRequests(count: number): Promise<void> {
+    if (this.requestCount >= count) return Promise.resolve();
+    return new Promise((resolve) => {
+      const on = (): void => {
+        if (this.requestCount >= count) {
+          this.events.off('request', on);
+          resolve();
+        }
+      };
+      this.events.on('request', on);
+    });
+  }
+
+  private sendError(res: ServerResponse, rec: RecordedRequest | undefined, requestId: string, status: number, type: string, message: string, extra?: Record<string, string>): void {
     const body =
       status === 413 && type === 'request_too_large'
         ? JSON.stringify({ type: 'error', error: { type, message } }) // from Cloudflare: no request_id
@@ -376,182 +484,177 @@ export async function startAnthropicSimulator(opts: AnthropicSimulatorOptions = 
     res.writeHead(status, { ...JSON_HEADERS, 'request-id': requestId, 'content-length': String(Buffer.byteLength(body)), ...extra });
     res.end(body);
     if (rec) rec.end = 'error_status';
-  };
+  }
 
-  const record = (rec: RecordedRequest): void => {
-    requestCount++;
-    if (maxRecorded > 0) {
-      if (requests.length >= maxRecorded) requests.splice(0, requests.length - maxRecorded + 1);
-      requests.push(rec);
+  /** Records the request and follows its response to the end. */
+  private record(req: IncomingMessage, res: ServerResponse, requestId: string, body: unknown): { rec: RecordedRequest; state: Active } {
+    const rec: RecordedRequest = { method: req.method ?? '', path: req.url ?? '/', headers: req.headers, body, requestId, end: undefined };
+    this.requestCount++;
+    if (this.maxRecorded > 0) {
+      if (this.requests.length >= this.maxRecorded) this.requests.splice(0, this.requests.length - this.maxRecorded + 1);
+      this.requests.push(rec);
     }
-    events.emit('request', rec);
-  };
+    this.events.emit('request', rec);
+    const state: Active = { timer: undefined };
+    this.active.add(state);
+    res.on('close', () => {
+      this.active.delete(state);
+      if (state.timer !== undefined) clearTimeout(state.timer);
+      if (rec.end === undefined) rec.end = 'client_closed';
+      this.events.emit('response-end', rec);
+    });
+    return { rec, state };
+  }
 
-  const handle = (req: IncomingMessage, res: ServerResponse, raw: Buffer | null): void => {
-    const requestId = nextId('req_011CSim');
+  handle(req: IncomingMessage, res: ServerResponse, raw: Buffer | null): void {
+    const requestId = this.nextId('req_011CSim');
     const url = req.url ?? '/';
     const q = url.indexOf('?');
     const path = q === -1 ? url : url.slice(0, q);
     let body: unknown;
-    if (raw !== null) {
-      try {
-        body = JSON.parse(raw.toString('utf8'));
-      } catch {
-        body = undefined;
-      }
-    }
-    const rec: RecordedRequest = { method: req.method ?? '', path: url, headers: req.headers, body, requestId, end: undefined };
-    record(rec);
-    const state: Active = { timer: undefined };
-    active.add(state);
-    res.on('close', () => {
-      active.delete(state);
-      if (state.timer !== undefined) clearTimeout(state.timer);
-      if (rec.end === undefined) rec.end = 'client_closed';
-      events.emit('response-end', rec);
-    });
-
-    if (raw === null) {
-      sendError(res, rec, requestId, 413, 'request_too_large', ERROR_MESSAGES.request_too_large!, { connection: 'close' });
-      return;
-    }
-    if (req.method !== 'POST' || (path !== '/v1/messages' && path !== '/v1/messages/count_tokens')) {
-      sendError(res, rec, requestId, 404, 'not_found_error', 'Not Found');
-      return;
-    }
-    const xKey = req.headers['x-api-key'];
-    const bearer = req.headers.authorization;
-    if (xKey !== undefined && bearer !== undefined) {
-      sendError(res, rec, requestId, 401, 'authentication_error', 'Provide either an x-api-key header or an Authorization header, not both.');
-      return;
-    }
-    if ((xKey !== undefined ? xKey : bearer !== undefined && bearer.startsWith('Bearer ') ? bearer.slice(7) : undefined) !== apiKey) {
-      sendError(res, rec, requestId, 401, 'authentication_error', xKey !== undefined ? 'invalid x-api-key' : 'Invalid bearer token');
-      return;
-    }
-    if (!req.headers['anthropic-version']) {
-      sendError(res, rec, requestId, 400, 'invalid_request_error', 'anthropic-version: header is required');
-      return;
-    }
-    if (body === undefined) {
-      sendError(res, rec, requestId, 400, 'invalid_request_error', 'There was an issue with your request body: it is not valid JSON.');
-      return;
-    }
-    const countOnly = path === '/v1/messages/count_tokens';
     try {
-      validateMessagesBody(body, countOnly);
-    } catch (e) {
-      if (!(e instanceof SimRequestError)) throw e;
-      sendError(res, rec, requestId, e.status, e.errorType, e.message);
-      return;
+      body = raw === null ? undefined : JSON.parse(raw.toString('utf8'));
+    } catch {
+      body = undefined;
     }
-    const b = body as Record<string, any>;
-    if (models !== undefined && !models.has(b.model)) {
-      sendError(res, rec, requestId, 404, 'not_found_error', `model: ${b.model}`);
-      return;
-    }
+    const { rec, state } = this.record(req, res, requestId, body);
+    const b = this.admit(req, res, rec, requestId, path, raw, body);
+    if (b === undefined) return;
     const count = countInput(b);
-    if (countOnly) {
+    if (path === '/v1/messages/count_tokens') {
       const json = `{"input_tokens":${count.total}}`;
       res.writeHead(200, { ...JSON_HEADERS, 'request-id': requestId, 'content-length': String(json.length) });
       res.end(json);
       rec.end = 'complete';
       return;
     }
-
     const d: SimDirectives = emptyDirectives();
     const turn = lastUserTurn(b);
-    const directiveError = (scenario !== null ? parseDirectives(scenario, d) : undefined) ?? parseDirectives(turn.text, d);
-    if (directiveError !== undefined) {
-      sendError(res, rec, requestId, 400, 'invalid_request_error', directiveError);
-      return;
+    const directiveError = (this.scenario !== null ? parseDirectives(this.scenario, d) : undefined) ?? parseDirectives(turn.text, d);
+    if (directiveError !== undefined) return this.sendError(res, rec, requestId, 400, 'invalid_request_error', directiveError);
+    if (this.refusedByDirective(res, rec, requestId, d, count)) return;
+    const u = this.usage(b, d, count);
+    const plan = planReply(b, turn, d, this.defaults, () => this.nextId('toolu_01Sim'));
+    u.output = plan.outputTokens;
+    const r: Reply = {
+      res, rec, state, requestId, plan, u, d,
+      messageId: this.nextId('msg_01Sim'),
+      model: this.opts.modelSuffix ? `${b.model}-${this.opts.modelSuffix}` : b.model,
+      shape: { lineEnding: d.lineEnding ?? this.baseShape.lineEnding, chunkBytes: d.chunkBytes ?? this.baseShape.chunkBytes, split: d.splitAtLineEnds || this.baseShape.split },
+      paceMs: d.paceMs ?? this.basePaceMs,
+    };
+    if (b.stream === true) this.replyStream(r);
+    else this.replyMessage(r);
+  }
+
+  /** The checks before any model work, in the vendor's order; the body when they pass, else answered. */
+  private admit(req: IncomingMessage, res: ServerResponse, rec: RecordedRequest, requestId: string, path: string, raw: Buffer | null, body: unknown): Record<string, any> | undefined {
+    const fail = (status: number, type: string, message: string, extra?: Record<string, string>): undefined => {
+      this.sendError(res, rec, requestId, status, type, message, extra);
+      return undefined;
+    };
+    if (raw === null) return fail(413, 'request_too_large', ERROR_MESSAGES.request_too_large!, { connection: 'close' });
+    if (req.method !== 'POST' || (path !== '/v1/messages' && path !== '/v1/messages/count_tokens')) return fail(404, 'not_found_error', 'Not Found');
+    const xKey = req.headers['x-api-key'];
+    const bearer = req.headers.authorization;
+    if (xKey !== undefined && bearer !== undefined) return fail(401, 'authentication_error', 'Provide either an x-api-key header or an Authorization header, not both.');
+    if ((xKey !== undefined ? xKey : bearer !== undefined && bearer.startsWith('Bearer ') ? bearer.slice(7) : undefined) !== this.apiKey) {
+      return fail(401, 'authentication_error', xKey !== undefined ? 'invalid x-api-key' : 'Invalid bearer token');
     }
+    if (!req.headers['anthropic-version']) return fail(400, 'invalid_request_error', 'anthropic-version: header is required');
+    if (body === undefined) return fail(400, 'invalid_request_error', 'There was an issue with your request body: it is not valid JSON.');
+    try {
+      validateMessagesBody(body, path === '/v1/messages/count_tokens');
+    } catch (e) {
+      if (!(e instanceof SimRequestError)) throw e;
+      return fail(e.status, e.errorType, e.message);
+    }
+    const b = body as Record<string, any>;
+    if (this.models !== undefined && !this.models.has(b.model)) return fail(404, 'not_found_error', `model: ${b.model}`);
+    return b;
+  }
+
+  /** Directives that answer before any reply (a stall, an error status, a prompt too long); true when answered. */
+  private refusedByDirective(res: ServerResponse, rec: RecordedRequest, requestId: string, d: SimDirectives, count: InputCount): boolean {
     if (d.stallBeforeHeaders) {
       rec.end = 'stalled';
-      return; // held open until the client leaves or close()
+      return true; // held open until the client leaves or close()
     }
     if (d.status !== undefined) {
       const type = errorTypeFor(d.status);
       const extra: Record<string, string> = {};
       if (d.status === 429 || d.status === 529) extra['retry-after'] = String(d.retryAfterS ?? DEFAULT_RETRY_AFTER_S);
       if (d.status === 429) extra['anthropic-ratelimit-requests-remaining'] = '0';
-      sendError(res, rec, requestId, d.status, type, ERROR_MESSAGES[type] ?? 'Error', extra);
-      return;
+      this.sendError(res, rec, requestId, d.status, type, ERROR_MESSAGES[type] ?? 'Error', extra);
+      return true;
     }
     // The vendor refuses a prompt beyond the context itself, whoever sends it (or on request).
     if (d.promptTooLong || count.total > CONTEXT_WINDOW_TOKENS) {
-      sendError(res, rec, requestId, 400, 'invalid_request_error', `prompt is too long: ${Math.max(count.total, CONTEXT_WINDOW_TOKENS + 1)} tokens > ${CONTEXT_WINDOW_TOKENS} maximum`);
-      return;
+      this.sendError(res, rec, requestId, 400, 'invalid_request_error', `prompt is too long: ${Math.max(count.total, CONTEXT_WINDOW_TOKENS + 1)} tokens > ${CONTEXT_WINDOW_TOKENS} maximum`);
+      return true;
     }
+    return false;
+  }
 
-    // Usage, with prompt caching.
+  /** Input usage, with prompt caching (a prefix seen before is read, a new one written). */
+  private usage(b: Record<string, any>, d: SimDirectives, count: InputCount): Usage {
     const u: Usage = { input: count.total, cacheWrite: 0, cacheRead: 0, cache5m: 0, cache1h: 0, output: 0 };
-    if (d.cache !== 'none' && count.prefixTokens > 0 && count.prefixTokens >= cacheMinTokens) {
-      let hit: boolean;
-      if (d.cache === 'read') hit = true;
-      else if (d.cache === 'write') hit = false;
-      else {
-        const key = prefixKey(b, count.prefixSegments);
-        hit = cache.has(key);
-        if (!hit) {
-          if (cache.size >= MAX_CACHE_ENTRIES) cache.clear();
-          cache.add(key);
-        }
+    if (d.cache === 'none' || count.prefixTokens <= 0 || count.prefixTokens < this.cacheMinTokens) return u;
+    let hit: boolean;
+    if (d.cache === 'read') hit = true;
+    else if (d.cache === 'write') hit = false;
+    else {
+      const key = prefixKey(b, count.prefixSegments);
+      hit = this.cache.has(key);
+      if (!hit) {
+        if (this.cache.size >= MAX_CACHE_ENTRIES) this.cache.clear();
+        this.cache.add(key);
       }
-      if (hit) u.cacheRead = count.prefixTokens;
-      else {
-        u.cacheWrite = count.prefixTokens;
-        if (count.prefixTtl === '1h') u.cache1h = count.prefixTokens;
-        else u.cache5m = count.prefixTokens;
-      }
-      u.input = count.total - count.prefixTokens;
     }
+    if (hit) u.cacheRead = count.prefixTokens;
+    else {
+      u.cacheWrite = count.prefixTokens;
+      if (count.prefixTtl === '1h') u.cache1h = count.prefixTokens;
+      else u.cache5m = count.prefixTokens;
+    }
+    u.input = count.total - count.prefixTokens;
+    return u;
+  }
 
-    const plan = planReply(b, turn, d, defaults, () => nextId('toolu_01Sim'));
-    u.output = plan.outputTokens;
-    const messageId = nextId('msg_01Sim');
-    const model: string = opts.modelSuffix ? `${b.model}-${opts.modelSuffix}` : b.model;
-    const shape: Shape = {
-      lineEnding: d.lineEnding ?? baseShape.lineEnding,
-      chunkBytes: d.chunkBytes ?? baseShape.chunkBytes,
-      split: d.splitAtLineEnds || baseShape.split,
-    };
-    const paceMs = d.paceMs ?? basePaceMs;
-
-    if (b.stream === true) {
-      res.writeHead(200, { ...STREAM_HEADERS, 'request-id': requestId });
-      if (d.stallAfterHeaders) {
-        res.flushHeaders();
-        rec.end = 'stalled';
-        return;
-      }
-      const r = renderStream(messageId, model, plan, u, d.deltaUsageOutputOnly);
-      let upTo = r.frames.length;
-      let terminal: 'end' | 'reset' | 'stall' | 'error' = 'end';
-      if (d.overloadedMidstream) {
-        upTo = r.midIndex;
-        terminal = 'error';
-      } else if (d.stop !== undefined) {
-        const at = d.stop.at;
-        upTo =
-          at === 'before-delta' ? r.frames.length - 2
-          : at === 'before-stop' ? r.frames.length - 1
-          : at === -1 ? r.midIndex
-          : Math.min(at, r.frames.length);
-        terminal = d.stop.mode === 'cut' ? 'end' : d.stop.mode;
-      }
-      streamFrames(res, rec, state, r, upTo, terminal, shape, paceMs);
+  private replyStream(r: Reply): void {
+    const { res, rec, d } = r;
+    res.writeHead(200, { ...STREAM_HEADERS, 'request-id': r.requestId });
+    if (d.stallAfterHeaders) {
+      res.flushHeaders();
+      rec.end = 'stalled';
       return;
     }
-
-    // Non-streaming.
+    const rendered = renderStream(r.messageId, r.model, r.plan, r.u, d.deltaUsageOutputOnly);
+    let upTo = rendered.frames.length;
+    let terminal: Terminal = 'end';
     if (d.overloadedMidstream) {
-      sendError(res, rec, requestId, 529, 'overloaded_error', 'Overloaded', { 'retry-after': String(d.retryAfterS ?? DEFAULT_RETRY_AFTER_S) });
-      return;
+      upTo = rendered.midIndex;
+      terminal = 'error';
+    } else if (d.stop !== undefined) {
+      const at = d.stop.at;
+      upTo =
+        at === 'before-delta' ? rendered.frames.length - 2
+        : at === 'before-stop' ? rendered.frames.length - 1
+        : at === -1 ? rendered.midIndex
+        : Math.min(at, rendered.frames.length);
+      terminal = d.stop.mode === 'cut' ? 'end' : d.stop.mode;
     }
-    const json = renderMessage(messageId, model, plan, u);
+    streamFrames(res, rec, r.state, rendered, upTo, terminal, r.shape, r.paceMs);
+  }
+
+  private replyMessage(r: Reply): void {
+    const { res, rec, d, shape, requestId } = r;
+    if (d.overloadedMidstream) {
+      return this.sendError(res, rec, requestId, 529, 'overloaded_error', 'Overloaded', { 'retry-after': String(d.retryAfterS ?? DEFAULT_RETRY_AFTER_S) });
+    }
+    const json = renderMessage(r.messageId, r.model, r.plan, r.u);
     const respond = (): void => {
-      state.timer = undefined;
+      r.state.timer = undefined;
       if (d.stallAfterHeaders) {
         res.writeHead(200, { ...JSON_HEADERS, 'request-id': requestId });
         res.flushHeaders();
@@ -577,133 +680,54 @@ export async function startAnthropicSimulator(opts: AnthropicSimulatorOptions = 
       }
       rec.end = 'complete';
     };
-    if (paceMs > 0) state.timer = setTimeout(respond, paceMs * plan.outputTokens);
+    if (r.paceMs > 0) r.state.timer = setTimeout(respond, r.paceMs * r.plan.outputTokens);
     else respond();
-  };
-
-  function streamFrames(
-    res: ServerResponse,
-    rec: RecordedRequest,
-    state: Active,
-    r: RenderedStream,
-    upTo: number,
-    terminal: 'end' | 'reset' | 'stall' | 'error',
-    shape: Shape,
-    paceMs: number,
-  ): void {
-    const finish = (): void => {
-      if (terminal === 'end') {
-        res.end();
-        rec.end = upTo === r.frames.length ? 'complete' : 'cut';
-      } else if (terminal === 'error') {
-        writeShaped(res, applyLineEnding(OVERLOADED_EVENT, shape.lineEnding), shape);
-        res.end();
-        rec.end = 'cut';
-      } else if (terminal === 'reset') {
-        rec.end = 'reset';
-        // Close the connection without the chunked terminator once the bytes are flushed.
-        res.write('', () => res.socket?.end());
-      } else {
-        rec.end = 'stalled';
-      }
-    };
-    if (paceMs <= 0) {
-      let s = '';
-      for (let i = 0; i < upTo; i++) s += r.frames[i];
-      if (s.length > 0) writeShaped(res, applyLineEnding(s, shape.lineEnding), shape);
-      else res.flushHeaders();
-      finish();
-      return;
-    }
-    let i = 0;
-    const step = (): void => {
-      state.timer = undefined;
-      if (res.destroyed) return;
-      let s = '';
-      do {
-        s += r.frames[i];
-        i++;
-      } while (i < upTo && !r.paced[i]);
-      writeShaped(res, applyLineEnding(s, shape.lineEnding), shape);
-      if (i >= upTo) finish();
-      else state.timer = setTimeout(step, paceMs);
-    };
-    if (upTo === 0) {
-      res.flushHeaders();
-      finish();
-    } else step();
   }
+}
 
-  const server = createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    let over = false;
-    req.on('data', (c: Buffer) => {
-      if (over) return;
-      size += c.length;
-      if (size > maxBodyBytes) {
-        over = true;
-        chunks.length = 0;
-        handle(req, res, null);
-        return;
-      }
-      chunks.push(c);
-    });
-    req.on('end', () => {
-      if (over) return;
-      try {
-        handle(req, res, chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
-      } catch (e) {
-        // A simulator bug must show as a 500 in the test that hit it, not kill the process.
-        if (!res.headersSent) res.writeHead(500, { 'content-type': 'application/json' });
-        res.end(JSON.stringify({ type: 'error', error: { type: 'api_error', message: `simulator: ${(e as Error).message}` } }));
-      }
-    });
-    req.on('error', () => res.destroy());
-  });
-  server.keepAliveTimeout = 30_000;
+type Terminal = 'end' | 'reset' | 'stall' | 'error';
 
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      server.off('error', reject);
-      resolve();
-    });
-  });
-  const port = (server.address() as AddressInfo).port;
-
-  return {
-    url: `http://127.0.0.1:${port}`,
-    port,
-    requests,
-    get requestCount() {
-      return requestCount;
-    },
-    events,
-    waitForRequests(count: number): Promise<void> {
-      if (requestCount >= count) return Promise.resolve();
-      return new Promise((resolve) => {
-        const on = (): void => {
-          if (requestCount >= count) {
-            events.off('request', on);
-            resolve();
-          }
-        };
-        events.on('request', on);
-      });
-    },
-    setScenario(directives: string | null): void {
-      scenario = directives;
-    },
-    clearCache(): void {
-      cache.clear();
-    },
-    close(): Promise<void> {
-      for (const a of active) if (a.timer !== undefined) clearTimeout(a.timer);
-      return new Promise<void>((resolve) => {
-        server.close(() => resolve());
-        server.closeAllConnections();
-      });
-    },
+/** Writes frames [0, upTo) (all at once, or paced one token apart), then ends as `terminal` says. */
+function streamFrames(res: ServerResponse, rec: RecordedRequest, state: Active, r: RenderedStream, upTo: number, terminal: Terminal, shape: Shape, paceMs: number): void {
+  const finish = (): void => {
+    if (terminal === 'end') {
+      res.end();
+      rec.end = upTo === r.frames.length ? 'complete' : 'cut';
+    } else if (terminal === 'error') {
+      writeShaped(res, applyLineEnding(OVERLOADED_EVENT, shape.lineEnding), shape);
+      res.end();
+      rec.end = 'cut';
+    } else if (terminal === 'reset') {
+      rec.end = 'reset';
+      // Close the connection without the chunked terminator once the bytes are flushed.
+      res.write('', () => res.socket?.end());
+    } else {
+      rec.end = 'stalled';
+    }
   };
+  if (paceMs <= 0) {
+    let s = '';
+    for (let i = 0; i < upTo; i++) s += r.frames[i];
+    if (s.length > 0) writeShaped(res, applyLineEnding(s, shape.lineEnding), shape);
+    else res.flushHeaders();
+    finish();
+    return;
+  }
+  let i = 0;
+  const step = (): void => {
+    state.timer = undefined;
+    if (res.destroyed) return;
+    let s = '';
+    do {
+      s += r.frames[i];
+      i++;
+    } while (i < upTo && !r.paced[i]);
+    writeShaped(res, applyLineEnding(s, shape.lineEnding), shape);
+    if (i >= upTo) finish();
+    else state.timer = setTimeout(step, paceMs);
+  };
+  if (upTo === 0) {
+    res.flushHeaders();
+    finish();
+  } else step();
 }

@@ -146,176 +146,16 @@ function createProblem(b: Record<string, unknown>): string | undefined {
 }
 
 export async function startArkSimulator(opts: ArkSimulatorOptions = {}): Promise<ArkSimulator> {
-  const apiKey = opts.apiKey ?? DEFAULT_ARK_SIM_API_KEY;
-  const renderMs = opts.renderMs ?? 60_000;
-  const queueMs = opts.queueMs ?? Math.floor(renderMs / 4);
-  let offsetMs = 0;
-  const now = opts.clock ?? (() => Date.now() + offsetMs);
-  const video = opts.videoBytes ?? readFileSync(SAMPLE_MP4_PATH);
-  const tasks = new Map<string, SimTask>();
-  const creates: Array<Record<string, unknown>> = [];
-  let seq = 0;
-  let downloads = 0;
-  const contentHost = opts.contentHost ?? '127.0.0.1';
-
+  const ark = new ArkSim(opts);
+  const sim = ark.sim;
   const sockets = new Set<Socket>();
   const track = (srv: Server) =>
     srv.on('connection', (s: Socket) => {
       sockets.add(s);
       s.once('close', () => sockets.delete(s));
     });
-
-  let contentBase = '';
-
-  const taskView = (t: SimTask): Record<string, unknown> => {
-    const created = Math.floor(t.createdAtMs / 1000);
-    const age = now() - t.createdAtMs;
-    const base = {
-      id: t.id,
-      model: t.model,
-      status: 'queued' as string,
-      content: {} as Record<string, unknown>,
-      usage: { completion_tokens: 0, total_tokens: 0 },
-      created_at: created,
-      updated_at: created,
-      service_tier: 'default',
-      execution_expires_after: 172800,
-    };
-    if (t.cancelled) return { ...base, status: 'cancelled', updated_at: Math.floor(now() / 1000) };
-    if (age < queueMs) return base;
-    const d = t.directives;
-    if (age < renderMs || d.never) {
-      const running: Record<string, unknown> = { ...base, status: 'running', updated_at: created + Math.floor(queueMs / 1000) };
-      if (opts.reportProgress) running.progress = Math.min(99, Math.floor(((age - queueMs) / Math.max(1, renderMs - queueMs)) * 100));
-      return running;
-    }
-    const updated = created + Math.floor(renderMs / 1000);
-    if (d.fail) {
-      return {
-        ...base,
-        status: 'failed',
-        error: { code: 'OutputVideoSensitiveContentDetected', message: 'The request failed because the output video may contain sensitive information.' },
-        updated_at: updated,
-      };
-    }
-    if (d.cancelled) return { ...base, status: 'cancelled', updated_at: updated };
-    if (d.expired) return { ...base, status: 'expired', updated_at: updated };
-    const requested = typeof t.body.duration === 'number' ? t.body.duration : 5;
-    const duration = d.delivered ?? requested;
-    const seed = typeof t.body.seed === 'number' && t.body.seed >= 0 ? t.body.seed : 1000 + (Number(t.id.slice(-4).replace(/\D/g, '')) || 0);
-    const ratio = typeof t.body.ratio === 'string' && t.body.ratio !== 'adaptive' ? t.body.ratio : '16:9';
-    const tokens = Math.round(duration * 21780);
-    const out: Record<string, unknown> = {
-      id: t.id,
-      model: t.model,
-      status: 'succeeded',
-      content: { video_url: `${contentBase}/content/${t.id}.mp4` },
-      usage: { completion_tokens: tokens, total_tokens: tokens },
-      created_at: created,
-      updated_at: updated,
-      seed,
-      resolution: typeof t.body.resolution === 'string' ? t.body.resolution : '720p',
-      ratio,
-      duration,
-      framespersecond: 24,
-      service_tier: 'default',
-      execution_expires_after: 172800,
-      generate_audio: t.body.generate_audio !== false,
-      draft: false,
-      priority: 0,
-    };
-    if (d.noDuration) delete out.duration;
-    return out;
-  };
-
-  const sim: ArkSimulator = {
-    url: '',
-    apiKey,
-    port: 0,
-    contentHostPort: '',
-    creates,
-    tasks,
-    downloads: () => downloads,
-    now,
-    advance(ms: number) {
-      if (opts.clock) throw new Error('advance() needs the simulator clock; advance the injected clock instead');
-      offsetMs += ms;
-    },
-    beforeCreate: undefined,
-    beforeDownload: undefined,
-    close: async () => undefined,
-  };
-
-  const serveContent = (req: IncomingMessage, res: ServerResponse, path: string): boolean => {
-    const m = /^\/content\/(cgt-[A-Za-z0-9-]+)\.mp4$/.exec(path);
-    if (!m) return false;
-    const t = tasks.get(m[1]!);
-    if (!t || t.directives.badDownload) {
-      sendJson(res, t ? 500 : 404, arkError(t ? 'InternalServiceError' : 'NotFound', 'no such file', 'ServerError'));
-      return true;
-    }
-    const send = () => {
-      downloads++;
-      res.writeHead(200, { 'content-type': 'video/mp4', 'content-length': String(video.length) });
-      res.end(req.method === 'HEAD' ? undefined : video);
-    };
-    if (sim.beforeDownload) sim.beforeDownload(t.id).then(send, () => res.destroy());
-    else send();
-    return true;
-  };
-
-  const handleApi = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
-    const path = (req.url ?? '/').split('?')[0]!;
-    if ((req.method === 'GET' || req.method === 'HEAD') && !opts.tls && serveContent(req, res, path)) return;
-    if (!path.startsWith(TASKS_PATH)) return sendJson(res, 404, arkError('NotFound', `no route ${path}`));
-    if (req.headers.authorization !== `Bearer ${apiKey}`) {
-      return sendJson(res, 401, arkError('AuthenticationError', 'The API key in the request is missing or invalid.', 'Unauthorized'));
-    }
-    if (path === TASKS_PATH && req.method === 'POST') {
-      let body: Record<string, unknown>;
-      try {
-        const parsed: unknown = JSON.parse((await readBody(req)).toString('utf8'));
-        if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) throw new Error('not an object');
-        body = parsed as Record<string, unknown>;
-      } catch {
-        return sendJson(res, 400, arkError('InvalidParameter', 'The request body is not valid JSON.'));
-      }
-      creates.push(body);
-      if (sim.beforeCreate) await sim.beforeCreate();
-      const problem = createProblem(body);
-      if (problem) return sendJson(res, 400, arkError('InvalidParameter', `The parameter is invalid: ${problem}`));
-      const textItem = (body.content as Array<Record<string, unknown>>).find((c) => c.type === 'text');
-      const prompt = typeof textItem?.text === 'string' ? textItem.text : '';
-      if (prompt.includes('[[sim:refuse]]')) return sendJson(res, 400, arkError('InputTextSensitiveContentDetected', 'The request failed because the input text may contain sensitive information.'));
-      if (prompt.includes('[[sim:unavailable]]')) return sendJson(res, 503, arkError('ServiceUnavailable', 'The service is temporarily unavailable.', 'ServerError'));
-      if (prompt.includes('[[sim:ratelimit]]')) return sendJson(res, 429, arkError('RateLimitExceeded', 'Too many requests.', 'TooManyRequests'), { 'retry-after': '7' });
-      if (tasks.size >= MAX_TASKS) return sendJson(res, 429, arkError('QuotaExceeded', 'Too many tasks.', 'TooManyRequests'));
-      const nowMs = now();
-      const d = new Date(nowMs);
-      const stamp = `${d.getUTCFullYear()}${String(d.getUTCMonth() + 1).padStart(2, '0')}${String(d.getUTCDate()).padStart(2, '0')}${String(d.getUTCHours()).padStart(2, '0')}${String(d.getUTCMinutes()).padStart(2, '0')}${String(d.getUTCSeconds()).padStart(2, '0')}`;
-      const id = `cgt-${stamp}-${(++seq).toString(36).padStart(5, '0')}`;
-      tasks.set(id, { id, model: String(body.model), createdAtMs: nowMs, body, prompt, directives: parseDirectives(prompt), cancelled: false, gets: 0 });
-      return sendJson(res, 200, { id });
-    }
-    const m = /^\/api\/v3\/contents\/generations\/tasks\/([A-Za-z0-9._:-]{1,128})$/.exec(path);
-    if (!m) return sendJson(res, 404, arkError('NotFound', `no route ${req.method} ${path}`));
-    const t = tasks.get(m[1]!);
-    if (!t) return sendJson(res, 404, arkError('ResourceNotFound', 'The specified task does not exist.', 'NotFound'));
-    if (req.method === 'GET') {
-      t.gets++;
-      if (t.gets <= t.directives.getErrors) return sendJson(res, 500, arkError('InternalServiceError', 'Internal error.', 'ServerError'));
-      return sendJson(res, 200, taskView(t));
-    }
-    if (req.method === 'DELETE') {
-      if (taskView(t).status !== 'queued') return sendJson(res, 400, arkError('InvalidAction', 'Only queued tasks can be cancelled.'));
-      t.cancelled = true;
-      return sendJson(res, 200, {});
-    }
-    return sendJson(res, 405, arkError('MethodNotAllowed', 'method not allowed'));
-  };
-
   const api = createHttpServer((req, res) => {
-    handleApi(req, res).catch(() => {
+    ark.handleApi(req, res).catch(() => {
       if (!res.headersSent) sendJson(res, 500, arkError('InternalServiceError', 'simulator failure', 'ServerError'));
       else res.destroy();
     });
@@ -330,7 +170,7 @@ export async function startArkSimulator(opts: ArkSimulatorOptions = {}): Promise
   if (opts.tls) {
     content = createHttpsServer({ key: opts.tls.key, cert: opts.tls.cert }, (req, res) => {
       const path = (req.url ?? '/').split('?')[0]!;
-      if ((req.method === 'GET' || req.method === 'HEAD') && serveContent(req, res, path)) return;
+      if ((req.method === 'GET' || req.method === 'HEAD') && ark.serveContent(req, res, path)) return;
       sendJson(res, 404, arkError('NotFound', 'no such file'));
     });
     track(content);
@@ -338,7 +178,8 @@ export async function startArkSimulator(opts: ArkSimulatorOptions = {}): Promise
     await once(content, 'listening');
     contentPort = (content.address() as AddressInfo).port;
   }
-  contentBase = `${opts.tls ? 'https' : 'http'}://${contentHost}:${contentPort}`;
+  const contentHost = opts.contentHost ?? '127.0.0.1';
+  ark.contentBase = `${opts.tls ? 'https' : 'http'}://${contentHost}:${contentPort}`;
 
   Object.assign(sim, {
     url: `http://127.0.0.1:${apiPort}/api/v3`,
@@ -356,4 +197,182 @@ export async function startArkSimulator(opts: ArkSimulatorOptions = {}): Promise
     },
   });
   return sim;
+}
+
+/** The simulated vendor: its tasks on its clock, its API and its result files. */
+class ArkSim {
+  readonly sim: ArkSimulator;
+  private readonly apiKey: string;
+  private readonly renderMs: number;
+  private readonly queueMs: number;
+  private readonly now: () => number;
+  private readonly video: Buffer;
+  private readonly tasks = new Map<string, SimTask>();
+  private seq = 0;
+  private downloads = 0;
+  private offsetMs = 0;
+  /** Origin of result files; set once the content server listens. */
+  contentBase = '';
+
+  constructor(private readonly opts: ArkSimulatorOptions) {
+    this.apiKey = opts.apiKey ?? DEFAULT_ARK_SIM_API_KEY;
+    this.renderMs = opts.renderMs ?? 60_000;
+    this.queueMs = opts.queueMs ?? Math.floor(this.renderMs / 4);
+    this.now = opts.clock ?? (() => Date.now() + this.offsetMs);
+    this.video = opts.videoBytes ?? readFileSync(SAMPLE_MP4_PATH);
+    this.sim = {
+      url: '',
+      apiKey: this.apiKey,
+      port: 0,
+      contentHostPort: '',
+      creates: [],
+      tasks: this.tasks,
+      downloads: () => this.downloads,
+      now: this.now,
+      advance: (ms: number) => {
+        if (opts.clock) throw new Error('advance() needs the simulator clock; advance the injected clock instead');
+        this.offsetMs += ms;
+      },
+      beforeCreate: undefined,
+      beforeDownload: undefined,
+      close: async () => undefined,
+    };
+  }
+
+  /** The task as the vendor shows it now: queued, running, then its end. */
+  private taskView(t: SimTask): Record<string, unknown> {
+    const created = Math.floor(t.createdAtMs / 1000);
+    const age = this.now() - t.createdAtMs;
+    const base = {
+      id: t.id,
+      model: t.model,
+      status: 'queued' as string,
+      content: {} as Record<string, unknown>,
+      usage: { completion_tokens: 0, total_tokens: 0 },
+      created_at: created,
+      updated_at: created,
+      service_tier: 'default',
+      execution_expires_after: 172800,
+    };
+    if (t.cancelled) return { ...base, status: 'cancelled', updated_at: Math.floor(this.now() / 1000) };
+    if (age < this.queueMs) return base;
+    const d = t.directives;
+    if (age < this.renderMs || d.never) {
+      const running: Record<string, unknown> = { ...base, status: 'running', updated_at: created + Math.floor(this.queueMs / 1000) };
+      if (this.opts.reportProgress) running.progress = Math.min(99, Math.floor(((age - this.queueMs) / Math.max(1, this.renderMs - this.queueMs)) * 100));
+      return running;
+    }
+    const updated = created + Math.floor(this.renderMs / 1000);
+    if (d.fail) {
+      return {
+        ...base,
+        status: 'failed',
+        error: { code: 'OutputVideoSensitiveContentDetected', message: 'The request failed because the output video may contain sensitive information.' },
+        updated_at: updated,
+      };
+    }
+    if (d.cancelled) return { ...base, status: 'cancelled', updated_at: updated };
+    if (d.expired) return { ...base, status: 'expired', updated_at: updated };
+    return this.succeededView(t, created, updated);
+  }
+
+  private succeededView(t: SimTask, created: number, updated: number): Record<string, unknown> {
+    const d = t.directives;
+    const requested = typeof t.body.duration === 'number' ? t.body.duration : 5;
+    const duration = d.delivered ?? requested;
+    const seed = typeof t.body.seed === 'number' && t.body.seed >= 0 ? t.body.seed : 1000 + (Number(t.id.slice(-4).replace(/\D/g, '')) || 0);
+    const ratio = typeof t.body.ratio === 'string' && t.body.ratio !== 'adaptive' ? t.body.ratio : '16:9';
+    const tokens = Math.round(duration * 21780);
+    const out: Record<string, unknown> = {
+      id: t.id,
+      model: t.model,
+      status: 'succeeded',
+      content: { video_url: `${this.contentBase}/content/${t.id}.mp4` },
+      usage: { completion_tokens: tokens, total_tokens: tokens },
+      created_at: created,
+      updated_at: updated,
+      seed,
+      resolution: typeof t.body.resolution === 'string' ? t.body.resolution : '720p',
+      ratio,
+      duration,
+      framespersecond: 24,
+      service_tier: 'default',
+      execution_expires_after: 172800,
+      generate_audio: t.body.generate_audio !== false,
+      draft: false,
+      priority: 0,
+    };
+    if (d.noDuration) delete out.duration;
+    return out;
+  }
+
+  serveContent(req: IncomingMessage, res: ServerResponse, path: string): boolean {
+    const m = /^\/content\/(cgt-[A-Za-z0-9-]+)\.mp4$/.exec(path);
+    if (!m) return false;
+    const t = this.tasks.get(m[1]!);
+    if (!t || t.directives.badDownload) {
+      sendJson(res, t ? 500 : 404, arkError(t ? 'InternalServiceError' : 'NotFound', 'no such file', 'ServerError'));
+      return true;
+    }
+    const send = () => {
+      this.downloads++;
+      res.writeHead(200, { 'content-type': 'video/mp4', 'content-length': String(this.video.length) });
+      res.end(req.method === 'HEAD' ? undefined : this.video);
+    };
+    if (this.sim.beforeDownload) this.sim.beforeDownload(t.id).then(send, () => res.destroy());
+    else send();
+    return true;
+  }
+
+  async handleApi(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const path = (req.url ?? '/').split('?')[0]!;
+    if ((req.method === 'GET' || req.method === 'HEAD') && !this.opts.tls && this.serveContent(req, res, path)) return;
+    if (!path.startsWith(TASKS_PATH)) return sendJson(res, 404, arkError('NotFound', `no route ${path}`));
+    if (req.headers.authorization !== `Bearer ${this.apiKey}`) {
+      return sendJson(res, 401, arkError('AuthenticationError', 'The API key in the request is missing or invalid.', 'Unauthorized'));
+    }
+    if (path === TASKS_PATH && req.method === 'POST') return this.create(req, res);
+    const m = /^\/api\/v3\/contents\/generations\/tasks\/([A-Za-z0-9._:-]{1,128})$/.exec(path);
+    if (!m) return sendJson(res, 404, arkError('NotFound', `no route ${req.method} ${path}`));
+    const t = this.tasks.get(m[1]!);
+    if (!t) return sendJson(res, 404, arkError('ResourceNotFound', 'The specified task does not exist.', 'NotFound'));
+    if (req.method === 'GET') {
+      t.gets++;
+      if (t.gets <= t.directives.getErrors) return sendJson(res, 500, arkError('InternalServiceError', 'Internal error.', 'ServerError'));
+      return sendJson(res, 200, this.taskView(t));
+    }
+    if (req.method === 'DELETE') {
+      if (this.taskView(t).status !== 'queued') return sendJson(res, 400, arkError('InvalidAction', 'Only queued tasks can be cancelled.'));
+      t.cancelled = true;
+      return sendJson(res, 200, {});
+    }
+    return sendJson(res, 405, arkError('MethodNotAllowed', 'method not allowed'));
+  }
+
+  private async create(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    let body: Record<string, unknown>;
+    try {
+      const parsed: unknown = JSON.parse((await readBody(req)).toString('utf8'));
+      if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) throw new Error('not an object');
+      body = parsed as Record<string, unknown>;
+    } catch {
+      return sendJson(res, 400, arkError('InvalidParameter', 'The request body is not valid JSON.'));
+    }
+    this.sim.creates.push(body);
+    if (this.sim.beforeCreate) await this.sim.beforeCreate();
+    const problem = createProblem(body);
+    if (problem) return sendJson(res, 400, arkError('InvalidParameter', `The parameter is invalid: ${problem}`));
+    const textItem = (body.content as Array<Record<string, unknown>>).find((c) => c.type === 'text');
+    const prompt = typeof textItem?.text === 'string' ? textItem.text : '';
+    if (prompt.includes('[[sim:refuse]]')) return sendJson(res, 400, arkError('InputTextSensitiveContentDetected', 'The request failed because the input text may contain sensitive information.'));
+    if (prompt.includes('[[sim:unavailable]]')) return sendJson(res, 503, arkError('ServiceUnavailable', 'The service is temporarily unavailable.', 'ServerError'));
+    if (prompt.includes('[[sim:ratelimit]]')) return sendJson(res, 429, arkError('RateLimitExceeded', 'Too many requests.', 'TooManyRequests'), { 'retry-after': '7' });
+    if (this.tasks.size >= MAX_TASKS) return sendJson(res, 429, arkError('QuotaExceeded', 'Too many tasks.', 'TooManyRequests'));
+    const nowMs = this.now();
+    const d = new Date(nowMs);
+    const stamp = `${d.getUTCFullYear()}${String(d.getUTCMonth() + 1).padStart(2, '0')}${String(d.getUTCDate()).padStart(2, '0')}${String(d.getUTCHours()).padStart(2, '0')}${String(d.getUTCMinutes()).padStart(2, '0')}${String(d.getUTCSeconds()).padStart(2, '0')}`;
+    const id = `cgt-${stamp}-${(++this.seq).toString(36).padStart(5, '0')}`;
+    this.tasks.set(id, { id, model: String(body.model), createdAtMs: nowMs, body, prompt, directives: parseDirectives(prompt), cancelled: false, gets: 0 });
+    return sendJson(res, 200, { id });
+  }
 }

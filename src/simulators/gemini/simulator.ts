@@ -93,138 +93,11 @@ function responseId(seq: number): string {
 export async function startGeminiSimulator(opts: GeminiSimulatorOptions = {}): Promise<GeminiSimulator> {
   const apiKey = opts.apiKey ?? DEFAULT_GEMINI_SIM_API_KEY;
   const calls: GeminiSimCall[] = [];
-  const pngCache = new Map<string, string>();
-  const failuresLeft = new Map<string, number>();
-  let seq = 0;
-
-  const pngBase64 = (w: number, h: number): string => {
-    const k = `${w}x${h}`;
-    let v = pngCache.get(k);
-    if (v === undefined) {
-      v = solidPng(w, h).toString('base64');
-      if (pngCache.size >= MAX_PNG_CACHE) pngCache.clear();
-      pngCache.set(k, v);
-    }
-    return v;
-  };
-
   const sim: GeminiSimulator = { url: '', apiKey, port: 0, calls, beforeGenerate: undefined, close: async () => undefined };
-
-  const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
-    const path = (req.url ?? '/').split('?')[0]!;
-    const m = /^\/v1beta\/models\/([A-Za-z0-9._-]{1,100}):generateContent$/.exec(path);
-    if (!m) return sendJson(res, 404, googleError(404, 'NOT_FOUND', `no route ${path}`));
-    if (req.method !== 'POST') return sendJson(res, 405, googleError(405, 'METHOD_NOT_ALLOWED', 'method not allowed'));
-    if (req.headers['x-goog-api-key'] !== apiKey) {
-      return sendJson(res, 403, googleError(403, 'PERMISSION_DENIED', 'Method doesn\'t allow unregistered callers. Please use API Key or other form of API consumer identity to call this API.'));
-    }
-    let body: Record<string, unknown>;
-    try {
-      const parsed = obj(JSON.parse((await readBody(req)).toString('utf8')));
-      if (parsed === undefined) throw new Error('not an object');
-      body = parsed;
-    } catch {
-      return sendJson(res, 400, googleError(400, 'INVALID_ARGUMENT', 'Invalid JSON payload received.'));
-    }
-    const contents = Array.isArray(body.contents) ? body.contents : [];
-    const parts = Array.isArray(obj(contents[0])?.parts) ? (obj(contents[0])!.parts as unknown[]) : [];
-    const prompt = parts.map((p) => obj(p)?.text).find((t): t is string => typeof t === 'string') ?? '';
-    const inline = parts.map((p) => obj(obj(p)?.inlineData)).filter((d): d is Record<string, unknown> => d !== undefined)
-      .map((d) => ({ mimeType: String(d.mimeType), sizeBytes: Buffer.from(String(d.data ?? ''), 'base64').length }));
-    const call: GeminiSimCall = { model: m[1]!, body, prompt, inline };
-    calls.push(call);
-    if (sim.beforeGenerate) await sim.beforeGenerate(call);
-
-    const gen = obj(body.generationConfig) ?? {};
-    const imageConfig = obj(gen.imageConfig) ?? {};
-    const size = imageConfig.imageSize === undefined ? '1K' : imageConfig.imageSize;
-    const aspect = imageConfig.aspectRatio === undefined ? '1:1' : imageConfig.aspectRatio;
-    const modalities = Array.isArray(gen.responseModalities) ? gen.responseModalities : [];
-    if (contents.length === 0 || parts.length === 0) return sendJson(res, 400, googleError(400, 'INVALID_ARGUMENT', '* GenerateContentRequest.contents: contents is not specified'));
-    if (size !== '1K' && size !== '2K' && size !== '4K') return sendJson(res, 400, googleError(400, 'INVALID_ARGUMENT', `Invalid image size: ${String(size)}`));
-    if (typeof aspect !== 'string' || GEMINI_PIXEL_SIZES[aspect] === undefined) return sendJson(res, 400, googleError(400, 'INVALID_ARGUMENT', `Invalid aspect ratio: ${String(aspect)}`));
-    if (!modalities.includes('IMAGE')) return sendJson(res, 400, googleError(400, 'INVALID_ARGUMENT', 'responseModalities must include IMAGE for this model'));
-    if (inline.length > MAX_INLINE_IMAGES) return sendJson(res, 400, googleError(400, 'INVALID_ARGUMENT', `At most ${MAX_INLINE_IMAGES} images are supported`));
-
-    const textTokens = Math.max(1, Math.ceil(prompt.length / 4));
-    const promptTokens = textTokens + inline.length * 258;
-    const promptDetails = [{ modality: 'TEXT', tokenCount: textTokens }, ...(inline.length > 0 ? [{ modality: 'IMAGE', tokenCount: inline.length * 258 }] : [])];
-    const id = responseId(++seq);
-
-    const unavail = /\[\[sim:unavailable(?:=(\d{1,4}))?\]\]/.exec(prompt);
-    if (unavail) {
-      const limit = unavail[1] === undefined ? Infinity : Number(unavail[1]);
-      const used = failuresLeft.get(prompt) ?? 0;
-      if (used < limit) {
-        failuresLeft.set(prompt, used + 1);
-        return sendJson(res, 503, googleError(503, 'UNAVAILABLE', 'The model is overloaded. Please try again later.'));
-      }
-    }
-    if (prompt.includes('[[sim:ratelimit]]')) return sendJson(res, 429, googleError(429, 'RESOURCE_EXHAUSTED', 'Resource has been exhausted (e.g. check quota).'), { 'retry-after': '7' });
-    if (prompt.includes('[[sim:refuse]]')) return sendJson(res, 400, googleError(400, 'INVALID_ARGUMENT', 'Request contains an invalid argument.'));
-    if (prompt.includes('[[sim:garbage]]')) return sendJson(res, 200, '<html>oops</html>');
-    if (prompt.includes('[[sim:blocked]]')) {
-      return sendJson(res, 200, {
-        promptFeedback: { blockReason: 'PROHIBITED_CONTENT' },
-        usageMetadata: { promptTokenCount: promptTokens, totalTokenCount: promptTokens, promptTokensDetails: promptDetails },
-        modelVersion: call.model,
-        responseId: id,
-      });
-    }
-    const thoughts = 150 + (seq % 200);
-    if (prompt.includes('[[sim:safety]]')) {
-      return sendJson(res, 200, {
-        candidates: [{
-          content: { parts: null },
-          finishReason: 'IMAGE_SAFETY',
-          finishMessage: "Unable to show the generated image. The image was filtered out because it violated Google's Generative AI Prohibited Use policy. You will not be charged for blocked images. Try rephrasing the prompt.",
-          index: 0,
-        }],
-        promptFeedback: { safetyRatings: null },
-        usageMetadata: { promptTokenCount: promptTokens, candidatesTokenCount: 0, totalTokenCount: promptTokens + thoughts, thoughtsTokenCount: thoughts, promptTokensDetails: promptDetails },
-        modelVersion: call.model,
-        responseId: id,
-      });
-    }
-    if (prompt.includes('[[sim:text-only]]')) {
-      return sendJson(res, 200, {
-        candidates: [{ content: { role: 'model', parts: [{ text: 'I can describe it instead.' }] }, finishReason: 'STOP', index: 0 }],
-        usageMetadata: { promptTokenCount: promptTokens, candidatesTokenCount: 8, totalTokenCount: promptTokens + 8 + thoughts, thoughtsTokenCount: thoughts, promptTokensDetails: promptDetails },
-        modelVersion: call.model,
-        responseId: id,
-      });
-    }
-    const [w, h] = GEMINI_PIXEL_SIZES[aspect]![size];
-    const imageTokens = IMAGE_TOKENS[size]!;
-    const candidatesTokens = imageTokens + 100;
-    return sendJson(res, 200, {
-      candidates: [{
-        content: {
-          role: 'model',
-          parts: [
-            { text: '**Imagining the Scene**\n\nI\'m currently picturing the scene.', thought: true },
-            { thoughtSignature: 'EqCzQgqcs0IBcsjafEVyOV' + id, inlineData: { mimeType: 'image/png', data: pngBase64(w, h) } },
-          ],
-        },
-        finishReason: 'STOP',
-        index: 0,
-      }],
-      usageMetadata: {
-        promptTokenCount: promptTokens,
-        candidatesTokenCount: candidatesTokens,
-        totalTokenCount: promptTokens + candidatesTokens + thoughts,
-        thoughtsTokenCount: thoughts,
-        promptTokensDetails: promptDetails,
-        candidatesTokensDetails: [{ modality: 'IMAGE', tokenCount: imageTokens }],
-      },
-      modelVersion: call.model,
-      responseId: id,
-    });
-  };
-
+  const st: SimState = { sim, pngCache: new Map(), failuresLeft: new Map(), seq: 0 };
   const sockets = new Set<Socket>();
   const server = createServer((req, res) => {
-    handle(req, res).catch(() => {
+    handle(st, req, res).catch(() => {
       if (!res.headersSent) sendJson(res, 500, googleError(500, 'INTERNAL', 'simulator failure'));
       else res.destroy();
     });
@@ -247,4 +120,158 @@ export async function startGeminiSimulator(opts: GeminiSimulatorOptions = {}): P
     },
   });
   return sim;
+}
+
+interface SimState {
+  readonly sim: GeminiSimulator;
+  readonly pngCache: Map<string, string>;
+  /** Calls answered 503 so far per prompt ([[sim:unavailable=N]]). */
+  readonly failuresLeft: Map<string, number>;
+  seq: number;
+}
+
+/** What a call's answer is built from: its id and its prompt's token counts. */
+interface Answer {
+  readonly res: ServerResponse;
+  readonly call: GeminiSimCall;
+  readonly id: string;
+  readonly promptTokens: number;
+  readonly promptDetails: ReadonlyArray<{ modality: string; tokenCount: number }>;
+  readonly thoughts: number;
+}
+
+function pngBase64(st: SimState, w: number, h: number): string {
+  const k = `${w}x${h}`;
+  let v = st.pngCache.get(k);
+  if (v === undefined) {
+    v = solidPng(w, h).toString('base64');
+    if (st.pngCache.size >= MAX_PNG_CACHE) st.pngCache.clear();
+    st.pngCache.set(k, v);
+  }
+  return v;
+}
+
+async function handle(st: SimState, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const path = (req.url ?? '/').split('?')[0]!;
+  const m = /^\/v1beta\/models\/([A-Za-z0-9._-]{1,100}):generateContent$/.exec(path);
+  if (!m) return sendJson(res, 404, googleError(404, 'NOT_FOUND', `no route ${path}`));
+  if (req.method !== 'POST') return sendJson(res, 405, googleError(405, 'METHOD_NOT_ALLOWED', 'method not allowed'));
+  if (req.headers['x-goog-api-key'] !== st.sim.apiKey) {
+    return sendJson(res, 403, googleError(403, 'PERMISSION_DENIED', 'Method doesn\'t allow unregistered callers. Please use API Key or other form of API consumer identity to call this API.'));
+  }
+  let body: Record<string, unknown>;
+  try {
+    const parsed = obj(JSON.parse((await readBody(req)).toString('utf8')));
+    if (parsed === undefined) throw new Error('not an object');
+    body = parsed;
+  } catch {
+    return sendJson(res, 400, googleError(400, 'INVALID_ARGUMENT', 'Invalid JSON payload received.'));
+  }
+  const contents = Array.isArray(body.contents) ? body.contents : [];
+  const parts = Array.isArray(obj(contents[0])?.parts) ? (obj(contents[0])!.parts as unknown[]) : [];
+  const prompt = parts.map((p) => obj(p)?.text).find((t): t is string => typeof t === 'string') ?? '';
+  const inline = parts.map((p) => obj(obj(p)?.inlineData)).filter((d): d is Record<string, unknown> => d !== undefined)
+    .map((d) => ({ mimeType: String(d.mimeType), sizeBytes: Buffer.from(String(d.data ?? ''), 'base64').length }));
+  const call: GeminiSimCall = { model: m[1]!, body, prompt, inline };
+  st.sim.calls.push(call);
+  if (st.sim.beforeGenerate) await st.sim.beforeGenerate(call);
+
+  const gen = obj(body.generationConfig) ?? {};
+  const imageConfig = obj(gen.imageConfig) ?? {};
+  const size = imageConfig.imageSize === undefined ? '1K' : imageConfig.imageSize;
+  const aspect = imageConfig.aspectRatio === undefined ? '1:1' : imageConfig.aspectRatio;
+  const modalities = Array.isArray(gen.responseModalities) ? gen.responseModalities : [];
+  if (contents.length === 0 || parts.length === 0) return sendJson(res, 400, googleError(400, 'INVALID_ARGUMENT', '* GenerateContentRequest.contents: contents is not specified'));
+  if (size !== '1K' && size !== '2K' && size !== '4K') return sendJson(res, 400, googleError(400, 'INVALID_ARGUMENT', `Invalid image size: ${String(size)}`));
+  if (typeof aspect !== 'string' || GEMINI_PIXEL_SIZES[aspect] === undefined) return sendJson(res, 400, googleError(400, 'INVALID_ARGUMENT', `Invalid aspect ratio: ${String(aspect)}`));
+  if (!modalities.includes('IMAGE')) return sendJson(res, 400, googleError(400, 'INVALID_ARGUMENT', 'responseModalities must include IMAGE for this model'));
+  if (inline.length > MAX_INLINE_IMAGES) return sendJson(res, 400, googleError(400, 'INVALID_ARGUMENT', `At most ${MAX_INLINE_IMAGES} images are supported`));
+
+  const textTokens = Math.max(1, Math.ceil(prompt.length / 4));
+  const id = responseId(++st.seq);
+  const a: Answer = {
+    res, call, id,
+    promptTokens: textTokens + inline.length * 258,
+    promptDetails: [{ modality: 'TEXT', tokenCount: textTokens }, ...(inline.length > 0 ? [{ modality: 'IMAGE', tokenCount: inline.length * 258 }] : [])],
+    thoughts: 150 + (st.seq % 200),
+  };
+  if (directiveAnswer(st, a)) return;
+  imageAnswer(st, a, size, GEMINI_PIXEL_SIZES[aspect]![size]);
+}
+
+/** The [[sim:...]] directives of the prompt; true when one answered. */
+function directiveAnswer(st: SimState, a: Answer): boolean {
+  const { res, call, id, promptTokens, promptDetails, thoughts } = a;
+  const prompt = call.prompt;
+  const unavail = /\[\[sim:unavailable(?:=(\d{1,4}))?\]\]/.exec(prompt);
+  if (unavail) {
+    const limit = unavail[1] === undefined ? Infinity : Number(unavail[1]);
+    const used = st.failuresLeft.get(prompt) ?? 0;
+    if (used < limit) {
+      st.failuresLeft.set(prompt, used + 1);
+      sendJson(res, 503, googleError(503, 'UNAVAILABLE', 'The model is overloaded. Please try again later.'));
+      return true;
+    }
+  }
+  if (prompt.includes('[[sim:ratelimit]]')) sendJson(res, 429, googleError(429, 'RESOURCE_EXHAUSTED', 'Resource has been exhausted (e.g. check quota).'), { 'retry-after': '7' });
+  else if (prompt.includes('[[sim:refuse]]')) sendJson(res, 400, googleError(400, 'INVALID_ARGUMENT', 'Request contains an invalid argument.'));
+  else if (prompt.includes('[[sim:garbage]]')) sendJson(res, 200, '<html>oops</html>');
+  else if (prompt.includes('[[sim:blocked]]')) {
+    sendJson(res, 200, {
+      promptFeedback: { blockReason: 'PROHIBITED_CONTENT' },
+      usageMetadata: { promptTokenCount: promptTokens, totalTokenCount: promptTokens, promptTokensDetails: promptDetails },
+      modelVersion: call.model,
+      responseId: id,
+    });
+  } else if (prompt.includes('[[sim:safety]]')) {
+    sendJson(res, 200, {
+      candidates: [{
+        content: { parts: null },
+        finishReason: 'IMAGE_SAFETY',
+        finishMessage: "Unable to show the generated image. The image was filtered out because it violated Google's Generative AI Prohibited Use policy. You will not be charged for blocked images. Try rephrasing the prompt.",
+        index: 0,
+      }],
+      promptFeedback: { safetyRatings: null },
+      usageMetadata: { promptTokenCount: promptTokens, candidatesTokenCount: 0, totalTokenCount: promptTokens + thoughts, thoughtsTokenCount: thoughts, promptTokensDetails: promptDetails },
+      modelVersion: call.model,
+      responseId: id,
+    });
+  } else if (prompt.includes('[[sim:text-only]]')) {
+    sendJson(res, 200, {
+      candidates: [{ content: { role: 'model', parts: [{ text: 'I can describe it instead.' }] }, finishReason: 'STOP', index: 0 }],
+      usageMetadata: { promptTokenCount: promptTokens, candidatesTokenCount: 8, totalTokenCount: promptTokens + 8 + thoughts, thoughtsTokenCount: thoughts, promptTokensDetails: promptDetails },
+      modelVersion: call.model,
+      responseId: id,
+    });
+  } else return false;
+  return true;
+}
+
+/** A generated image of `w` x `h`, with a thought part before it, as the real model answers. */
+function imageAnswer(st: SimState, a: Answer, size: '1K' | '2K' | '4K', [w, h]: readonly [number, number]): void {
+  const imageTokens = IMAGE_TOKENS[size]!;
+  const candidatesTokens = imageTokens + 100;
+  sendJson(a.res, 200, {
+    candidates: [{
+      content: {
+        role: 'model',
+        parts: [
+          { text: '**Imagining the Scene**\n\nI\'m currently picturing the scene.', thought: true },
+          { thoughtSignature: 'EqCzQgqcs0IBcsjafEVyOV' + a.id, inlineData: { mimeType: 'image/png', data: pngBase64(st, w, h) } },
+        ],
+      },
+      finishReason: 'STOP',
+      index: 0,
+    }],
+    usageMetadata: {
+      promptTokenCount: a.promptTokens,
+      candidatesTokenCount: candidatesTokens,
+      totalTokenCount: a.promptTokens + candidatesTokens + a.thoughts,
+      thoughtsTokenCount: a.thoughts,
+      promptTokensDetails: a.promptDetails,
+      candidatesTokensDetails: [{ modality: 'IMAGE', tokenCount: imageTokens }],
+    },
+    modelVersion: a.call.model,
+    responseId: a.id,
+  });
 }

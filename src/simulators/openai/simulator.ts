@@ -149,16 +149,24 @@ function envelope(e: ErrorShape, param: string | null): string {
 
 export async function startOpenAISimulator(opts: OpenAISimulatorOptions = {}): Promise<OpenAISimulator> {
   const apiKey = opts.apiKey ?? DEFAULT_API_KEY;
-  const expectedAuth = `Bearer ${apiKey}`;
-  const defaultPaceMs = opts.tokenPaceMs ?? 0;
   const maxRecorded = opts.maxRecordedRequests ?? 1000;
-  const maxBodyBytes = opts.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;
   const requests: RecordedRequest[] = [];
-  const ids = new IdSource();
-  const requestIds = new IdSource();
+  const ctx: SimContext = {
+    expectedAuth: `Bearer ${apiKey}`,
+    defaultPaceMs: opts.tokenPaceMs ?? 0,
+    maxBodyBytes: opts.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES,
+    ids: new IdSource(),
+    requestIds: new IdSource(),
+    modelSuffix: opts.modelSuffix,
+    record(r: RecordedRequest): void {
+      if (maxRecorded <= 0) return;
+      requests.push(r);
+      if (requests.length > maxRecorded) requests.shift();
+    },
+  };
 
   const server = createServer({ noDelay: true }, (req, res) => {
-    handle(req, res).catch(() => {
+    handle(ctx, req, res).catch(() => {
       // Reading the body failed (client left mid-upload) or a write raced a close.
       if (!res.headersSent && !res.destroyed) {
         res.writeHead(500, { 'content-type': JSON_CONTENT_TYPE });
@@ -169,132 +177,6 @@ export async function startOpenAISimulator(opts: OpenAISimulatorOptions = {}): P
     });
   });
 
-  function record(r: RecordedRequest): void {
-    if (maxRecorded <= 0) return;
-    requests.push(r);
-    if (requests.length > maxRecorded) requests.shift();
-  }
-
-  function sendError(res: ServerResponse, requestId: string, status: number, e: ErrorShape, param: string | null, retryAfterS?: number): void {
-    const headers: Record<string, string> = {
-      'content-type': JSON_CONTENT_TYPE,
-      'x-request-id': requestId,
-    };
-    if (status === 429 || status === 503) headers['retry-after'] = String(retryAfterS ?? 1);
-    if (status === 429) {
-      headers['x-ratelimit-limit-requests'] = '60';
-      headers['x-ratelimit-remaining-requests'] = '0';
-      headers['x-ratelimit-reset-requests'] = `${retryAfterS ?? 1}s`;
-    }
-    if (status === 401) headers['www-authenticate'] = 'Bearer';
-    res.writeHead(status, headers);
-    res.end(envelope(e, param));
-  }
-
-  /** The body, or undefined once it passes maxBodyBytes (the rest is read and dropped). */
-  function readBody(req: IncomingMessage): Promise<Buffer | undefined> {
-    return new Promise((resolve, reject) => {
-      const chunks: Buffer[] = [];
-      let size = 0;
-      let over = false;
-      req.on('data', (chunk: Buffer) => {
-        if (over) return;
-        size += chunk.length;
-        if (size > maxBodyBytes) {
-          over = true;
-          chunks.length = 0;
-          resolve(undefined);
-          return;
-        }
-        chunks.push(chunk);
-      });
-      req.on('end', () => {
-        if (!over) resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
-      });
-      req.on('error', reject);
-      req.on('close', () => {
-        if (!req.complete && !over) reject(new Error('client left during the upload'));
-      });
-    });
-  }
-
-  async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const startedMs = Date.now();
-    const requestId = `req_${requestIds.next(32)}`;
-    const path = req.url ?? '/';
-    const q = path.indexOf('?');
-    const pathname = q === -1 ? path : path.slice(0, q);
-    const method = req.method ?? 'GET';
-
-    const raw = await readBody(req);
-    if (raw === undefined) {
-      record({ method, path, headers: req.headers, body: undefined, bodyBytes: -1 });
-      // Answer at once and close the connection after the answer; the rest of the upload is dropped.
-      res.setHeader('connection', 'close');
-      sendError(res, requestId, 413, { type: 'invalid_request_error', code: 'request_too_large', message: `Request body exceeds ${maxBodyBytes} bytes.` }, null);
-      return;
-    }
-    let body: unknown;
-    let parseFailed = false;
-    if (raw.length > 0) {
-      try {
-        body = JSON.parse(raw.toString('utf8'));
-      } catch {
-        parseFailed = true;
-      }
-    }
-    record({ method, path, headers: req.headers, body, bodyBytes: raw.length });
-
-    if (method !== 'POST' || pathname !== '/v1/responses') {
-      sendError(res, requestId, 404, { type: 'invalid_request_error', code: null, message: `Invalid URL (${method} ${pathname})` }, null);
-      return;
-    }
-    if (req.headers.authorization !== expectedAuth) {
-      sendError(res, requestId, 401, errorFor(401, ''), null);
-      return;
-    }
-    if (parseFailed || typeof body !== 'object' || body === null || Array.isArray(body)) {
-      sendError(res, requestId, 400, {
-        type: 'invalid_request_error',
-        code: null,
-        message: "We could not parse the JSON body of your request. (HINT: This likely means you aren't using your HTTP library correctly.)",
-      }, null);
-      return;
-    }
-    const b = body as Record<string, unknown>;
-    if (typeof b.model !== 'string' || b.model.length === 0) {
-      sendError(res, requestId, 400, { type: 'invalid_request_error', code: 'missing_required_parameter', message: "Missing required parameter: 'model'." }, 'model');
-      return;
-    }
-    const mot = b.max_output_tokens;
-    if (mot !== undefined && mot !== null) {
-      if (typeof mot !== 'number' || !Number.isInteger(mot)) {
-        sendError(res, requestId, 400, { type: 'invalid_request_error', code: 'invalid_type', message: "Invalid type for 'max_output_tokens': expected an integer." }, 'max_output_tokens');
-        return;
-      }
-      if (mot < 16) {
-        sendError(res, requestId, 400, {
-          type: 'invalid_request_error',
-          code: 'integer_below_min_value',
-          message: `Invalid 'max_output_tokens': integer below minimum value. Expected a value >= 16, but got ${mot} instead.`,
-        }, 'max_output_tokens');
-        return;
-      }
-    }
-
-    const facts = readRequestFacts(b);
-    const d = facts.directives;
-    if (d.stallHeaders) return; // held until the client leaves or close() destroys the socket
-    if (d.status !== undefined) {
-      sendError(res, requestId, d.status, errorFor(d.status, b.model), null, d.retryAfterS);
-      return;
-    }
-    const stream = b.stream === true;
-    const plan = planReply(b, facts, { ids, createdAtS: Math.floor(startedMs / 1000), modelSuffix: opts.modelSuffix }, stream);
-    const paceMs = d.paceMs ?? defaultPaceMs;
-    if (stream) await sendStream(res, requestId, startedMs, plan, d, paceMs);
-    else await sendJson(res, requestId, startedMs, plan, d, paceMs);
-  }
 
   server.listen(opts.port ?? 0, '127.0.0.1');
   await once(server, 'listening');
@@ -315,6 +197,142 @@ export async function startOpenAISimulator(opts: OpenAISimulatorOptions = {}): P
       return closing;
     },
   };
+}
+
+function sendError(res: ServerResponse, requestId: string, status: number, e: ErrorShape, param: string | null, retryAfterS?: number): void {
+  const headers: Record<string, string> = {
+    'content-type': JSON_CONTENT_TYPE,
+    'x-request-id': requestId,
+  };
+  if (status === 429 || status === 503) headers['retry-after'] = String(retryAfterS ?? 1);
+  if (status === 429) {
+    headers['x-ratelimit-limit-requests'] = '60';
+    headers['x-ratelimit-remaining-requests'] = '0';
+    headers['x-ratelimit-reset-requests'] = `${retryAfterS ?? 1}s`;
+  }
+  if (status === 401) headers['www-authenticate'] = 'Bearer';
+  res.writeHead(status, headers);
+  res.end(envelope(e, param));
+}
+
+/** The body, or undefined once it passes maxBodyBytes (the rest is read and dropped). */
+function readBody(req: IncomingMessage, maxBodyBytes: number): Promise<Buffer | undefined> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    let over = false;
+    req.on('data', (chunk: Buffer) => {
+      if (over) return;
+      size += chunk.length;
+      if (size > maxBodyBytes) {
+        over = true;
+        chunks.length = 0;
+        resolve(undefined);
+        return;
+      }
+      chunks.push(chunk);
+    });
+    req.on('end', () => {
+      if (!over) resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
+    });
+    req.on('error', reject);
+    req.on('close', () => {
+      if (!req.complete && !over) reject(new Error('client left during the upload'));
+    });
+  });
+}
+
+/** What the vendor answers 400 for in a body, checked in its order; undefined when it passes. */
+function bodyRefusal(body: unknown, parseFailed: boolean): { e: ErrorShape; param: string | null } | undefined {
+  if (parseFailed || typeof body !== 'object' || body === null || Array.isArray(body)) {
+    return {
+      e: {
+        type: 'invalid_request_error',
+        code: null,
+        message: "We could not parse the JSON body of your request. (HINT: This likely means you aren't using your HTTP library correctly.)",
+      },
+      param: null,
+    };
+  }
+  const b = body as Record<string, unknown>;
+  if (typeof b.model !== 'string' || b.model.length === 0) {
+    return { e: { type: 'invalid_request_error', code: 'missing_required_parameter', message: "Missing required parameter: 'model'." }, param: 'model' };
+  }
+  const mot = b.max_output_tokens;
+  if (mot === undefined || mot === null) return undefined;
+  if (typeof mot !== 'number' || !Number.isInteger(mot)) {
+    return { e: { type: 'invalid_request_error', code: 'invalid_type', message: "Invalid type for 'max_output_tokens': expected an integer." }, param: 'max_output_tokens' };
+  }
+  if (mot < 16) {
+    return {
+      e: { type: 'invalid_request_error', code: 'integer_below_min_value', message: `Invalid 'max_output_tokens': integer below minimum value. Expected a value >= 16, but got ${mot} instead.` },
+      param: 'max_output_tokens',
+    };
+  }
+  return undefined;
+}
+
+/** What one simulator's handler reads. */
+interface SimContext {
+  readonly expectedAuth: string;
+  readonly defaultPaceMs: number;
+  readonly maxBodyBytes: number;
+  readonly ids: IdSource;
+  readonly requestIds: IdSource;
+  readonly modelSuffix: string | undefined;
+  record(r: RecordedRequest): void;
+}
+
+async function handle(c: SimContext, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const startedMs = Date.now();
+  const requestId = `req_${c.requestIds.next(32)}`;
+  const path = req.url ?? '/';
+  const q = path.indexOf('?');
+  const pathname = q === -1 ? path : path.slice(0, q);
+  const method = req.method ?? 'GET';
+
+  const raw = await readBody(req, c.maxBodyBytes);
+  if (raw === undefined) {
+    c.record({ method, path, headers: req.headers, body: undefined, bodyBytes: -1 });
+    // Answer at once and close the connection after the answer; the rest of the upload is dropped.
+    res.setHeader('connection', 'close');
+    sendError(res, requestId, 413, { type: 'invalid_request_error', code: 'request_too_large', message: `Request body exceeds ${c.maxBodyBytes} bytes.` }, null);
+    return;
+  }
+  let body: unknown;
+  let parseFailed = false;
+  if (raw.length > 0) {
+    try {
+      body = JSON.parse(raw.toString('utf8'));
+    } catch {
+      parseFailed = true;
+    }
+  }
+  c.record({ method, path, headers: req.headers, body, bodyBytes: raw.length });
+
+  if (method !== 'POST' || pathname !== '/v1/responses') {
+    sendError(res, requestId, 404, { type: 'invalid_request_error', code: null, message: `Invalid URL (${method} ${pathname})` }, null);
+    return;
+  }
+  if (req.headers.authorization !== c.expectedAuth) {
+    sendError(res, requestId, 401, errorFor(401, ''), null);
+    return;
+  }
+  const refused = bodyRefusal(body, parseFailed);
+  if (refused !== undefined) return sendError(res, requestId, 400, refused.e, refused.param);
+  const b = body as Record<string, unknown> & { model: string };
+  const facts = readRequestFacts(b);
+  const d = facts.directives;
+  if (d.stallHeaders) return; // held until the client leaves or close() destroys the socket
+  if (d.status !== undefined) {
+    sendError(res, requestId, d.status, errorFor(d.status, b.model), null, d.retryAfterS);
+    return;
+  }
+  const stream = b.stream === true;
+  const plan = planReply(b, facts, { ids: c.ids, createdAtS: Math.floor(startedMs / 1000), modelSuffix: c.modelSuffix }, stream);
+  const paceMs = d.paceMs ?? c.defaultPaceMs;
+  if (stream) await sendStream(res, requestId, startedMs, plan, d, paceMs);
+  else await sendJson(res, requestId, startedMs, plan, d, paceMs);
 }
 
 function baseHeaders(requestId: string, startedMs: number, contentType: string): Record<string, string> {

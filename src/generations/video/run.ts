@@ -6,34 +6,22 @@
 //   queued/running  poll the vendor; on success download the result (safeFetch, bounded), store it
 //               under a key derived from the id (a retry overwrites the same key), then settle on the
 //               delivered seconds and mark succeeded in one transaction; on failure refund in one transaction.
-import { createHash } from 'node:crypto';
 import type { Services } from '../../services.js';
 import { videoSettleInk } from '../../catalog/pricing.js';
 import type { VideoPriceSet, VideoResolution } from '../../catalog/models.js';
-import { safeFetch } from '../../net/safe-fetch.js';
-import { withTx } from '../../store/pool.js';
+import { FetchRefusal, safeFetch } from '../../net/safe-fetch.js';
 import { ArkError, type ArkTask } from '../../vendors/ark/client.js';
-import { markCreating, markFailed, markQueued, markSucceeded, reschedule, type FailureCode, type GenerationRow } from '../store.js';
-import type { VideoDeps } from './deps.js';
+import type { GenerationDeps } from '../deps.js';
+import { boundToKey, failGeneration, mediaKeyFor, pollDelayMs, succeedGeneration } from '../finish.js';
+import { markCreating, markQueued, reschedule, type FailureCode, type GenerationRow } from '../store.js';
 import { arkInput } from './submit.js';
 import type { NormalisedVideoRequest } from './validate.js';
 
 /** Download (or store) attempts for a delivered result before the generation fails `result_persistence_failed`. */
 export const MAX_PERSIST_ATTEMPTS = 3;
-const MAX_BACKOFF_STEPS = 10;
 
-/** Media key of a generation's result: lower case (the store's key alphabet) plus a hash of the exact id. */
-export function resultKey(id: string): string {
-  return `video/${id.toLowerCase()}-${createHash('sha256').update(id).digest('hex').slice(0, 12)}.mp4`;
-}
-
-/**
- * Wait before the next poll, after `polls` earlier polls and the one just made: the first poll
- * comes pollIntervalMs after submit, then the wait doubles (2x, 4x, ...) up to maxPollIntervalMs.
- */
-export function pollDelayMs(polls: number, pollIntervalMs: number, maxPollIntervalMs: number): number {
-  return Math.min(maxPollIntervalMs, pollIntervalMs * 2 ** Math.min(polls + 1, MAX_BACKOFF_STEPS));
-}
+/** Media key of a generation's result. */
+export const resultKey = (id: string): string => mediaKeyFor('video', id, 'mp4');
 
 /** Whole seconds billed: delivered (rounded to the nearest second) never above requested; requested when the vendor did not say. */
 export function billedSeconds(requestedS: number, deliveredS: number | undefined): number {
@@ -44,7 +32,7 @@ export function billedSeconds(requestedS: number, deliveredS: number | undefined
 export class VideoRunner {
   constructor(
     private readonly services: Services,
-    private readonly deps: VideoDeps,
+    private readonly deps: GenerationDeps,
   ) {}
 
   async run(row: GenerationRow): Promise<void> {
@@ -70,8 +58,7 @@ export class VideoRunner {
     // The submit died before its 202 went out. Only a client that sent an Idempotency-Key can find
     // this generation (its retry replays it), so only then is it worth starting; otherwise nobody
     // knows the id, and a video nobody can find must not be charged: refund it.
-    const bound = await this.services.pool.query('SELECT 1 FROM idempotency_keys WHERE generation_id = $1', [row.id]);
-    if (bound.rowCount === 0) {
+    if (!(await boundToKey(this.services, row.id))) {
       return this.fail(row, 'provider_failed', 'The generation was interrupted before it was started; the hold was refunded.');
     }
     const model = this.services.catalog.video(row.model);
@@ -142,28 +129,7 @@ export class VideoRunner {
     const key = resultKey(row.id);
     let stored: { sizeBytes: number; contentType: string };
     try {
-      let url: URL;
-      try {
-        url = new URL(task.videoUrl);
-      } catch {
-        throw new Error('the vendor result URL is not a URL');
-      }
-      // From the vendor's own API origin (operator-configured) directly; from anywhere else under
-      // the public-https rules.
-      const bounds = { maxBytes: services.config.media.maxResultBytes, timeoutMs: deps.downloadTimeoutMs, accept: 'video/*' };
-      const res =
-        (deps.ark ? await deps.ark.downloadOwnResult(url, bounds) : undefined) ??
-        (await safeFetch(url, {
-          ...bounds,
-          param: 'video_url',
-          maxRedirects: services.config.media.referenceMaxRedirects,
-          allowList: deps.fetch.allowList,
-          resolver: deps.fetch.resolver,
-          ca: deps.fetch.ca,
-        }));
-      const contentType = /^video\/[A-Za-z0-9.+-]{1,60}$/.test(res.contentType.split(';')[0]!.trim()) ? res.contentType.split(';')[0]!.trim() : 'video/mp4';
-      const put = await deps.media.put(key, res.bytes ?? Buffer.alloc(0), contentType);
-      stored = { sizeBytes: put.sizeBytes, contentType };
+      stored = await this.download(task.videoUrl, key);
     } catch (e) {
       const reason = (e as Error).message.slice(0, 300);
       services.log.warn('video.persist_failed', { generation: row.id, attempt: row.persist_attempts + 1, err: reason });
@@ -173,10 +139,61 @@ export class VideoRunner {
       }
       return this.later(row, 'running', null, false, true);
     }
-
     const req = row.request as unknown as NormalisedVideoRequest;
     const billed = billedSeconds(req.duration, task.durationS);
-    const model = services.catalog.video(row.model);
+    const charge = this.charge(row, req, billed);
+    await succeedGeneration(services, deps, 'video', row, {
+      chargedInk: charge,
+      mediaKey: key,
+      contentType: stored.contentType,
+      sizeBytes: stored.sizeBytes,
+      durationS: task.durationS === undefined ? null : Math.round(task.durationS),
+      resolution: task.resolution ?? null,
+      aspectRatio: task.ratio ?? null,
+      seed: task.seed ?? null,
+      nowMs: deps.clock(),
+    }, {
+      // seconds_delivered is absent when the vendor did not report it (not reported is not zero).
+      usage: { seconds_requested: req.duration, seconds_delivered: task.durationS, seconds_billed: billed, resolution: req.resolution },
+      vendorRequestId: task.id,
+    });
+  }
+
+  /** Downloads the vendor's result and stores it under `key`. */
+  private async download(videoUrl: string, key: string): Promise<{ sizeBytes: number; contentType: string }> {
+    const { deps, services } = this;
+    let url: URL;
+    try {
+      url = new URL(videoUrl);
+    } catch {
+      throw new Error('the vendor result URL is not a URL');
+    }
+    // From the vendor's own API origin (operator-configured) directly; from anywhere else under
+    // the public-https rules.
+    const bounds = { maxBytes: services.config.media.maxResultBytes, timeoutMs: deps.downloadTimeoutMs, accept: 'video/*' };
+    const res =
+      (deps.ark ? await deps.ark.downloadOwnResult(url, bounds) : undefined) ??
+      (await safeFetch(url, {
+        ...bounds,
+        param: 'video_url',
+        maxRedirects: services.config.media.referenceMaxRedirects,
+        allowList: deps.fetch.allowList,
+        resolver: deps.fetch.resolver,
+        ca: deps.fetch.ca,
+      }).catch((e: unknown) => {
+        // The reason stays in the log: the failure message is shown to the client.
+        if (e instanceof FetchRefusal) services.log.warn('video.result_fetch_refused', { host: url.host, detail: e.detail });
+        throw e;
+      }));
+    const declared = res.contentType.split(';')[0]!.trim();
+    const contentType = /^video\/[A-Za-z0-9.+-]{1,60}$/.test(declared) ? declared : 'video/mp4';
+    const put = await deps.media.put(key, res.bytes ?? Buffer.alloc(0), contentType);
+    return { sizeBytes: put.sizeBytes, contentType };
+  }
+
+  /** The charge for `billed` seconds at the row's price set, never above the hold. */
+  private charge(row: GenerationRow, req: NormalisedVideoRequest, billed: number): number {
+    const model = this.services.catalog.video(row.model);
     let charge: number;
     try {
       charge = model
@@ -185,37 +202,11 @@ export class VideoRunner {
     } catch {
       charge = row.hold_ink;
     }
-    charge = Math.min(charge, row.hold_ink);
-    const now = deps.clock();
-    await withTx(services.pool, async (c) => {
-      const moved = await markSucceeded(c, row.id, deps.owner, {
-        chargedInk: charge,
-        mediaKey: key,
-        contentType: stored.contentType,
-        sizeBytes: stored.sizeBytes,
-        durationS: task.durationS === undefined ? null : Math.round(task.durationS),
-        resolution: task.resolution ?? null,
-        aspectRatio: task.ratio ?? null,
-        seed: task.seed ?? null,
-        nowMs: now,
-      });
-      if (!moved) return; // lost the lease: whoever holds the row now finishes it
-      const r = await services.ledger.using(c).settle(row.request_id, charge, {
-        // seconds_delivered is absent when the vendor did not report it (not reported is not zero).
-        usage: { seconds_requested: req.duration, seconds_delivered: task.durationS, seconds_billed: billed, resolution: req.resolution },
-        vendorRequestId: task.id,
-      });
-      if (!r.resolved) services.log.error('video.settle_not_open', { generation: row.id, request: row.request_id, reason: r.reason });
-    });
+    return Math.min(charge, row.hold_ink);
   }
 
   /** Any active state -> failed, with the whole hold refunded, in one transaction. */
-  async fail(row: GenerationRow, code: FailureCode, message: string): Promise<void> {
-    const { deps, services } = this;
-    await withTx(services.pool, async (c) => {
-      if (!(await markFailed(c, row.id, deps.owner, code, message, deps.clock()))) return;
-      const r = await services.ledger.using(c).refund(row.request_id, code);
-      if (!r.resolved) services.log.error('video.refund_not_open', { generation: row.id, request: row.request_id, reason: r.reason });
-    });
+  fail(row: GenerationRow, code: FailureCode, message: string): Promise<void> {
+    return failGeneration(this.services, this.deps, 'video', row, code, message);
   }
 }

@@ -9,14 +9,12 @@
 // Vendor unavailable (429/5xx/network): back to `queued` with back-off, until config.jobs.timeoutMs
 // after submit (then `timeout`). Vendor refused or answered nonsense: `provider_failed`. A safety
 // refusal (IMAGE_SAFETY, promptFeedback.blockReason): `content_policy`. Every failure refunds in full.
-import { createHash } from 'node:crypto';
 import type { Services } from '../../services.js';
-import { safeFetch } from '../../net/safe-fetch.js';
-import { withTx } from '../../store/pool.js';
 import { GeminiError, type GeminiImageResult, type GeminiInlineImage } from '../../vendors/gemini/client.js';
-import { markFailed, markImageRunning, markSucceeded, rescheduleImage, type FailureCode, type GenerationRow } from '../store.js';
-import type { VideoDeps } from '../video/deps.js';
-import { pollDelayMs } from '../video/run.js';
+import type { GenerationDeps } from '../deps.js';
+import { boundToKey, failGeneration, mediaKeyFor, pollDelayMs, succeedGeneration } from '../finish.js';
+import { markImageRunning, rescheduleImage, type FailureCode, type GenerationRow } from '../store.js';
+import { fetchClientUrl } from '../url-check.js';
 import { imagePixelSize } from './image-size.js';
 import type { NormalisedImageRequest } from './validate.js';
 
@@ -26,10 +24,9 @@ export const MAX_VENDOR_CALLS = 5;
 export const MAX_INLINE_REFERENCE_BYTES = 20 * 1024 * 1024;
 const REFERENCE_TYPES: ReadonlySet<string> = new Set(['image/png', 'image/jpeg', 'image/webp', 'image/heic', 'image/heif']);
 
-/** Media key of a generation's image: lower case (the store's key alphabet) plus a hash of the exact id. */
+/** Media key of a generation's image. */
 export function imageResultKey(id: string, contentType: string): string {
-  const ext = contentType === 'image/jpeg' ? 'jpg' : contentType === 'image/webp' ? 'webp' : 'png';
-  return `image/${id.toLowerCase()}-${createHash('sha256').update(id).digest('hex').slice(0, 12)}.${ext}`;
+  return mediaKeyFor('image', id, contentType === 'image/jpeg' ? 'jpg' : contentType === 'image/webp' ? 'webp' : 'png');
 }
 
 class ReferenceFetchError extends Error {}
@@ -37,7 +34,7 @@ class ReferenceFetchError extends Error {}
 export class ImageRunner {
   constructor(
     private readonly services: Services,
-    private readonly deps: VideoDeps,
+    private readonly deps: GenerationDeps,
   ) {}
 
   private get jobs() {
@@ -47,8 +44,7 @@ export class ImageRunner {
   async run(row: GenerationRow): Promise<void> {
     switch (row.state) {
       case 'submitting': {
-        const bound = await this.services.pool.query('SELECT 1 FROM idempotency_keys WHERE generation_id = $1', [row.id]);
-        if (bound.rowCount === 0) return this.fail(row, 'provider_failed', 'The generation was interrupted before it was started; the hold was refunded.');
+        if (!(await boundToKey(this.services, row.id))) return this.fail(row, 'provider_failed', 'The generation was interrupted before it was started; the hold was refunded.');
         return this.generate(row);
       }
       case 'queued':
@@ -106,45 +102,36 @@ export class ImageRunner {
   /** Downloads each reference once, in order; Gemini takes them inline. */
   private async fetchReferences(req: NormalisedImageRequest): Promise<GeminiInlineImage[]> {
     const urls = req.reference_image_urls ?? [];
-    const m = this.services.config.media;
     const out: GeminiInlineImage[] = [];
     const seen = new Map<string, GeminiInlineImage>();
     let total = 0;
     for (let i = 0; i < urls.length; i++) {
       const href = urls[i]!;
-      const param = `reference_image_urls[${i}]`;
-      let img = seen.get(href);
-      if (img === undefined) {
-        let bytes: Buffer;
-        let declared: string;
-        try {
-          const res = await safeFetch(new URL(href), {
-            param,
-            method: 'GET',
-            maxBytes: Math.min(m.referenceMaxBytes, MAX_INLINE_REFERENCE_BYTES),
-            timeoutMs: m.referenceTimeoutMs,
-            maxRedirects: m.referenceMaxRedirects,
-            allowList: this.deps.fetch.allowList,
-            resolver: this.deps.fetch.resolver,
-            ca: this.deps.fetch.ca,
-            accept: 'image/*',
-          });
-          bytes = res.bytes ?? Buffer.alloc(0);
-          declared = res.contentType.split(';')[0]!.trim().toLowerCase();
-        } catch (e) {
-          throw new ReferenceFetchError(`\`${param}\` could not be downloaded (${(e as Error).message.slice(0, 200)})`);
-        }
-        const sniffed = imagePixelSize(bytes)?.contentType;
-        const mimeType = sniffed ?? (REFERENCE_TYPES.has(declared) ? declared : undefined);
-        if (mimeType === undefined || bytes.length === 0) throw new ReferenceFetchError(`\`${param}\` is not a PNG, JPEG, WebP or HEIC image`);
-        img = { mimeType, data: bytes };
-        seen.set(href, img);
-      }
+      const img = seen.get(href) ?? (await this.fetchReference(href, `reference_image_urls[${i}]`));
+      seen.set(href, img);
       total += img.data.length;
       if (total > MAX_INLINE_REFERENCE_BYTES) throw new ReferenceFetchError(`the reference images add up to more than ${MAX_INLINE_REFERENCE_BYTES} bytes`);
       out.push(img);
     }
     return out;
+  }
+
+  /** One reference image; why a download failed goes to the log only (the message is the client's). */
+  private async fetchReference(href: string, param: string): Promise<GeminiInlineImage> {
+    const maxBytes = Math.min(this.services.config.media.referenceMaxBytes, MAX_INLINE_REFERENCE_BYTES);
+    let bytes: Buffer;
+    let declared: string;
+    try {
+      const res = await fetchClientUrl(this.services, this.deps, new URL(href), { param, method: 'GET', maxBytes, accept: 'image/*' }, 'images.reference_refused');
+      bytes = res.bytes ?? Buffer.alloc(0);
+      declared = res.contentType.split(';')[0]!.trim().toLowerCase();
+    } catch {
+      throw new ReferenceFetchError(`\`${param}\` could not be downloaded`);
+    }
+    const sniffed = imagePixelSize(bytes)?.contentType;
+    const mimeType = sniffed ?? (REFERENCE_TYPES.has(declared) ? declared : undefined);
+    if (mimeType === undefined || bytes.length === 0) throw new ReferenceFetchError(`\`${param}\` is not a PNG, JPEG, WebP or HEIC image`);
+    return { mimeType, data: bytes };
   }
 
   private async persist(row: GenerationRow, req: NormalisedImageRequest, result: Extract<GeminiImageResult, { kind: 'image' }>): Promise<void> {
@@ -164,36 +151,30 @@ export class ImageRunner {
     }
     // One image at a fixed price per size: the charge is the hold.
     const charge = Number(row.hold_ink);
-    const nowMs = deps.clock();
-    await withTx(services.pool, async (c) => {
-      const moved = await markSucceeded(c, row.id, deps.owner, {
-        chargedInk: charge,
-        mediaKey: key,
-        contentType,
-        sizeBytes,
-        durationS: null,
-        resolution: req.size,
-        aspectRatio: req.aspect_ratio,
-        seed: null,
-        nowMs,
-        vendorTaskId: result.responseId ?? `gemini:${row.id}`,
-        width: pixels?.width ?? null,
-        height: pixels?.height ?? null,
-      });
-      if (!moved) return; // lost the lease: whoever holds the row now finishes it
-      const r = await services.ledger.using(c).settle(row.request_id, charge, {
-        // Token counts as Gemini reported them (absent = not reported); the price is per image.
-        usage: {
-          images: 1,
-          size: req.size,
-          prompt_tokens: result.usage.promptTokens,
-          output_tokens: result.usage.candidatesTokens,
-          thinking_tokens: result.usage.thoughtsTokens,
-          total_tokens: result.usage.totalTokens,
-        },
-        vendorRequestId: result.responseId,
-      });
-      if (!r.resolved) services.log.error('images.settle_not_open', { generation: row.id, request: row.request_id, reason: r.reason });
+    await succeedGeneration(services, deps, 'images', row, {
+      chargedInk: charge,
+      mediaKey: key,
+      contentType,
+      sizeBytes,
+      durationS: null,
+      resolution: req.size,
+      aspectRatio: req.aspect_ratio,
+      seed: null,
+      nowMs: deps.clock(),
+      vendorTaskId: result.responseId ?? `gemini:${row.id}`,
+      width: pixels?.width ?? null,
+      height: pixels?.height ?? null,
+    }, {
+      // Token counts as Gemini reported them (absent = not reported); the price is per image.
+      usage: {
+        images: 1,
+        size: req.size,
+        prompt_tokens: result.usage.promptTokens,
+        output_tokens: result.usage.candidatesTokens,
+        thinking_tokens: result.usage.thoughtsTokens,
+        total_tokens: result.usage.totalTokens,
+      },
+      vendorRequestId: result.responseId,
     });
   }
 
@@ -208,12 +189,7 @@ export class ImageRunner {
   }
 
   /** Any active state -> failed, with the whole hold refunded, in one transaction. */
-  async fail(row: GenerationRow, code: FailureCode, message: string): Promise<void> {
-    const { deps, services } = this;
-    await withTx(services.pool, async (c) => {
-      if (!(await markFailed(c, row.id, deps.owner, code, message, deps.clock()))) return;
-      const r = await services.ledger.using(c).refund(row.request_id, code);
-      if (!r.resolved) services.log.error('images.refund_not_open', { generation: row.id, request: row.request_id, reason: r.reason });
-    });
+  fail(row: GenerationRow, code: FailureCode, message: string): Promise<void> {
+    return failGeneration(this.services, this.deps, 'images', row, code, message);
   }
 }

@@ -4,8 +4,8 @@
 import type { Services } from '../services.js';
 import { withTx } from '../store/pool.js';
 import type { GenerationRow } from './store.js';
-import type { VideoDeps } from './video/deps.js';
-import { IDEMPOTENCY_WINDOW_MS } from './video/submit.js';
+import type { GenerationDeps } from './deps.js';
+import { IDEMPOTENCY_WINDOW_MS } from './idempotency.js';
 
 const BATCH = 100;
 const MAX_BATCHES = 50;
@@ -26,7 +26,7 @@ export function withRetention(row: GenerationRow, nowMs: number, retentionDays: 
   return past ? { ...row, result_expired: true } : row;
 }
 
-export async function sweepRetention(services: Services, deps: Pick<VideoDeps, 'clock' | 'media'>): Promise<SweepReport> {
+export async function sweepRetention(services: Services, deps: Pick<GenerationDeps, 'clock' | 'media'>): Promise<SweepReport> {
   const now = deps.clock();
   const cutoff = new Date(retentionCutoffMs(now, services.config.media.retentionDays));
   let expired = 0;

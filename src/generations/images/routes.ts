@@ -1,9 +1,9 @@
 // HTTP side of image generations: submit, poll, download redirect. Signed links are served by the
-// same media host as video (mediaHostHandler in video/routes.ts), from the same media store.
+// same media host as video (mediaHostHandler in ../routes.ts), from the same media store.
 import type { Services } from '../../services.js';
 import type { Route } from '../../server/router.js';
-import type { VideoDeps } from '../video/deps.js';
-import { generationRoutes } from '../generation-routes.js';
+import type { GenerationDeps } from '../deps.js';
+import { generationRoutes } from '../routes.js';
 import { presentImageGeneration } from './present.js';
 import { submitImage } from './submit.js';
 
@@ -14,7 +14,7 @@ import { submitImage } from './submit.js';
 export const IMAGE_BODY_BYTES = 128 * 1024;
 
 /** The three image routes. */
-export function imageRoutes(services: Services, deps: VideoDeps): Route[] {
+export function imageRoutes(services: Services, deps: GenerationDeps): Route[] {
   return generationRoutes(services, deps, {
     path: '/v1/images/generations',
     kind: 'image',

@@ -1,15 +1,18 @@
 // The three routes every asynchronous generation product has (submit, poll, download redirect),
-// built from what differs between products: path, id shape, body cap, submit and presentation.
+// built from what differs between products: path, id shape, body cap, submit and presentation; and
+// the media host that serves their signed links (plug `mediaHostHandler(deps)` into the server's
+// `other` hook).
 import { ApiError } from '../errors.js';
 import type { Services } from '../services.js';
 import type { HttpContext } from '../server/http-context.js';
 import { readJsonObject } from '../server/json-body.js';
 import type { Route } from '../server/router.js';
+import { handleMediaRequest, writeMediaResponse, type Headers as MediaHeaders, type MediaSink } from '../media/media-host.js';
+import { MEDIA_PATH_PREFIX, signedMediaLink, type SignedLink } from '../media/signed-link.js';
+import type { GenerationDeps } from './deps.js';
 import { getGeneration, type GenerationRow } from './store.js';
+import type { SubmitInput, SubmitResult } from './submit.js';
 import { withRetention } from './sweep.js';
-import type { VideoDeps } from './video/deps.js';
-import { signedMediaLink, type SignedLink } from '../media/signed-link.js';
-import type { SubmitInput, SubmitResult } from './video/submit.js';
 
 export interface GenerationProduct {
   /** e.g. `/v1/video/generations` */
@@ -20,27 +23,32 @@ export interface GenerationProduct {
   /** For messages: "video generation", "image generation". */
   readonly noun: string;
   readonly bodyBytes: number;
-  submit(services: Services, deps: VideoDeps, input: SubmitInput): Promise<SubmitResult>;
+  submit(services: Services, deps: GenerationDeps, input: SubmitInput): Promise<SubmitResult>;
   present(row: GenerationRow, link: (key: string) => SignedLink): Record<string, unknown>;
 }
 
 const LOOPBACK_HOST_RE = /^(127\.0\.0\.1|localhost|\[::1\])(:\d{1,5})?$/;
 const HOST_RE = /^[A-Za-z0-9.-]{1,253}(:\d{1,5})?$|^\[[0-9A-Fa-f:.]{2,45}\](:\d{1,5})?$/;
+const PORT_RE = /:(\d{1,5})$/;
 
 /**
  * Origin of signed links: config.mediaUrl, else deps.publicBaseUrl, else the request's own Host
  * (http only for a loopback host, https otherwise). A forged Host only changes the link the same
- * caller receives; the signature covers the path and expiry, not the origin.
+ * caller receives; the signature covers the path and expiry, not the origin. A Host we will not
+ * echo (say `inkgate_gw:8080`, a container name) gives the listening address with the Host's
+ * port, so the link still reaches the port the client called.
  */
-export function mediaOrigin(services: Services, deps: VideoDeps, ctx: HttpContext): string {
+export function mediaOrigin(services: Services, deps: GenerationDeps, ctx: HttpContext): string {
   if (services.config.mediaUrl !== null) return services.config.mediaUrl;
   if (deps.publicBaseUrl !== undefined) return deps.publicBaseUrl;
   const host = ctx.header('host') ?? '';
-  if (!HOST_RE.test(host)) return `http://${services.config.server.host}`;
-  return `${LOOPBACK_HOST_RE.test(host) ? 'http' : 'https'}://${host}`;
+  if (HOST_RE.test(host)) return `${LOOPBACK_HOST_RE.test(host) ? 'http' : 'https'}://${host}`;
+  const listen = services.config.server.host;
+  const port = PORT_RE.exec(host)?.[1];
+  return `http://${listen.includes(':') ? `[${listen}]` : listen}${port === undefined ? '' : `:${port}`}`;
 }
 
-export function generationRoutes(services: Services, deps: VideoDeps, p: GenerationProduct): Route[] {
+export function generationRoutes(services: Services, deps: GenerationDeps, p: GenerationProduct): Route[] {
   const ttlS = services.config.media.linkTtlS;
   const retentionMs = services.config.media.retentionDays * 86_400_000;
   // A link never outlives its result: it expires at the end of the 15 minutes or of the
@@ -94,4 +102,35 @@ export function generationRoutes(services: Services, deps: VideoDeps, p: Generat
       },
     },
   ];
+}
+
+/**
+ * The media host for the server's `other` hook (non-/v1 paths): GET (or HEAD) /media/<key>?exp=&sig= served
+ * from the media store after the signature check. Returns false for any other path (-> 404).
+ */
+export function mediaHostHandler(deps: Pick<GenerationDeps, 'media' | 'mediaSecret' | 'clock'>): (ctx: HttpContext) => boolean {
+  return (ctx) => {
+    if (!ctx.path.startsWith(MEDIA_PATH_PREFIX) || (ctx.method !== 'GET' && ctx.method !== 'HEAD')) return false;
+    // The context already sends Cache-Control: no-store; uWS frames the body itself (chunked, or
+    // its own Content-Length for HEAD), so a Content-Length of our own would contradict it.
+    const ours = (headers: MediaHeaders) => headers.filter(([k]) => k !== 'content-length' && k !== 'cache-control');
+    const sink: MediaSink = {
+      headOnly: ctx.method === 'HEAD',
+      head: (status, headers) => ctx.startStream(status, ours(headers)),
+      endHead: (status, headers, sizeBytes) => ctx.sendHead(status, ours(headers), sizeBytes),
+      write: (chunk) => ctx.write(chunk),
+      drained: () => ctx.waitWritable(),
+      end: (body) => ctx.end(body),
+      get aborted() {
+        return ctx.aborted;
+      },
+    };
+    handleMediaRequest({ path: ctx.path, query: ctx.query, requestId: ctx.requestId }, deps.media, deps.mediaSecret, Math.floor(deps.clock() / 1000))
+      .then((r) => writeMediaResponse(r, sink))
+      .catch(() => {
+        if (!ctx.responded) ctx.sendError(new ApiError('not_found', { message: 'There is no media at this link.' }));
+        else ctx.end();
+      });
+    return true;
+  };
 }

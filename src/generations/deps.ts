@@ -1,16 +1,16 @@
-// What the video product needs besides Services: a clock, the media store, the shared signing
-// secret, this instance's lease-owner name, the vendor client, and the fetch options for client
-// URLs and vendor results (tests add an allow-list for their 127.0.0.1 servers; production never does).
+// What every asynchronous generation product needs besides Services: a clock, the media store, the
+// shared signing secret, this instance's lease-owner name, the vendor clients, and the fetch options
+// for client URLs and vendor results (tests add an allow-list for their 127.0.0.1 servers; production never does).
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
-import type { Services } from '../../services.js';
-import { vendorConfigured } from '../../catalog/availability.js';
-import { FsMediaStore, type MediaStore } from '../../media/media-store.js';
-import type { Resolver } from '../../net/safe-fetch.js';
-import type { Queryable } from '../../store/pool.js';
-import { ArkClient } from '../../vendors/ark/client.js';
-import { GeminiClient } from '../../vendors/gemini/client.js';
+import type { Services } from '../services.js';
+import { vendorConfigured } from '../catalog/availability.js';
+import { FsMediaStore, type MediaStore } from '../media/media-store.js';
+import type { Resolver } from '../net/safe-fetch.js';
+import type { Queryable } from '../store/pool.js';
+import { ArkClient } from '../vendors/ark/client.js';
+import { GeminiClient } from '../vendors/gemini/client.js';
 
 export interface FetchDeps {
   /** TEST ONLY: "host:port" pairs exempt from the public-address rule (see safeFetch). */
@@ -20,7 +20,7 @@ export interface FetchDeps {
   readonly ca?: string;
 }
 
-export interface VideoDeps {
+export interface GenerationDeps {
   /** Milliseconds since the epoch; every time the job code writes or compares comes from here. */
   readonly clock: () => number;
   readonly media: MediaStore;
@@ -39,7 +39,7 @@ export interface VideoDeps {
   close(): Promise<void>;
 }
 
-export interface VideoDepsOptions {
+export interface GenerationDepsOptions {
   clock?: () => number;
   media?: MediaStore;
   fetch?: FetchDeps;
@@ -63,7 +63,7 @@ export async function loadMediaSecret(q: Queryable): Promise<Buffer> {
 
 const DEFAULT_DOWNLOAD_TIMEOUT_MS = 5 * 60_000;
 
-export async function createVideoDeps(services: Services, opts: VideoDepsOptions = {}): Promise<VideoDeps> {
+export async function createGenerationDeps(services: Services, opts: GenerationDepsOptions = {}): Promise<GenerationDeps> {
   const cfg = services.config;
   const mediaSecret = await loadMediaSecret(services.pool);
   const media = opts.media ?? new FsMediaStore(join(cfg.dataDir, 'media'), { maxObjectBytes: cfg.media.maxResultBytes });

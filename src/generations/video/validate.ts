@@ -17,18 +17,18 @@
 //  12. missing_first_frame, 13. conflicting_references, 14. reference_limit (total, then audio anchor),
 //  15. missing_prompt.
 // `null` is the same as leaving an optional field out; an empty reference list is the same as none.
+// An error on a list element names the element in `param` (`reference_image_urls[2]`).
 import type { Catalog, VideoAspectRatio, VideoModel, VideoResolution } from '../../catalog/models.js';
 import { VIDEO_ASPECT_RATIOS, VIDEO_RESOLUTIONS } from '../../catalog/models.js';
-import { ApiError } from '../../errors.js';
-import { checkFetchUrl, MAX_URL_CHARS, parseClientUrl } from '../../net/ssrf-guard.js';
+import {
+  bad, givenIn, parseMetadata, parsePrompt, parseSeed, parseUrlField, parseUrlList, refuseUnknownFields, requireModel,
+  type CheckedUrl, type ValidateOptions,
+} from '../fields.js';
 
 export const MAX_PROMPT_CHARS = 4000;
-export const MAX_METADATA_BYTES = 4096;
 export const DEFAULT_ASPECT_RATIO: VideoAspectRatio = '16:9';
 export const DEFAULT_RESOLUTION: VideoResolution = '720p';
 export const DEFAULT_DURATION_S = 5;
-export const MIN_SEED = -1;
-export const MAX_SEED = 2_147_483_647;
 
 export const VIDEO_FIELDS = [
   'model', 'prompt', 'aspect_ratio', 'resolution', 'duration', 'generate_audio', 'seed',
@@ -53,22 +53,11 @@ export interface NormalisedVideoRequest {
   metadata?: Record<string, unknown>;
 }
 
-export interface CheckedUrl {
-  /** The field, with its index for list elements (`reference_image_urls[2]`). */
-  readonly param: string;
-  readonly url: URL;
-}
-
 export interface ValidatedVideo {
   readonly request: NormalisedVideoRequest;
   readonly model: VideoModel;
   /** Every URL of the request, in field order: each must be fetched once before admission. */
   readonly urls: readonly CheckedUrl[];
-}
-
-export interface ValidateOptions {
-  /** TEST ONLY: "host:port" pairs exempt from the public-host rule (as safeFetch's allowList). */
-  readonly allowList?: ReadonlySet<string>;
 }
 
 const REF_LISTS = [
@@ -77,58 +66,13 @@ const REF_LISTS = [
   ['reference_audio_urls', 'audio'],
 ] as const;
 
-const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
-const bad = (code: ConstructorParameters<typeof ApiError>[0], param: string, message: string) => new ApiError(code, { param, message });
-
-/** Characters as the user sees them: code points, not UTF-16 units. */
-function charCount(s: string, stopAbove: number): number {
-  if (s.length <= stopAbove) return s.length; // code points <= UTF-16 units
-  let n = 0;
-  for (const _ of s) if (++n > stopAbove) return n;
-  return n;
-}
-
-/** A client URL: https, no credentials, <= 2,048 characters, public host (unless allow-listed for tests). */
-/**
- * `param` names the field (`reference_image_urls`); `label` names the element in messages
- * (`reference_image_urls[2]`), so a client learns which URL without `param` leaving the field names.
- */
-export function parseUrlField(raw: unknown, param: string, allowList: ReadonlySet<string> | undefined, label = param): URL {
-  if (typeof raw !== 'string') throw bad('invalid_type', param, `\`${label}\` must be a string (an https URL).`);
-  if (raw.length > MAX_URL_CHARS) throw bad('too_long', param, `\`${label}\` is longer than ${MAX_URL_CHARS} characters.`);
-  if (allowList !== undefined && allowList.size > 0) {
-    let u: URL | undefined;
-    try {
-      u = new URL(raw);
-    } catch {
-      u = undefined;
-    }
-    const host = u?.hostname.startsWith('[') ? u.hostname.slice(1, -1) : u?.hostname;
-    if (u !== undefined && allowList.has(`${host}:${u.port === '' ? 443 : u.port}`)) {
-      const authority = raw.slice(raw.indexOf('//') + 2).split(/[/\\?#]/, 1)[0] ?? '';
-      if (authority.includes('@')) throw bad('invalid_url', param, `\`${label}\`: the URL must not carry credentials`);
-      checkFetchUrl(u, param, true);
-      return u;
-    }
-  }
-  return parseClientUrl(raw, param);
-}
+type Given = (k: string) => unknown;
 
 /** Validates and normalises a submit body; throws the first ApiError in the documented order. */
 export function validateVideoRequest(body: Record<string, unknown>, catalog: Catalog, opts: ValidateOptions = {}): ValidatedVideo {
-  // 1. model
-  const modelId = body.model;
-  const model = typeof modelId === 'string' ? catalog.video(modelId) : undefined;
-  if (model === undefined || !model.listed) {
-    throw bad('unknown_model', 'model', typeof modelId === 'string'
-      ? `Unknown video model ${JSON.stringify(modelId.slice(0, 100))}; use one of the video model ids of GET /v1/models.`
-      : '`model` is required: one of the video model ids of GET /v1/models.');
-  }
-  // 2. unknown fields
-  for (const k of Object.keys(body)) {
-    if (!KNOWN.has(k)) throw bad('unsupported_parameter', k, `\`${k.slice(0, 100)}\` is not a parameter of video generation in v1.`);
-  }
-  const given = (k: string): unknown => (body[k] === null ? undefined : body[k]);
+  const model = requireModel(body.model, (id) => catalog.video(id), 'video model', 'one of the video model ids');
+  refuseUnknownFields(body, KNOWN, (k) => `\`${k.slice(0, 100)}\` is not a parameter of video generation in v1.`);
+  const given = givenIn(body);
   const request: NormalisedVideoRequest = {
     model: model.id,
     aspect_ratio: DEFAULT_ASPECT_RATIO,
@@ -136,16 +80,20 @@ export function validateVideoRequest(body: Record<string, unknown>, catalog: Cat
     duration: DEFAULT_DURATION_S,
     generate_audio: true,
   };
+  const prompt = parsePrompt(given('prompt'), MAX_PROMPT_CHARS);
+  if (prompt !== undefined) request.prompt = prompt;
+  shapeFields(model, given, request);
+  const seed = parseSeed(given('seed'));
+  if (seed !== undefined) request.seed = seed;
+  const urls = urlFields(model, given, request, opts.allowList);
+  const meta = parseMetadata(given('metadata'));
+  if (meta !== undefined) request.metadata = meta;
+  crossFieldRules(model, request);
+  return { request, model, urls };
+}
 
-  // 3. prompt
-  const prompt = given('prompt');
-  if (prompt !== undefined) {
-    if (typeof prompt !== 'string') throw bad('invalid_type', 'prompt', '`prompt` must be a string.');
-    if (charCount(prompt, MAX_PROMPT_CHARS) > MAX_PROMPT_CHARS) throw bad('too_long', 'prompt', `\`prompt\` is longer than ${MAX_PROMPT_CHARS} characters.`);
-    request.prompt = prompt;
-  }
-
-  // 4. aspect_ratio
+/** Checks 4 to 7: aspect ratio, resolution (and the model's ceiling for the aspect), duration, audio. */
+function shapeFields(model: VideoModel, given: Given, request: NormalisedVideoRequest): void {
   const aspect = given('aspect_ratio');
   if (aspect !== undefined) {
     if (typeof aspect !== 'string' || !(VIDEO_ASPECT_RATIOS as readonly string[]).includes(aspect) || !model.aspectRatios.includes(aspect as VideoAspectRatio)) {
@@ -153,8 +101,6 @@ export function validateVideoRequest(body: Record<string, unknown>, catalog: Cat
     }
     request.aspect_ratio = aspect as VideoAspectRatio;
   }
-
-  // 5. resolution
   const res = given('resolution');
   if (res !== undefined) {
     if (typeof res !== 'string' || !(VIDEO_RESOLUTIONS as readonly string[]).includes(res)) {
@@ -169,8 +115,6 @@ export function validateVideoRequest(body: Record<string, unknown>, catalog: Cat
   if (ceiling !== undefined && VIDEO_RESOLUTIONS.indexOf(request.resolution) > VIDEO_RESOLUTIONS.indexOf(ceiling)) {
     throw bad('unsupported_resolution', 'resolution', `${model.id} offers at most ${ceiling} with aspect ratio ${request.aspect_ratio}.`);
   }
-
-  // 6. duration
   const dur = given('duration');
   if (dur !== undefined) {
     if (dur === 'auto' || dur === -1) throw bad('unsupported_parameter', 'duration', 'Automatic duration ("auto" or -1) is not offered in v1; send whole seconds.');
@@ -180,59 +124,32 @@ export function validateVideoRequest(body: Record<string, unknown>, catalog: Cat
     }
     request.duration = dur;
   }
-
-  // 7. generate_audio
   const audio = given('generate_audio');
   if (audio !== undefined) {
     if (typeof audio !== 'boolean') throw bad('invalid_type', 'generate_audio', '`generate_audio` must be a boolean.');
     request.generate_audio = audio;
   }
+}
 
-  // 8. seed
-  const seed = given('seed');
-  if (seed !== undefined) {
-    if (typeof seed !== 'number' || !Number.isInteger(seed) || seed < MIN_SEED || seed > MAX_SEED) {
-      throw bad('invalid_seed', 'seed', `\`seed\` must be an integer from ${MIN_SEED} to ${MAX_SEED}.`);
-    }
-    request.seed = seed;
-  }
-
-  // 9. frames
+/** Checks 9 and 10: the frames, then the reference lists; every URL in field order. */
+function urlFields(model: VideoModel, given: Given, request: NormalisedVideoRequest, allowList: ReadonlySet<string> | undefined): CheckedUrl[] {
   const urls: CheckedUrl[] = [];
   for (const f of ['first_frame_url', 'last_frame_url'] as const) {
     const v = given(f);
     if (v === undefined) continue;
-    const u = parseUrlField(v, f, opts.allowList);
+    const u = parseUrlField(v, f, allowList);
     request[f] = u.href;
     urls.push({ param: f, url: u });
   }
-
-  // 10. reference lists
   for (const [field, kind] of REF_LISTS) {
-    const v = given(field);
-    if (v === undefined) continue;
-    if (!Array.isArray(v)) throw bad('invalid_type', field, `\`${field}\` must be an array of https URLs.`);
-    const cap = model.references[kind];
-    if (v.length > cap) throw bad('too_many', field, `\`${field}\` holds ${v.length} URLs; ${model.id} accepts at most ${cap}.`);
-    if (v.length === 0) continue;
-    const list: string[] = [];
-    v.forEach((raw, i) => {
-      const u = parseUrlField(raw, field, opts.allowList, `${field}[${i}]`);
-      list.push(u.href);
-      urls.push({ param: field, url: u });
-    });
-    request[field] = list;
+    const list = parseUrlList(given(field), field, model.references[kind], model.id, allowList, urls);
+    if (list !== undefined) request[field] = list;
   }
+  return urls;
+}
 
-  // 11. metadata
-  const meta = given('metadata');
-  if (meta !== undefined) {
-    if (!isObject(meta)) throw bad('invalid_type', 'metadata', '`metadata` must be a JSON object.');
-    if (Buffer.byteLength(JSON.stringify(meta)) > MAX_METADATA_BYTES) throw bad('too_long', 'metadata', `\`metadata\` is larger than ${MAX_METADATA_BYTES} bytes of JSON.`);
-    request.metadata = meta;
-  }
-
-  // 12-15: rules across fields
+/** Checks 12 to 15: the rules across fields. */
+function crossFieldRules(model: VideoModel, request: NormalisedVideoRequest): void {
   if (request.last_frame_url !== undefined && request.first_frame_url === undefined) {
     throw bad('missing_first_frame', 'last_frame_url', '`last_frame_url` requires `first_frame_url`.');
   }
@@ -254,7 +171,6 @@ export function validateVideoRequest(body: Record<string, unknown>, catalog: Cat
   if (!hasPrompt && request.first_frame_url === undefined && request.reference_image_urls === undefined && request.reference_video_urls === undefined) {
     throw bad('missing_prompt', 'prompt', '`prompt` is required unless a first frame or an image or video reference carries the intent.');
   }
-  return { request, model, urls };
 }
 
 function countRefs(r: NormalisedVideoRequest): number {

@@ -1,0 +1,150 @@
+// The job engine: every instance may run it. It keeps up to `batchSize` rows in hand: it claims due
+// rows with FOR UPDATE SKIP LOCKED and a lease (store.claimDue), works each concurrently while
+// renewing its lease, and as soon as one finishes claims again for the free slot, so one slow row
+// (a 180-second image call) never holds back the other jobs of the instance. A crashed instance's
+// rows come back when their leases lapse: another instance (or this one after restart) claims them
+// and resumes (poll), restarts (never-called submit) or fails and refunds (a create whose outcome
+// is unknown) them. Nothing here keeps state another instance needs.
+import type { Services } from '../services.js';
+import type { GenerationDeps } from './deps.js';
+import { ImageRunner } from './images/run.js';
+import { claimDue, renewLease, type GenerationRow } from './store.js';
+import { sweepRetention, type SweepReport } from './sweep.js';
+import { VideoRunner } from './video/run.js';
+
+/** Kinds of generation rows this engine works. */
+export const JOB_KINDS = ['video', 'image'] as const;
+
+export interface JobEngine {
+  /** Claims due rows for the free slots now; resolves, with their number, once those rows are worked. */
+  tick(): Promise<number>;
+  /** One retention sweep now. */
+  sweep(): Promise<SweepReport>;
+  /** Stops the timers and waits for the rows in hand. */
+  stop(): Promise<void>;
+  /** Rows in hand now. */
+  readonly working: number;
+}
+
+export interface JobEngineOptions {
+  /**
+   * Claim every config.jobs.tickMs and whenever a row finishes, and sweep() every sweepIntervalMs
+   * (default true). Without timers only tick() claims (tests drive it with their own clock).
+   */
+  timers?: boolean;
+}
+
+export function startJobEngine(services: Services, deps: GenerationDeps, opts: JobEngineOptions = {}): JobEngine {
+  return new Engine(services, deps, opts.timers ?? true);
+}
+
+class Engine implements JobEngine {
+  private readonly runners: { readonly video: VideoRunner; readonly image: ImageRunner };
+  private readonly inFlight = new Set<Promise<unknown>>();
+  private readonly timers: NodeJS.Timeout[] = [];
+  private stopped = false;
+  private inHand = 0;
+  private claiming: Promise<unknown> | undefined;
+  private claimAgain = false;
+
+  constructor(
+    private readonly services: Services,
+    private readonly deps: GenerationDeps,
+    private readonly timersOn: boolean,
+  ) {
+    this.runners = { video: new VideoRunner(services, deps), image: new ImageRunner(services, deps) };
+    if (!timersOn) return;
+    const jobs = services.config.jobs;
+    const t = setInterval(() => this.refill(), jobs.tickMs);
+    const s = setInterval(() => {
+      if (!this.stopped) this.sweep().catch((e: unknown) => services.log.warn('jobs.sweep_failed', { err: (e as Error).message }));
+    }, jobs.sweepIntervalMs);
+    for (const x of [t, s]) {
+      x.unref();
+      this.timers.push(x);
+    }
+  }
+
+  get working(): number {
+    return this.inHand;
+  }
+
+  tick(): Promise<number> {
+    return this.track(
+      this.claim().then(async (started) => {
+        await Promise.all(started);
+        return started.length;
+      }),
+    );
+  }
+
+  sweep(): Promise<SweepReport> {
+    return this.track(sweepRetention(this.services, this.deps));
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    for (const t of this.timers) clearInterval(t);
+    // Rows started while we waited are tracked too: wait until nothing is left.
+    while (this.inFlight.size > 0) await Promise.allSettled([...this.inFlight]);
+  }
+
+  private track<T>(p: Promise<T>): Promise<T> {
+    this.inFlight.add(p);
+    const drop = () => this.inFlight.delete(p);
+    void p.then(drop, drop);
+    return p;
+  }
+
+  /** Claims rows for the free slots and starts each; resolves with their work. */
+  private async claim(): Promise<Array<Promise<void>>> {
+    const jobs = this.services.config.jobs;
+    const free = jobs.batchSize - this.inHand;
+    if (this.stopped || free <= 0) return [];
+    const rows = await claimDue(this.services.pool, JOB_KINDS, this.deps.owner, this.deps.clock(), jobs.leaseMs, free);
+    this.inHand += rows.length;
+    return rows.map((row) =>
+      this.track(
+        this.work(row).finally(() => {
+          this.inHand--;
+          if (this.timersOn) this.refill();
+        }),
+      ),
+    );
+  }
+
+  /** One claim at a time; a row that finishes meanwhile asks for another claim after it. */
+  private refill(): void {
+    if (this.stopped) return;
+    if (this.claiming !== undefined) {
+      this.claimAgain = true;
+      return;
+    }
+    this.claimAgain = false;
+    this.claiming = this.track(this.claim())
+      .catch((e: unknown) => this.services.log.warn('jobs.claim_failed', { err: (e as Error).message }))
+      .finally(() => {
+        this.claiming = undefined;
+        if (this.claimAgain) this.refill();
+      });
+  }
+
+  private async work(row: GenerationRow): Promise<void> {
+    const { services, deps } = this;
+    const leaseMs = services.config.jobs.leaseMs;
+    // Renew while we work (a long download or vendor call), so no other instance takes the row from under us.
+    const timer = setInterval(() => {
+      renewLease(services.pool, row.id, deps.owner, deps.clock(), leaseMs).catch(() => undefined);
+    }, Math.max(50, Math.floor(leaseMs / 3)));
+    timer.unref();
+    try {
+      if (row.kind === 'video') await this.runners.video.run(row);
+      else if (row.kind === 'image') await this.runners.image.run(row);
+    } catch (e) {
+      // The lease stays until it lapses; the row is then claimed again.
+      services.log.warn('jobs.row_failed', { generation: row.id, state: row.state, err: (e as Error).message });
+    } finally {
+      clearInterval(timer);
+    }
+  }
+}

@@ -1,0 +1,59 @@
+// The ends every product's worker shares: a failed generation refunds its whole hold, a succeeded
+// one settles its charge, each in the same transaction as the row's move (a lost lease moves
+// nothing: whoever holds the row now finishes it). Also the back-off between vendor looks, and
+// the media key of a result.
+import { createHash } from 'node:crypto';
+import type { Services } from '../services.js';
+import { withTx } from '../store/pool.js';
+import type { GenerationDeps } from './deps.js';
+import { markFailed, markSucceeded, type FailureCode, type GenerationRow, type SuccessUpdate } from './store.js';
+
+const MAX_BACKOFF_STEPS = 10;
+
+/**
+ * Wait before the next look, after `polls` earlier looks and the one just made: the first comes
+ * pollIntervalMs after submit, then the wait doubles (2x, 4x, ...) up to maxPollIntervalMs.
+ */
+export function pollDelayMs(polls: number, pollIntervalMs: number, maxPollIntervalMs: number): number {
+  return Math.min(maxPollIntervalMs, pollIntervalMs * 2 ** Math.min(polls + 1, MAX_BACKOFF_STEPS));
+}
+
+/** Media key of a result: lower case (the store's key alphabet) plus a hash of the exact id, so a retry overwrites the same key. */
+export function mediaKeyFor(folder: 'video' | 'image', id: string, ext: string): string {
+  return `${folder}/${id.toLowerCase()}-${createHash('sha256').update(id).digest('hex').slice(0, 12)}.${ext}`;
+}
+
+/**
+ * Is the generation bound to an Idempotency-Key? A submit that died before its 202 went out left a
+ * generation only a client that sent a key can find (its retry replays it); nobody else knows the
+ * id, and a generation nobody can find must not be charged.
+ */
+export async function boundToKey(services: Services, id: string): Promise<boolean> {
+  const r = await services.pool.query('SELECT 1 FROM idempotency_keys WHERE generation_id = $1', [id]);
+  return (r.rowCount ?? 0) > 0;
+}
+
+/** Any active state -> failed, with the whole hold refunded, in one transaction. `tag` prefixes log events. */
+export async function failGeneration(services: Services, deps: GenerationDeps, tag: string, row: GenerationRow, code: FailureCode, message: string): Promise<void> {
+  await withTx(services.pool, async (c) => {
+    if (!(await markFailed(c, row.id, deps.owner, code, message, deps.clock()))) return;
+    const r = await services.ledger.using(c).refund(row.request_id, code);
+    if (!r.resolved) services.log.error(`${tag}.refund_not_open`, { generation: row.id, request: row.request_id, reason: r.reason });
+  });
+}
+
+/** The row -> succeeded and its hold settled to `s.chargedInk`, in one transaction. */
+export async function succeedGeneration(
+  services: Services,
+  deps: GenerationDeps,
+  tag: string,
+  row: GenerationRow,
+  s: SuccessUpdate,
+  settle: { usage: object; vendorRequestId?: string },
+): Promise<void> {
+  await withTx(services.pool, async (c) => {
+    if (!(await markSucceeded(c, row.id, deps.owner, s))) return; // lost the lease: whoever holds the row now finishes it
+    const r = await services.ledger.using(c).settle(row.request_id, s.chargedInk, settle);
+    if (!r.resolved) services.log.error(`${tag}.settle_not_open`, { generation: row.id, request: row.request_id, reason: r.reason });
+  });
+}

@@ -1,0 +1,38 @@
+// Submitting an image generation: the shared submit (../submit.ts, which documents the order of
+// answers), then the row is handed to the job engine (`queued`, due at once). The vendor is not
+// called here: with Gemini the call is the generation itself (tens of seconds), so a worker makes
+// it and the client polls. Image counts (daily cap, concurrency) are kept apart from video's.
+import { imageInk } from '../../catalog/pricing.js';
+import type { Services } from '../../services.js';
+import type { GenerationDeps } from '../deps.js';
+import { markImageQueued, type GenerationRow } from '../store.js';
+import { submitGeneration, type SubmitInput, type SubmitProduct, type SubmitResult } from '../submit.js';
+import { presentImageAccepted } from './present.js';
+import { validateImageRequest, type NormalisedImageRequest, type ValidatedImage } from './validate.js';
+
+/** price_set of image rows: one fixed price per size (config/models.json ink_per_image). */
+export const IMAGE_PRICE_SET = 'per_image';
+
+/**
+ * Committed. Hand the row to the engine. If this fails the row stays `submitting` under our lease;
+ * when the lease lapses the engine runs it (Idempotency-Key bound) or refunds it (nobody has its id).
+ */
+async function handOver(services: Services, deps: GenerationDeps, row: GenerationRow): Promise<void> {
+  await markImageQueued(services.pool, row.id, deps.owner, deps.clock()).catch((e: unknown) => {
+    services.log.warn('images.queue_failed', { generation: row.id, err: (e as Error).message });
+  });
+}
+
+const IMAGE_SUBMIT: SubmitProduct<NormalisedImageRequest, ValidatedImage> = {
+  kind: 'image',
+  product: 'images',
+  idPrefix: 'igen_',
+  notAvailable: 'Image generation is not available on this deployment now.',
+  validate: (body, services, deps) => validateImageRequest(body, services.catalog, { allowList: deps.fetch.allowList }),
+  vendorReady: (deps) => deps.gemini !== undefined,
+  price: (v) => ({ priceSet: IMAGE_PRICE_SET, holdInk: imageInk(v.request.size, v.model) }),
+  presentAccepted: presentImageAccepted,
+  afterCommit: handOver,
+};
+
+export const submitImage = (services: Services, deps: GenerationDeps, input: SubmitInput): Promise<SubmitResult> => submitGeneration(IMAGE_SUBMIT, services, deps, input);

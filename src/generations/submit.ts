@@ -1,0 +1,135 @@
+// The submit every asynchronous generation product shares: Idempotency-Key, validation, access,
+// availability, the hold, a cheap look at the counts, the client URLs, then admission (tier, daily
+// cap, concurrency, Ink hold, the row) committed in one transaction. What follows the commit (the
+// vendor task for video, the hand-over to the engine for images) is the product's own.
+//
+// Order of answers (docs/api/video.md and images.md document it):
+//   415 / 400 invalid_json / invalid_body / 413         body (server layer, readJsonObject)
+//   400 invalid_idempotency_key                         header format
+//   202 replay / 409 idempotency_key_in_use             an earlier submit with the key, whatever its body (a
+//   duplicate during its admission waits jobs.idempotencyWaitMs for its answer before the 409)
+//   400 field codes                                     the product's validate.ts, in its documented order
+//   403 tier_gated                                      plan without generation products
+//   503 provider_unavailable                            lane off, vendor unconfigured, model paused
+//   429 daily_cap_reached, concurrency_limit            (first a cheap look, so a refused submit fetches nothing)
+//   400 invalid_url                                     each URL fetched once (HEAD, else a bounded GET)
+//   403 / 429 again, 402 insufficient_ink / key_ink_limit_reached   the authoritative admission transaction
+//   then the product's own answers (video: 502 provider_error / 503 provider_unavailable from the vendor)
+//   202                                                 accepted
+import { unavailability } from '../catalog/availability.js';
+import type { CatalogModel } from '../catalog/models.js';
+import { ApiError } from '../errors.js';
+import type { AuthInfo } from '../server/http-context.js';
+import type { Services } from '../services.js';
+import { withTx } from '../store/pool.js';
+import { newId } from '../util/ids.js';
+import type { GenerationDeps } from './deps.js';
+import type { CheckedUrl } from './fields.js';
+import { assertIdempotencyKey, claimOrAnswer, dropClaim, priorAnswer, type IdempotencyProduct } from './idempotency.js';
+import { checkAdmissionCounts, requireAccess, utcDayStartMs, type GenerationKind } from './plan-access.js';
+import { admissionCounts, insertGeneration, type GenerationRow } from './store.js';
+import { checkUrlsFetchable, claimTtlMs } from './url-check.js';
+
+export interface SubmitInput {
+  readonly auth: AuthInfo;
+  /** The HTTP request id (`req_…`): also the id of the ledger hold. */
+  readonly requestId: string;
+  readonly body: Record<string, unknown>;
+  /** The raw Idempotency-Key header, if any. */
+  readonly idempotencyKey: string | undefined;
+}
+
+export interface SubmitResult {
+  readonly body: Record<string, unknown>;
+  readonly replayed: boolean;
+}
+
+/** A submit body as the product's validation accepted it. */
+export interface Validated<R> {
+  readonly request: R;
+  readonly model: CatalogModel;
+  readonly urls: readonly CheckedUrl[];
+}
+
+/** What differs between the products' submits. */
+export interface SubmitProduct<R, V extends Validated<R>> {
+  readonly kind: GenerationKind;
+  /** The Idempotency-Key space and the ledger's product name. */
+  readonly product: IdempotencyProduct;
+  readonly idPrefix: 'vgen_' | 'igen_';
+  /** When the vendor is not configured: "Video generation is not available on this deployment now." */
+  readonly notAvailable: string;
+  validate(body: Record<string, unknown>, services: Services, deps: GenerationDeps): V;
+  vendorReady(deps: GenerationDeps): boolean;
+  /** The hold and the price set it was computed from. */
+  price(v: V, services: Services): { holdInk: number; priceSet: string };
+  presentAccepted(row: GenerationRow): Record<string, unknown>;
+  /** Work after the admission committed (the row is a recovery point from then on); may throw. */
+  afterCommit(services: Services, deps: GenerationDeps, row: GenerationRow, v: V): Promise<void>;
+}
+
+export async function submitGeneration<R, V extends Validated<R>>(p: SubmitProduct<R, V>, services: Services, deps: GenerationDeps, input: SubmitInput): Promise<SubmitResult> {
+  const { config, pool } = services;
+  const { auth } = input;
+  const idemKey = input.idempotencyKey;
+  assertIdempotencyKey(idemKey);
+  const keyed = { keyId: auth.keyId, product: p.product, clock: deps.clock, waitMs: config.jobs.idempotencyWaitMs };
+  if (idemKey !== undefined) {
+    const prior = await priorAnswer(pool, { ...keyed, idemKey }, p.presentAccepted);
+    if (prior) return prior;
+  }
+
+  const v = p.validate(input.body, services, deps);
+  const plan = await requireAccess(pool, auth.accountId, false, config.jobs.paygDailyCap, p.kind);
+  const down = unavailability(config, services.state.current, v.model);
+  if (down !== null || !p.vendorReady(deps)) {
+    throw new ApiError('provider_unavailable', {
+      message: down?.reason === 'paused' ? `${v.model.id} is paused; retry after Retry-After.` : p.notAvailable,
+      retryAfterS: down?.retryAfterS ?? 300,
+    });
+  }
+  const price = p.price(v, services);
+  const id = newId(p.idPrefix);
+  if (idemKey !== undefined) {
+    const owed = await claimOrAnswer(pool, { ...keyed, idemKey, generationId: id, ttlMs: claimTtlMs(services, v.urls.length) }, p.presentAccepted);
+    if (owed) return owed;
+  }
+  let row: GenerationRow;
+  try {
+    row = await admit(p, services, deps, input, v, { id, ...price, plan });
+  } catch (e) {
+    if (idemKey !== undefined) await dropClaim(pool, auth.keyId, p.product, idemKey, id).catch(() => undefined);
+    throw e;
+  }
+  await p.afterCommit(services, deps, row, v);
+  return { body: p.presentAccepted(row), replayed: false };
+}
+
+/** The cheap look at the counts, the URL checks, then the admission transaction. */
+async function admit<R, V extends Validated<R>>(
+  p: SubmitProduct<R, V>,
+  services: Services,
+  deps: GenerationDeps,
+  input: SubmitInput,
+  v: V,
+  a: { id: string; holdInk: number; priceSet: string; plan: Awaited<ReturnType<typeof requireAccess>> },
+): Promise<GenerationRow> {
+  const { config, pool, ledger } = services;
+  const { auth } = input;
+  const maxRunning = config.jobs.maxRunningPerAccount;
+  // A cheap look first, so a submit that will be refused fetches nothing.
+  checkAdmissionCounts(a.plan, await admissionCounts(pool, auth.accountId, utcDayStartMs(deps.clock()), p.kind), maxRunning, deps.clock(), p.kind);
+  await checkUrlsFetchable(v.urls, services, deps);
+  // The authoritative admission: the account row lock serialises admissions of one account, and the
+  // counts are read by a later statement, so they see every admission committed before the lock.
+  return withTx(pool, async (c) => {
+    const locked = await requireAccess(c, auth.accountId, true, config.jobs.paygDailyCap, p.kind);
+    const nowMs = deps.clock();
+    checkAdmissionCounts(locked, await admissionCounts(c, auth.accountId, utcDayStartMs(nowMs), p.kind), maxRunning, nowMs, p.kind);
+    await ledger.using(c).reserve({ requestId: input.requestId, accountId: auth.accountId, keyId: auth.keyId, product: p.product, model: v.model.id, holdInk: a.holdInk });
+    return insertGeneration(c, {
+      id: a.id, kind: p.kind, accountId: auth.accountId, keyId: auth.keyId, requestId: input.requestId, model: v.model.id,
+      request: v.request as unknown as Record<string, unknown>, priceSet: a.priceSet, holdInk: a.holdInk, nowMs, owner: deps.owner, leaseMs: config.jobs.leaseMs,
+    });
+  });
+}

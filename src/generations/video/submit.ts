@@ -1,0 +1,104 @@
+// Submitting a video generation: the shared submit (../submit.ts, which documents the order of
+// answers), then the vendor task: submitting -> creating -> (Ark create) -> queued. A vendor that
+// refuses (502 provider_error) or cannot be reached (503 provider_unavailable) gets the hold
+// released and the row voided, in one transaction.
+import { videoClipInk } from '../../catalog/pricing.js';
+import { ApiError } from '../../errors.js';
+import type { Services } from '../../services.js';
+import { isStoreUnavailable, withTx } from '../../store/pool.js';
+import { ArkError, type ArkCreateInput } from '../../vendors/ark/client.js';
+import type { GenerationDeps } from '../deps.js';
+import { markCreating, markQueued, markVoided, type GenerationRow } from '../store.js';
+import { submitGeneration, type SubmitInput, type SubmitProduct, type SubmitResult } from '../submit.js';
+import { presentVideoAccepted } from './present.js';
+import { validateVideoRequest, type NormalisedVideoRequest, type ValidatedVideo } from './validate.js';
+
+export function arkInput(req: NormalisedVideoRequest, vendorModel: string): ArkCreateInput {
+  return {
+    vendorModel,
+    prompt: req.prompt,
+    resolution: req.resolution,
+    ratio: req.aspect_ratio,
+    durationS: req.duration,
+    generateAudio: req.generate_audio,
+    seed: req.seed,
+    firstFrameUrl: req.first_frame_url,
+    lastFrameUrl: req.last_frame_url,
+    referenceImageUrls: req.reference_image_urls,
+    referenceVideoUrls: req.reference_video_urls,
+    referenceAudioUrls: req.reference_audio_urls,
+  };
+}
+
+/** The vendor refused or could not be reached at submit: release the hold and void the row, in one transaction. */
+async function voidSubmit(services: Services, deps: GenerationDeps, row: GenerationRow, err: ApiError): Promise<void> {
+  const code = err.code === 'provider_error' ? 'provider_error' : 'provider_unavailable';
+  try {
+    await withTx(services.pool, async (c) => {
+      if (!(await markVoided(c, row.id, deps.owner, code, err.message, deps.clock()))) return; // recovery took it: it refunds
+      await services.ledger.using(c).release(row.request_id, `vendor_${code}`);
+    });
+  } catch (e) {
+    // The row stays `creating` under our lease; when the lease lapses the engine fails and refunds it.
+    services.log.warn('video.void_failed', { generation: row.id, err: (e as Error).message });
+  }
+}
+
+function vendorError(e: unknown): ApiError {
+  if (e instanceof ArkError && (e.kind === 'refused' || e.kind === 'protocol' || e.kind === 'not_found')) {
+    return new ApiError('provider_error', { message: `The video vendor refused the request: ${e.message.slice(0, 400)}` });
+  }
+  const retry = e instanceof ArkError && e.retryAfterS !== undefined ? Math.min(3600, Math.max(1, e.retryAfterS)) : 30;
+  return new ApiError('provider_unavailable', { message: 'The video vendor is unavailable; retry after Retry-After.', retryAfterS: retry });
+}
+
+/** A few quick tries of a statement whose failure would orphan a vendor task (a store blip). */
+async function retryStore<T>(fn: () => Promise<T>, tries = 3): Promise<T> {
+  for (let i = 0; ; i++) {
+    try {
+      return await fn();
+    } catch (e) {
+      if (i + 1 >= tries || !isStoreUnavailable(e)) throw e;
+      await new Promise((r) => setTimeout(r, 100 * (i + 1)));
+    }
+  }
+}
+
+/** Committed: from here on the row is a recovery point. submitting -> creating -> (vendor) -> queued. */
+async function createTask(services: Services, deps: GenerationDeps, row: GenerationRow, v: ValidatedVideo): Promise<void> {
+  const { pool, config } = services;
+  const ark = deps.ark!;
+  if (!(await markCreating(pool, row.id, deps.owner, deps.clock(), config.jobs.leaseMs))) return; // recovery already took it over (we stalled past the lease)
+  let taskId: string;
+  try {
+    taskId = await ark.createTask(arkInput(v.request, v.model.vendorModel));
+  } catch (e) {
+    const err = vendorError(e);
+    services.log.warn('video.vendor_create_failed', { generation: row.id, err: (e as Error).message });
+    await voidSubmit(services, deps, row, err);
+    throw err;
+  }
+  // If this cannot be recorded at all, the row stays `creating` and recovery refunds it (the task is then an orphan we pay for).
+  if (!(await retryStore(() => markQueued(pool, row.id, deps.owner, taskId, deps.clock(), config.jobs.pollIntervalMs)))) {
+    // Recovery failed the row (and refunded it) while the create was in flight: the task is an orphan.
+    services.log.warn('video.task_orphaned', { generation: row.id, task: taskId });
+    ark.cancelTask(taskId).catch(() => undefined);
+  }
+}
+
+const VIDEO_SUBMIT: SubmitProduct<NormalisedVideoRequest, ValidatedVideo> = {
+  kind: 'video',
+  product: 'video',
+  idPrefix: 'vgen_',
+  notAvailable: 'Video generation is not available on this deployment now.',
+  validate: (body, services, deps) => validateVideoRequest(body, services.catalog, { allowList: deps.fetch.allowList }),
+  vendorReady: (deps) => deps.ark !== undefined,
+  price: (v, services) => {
+    const priceSet = services.config.pricing.videoPriceSet;
+    return { priceSet, holdInk: videoClipInk(v.model, v.request.resolution, v.request.duration, priceSet) };
+  },
+  presentAccepted: presentVideoAccepted,
+  afterCommit: createTask,
+};
+
+export const submitVideo = (services: Services, deps: GenerationDeps, input: SubmitInput): Promise<SubmitResult> => submitGeneration(VIDEO_SUBMIT, services, deps, input);
