@@ -1,5 +1,5 @@
 // `npm start`: the gateway with its embedded default (and `npm run demo`: plus the vendor simulators).
-import { ensureDemoAccount, demoKeyPath } from './admin/demo.js';
+import { demoAccountAllowed, ensureDemoAccount, demoKeyPath, hasDemoKey } from './admin/demo.js';
 import { loadConfig } from './config/config.js';
 import { createGateway } from './gateway.js';
 import { Ledger } from './ledger/ledger.js';
@@ -36,16 +36,21 @@ export async function main(argv: string[]): Promise<void> {
     await pool.end();
     await gw.services.state.refresh();
   }
-  const pool = createPool({ ...config.db, url: db.url, poolMax: 2 });
-  const ledger = new Ledger(pool);
-  const key = await ensureDemoAccount(config, pool, ledger);
-  await ledger.close();
-  await pool.end();
+  let key: string | undefined;
+  if (demoAccountAllowed(config, { demo, dbKind: db.kind })) {
+    const pool = createPool({ ...config.db, url: db.url, poolMax: 2 });
+    const ledger = new Ledger(pool);
+    key = await ensureDemoAccount(config, pool, ledger);
+    await ledger.close();
+    await pool.end();
+  }
   if (key) {
     process.stdout.write(`\nDemo account created. Its API key (shown once, also in ${demoKeyPath(config)}):\n\n  ${key}\n\n`);
   }
   log.info(`inkgate listening on ${gw.url}`, { url: gw.url });
-  process.stdout.write(`Try: curl -H "Authorization: Bearer $(cat ${demoKeyPath(config)})" ${gw.url}/v1/me\n`);
+  if (db.kind !== 'external' || demo) {
+    if (hasDemoKey(config)) process.stdout.write(`Try: curl -H "Authorization: Bearer $(cat ${demoKeyPath(config)})" ${gw.url}/v1/me\n`);
+  }
 
   let stopping = false;
   const stop = async (sig: string) => {
