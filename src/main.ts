@@ -7,11 +7,13 @@ import { openDatabase } from './store/connect.js';
 import { createPool } from './store/pool.js';
 import { createLogger } from './util/log.js';
 import { startDemoVendors } from './simulators/demo.js';
+import type { AdminServer } from './ops/admin-server.js';
+import { drainAndClose, serveAdmin } from './ops/serve.js';
 
 export async function main(argv: string[]): Promise<void> {
-  const log = createLogger('info');
   const demo = argv.includes('--demo');
   let config = loadConfig();
+  const log = createLogger(config.log.level);
   const stops: Array<() => Promise<void>> = [];
   let videoFetch: { allowList: ReadonlySet<string>; ca: string } | undefined;
   if (demo) {
@@ -28,7 +30,10 @@ export async function main(argv: string[]): Promise<void> {
   log.info(config.redis.url ? 'limits: Redis (shared by every instance)' : 'limits: in-process (REDIS_URL unset): serves one instance only');
 
   const gw = await createGateway(config, { log, video: videoFetch ? { fetch: videoFetch } : {} });
-  stops.unshift(gw.close);
+  let admin: AdminServer | undefined;
+  stops.unshift(() => drainAndClose(gw, config, admin, log));
+  admin = await serveAdmin(gw, config, log);
+  log.info(`admin listener (/metrics, /healthz, /readyz) on ${admin.url}`, { url: admin.url });
   if (demo) {
     const pool = createPool({ ...config.db, url: db.url });
     // The demo's vendors are our simulators: certify every lane for them.
