@@ -4,6 +4,7 @@
 // or a request id. What the hot path touches is made at start-up; what other parts keep already
 // (the escrow's and journal's counters, the limiter) is read when Prometheus scrapes.
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { CounterCells, HistogramCells } from './cells.js';
 import { RequestMetrics, type CustomMetric } from './request-metrics.js';
 import { storeMetrics, type StoreFigures } from './store-metrics.js';
 
@@ -36,24 +37,20 @@ export interface MetricsSources {
 export class GatewayMetrics {
   readonly registry = new Registry();
   readonly http = new RequestMetrics();
-  private readonly ttft: Histogram<'lane'>;
-  private readonly upstreamErrors: Counter<'vendor' | 'kind'>;
-  private readonly refusals: Counter<'scope'>;
-  private readonly charged: Counter<'product' | 'model'>;
-  private readonly held: Counter<'product' | 'model'>;
+  private readonly ttft = new HistogramCells('inkgate_time_to_first_token_seconds', 'From the request line to the first streamed byte relayed to the client, by text lane.', ['lane'], TTFT_BUCKETS_S);
+  private readonly upstreamErrors = new CounterCells('inkgate_upstream_errors_total', 'Vendor calls that failed, by vendor and kind (connect, dispatch, rate_limited, status_4xx, status_5xx, body, stream, timeout).', ['vendor', 'kind']);
+  private readonly refusals = new CounterCells('inkgate_rate_limit_refusals_total', 'Requests refused 429 by the per-minute limit, by bucket scope (key or address).', ['scope']);
+  private readonly charged = new CounterCells('inkgate_ink_charged_total', 'Ink charged by settled text requests on this instance, by product and model.', ['product', 'model']);
+  private readonly held = new CounterCells('inkgate_ink_held_total', 'Ink put on hold by admitted text requests on this instance, by product and model.', ['product', 'model']);
   private readonly flush: Histogram<string>;
 
   constructor() {
     collectDefaultMetrics({ register: this.registry, eventLoopMonitoringPrecision: 20 });
     for (const m of this.http.promMetrics()) this.registry.registerMetric(m as unknown as Gauge);
-    const r = [this.registry];
-    this.ttft = new Histogram({ name: 'inkgate_time_to_first_token_seconds', help: 'From the request line to the first streamed byte relayed to the client, by text lane.', labelNames: ['lane'], buckets: TTFT_BUCKETS_S, registers: r });
-    this.upstreamErrors = new Counter({ name: 'inkgate_upstream_errors_total', help: 'Vendor calls that failed, by vendor and kind (connect, dispatch, rate_limited, status_4xx, status_5xx, body, stream, timeout).', labelNames: ['vendor', 'kind'], registers: r });
-    this.refusals = new Counter({ name: 'inkgate_rate_limit_refusals_total', help: 'Requests refused 429 by the per-minute limit, by bucket scope (key or address).', labelNames: ['scope'], registers: r });
-    this.charged = new Counter({ name: 'inkgate_ink_charged_total', help: 'Ink charged by settled text requests on this instance, by product and model.', labelNames: ['product', 'model'], registers: r });
-    this.held = new Counter({ name: 'inkgate_ink_held_total', help: 'Ink put on hold by admitted text requests on this instance, by product and model.', labelNames: ['product', 'model'], registers: r });
-    this.flush = new Histogram({ name: 'inkgate_ledger_flush_duration_seconds', help: 'One committed group flush of the ledger journal.', buckets: FLUSH_BUCKETS_S, registers: r });
-    for (const scope of ['key', 'address'] as const) this.refusals.labels(scope).inc(0);
+    for (const c of [this.ttft, this.upstreamErrors, this.refusals, this.charged, this.held]) this.registry.registerMetric(c.metric() as unknown as Gauge);
+    this.flush = new Histogram({ name: 'inkgate_ledger_flush_duration_seconds', help: 'One committed group flush of the ledger journal.', buckets: FLUSH_BUCKETS_S, registers: [this.registry] });
+    // Present from the first scrape, so a rate() over them has a starting point.
+    for (const scope of ['key', 'address'] as const) this.refusals.inc(scope, '', 0);
   }
 
   /** Reads the ledger's and the store's figures at scrape time. Called once, after the escrow started. */
@@ -82,23 +79,23 @@ export class GatewayMetrics {
 
   /** A stream's first byte reached the client. */
   firstToken(lane: string, seconds: number): void {
-    this.ttft.labels(lane).observe(seconds);
+    this.ttft.observe(lane, '', seconds);
   }
 
   upstreamError(vendor: string, kind: UpstreamErrorKind): void {
-    this.upstreamErrors.labels(vendor, kind).inc();
+    this.upstreamErrors.inc(vendor, kind);
   }
 
   rateLimited(scope: LimitScope): void {
-    this.refusals.labels(scope).inc();
+    this.refusals.inc(scope);
   }
 
   inkHeld(product: string, model: string, ink: number): void {
-    this.held.labels(product, model).inc(ink);
+    this.held.inc(product, model, ink);
   }
 
   inkCharged(product: string, model: string, ink: number): void {
-    this.charged.labels(product, model).inc(ink);
+    this.charged.inc(product, model, ink);
   }
 
   /** The text exposition format, and its content type. */
