@@ -106,6 +106,7 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
       bus: { dbUrl: config.db.url, dbSchema: config.db.schema, connectTimeoutMs: config.db.connectionTimeoutMs, redis: config.redis },
       log: ledgerLog,
       onKeyChanged: (keyId) => keys.forgetKey(keyId),
+      onSwitchChanged: () => void state.refresh(),
     });
     cleanups.push(() => escrow.close());
     const services: Services = { config, pool, state, limiter, catalog, ledger, escrow, log, metrics };
