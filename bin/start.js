@@ -18,9 +18,12 @@ function newest(dir) {
 
 export function ensureBuilt() {
   const out = join(root, 'dist', 'main.js');
+  const tsc = join(root, 'node_modules', '.bin', 'tsc');
+  // A runtime image ships dist/ and no compiler (Dockerfile): what was built is what runs.
+  if (existsSync(out) && !existsSync(tsc)) return;
   if (existsSync(out) && statSync(out).mtimeMs >= newest(join(root, 'src'))) return;
   process.stderr.write('inkgate: building dist/ ...\n');
-  const r = spawnSync(join(root, 'node_modules', '.bin', 'tsc'), ['-p', 'tsconfig.build.json'], { cwd: root, stdio: 'inherit' });
+  const r = spawnSync(tsc, ['-p', 'tsconfig.build.json'], { cwd: root, stdio: 'inherit' });
   if (r.status !== 0) process.exit(r.status ?? 1);
 }
 

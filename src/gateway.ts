@@ -28,6 +28,10 @@ import { migrate } from './store/migrate.js';
 import { createPool, type Pool } from './store/pool.js';
 import { createLogger, type Logger } from './util/log.js';
 import type { Services } from './services.js';
+import { GatewayMetrics } from './metrics/metrics.js';
+import { ReadinessCheck } from './ops/readiness.js';
+import { clientAddressResolver } from './ops/client-address.js';
+import { listMigrations } from './store/migrate.js';
 
 export interface Gateway {
   readonly url: string;
@@ -35,6 +39,9 @@ export interface Gateway {
   readonly services: Services;
   /** The generation products' dependencies (video and images; named `video` since it came first) and this instance's job engine. */
   readonly video: { readonly deps: GenerationDeps; readonly engine: JobEngine };
+  /** Metrics and readiness, served by the admin listener (ops/serve.ts). */
+  readonly ops: { readonly metrics: GatewayMetrics; readonly readiness: ReadinessCheck };
+  /** Fails readiness at once, then drains and stops everything. */
   close(): Promise<void>;
 }
 
@@ -59,7 +66,9 @@ export interface GatewayOptions {
 
 export async function createGateway(config: Config, opts: GatewayOptions = {}): Promise<Gateway> {
   if (config.db.url === null) throw new Error('createGateway needs config.db.url (main.ts starts the embedded Postgres)');
-  const log = opts.log ?? createLogger('info');
+  const log = opts.log ?? createLogger(config.log.level);
+  const clientAddress = clientAddressResolver(config.server); // throws on a bad trustedProxies entry, before anything opens
+  const metrics = new GatewayMetrics();
   const pool = createPool({ ...config.db, url: config.db.url });
   const cleanups: Array<() => Promise<void> | void> = [() => pool.end()];
   const cleanup = async () => {
@@ -98,9 +107,18 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
       bus: { dbUrl: config.db.url, dbSchema: config.db.schema, connectTimeoutMs: config.db.connectionTimeoutMs, redis: config.redis },
       log: ledgerLog,
       onKeyChanged: (keyId) => keys.forgetKey(keyId),
+      onSwitchChanged: () => void state.refresh(),
     });
     cleanups.push(() => escrow.close());
-    const services: Services = { config, pool, state, limiter, catalog, ledger, escrow, log };
+    const services: Services = { config, pool, state, limiter, catalog, ledger, escrow, log, metrics };
+    metrics.attach({ escrow, store: { db: pool }, storeScrapeMs: config.admin.storeScrapeMs });
+    const readiness = new ReadinessCheck({
+      db: pool,
+      latestMigration: Math.max(0, ...listMigrations().map((m) => m.version)),
+      // A take on a bucket of its own proves the limiter's script runs (a refusal is an answer too).
+      redis: limiter.kind === 'redis' ? () => limiter.take('probe:ready', 1) : undefined,
+      timeoutMs: config.admin.readyTimeoutMs,
+    });
 
     const upstreams: Upstream[] = [];
     const upstream = (v: 'anthropic' | 'openai'): Upstream | undefined => {
@@ -155,6 +173,8 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
       publicRequestsPerMinute: config.limits.publicRequestsPerMinute,
       log,
       other: mediaHostHandler(generationDeps),
+      metrics: { observe: (m, r, s, sec) => metrics.http.observe(m, r, s, sec), rateLimited: (scope) => metrics.rateLimited(scope) },
+      clientAddress: (ctx) => clientAddress(ctx),
     });
     const running = server;
     cleanups.push(async () => {
@@ -169,7 +189,11 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
       port: running.port,
       services,
       video: { deps: generationDeps, engine },
-      close: cleanup,
+      ops: { metrics, readiness },
+      close: async () => {
+        readiness.drain();
+        await cleanup();
+      },
     };
   } catch (e) {
     await cleanup();

@@ -1,5 +1,5 @@
 // `npm start`: the gateway with its embedded default (and `npm run demo`: plus the vendor simulators).
-import { ensureDemoAccount, demoKeyPath } from './admin/demo.js';
+import { demoAccountAllowed, ensureDemoAccount, demoKeyPath, hasDemoKey } from './admin/demo.js';
 import { loadConfig } from './config/config.js';
 import { createGateway } from './gateway.js';
 import { Ledger } from './ledger/ledger.js';
@@ -7,11 +7,13 @@ import { openDatabase } from './store/connect.js';
 import { createPool } from './store/pool.js';
 import { createLogger } from './util/log.js';
 import { startDemoVendors } from './simulators/demo.js';
+import type { AdminServer } from './ops/admin-server.js';
+import { drainAndClose, serveAdmin } from './ops/serve.js';
 
 export async function main(argv: string[]): Promise<void> {
-  const log = createLogger('info');
   const demo = argv.includes('--demo');
   let config = loadConfig();
+  const log = createLogger(config.log.level);
   const stops: Array<() => Promise<void>> = [];
   let videoFetch: { allowList: ReadonlySet<string>; ca: string } | undefined;
   if (demo) {
@@ -28,7 +30,10 @@ export async function main(argv: string[]): Promise<void> {
   log.info(config.redis.url ? 'limits: Redis (shared by every instance)' : 'limits: in-process (REDIS_URL unset): serves one instance only');
 
   const gw = await createGateway(config, { log, video: videoFetch ? { fetch: videoFetch } : {} });
-  stops.unshift(gw.close);
+  let admin: AdminServer | undefined;
+  stops.unshift(() => drainAndClose(gw, config, admin, log));
+  admin = await serveAdmin(gw, config, log);
+  log.info(`admin listener (/metrics, /healthz, /readyz) on ${admin.url}`, { url: admin.url });
   if (demo) {
     const pool = createPool({ ...config.db, url: db.url });
     // The demo's vendors are our simulators: certify every lane for them.
@@ -36,16 +41,21 @@ export async function main(argv: string[]): Promise<void> {
     await pool.end();
     await gw.services.state.refresh();
   }
-  const pool = createPool({ ...config.db, url: db.url, poolMax: 2 });
-  const ledger = new Ledger(pool);
-  const key = await ensureDemoAccount(config, pool, ledger);
-  await ledger.close();
-  await pool.end();
+  let key: string | undefined;
+  if (demoAccountAllowed(config, { demo, dbKind: db.kind })) {
+    const pool = createPool({ ...config.db, url: db.url, poolMax: 2 });
+    const ledger = new Ledger(pool);
+    key = await ensureDemoAccount(config, pool, ledger);
+    await ledger.close();
+    await pool.end();
+  }
   if (key) {
     process.stdout.write(`\nDemo account created. Its API key (shown once, also in ${demoKeyPath(config)}):\n\n  ${key}\n\n`);
   }
   log.info(`inkgate listening on ${gw.url}`, { url: gw.url });
-  process.stdout.write(`Try: curl -H "Authorization: Bearer $(cat ${demoKeyPath(config)})" ${gw.url}/v1/me\n`);
+  if (db.kind !== 'external' || demo) {
+    if (hasDemoKey(config)) process.stdout.write(`Try: curl -H "Authorization: Bearer $(cat ${demoKeyPath(config)})" ${gw.url}/v1/me\n`);
+  }
 
   let stopping = false;
   const stop = async (sig: string) => {

@@ -9,6 +9,7 @@ import type { Ledger } from './ledger/ledger.js';
 import type { RateLimiter } from './limits/rate-limiter.js';
 import type { Pool } from './store/pool.js';
 import type { Logger } from './util/log.js';
+import type { GatewayMetrics } from './metrics/metrics.js';
 
 export interface Services {
   readonly config: Config;
@@ -20,4 +21,6 @@ export interface Services {
   /** The text lanes' billing: escrow leases over the ledger. */
   readonly escrow: Escrow;
   readonly log: Logger;
+  /** Counters the products feed (time to first token, upstream errors, Ink held and charged). */
+  readonly metrics?: GatewayMetrics;
 }

@@ -10,25 +10,87 @@ import { migrate } from '../store/migrate.js';
 import { createPool } from '../store/pool.js';
 import type { AdminCommand, AdminContext } from './command.js';
 import { ledgerCommands } from './ledger-commands.js';
+import { parseArgs as nodeParseArgs } from 'node:util';
 
 export interface ParsedArgs {
   flags: Record<string, string | true>;
   positional: string[];
 }
 
-export function parseArgs(argv: string[]): ParsedArgs {
-  const flags: Record<string, string | true> = Object.create(null) as Record<string, string | true>;
-  const positional: string[] = [];
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i]!;
-    if (a.startsWith('--')) {
-      const eq = a.indexOf('=');
-      if (eq > 0) flags[a.slice(2, eq)] = a.slice(eq + 1);
-      else if (i + 1 < argv.length && !argv[i + 1]!.startsWith('--') && a !== '--json') flags[a.slice(2)] = argv[++i]!;
-      else flags[a.slice(2)] = true;
-    } else positional.push(a);
+/** Flags every command takes, none with a value. */
+const GLOBAL_FLAGS: Readonly<Record<string, 'boolean'>> = Object.freeze({ json: 'boolean', help: 'boolean' });
+
+/**
+ * The flags a command takes, read from its usage line: `--name N` (or `[--name N]`) takes a value,
+ * `--name` followed by another flag, a bracket or nothing is a switch. The usage line is what the
+ * operator reads, so what it shows is exactly what is accepted.
+ */
+export function flagsOfUsage(usage: string): Record<string, 'string' | 'boolean'> {
+  const raw = usage.split(/\s+/);
+  const words = raw.map((w) => w.replace(/^\[+|\]+$/g, ''));
+  const out: Record<string, 'string' | 'boolean'> = { ...GLOBAL_FLAGS };
+  for (let i = 0; i < words.length; i++) {
+    const w = words[i]!;
+    if (!w.startsWith('--')) continue;
+    const next = words[i + 1];
+    const closed = raw[i]!.endsWith(']');
+    const takesValue = !closed && next !== undefined && next !== '' && !next.startsWith('--') && !raw[i + 1]!.startsWith('[');
+    out[w.slice(2)] = takesValue ? 'string' : 'boolean';
   }
-  return { flags, positional };
+  return out;
+}
+
+/**
+ * Parses argv against the flags a command declares (node's parseArgs, strict): an unknown flag
+ * (a typo such as --ink-limt) and a flag that takes a value but has none (a bare --ink-limit, or
+ * one followed by another flag) are refused, so a mistyped cap can never create a key without one.
+ * A flag given twice is refused too: which one wins would be a guess.
+ */
+export function parseArgs(argv: string[], flags: Readonly<Record<string, 'string' | 'boolean'>> = GLOBAL_FLAGS): ParsedArgs {
+  const options: Record<string, { type: 'string' | 'boolean' }> = {};
+  for (const [k, type] of Object.entries(flags)) options[k] = { type };
+  let parsed;
+  try {
+    parsed = nodeParseArgs({ args: argv, options, strict: true, allowPositionals: true, tokens: true });
+  } catch (e) {
+    throw new AdminError(cliMessage(e));
+  }
+  const seen = new Set<string>();
+  for (const tok of parsed.tokens) {
+    if (tok.kind !== 'option') continue;
+    if (seen.has(tok.name)) throw new AdminError(`--${tok.name} is given twice`);
+    seen.add(tok.name);
+  }
+  const out: Record<string, string | true> = Object.create(null) as Record<string, string | true>;
+  for (const [k, v] of Object.entries(parsed.values)) {
+    if (v === true || typeof v === 'string') out[k] = v;
+  }
+  return { flags: out, positional: parsed.positionals };
+}
+
+/** node's parse errors name the flag in a long sentence; the operator gets one short line. */
+function cliMessage(e: unknown): string {
+  const msg = e instanceof Error ? e.message : String(e);
+  const code = (e as { code?: string }).code;
+  const flag = /'(-{1,2}[^' ]+)/.exec(msg)?.[1];
+  if (code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION') return `unknown flag ${flag ?? msg}; run inkgate help`;
+  if (code === 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE') {
+    if (/ambiguous/.test(msg)) return `${flag ?? 'a flag'} needs a value (a value starting with - is written ${flag ?? '--flag'}=-...)`;
+    if (/argument missing/.test(msg)) return `${flag ?? 'a flag'} needs a value`;
+    return `${flag ?? 'a flag'} takes no value`;
+  }
+  return msg.split('\n')[0]!;
+}
+
+/** The command words: the leading words before the first flag (global switches may come first). */
+function commandWords(argv: string[]): string[] {
+  const words: string[] = [];
+  for (const a of argv) {
+    if (a === '--json' || a === '--help') continue;
+    if (a.startsWith('-')) break;
+    words.push(a);
+  }
+  return words;
 }
 
 const need = (args: ParsedArgs, name: string): string => {
@@ -101,7 +163,8 @@ const coreCommands: Record<string, AdminCommand> = {
     usage: 'key revoke KEY_ID',
     summary: 'refuse the key from the next request on',
     run: async (a, ctx) => {
-      const id = a.positional[0] ?? need(a, 'key');
+      const id = a.positional[0];
+      if (id === undefined) throw new AdminError('KEY_ID is required');
       await revokeKey(ctx.pool, id);
       return { id, revoked: true };
     },
@@ -110,7 +173,8 @@ const coreCommands: Record<string, AdminCommand> = {
     usage: 'key set-limit KEY_ID --ink-limit N|none',
     summary: "edit a key's lifetime Ink cap",
     run: async (a, ctx) => {
-      const id = a.positional[0] ?? need(a, 'key');
+      const id = a.positional[0];
+      if (id === undefined) throw new AdminError('KEY_ID is required');
       const v = need(a, 'ink-limit');
       const limit = v === 'none' ? null : wholeInk(v, 'ink-limit');
       await setKeyLimit(ctx.pool, id, limit);
@@ -205,17 +269,24 @@ function human(v: unknown): string {
 export async function runCli(argv: string[], out: (s: string) => unknown = (s) => process.stdout.write(s), err: (s: string) => unknown = (s) => process.stderr.write(s), config?: Config): Promise<number> {
   // The bench measures targets, not the database: it never opens the operator's (src/bench).
   if (argv[0] === 'bench') return (await import('../bench/cli.js')).runBench(argv.slice(1), out, err);
-  const args = parseArgs(argv);
+  const found = findCommand(commandWords(argv));
+  let args: ParsedArgs;
+  try {
+    args = parseArgs(argv, found ? flagsOfUsage(commands[found.name]!.usage) : GLOBAL_FLAGS);
+  } catch (e) {
+    err(`inkgate: ${(e as Error).message}\n`);
+    return 1;
+  }
   const json = args.flags.json === true;
   if (args.positional.length === 0 || args.flags.help === true || args.positional[0] === 'help') {
-    out(usage());
+    out(found && args.flags.help === true ? `usage: inkgate ${commands[found.name]!.usage}\n      ${commands[found.name]!.summary}\n` : usage());
     return args.positional.length === 0 && args.flags.help !== true ? 1 : 0;
   }
-  const found = findCommand(args.positional);
   if (!found) {
     err(`inkgate: unknown command ${JSON.stringify(args.positional.join(' '))}; run inkgate help\n`);
     return 1;
   }
+  const rest = args.positional.slice(found.name.split(' ').length);
   const cfg = config ?? loadConfig();
   let db;
   try {
@@ -231,7 +302,7 @@ export async function runCli(argv: string[], out: (s: string) => unknown = (s) =
     let catalog: ReturnType<typeof loadCatalog> | undefined;
     const ctx: AdminContext = { pool, ledger, config: cfg, catalog: () => (catalog ??= loadCatalog()) };
     const command = commands[found.name]!;
-    const result = await command.run({ flags: args.flags, positional: found.rest }, ctx);
+    const result = await command.run({ flags: args.flags, positional: rest }, ctx);
     out(json ? JSON.stringify(result, null, 2) + '\n' : human(result) + '\n');
     return command.exitCode?.(result) ?? 0;
   } catch (e) {

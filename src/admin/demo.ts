@@ -9,6 +9,15 @@ import type { Pool } from '../store/pool.js';
 
 export const demoKeyPath = (cfg: Config): string => join(cfg.dataDir, 'demo-key');
 
+/**
+ * Whether this start may create the demo account: only under `npm run demo` or on the embedded
+ * PostgreSQL this process (or a sibling) started. Never on a database named by DATABASE_URL: an
+ * operator's fresh production database must not get a funded account with a key on disk.
+ */
+export function demoAccountAllowed(cfg: Config, start: { demo: boolean; dbKind: 'external' | 'embedded' | 'embedded-shared' }): boolean {
+  return cfg.demo.createAccount && (start.demo || start.dbKind !== 'external');
+}
+
 /** Creates the demo account when the database has no accounts yet; returns the raw key when it did. */
 export async function ensureDemoAccount(cfg: Config, pool: Pool, ledger: Ledger): Promise<string | undefined> {
   if (!cfg.demo.createAccount) return undefined;

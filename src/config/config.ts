@@ -14,6 +14,25 @@ export const ConfigSchema = Type.Object({
   server: Type.Object({
     host: Type.String({ minLength: 1 }),
     port: Type.Integer({ minimum: 0, maximum: 65535 }),
+    /** Read the caller's address from a PROXY protocol v2 header (the balancer must send one on every connection). */
+    proxyProtocol: Type.Boolean(),
+    /** Addresses or CIDR blocks whose X-Forwarded-For is believed; empty: the peer address is the caller's. */
+    trustedProxies: Type.Array(Type.String({ minLength: 1, maxLength: 64 }), { maxItems: 256 }),
+  }),
+  /** The admin listener: /metrics, /healthz, /readyz. Never the public port. */
+  admin: Type.Object({
+    host: Type.String({ minLength: 1 }),
+    /** 0: any free port (tests). */
+    port: Type.Integer({ minimum: 0, maximum: 65535 }),
+    /** /readyz fails when Postgres or Redis take longer than this to answer. */
+    readyTimeoutMs: Type.Integer({ minimum: 10, maximum: 60_000 }),
+    /** On SIGTERM /readyz fails this long before the public port stops admitting (the balancer's notice). */
+    drainDelayMs: Type.Integer({ minimum: 0, maximum: 600_000 }),
+    /** Store-wide figures (open holds, generations by state) are read at most this often per instance. */
+    storeScrapeMs: Type.Integer({ minimum: 0, maximum: 600_000 }),
+  }),
+  log: Type.Object({
+    level: Type.Union([Type.Literal('debug'), Type.Literal('info'), Type.Literal('warn'), Type.Literal('error'), Type.Literal('silent')]),
   }),
   dataDir: Type.String({ minLength: 1 }),
   mediaUrl: NullableString,
@@ -181,13 +200,25 @@ const int = (name: string, v: string | undefined): number | undefined => {
   return n;
 };
 const str = (v: string | undefined): string | undefined => (v === undefined || v === '' ? undefined : v);
+const list = (v: string | undefined): string[] | undefined => (v === undefined || v.trim() === '' ? undefined : v.split(',').map((x) => x.trim()).filter((x) => x !== ''));
 const bool = (v: string | undefined): boolean | undefined => (v === undefined || v === '' ? undefined : v === '1' || v === 'true');
 
 /** The environment's part of the configuration (these names are part of the interface: docs/operations.md). */
 function fromEnv(env: Env): Record<string, unknown> {
   const vendor = (p: string) => ({ baseUrl: str(env[`INKGATE_${p}_BASE_URL`]), apiKey: str(env[`INKGATE_${p}_API_KEY`]) });
   return {
-    server: { host: str(env.INKGATE_HOST), port: int('INKGATE_PORT', env.INKGATE_PORT) },
+    server: {
+      host: str(env.INKGATE_HOST),
+      port: int('INKGATE_PORT', env.INKGATE_PORT),
+      proxyProtocol: bool(env.INKGATE_PROXY_PROTOCOL),
+      trustedProxies: list(env.INKGATE_TRUSTED_PROXIES),
+    },
+    admin: {
+      host: str(env.INKGATE_ADMIN_HOST),
+      port: int('INKGATE_ADMIN_PORT', env.INKGATE_ADMIN_PORT),
+      drainDelayMs: int('INKGATE_DRAIN_DELAY_MS', env.INKGATE_DRAIN_DELAY_MS),
+    },
+    log: { level: str(env.INKGATE_LOG_LEVEL) },
     dataDir: str(env.INKGATE_DATA_DIR),
     mediaUrl: str(env.INKGATE_MEDIA_URL),
     db: { url: str(env.DATABASE_URL) },
@@ -197,6 +228,17 @@ function fromEnv(env: Env): Record<string, unknown> {
     allowUwsFallback: bool(env.INKGATE_ALLOW_UWS_FALLBACK),
     ledger: { instanceId: str(env.INKGATE_INSTANCE_ID), durability: str(env.INKGATE_LEDGER_DURABILITY) },
   };
+}
+
+/**
+ * Every environment variable the configuration reads (found by reading a recording environment,
+ * so the list cannot drift from fromEnv). The compose file's test checks its variables against it.
+ */
+export function knownEnvironmentVariables(): string[] {
+  const seen = new Set<string>(['INKGATE_CONFIG']);
+  const recorder = new Proxy({} as Env, { get: (_t, k) => (typeof k === 'string' && seen.add(k), undefined) });
+  fromEnv(recorder);
+  return [...seen].sort();
 }
 
 export function readJsonFile(path: string): Record<string, unknown> {

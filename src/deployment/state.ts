@@ -1,6 +1,8 @@
 // Operator switches kept in Postgres (api open/closed, lanes certified, models paused).
-// Each instance re-reads them every refreshMs, so a switch flipped by the CLI reaches every
-// instance within that interval; nothing here is state another instance needs from us.
+// A writer below sends a NOTIFY in the statement that flips the switch (delivered if it commits):
+// every instance hears it on the ledger's Postgres bus and re-reads at once (milliseconds). Each
+// instance also re-reads every refreshMs, so a lost message costs at most that long.
+import { SWITCH_NOTIFY_SQL } from '../store/notify.js';
 import type { Queryable } from '../store/pool.js';
 
 export type Lane = 'messages' | 'responses' | 'video' | 'images';
@@ -71,22 +73,27 @@ export class DeploymentState {
 
 // ---- writers used by the admin CLI ----
 
+/** Tells every instance to re-read the switches (ledger/recalls.ts: the bus every instance listens on). */
+const SWITCH_NOTIFY = SWITCH_NOTIFY_SQL;
+
 export async function setApiOpen(db: Queryable, open: boolean): Promise<void> {
-  await db.query('UPDATE deployment SET api_open = $1, updated_at = now()', [open]);
+  await db.query(`WITH changed AS (UPDATE deployment SET api_open = $1, updated_at = now() RETURNING 1) SELECT ${SWITCH_NOTIFY} FROM (SELECT count(*) FROM changed) c`, [open]);
 }
 
 export async function setLane(db: Queryable, lane: Lane, enabled: boolean): Promise<void> {
-  await db.query('UPDATE lanes SET enabled = $2, updated_at = now() WHERE lane = $1', [lane, enabled]);
+  await db.query(`WITH changed AS (UPDATE lanes SET enabled = $2, updated_at = now() WHERE lane = $1 RETURNING 1) SELECT ${SWITCH_NOTIFY} FROM (SELECT count(*) FROM changed) c`, [lane, enabled]);
 }
 
 export async function pauseModel(db: Queryable, modelId: string, retryAfterS: number): Promise<void> {
   await db.query(
-    `INSERT INTO model_pauses (model_id, retry_after_s) VALUES ($1, $2)
-     ON CONFLICT (model_id) DO UPDATE SET retry_after_s = excluded.retry_after_s, paused_at = now()`,
+    `WITH changed AS (
+       INSERT INTO model_pauses (model_id, retry_after_s) VALUES ($1, $2)
+       ON CONFLICT (model_id) DO UPDATE SET retry_after_s = excluded.retry_after_s, paused_at = now() RETURNING 1)
+     SELECT ${SWITCH_NOTIFY} FROM (SELECT count(*) FROM changed) c`,
     [modelId, retryAfterS],
   );
 }
 
 export async function resumeModel(db: Queryable, modelId: string): Promise<void> {
-  await db.query('DELETE FROM model_pauses WHERE model_id = $1', [modelId]);
+  await db.query(`WITH changed AS (DELETE FROM model_pauses WHERE model_id = $1 RETURNING 1) SELECT ${SWITCH_NOTIFY} FROM (SELECT count(*) FROM changed) c`, [modelId]);
 }

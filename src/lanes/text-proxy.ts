@@ -86,6 +86,12 @@ const STREAM_HEADERS: ReadonlyArray<readonly [string, string]> = [
   ['X-Accel-Buffering', 'no'],
 ];
 
+/** undici's own timeouts (headers, body idle) and our total cap. */
+function isTimeout(e: unknown): boolean {
+  const code = (e as { code?: unknown }).code;
+  return code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT' || code === 'UND_ERR_CONNECT_TIMEOUT';
+}
+
 function vendorMessage(text: string): string {
   try {
     const j = JSON.parse(text) as { error?: { message?: unknown } | string; message?: unknown };
@@ -220,7 +226,10 @@ export function createTextHandler(lane: TextLane, d: TextProxyDeps): (ctx: HttpC
     if (m.type === 'text') rewrites.set(m.id, modelRewrite(m.vendorModel, m.id));
   }
 
+  const vendor = lane.lane === 'messages' ? 'anthropic' : 'openai';
+  const metrics = services.metrics;
   return async (ctx) => {
+    const startedMs = performance.now();
     const snap = services.state.current;
     if (!upstream || !snap.lanes[lane.lane]) {
       throw new ApiError('provider_unavailable', { message: `The ${lane.product} lane is not enabled on this deployment.`, retryAfterS: 300 });
@@ -234,6 +243,7 @@ export function createTextHandler(lane: TextLane, d: TextProxyDeps): (ctx: HttpC
     if (auth.expiresAtMs !== null && auth.expiresAtMs <= Date.now()) throw new ApiError('invalid_api_key', { message: 'The API key has expired.' });
     await ledger.reserve({ requestId, accountId: auth.accountId, keyId: auth.keyId, product: lane.product, model: req.model.id, holdInk: req.holdInk });
     ctx.keyConfirmed = true;
+    metrics?.inkHeld(lane.product, req.model.id, req.holdInk);
 
     let res: Dispatcher.ResponseData;
     try {
@@ -244,6 +254,7 @@ export function createTextHandler(lane: TextLane, d: TextProxyDeps): (ctx: HttpC
         body: req.vendorBody,
       });
     } catch (e) {
+      metrics?.upstreamError(vendor, neverSent(e) ? 'connect' : isTimeout(e) ? 'timeout' : 'dispatch');
       if (neverSent(e)) {
         await moveOrLog(services, requestId, 'release', ledger.release(requestId, 'vendor unreachable before the request was sent'));
         throw new ApiError('provider_unavailable', { message: 'The vendor is unreachable.', retryAfterS: 30, cause: e });
@@ -259,6 +270,7 @@ export function createTextHandler(lane: TextLane, d: TextProxyDeps): (ctx: HttpC
       } catch {
         /* the status decides; the message is best effort */
       }
+      metrics?.upstreamError(vendor, res.statusCode === 429 ? 'rate_limited' : res.statusCode < 500 ? 'status_4xx' : 'status_5xx');
       const mapped = mapVendorStatus(res.statusCode, text, res.headers, lane.promptParam);
       await moveOrLog(
         services,
@@ -272,13 +284,14 @@ export function createTextHandler(lane: TextLane, d: TextProxyDeps): (ctx: HttpC
     }
 
     const rw = rewrites.get(req.model.id)!;
-    if (req.stream) return streamThrough(ctx, lane, req, res, rw, ledger, services);
+    if (req.stream) return streamThrough(ctx, lane, req, res, rw, ledger, services, startedMs);
 
     let result: BodyResult;
     try {
       const buf = await readBounded(res.body, MAX_VENDOR_BODY_BYTES, cfg.upstream.streamTotalMs);
       result = lane.finishBody(JSON.parse(buf.toString('utf8')), req);
     } catch (e) {
+      metrics?.upstreamError(vendor, 'body');
       await moveOrLog(services, requestId, 'markUsageUnknown', ledger.markUsageUnknownEventually(requestId, { reason: `unreadable vendor body: ${(e as Error).message.slice(0, 200)}` }));
       throw new ApiError('provider_error', { message: 'The vendor answer could not be read; the hold is kept until reconciled.', cause: e });
     }
@@ -289,7 +302,10 @@ export function createTextHandler(lane: TextLane, d: TextProxyDeps): (ctx: HttpC
     const headers: Array<[string, string]> = [['X-Service-Request-Id', requestId]];
     try {
       const s = await ledger.settle(requestId, result.chargeInk, { usage: result.usage, vendorRequestId: storableId(result.vendorRequestId) });
-      if (s.resolved) headers.unshift(['X-Service-Ink-Charged', String(s.chargedInk)]);
+      if (s.resolved) {
+        headers.unshift(['X-Service-Ink-Charged', String(s.chargedInk)]);
+        metrics?.inkCharged(lane.product, req.model.id, s.chargedInk);
+      }
     } catch (e) {
       // The vendor ran and we hold the answer: deliver it. The hold stays open for reconciliation.
       await settleFailed(services, ledger, requestId, result.chargeInk, result.usage, storableId(result.vendorRequestId), e);
@@ -306,8 +322,10 @@ async function streamThrough(
   rw: ModelRewrite,
   ledger: TextBilling,
   services: Services,
+  startedMs: number,
 ): Promise<void> {
   const requestId = ctx.requestId;
+  let firstByte = true;
   const body = res.body;
   const framer = new SseFramer(MAX_PENDING_EVENT_BYTES);
   const tally = lane.newTally(req);
@@ -344,6 +362,10 @@ async function streamThrough(
         out = withoutErrorEvents(out);
         if (out.length === 0) return true;
       }
+      if (firstByte) {
+        firstByte = false;
+        services.metrics?.firstToken(lane.lane, (performance.now() - startedMs) / 1000);
+      }
       // A client that went away is not written to, but the vendor is read to its receipt.
       if (!ctx.aborted && !ctx.write(out) && !waiting) {
         waiting = true;
@@ -376,6 +398,7 @@ async function streamThrough(
     body.once('close', () => finish(failure));
   });
   tally.end();
+  if (failure) services.metrics?.upstreamError(lane.lane === 'messages' ? 'anthropic' : 'openai', /time/.test(failure.message) ? 'timeout' : 'stream');
 
   let frame: string;
   const outcome = tally.capped ? 'capped' : tally.outcome();
@@ -395,6 +418,7 @@ async function streamThrough(
     try {
       const s = await ledger.settle(requestId, charge, { usage, vendorRequestId: vendorId });
       charged = s.resolved ? s.chargedInk : undefined;
+      if (charged !== undefined) services.metrics?.inkCharged(lane.product, req.model.id, charged);
     } catch (e) {
       await settleFailed(services, ledger, requestId, charge, usage, vendorId, e);
     }

@@ -36,6 +36,8 @@ export interface EscrowOptions {
   readonly log: (msg: string, fields?: Record<string, unknown>) => void;
   /** A key was revoked, expired or its cap edited elsewhere: authentication caches drop it. */
   readonly onKeyChanged?: (keyId: string) => void;
+  /** An operator switch changed (heard on the bus): the deployment state re-reads them. */
+  readonly onSwitchChanged?: () => void;
   readonly now?: () => Date;
 }
 
@@ -356,6 +358,10 @@ export class Escrow implements TextBilling {
 
   /** A recall heard on the bus (or made here): this instance's leases in scope give their spare Ink back. */
   private async heard(s: RecallScope): Promise<void> {
+    if (s.why === 'switch') {
+      this.o.onSwitchChanged?.();
+      return;
+    }
     const done: Promise<void>[] = [];
     const edgeUntil = performance.now() + this.lc.edgeRetryMs;
     for (const lease of this.byId.values()) {

@@ -6,19 +6,23 @@
 import pg from 'pg';
 import { Redis } from 'ioredis';
 import { redisOptions, reconnectDelayMs } from '../limits/redis-client.js';
+import { BUS_CHANNEL_SQL, busChannel } from '../store/notify.js';
 
 export interface RecallScope {
   readonly accountId?: string;
   readonly keyId?: string;
-  /** 'key': the key itself changed (revoked, cap edited): also drop it from authentication caches. */
-  readonly why: 'edge' | 'key' | 'period';
+  /**
+   * 'key': the key itself changed (revoked, cap edited): also drop it from authentication caches.
+   * 'switch': an operator switch changed (API, lane, model pause): no lease is recalled, every
+   * instance re-reads the switches now instead of at its next refresh.
+   */
+  readonly why: 'edge' | 'key' | 'period' | 'switch';
 }
 
-const RECALL_CHANNEL = 'inkgate_recall';
 const MAX_MESSAGE_CHARS = 1000;
 
 /** The channel name carries the schema, so test schemas (and deployments sharing a server) never hear each other. */
-export const recallChannel = (schema: string): string => `${RECALL_CHANNEL}_${schema}`;
+export const recallChannel = busChannel;
 
 export function encodeRecall(s: RecallScope): string {
   return JSON.stringify({ a: s.accountId, k: s.keyId, w: s.why });
@@ -31,13 +35,14 @@ export function encodeRecall(s: RecallScope): string {
  */
 export function recallNotifySql(accountIdSql: string | null, keyIdSql: string | null, why: RecallScope['why']): string {
   const fields = [...(accountIdSql ? [`'a', ${accountIdSql}`] : []), ...(keyIdSql ? [`'k', ${keyIdSql}`] : []), `'w', '${why}'`];
-  return `pg_notify('${RECALL_CHANNEL}_' || current_schema(), json_build_object(${fields.join(', ')})::text)`;
+  return `pg_notify(${BUS_CHANNEL_SQL}, json_build_object(${fields.join(', ')})::text)`;
 }
 
 export function decodeRecall(text: string): RecallScope | undefined {
   if (text.length > MAX_MESSAGE_CHARS) return undefined;
   try {
     const j = JSON.parse(text) as { a?: unknown; k?: unknown; w?: unknown };
+    if (j.w === 'switch') return { why: 'switch' };
     const why = j.w === 'key' || j.w === 'period' ? j.w : 'edge';
     const accountId = typeof j.a === 'string' ? j.a : undefined;
     const keyId = typeof j.k === 'string' ? j.k : undefined;

@@ -63,6 +63,8 @@ export class HttpContext {
   keyConfirmed = false;
   aborted = false;
   responded = false;
+  /** A route took the request (the server counts it when its handler ends, not at once). */
+  admitted = false;
   /** Status sent, for logs and tests. */
   status = 0;
   private abortHandlers: Array<() => void> = [];
@@ -93,6 +95,11 @@ export class HttpContext {
 
   header(name: string): string | undefined {
     return this.headers[name];
+  }
+
+  /** The PROXY protocol v2 header's source address, '' when the connection sent none (ops/client-address.ts). */
+  proxiedAddress(): string {
+    return this.aborted ? '' : Buffer.from(this.res.getProxiedRemoteAddressAsText()).toString();
   }
 
   onAbort(h: () => void): void {

@@ -9,6 +9,9 @@ import { HttpContext, type AuthInfo } from './http-context.js';
 import type { Route, Router } from './router.js';
 import { loadUws, type UsListenSocket } from './uws.js';
 
+/** The route label of a request no route took (404, API closed, draining, the media host). */
+export const UNMATCHED_ROUTE = 'unmatched';
+
 export interface ServerDeps {
   readonly host: string;
   readonly port: number;
@@ -24,6 +27,16 @@ export interface ServerDeps {
   readonly log: Logger;
   /** Non-/v1 paths (the media host) are handed here; return false for 404. */
   readonly other?: (ctx: HttpContext) => boolean;
+  /** Counts each answered request and each 429 (metrics/); absent: nothing is counted. */
+  readonly metrics?: ServerMetrics;
+  /** The caller's address for the public routes' limit (ops/client-address.ts); absent: the TCP peer. */
+  readonly clientAddress?: (ctx: HttpContext) => string;
+}
+
+/** What the server tells the metrics. Declared here so the HTTP layer imports no metrics code. */
+export interface ServerMetrics {
+  observe(method: string, route: string, status: number, seconds: number): void;
+  rateLimited(scope: 'key' | 'address'): void;
 }
 
 /**
@@ -90,7 +103,9 @@ export function startServer(d: ServerDeps): Promise<RunningServer> {
   /** Takes one request from `bucket`'s per-minute budget, or throws the 429. */
   const spend = async (bucket: string, perMinute: number, message?: string): Promise<void> => {
     const decision = await d.limiter.take(bucket, perMinute);
-    if (!decision.allowed) throw new ApiError('rate_limit_exceeded', { retryAfterS: decision.retryAfterS, message });
+    if (decision.allowed) return;
+    d.metrics?.rateLimited(bucket.startsWith('ip:') ? 'address' : 'key');
+    throw new ApiError('rate_limit_exceeded', { retryAfterS: decision.retryAfterS, message });
   };
 
   async function run(ctx: HttpContext, r: Route): Promise<void> {
@@ -104,7 +119,7 @@ export function startServer(d: ServerDeps): Promise<RunningServer> {
       const authorization = ctx.header('authorization');
       let keyId = authorization === undefined ? undefined : keys.peekCached(authorization)?.keyId;
       if (keyId === undefined) {
-        await spend('ip:' + ctx.remoteAddress, d.publicRequestsPerMinute, 'More than the allowed requests per minute from this address on the public catalogue.');
+        await spend('ip:' + (d.clientAddress?.(ctx) ?? ctx.remoteAddress), d.publicRequestsPerMinute, 'More than the allowed requests per minute from this address on the public catalogue.');
         if (authorization !== undefined) keyId = await keys.authenticateCached(authorization).then((a) => a.keyId, () => undefined);
       }
       if (keyId !== undefined) await spend('key:' + keyId, d.requestsPerMinute);
@@ -120,15 +135,22 @@ export function startServer(d: ServerDeps): Promise<RunningServer> {
   let draining = false;
   let inFlight = 0;
   let drained: (() => void) | undefined;
-  const admitted = (p: Promise<unknown>): void => {
+  const admitted = (p: Promise<unknown>, ctx: HttpContext, route: Route, startedMs: number): void => {
     inFlight++;
     void p.finally(() => {
+      d.metrics?.observe(route.method, route.pattern, ctx.status, (performance.now() - startedMs) / 1000);
       if (--inFlight === 0) drained?.();
     });
   };
 
   app.any('/*', (res, req) => {
+    const startedMs = performance.now();
     const ctx = new HttpContext(res, req);
+    handle(ctx, startedMs);
+    if (ctx.responded && d.metrics && !ctx.admitted) d.metrics.observe(ctx.method, UNMATCHED_ROUTE, ctx.status, (performance.now() - startedMs) / 1000);
+  });
+
+  function handle(ctx: HttpContext, startedMs: number): void {
     const path = ctx.path;
     if (draining) {
       ctx.sendError(new ApiError('provider_unavailable', { message: 'This instance is shutting down; retry.', retryAfterS: 1 }), true);
@@ -158,12 +180,16 @@ export function startServer(d: ServerDeps): Promise<RunningServer> {
     // uWS needs the body reader attached in this tick; auth runs while the body arrives.
     if (m.route.bodyBytes !== undefined) ctx.collectBody(m.route.bodyBytes);
     if (ctx.done) return;
+    ctx.admitted = true;
     admitted(
       run(ctx, m.route)
         .catch((e: unknown) => fail(ctx, m.route, e))
         .catch((e: unknown) => d.log.error('error answer failed', { request_id: ctx.requestId, err: e as Error })),
+      ctx,
+      m.route,
+      startedMs,
     );
-  });
+  }
 
   return new Promise((resolveS, reject) => {
     app.listen(d.host, d.port, (sock: UsListenSocket | false) => {

@@ -1,6 +1,11 @@
-// JSON-lines logs on stdout. Never log a raw key or a request body.
+// JSON-lines logs on stdout, written by pino: {"level":"info","time":"<ISO>","msg":"...", fields}.
+// Never log a raw key, a prompt, a completion or a vendor key (test/reliability/auth-leaks.test.ts
+// scans a debug-level log of every kind of request for them); lines about one request carry its
+// request_id. An Error in the fields is written as its message and code only: a stack or a cause
+// chain can quote what a vendor or a client sent.
+import { pino, type Logger as PinoLogger } from 'pino';
+
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error' | 'silent';
-const ORDER: Record<LogLevel, number> = { debug: 10, info: 20, warn: 30, error: 40, silent: 100 };
 
 export interface Logger {
   debug(msg: string, fields?: Record<string, unknown>): void;
@@ -9,27 +14,42 @@ export interface Logger {
   error(msg: string, fields?: Record<string, unknown>): void;
 }
 
-export function createLogger(level: LogLevel, write: (line: string) => void = (l) => process.stdout.write(l + '\n')): Logger {
-  const min = ORDER[level];
-  const emit = (lvl: LogLevel, msg: string, fields?: Record<string, unknown>) => {
-    if (ORDER[lvl] < min) return;
-    let extra = '';
-    if (fields) {
-      try {
-        extra = ',' + JSON.stringify(fields, (_k, v) => (v instanceof Error ? { message: v.message, code: (v as { code?: unknown }).code } : v)).slice(1, -1);
-      } catch {
-        extra = '';
-      }
-      if (extra === ',') extra = '';
-    }
-    write(`{"t":"${new Date().toISOString()}","level":"${lvl}","msg":${JSON.stringify(msg)}${extra}}`);
+const liteError = (v: unknown): unknown => (v instanceof Error ? { message: v.message, code: (v as { code?: unknown }).code } : v);
+
+/** Fields as written: top-level Errors reduced to message and code. */
+function fieldsOut(fields: Record<string, unknown>): Record<string, unknown> {
+  for (const k in fields) {
+    if (fields[k] instanceof Error) return Object.fromEntries(Object.entries(fields).map(([key, v]) => [key, liteError(v)]));
+  }
+  return fields;
+}
+
+/**
+ * A logger at `level`. `write` (tests, the bench) receives each line without its newline instead
+ * of stdout.
+ */
+export function createLogger(level: LogLevel, write?: (line: string) => void): Logger {
+  const destination = write
+    ? { write: (s: string) => write(s.endsWith('\n') ? s.slice(0, -1) : s) }
+    : pino.destination({ dest: 1, sync: true });
+  const p: PinoLogger = pino(
+    {
+      level,
+      base: undefined,
+      timestamp: pino.stdTimeFunctions.isoTime,
+      formatters: { level: (label) => ({ level: label }) },
+      // fieldsOut already reduced an Error to { message, code }: written as it is.
+      serializers: { err: (v: unknown) => v },
+      // Belt and braces: the code never puts these in a line; if it ever did, they are censored.
+      redact: { paths: ['authorization', 'headers.authorization', 'apiKey', 'api_key', 'key', 'prompt', 'input', 'messages'], censor: '[redacted]' },
+    },
+    destination,
+  );
+  const at = (fn: PinoLogger['info']) => (msg: string, fields?: Record<string, unknown>) => {
+    if (fields === undefined) fn.call(p, msg);
+    else fn.call(p, fieldsOut(fields), msg);
   };
-  return {
-    debug: (m, f) => emit('debug', m, f),
-    info: (m, f) => emit('info', m, f),
-    warn: (m, f) => emit('warn', m, f),
-    error: (m, f) => emit('error', m, f),
-  };
+  return { debug: at(p.debug), info: at(p.info), warn: at(p.warn), error: at(p.error) };
 }
 
 export const silentLogger: Logger = createLogger('silent');

@@ -11,7 +11,8 @@ import type { Config, DeepPartial } from '../../src/config/config.js';
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const src = (p: string) => pathToFileURL(resolve(root, 'src', p)).href;
-const READY_TIMEOUT_MS = 30_000;
+// Generous: a loaded two-core machine has taken 13 s to start one process, and tests start three at once.
+const READY_TIMEOUT_MS = 90_000;
 const STOP_TIMEOUT_MS = 20_000;
 const TAIL_BYTES = 4000;
 
@@ -19,15 +20,19 @@ const CHILD = `
 import { loadConfig } from '${src('config/config.js')}';
 import { createGateway } from '${src('gateway.js')}';
 import { silentLogger } from '${src('util/log.js')}';
+import { drainAndClose, serveAdmin } from '${src('ops/serve.js')}';
 const cfg = loadConfig({}, JSON.parse(process.env.CHILD_CONFIG));
 const opts = JSON.parse(process.env.CHILD_OPTIONS);
 const gw = await createGateway(cfg, { skipMigrate: true, log: silentLogger, ...opts });
-process.once('SIGTERM', () => void gw.close().then(() => process.exit(0), () => process.exit(1)));
-process.stdout.write('READY ' + gw.url + '\\n');
+const admin = await serveAdmin(gw, cfg, silentLogger);
+process.once('SIGTERM', () => void drainAndClose(gw, cfg, admin, silentLogger).then(() => process.exit(0), () => process.exit(1)));
+process.stdout.write('READY ' + gw.url + ' ' + admin.url + '\\n');
 `;
 
 export interface GatewayProcess {
   readonly url: string;
+  /** Its admin listener (/metrics, /healthz, /readyz), on a port of its own. */
+  readonly adminUrl: string;
   readonly pid: number;
   readonly child: ChildProcess;
   /** SIGKILL, resolved once the process is gone (and checked it died of that signal). */
@@ -41,6 +46,8 @@ export interface GatewayProcess {
  * until it serves. `options` go to createGateway as they are (JSON only).
  */
 export async function startGatewayProcess(t: Test, config: DeepPartial<Config>, options: Record<string, unknown> = {}): Promise<GatewayProcess> {
+  // Any free admin port, and no drain delay unless the test asks (a delay is for a real balancer).
+  config = { ...config, admin: { port: 0, drainDelayMs: 0, ...config.admin } };
   const tsLoader = process.execArgv.filter((a) => a.includes('typescript'));
   const child = spawn(process.execPath, [...tsLoader, '--input-type=module', '-e', CHILD], {
     cwd: root,
@@ -57,14 +64,14 @@ export async function startGatewayProcess(t: Test, config: DeepPartial<Config>, 
   let out = '';
   const keep = (d: Buffer) => void (out = (out + d.toString()).slice(-TAIL_BYTES));
   child.stderr!.on('data', keep);
-  const url = await new Promise<string>((resolveUrl, reject) => {
+  const [url, adminUrl] = await new Promise<[string, string]>((resolveUrl, reject) => {
     const timer = setTimeout(() => reject(new Error(`gateway process not ready within ${READY_TIMEOUT_MS} ms: ${out}`)), READY_TIMEOUT_MS);
     child.stdout!.on('data', (d: Buffer) => {
       keep(d);
-      const m = /READY (\S+)/.exec(out);
+      const m = /READY (\S+) (\S+)\n/.exec(out);
       if (m) {
         clearTimeout(timer);
-        resolveUrl(m[1]!);
+        resolveUrl([m[1]!, m[2]!]);
       }
     });
     void exited.then(([code]) => {
@@ -74,6 +81,7 @@ export async function startGatewayProcess(t: Test, config: DeepPartial<Config>, 
   });
   return {
     url,
+    adminUrl,
     pid: child.pid!,
     child,
     async kill() {

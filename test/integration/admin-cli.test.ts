@@ -66,6 +66,30 @@ t.test('inkgate CLI', async (t) => {
     t.equal(r.err.trim().split('\n').length, 1, `one line: ${r.err.trim()}`);
     t.match(r.err, /^inkgate: /);
   }
+  // Flags are strict: a typo, a flag with no value, a value where none belongs, a flag given twice,
+  // a flag another command takes. Each is refused before anything is written.
+  const keysBefore = (await run('key', 'list', '--account', acc.json.id, '--json')).json.length;
+  for (const [argv, why] of [
+    [['key', 'create', '--account', acc.json.id, '--name', 'typo', '--ink-limt', '100'], /unknown flag --ink-limt/],
+    [['key', 'create', '--account', acc.json.id, '--name', 'bare', '--ink-limit'], /--ink-limit needs a value/],
+    [['key', 'create', '--account', acc.json.id, '--ink-limit', '--name', 'x'], /--ink-limit needs a value/],
+    [['key', 'create', '--account', acc.json.id, '--name', 'twice', '--ink-limit', '5', '--ink-limit', '500'], /--ink-limit is given twice/],
+    [['key', 'create', '--account', acc.json.id, '--name', 'v', '--json=yes'], /--json takes no value/],
+    [['key', 'create', '--account', acc.json.id, '--name', 'other', '--usd', '5'], /unknown flag --usd/],
+  ] as const) {
+    const r = await run(...argv);
+    t.equal(r.code, 1, argv.join(' '));
+    t.match(r.err, why, r.err.trim());
+    t.equal(r.err.trim().split('\n').length, 1, 'one line');
+  }
+  t.equal((await run('key', 'list', '--account', acc.json.id, '--json')).json.length, keysBefore, 'no key was created by a refused command');
+  const withEq = await run('key', 'create', '--account', acc.json.id, '--name', 'eq', '--ink-limit=250', '--json');
+  t.equal(withEq.code, 0, withEq.err);
+  t.equal(withEq.json.ink_limit ?? (await g.call('GET', '/v1/me', { key: withEq.json.key })).json.key.ink_limit, 250, '--flag=value is read');
+  const help = await run('key', 'create', '--help');
+  t.equal(help.code, 0);
+  t.match(help.out, /key create --account A --name N \[--ink-limit N\]/, 'a command\'s --help prints its usage');
+
   const free = await run('account', 'create', '--name', 'f', '--plan', 'free', '--json');
   const denied = await run('key', 'create', '--account', free.json.id, '--name', 'k');
   t.equal(denied.code, 1);

@@ -3,7 +3,8 @@
 // held, nothing sent to a vendor); and no full key ever lands in the logs or the database. For
 // the last, a gateway runs with a capturing debug logger through successes and every kind of
 // error (bad keys, revoked key, validation, vendor failures, a broken stream, jobs), then the log
-// text and every column of every table in the test's schema are searched for each raw key.
+// text and every column of every table in the test's schema are searched for each raw key, and
+// the log text for prompts, completions and the vendors' keys.
 import type { QueryConfig } from 'pg';
 import t, { type Test } from 'tap';
 import { loadConfig } from '../../src/config/config.js';
@@ -18,6 +19,7 @@ import { operatorCli } from '../helpers/operator-cli.js';
 
 const ANTHROPIC_KEY = 'sk-ant-auth-leaks';
 const OPENAI_KEY = 'sk-openai-auth-leaks';
+const PROMPT_CANARY = 'prompt-canary-7f3a9c';
 
 const logLines: string[] = [];
 const log = createLogger('debug', (line) => {
@@ -152,6 +154,13 @@ t.test('no full key in the logs or the database after successes and every kind o
   calls.push(g.call('POST', '/v1/video/generations', { key, body: { model: 'clip-2.0-fast', prompt: 'x' }, headers: { 'idempotency-key': 'bad key!' } }));
   calls.push(g.call('POST', '/v1/images/generations', { key, body: { model: 'image-1', prompt: 'x', n: 2 } }));
   calls.push(g.call('GET', '/v1/video/generations/vgen_doesnotexist', { key }));
+  // Prompts with a canary, through successes and failures of every lane: no log line may carry one.
+  calls.push(g.call('POST', '/v1/messages', { key, body: msgBody(`${PROMPT_CANARY} hello`) }));
+  calls.push(g.call('POST', '/v1/messages', { key, body: msgBody(`${PROMPT_CANARY} [[sim:status=500]]`) }));
+  calls.push(g.call('POST', '/v1/messages', { key, body: { ...msgBody(`${PROMPT_CANARY} [[sim:overloaded-midstream]]`), stream: true } }));
+  calls.push(g.call('POST', '/v1/responses', { key, body: { model: 'astra', input: `${PROMPT_CANARY} [[sim:status=500]]` } }));
+  calls.push(g.call('POST', '/v1/responses', { key, body: { model: 'astra', input: `${PROMPT_CANARY} hello`, max_output_tokens: 16 } }));
+  calls.push(g.call('POST', '/v1/video/generations', { key: b.key, body: { model: 'clip-2.0-fast', prompt: `${PROMPT_CANARY} [[sim:refuse]]` } }));
   const replies = await Promise.all(calls);
   const statuses = replies.map((r) => r.status);
   t.ok(statuses.includes(200) && statuses.includes(401) && statuses.includes(400) && statuses.includes(502) && statuses.includes(503), `a mix of answers: ${[...new Set(statuses)].sort().join(', ')}`);
@@ -167,6 +176,14 @@ t.test('no full key in the logs or the database after successes and every kind o
   // Search the log text and every column of every table.
   const logText = logLines.join('\n');
   t.ok(logLines.length > 0, `the logger captured ${logLines.length} lines`);
+  // No prompt, no completion, no vendor key in any line.
+  t.notOk(logText.includes(PROMPT_CANARY), 'no prompt in the logs');
+  for (const secret of [ANTHROPIC_KEY, OPENAI_KEY, ark.apiKey]) t.notOk(logText.includes(secret), `no vendor key ${secret.slice(0, 6)}... in the logs`);
+  const completions = replies
+    .filter((r) => r.status === 200 && r.json)
+    .flatMap((r) => [...JSON.stringify(r.json).matchAll(/"text":"([^"]{12,})"/g)].map((m) => m[1]!));
+  t.ok(completions.length > 0, `${completions.length} completion texts to look for`);
+  for (const c of completions) t.notOk(logText.includes(c), 'no completion text in the logs');
   // The dump is a test's bulk read, not a hot-path query: it gets its own timeout, because under
   // the whole suite's load (a soak beside it) the pool's 900 ms was not always enough.
   const slow = (text: string, values?: unknown[]) => g.db.pool.query({ text, values, query_timeout: 30_000 } as QueryConfig);

@@ -1,0 +1,75 @@
+// /readyz: may a balancer send this instance requests? Yes when Postgres answers within the bound
+// and has every migration this build knows, Redis (when configured) answers within the bound, and
+// the instance is not draining. Draining is checked first and needs no store: on SIGTERM the
+// answer turns 503 at once, so the balancer stops sending before the public port stops admitting.
+import type { Queryable } from '../store/pool.js';
+
+export interface ReadinessDeps {
+  readonly db: Queryable;
+  /** The newest migration this build applies (store/migrate.ts). */
+  readonly latestMigration: number;
+  /** Asks Redis something when it is configured; undefined: no Redis. Rejects when it cannot answer. */
+  readonly redis: (() => Promise<unknown>) | undefined;
+  readonly timeoutMs: number;
+}
+
+export type CheckResult = 'ok' | 'timeout' | 'failed' | 'behind' | 'not configured';
+
+export interface Readiness {
+  readonly ready: boolean;
+  readonly draining: boolean;
+  readonly postgres: CheckResult;
+  readonly migrations: CheckResult;
+  readonly redis: CheckResult;
+}
+
+const TIMEOUT = Symbol('timeout');
+
+/** Resolves with the check's value, TIMEOUT after `ms`, or rejects with its error. Never hangs. */
+function bounded<T>(p: Promise<T>, ms: number): Promise<T | typeof TIMEOUT> {
+  let timer: NodeJS.Timeout | undefined;
+  const t = new Promise<typeof TIMEOUT>((r) => (timer = setTimeout(() => r(TIMEOUT), ms)));
+  return Promise.race([p, t]).finally(() => clearTimeout(timer));
+}
+
+export class ReadinessCheck {
+  private drainingSince: number | undefined;
+
+  constructor(private readonly d: ReadinessDeps) {}
+
+  /** From now on /readyz answers 503 (SIGTERM, or an operator's drain). */
+  drain(): void {
+    this.drainingSince ??= Date.now();
+  }
+
+  get draining(): boolean {
+    return this.drainingSince !== undefined;
+  }
+
+  async check(): Promise<Readiness> {
+    const draining = this.draining;
+    const [pg, redis] = await Promise.all([this.postgres(), this.redis()]);
+    const ready = !draining && pg.postgres === 'ok' && pg.migrations === 'ok' && (redis === 'ok' || redis === 'not configured');
+    return { ready, draining, postgres: pg.postgres, migrations: pg.migrations, redis };
+  }
+
+  private async postgres(): Promise<{ postgres: CheckResult; migrations: CheckResult }> {
+    try {
+      const r = await bounded(this.d.db.query<{ v: number | null }>('SELECT max(version) AS v FROM schema_migrations'), this.d.timeoutMs);
+      if (r === TIMEOUT) return { postgres: 'timeout', migrations: 'timeout' };
+      const v = r.rows[0]?.v ?? 0;
+      return { postgres: 'ok', migrations: v >= this.d.latestMigration ? 'ok' : 'behind' };
+    } catch {
+      return { postgres: 'failed', migrations: 'failed' };
+    }
+  }
+
+  private async redis(): Promise<CheckResult> {
+    if (this.d.redis === undefined) return 'not configured';
+    try {
+      return (await bounded(this.d.redis(), this.d.timeoutMs)) === TIMEOUT ? 'timeout' : 'ok';
+    } catch {
+      return 'failed';
+    }
+  }
+}
