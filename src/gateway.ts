@@ -27,6 +27,8 @@ import { migrate } from './store/migrate.js';
 import { createPool, type Pool } from './store/pool.js';
 import { createLogger, type Logger } from './util/log.js';
 import type { Services } from './services.js';
+import { consoleHandler } from './console/console.js';
+import { openApiRoute } from './console/openapi.js';
 
 export interface Gateway {
   readonly url: string;
@@ -34,6 +36,8 @@ export interface Gateway {
   readonly services: Services;
   /** The video product's dependencies and this instance's job engine. */
   readonly video: { readonly deps: VideoDeps; readonly engine: JobEngine };
+  /** The /v1 routes served (method and pattern), for the OpenAPI check. */
+  readonly routes: ReadonlyArray<{ readonly method: string; readonly pattern: string }>;
   close(): Promise<void>;
 }
 
@@ -135,12 +139,17 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
       },
       ...videoRoutes(services, videoDeps),
       ...imageRoutes(services, videoDeps),
+      openApiRoute(catalog),
       ...(opts.extraRoutes?.(services) ?? []),
     ];
     // Closed after the server drained (cleanups run in reverse): no admitted request meets a closed pool.
     cleanups.push(async () => {
       await Promise.all(upstreams.map((u) => u.pool.close()));
     });
+    // The console (src/console) is served beside the media host; its playground calls our own /v1.
+    let selfUrl = '';
+    const media = mediaHostHandler(videoDeps);
+    const consolePages = consoleHandler({ services, mediaSecret: videoDeps.mediaSecret, selfUrl: () => selfUrl, routes: () => routes });
     const server = await startServer({
       host: config.server.host,
       port: config.server.port,
@@ -153,9 +162,10 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
       keys,
       publicRequestsPerMinute: config.limits.publicRequestsPerMinute,
       log,
-      other: mediaHostHandler(videoDeps),
+      other: (ctx) => consolePages(ctx) || media(ctx),
     });
     const running = server;
+    selfUrl = `http://${selfHost(config.server.host)}:${running.port}`;
     cleanups.push(async () => {
       if (!(await running.close())) log.warn('shutdown: requests still running after the drain period');
     });
@@ -168,12 +178,20 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
       port: running.port,
       services,
       video: { deps: videoDeps, engine },
+      routes,
       close: cleanup,
     };
   } catch (e) {
     await cleanup();
     throw e;
   }
+}
+
+/** Where this process reaches itself: a wildcard listen address is reached on loopback. */
+function selfHost(host: string): string {
+  if (host === '0.0.0.0' || host === '') return '127.0.0.1';
+  if (host === '::') return '[::1]';
+  return host.includes(':') ? `[${host}]` : host;
 }
 
 /** An instance id nobody else has: host, process and a random part (set ledger.instanceId to keep one across restarts). */

@@ -10,6 +10,7 @@ import { migrate } from '../store/migrate.js';
 import { createPool } from '../store/pool.js';
 import type { AdminCommand, AdminContext } from './command.js';
 import { ledgerCommands } from './ledger-commands.js';
+import { consoleCommands } from './console-command.js';
 
 export interface ParsedArgs {
   flags: Record<string, string | true>;
@@ -175,7 +176,7 @@ const coreCommands: Record<string, AdminCommand> = {
   },
 };
 
-export const commands: Readonly<Record<string, AdminCommand>> = Object.freeze({ ...coreCommands, ...ledgerCommands });
+export const commands: Readonly<Record<string, AdminCommand>> = Object.freeze({ ...coreCommands, ...ledgerCommands, ...consoleCommands });
 
 function usage(): string {
   const rows = Object.values(commands).map((c) => `  inkgate ${c.usage}\n      ${c.summary}`);
