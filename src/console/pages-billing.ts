@@ -18,9 +18,10 @@ const WORDS: Readonly<Record<string, string>> = {
   release: 'Hold returned (request not run)',
   refund: 'Refund',
   reconcile: 'Charge settled by reconciliation',
-  lease: 'Ink set aside for fast holds on one gateway instance',
-  lease_return: 'Set-aside Ink returned',
-  lease_flush: 'Set-aside Ink accounted',
+  lease: 'Ink set aside for fast holds (on one gateway instance)',
+  lease_return: 'Set-aside Ink returned to the wallet',
+  // Requests served from set-aside Ink are charged in batches: one entry for several requests.
+  lease_flush: 'Requests charged from set-aside Ink',
 };
 
 function moved(j: JournalView): string {

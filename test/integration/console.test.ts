@@ -1,0 +1,209 @@
+// The console over plain HTTP: sign-in links (single use, expiry), sessions (sign-out ends them),
+// CSRF on every form, cross-account ids, escaping, the raw key shown once, the figures of
+// GET /v1/me, the playground billed through the lanes, CSV export, the billing journal's balances.
+import Anthropic from '@anthropic-ai/sdk';
+import t from 'tap';
+import { createKey } from '../../src/accounts/accounts.js';
+import { CSP } from '../../src/console/html.js';
+import { getPage, postForm, signInHttp, startConsoleStack } from '../helpers/console-stack.js';
+import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
+
+t.test('a sign-in link works once, and not after it expired', async (t) => {
+  const s = await startConsoleStack(t);
+  const base = s.g.url;
+  const link = await s.link();
+  const landing = await getPage(base, new URL(link).pathname + new URL(link).search);
+  t.equal(landing.status, 200, 'the link opens a page with a button (a link preview does not use it up)');
+  t.match(landing.headers['content-security-policy'], /default-src 'none'/);
+  t.equal(landing.headers['content-security-policy'], CSP);
+  t.equal(landing.headers['referrer-policy'], 'no-referrer');
+  const token = new URL(link).searchParams.get('token')!;
+  const first = await postForm(base, '/console/signin', { token });
+  t.equal(first.status, 303);
+  const cookie = String(first.headers['set-cookie']);
+  t.match(cookie, /^inkgate_console=[A-Za-z0-9_-]{43}; Path=\/console; Max-Age=\d+; HttpOnly; SameSite=Strict$/, 'HttpOnly, SameSite=Strict, no Secure on plain http');
+  const again = await postForm(base, '/console/signin', { token });
+  t.equal(again.status, 403, 'a used link is refused');
+  t.notOk(again.headers['set-cookie']);
+
+  const stale = await s.link();
+  await s.g.db.pool.query("UPDATE console_links SET expires_at = now() - interval '1 second' WHERE used_at IS NULL");
+  t.equal((await postForm(base, '/console/signin', { token: new URL(stale).searchParams.get('token')! })).status, 403, 'an expired link is refused');
+  t.equal((await postForm(base, '/console/signin', { token: 'x'.repeat(43) })).status, 403, 'a made-up token is refused');
+  const https = await (async () => {
+    const l = await s.link();
+    const { request } = await import('undici');
+    const r = await request(`${base}/console/signin`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded', 'x-forwarded-proto': 'https' }, body: `token=${new URL(l).searchParams.get('token')}` });
+    await r.body.text();
+    return String(r.headers['set-cookie']);
+  })();
+  t.match(https, /; Secure$/, 'Secure when served over https');
+});
+
+t.test('no page without a session; a signed-out session is dead', async (t) => {
+  const s = await startConsoleStack(t);
+  const base = s.g.url;
+  for (const p of ['/console', '/console/keys', '/console/usage', '/console/billing', '/console/playground', '/console/usage.csv']) {
+    const r = await getPage(base, p);
+    t.equal(r.status, 303, `${p} without a session`);
+    t.equal(r.headers.location, '/console/signin');
+  }
+  const sess = await signInHttp(base, await s.link());
+  t.equal((await getPage(base, '/console', sess.cookie)).status, 200);
+  t.equal((await postForm(base, '/console/signout', { csrf: 'wrong' }, sess.cookie)).status, 403, 'sign-out needs the CSRF token too');
+  const out = await postForm(base, '/console/signout', { csrf: sess.csrf }, sess.cookie);
+  t.equal(out.status, 303);
+  t.match(String(out.headers['set-cookie']), /Max-Age=0/);
+  t.equal((await getPage(base, '/console', sess.cookie)).status, 303, 'the old cookie after sign-out: signed out');
+  t.equal((await postForm(base, '/console/keys', { csrf: sess.csrf, name: 'late' }, sess.cookie)).status, 401, 'and no form works with it');
+  const keys = await s.g.db.pool.query('SELECT count(*)::int AS n FROM api_keys WHERE account_id = $1', [s.accountId]);
+  t.equal(keys.rows[0].n, 0, 'no key was made');
+});
+
+t.test('keys: CSRF, the raw key once, escaping, revoke and limit, other accounts out of reach', async (t) => {
+  const s = await startConsoleStack(t);
+  const base = s.g.url;
+  const sess = await signInHttp(base, await s.link());
+  const hostile = '<script>alert(1)</script>"\'&';
+  t.equal((await postForm(base, '/console/keys', { name: 'no csrf' }, sess.cookie)).status, 403, 'missing CSRF token');
+  t.equal((await postForm(base, '/console/keys', { name: 'bad csrf', csrf: sess.csrf.slice(0, -2) + 'AA' }, sess.cookie)).status, 403, 'wrong CSRF token');
+  const made = await postForm(base, '/console/keys', { name: hostile, csrf: sess.csrf, ink_limit: '5000' }, sess.cookie);
+  t.equal(made.status, 201);
+  const raw = /value="(svc_[A-Za-z0-9_-]{43})"/.exec(made.text)?.[1];
+  t.ok(raw, 'the raw key is on the creation page');
+  t.notOk(made.text.includes('<script>alert(1)'), 'the name is escaped');
+  t.ok(made.text.includes('&lt;script&gt;alert(1)&lt;/script&gt;&quot;&#39;&amp;'));
+  const me = await s.g.call('GET', '/v1/me', { key: raw! });
+  t.equal(me.status, 200, 'the new key works');
+  t.equal(me.json.key.ink_limit, 5000);
+  for (const p of ['/console', '/console/keys', '/console/usage', '/console/billing']) {
+    const page = await getPage(base, p, sess.cookie);
+    t.notOk(page.text.includes(raw!), `${p} never shows the raw key again`);
+    t.notOk(page.text.includes('<script>alert'), `${p} escapes the name`);
+  }
+  const keyId = me.json.key.id as string;
+  t.equal((await postForm(base, `/console/keys/${keyId}/limit`, { csrf: sess.csrf, ink_limit: '7000' }, sess.cookie)).status, 303);
+  t.equal((await s.g.call('GET', '/v1/me', { key: raw! })).json.key.ink_limit, 7000, 'the cap edit applies');
+  t.equal((await postForm(base, `/console/keys/${keyId}/limit`, { csrf: sess.csrf, ink_limit: '-1' }, sess.cookie)).status, 400);
+
+  const other = await s.otherAccount();
+  const theirs = await createKey(s.g.db.pool, { accountId: other, name: 'theirs' });
+  const cross = await postForm(base, `/console/keys/${theirs.id}/revoke`, { csrf: sess.csrf }, sess.cookie);
+  t.equal(cross.status, 404, "another account's key id answers as unknown");
+  t.equal((await s.g.call('GET', '/v1/me', { key: theirs.key })).status, 200, 'and their key still works');
+  t.equal((await postForm(base, `/console/keys/${theirs.id}/limit`, { csrf: sess.csrf, ink_limit: '1' }, sess.cookie)).status, 404);
+
+  t.equal((await postForm(base, `/console/keys/${keyId}/revoke`, { csrf: sess.csrf }, sess.cookie)).status, 303);
+  t.equal((await s.g.call('GET', '/v1/me', { key: raw! })).status, 401, 'a revoked key is refused');
+  t.match((await getPage(base, '/console/keys', sess.cookie)).text, /revoked/);
+});
+
+t.test('a free account without a top-up cannot create a key here either', async (t) => {
+  const s = await startConsoleStack(t);
+  const { createAccount } = await import('../../src/accounts/accounts.js');
+  const free = await createAccount(s.g.db.pool, { name: 'Free', planId: 'free' }).catch(() => undefined);
+  if (!free) return t.skip('no free plan in this catalogue of plans');
+  const sess = await signInHttp(s.g.url, await s.link(free.id));
+  const r = await postForm(s.g.url, '/console/keys', { name: 'k', csrf: sess.csrf }, sess.cookie);
+  t.equal(r.status, 400);
+  t.match(r.text, /paid plan or at least one completed/);
+});
+
+t.test('overview, usage, CSV, request pages and billing agree with the ledger', async (t) => {
+  const s = await startConsoleStack(t);
+  const base = s.g.url;
+  const k = await createKey(s.g.db.pool, { accountId: s.accountId, name: 'sdk' });
+  const client = new Anthropic({ baseURL: base, authToken: k.key, apiKey: null, maxRetries: 0 });
+  const { response } = await client.messages.create({ model: 'sonnet', max_tokens: 100, messages: [{ role: 'user', content: 'Hi' }] }).withResponse();
+  const rid = response.headers.get('x-service-request-id')!;
+  const charged = Number(response.headers.get('x-service-ink-charged'));
+  t.ok(charged > 0);
+  const sess = await signInHttp(base, await s.link());
+
+  const me = (await s.g.call('GET', '/v1/me', { key: k.key })).json;
+  const overview = await getPage(base, '/console', sess.cookie);
+  const fig = (name: string) => Number(new RegExp(`data-figure="${name}">([0-9,]+)`).exec(overview.text)?.[1]?.replace(/,/g, ''));
+  t.equal(fig('balance'), me.ink.balance, 'balance as /v1/me');
+  t.equal(fig('grant'), me.ink.period_grant_remaining);
+  t.equal(fig('payg'), me.ink.payg_balance);
+  t.equal(fig('charged'), me.key.ink_charged);
+
+  const usage = await getPage(base, '/console/usage', sess.cookie);
+  t.ok(usage.text.includes(rid), 'the request id the SDK saw is listed');
+  t.match(usage.text, /<svg role="img"/, 'the chart is inline SVG');
+  const csv = await getPage(base, `/console/usage.csv?key=${k.id}`, sess.cookie);
+  t.equal(csv.headers['content-type'], 'text/csv; charset=utf-8');
+  const line = csv.text.split('\n').find((l) => l.startsWith(rid + ','));
+  t.ok(line, 'the CSV has the request');
+  t.equal(Number(line!.split(',')[9]), charged, 'with its charge');
+  t.equal((await getPage(base, '/console/usage.csv?model=nothing-like-this', sess.cookie)).text.split('\n').filter(Boolean).length, 1, 'a filter that matches nothing: header only');
+  const detail = await getPage(base, `/console/requests/${rid}`, sess.cookie);
+  t.equal(detail.status, 200);
+
+  const other = await s.otherAccount();
+  const sessOther = await signInHttp(base, await s.link(other));
+  t.equal((await getPage(base, `/console/requests/${rid}`, sessOther.cookie)).status, 404, "another account's request id answers as unknown");
+  t.notOk((await getPage(base, '/console/usage', sessOther.cookie)).text.includes(rid));
+  t.notOk((await getPage(base, `/console/usage.csv?key=${k.id}`, sessOther.cookie)).text.includes(rid), 'not even through a filter on the key id');
+
+  const billing = await getPage(base, '/console/billing?holds=1', sess.cookie);
+  const balances = [...billing.text.matchAll(/data-balance>([0-9,]+)/g)].map((m) => Number(m[1]!.replace(/,/g, '')));
+  const w = (await s.g.db.pool.query('SELECT credited_ink - charged_ink - expired_ink AS unspent FROM wallets WHERE account_id = $1', [s.accountId])).rows[0];
+  t.equal(balances[0], Number(w.unspent), 'the newest running balance is the wallet');
+  t.equal(balances.at(-1), 50_000, 'the oldest (the top-up) is the top-up');
+  t.match(billing.text, /Top-up/);
+  t.match(billing.text, /Period grant/);
+  t.match(billing.text, /Charge for a request|Requests charged from set-aside Ink/, 'the charge, per request or in a lease batch');
+  t.match(billing.text, new RegExp(`−${charged} charged`));
+  await assertLedgerInvariant(t, s.g.db.pool);
+});
+
+t.test('playground: billed through the lane with the account playground key, no key in the page', async (t) => {
+  const s = await startConsoleStack(t);
+  const base = s.g.url;
+  const sess = await signInHttp(base, await s.link());
+  const page = await getPage(base, '/console/playground', sess.cookie);
+  t.equal(page.status, 200);
+  t.notMatch(page.text, /svc_[A-Za-z0-9_-]{43}/, 'no key in the page');
+  t.equal((await postForm(base, '/console/playground', { model: 'messages:assistant-sonnet-5', prompt: 'Hello', max_tokens: '64' }, sess.cookie)).status, 403, 'CSRF');
+  const r = await postForm(base, '/console/playground', { csrf: sess.csrf, model: 'messages:assistant-sonnet-5', prompt: 'Hello', max_tokens: '64' }, sess.cookie);
+  t.equal(r.status, 200);
+  t.notMatch(r.text, /svc_[A-Za-z0-9_-]{43}/, 'no key in the answer');
+  const rid = /\/console\/requests\/(req_[0-9a-f]{32})/.exec(r.text)?.[1];
+  t.ok(rid, 'the request id is shown');
+  const charged = Number(/id="charged">([0-9,]+) Ink/.exec(r.text)?.[1]?.replace(/,/g, ''));
+  t.ok(charged > 0, 'and the charge');
+  await s.g.gw.services.escrow.beforeView();
+  const rec = await s.g.gw.services.ledger.getRequest(rid!);
+  t.equal(Number(rec!.charged_ink), charged, 'the ledger charged what the page says');
+  const pk = await s.g.db.pool.query('SELECT k.name, k.account_id FROM console_playground_keys p JOIN api_keys k ON k.id = p.key_id WHERE p.account_id = $1', [s.accountId]);
+  t.equal(pk.rows[0].name, 'Console playground', 'made with a key of the account');
+  t.equal(rec!.key_id, (await s.g.db.pool.query('SELECT key_id FROM console_playground_keys WHERE account_id = $1', [s.accountId])).rows[0].key_id);
+
+  // Revoked in the console: the next call makes a new playground key.
+  const old = rec!.key_id as string;
+  t.equal((await postForm(base, `/console/keys/${old}/revoke`, { csrf: sess.csrf }, sess.cookie)).status, 303);
+  const again = await postForm(base, '/console/playground', { csrf: sess.csrf, model: 'responses:text-6-astra', prompt: 'Hi', max_tokens: '64' }, sess.cookie);
+  t.equal(again.status, 200);
+  t.match(again.text, /id="status">200</);
+  const now = (await s.g.db.pool.query('SELECT key_id FROM console_playground_keys WHERE account_id = $1', [s.accountId])).rows[0].key_id;
+  t.not(now, old, 'a new playground key after the old one was revoked');
+  await assertLedgerInvariant(t, s.g.db.pool);
+});
+
+t.test('reference pages and static files are public; unknown console paths are 404', async (t) => {
+  const s = await startConsoleStack(t);
+  const idx = await getPage(s.g.url, '/console/reference');
+  t.equal(idx.status, 200);
+  t.match(idx.text, /\/console\/reference\/messages/);
+  const m = await getPage(s.g.url, '/console/reference/messages');
+  t.match(m.text, /max_tokens/);
+  t.match(m.text, /insufficient_ink/);
+  t.match(m.text, /assistant-sonnet-5/, 'model enum from the catalogue');
+  t.equal((await getPage(s.g.url, '/console/reference/nope')).status, 404);
+  t.equal((await getPage(s.g.url, '/console/nothing-here')).status, 404);
+  const css = await getPage(s.g.url, '/console/static/console.css');
+  t.equal(css.status, 200);
+  t.equal(css.headers['content-type'], 'text/css; charset=utf-8');
+  t.equal((await getPage(s.g.url, '/console/static/../../package.json')).status, 404);
+});
