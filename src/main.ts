@@ -7,6 +7,7 @@ import { openDatabase } from './store/connect.js';
 import { createPool } from './store/pool.js';
 import { createLogger } from './util/log.js';
 import { startDemoVendors } from './simulators/demo.js';
+import { demoSignInLink } from './console/demo-link.js';
 
 export async function main(argv: string[]): Promise<void> {
   const log = createLogger('info');
@@ -39,12 +40,14 @@ export async function main(argv: string[]): Promise<void> {
   const pool = createPool({ ...config.db, url: db.url, poolMax: 2 });
   const ledger = new Ledger(pool);
   const key = await ensureDemoAccount(config, pool, ledger);
+  const consoleLink = demo ? await demoSignInLink(pool, config, gw.url) : undefined;
   await ledger.close();
   await pool.end();
   if (key) {
     process.stdout.write(`\nDemo account created. Its API key (shown once, also in ${demoKeyPath(config)}):\n\n  ${key}\n\n`);
   }
   log.info(`inkgate listening on ${gw.url}`, { url: gw.url });
+  if (consoleLink) process.stdout.write(`Console (one-time sign-in link, 15 minutes; more with \`inkgate console link --account usr_...\`):\n\n  ${consoleLink}\n\n`);
   process.stdout.write(`Try: curl -H "Authorization: Bearer $(cat ${demoKeyPath(config)})" ${gw.url}/v1/me\n`);
 
   let stopping = false;
