@@ -149,7 +149,7 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
     // The console (src/console) is served beside the media host; its playground calls our own /v1.
     let selfUrl = '';
     const media = mediaHostHandler(videoDeps);
-    const consolePages = consoleHandler({ services, mediaSecret: videoDeps.mediaSecret, selfUrl: () => selfUrl, routes: () => routes });
+    const consolePages = consoleHandler({ services, mediaSecret: videoDeps.mediaSecret, mediaClock: videoDeps.clock, selfUrl: () => selfUrl, routes: () => routes });
     const server = await startServer({
       host: config.server.host,
       port: config.server.port,

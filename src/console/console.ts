@@ -79,6 +79,9 @@ async function handle(d: ConsoleDeps, ctx: HttpContext, path: string): Promise<v
     }
   }
   if (!route) throw new PageError(404, 'There is no console page at this address.');
+  // Every console page reads the store (the session at least): bounded per client address.
+  const budget = await d.services.limiter.take('console:' + ctx.remoteAddress, d.services.config.limits.publicRequestsPerMinute);
+  if (!budget.allowed) throw new PageError(429, 'Too many console requests from this address; wait a minute and try again.');
   const session = await findSession(d.services.pool, cookieValue(ctx.header('cookie'), SESSION_COOKIE));
   if (route.access !== 'public' && session === undefined) {
     if (method === 'GET') return redirect(ctx, '/console/signin');

@@ -8,6 +8,8 @@ export interface ConsoleDeps {
   readonly services: Services;
   /** The media host's signing secret (download links of generations). */
   readonly mediaSecret: Buffer;
+  /** The media host's clock (the same one checks the links' expiry). */
+  readonly mediaClock: () => number;
   /** This gateway's own base URL, for the playground's calls through /v1 (known once it listens). */
   readonly selfUrl: () => string;
   /** The routes the gateway serves, as method and pattern (reference pages, OpenAPI). */

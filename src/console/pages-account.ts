@@ -53,7 +53,7 @@ export async function keysPage(p: SignedIn, created?: CreatedKey, problem?: stri
     esc(k.name) + (k.playground ? ' <span class="muted">(used by the playground)</span>' : ''),
     `<code>${esc(k.prefix)}…${esc(k.last4)}</code>`,
     ink(k.inkCharged),
-    `<form method="post" action="/console/keys/${esc(k.id)}/limit" class="inline">${csrf}<label>Limit <input name="ink_limit" inputmode="numeric" size="8" value="${k.inkLimit ?? ''}" placeholder="none"></label> <button type="submit">Save</button></form>`,
+    `<form method="post" action="/console/keys/${esc(k.id)}/limit" class="inline">${csrf}<label>Limit <input name="ink_limit" inputmode="numeric" size="8" value="${k.inkLimit ?? ''}" placeholder="none" aria-label="Lifetime Ink limit of ${esc(k.name)}"></label> <button type="submit" aria-label="Save the limit of ${esc(k.name)}">Save</button></form>`,
     time(k.expiresAt),
     keyState(k),
     k.revokedAt ? '' : `<form method="post" action="/console/keys/${esc(k.id)}/revoke" class="inline">${csrf}<button type="submit" class="danger" aria-label="Revoke ${esc(k.name)}">Revoke</button></form>`,

@@ -75,7 +75,7 @@ export async function generationDownload(p: SignedIn): Promise<void> {
   if (g.media_key === null || g.result_expired) throw new PageError(404, 'This generation has no result to download (not finished, failed, or past its retention).');
   const cfg = p.d.services.config;
   // Same origin unless the deployment serves media elsewhere (config.mediaUrl), as the API's links.
-  const link = signedMediaLink(p.d.mediaSecret, cfg.mediaUrl ?? '', g.media_key, Date.now(), cfg.media.linkTtlS);
+  const link = signedMediaLink(p.d.mediaSecret, cfg.mediaUrl ?? '', g.media_key, p.d.mediaClock(), cfg.media.linkTtlS);
   redirect(p.ctx, link.url);
 }
 

@@ -17,6 +17,9 @@ export async function createSignInLink(db: Queryable, accountId: string, ttlMs: 
   const acc = await db.query('SELECT 1 FROM accounts WHERE id = $1', [accountId]);
   if (acc.rowCount === 0) throw new ConsoleError(`unknown account ${accountId}`);
   const token = newToken();
+  // Housekeeping on the way: links and sessions a day past their end are of no use to anyone.
+  await db.query("DELETE FROM console_links WHERE expires_at < now() - interval '1 day'");
+  await db.query("DELETE FROM console_sessions WHERE expires_at < now() - interval '1 day'");
   const r = await db.query<{ expires_at: Date }>(
     `INSERT INTO console_links (token_hash, account_id, expires_at) VALUES ($1, $2, now() + $3 * interval '1 millisecond')
      RETURNING expires_at`,

@@ -93,6 +93,7 @@ CREATE TABLE console_sessions (
   CONSTRAINT console_sessions_pkey PRIMARY KEY (id_hash)
 );
 CREATE INDEX console_sessions_account ON console_sessions USING btree (account_id);
+CREATE INDEX console_sessions_expires ON console_sessions USING btree (expires_at);
 
 CREATE TABLE deployment (
   singleton boolean DEFAULT true NOT NULL,

@@ -5,6 +5,8 @@ import Anthropic from '@anthropic-ai/sdk';
 import t from 'tap';
 import { createAccount, createKey } from '../../src/accounts/accounts.js';
 import { CSP } from '../../src/console/html.js';
+import { createSignInLink } from '../../src/console/sessions.js';
+import { runToEnd, startImageHarness } from './image-harness.js';
 import { getPage, postForm, signInHttp, startConsoleStack } from '../helpers/console-stack.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
 
@@ -204,4 +206,31 @@ t.test('reference pages and static files are public; unknown console paths are 4
   t.equal(css.status, 200);
   t.equal(css.headers['content-type'], 'text/css; charset=utf-8');
   t.equal((await getPage(s.g.url, '/console/static/../../package.json')).status, 404);
+});
+
+t.test('generations: listed with their state, downloaded through a fresh signed link, not by another account', async (t) => {
+  const h = await startImageHarness(t);
+  const k = await h.funded(1_000);
+  const sub = await h.submit(k.key, { model: 'image-1', prompt: 'an ink drop' });
+  t.equal(sub.status, 202);
+  const done = await runToEnd(h, k.key, sub.json.id);
+  t.equal(done.status, 'succeeded');
+  const base = h.tg.url;
+  const link = async (acc: string) => `${base}/console/signin?token=${(await createSignInLink(h.services.pool, acc, 900_000)).token}`;
+  const sess = await signInHttp(base, await link(k.accountId));
+  const usage = await getPage(base, '/console/usage', sess.cookie);
+  t.ok(usage.text.includes(sub.json.id), 'the generation is listed');
+  t.match(usage.text, /succeeded/);
+  const dl = await getPage(base, `/console/generations/${sub.json.id}`, sess.cookie);
+  t.equal(dl.status, 303);
+  const loc = String(dl.headers.location);
+  t.match(loc, /^\/media\/.+\?exp=\d+&n=[^&]+&sig=/, 'a signed media link on this origin');
+  const media = await getPage(base, loc);
+  t.equal(media.status, 200, 'the link downloads the result');
+  t.match(String(media.headers['content-type']), /^image\//);
+
+  const other = await h.funded(100);
+  const sessOther = await signInHttp(base, await link(other.accountId));
+  t.equal((await getPage(base, `/console/generations/${sub.json.id}`, sessOther.cookie)).status, 404, "another account's generation answers as unknown");
+  t.notOk((await getPage(base, '/console/usage', sessOther.cookie)).text.includes(sub.json.id));
 });

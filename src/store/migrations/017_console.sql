@@ -22,6 +22,7 @@ CREATE TABLE console_sessions (
   created_at timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX console_sessions_account ON console_sessions (account_id);
+CREATE INDEX console_sessions_expires ON console_sessions (expires_at);
 
 -- The playground calls the gateway's own /v1 routes with a real key of the account (same lanes,
 -- same billing). Its raw value is derived from console_secret and the key id (HMAC), so it is never
