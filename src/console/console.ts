@@ -87,12 +87,32 @@ async function handle(d: ConsoleDeps, ctx: HttpContext, path: string): Promise<v
     if (method === 'GET') return redirect(ctx, '/console/signin');
     throw new PageError(401, 'You are not signed in (or your session ended). Ask for a new sign-in link.');
   }
+  if (method === 'POST' && !sameOrigin(d, ctx)) throw new PageError(403, 'The form was sent from another site.');
   const form = method === 'POST' ? await readForm(ctx) : new URLSearchParams();
   if (route.access === 'csrf' && !csrfOk(session!, form.get('csrf') ?? ctx.header('x-csrf-token'))) {
     throw new PageError(403, 'The form was not sent from this console session (missing or wrong CSRF token). Reload the page and try again.');
   }
   const p: PageCtx = { ctx, d, session, query: new URLSearchParams(ctx.query), form, params };
   await route.run(route.access === 'public' ? p : (p as SignedIn));
+}
+
+/**
+ * A browser's post names its origin: it must be this console's (the Host it was sent to, or
+ * console.url behind a proxy). "null" (a sandboxed or privacy-stripped sender) is refused too. A
+ * post without Origin is not a browser's cross-site form, and the CSRF token still applies to it.
+ */
+function sameOrigin(d: ConsoleDeps, ctx: HttpContext): boolean {
+  const origin = ctx.header('origin');
+  if (origin === undefined) return true;
+  let host: string;
+  try {
+    host = new URL(origin).host;
+  } catch {
+    return false;
+  }
+  if (host !== '' && host === ctx.header('host')) return true;
+  const configured = d.services.config.console.url;
+  return configured !== null && host === new URL(configured).host;
 }
 
 async function readForm(ctx: HttpContext): Promise<URLSearchParams> {

@@ -14,12 +14,16 @@ export const CSP =
   "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; " +
   "form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
-/** Headers on every console answer. no-referrer: a sign-in token in the address never leaves in a Referer. */
+/**
+ * Headers on every console answer. Referrer-Policy same-origin: a sign-in token in the address never
+ * leaves in a Referer to another site, while our own form posts still carry their Origin (which
+ * no-referrer would blank to "null", leaving nothing to check).
+ */
 export const SECURITY_HEADERS: ReadonlyArray<readonly [string, string]> = Object.freeze([
   ['Content-Security-Policy', CSP],
   ['X-Content-Type-Options', 'nosniff'],
   ['X-Frame-Options', 'DENY'],
-  ['Referrer-Policy', 'no-referrer'],
+  ['Referrer-Policy', 'same-origin'],
   ['Cross-Origin-Opener-Policy', 'same-origin'],
 ] as const);
 

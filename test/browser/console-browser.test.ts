@@ -59,7 +59,8 @@ t.test('the console end to end in Chromium', async (t) => {
   const link = await s.link();
   await page.goto(link);
   await shot(page, 'signin');
-  await page.getByRole('button', { name: 'Sign in' }).click();
+  // By keyboard: the button has the focus, Enter presses it.
+  await page.keyboard.press('Enter');
   await page.waitForURL(`${base}/console`);
   t.equal(await page.getByRole('heading', { level: 1 }).textContent(), 'Overview');
   const cookies = await ctx.cookies(`${base}/console`);
@@ -127,6 +128,18 @@ t.test('the console end to end in Chromium', async (t) => {
   t.equal(Number((await s.g.gw.services.ledger.getRequest(pgRid))!.charged_ink), pgCharged, 'the charge shown is the ledger charge');
   t.notMatch(await page.content(), /svc_[A-Za-z0-9_-]{43}/, 'no key in the playground page');
   await shot(page, 'playground');
+
+  // The Responses protocol: its deltas and its `: service.usage` comment.
+  await page.getByLabel('Model').selectOption('responses:text-6-astra');
+  await page.getByLabel('Prompt').fill('Say hello in Responses.');
+  await page.getByRole('button', { name: 'Send' }).click();
+  await page.waitForFunction((prev) => /^req_/.test(document.getElementById('request-id')?.textContent ?? '') && document.getElementById('request-id')?.textContent !== prev && /Ink$/.test(document.getElementById('charged')?.textContent ?? ''), pgRid);
+  const rRid = (await page.locator('#request-id').textContent())!;
+  t.ok((await page.locator('#reply').textContent())!.length > 0, 'the Responses reply is shown');
+  await s.g.gw.services.escrow.beforeView();
+  const rRec = await s.g.gw.services.ledger.getRequest(rRid);
+  t.equal(rRec!.product, 'responses');
+  t.equal(`${rRec!.charged_ink} Ink`, (await page.locator('#charged').textContent())!.replace(/,/g, ''), 'its charge as the ledger has it');
 
   await page.getByRole('link', { name: 'Billing' }).click();
   await shot(page, 'billing');

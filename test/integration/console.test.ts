@@ -18,12 +18,22 @@ t.test('a sign-in link works once, and not after it expired', async (t) => {
   t.equal(landing.status, 200, 'the link opens a page with a button (a link preview does not use it up)');
   t.match(landing.headers['content-security-policy'], /default-src 'none'/);
   t.equal(landing.headers['content-security-policy'], CSP);
-  t.equal(landing.headers['referrer-policy'], 'no-referrer');
+  t.equal(landing.headers['referrer-policy'], 'same-origin');
   const token = new URL(link).searchParams.get('token')!;
   const first = await postForm(base, '/console/signin', { token });
   t.equal(first.status, 303);
   const cookie = String(first.headers['set-cookie']);
   t.match(cookie, /^inkgate_console=[A-Za-z0-9_-]{43}; Path=\/console; Max-Age=\d+; HttpOnly; SameSite=Strict$/, 'HttpOnly, SameSite=Strict, no Secure on plain http');
+  const { request } = await import('undici');
+  const fresh = new URL(await s.link()).searchParams.get('token')!;
+  for (const origin of ['https://evil.example', 'null']) {
+    const r = await request(`${base}/console/signin`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded', origin }, body: `token=${fresh}` });
+    await r.body.text();
+    t.equal(r.statusCode, 403, `a post from origin ${origin} is refused`);
+  }
+  const own = await request(`${base}/console/signin`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded', origin: base }, body: `token=${fresh}` });
+  await own.body.text();
+  t.equal(own.statusCode, 303, 'from its own origin the same link works (the refusals did not use it)');
   const again = await postForm(base, '/console/signin', { token });
   t.equal(again.status, 403, 'a used link is refused');
   t.notOk(again.headers['set-cookie']);
@@ -146,7 +156,11 @@ t.test('overview, usage, CSV, request pages and billing agree with the ledger', 
   t.notOk((await getPage(base, '/console/usage', sessOther.cookie)).text.includes(rid));
   t.notOk((await getPage(base, `/console/usage.csv?key=${k.id}`, sessOther.cookie)).text.includes(rid), 'not even through a filter on the key id');
 
+  const rolled = await s.g.gw.services.ledger.rollPeriod(s.accountId);
+  t.ok(rolled.expiredInk > 0, 'the roll-over lapsed some grant');
   const billing = await getPage(base, '/console/billing?holds=1', sess.cookie);
+  t.match(billing.text, /Period roll-over/);
+  t.match(billing.text, new RegExp(`−${rolled.expiredInk.toLocaleString('en-US')} expired`));
   const balances = [...billing.text.matchAll(/data-balance>([0-9,]+)/g)].map((m) => Number(m[1]!.replace(/,/g, '')));
   const w = (await s.g.db.pool.query('SELECT credited_ink - charged_ink - expired_ink AS unspent FROM wallets WHERE account_id = $1', [s.accountId])).rows[0];
   t.equal(balances[0], Number(w.unspent), 'the newest running balance is the wallet');
