@@ -167,7 +167,7 @@ export interface JournalView {
 /**
  * The newest journal entries (older than `beforeId` when given), each with the balance after it,
  * counted back from the wallet in the same statement (one snapshot: the figures agree with the
- * ledger even while requests settle).
+ * ledger even while requests settle). `balanceInk` is the wallet's unspent Ink in that snapshot.
  */
 export async function readJournal(db: Queryable, accountId: string, beforeId: number | undefined, limit: number): Promise<{ rows: JournalView[]; balanceInk: number }> {
   const r = await db.query(
@@ -179,8 +179,9 @@ export async function readJournal(db: Queryable, accountId: string, beforeId: nu
      SELECT page.*, w.total, newer.d FROM page, w, newer ORDER BY page.id DESC`,
     [accountId, beforeId ?? null, limit],
   );
-  const w = await db.query('SELECT credited_ink - charged_ink - expired_ink AS total FROM wallets WHERE account_id = $1', [accountId]);
-  let balance = r.rows.length > 0 ? Number(r.rows[0].total) - Number(r.rows[0].d) : Number(w.rows[0]?.total ?? 0);
+  // No entries on this page: the wallet alone (an empty account, or a page past the oldest entry).
+  const total = r.rows.length > 0 ? Number(r.rows[0].total) : Number((await db.query('SELECT credited_ink - charged_ink - expired_ink AS total FROM wallets WHERE account_id = $1', [accountId])).rows[0]?.total ?? 0);
+  let balance = r.rows.length > 0 ? total - Number(r.rows[0].d) : total;
   const rows: JournalView[] = [];
   for (const x of r.rows) {
     const v: JournalView = {
@@ -190,5 +191,5 @@ export async function readJournal(db: Queryable, accountId: string, beforeId: nu
     rows.push(v);
     balance -= v.creditedInk - v.chargedInk - v.expiredInk;
   }
-  return { rows, balanceInk: Number(w.rows[0]?.total ?? 0) };
+  return { rows, balanceInk: total };
 }

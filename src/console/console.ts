@@ -25,7 +25,8 @@ interface ConsoleRoute {
   readonly method: 'GET' | 'POST';
   readonly re: RegExp;
   readonly access: Access;
-  readonly run: (p: any) => Promise<void>;
+  /** Public pages take a PageCtx (no session); the others get a SignedIn once handle() checked it. */
+  readonly run: (p: SignedIn) => Promise<void>;
 }
 
 const ID = '([A-Za-z0-9_-]{1,128})';
@@ -93,7 +94,7 @@ async function handle(d: ConsoleDeps, ctx: HttpContext, path: string): Promise<v
     throw new PageError(403, 'The form was not sent from this console session (missing or wrong CSRF token). Reload the page and try again.');
   }
   const p: PageCtx = { ctx, d, session, query: new URLSearchParams(ctx.query), form, params };
-  await route.run(route.access === 'public' ? p : (p as SignedIn));
+  await route.run(p as SignedIn);
 }
 
 /**

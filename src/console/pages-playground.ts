@@ -64,10 +64,10 @@ async function keyFor(p: SignedIn): Promise<string> {
 export async function playgroundFormAction(p: SignedIn): Promise<void> {
   const inp = input(p, false);
   const key = await keyFor(p);
-  const ac = new AbortController();
-  p.ctx.onAbort(() => ac.abort());
-  const r = await callSelf(p.d.selfUrl(), key, inp, p.d.services.config.console.playgroundTimeoutMs, ac.signal);
-  const json = (await r.body.json()) as any;
+  const call = await callSelf(p.d.selfUrl(), key, inp, p.d.services.config.console.playgroundTimeoutMs);
+  p.ctx.onAbort(call.abort);
+  const r = call.res;
+  const json = (await r.body.json().finally(call.done)) as any;
   const h = (n: string) => (typeof r.headers[n] === 'string' ? (r.headers[n] as string) : null);
   const text = r.statusCode === 200 ? replyText(inp.lane, json) : '';
   const error = r.statusCode === 200 ? undefined : `${json?.error?.code ?? 'error'}: ${json?.error?.message ?? ''}`;
@@ -92,9 +92,9 @@ function replyText(lane: 'messages' | 'responses', j: any): string {
 export async function playgroundStreamAction(p: SignedIn): Promise<void> {
   const inp = input(p, true);
   const key = await keyFor(p);
-  const ac = new AbortController();
-  p.ctx.onAbort(() => ac.abort());
-  const r = await callSelf(p.d.selfUrl(), key, inp, p.d.services.config.console.playgroundTimeoutMs, ac.signal);
+  const call = await callSelf(p.d.selfUrl(), key, inp, p.d.services.config.console.playgroundTimeoutMs);
+  p.ctx.onAbort(call.abort);
+  const r = call.res;
   const rid = r.headers['x-service-request-id'] ?? r.headers['x-request-id'];
   const type = typeof r.headers['content-type'] === 'string' ? r.headers['content-type'] : 'application/json';
   p.ctx.startStream(r.statusCode, [...SECURITY_HEADERS, ['Content-Type', type], ['X-Service-Request-Id', typeof rid === 'string' ? rid : '']]);
@@ -106,6 +106,8 @@ export async function playgroundStreamAction(p: SignedIn): Promise<void> {
   } catch {
     // The browser left (the call is aborted with it) or the relay timed out: the lane settles
     // what was used either way; the page shows what arrived.
+  } finally {
+    call.done();
   }
   p.ctx.end();
 }

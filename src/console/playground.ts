@@ -78,14 +78,26 @@ export function playgroundBody(p: PlaygroundInput): string {
   return JSON.stringify({ model: p.model, max_output_tokens: p.maxTokens, stream: p.stream, input: p.prompt });
 }
 
-/** Sends the call to this gateway's own /v1 route; the caller reads (or relays) the answer. */
-export async function callSelf(base: string, key: string, p: PlaygroundInput, timeoutMs: number, signal: AbortSignal): Promise<Dispatcher.ResponseData> {
-  return request(`${base}/v1/${p.lane}`, {
-    method: 'POST',
-    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
-    body: playgroundBody(p),
-    headersTimeout: timeoutMs,
-    bodyTimeout: timeoutMs,
-    signal: AbortSignal.any([signal, AbortSignal.timeout(timeoutMs)]),
-  });
+/**
+ * Sends the call to this gateway's own /v1 route; the caller reads (or relays) the answer, then
+ * calls `done`. The whole exchange is cut after `timeoutMs`, or when the browser leaves (`abort`).
+ */
+export async function callSelf(base: string, key: string, p: PlaygroundInput, timeoutMs: number): Promise<{ res: Dispatcher.ResponseData; abort: () => void; done: () => void }> {
+  const ac = new AbortController();
+  const abort = () => ac.abort();
+  const timer = setTimeout(abort, timeoutMs);
+  try {
+    const res = await request(`${base}/v1/${p.lane}`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: playgroundBody(p),
+      headersTimeout: timeoutMs,
+      bodyTimeout: timeoutMs,
+      signal: ac.signal,
+    });
+    return { res, abort, done: () => clearTimeout(timer) };
+  } catch (e) {
+    clearTimeout(timer);
+    throw e;
+  }
 }

@@ -122,6 +122,9 @@ t.test('a free account without a top-up cannot create a key here either', async 
 t.test('overview, usage, CSV, request pages and billing agree with the ledger', async (t) => {
   const s = await startConsoleStack(t);
   const base = s.g.url;
+  // A period roll-over first, while no lease holds any of the grant.
+  const rolled = await s.g.gw.services.ledger.rollPeriod(s.accountId);
+  t.ok(rolled.expiredInk > 0, 'the roll-over lapsed the unused grant');
   const k = await createKey(s.g.db.pool, { accountId: s.accountId, name: 'sdk' });
   const client = new Anthropic({ baseURL: base, authToken: k.key, apiKey: null, maxRetries: 0 });
   const { response } = await client.messages.create({ model: 'sonnet', max_tokens: 100, messages: [{ role: 'user', content: 'Hi' }] }).withResponse();
@@ -156,14 +159,15 @@ t.test('overview, usage, CSV, request pages and billing agree with the ledger', 
   t.notOk((await getPage(base, '/console/usage', sessOther.cookie)).text.includes(rid));
   t.notOk((await getPage(base, `/console/usage.csv?key=${k.id}`, sessOther.cookie)).text.includes(rid), 'not even through a filter on the key id');
 
-  const rolled = await s.g.gw.services.ledger.rollPeriod(s.accountId);
-  t.ok(rolled.expiredInk > 0, 'the roll-over lapsed some grant');
   const billing = await getPage(base, '/console/billing?holds=1', sess.cookie);
   t.match(billing.text, /Period roll-over/);
   t.match(billing.text, new RegExp(`−${rolled.expiredInk.toLocaleString('en-US')} expired`));
   const balances = [...billing.text.matchAll(/data-balance>([0-9,]+)/g)].map((m) => Number(m[1]!.replace(/,/g, '')));
   const w = (await s.g.db.pool.query('SELECT credited_ink - charged_ink - expired_ink AS unspent FROM wallets WHERE account_id = $1', [s.accountId])).rows[0];
   t.equal(balances[0], Number(w.unspent), 'the newest running balance is the wallet');
+  t.equal(balances[0], Number(/data-figure="unspent">([0-9,]+)/.exec(billing.text)![1]!.replace(/,/g, '')), 'and the page says so');
+  const j = (await s.g.db.pool.query('SELECT sum(credited_ink - charged_ink - expired_ink)::bigint AS s FROM ledger_journal WHERE account_id = $1', [s.accountId])).rows[0];
+  t.equal(balances[0], Number(j.s), 'the sum of every journal movement');
   t.equal(balances.at(-1), 50_000, 'the oldest (the top-up) is the top-up');
   t.match(billing.text, /Top-up/);
   t.match(billing.text, /Period grant/);
