@@ -4,6 +4,8 @@
 import Anthropic from '@anthropic-ai/sdk';
 import t from 'tap';
 import { createAccount, createKey } from '../../src/accounts/accounts.js';
+import { runCli } from '../../src/admin/cli.js';
+import { loadConfig } from '../../src/config/config.js';
 import { CSP } from '../../src/console/html.js';
 import { createSignInLink } from '../../src/console/sessions.js';
 import { runToEnd, startImageHarness } from './image-harness.js';
@@ -251,4 +253,28 @@ t.test('generations: listed with their state, downloaded through a fresh signed 
   const sessOther = await signInHttp(base, await link(other.accountId));
   t.equal((await getPage(base, `/console/generations/${sub.json.id}`, sessOther.cookie)).status, 404, "another account's generation answers as unknown");
   t.notOk((await getPage(base, '/console/usage', sessOther.cookie)).text.includes(sub.json.id));
+});
+
+t.test('inkgate console link prints a link that signs in once; an unknown account is an error', async (t) => {
+  const s = await startConsoleStack(t);
+  const cfg = loadConfig({}, { db: { url: s.g.db.url, schema: s.g.db.schema }, console: { url: s.g.url } });
+  const run = async (...argv: string[]) => {
+    let out = '';
+    let err = '';
+    const code = await runCli([...argv, '--json'], (x) => void (out += x), (x) => void (err += x), cfg);
+    return { code, out, err };
+  };
+  const ok = await run('console', 'link', '--account', s.accountId);
+  t.equal(ok.code, 0);
+  const printed = JSON.parse(ok.out);
+  t.match(printed.url, new RegExp(`^${s.g.url}/console/signin\\?token=[A-Za-z0-9_-]{43}$`));
+  t.ok(Date.parse(printed.expires_at) - Date.now() <= 900_000 && Date.parse(printed.expires_at) - Date.now() > 800_000, 'valid for 15 minutes');
+  const sess = await signInHttp(s.g.url, printed.url);
+  t.equal((await getPage(s.g.url, '/console', sess.cookie)).status, 200);
+  const twice = await postForm(s.g.url, '/console/signin', { token: new URL(printed.url).searchParams.get('token')! });
+  t.equal(twice.status, 403);
+  const bad = await run('console', 'link', '--account', 'usr_nobody');
+  t.equal(bad.code, 1);
+  t.match(bad.err, /unknown account usr_nobody/);
+  t.equal((await run('console', 'link')).code, 1, '--account is required');
 });
