@@ -27,7 +27,7 @@ import { migrate } from './store/migrate.js';
 import { createPool, type Pool } from './store/pool.js';
 import { createLogger, type Logger } from './util/log.js';
 import type { Services } from './services.js';
-import { consoleHandler } from './console/console.js';
+import { consoleHandler, selfBaseUrl } from './console/console.js';
 import { openApiRoute } from './console/openapi.js';
 
 export interface Gateway {
@@ -165,7 +165,7 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
       other: (ctx) => consolePages(ctx) || media(ctx),
     });
     const running = server;
-    selfUrl = `http://${selfHost(config.server.host)}:${running.port}`;
+    selfUrl = selfBaseUrl(config.server.host, running.port);
     cleanups.push(async () => {
       if (!(await running.close())) log.warn('shutdown: requests still running after the drain period');
     });
@@ -185,13 +185,6 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
     await cleanup();
     throw e;
   }
-}
-
-/** Where this process reaches itself: a wildcard listen address is reached on loopback. */
-function selfHost(host: string): string {
-  if (host === '0.0.0.0' || host === '') return '127.0.0.1';
-  if (host === '::') return '[::1]';
-  return host.includes(':') ? `[${host}]` : host;
 }
 
 /** An instance id nobody else has: host, process and a random part (set ledger.instanceId to keep one across restarts). */

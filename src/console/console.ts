@@ -154,3 +154,9 @@ function failPage(d: ConsoleDeps, ctx: HttpContext, e: unknown): void {
   const back = status === 401 ? '<p><a href="/console/signin">Sign in</a></p>' : '<p><a href="/console">Back to the console</a></p>';
   sendHtml(ctx, status, page({ title: status === 404 ? 'Not found' : 'Something went wrong' }, `<p role="alert">${esc(message)}</p><p class="muted">Request id ${esc(ctx.requestId)}</p>${back}`));
 }
+
+/** Where this process reaches its own /v1 (the playground's calls): a wildcard listen address on loopback. */
+export function selfBaseUrl(host: string, port: number): string {
+  const h = host === '0.0.0.0' || host === '' ? '127.0.0.1' : host === '::' ? '[::1]' : host.includes(':') ? `[${host}]` : host;
+  return `http://${h}:${port}`;
+}
