@@ -32,6 +32,8 @@ import { GatewayMetrics } from './metrics/metrics.js';
 import { ReadinessCheck } from './ops/readiness.js';
 import { clientAddressResolver } from './ops/client-address.js';
 import { listMigrations } from './store/migrate.js';
+import { consoleHandler, selfBaseUrl } from './console/console.js';
+import { openApiRoute } from './console/openapi.js';
 
 export interface Gateway {
   readonly url: string;
@@ -42,6 +44,8 @@ export interface Gateway {
   /** Metrics and readiness, served by the admin listener (ops/serve.ts). */
   readonly ops: { readonly metrics: GatewayMetrics; readonly readiness: ReadinessCheck };
   /** Fails readiness at once, then drains and stops everything. */
+  /** The /v1 routes served (method and pattern), for the OpenAPI check. */
+  readonly routes: ReadonlyArray<{ readonly method: string; readonly pattern: string }>;
   close(): Promise<void>;
 }
 
@@ -154,12 +158,17 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
       },
       ...videoRoutes(services, generationDeps),
       ...imageRoutes(services, generationDeps),
+      openApiRoute(catalog),
       ...(opts.extraRoutes?.(services) ?? []),
     ];
     // Closed after the server drained (cleanups run in reverse): no admitted request meets a closed pool.
     cleanups.push(async () => {
       await Promise.all(upstreams.map((u) => u.pool.close()));
     });
+    // The console (src/console) is served beside the media host; its playground calls our own /v1.
+    let selfUrl = '';
+    const media = mediaHostHandler(generationDeps);
+    const consolePages = consoleHandler({ services, mediaSecret: generationDeps.mediaSecret, mediaClock: generationDeps.clock, selfUrl: () => selfUrl, routes: () => routes });
     const server = await startServer({
       host: config.server.host,
       port: config.server.port,
@@ -172,11 +181,12 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
       keys,
       publicRequestsPerMinute: config.limits.publicRequestsPerMinute,
       log,
-      other: mediaHostHandler(generationDeps),
+      other: (ctx) => consolePages(ctx) || media(ctx),
       metrics: { observe: (m, r, s, sec) => metrics.http.observe(m, r, s, sec), rateLimited: (scope) => metrics.rateLimited(scope) },
       clientAddress: (ctx) => clientAddress(ctx),
     });
     const running = server;
+    selfUrl = selfBaseUrl(config.server.host, running.port);
     cleanups.push(async () => {
       if (!(await running.close())) log.warn('shutdown: requests still running after the drain period');
     });
@@ -189,6 +199,7 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
       port: running.port,
       services,
       video: { deps: generationDeps, engine },
+      routes,
       ops: { metrics, readiness },
       close: async () => {
         readiness.drain();

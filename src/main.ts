@@ -9,6 +9,7 @@ import { createLogger } from './util/log.js';
 import { startDemoVendors } from './simulators/demo.js';
 import type { AdminServer } from './ops/admin-server.js';
 import { drainAndClose, serveAdmin } from './ops/serve.js';
+import { demoSignInLink } from './console/demo-link.js';
 
 export async function main(argv: string[]): Promise<void> {
   const demo = argv.includes('--demo');
@@ -42,10 +43,12 @@ export async function main(argv: string[]): Promise<void> {
     await gw.services.state.refresh();
   }
   let key: string | undefined;
+  let consoleLink: string | undefined;
   if (demoAccountAllowed(config, { demo, dbKind: db.kind })) {
     const pool = createPool({ ...config.db, url: db.url, poolMax: 2 });
     const ledger = new Ledger(pool);
     key = await ensureDemoAccount(config, pool, ledger);
+    consoleLink = demo ? await demoSignInLink(pool, config, gw.url) : undefined;
     await ledger.close();
     await pool.end();
   }
@@ -53,6 +56,7 @@ export async function main(argv: string[]): Promise<void> {
     process.stdout.write(`\nDemo account created. Its API key (shown once, also in ${demoKeyPath(config)}):\n\n  ${key}\n\n`);
   }
   log.info(`inkgate listening on ${gw.url}`, { url: gw.url });
+  if (consoleLink) process.stdout.write(`Console (one-time sign-in link, 15 minutes; more with \`inkgate console link --account usr_...\`):\n\n  ${consoleLink}\n\n`);
   if (db.kind !== 'external' || demo) {
     if (hasDemoKey(config)) process.stdout.write(`Try: curl -H "Authorization: Bearer $(cat ${demoKeyPath(config)})" ${gw.url}/v1/me\n`);
   }

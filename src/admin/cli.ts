@@ -11,6 +11,7 @@ import { createPool } from '../store/pool.js';
 import type { AdminCommand, AdminContext } from './command.js';
 import { ledgerCommands } from './ledger-commands.js';
 import { parseArgs as nodeParseArgs } from 'node:util';
+import { consoleCommands } from './console-command.js';
 
 export interface ParsedArgs {
   flags: Record<string, string | true>;
@@ -239,7 +240,7 @@ const coreCommands: Record<string, AdminCommand> = {
   },
 };
 
-export const commands: Readonly<Record<string, AdminCommand>> = Object.freeze({ ...coreCommands, ...ledgerCommands });
+export const commands: Readonly<Record<string, AdminCommand>> = Object.freeze({ ...coreCommands, ...ledgerCommands, ...consoleCommands });
 
 function usage(): string {
   const rows = Object.values(commands).map((c) => `  inkgate ${c.usage}\n      ${c.summary}`);

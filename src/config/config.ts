@@ -111,6 +111,16 @@ export const ConfigSchema = Type.Object({
     /** The service stops a Responses reply whose visible text passes this many characters; the charge is then the hold. */
     visibleOutputCapChars: Type.Integer({ minimum: 1, maximum: 10_000_000 }),
   }),
+  console: Type.Object({
+    /** Origin printed in sign-in links (https://console.example.com); null: http://host:port of this server. */
+    url: NullableString,
+    /** A sign-in link works once, for this long. */
+    linkTtlMs: Type.Integer({ minimum: 1000, maximum: 900_000 }),
+    /** A console session ends this long after sign-in (sign-out ends it at once). */
+    sessionTtlMs: Type.Integer({ minimum: 60_000, maximum: 2_592_000_000 }),
+    /** A playground call is cut after this long (headers and body together). */
+    playgroundTimeoutMs: Ms,
+  }),
   demo: Type.Object({
     createAccount: Type.Boolean(),
     paygUsd: Type.Integer({ minimum: 0, maximum: 1_000_000 }),
@@ -221,6 +231,7 @@ function fromEnv(env: Env): Record<string, unknown> {
     log: { level: str(env.INKGATE_LOG_LEVEL) },
     dataDir: str(env.INKGATE_DATA_DIR),
     mediaUrl: str(env.INKGATE_MEDIA_URL),
+    console: { url: str(env.INKGATE_CONSOLE_URL) },
     db: { url: str(env.DATABASE_URL) },
     redis: { url: str(env.REDIS_URL) },
     pricing: { videoPriceSet: str(env.INKGATE_VIDEO_PRICE_SET) },

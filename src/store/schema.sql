@@ -52,6 +52,49 @@ CREATE TABLE api_keys (
 );
 CREATE INDEX api_keys_account ON api_keys USING btree (account_id);
 
+CREATE TABLE console_links (
+  token_hash bytea NOT NULL,
+  account_id text NOT NULL,
+  expires_at timestamp with time zone NOT NULL,
+  used_at timestamp with time zone,
+  created_at timestamp with time zone DEFAULT now() NOT NULL,
+  CONSTRAINT console_links_account_id_fkey FOREIGN KEY (account_id) REFERENCES accounts(id),
+  CONSTRAINT console_links_pkey PRIMARY KEY (token_hash),
+  CONSTRAINT console_links_token_hash_check CHECK (length(token_hash) = 32)
+);
+CREATE INDEX console_links_expires ON console_links USING btree (expires_at);
+
+CREATE TABLE console_playground_keys (
+  account_id text NOT NULL,
+  key_id text NOT NULL,
+  created_at timestamp with time zone DEFAULT now() NOT NULL,
+  CONSTRAINT console_playground_keys_account_id_fkey FOREIGN KEY (account_id) REFERENCES accounts(id),
+  CONSTRAINT console_playground_keys_key_id_fkey FOREIGN KEY (key_id) REFERENCES api_keys(id),
+  CONSTRAINT console_playground_keys_pkey PRIMARY KEY (account_id)
+);
+
+CREATE TABLE console_secret (
+  singleton boolean DEFAULT true NOT NULL,
+  secret bytea NOT NULL,
+  created_at timestamp with time zone DEFAULT now() NOT NULL,
+  CONSTRAINT console_secret_pkey PRIMARY KEY (singleton),
+  CONSTRAINT console_secret_secret_check CHECK (length(secret) = 32),
+  CONSTRAINT console_secret_singleton_check CHECK (singleton)
+);
+
+CREATE TABLE console_sessions (
+  id_hash bytea NOT NULL,
+  account_id text NOT NULL,
+  expires_at timestamp with time zone NOT NULL,
+  revoked_at timestamp with time zone,
+  created_at timestamp with time zone DEFAULT now() NOT NULL,
+  CONSTRAINT console_sessions_account_id_fkey FOREIGN KEY (account_id) REFERENCES accounts(id),
+  CONSTRAINT console_sessions_id_hash_check CHECK (length(id_hash) = 32),
+  CONSTRAINT console_sessions_pkey PRIMARY KEY (id_hash)
+);
+CREATE INDEX console_sessions_account ON console_sessions USING btree (account_id);
+CREATE INDEX console_sessions_expires ON console_sessions USING btree (expires_at);
+
 CREATE TABLE deployment (
   singleton boolean DEFAULT true NOT NULL,
   api_open boolean DEFAULT true NOT NULL,

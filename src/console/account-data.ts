@@ -1,0 +1,195 @@
+// What the console shows of an account, read straight from the ledger's rows. Every query is
+// bounded by the account id it is given (the session's), so one account never reads another's.
+import type { Queryable } from '../store/pool.js';
+
+export interface AccountView {
+  name: string;
+  planId: string;
+  planLabel: string;
+  paid: boolean;
+  periodGrantInk: number;
+  periodDays: number;
+  periodStartedAt: Date;
+  topupsCompleted: number;
+  /** As GET /v1/me counts them: the wallet plus leased Ink not held by a request. */
+  grantInk: number;
+  paygInk: number;
+  /** Held by running requests (durable holds and holds taken from leases). */
+  reservedInk: number;
+  chargedInk: number;
+}
+
+export async function readAccount(db: Queryable, accountId: string): Promise<AccountView | undefined> {
+  const r = await db.query(
+    `SELECT a.name, p.id AS plan_id, p.label, p.paid, p.period_grant_ink, p.period_days, w.period_started_at, w.topups_completed,
+            w.grant_ink + w.leased_grant_ink - coalesce(al.g, 0)::bigint AS grant_ink,
+            w.payg_ink + w.leased_payg_ink - coalesce(al.p, 0)::bigint AS payg_ink,
+            w.held_grant_ink + w.held_payg_ink + coalesce(al.g, 0)::bigint + coalesce(al.p, 0)::bigint AS reserved_ink,
+            w.charged_ink
+       FROM accounts a JOIN plans p ON p.id = a.plan_id JOIN wallets w ON w.account_id = a.id
+       LEFT JOIN LATERAL (SELECT sum(r.hold_grant_ink) AS g, sum(r.hold_payg_ink) AS p FROM leases l
+                            JOIN requests r ON r.lease_id = l.id AND r.leased
+                           WHERE l.account_id = w.account_id AND l.state = 'live') al ON true
+      WHERE a.id = $1`,
+    [accountId],
+  );
+  const x = r.rows[0];
+  if (!x) return undefined;
+  return {
+    name: x.name, planId: x.plan_id, planLabel: x.label, paid: x.paid, periodGrantInk: Number(x.period_grant_ink),
+    periodDays: x.period_days, periodStartedAt: x.period_started_at, topupsCompleted: x.topups_completed,
+    grantInk: Number(x.grant_ink), paygInk: Number(x.payg_ink), reservedInk: Number(x.reserved_ink), chargedInk: Number(x.charged_ink),
+  };
+}
+
+export interface KeyView {
+  id: string;
+  name: string;
+  prefix: string;
+  last4: string;
+  inkLimit: number | null;
+  inkCharged: number;
+  inkReserved: number;
+  expiresAt: Date | null;
+  revokedAt: Date | null;
+  createdAt: Date;
+  playground: boolean;
+}
+
+/** The account's keys, newest first, with spend counted as GET /v1/me counts it. At most 500. */
+export async function readKeys(db: Queryable, accountId: string): Promise<KeyView[]> {
+  const r = await db.query(
+    `SELECT k.id, k.name, k.prefix, k.last4, k.ink_limit, k.ink_charged, k.expires_at, k.revoked_at, k.created_at,
+            k.ink_reserved + coalesce(kl.h, 0)::bigint AS ink_reserved, (pk.key_id IS NOT NULL) AS playground
+       FROM api_keys k
+       LEFT JOIN console_playground_keys pk ON pk.key_id = k.id
+       LEFT JOIN LATERAL (SELECT sum(r.hold_ink) AS h FROM leases l JOIN requests r ON r.lease_id = l.id AND r.leased
+                           WHERE l.key_id = k.id AND l.state = 'live') kl ON true
+      WHERE k.account_id = $1 ORDER BY k.created_at DESC, k.id LIMIT 500`,
+    [accountId],
+  );
+  return r.rows.map((x) => ({
+    id: x.id, name: x.name, prefix: x.prefix, last4: x.last4, inkLimit: x.ink_limit === null ? null : Number(x.ink_limit),
+    inkCharged: Number(x.ink_charged), inkReserved: Number(x.ink_reserved), expiresAt: x.expires_at, revokedAt: x.revoked_at,
+    createdAt: x.created_at, playground: x.playground,
+  }));
+}
+
+export async function keyOfAccount(db: Queryable, accountId: string, keyId: string): Promise<boolean> {
+  return ((await db.query('SELECT 1 FROM api_keys WHERE id = $1 AND account_id = $2', [keyId, accountId])).rowCount ?? 0) > 0;
+}
+
+export interface UsageFilter {
+  keyId?: string;
+  model?: string;
+  /** YYYY-MM-DD, a UTC day. */
+  day?: string;
+}
+
+export interface RequestView {
+  id: string;
+  keyId: string;
+  product: string;
+  model: string;
+  status: string;
+  holdInk: number;
+  chargedInk: number;
+  usage: Record<string, unknown> | null;
+  createdAt: Date;
+}
+
+export const USAGE_PAGE_ROWS = 100;
+export const CSV_MAX_ROWS = 10_000;
+
+/** Request records, newest first, filtered; `limit` rows at most. */
+export async function readRequests(db: Queryable, accountId: string, f: UsageFilter, limit: number): Promise<RequestView[]> {
+  const r = await db.query(
+    `SELECT id, key_id, product, model, status, hold_ink, charged_ink, usage, created_at FROM requests
+      WHERE account_id = $1 AND ($2::text IS NULL OR key_id = $2) AND ($3::text IS NULL OR model = $3)
+        AND ($4::date IS NULL OR (created_at >= $4::date::timestamp AT TIME ZONE 'UTC' AND created_at < ($4::date + 1)::timestamp AT TIME ZONE 'UTC'))
+      ORDER BY created_at DESC, id DESC LIMIT $5`,
+    [accountId, f.keyId ?? null, f.model ?? null, f.day ?? null, limit],
+  );
+  return r.rows.map((x) => ({
+    id: x.id, keyId: x.key_id, product: x.product, model: x.model, status: x.status, holdInk: Number(x.hold_ink),
+    chargedInk: Number(x.charged_ink), usage: x.usage, createdAt: x.created_at,
+  }));
+}
+
+/** Ink charged per UTC day and model over the last `days` days. */
+export async function readDailyInk(db: Queryable, accountId: string, days: number): Promise<Array<{ day: string; model: string; ink: number }>> {
+  const r = await db.query(
+    `SELECT to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS day, model, sum(charged_ink)::bigint AS ink FROM requests
+      WHERE account_id = $1 AND created_at >= (now() AT TIME ZONE 'UTC')::date - ($2::int - 1)
+      GROUP BY 1, 2 ORDER BY 1, 2`,
+    [accountId, days],
+  );
+  return r.rows.map((x) => ({ day: x.day, model: x.model, ink: Number(x.ink) }));
+}
+
+export interface GenerationView {
+  id: string;
+  kind: string;
+  model: string;
+  state: string;
+  chargedInk: number | null;
+  hasMedia: boolean;
+  expired: boolean;
+  createdAt: Date;
+}
+
+export async function readGenerations(db: Queryable, accountId: string, limit: number): Promise<GenerationView[]> {
+  const r = await db.query(
+    `SELECT id, kind, model, state, charged_ink, media_key, result_expired, created_at FROM generations
+      WHERE account_id = $1 ORDER BY created_at DESC, id DESC LIMIT $2`,
+    [accountId, limit],
+  );
+  return r.rows.map((x) => ({
+    id: x.id, kind: x.kind, model: x.model, state: x.state, chargedInk: x.charged_ink === null ? null : Number(x.charged_ink),
+    hasMedia: x.media_key !== null, expired: x.result_expired, createdAt: x.created_at,
+  }));
+}
+
+export interface JournalView {
+  id: number;
+  at: Date;
+  kind: string;
+  requestId: string | null;
+  note: string | null;
+  /** Ink added to the wallet by this entry (top-ups, grants). */
+  creditedInk: number;
+  chargedInk: number;
+  expiredInk: number;
+  /** The account's unspent Ink (available + reserved) just after this entry. */
+  balanceAfterInk: number;
+}
+
+/**
+ * The newest journal entries (older than `beforeId` when given), each with the balance after it,
+ * counted back from the wallet in the same statement (one snapshot: the figures agree with the
+ * ledger even while requests settle). `balanceInk` is the wallet's unspent Ink in that snapshot.
+ */
+export async function readJournal(db: Queryable, accountId: string, beforeId: number | undefined, limit: number): Promise<{ rows: JournalView[]; balanceInk: number }> {
+  const r = await db.query(
+    `WITH w AS (SELECT credited_ink - charged_ink - expired_ink AS total FROM wallets WHERE account_id = $1),
+          newer AS (SELECT coalesce(sum(credited_ink - charged_ink - expired_ink), 0)::bigint AS d FROM ledger_journal
+                     WHERE account_id = $1 AND $2::bigint IS NOT NULL AND id >= $2),
+          page AS (SELECT id, at, kind, request_id, note, credited_ink, charged_ink, expired_ink FROM ledger_journal
+                    WHERE account_id = $1 AND ($2::bigint IS NULL OR id < $2) ORDER BY id DESC LIMIT $3)
+     SELECT page.*, w.total, newer.d FROM page, w, newer ORDER BY page.id DESC`,
+    [accountId, beforeId ?? null, limit],
+  );
+  // No entries on this page: the wallet alone (an empty account, or a page past the oldest entry).
+  const total = r.rows.length > 0 ? Number(r.rows[0].total) : Number((await db.query('SELECT credited_ink - charged_ink - expired_ink AS total FROM wallets WHERE account_id = $1', [accountId])).rows[0]?.total ?? 0);
+  let balance = r.rows.length > 0 ? total - Number(r.rows[0].d) : total;
+  const rows: JournalView[] = [];
+  for (const x of r.rows) {
+    const v: JournalView = {
+      id: Number(x.id), at: x.at, kind: x.kind, requestId: x.request_id, note: x.note, creditedInk: Number(x.credited_ink),
+      chargedInk: Number(x.charged_ink), expiredInk: Number(x.expired_ink), balanceAfterInk: balance,
+    };
+    rows.push(v);
+    balance -= v.creditedInk - v.chargedInk - v.expiredInk;
+  }
+  return { rows, balanceInk: total };
+}

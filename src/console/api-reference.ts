@@ -1,0 +1,164 @@
+// The API's endpoints described once: the console's reference pages and the OpenAPI document at
+// /v1/openapi.json are both generated from this table, the error table (src/errors.ts) and the
+// model catalogue. The lanes validate with their own code; test/integration/openapi.test.ts keeps
+// this table and the router in agreement (every route described, every description routed).
+import type { Catalog } from '../catalog/models.js';
+import { ERRORS, type ErrorCode } from '../errors.js';
+
+export type JsonSchema = Record<string, unknown>;
+
+export interface Endpoint {
+  /** URL slug of the reference page. */
+  readonly slug: string;
+  readonly method: 'GET' | 'POST';
+  /** The router's pattern (":id" parameters). */
+  readonly pattern: string;
+  readonly title: string;
+  readonly summary: string;
+  readonly auth: 'key' | 'public';
+  /** The JSON body's schema (POST). */
+  readonly body?: (c: Catalog) => JsonSchema;
+  /** The success answer: status, content type, schema. */
+  readonly ok: { readonly status: number; readonly type: string; readonly schema: JsonSchema; readonly description: string };
+  readonly errors: readonly ErrorCode[];
+  readonly doc: string;
+  readonly curl: string;
+  readonly sdk?: { readonly lang: string; readonly code: string };
+}
+
+const str = (description?: string, extra: JsonSchema = {}): JsonSchema => ({ type: 'string', ...(description ? { description } : {}), ...extra });
+const int = (description: string, extra: JsonSchema = {}): JsonSchema => ({ type: 'integer', description, ...extra });
+const obj = (properties: Record<string, JsonSchema>, required: string[] = [], extra: JsonSchema = {}): JsonSchema => ({ type: 'object', properties, ...(required.length ? { required } : {}), ...extra });
+const ids = (c: Catalog, type: string, protocol?: string): string[] =>
+  c.listed.filter((m) => m.type === type && (protocol === undefined || (m as { protocol?: string }).protocol === protocol)).flatMap((m) => [m.id, ...m.aliases]);
+
+const COMMON: readonly ErrorCode[] = ['invalid_api_key', 'rate_limit_exceeded', 'rate_limiter_unavailable', 'external_api_disabled', 'internal_error'];
+const VALIDATION: readonly ErrorCode[] = ['invalid_json', 'invalid_body', 'invalid_type', 'invalid_enum', 'invalid_value', 'too_long', 'too_large', 'unsupported_parameter', 'unknown_model', 'payload_too_large', 'unsupported_media_type'];
+const MONEY: readonly ErrorCode[] = ['insufficient_ink', 'key_ink_limit_reached', 'provider_unavailable'];
+
+const anyObject: JsonSchema = { type: 'object', additionalProperties: true };
+const generation = (kind: string): JsonSchema => obj(
+  { id: str(), object: str(undefined, { const: `${kind}.generation` }), status: str(undefined, { enum: ['queued', 'running', 'succeeded', 'failed'] }), model: str(), created_at: int('Unix seconds'), ink_reserved: int('Ink held'), request: anyObject },
+  ['id', 'object', 'status', 'model', 'created_at'],
+  { additionalProperties: true },
+);
+const contentEp = (kind: 'video' | 'images', label: string): Endpoint => ({
+  slug: `${kind}-content`, method: 'GET', pattern: `/v1/${kind}/generations/:id/content`, title: `Download a ${label}`,
+  summary: `302 to a fresh signed link to the ${label} (valid 15 minutes).`, auth: 'key',
+  ok: { status: 302, type: 'text/plain', schema: { type: 'string' }, description: 'Found: Location is the signed media link.' },
+  errors: [...COMMON, 'generation_not_found', 'generation_not_ready', 'result_unavailable', 'result_expired'],
+  doc: `docs/api/${kind === 'video' ? 'video' : 'images'}.md`,
+  curl: `curl -L -o result -H "Authorization: Bearer $INKGATE_KEY" $INKGATE_URL/v1/${kind}/generations/GEN_ID/content`,
+});
+const readEp = (kind: 'video' | 'images', label: string): Endpoint => ({
+  slug: `${kind}-get`, method: 'GET', pattern: `/v1/${kind}/generations/:id`, title: `Read a ${label} generation`,
+  summary: 'Poll a generation until its status is succeeded or failed.', auth: 'key',
+  ok: { status: 200, type: 'application/json', schema: generation(kind === 'video' ? 'video' : 'image'), description: 'The generation.' },
+  errors: [...COMMON, 'generation_not_found'], doc: `docs/api/${kind === 'video' ? 'video' : 'images'}.md`,
+  curl: `curl -H "Authorization: Bearer $INKGATE_KEY" $INKGATE_URL/v1/${kind}/generations/GEN_ID`,
+});
+
+export const ENDPOINTS: readonly Endpoint[] = [
+  {
+    slug: 'messages', method: 'POST', pattern: '/v1/messages', title: 'Messages', auth: 'key',
+    summary: 'The Anthropic Messages protocol for the assistant-* models, streamed or not; billed in Ink from usage.',
+    body: (c) => obj({
+      model: str('Model id or alias', { enum: ids(c, 'text', 'anthropic-messages') }),
+      max_tokens: int('Output cap, 1 to the model maximum', { minimum: 1 }),
+      messages: { type: 'array', minItems: 1, items: obj({ role: str(undefined, { enum: ['user', 'assistant'] }), content: { oneOf: [{ type: 'string', minLength: 1 }, { type: 'array', minItems: 1, items: anyObject }] } }, ['role', 'content']) },
+      system: { oneOf: [{ type: 'string' }, { type: 'array', items: anyObject }] },
+      tools: { type: 'array', items: anyObject }, tool_choice: anyObject, thinking: anyObject, output_config: anyObject,
+      temperature: { type: 'number' }, top_p: { type: 'number' }, top_k: { type: 'number' },
+      stop_sequences: { type: 'array', items: { type: 'string' } }, stream: { type: 'boolean' }, metadata: anyObject,
+    }, ['model', 'max_tokens', 'messages'], { additionalProperties: false }),
+    ok: { status: 200, type: 'application/json', schema: obj({ id: str(), type: str(undefined, { const: 'message' }), role: str(), model: str(), content: { type: 'array', items: anyObject }, stop_reason: { type: ['string', 'null'] }, usage: anyObject }, ['id', 'type', 'content', 'usage'], { additionalProperties: true }), description: 'A message (or, with stream: true, text/event-stream ending with a service.usage event).' },
+    errors: [...COMMON, ...VALIDATION, 'missing_messages', 'invalid_message', 'invalid_tool', 'missing_max_tokens', 'upstream_rejected', ...MONEY, 'provider_error'],
+    doc: 'docs/api/messages.md',
+    curl: `curl $INKGATE_URL/v1/messages -H "Authorization: Bearer $INKGATE_KEY" -H "content-type: application/json" \\\n  -d '{"model":"sonnet","max_tokens":200,"messages":[{"role":"user","content":"Hello"}]}'`,
+    sdk: { lang: 'TypeScript (@anthropic-ai/sdk)', code: `import Anthropic from '@anthropic-ai/sdk';\nconst client = new Anthropic({ baseURL: process.env.INKGATE_URL, authToken: process.env.INKGATE_KEY, apiKey: null });\nconst msg = await client.messages.create({ model: 'sonnet', max_tokens: 200, messages: [{ role: 'user', content: 'Hello' }] });\nconsole.log(msg.content);` },
+  },
+  {
+    slug: 'responses', method: 'POST', pattern: '/v1/responses', title: 'Responses', auth: 'key',
+    summary: 'The OpenAI Responses protocol for the text-* models, streamed or not; stateless (store is always false).',
+    body: (c) => obj({
+      model: str('Model id or alias', { enum: ids(c, 'text', 'openai-responses') }),
+      input: { oneOf: [{ type: 'string', minLength: 1 }, { type: 'array', minItems: 1, items: anyObject }] },
+      instructions: str(), max_output_tokens: int('16 to 128,000; default 32,768', { minimum: 16, maximum: 128000 }),
+      stream: { type: 'boolean' }, stream_options: anyObject, tools: { type: 'array', items: anyObject }, tool_choice: { oneOf: [{ type: 'string' }, anyObject] },
+      parallel_tool_calls: { type: 'boolean' }, max_tool_calls: int('At least 1', { minimum: 1 }), reasoning: anyObject, text: anyObject,
+      temperature: { type: 'number', minimum: 0, maximum: 2 }, top_p: { type: 'number', minimum: 0, maximum: 1 }, truncation: str(undefined, { enum: ['auto', 'disabled'] }),
+      prompt_cache_key: str(), prompt_cache_retention: str(undefined, { enum: ['in_memory'] }), include: { type: 'array', items: { type: 'string' } },
+      store: { type: 'boolean' }, metadata: anyObject, user: str(), safety_identifier: str(),
+    }, ['model', 'input'], { additionalProperties: false }),
+    ok: { status: 200, type: 'application/json', schema: obj({ id: str(), object: str(undefined, { const: 'response' }), model: str(), output: { type: 'array', items: anyObject }, usage: anyObject }, ['id', 'object', 'output'], { additionalProperties: true }), description: 'A response (or, with stream: true, text/event-stream followed by a `: service.usage` comment).' },
+    errors: [...COMMON, ...VALIDATION, 'missing_input', 'invalid_input', 'invalid_tool', 'upstream_rejected', ...MONEY, 'provider_error'],
+    doc: 'docs/api/responses.md',
+    curl: `curl $INKGATE_URL/v1/responses -H "Authorization: Bearer $INKGATE_KEY" -H "content-type: application/json" \\\n  -d '{"model":"astra","input":"Hello"}'`,
+    sdk: { lang: 'TypeScript (openai)', code: `import OpenAI from 'openai';\nconst client = new OpenAI({ baseURL: process.env.INKGATE_URL + '/v1', apiKey: process.env.INKGATE_KEY });\nconst r = await client.responses.create({ model: 'astra', input: 'Hello' });\nconsole.log(r.output_text);` },
+  },
+  {
+    slug: 'models', method: 'GET', pattern: '/v1/models', title: 'List models', auth: 'public',
+    summary: 'The catalogue: every listed model with its prices, limits and availability. No key needed.',
+    ok: { status: 200, type: 'application/json', schema: obj({ object: str(undefined, { const: 'list' }), data: { type: 'array', items: anyObject } }, ['object', 'data'], { additionalProperties: true }), description: 'The model cards.' },
+    errors: ['rate_limit_exceeded', 'external_api_disabled', 'internal_error'], doc: 'docs/api/models.md', curl: 'curl $INKGATE_URL/v1/models',
+  },
+  {
+    slug: 'model', method: 'GET', pattern: '/v1/models/:id', title: 'Read a model', auth: 'public',
+    summary: "One model's card, by id or alias.",
+    ok: { status: 200, type: 'application/json', schema: obj({ id: str(), object: str() }, ['id'], { additionalProperties: true }), description: 'The model card.' },
+    errors: ['model_not_found', 'rate_limit_exceeded', 'external_api_disabled', 'internal_error'], doc: 'docs/api/models.md', curl: 'curl $INKGATE_URL/v1/models/sonnet',
+  },
+  {
+    slug: 'me', method: 'GET', pattern: '/v1/me', title: 'Account', auth: 'key',
+    summary: "The calling key's account: balance, period grant remaining, pay-as-you-go, the key's spend and reservations.",
+    ok: { status: 200, type: 'application/json', schema: obj({ object: str(undefined, { const: 'account' }), user_id: str(), key: anyObject, ink: anyObject }, ['object', 'user_id', 'key', 'ink']), description: 'The account object.' },
+    errors: [...COMMON], doc: 'docs/api/me.md', curl: 'curl -H "Authorization: Bearer $INKGATE_KEY" $INKGATE_URL/v1/me',
+  },
+  {
+    slug: 'video-submit', method: 'POST', pattern: '/v1/video/generations', title: 'Submit a video generation', auth: 'key',
+    summary: 'Queue a clip; the answer is 202 with the generation to poll. Idempotency-Key makes a retry safe.',
+    body: (c) => obj({
+      model: str('Video model id', { enum: ids(c, 'video') }), prompt: str('At most 4,000 characters', { maxLength: 4000 }),
+      aspect_ratio: str(undefined, { enum: ['21:9', '16:9', '4:3', '1:1', '3:4', '9:16', 'adaptive'] }), resolution: str(undefined, { enum: ['480p', '720p', '1080p'] }),
+      duration: int('Seconds, inside the model range'), generate_audio: { type: 'boolean' }, seed: int('-1 to 2147483647', { minimum: -1, maximum: 2147483647 }),
+      first_frame_url: str('https URL', { format: 'uri' }), last_frame_url: str('https URL', { format: 'uri' }),
+      reference_image_urls: { type: 'array', items: { type: 'string', format: 'uri' } }, reference_video_urls: { type: 'array', items: { type: 'string', format: 'uri' } },
+      reference_audio_urls: { type: 'array', items: { type: 'string', format: 'uri' } }, metadata: anyObject,
+    }, ['model'], { additionalProperties: false }),
+    ok: { status: 202, type: 'application/json', schema: generation('video'), description: 'Accepted: the generation.' },
+    errors: [...COMMON, ...VALIDATION, 'unsupported_resolution', 'invalid_duration', 'invalid_url', 'too_many', 'invalid_seed', 'conflicting_references', 'missing_first_frame', 'reference_limit', 'missing_prompt', 'invalid_idempotency_key', 'idempotency_key_in_use', 'tier_gated', 'concurrency_limit', 'daily_cap_reached', ...MONEY],
+    doc: 'docs/api/video.md',
+    curl: `curl $INKGATE_URL/v1/video/generations -H "Authorization: Bearer $INKGATE_KEY" -H "content-type: application/json" \\\n  -d '{"model":"clip-2.5","prompt":"A paper boat on a pond","duration":5}'`,
+  },
+  readEp('video', 'video'),
+  contentEp('video', 'clip'),
+  {
+    slug: 'images-submit', method: 'POST', pattern: '/v1/images/generations', title: 'Submit an image generation', auth: 'key',
+    summary: 'Queue an image; the answer is 202 with the generation to poll.',
+    body: (c) => obj({
+      model: str('Image model id', { enum: ids(c, 'image') }), prompt: str('1 to 8,000 characters', { minLength: 1, maxLength: 8000 }),
+      size: str(undefined, { enum: ['1K', '2K', '4K'] }), aspect_ratio: str(), reference_image_urls: { type: 'array', maxItems: 14, items: { type: 'string', format: 'uri' } },
+      seed: int('-1 to 2147483647', { minimum: -1, maximum: 2147483647 }), metadata: anyObject,
+    }, ['model', 'prompt'], { additionalProperties: false }),
+    ok: { status: 202, type: 'application/json', schema: generation('image'), description: 'Accepted: the generation.' },
+    errors: [...COMMON, ...VALIDATION, 'invalid_url', 'too_many', 'invalid_seed', 'missing_prompt', 'invalid_idempotency_key', 'idempotency_key_in_use', 'concurrency_limit', 'daily_cap_reached', ...MONEY],
+    doc: 'docs/api/images.md',
+    curl: `curl $INKGATE_URL/v1/images/generations -H "Authorization: Bearer $INKGATE_KEY" -H "content-type: application/json" \\\n  -d '{"model":"image-1","prompt":"An ink drop, macro"}'`,
+  },
+  readEp('images', 'image'),
+  contentEp('images', 'image'),
+  {
+    slug: 'openapi', method: 'GET', pattern: '/v1/openapi.json', title: 'OpenAPI document', auth: 'public',
+    summary: 'This API as an OpenAPI 3.1 document. Public like /v1/models: it describes the API, holds nothing of an account.',
+    ok: { status: 200, type: 'application/json', schema: anyObject, description: 'The OpenAPI 3.1 document.' },
+    errors: ['rate_limit_exceeded', 'external_api_disabled'], doc: 'docs/api/openapi.md', curl: 'curl $INKGATE_URL/v1/openapi.json',
+  },
+];
+
+/** The error rows an endpoint can answer, from the one error table. */
+export function endpointErrors(e: Endpoint): Array<{ code: ErrorCode; status: number; type: string; message: string }> {
+  return [...new Set(e.errors)].map((code) => ({ code, ...ERRORS[code] })).sort((a, b) => a.status - b.status || a.code.localeCompare(b.code));
+}
+
+/** `/v1/models/:id` -> `/v1/models/{id}` (OpenAPI's path template). */
+export const openApiPath = (pattern: string): string => pattern.replace(/:([a-z_]+)/g, '{$1}');

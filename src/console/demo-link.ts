@@ -1,0 +1,14 @@
+// `npm run demo`: a console sign-in link for the demo account, printed at start-up beside its key,
+// so the browser console can be tried at once. Only the demo does this; `npm start` never does.
+import type { Config } from '../config/config.js';
+import type { Queryable } from '../store/pool.js';
+import { createSignInLink } from './sessions.js';
+
+/** A one-time link for the oldest account (the demo account), or undefined when there is none. */
+export async function demoSignInLink(db: Queryable, config: Config, gatewayUrl: string): Promise<string | undefined> {
+  const r = await db.query<{ id: string }>('SELECT id FROM accounts ORDER BY created_at, id LIMIT 1');
+  const id = r.rows[0]?.id;
+  if (id === undefined) return undefined;
+  const link = await createSignInLink(db, id, config.console.linkTtlMs);
+  return `${(config.console.url ?? gatewayUrl).replace(/\/$/, '')}/console/signin?token=${link.token}`;
+}

@@ -1,0 +1,68 @@
+// GET /v1/openapi.json: the API as an OpenAPI 3.1 document, built once at start-up from the
+// endpoint table (api-reference.ts), the error table and the catalogue. Public, like /v1/models:
+// it describes the API and holds nothing of an account.
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Catalog } from '../catalog/models.js';
+import { PROJECT_ROOT } from '../config/config.js';
+import type { Route } from '../server/router.js';
+import { endpointErrors, ENDPOINTS, openApiPath, type Endpoint } from './api-reference.js';
+
+const errorBody = {
+  type: 'object',
+  required: ['error'],
+  properties: {
+    error: {
+      type: 'object',
+      required: ['type', 'code', 'message', 'request_id'],
+      properties: { type: { type: 'string' }, code: { type: 'string' }, message: { type: 'string' }, param: { type: 'string' }, request_id: { type: 'string', pattern: '^req_' } },
+    },
+  },
+};
+
+function operation(e: Endpoint, c: Catalog): Record<string, unknown> {
+  const responses: Record<string, unknown> = {
+    [String(e.ok.status)]: { description: e.ok.description, content: { [e.ok.type]: { schema: e.ok.schema } } },
+  };
+  const byStatus = new Map<number, string[]>();
+  for (const er of endpointErrors(e)) byStatus.set(er.status, [...(byStatus.get(er.status) ?? []), er.code]);
+  for (const [status, codes] of byStatus) {
+    responses[String(status)] = { description: `Error codes: ${codes.join(', ')}`, content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } } };
+  }
+  const params = [...e.pattern.matchAll(/:([a-z_]+)/g)].map((m) => ({ name: m[1], in: 'path', required: true, schema: { type: 'string' } }));
+  return {
+    operationId: e.slug.replace(/-([a-z])/g, (_m, x: string) => x.toUpperCase()),
+    summary: e.title,
+    description: e.summary,
+    ...(e.auth === 'public' ? { security: [] } : {}),
+    ...(params.length ? { parameters: params } : {}),
+    ...(e.body ? { requestBody: { required: true, content: { 'application/json': { schema: e.body(c) } } } } : {}),
+    responses,
+  };
+}
+
+export function buildOpenApi(c: Catalog, version: string): Record<string, unknown> {
+  const paths: Record<string, Record<string, unknown>> = {};
+  for (const e of ENDPOINTS) {
+    const p = (paths[openApiPath(e.pattern)] ??= {});
+    p[e.method.toLowerCase()] = operation(e, c);
+  }
+  return {
+    openapi: '3.1.0',
+    info: { title: 'inkgate', version, description: 'One API key, one prepaid Ink wallet (1 Ink = 0.01 USD): text, video and image generation.' },
+    servers: [{ url: '/' }],
+    security: [{ bearer: [] }],
+    paths,
+    components: {
+      securitySchemes: { bearer: { type: 'http', scheme: 'bearer', description: 'An API key (svc_...) from the console.' } },
+      schemas: { Error: errorBody },
+    },
+  };
+}
+
+const packageVersion = (): string => String((JSON.parse(readFileSync(join(PROJECT_ROOT, 'package.json'), 'utf8')) as { version: string }).version);
+
+export function openApiRoute(c: Catalog, version: string = packageVersion()): Route {
+  const text = JSON.stringify(buildOpenApi(c, version));
+  return { method: 'GET', pattern: '/v1/openapi.json', access: 'public', handler: async (ctx) => ctx.sendJson(200, text) };
+}

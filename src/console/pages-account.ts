@@ -1,0 +1,126 @@
+// Overview (the same figures as GET /v1/me) and API keys (create, list, revoke, edit the cap).
+import { AdminError, createKey, revokeKey, setKeyLimit, type CreatedKey } from '../accounts/accounts.js';
+import { inkToUsd } from '../catalog/pricing.js';
+import { keyOfAccount, readAccount, readKeys, type KeyView } from './account-data.js';
+import { PageError, type SignedIn } from './context.js';
+import { csrfField, esc, ink, page, redirect, sendHtml, table, time } from './html.js';
+
+async function account(p: SignedIn) {
+  // This instance's unflushed request records first (read-your-writes, as GET /v1/me does).
+  await p.d.services.escrow.beforeView();
+  const a = await readAccount(p.d.services.pool, p.session.accountId);
+  if (!a) throw new PageError(404, 'This account no longer exists.');
+  return a;
+}
+
+export async function overviewPage(p: SignedIn): Promise<void> {
+  const a = await account(p);
+  const keys = await readKeys(p.d.services.pool, p.session.accountId);
+  const balance = a.grantInk + a.paygInk;
+  const periodEnds = new Date(a.periodStartedAt.getTime() + a.periodDays * 86_400_000);
+  const body = `<section aria-labelledby="bal"><h2 id="bal">Balance</h2>
+<dl class="figures">
+<div><dt>Balance</dt><dd data-figure="balance">${ink(balance)} Ink</dd></div>
+<div><dt>Period grant remaining</dt><dd data-figure="grant">${ink(a.grantInk)} Ink</dd></div>
+<div><dt>Pay-as-you-go</dt><dd data-figure="payg">${ink(a.paygInk)} Ink <span class="muted">(${esc(inkToUsd(a.paygInk).toFixed(2))} USD)</span></dd></div>
+<div><dt>Reserved by running requests</dt><dd data-figure="reserved">${ink(a.reservedInk)} Ink</dd></div>
+<div><dt>Charged, all time</dt><dd data-figure="charged">${ink(a.chargedInk)} Ink</dd></div>
+</dl></section>
+<section aria-labelledby="plan"><h2 id="plan">Plan</h2>
+<p><strong>${esc(a.planLabel)}</strong> (${a.paid ? 'paid' : 'free'}): ${ink(a.periodGrantInk)} Ink granted every ${a.periodDays} days; this period ends ${time(periodEnds)}. Completed top-ups: ${a.topupsCompleted}.</p>
+<p class="muted">1 Ink = 0.01 USD. These are the figures <code>GET /v1/me</code> answers with.</p></section>
+<section aria-labelledby="spend"><h2 id="spend">Spend per key</h2>
+${table(['Key', 'Prefix', 'Charged', 'Reserved', 'Limit', 'State'], keys.map((k) => [esc(k.name), `<code>${esc(k.prefix)}…${esc(k.last4)}</code>`, ink(k.inkCharged), ink(k.inkReserved), k.inkLimit === null ? 'none' : ink(k.inkLimit), keyState(k)]), 'Keys')}
+</section>`;
+  sendHtml(p.ctx, 200, page({ title: 'Overview', nav: 'overview', csrf: p.session.csrf, accountName: p.session.accountName }, body));
+}
+
+function keyState(k: KeyView): string {
+  if (k.revokedAt) return 'revoked';
+  if (k.expiresAt && k.expiresAt.getTime() <= Date.now()) return 'expired';
+  return 'live';
+}
+
+export async function keysPage(p: SignedIn, created?: CreatedKey, problem?: string): Promise<void> {
+  const keys = await readKeys(p.d.services.pool, p.session.accountId);
+  const csrf = csrfField(p.session.csrf);
+  const shown = created
+    ? `<section class="created" aria-labelledby="newkey"><h2 id="newkey">Your new key</h2>
+<p>Copy it now: it is shown this once and cannot be shown again.</p>
+<p><input id="raw-key" class="raw-key" readonly value="${esc(created.key)}" aria-label="New API key" size="50"> <button type="button" class="copy" data-copy="raw-key">Copy</button></p></section>`
+    : '';
+  const rows = keys.map((k) => [
+    esc(k.name) + (k.playground ? ' <span class="muted">(used by the playground)</span>' : ''),
+    `<code>${esc(k.prefix)}…${esc(k.last4)}</code>`,
+    ink(k.inkCharged),
+    `<form method="post" action="/console/keys/${esc(k.id)}/limit" class="inline">${csrf}<label>Limit <input name="ink_limit" inputmode="numeric" size="8" value="${k.inkLimit ?? ''}" placeholder="none" aria-label="Lifetime Ink limit of ${esc(k.name)}"></label> <button type="submit" aria-label="Save the limit of ${esc(k.name)}">Save</button></form>`,
+    time(k.expiresAt),
+    keyState(k),
+    k.revokedAt ? '' : `<form method="post" action="/console/keys/${esc(k.id)}/revoke" class="inline">${csrf}<button type="submit" class="danger" aria-label="Revoke ${esc(k.name)}">Revoke</button></form>`,
+  ]);
+  const body = `${problem ? `<p role="alert" class="problem">${esc(problem)}</p>` : ''}${shown}
+<section aria-labelledby="create"><h2 id="create">Create a key</h2>
+<form method="post" action="/console/keys" class="stack">${csrf}
+<label>Name <input name="name" required maxlength="200"></label>
+<label>Lifetime Ink limit (optional) <input name="ink_limit" inputmode="numeric" pattern="[0-9]*"></label>
+<label>Expires (optional) <input name="expires" type="date"></label>
+<button type="submit">Create key</button></form>
+<p class="muted">A key needs a paid plan or at least one completed top-up.</p></section>
+<section aria-labelledby="list"><h2 id="list">Keys</h2>
+${table(['Name', 'Key', 'Charged', 'Lifetime limit', 'Expires', 'State', ''], rows, 'Keys')}</section>`;
+  sendHtml(p.ctx, created ? 201 : problem ? 400 : 200, page({ title: 'API keys', nav: 'keys', csrf: p.session.csrf, accountName: p.session.accountName, scripts: ['console.js'] }, body));
+}
+
+/** Whole Ink or empty (none); anything else is the person's mistake. */
+function limitField(v: string | null): number | null {
+  const s = (v ?? '').trim();
+  if (s === '' || s === 'none') return null;
+  if (!/^\d{1,15}$/.test(s)) throw new AdminError('The limit must be a whole number of Ink, or empty for none.');
+  return Number(s);
+}
+
+export async function createKeyAction(p: SignedIn): Promise<void> {
+  const name = (p.form.get('name') ?? '').trim();
+  try {
+    if (name.length < 1 || name.length > 200) throw new AdminError('A key needs a name of 1 to 200 characters.');
+    const inkLimit = limitField(p.form.get('ink_limit'));
+    const exp = (p.form.get('expires') ?? '').trim();
+    let expiresAt: Date | null = null;
+    if (exp !== '') {
+      expiresAt = /^\d{4}-\d{2}-\d{2}$/.test(exp) ? new Date(`${exp}T23:59:59Z`) : new Date(NaN);
+      if (Number.isNaN(expiresAt.getTime()) || expiresAt.getTime() <= Date.now()) throw new AdminError('The expiry must be a day in the future.');
+    }
+    const created = await createKey(p.d.services.pool, { accountId: p.session.accountId, name, inkLimit, expiresAt });
+    // Answered with the page itself (not a redirect): the raw key exists only in this one answer.
+    await keysPage(p, created);
+  } catch (e) {
+    if (e instanceof AdminError) return keysPage(p, undefined, sentence(e.message));
+    throw e;
+  }
+}
+
+const sentence = (m: string): string => m.charAt(0).toUpperCase() + m.slice(1) + (m.endsWith('.') ? '' : '.');
+
+async function ownKey(p: SignedIn): Promise<string> {
+  const id = p.params[0]!;
+  // Another account's key id answers exactly like an unknown one.
+  if (!(await keyOfAccount(p.d.services.pool, p.session.accountId, id))) throw new PageError(404, 'There is no such key on this account.');
+  return id;
+}
+
+export async function revokeKeyAction(p: SignedIn): Promise<void> {
+  await revokeKey(p.d.services.pool, await ownKey(p));
+  redirect(p.ctx, '/console/keys');
+}
+
+export async function limitKeyAction(p: SignedIn): Promise<void> {
+  const id = await ownKey(p);
+  let limit: number | null;
+  try {
+    limit = limitField(p.form.get('ink_limit'));
+  } catch (e) {
+    return keysPage(p, undefined, (e as Error).message);
+  }
+  await setKeyLimit(p.d.services.pool, id, limit);
+  redirect(p.ctx, '/console/keys');
+}

@@ -1,0 +1,103 @@
+// The playground's calls: made by the server on the signed-in account's behalf, through the
+// gateway's own /v1 routes (same validation, holds, lanes, rate limits and billing as any client),
+// with a real key of the account kept for the purpose. That key's raw value is an HMAC of its id
+// under console_secret: it is recomputed for each call, never stored, never sent to a browser.
+import { createHmac, randomBytes } from 'node:crypto';
+import { request, type Dispatcher } from 'undici';
+import { createKey } from '../accounts/accounts.js';
+import { hashKey, KEY_PREFIX } from '../accounts/api-key.js';
+import { withTx, type Pool, type Queryable } from '../store/pool.js';
+
+export const PLAYGROUND_KEY_NAME = 'Console playground';
+/** Largest prompt the playground forwards (characters); the lanes have their own caps besides. */
+export const PLAYGROUND_PROMPT_CHARS = 20_000;
+export const PLAYGROUND_MAX_TOKENS = 4096;
+
+/** Per pool (a process may serve several databases: tests do). */
+const secrets = new WeakMap<Queryable, Promise<Buffer>>();
+
+/** The deployment's console secret, created by the first instance that needs it. */
+export function consoleSecret(db: Queryable): Promise<Buffer> {
+  let p = secrets.get(db);
+  if (p) return p;
+  p = (async () => {
+    await db.query('INSERT INTO console_secret (singleton, secret) VALUES (true, $1) ON CONFLICT (singleton) DO NOTHING', [randomBytes(32)]);
+    const r = await db.query<{ secret: Buffer }>('SELECT secret FROM console_secret WHERE singleton');
+    return r.rows[0]!.secret;
+  })().catch((e: unknown) => {
+    secrets.delete(db);
+    throw e;
+  });
+  secrets.set(db, p);
+  return p;
+}
+
+const rawKeyFor = (secret: Buffer, keyId: string): string => KEY_PREFIX + createHmac('sha256', secret).update('playground:' + keyId).digest('base64url');
+
+/**
+ * The account's live playground key as a raw bearer token: the recorded one when it is still live,
+ * otherwise a new one (the first call, or after the holder revoked it). Creating follows the usual
+ * rule (a paid plan or a completed top-up), so the error then is createKey's.
+ */
+export async function playgroundKey(pool: Pool, accountId: string): Promise<string> {
+  const secret = await consoleSecret(pool);
+  const live = await pool.query<{ key_id: string }>(
+    `SELECT pk.key_id FROM console_playground_keys pk JOIN api_keys k ON k.id = pk.key_id
+      WHERE pk.account_id = $1 AND k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now())`,
+    [accountId],
+  );
+  if (live.rows[0]) return rawKeyFor(secret, live.rows[0].key_id);
+  const created = await createKey(pool, { accountId, name: PLAYGROUND_KEY_NAME });
+  // createKey drew a random key; the playground's must be derivable, so its hash is replaced by
+  // the derived key's before anyone could use it (the random one was never shown).
+  const raw = rawKeyFor(secret, created.id);
+  await withTx(pool, async (c) => {
+    await c.query('UPDATE api_keys SET key_hash = $2, prefix = $3, last4 = $4 WHERE id = $1', [created.id, hashKey(raw), raw.slice(0, 12), raw.slice(-4)]);
+    await c.query(
+      `INSERT INTO console_playground_keys (account_id, key_id) VALUES ($1, $2)
+       ON CONFLICT (account_id) DO UPDATE SET key_id = EXCLUDED.key_id, created_at = now()`,
+      [accountId, created.id],
+    );
+  });
+  return raw;
+}
+
+export interface PlaygroundInput {
+  lane: 'messages' | 'responses';
+  model: string;
+  prompt: string;
+  maxTokens: number;
+  stream: boolean;
+}
+
+/** The /v1 body for a playground call, in the lane's own protocol. */
+export function playgroundBody(p: PlaygroundInput): string {
+  if (p.lane === 'messages') {
+    return JSON.stringify({ model: p.model, max_tokens: p.maxTokens, stream: p.stream, messages: [{ role: 'user', content: p.prompt }] });
+  }
+  return JSON.stringify({ model: p.model, max_output_tokens: p.maxTokens, stream: p.stream, input: p.prompt });
+}
+
+/**
+ * Sends the call to this gateway's own /v1 route; the caller reads (or relays) the answer, then
+ * calls `done`. The whole exchange is cut after `timeoutMs`, or when the browser leaves (`abort`).
+ */
+export async function callSelf(base: string, key: string, p: PlaygroundInput, timeoutMs: number): Promise<{ res: Dispatcher.ResponseData; abort: () => void; done: () => void }> {
+  const ac = new AbortController();
+  const abort = () => ac.abort();
+  const timer = setTimeout(abort, timeoutMs);
+  try {
+    const res = await request(`${base}/v1/${p.lane}`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: playgroundBody(p),
+      headersTimeout: timeoutMs,
+      bodyTimeout: timeoutMs,
+      signal: ac.signal,
+    });
+    return { res, abort, done: () => clearTimeout(timer) };
+  } catch (e) {
+    clearTimeout(timer);
+    throw e;
+  }
+}

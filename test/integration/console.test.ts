@@ -1,0 +1,280 @@
+// The console over plain HTTP: sign-in links (single use, expiry), sessions (sign-out ends them),
+// CSRF on every form, cross-account ids, escaping, the raw key shown once, the figures of
+// GET /v1/me, the playground billed through the lanes, CSV export, the billing journal's balances.
+import Anthropic from '@anthropic-ai/sdk';
+import t from 'tap';
+import { createAccount, createKey } from '../../src/accounts/accounts.js';
+import { runCli } from '../../src/admin/cli.js';
+import { loadConfig } from '../../src/config/config.js';
+import { CSP } from '../../src/console/html.js';
+import { createSignInLink } from '../../src/console/sessions.js';
+import { runToEnd, startImageHarness } from './image-harness.js';
+import { getPage, postForm, signInHttp, startConsoleStack } from '../helpers/console-stack.js';
+import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
+
+t.test('a sign-in link works once, and not after it expired', async (t) => {
+  const s = await startConsoleStack(t);
+  const base = s.g.url;
+  const link = await s.link();
+  const landing = await getPage(base, new URL(link).pathname + new URL(link).search);
+  t.equal(landing.status, 200, 'the link opens a page with a button (a link preview does not use it up)');
+  t.match(landing.headers['content-security-policy'], /default-src 'none'/);
+  t.equal(landing.headers['content-security-policy'], CSP);
+  t.equal(landing.headers['referrer-policy'], 'same-origin');
+  const token = new URL(link).searchParams.get('token')!;
+  const first = await postForm(base, '/console/signin', { token });
+  t.equal(first.status, 303);
+  const cookie = String(first.headers['set-cookie']);
+  t.match(cookie, /^inkgate_console=[A-Za-z0-9_-]{43}; Path=\/console; Max-Age=\d+; HttpOnly; SameSite=Strict$/, 'HttpOnly, SameSite=Strict, no Secure on plain http');
+  const { request } = await import('undici');
+  const fresh = new URL(await s.link()).searchParams.get('token')!;
+  for (const origin of ['https://evil.example', 'null']) {
+    const r = await request(`${base}/console/signin`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded', origin }, body: `token=${fresh}` });
+    await r.body.text();
+    t.equal(r.statusCode, 403, `a post from origin ${origin} is refused`);
+  }
+  const own = await request(`${base}/console/signin`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded', origin: base }, body: `token=${fresh}` });
+  await own.body.text();
+  t.equal(own.statusCode, 303, 'from its own origin the same link works (the refusals did not use it)');
+  const again = await postForm(base, '/console/signin', { token });
+  t.equal(again.status, 403, 'a used link is refused');
+  t.notOk(again.headers['set-cookie']);
+
+  const stale = await s.link();
+  await s.g.db.pool.query("UPDATE console_links SET expires_at = now() - interval '1 second' WHERE used_at IS NULL");
+  t.equal((await postForm(base, '/console/signin', { token: new URL(stale).searchParams.get('token')! })).status, 403, 'an expired link is refused');
+  t.equal((await postForm(base, '/console/signin', { token: 'x'.repeat(43) })).status, 403, 'a made-up token is refused');
+  const https = await (async () => {
+    const l = await s.link();
+    const { request } = await import('undici');
+    const r = await request(`${base}/console/signin`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded', 'x-forwarded-proto': 'https' }, body: `token=${new URL(l).searchParams.get('token')}` });
+    await r.body.text();
+    return String(r.headers['set-cookie']);
+  })();
+  t.match(https, /; Secure$/, 'Secure when served over https');
+});
+
+t.test('no page without a session; a signed-out session is dead', async (t) => {
+  const s = await startConsoleStack(t);
+  const base = s.g.url;
+  for (const p of ['/console', '/console/keys', '/console/usage', '/console/billing', '/console/playground', '/console/usage.csv']) {
+    const r = await getPage(base, p);
+    t.equal(r.status, 303, `${p} without a session`);
+    t.equal(r.headers.location, '/console/signin');
+  }
+  const sess = await signInHttp(base, await s.link());
+  t.equal((await getPage(base, '/console', sess.cookie)).status, 200);
+  t.equal((await postForm(base, '/console/signout', { csrf: 'wrong' }, sess.cookie)).status, 403, 'sign-out needs the CSRF token too');
+  const out = await postForm(base, '/console/signout', { csrf: sess.csrf }, sess.cookie);
+  t.equal(out.status, 303);
+  t.match(String(out.headers['set-cookie']), /Max-Age=0/);
+  t.equal((await getPage(base, '/console', sess.cookie)).status, 303, 'the old cookie after sign-out: signed out');
+  t.equal((await postForm(base, '/console/keys', { csrf: sess.csrf, name: 'late' }, sess.cookie)).status, 401, 'and no form works with it');
+  const keys = await s.g.db.pool.query('SELECT count(*)::int AS n FROM api_keys WHERE account_id = $1', [s.accountId]);
+  t.equal(keys.rows[0].n, 0, 'no key was made');
+});
+
+t.test('keys: CSRF, the raw key once, escaping, revoke and limit, other accounts out of reach', async (t) => {
+  const s = await startConsoleStack(t);
+  const base = s.g.url;
+  const sess = await signInHttp(base, await s.link());
+  const hostile = '<script>alert(1)</script>"\'&';
+  t.equal((await postForm(base, '/console/keys', { name: 'no csrf' }, sess.cookie)).status, 403, 'missing CSRF token');
+  t.equal((await postForm(base, '/console/keys', { name: 'bad csrf', csrf: sess.csrf.slice(0, -2) + 'AA' }, sess.cookie)).status, 403, 'wrong CSRF token');
+  const made = await postForm(base, '/console/keys', { name: hostile, csrf: sess.csrf, ink_limit: '5000' }, sess.cookie);
+  t.equal(made.status, 201);
+  const raw = /value="(svc_[A-Za-z0-9_-]{43})"/.exec(made.text)?.[1];
+  t.ok(raw, 'the raw key is on the creation page');
+  t.notOk(made.text.includes('<script>alert(1)'), 'the name is escaped');
+  t.ok(made.text.includes('&lt;script&gt;alert(1)&lt;/script&gt;&quot;&#39;&amp;'));
+  const me = await s.g.call('GET', '/v1/me', { key: raw! });
+  t.equal(me.status, 200, 'the new key works');
+  t.equal(me.json.key.ink_limit, 5000);
+  for (const p of ['/console', '/console/keys', '/console/usage', '/console/billing']) {
+    const page = await getPage(base, p, sess.cookie);
+    t.notOk(page.text.includes(raw!), `${p} never shows the raw key again`);
+    t.notOk(page.text.includes('<script>alert'), `${p} escapes the name`);
+  }
+  const keyId = me.json.key.id as string;
+  t.equal((await postForm(base, `/console/keys/${keyId}/limit`, { csrf: sess.csrf, ink_limit: '7000' }, sess.cookie)).status, 303);
+  t.equal((await s.g.call('GET', '/v1/me', { key: raw! })).json.key.ink_limit, 7000, 'the cap edit applies');
+  t.equal((await postForm(base, `/console/keys/${keyId}/limit`, { csrf: sess.csrf, ink_limit: '-1' }, sess.cookie)).status, 400);
+
+  const other = await s.otherAccount();
+  const theirs = await createKey(s.g.db.pool, { accountId: other, name: 'theirs' });
+  const cross = await postForm(base, `/console/keys/${theirs.id}/revoke`, { csrf: sess.csrf }, sess.cookie);
+  t.equal(cross.status, 404, "another account's key id answers as unknown");
+  t.equal((await s.g.call('GET', '/v1/me', { key: theirs.key })).status, 200, 'and their key still works');
+  t.equal((await postForm(base, `/console/keys/${theirs.id}/limit`, { csrf: sess.csrf, ink_limit: '1' }, sess.cookie)).status, 404);
+
+  t.equal((await postForm(base, `/console/keys/${keyId}/revoke`, { csrf: sess.csrf }, sess.cookie)).status, 303);
+  t.equal((await s.g.call('GET', '/v1/me', { key: raw! })).status, 401, 'a revoked key is refused');
+  t.match((await getPage(base, '/console/keys', sess.cookie)).text, /revoked/);
+});
+
+t.test('a free account without a top-up cannot create a key here either', async (t) => {
+  const s = await startConsoleStack(t);
+  const free = await createAccount(s.g.db.pool, { name: 'Free', planId: 'free' });
+  const sess = await signInHttp(s.g.url, await s.link(free.id));
+  const r = await postForm(s.g.url, '/console/keys', { name: 'k', csrf: sess.csrf }, sess.cookie);
+  t.equal(r.status, 400);
+  t.match(r.text, /paid plan or at least one completed/);
+});
+
+t.test('overview, usage, CSV, request pages and billing agree with the ledger', async (t) => {
+  const s = await startConsoleStack(t);
+  const base = s.g.url;
+  // A period roll-over first, while no lease holds any of the grant.
+  const rolled = await s.g.gw.services.ledger.rollPeriod(s.accountId);
+  t.ok(rolled.expiredInk > 0, 'the roll-over lapsed the unused grant');
+  const k = await createKey(s.g.db.pool, { accountId: s.accountId, name: 'sdk' });
+  const client = new Anthropic({ baseURL: base, authToken: k.key, apiKey: null, maxRetries: 0 });
+  const { response } = await client.messages.create({ model: 'sonnet', max_tokens: 100, messages: [{ role: 'user', content: 'Hi' }] }).withResponse();
+  const rid = response.headers.get('x-service-request-id')!;
+  const charged = Number(response.headers.get('x-service-ink-charged'));
+  t.ok(charged > 0);
+  const sess = await signInHttp(base, await s.link());
+
+  const me = (await s.g.call('GET', '/v1/me', { key: k.key })).json;
+  const overview = await getPage(base, '/console', sess.cookie);
+  const fig = (name: string) => Number(new RegExp(`data-figure="${name}">([0-9,]+)`).exec(overview.text)?.[1]?.replace(/,/g, ''));
+  t.equal(fig('balance'), me.ink.balance, 'balance as /v1/me');
+  t.equal(fig('grant'), me.ink.period_grant_remaining);
+  t.equal(fig('payg'), me.ink.payg_balance);
+  t.equal(fig('charged'), me.key.ink_charged);
+
+  const usage = await getPage(base, '/console/usage', sess.cookie);
+  t.ok(usage.text.includes(rid), 'the request id the SDK saw is listed');
+  t.match(usage.text, /<svg role="img"/, 'the chart is inline SVG');
+  const csv = await getPage(base, `/console/usage.csv?key=${k.id}`, sess.cookie);
+  t.equal(csv.headers['content-type'], 'text/csv; charset=utf-8');
+  const line = csv.text.split('\n').find((l) => l.startsWith(rid + ','));
+  t.ok(line, 'the CSV has the request');
+  t.equal(Number(line!.split(',')[9]), charged, 'with its charge');
+  t.equal((await getPage(base, '/console/usage.csv?model=nothing-like-this', sess.cookie)).text.split('\n').filter(Boolean).length, 1, 'a filter that matches nothing: header only');
+  const detail = await getPage(base, `/console/requests/${rid}`, sess.cookie);
+  t.equal(detail.status, 200);
+
+  const other = await s.otherAccount();
+  const sessOther = await signInHttp(base, await s.link(other));
+  t.equal((await getPage(base, `/console/requests/${rid}`, sessOther.cookie)).status, 404, "another account's request id answers as unknown");
+  t.notOk((await getPage(base, '/console/usage', sessOther.cookie)).text.includes(rid));
+  t.notOk((await getPage(base, `/console/usage.csv?key=${k.id}`, sessOther.cookie)).text.includes(rid), 'not even through a filter on the key id');
+
+  const billing = await getPage(base, '/console/billing?holds=1', sess.cookie);
+  t.match(billing.text, /Period roll-over/);
+  t.match(billing.text, new RegExp(`−${rolled.expiredInk.toLocaleString('en-US')} expired`));
+  const balances = [...billing.text.matchAll(/data-balance>([0-9,]+)/g)].map((m) => Number(m[1]!.replace(/,/g, '')));
+  const w = (await s.g.db.pool.query('SELECT credited_ink - charged_ink - expired_ink AS unspent FROM wallets WHERE account_id = $1', [s.accountId])).rows[0];
+  t.equal(balances[0], Number(w.unspent), 'the newest running balance is the wallet');
+  t.equal(balances[0], Number(/data-figure="unspent">([0-9,]+)/.exec(billing.text)![1]!.replace(/,/g, '')), 'and the page says so');
+  const j = (await s.g.db.pool.query('SELECT sum(credited_ink - charged_ink - expired_ink)::bigint AS s FROM ledger_journal WHERE account_id = $1', [s.accountId])).rows[0];
+  t.equal(balances[0], Number(j.s), 'the sum of every journal movement');
+  t.equal(balances.at(-1), 50_000, 'the oldest (the top-up) is the top-up');
+  t.match(billing.text, /Top-up/);
+  t.match(billing.text, /Period grant/);
+  t.match(billing.text, /Charge for a request|Requests charged from set-aside Ink/, 'the charge, per request or in a lease batch');
+  t.match(billing.text, new RegExp(`−${charged} charged`));
+  await assertLedgerInvariant(t, s.g.db.pool);
+});
+
+t.test('playground: billed through the lane with the account playground key, no key in the page', async (t) => {
+  const s = await startConsoleStack(t);
+  const base = s.g.url;
+  const sess = await signInHttp(base, await s.link());
+  const page = await getPage(base, '/console/playground', sess.cookie);
+  t.equal(page.status, 200);
+  t.notMatch(page.text, /svc_[A-Za-z0-9_-]{43}/, 'no key in the page');
+  t.equal((await postForm(base, '/console/playground', { model: 'messages:assistant-sonnet-5', prompt: 'Hello', max_tokens: '64' }, sess.cookie)).status, 403, 'CSRF');
+  const r = await postForm(base, '/console/playground', { csrf: sess.csrf, model: 'messages:assistant-sonnet-5', prompt: 'Hello', max_tokens: '64' }, sess.cookie);
+  t.equal(r.status, 200);
+  t.notMatch(r.text, /svc_[A-Za-z0-9_-]{43}/, 'no key in the answer');
+  const rid = /\/console\/requests\/(req_[0-9a-f]{32})/.exec(r.text)?.[1];
+  t.ok(rid, 'the request id is shown');
+  const charged = Number(/id="charged">([0-9,]+) Ink/.exec(r.text)?.[1]?.replace(/,/g, ''));
+  t.ok(charged > 0, 'and the charge');
+  await s.g.gw.services.escrow.beforeView();
+  const rec = await s.g.gw.services.ledger.getRequest(rid!);
+  t.equal(Number(rec!.charged_ink), charged, 'the ledger charged what the page says');
+  const pk = await s.g.db.pool.query('SELECT k.name, k.account_id FROM console_playground_keys p JOIN api_keys k ON k.id = p.key_id WHERE p.account_id = $1', [s.accountId]);
+  t.equal(pk.rows[0].name, 'Console playground', 'made with a key of the account');
+  t.equal(rec!.key_id, (await s.g.db.pool.query('SELECT key_id FROM console_playground_keys WHERE account_id = $1', [s.accountId])).rows[0].key_id);
+
+  // Revoked in the console: the next call makes a new playground key.
+  const old = rec!.key_id as string;
+  t.equal((await postForm(base, `/console/keys/${old}/revoke`, { csrf: sess.csrf }, sess.cookie)).status, 303);
+  const again = await postForm(base, '/console/playground', { csrf: sess.csrf, model: 'responses:text-6-astra', prompt: 'Hi', max_tokens: '64' }, sess.cookie);
+  t.equal(again.status, 200);
+  t.match(again.text, /id="status">200</);
+  const now = (await s.g.db.pool.query('SELECT key_id FROM console_playground_keys WHERE account_id = $1', [s.accountId])).rows[0].key_id;
+  t.not(now, old, 'a new playground key after the old one was revoked');
+  await assertLedgerInvariant(t, s.g.db.pool);
+});
+
+t.test('reference pages and static files are public; unknown console paths are 404', async (t) => {
+  const s = await startConsoleStack(t);
+  const idx = await getPage(s.g.url, '/console/reference');
+  t.equal(idx.status, 200);
+  t.match(idx.text, /\/console\/reference\/messages/);
+  const m = await getPage(s.g.url, '/console/reference/messages');
+  t.match(m.text, /max_tokens/);
+  t.match(m.text, /insufficient_ink/);
+  t.match(m.text, /assistant-sonnet-5/, 'model enum from the catalogue');
+  t.equal((await getPage(s.g.url, '/console/reference/nope')).status, 404);
+  t.equal((await getPage(s.g.url, '/console/nothing-here')).status, 404);
+  const css = await getPage(s.g.url, '/console/static/console.css');
+  t.equal(css.status, 200);
+  t.equal(css.headers['content-type'], 'text/css; charset=utf-8');
+  t.equal((await getPage(s.g.url, '/console/static/../../package.json')).status, 404);
+});
+
+t.test('generations: listed with their state, downloaded through a fresh signed link, not by another account', async (t) => {
+  const h = await startImageHarness(t);
+  const k = await h.funded(1_000);
+  const sub = await h.submit(k.key, { model: 'image-1', prompt: 'an ink drop' });
+  t.equal(sub.status, 202);
+  const done = await runToEnd(h, k.key, sub.json.id);
+  t.equal(done.status, 'succeeded');
+  const base = h.tg.url;
+  const link = async (acc: string) => `${base}/console/signin?token=${(await createSignInLink(h.services.pool, acc, 900_000)).token}`;
+  const sess = await signInHttp(base, await link(k.accountId));
+  const usage = await getPage(base, '/console/usage', sess.cookie);
+  t.ok(usage.text.includes(sub.json.id), 'the generation is listed');
+  t.match(usage.text, /succeeded/);
+  const dl = await getPage(base, `/console/generations/${sub.json.id}`, sess.cookie);
+  t.equal(dl.status, 303);
+  const loc = String(dl.headers.location);
+  t.match(loc, /^\/media\/.+\?exp=\d+&n=[^&]+&sig=/, 'a signed media link on this origin');
+  const media = await getPage(base, loc);
+  t.equal(media.status, 200, 'the link downloads the result');
+  t.match(String(media.headers['content-type']), /^image\//);
+
+  const other = await h.funded(100);
+  const sessOther = await signInHttp(base, await link(other.accountId));
+  t.equal((await getPage(base, `/console/generations/${sub.json.id}`, sessOther.cookie)).status, 404, "another account's generation answers as unknown");
+  t.notOk((await getPage(base, '/console/usage', sessOther.cookie)).text.includes(sub.json.id));
+});
+
+t.test('inkgate console link prints a link that signs in once; an unknown account is an error', async (t) => {
+  const s = await startConsoleStack(t);
+  const cfg = loadConfig({}, { db: { url: s.g.db.url, schema: s.g.db.schema }, console: { url: s.g.url } });
+  const run = async (...argv: string[]) => {
+    let out = '';
+    let err = '';
+    const code = await runCli([...argv, '--json'], (x) => void (out += x), (x) => void (err += x), cfg);
+    return { code, out, err };
+  };
+  const ok = await run('console', 'link', '--account', s.accountId);
+  t.equal(ok.code, 0);
+  const printed = JSON.parse(ok.out);
+  t.match(printed.url, new RegExp(`^${s.g.url}/console/signin\\?token=[A-Za-z0-9_-]{43}$`));
+  t.ok(Date.parse(printed.expires_at) - Date.now() <= 900_000 && Date.parse(printed.expires_at) - Date.now() > 800_000, 'valid for 15 minutes');
+  const sess = await signInHttp(s.g.url, printed.url);
+  t.equal((await getPage(s.g.url, '/console', sess.cookie)).status, 200);
+  const twice = await postForm(s.g.url, '/console/signin', { token: new URL(printed.url).searchParams.get('token')! });
+  t.equal(twice.status, 403);
+  const bad = await run('console', 'link', '--account', 'usr_nobody');
+  t.equal(bad.code, 1);
+  t.match(bad.err, /unknown account usr_nobody/);
+  t.equal((await run('console', 'link')).code, 1, '--account is required');
+});
