@@ -120,21 +120,23 @@ export function startServer(d: ServerDeps): Promise<RunningServer> {
   let draining = false;
   let inFlight = 0;
   let drained: (() => void) | undefined;
-  const admitted = (p: Promise<unknown>): void => {
-    inFlight++;
-    void p.finally(() => {
-      if (--inFlight === 0) drained?.();
-    });
+  const ended = (): void => {
+    if (--inFlight === 0) drained?.();
   };
 
   app.any('/*', (res, req) => {
     const ctx = new HttpContext(res, req);
     const path = ctx.path;
+    if (ctx.framingError !== undefined) {
+      ctx.sendError(new ApiError('invalid_body', { message: ctx.framingError }), true);
+      return;
+    }
     if (draining) {
       ctx.sendError(new ApiError('provider_unavailable', { message: 'This instance is shutting down; retry.', retryAfterS: 1 }), true);
       return;
     }
     if (!(path === '/v1' || path.startsWith('/v1/'))) {
+      ctx.holdReading(); // the media host may answer later: no pipelined request read meanwhile
       if (d.other?.(ctx)) return;
       ctx.sendError(new ApiError('not_found'));
       return;
@@ -157,13 +159,26 @@ export function startServer(d: ServerDeps): Promise<RunningServer> {
     ctx.requestIdHeader = m.route.requestIdHeader;
     // uWS needs the body reader attached in this tick; auth runs while the body arrives.
     if (m.route.bodyBytes !== undefined) ctx.collectBody(m.route.bodyBytes);
+    else ctx.holdReading();
     if (ctx.done) return;
-    admitted(
-      run(ctx, m.route)
-        .catch((e: unknown) => fail(ctx, m.route, e))
-        .catch((e: unknown) => d.log.error('error answer failed', { request_id: ctx.requestId, err: e as Error })),
-    );
+    // Started once uWS has parsed everything it read with this request: when that held a
+    // pipelined request, uWS has closed the connection (it refuses asynchronous pipelining) and
+    // this request is dropped before anything ran or was charged. The body, when there is one,
+    // is handed over the same way (http-context.ts, holdReading).
+    inFlight++;
+    setImmediate(admit, ctx, m.route);
   });
+
+  const admit = (ctx: HttpContext, r: Route): void => {
+    if (ctx.aborted) {
+      ended();
+      return;
+    }
+    void run(ctx, r)
+      .catch((e: unknown) => fail(ctx, r, e))
+      .catch((e: unknown) => d.log.error('error answer failed', { request_id: ctx.requestId, err: e as Error }))
+      .finally(ended);
+  };
 
   return new Promise((resolveS, reject) => {
     app.listen(d.host, d.port, (sock: UsListenSocket | false) => {
