@@ -67,7 +67,8 @@ export interface TextLane {
   readonly vendorPath: string;
   /** The request field that carries the prompt (`param` of a 413). */
   readonly promptParam: string;
-  parse(body: Record<string, unknown>, ctx: HttpContext): ParsedTextRequest;
+  /** A promise when the parse takes work off the event loop (a long Responses prompt's token count). */
+  parse(body: Record<string, unknown>, ctx: HttpContext): ParsedTextRequest | Promise<ParsedTextRequest>;
   /** Fixed vendor headers (our key, protocol version), precomputed once. */
   readonly vendorHeaders: Readonly<Record<string, string>>;
   newTally(req: ParsedTextRequest): StreamTally;
@@ -220,12 +221,18 @@ export function createTextHandler(lane: TextLane, d: TextProxyDeps): (ctx: HttpC
     if (m.type === 'text') rewrites.set(m.id, modelRewrite(m.vendorModel, m.id));
   }
 
+  // Said to whoever calls a closed lane, often someone who just ran `npm start`: what opens it.
+  const closedMessage = !upstream
+    ? `The ${lane.product} lane has no vendor configured on this deployment. An operator sets the vendor's base URL and key, then runs \`inkgate lane enable ${lane.lane}\`; \`npm run demo\` does both against local simulators.`
+    : `The ${lane.product} lane is not enabled on this deployment. An operator opens it with \`inkgate lane enable ${lane.lane}\`; \`npm run demo\` runs every lane against local simulators.`;
+
   return async (ctx) => {
     const snap = services.state.current;
     if (!upstream || !snap.lanes[lane.lane]) {
-      throw new ApiError('provider_unavailable', { message: `The ${lane.product} lane is not enabled on this deployment.`, retryAfterS: 300 });
+      throw new ApiError('provider_unavailable', { message: closedMessage, retryAfterS: 300 });
     }
-    const req = lane.parse(await readJsonObject(ctx), ctx);
+    const parsed = lane.parse(await readJsonObject(ctx), ctx);
+    const req = parsed instanceof Promise ? await parsed : parsed;
     const pausedFor = snap.paused.get(req.model.id);
     if (pausedFor !== undefined) throw new ApiError('provider_unavailable', { message: `${req.model.id} is paused.`, retryAfterS: pausedFor });
     const auth = ctx.auth!;
