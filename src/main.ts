@@ -22,7 +22,8 @@ export async function main(argv: string[]): Promise<void> {
     videoFetch = vendors.videoFetch;
     stops.push(vendors.close);
     config = loadConfig(process.env, { vendors: vendors.config });
-    log.info('demo: vendor simulators started', { anthropic: vendors.config.anthropic.baseUrl, openai: vendors.config.openai.baseUrl, ark: vendors.config.ark.baseUrl });
+    // Every simulator the demo started, from the same table the gateway is configured with.
+    log.info('demo: vendor simulators started', Object.fromEntries(Object.entries(vendors.config).map(([name, v]) => [name, v.baseUrl])));
   }
   const db = await openDatabase(config, { share: true, log: (m) => log.info(m) });
   stops.unshift(db.stop);

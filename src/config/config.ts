@@ -76,6 +76,8 @@ export const ConfigSchema = Type.Object({
   upstream: Type.Object({
     connectTimeoutMs: Ms,
     headersTimeoutMs: Ms,
+    /** A non-streaming text call's wait for the vendor's answer (its headers come with the whole reply). */
+    nonStreamTimeoutMs: Ms,
     idleTimeoutMs: Ms,
     streamTotalMs: Ms,
     connections: Type.Integer({ minimum: 1, maximum: 10_000 }),

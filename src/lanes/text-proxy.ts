@@ -67,7 +67,8 @@ export interface TextLane {
   readonly vendorPath: string;
   /** The request field that carries the prompt (`param` of a 413). */
   readonly promptParam: string;
-  parse(body: Record<string, unknown>, ctx: HttpContext): ParsedTextRequest;
+  /** A promise when the parse takes work off the event loop (a long Responses prompt's token count). */
+  parse(body: Record<string, unknown>, ctx: HttpContext): ParsedTextRequest | Promise<ParsedTextRequest>;
   /** Fixed vendor headers (our key, protocol version), precomputed once. */
   readonly vendorHeaders: Readonly<Record<string, string>>;
   newTally(req: ParsedTextRequest): StreamTally;
@@ -196,6 +197,15 @@ async function moveOrLog(services: Services, requestId: string, what: string, mo
 }
 
 /**
+ * Leaves the hold open for reconciliation (usage_unknown) and says so in the log, with why and the
+ * vendor's request id when there is one: an operator reconciling sees every open hold explained.
+ */
+function holdOpen(services: Services, ledger: TextBilling, requestId: string, info: { vendorRequestId?: string; reason: string }): Promise<void> {
+  services.log.warn('hold left open for reconciliation', { request_id: requestId, vendor_request_id: info.vendorRequestId ?? null, reason: info.reason });
+  return moveOrLog(services, requestId, 'markUsageUnknown', ledger.markUsageUnknownEventually(requestId, info));
+}
+
+/**
  * A settle that could not be written leaves a charge we know: mark the hold usage_unknown with the
  * vendor id (best effort), so reconciliation can match it to the vendor's record.
  */
@@ -207,7 +217,7 @@ async function settleFailed(services: Services, ledger: TextBilling, requestId: 
     usage,
     err: e as Error,
   });
-  await moveOrLog(services, requestId, 'markUsageUnknown', ledger.markUsageUnknownEventually(requestId, { vendorRequestId, reason: 'settle failed' }));
+  await holdOpen(services, ledger, requestId, { vendorRequestId, reason: 'settle failed' });
 }
 
 export interface TextProxyDeps {
@@ -228,13 +238,19 @@ export function createTextHandler(lane: TextLane, d: TextProxyDeps): (ctx: HttpC
 
   const vendor = lane.lane === 'messages' ? 'anthropic' : 'openai';
   const metrics = services.metrics;
+  // Said to whoever calls a closed lane, often someone who just ran `npm start`: what opens it.
+  const closedMessage = !upstream
+    ? `The ${lane.product} lane has no vendor configured on this deployment. An operator sets the vendor's base URL and key, then runs \`inkgate lane enable ${lane.lane}\`; \`npm run demo\` does both against local simulators.`
+    : `The ${lane.product} lane is not enabled on this deployment. An operator opens it with \`inkgate lane enable ${lane.lane}\`; \`npm run demo\` runs every lane against local simulators.`;
+
   return async (ctx) => {
     const startedMs = performance.now();
     const snap = services.state.current;
     if (!upstream || !snap.lanes[lane.lane]) {
-      throw new ApiError('provider_unavailable', { message: `The ${lane.product} lane is not enabled on this deployment.`, retryAfterS: 300 });
+      throw new ApiError('provider_unavailable', { message: closedMessage, retryAfterS: 300 });
     }
-    const req = lane.parse(await readJsonObject(ctx), ctx);
+    const parsed = lane.parse(await readJsonObject(ctx), ctx);
+    const req = parsed instanceof Promise ? await parsed : parsed;
     const pausedFor = snap.paused.get(req.model.id);
     if (pausedFor !== undefined) throw new ApiError('provider_unavailable', { message: `${req.model.id} is paused.`, retryAfterS: pausedFor });
     const auth = ctx.auth!;
@@ -252,6 +268,9 @@ export function createTextHandler(lane: TextLane, d: TextProxyDeps): (ctx: HttpC
         method: 'POST',
         headers: req.extraHeaders ? { ...lane.vendorHeaders, ...req.extraHeaders } : lane.vendorHeaders,
         body: req.vendorBody,
+        // A non-streaming answer's headers come only when the whole reply is written: a large
+        // reply takes minutes (the official SDKs wait 10). A stream's headers come at once.
+        headersTimeout: req.stream ? cfg.upstream.headersTimeoutMs : cfg.upstream.nonStreamTimeoutMs,
       });
     } catch (e) {
       metrics?.upstreamError(vendor, neverSent(e) ? 'connect' : isTimeout(e) ? 'timeout' : 'dispatch');
@@ -259,7 +278,7 @@ export function createTextHandler(lane: TextLane, d: TextProxyDeps): (ctx: HttpC
         await moveOrLog(services, requestId, 'release', ledger.release(requestId, 'vendor unreachable before the request was sent'));
         throw new ApiError('provider_unavailable', { message: 'The vendor is unreachable.', retryAfterS: 30, cause: e });
       }
-      await moveOrLog(services, requestId, 'markUsageUnknown', ledger.markUsageUnknownEventually(requestId, { reason: `dispatch failed: ${(e as Error).message.slice(0, 200)}` }));
+      await holdOpen(services, ledger, requestId, { reason: `dispatch failed: ${(e as Error).message.slice(0, 200)}` });
       throw new ApiError('provider_error', { message: 'The vendor failed after the request was sent; the hold is kept until reconciled.', cause: e });
     }
 
@@ -272,14 +291,8 @@ export function createTextHandler(lane: TextLane, d: TextProxyDeps): (ctx: HttpC
       }
       metrics?.upstreamError(vendor, res.statusCode === 429 ? 'rate_limited' : res.statusCode < 500 ? 'status_4xx' : 'status_5xx');
       const mapped = mapVendorStatus(res.statusCode, text, res.headers, lane.promptParam);
-      await moveOrLog(
-        services,
-        requestId,
-        mapped.release ? 'release' : 'markUsageUnknown',
-        mapped.release
-          ? ledger.release(requestId, `vendor ${res.statusCode}`)
-          : ledger.markUsageUnknownEventually(requestId, { vendorRequestId: storableId(headerValue(res.headers, VENDOR_ID_HEADERS)), reason: `vendor ${res.statusCode}` }),
-      );
+      if (mapped.release) await moveOrLog(services, requestId, 'release', ledger.release(requestId, `vendor ${res.statusCode}`));
+      else await holdOpen(services, ledger, requestId, { vendorRequestId: storableId(headerValue(res.headers, VENDOR_ID_HEADERS)), reason: `vendor ${res.statusCode}` });
       throw mapped.error;
     }
 
@@ -292,11 +305,11 @@ export function createTextHandler(lane: TextLane, d: TextProxyDeps): (ctx: HttpC
       result = lane.finishBody(JSON.parse(buf.toString('utf8')), req);
     } catch (e) {
       metrics?.upstreamError(vendor, 'body');
-      await moveOrLog(services, requestId, 'markUsageUnknown', ledger.markUsageUnknownEventually(requestId, { reason: `unreadable vendor body: ${(e as Error).message.slice(0, 200)}` }));
+      await holdOpen(services, ledger, requestId, { vendorRequestId: storableId(headerValue(res.headers, VENDOR_ID_HEADERS)), reason: `unreadable vendor body: ${(e as Error).message.slice(0, 200)}` });
       throw new ApiError('provider_error', { message: 'The vendor answer could not be read; the hold is kept until reconciled.', cause: e });
     }
     if (result.chargeInk === undefined) {
-      await moveOrLog(services, requestId, 'markUsageUnknown', ledger.markUsageUnknownEventually(requestId, { vendorRequestId: storableId(result.vendorRequestId), reason: 'no usable usage receipt' }));
+      await holdOpen(services, ledger, requestId, { vendorRequestId: storableId(result.vendorRequestId), reason: 'no usable usage receipt' });
       throw new ApiError('provider_error', { message: 'The vendor answered without a usable usage receipt; the hold is kept until reconciled.' });
     }
     const headers: Array<[string, string]> = [['X-Service-Request-Id', requestId]];
@@ -404,12 +417,7 @@ async function streamThrough(
   const outcome = tally.capped ? 'capped' : tally.outcome();
   const charge = outcome === 'capped' ? req.holdInk : outcome === 'usage_unknown' ? undefined : tally.chargeInk();
   if (charge === undefined) {
-    await moveOrLog(
-      services,
-      requestId,
-      'markUsageUnknown',
-      ledger.markUsageUnknownEventually(requestId, { vendorRequestId: storableId(tally.vendorRequestId()), reason: failure ? `stream failed: ${failure.message.slice(0, 200)}` : 'no usage receipt' }),
-    );
+    await holdOpen(services, ledger, requestId, { vendorRequestId: storableId(tally.vendorRequestId()), reason: failure ? `stream failed: ${failure.message.slice(0, 200)}` : 'no usage receipt' });
     frame = lane.errorFrame('usage_unknown', 'The stream ended without a usage receipt; the hold is kept until the vendor record reconciles it.', requestId, tally);
   } else {
     let charged: number | undefined;

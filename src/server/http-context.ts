@@ -41,6 +41,16 @@ export function newRequestId(): string {
 
 const MAX_HEADERS = 100;
 
+/**
+ * Why a request's framing cannot be trusted, or undefined. RFC 9112 section 6.3: a repeated or
+ * listed Content-Length is an unrecoverable framing error (400 and close), because a proxy in
+ * front that read the other value would see a different next request (smuggling). uWS itself
+ * takes the first value and hangs on a list; both are refused here, equal values too.
+ */
+function framingFault(contentLengths: number): string | undefined {
+  return contentLengths > 1 ? 'The request carries more than one Content-Length header.' : undefined;
+}
+
 /** Placeholder for HttpContext.write's chunk field between writes (keeps no chunk alive). */
 const EMPTY_CHUNK = new Uint8Array(0);
 
@@ -67,6 +77,10 @@ export class HttpContext {
   admitted = false;
   /** Status sent, for logs and tests. */
   status = 0;
+  /** Set when the request's framing cannot be trusted (see framingFault): answered 400 and closed. */
+  readonly framingError: string | undefined;
+  /** uWS stopped reading this connection (holdReading) until our answer starts. */
+  private readingHeld = false;
   private abortHandlers: Array<() => void> = [];
   private body: BodyCollector | undefined;
 
@@ -78,12 +92,15 @@ export class HttpContext {
     this.query = req.getQuery() ?? '';
     const headers: Record<string, string> = Object.create(null) as Record<string, string>;
     let n = 0;
+    let contentLengths = 0;
     req.forEach((k, v) => {
+      if (k === 'content-length') contentLengths += v.includes(',') ? 2 : 1;
       if (++n > MAX_HEADERS) return;
       // uWS lowercases names; a repeated header keeps its first value (no list-merging tricks).
       if (headers[k] === undefined) headers[k] = v;
     });
     this.headers = headers;
+    this.framingError = framingFault(contentLengths);
     this.requestId = newRequestId();
     this.remoteAddress = Buffer.from(res.getRemoteAddressAsText()).toString();
     res.onAborted(() => {
@@ -133,7 +150,28 @@ export class HttpContext {
     this.res.onData((ab, isLast) => {
       const b = this.body!;
       if (!b.add(ab, isLast)) this.sendError(tooLarge(maxBytes), true);
+      else if (isLast) this.holdReading();
     });
+  }
+
+  /**
+   * Stops uWS reading this connection until our answer starts (releaseReading, from writeCommon).
+   * uWS refuses asynchronous pipelining: a request read while another is unanswered closes the
+   * connection, and the unanswered one would then run for a client that never gets its answer.
+   * Held, a pipelined request waits in the kernel's buffer and is read once this one is answered:
+   * every request gets its answer, in order. Writing (and backpressure) still works while held;
+   * what is not seen is a client hanging up, which the spec charges like a finished call anyway.
+   */
+  holdReading(): void {
+    if (this.readingHeld || this.done) return;
+    this.readingHeld = true;
+    this.res.pause();
+  }
+
+  private releaseReading(): void {
+    if (!this.readingHeld) return;
+    this.readingHeld = false;
+    if (!this.aborted) this.res.resume();
   }
 
   /** The collected body. Rejects with the 413 once the cap was crossed. */
@@ -145,6 +183,7 @@ export class HttpContext {
   private writeCommon(status: number, extra: HeaderList | undefined): void {
     const res = this.res;
     this.status = status;
+    this.releaseReading();
     res.writeStatus(statusLine(status));
     res.writeHeader('Cache-Control', 'no-store');
     res.writeHeader('X-Request-Id', this.requestId);
@@ -296,15 +335,24 @@ class BodyCollector {
     this.size += n;
     if (isLast) {
       this.finished = true;
-      if (this.fixed) this.resolveP(this.size === this.fixed.length ? this.fixed : this.fixed.subarray(0, this.size));
-      else this.resolveP(this.chunks.length === 1 ? this.chunks[0]! : Buffer.concat(this.chunks, this.size));
+      const body = this.fixed
+        ? (this.size === this.fixed.length ? this.fixed : this.fixed.subarray(0, this.size))
+        : (this.chunks.length === 1 ? this.chunks[0]! : Buffer.concat(this.chunks, this.size));
       this.chunks = [];
+      // Handed over only once uWS has parsed all it read with this body: when that held a
+      // pipelined request, uWS has closed the connection by then (see holdReading) and the
+      // request is refused before anything ran for it.
+      setImmediate(() => (this.failure === undefined ? this.resolveP(body) : this.rejectP(this.failure)));
     }
     return true;
   }
 
+  private failure: unknown;
+
   fail(e: unknown): void {
-    if (this.finished) return;
+    if (this.failure !== undefined) return;
+    this.failure = e;
+    if (this.finished) return; // the deferred hand-over sees the failure
     this.finished = true;
     this.chunks = [];
     this.rejectP(e);

@@ -135,12 +135,9 @@ export function startServer(d: ServerDeps): Promise<RunningServer> {
   let draining = false;
   let inFlight = 0;
   let drained: (() => void) | undefined;
-  const admitted = (p: Promise<unknown>, ctx: HttpContext, route: Route, startedMs: number): void => {
-    inFlight++;
-    void p.finally(() => {
-      d.metrics?.observe(route.method, route.pattern, ctx.status, (performance.now() - startedMs) / 1000);
-      if (--inFlight === 0) drained?.();
-    });
+  const ended = (ctx: HttpContext, route: Route, startedMs: number): void => {
+    d.metrics?.observe(route.method, route.pattern, ctx.status, (performance.now() - startedMs) / 1000);
+    if (--inFlight === 0) drained?.();
   };
 
   app.any('/*', (res, req) => {
@@ -152,11 +149,16 @@ export function startServer(d: ServerDeps): Promise<RunningServer> {
 
   function handle(ctx: HttpContext, startedMs: number): void {
     const path = ctx.path;
+    if (ctx.framingError !== undefined) {
+      ctx.sendError(new ApiError('invalid_body', { message: ctx.framingError }), true);
+      return;
+    }
     if (draining) {
       ctx.sendError(new ApiError('provider_unavailable', { message: 'This instance is shutting down; retry.', retryAfterS: 1 }), true);
       return;
     }
     if (!(path === '/v1' || path.startsWith('/v1/'))) {
+      ctx.holdReading(); // the media host may answer later: no pipelined request read meanwhile
       if (d.other?.(ctx)) return;
       ctx.sendError(new ApiError('not_found'));
       return;
@@ -179,17 +181,27 @@ export function startServer(d: ServerDeps): Promise<RunningServer> {
     ctx.requestIdHeader = m.route.requestIdHeader;
     // uWS needs the body reader attached in this tick; auth runs while the body arrives.
     if (m.route.bodyBytes !== undefined) ctx.collectBody(m.route.bodyBytes);
+    else ctx.holdReading();
     if (ctx.done) return;
+    // Started once uWS has parsed everything it read with this request: when that held a
+    // pipelined request, uWS has closed the connection (it refuses asynchronous pipelining) and
+    // this request is dropped before anything ran or was charged. The body, when there is one,
+    // is handed over the same way (http-context.ts, holdReading).
     ctx.admitted = true;
-    admitted(
-      run(ctx, m.route)
-        .catch((e: unknown) => fail(ctx, m.route, e))
-        .catch((e: unknown) => d.log.error('error answer failed', { request_id: ctx.requestId, err: e as Error })),
-      ctx,
-      m.route,
-      startedMs,
-    );
+    inFlight++;
+    setImmediate(admit, ctx, m.route, startedMs);
   }
+
+  const admit = (ctx: HttpContext, r: Route, startedMs: number): void => {
+    if (ctx.aborted) {
+      ended(ctx, r, startedMs);
+      return;
+    }
+    void run(ctx, r)
+      .catch((e: unknown) => fail(ctx, r, e))
+      .catch((e: unknown) => d.log.error('error answer failed', { request_id: ctx.requestId, err: e as Error }))
+      .finally(() => ended(ctx, r, startedMs));
+  };
 
   return new Promise((resolveS, reject) => {
     app.listen(d.host, d.port, (sock: UsListenSocket | false) => {

@@ -188,6 +188,7 @@ t.test('a lane that is not enabled answers 503 and touches nothing', async (t) =
   const r = await post(g, k.key, { model: 'sonnet', max_tokens: 10, messages: user('x') });
   t.equal(r.status, 503);
   t.equal(r.json.error.code, 'provider_unavailable');
+  t.match(r.json.error.message, /inkgate lane enable messages.*npm run demo/, 'the message says what opens the lane');
   t.ok(Number(r.headers['retry-after']) >= 1);
   t.equal(sim.requestCount, 0);
   t.equal((await me(g, k.key)).ink.balance, 10_000);

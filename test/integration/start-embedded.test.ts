@@ -49,6 +49,10 @@ t.test('npm start on a fresh machine, then after a SIGKILL', { timeout: 240_000 
   t.equal(me.status, 200);
   t.equal(me.json.ink.payg_balance, 5000, 'demo account: 50 USD of pay-as-you-go Ink');
   t.equal((await call(a.url, 'GET', '/v1/models')).status, 200);
+  // Plain `npm start` configures no vendor: a newcomer's first text call is told what opens the lane.
+  const closed = await call(a.url, 'POST', '/v1/messages', { key, body: { model: 'sonnet', max_tokens: 20, messages: [{ role: 'user', content: 'Hello' }] } });
+  t.equal(closed.status, 503);
+  t.match(closed.json.error.message, /no vendor configured.*inkgate lane enable messages.*npm run demo/, 'the 503 says how to open the lane');
 
   // SIGKILL leaves the postmaster running with the data dir locked: the next start must cope.
   const gone = new Promise((r) => a.child.once('exit', r));
@@ -72,6 +76,8 @@ t.test('SIGTERM with the embedded Postgres: the journal is written before the cl
   const configFile = join(dir, 'config.json');
   writeFileSync(configFile, JSON.stringify({ ledger: { flushMs: 10_000 } }));
   const a = await start(dir, { args: ['--demo'], configFile });
+  const started = a.output().split('\n').find((l) => l.includes('demo: vendor simulators started')) ?? '';
+  for (const sim of ['anthropic', 'openai', 'ark', 'gemini']) t.match(started, new RegExp(`"${sim}":"http`), `the demo's start-up log lists the ${sim} simulator`);
   const key = readFileSync(join(dir, 'demo-key'), 'utf8').trim();
   const r = await call(a.url, 'POST', '/v1/messages', { key, body: { model: 'sonnet', max_tokens: 50, messages: [{ role: 'user', content: 'hello' }] } });
   t.equal(r.status, 200, r.status === 200 ? 'the request is answered' : r.text);

@@ -291,6 +291,45 @@ t.test('raw socket: malformed and duplicated header lines, both lanes at once', 
   }
 });
 
+// Framing (RFC 9112 section 6.3): a repeated Content-Length, equal or not, is answered 400 and the
+// connection closed at once, before anything runs: uWS itself would take the first value, and a
+// proxy in front that took the last would read the rest of the body as another request.
+t.test('raw socket: repeated Content-Length is refused 400 and closed, nothing billed', async (t) => {
+  for (const lane of ['messages', 'responses'] as const) {
+    const r = rigs[lane];
+    const port = Number(new URL(r.g.url).port);
+    const meBefore = (await r.g.call('GET', '/v1/me', { key: r.key })).json.key.ink_charged as number;
+    const cases: Array<[string, (len: number) => string[]]> = [
+      ['conflicting (the real length, then 200)', (len) => [`Content-Length: ${len}`, 'Content-Length: 200']],
+      ['conflicting (200, then the real length)', (len) => ['Content-Length: 200', `Content-Length: ${len}`]],
+      ['repeated with equal values', (len) => [`Content-Length: ${len}`, `Content-Length: ${len}`]],
+      ['one header listing two values', (len) => [`Content-Length: ${len}, ${len}`]],
+    ];
+    for (const [i, [name, lines]] of cases.entries()) {
+      const tag = `framing${i}`;
+      const body = JSON.stringify(r.body(false, ' ' + tag));
+      const bytes = [`POST ${r.path} HTTP/1.1`, 'Host: 127.0.0.1', `Authorization: Bearer ${r.key}`, 'Content-Type: application/json', ...lines(Buffer.byteLength(body)), '', body].join('\r\n');
+      const a = await sendRaw(port, bytes);
+      const status = /^HTTP\/1\.1 (\d{3})/.exec(a.text)?.[1];
+      // uWS closes on a listed value itself, without an answer; every other case is ours.
+      if (name.startsWith('one header')) t.ok(status === '400' || (status === undefined && a.closed), `${lane}, ${name}: 400 or closed (${status ?? 'closed'})`);
+      else {
+        t.equal(status, '400', `${lane}, ${name}: 400`);
+        t.match(a.text, /"code":"invalid_body"/, `${lane}, ${name}: invalid_body`);
+        t.match(a.text, /more than one Content-Length/, `${lane}, ${name}: says why`);
+      }
+      t.ok(a.closed || /\r\nconnection: close/i.test(a.text), `${lane}, ${name}: connection closed`);
+      t.ok(a.ms < 2_000, `${lane}, ${name}: at once (${Math.round(a.ms)} ms)`);
+      t.equal(r.tap.requests.filter((q) => q.body.toString('latin1').includes(tag)).length, 0, `${lane}, ${name}: nothing reached the vendor`);
+    }
+    const getTwice = ['GET /v1/me HTTP/1.1', 'Host: 127.0.0.1', `Authorization: Bearer ${r.key}`, 'Content-Length: 0', 'Content-Length: 5', '', ''].join('\r\n');
+    const g = await sendRaw(port, getTwice);
+    t.match(g.text, /^HTTP\/1\.1 400 /, `${lane}: any route, GET too`);
+    const meAfter = (await r.g.call('GET', '/v1/me', { key: r.key })).json.key.ink_charged as number;
+    t.equal(meAfter, meBefore, `${lane}: nothing charged`);
+  }
+});
+
 t.test('ledger invariant after everything', async (t) => {
   for (const r of Object.values(rigs)) {
     const me = (await r.g.call('GET', '/v1/me', { key: r.key })).json;

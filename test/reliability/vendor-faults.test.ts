@@ -117,7 +117,8 @@ async function rig(t: Test, spec: LaneSpec): Promise<Rig> {
   const vendor = { baseUrl: host.baseUrl(proxy), apiKey: spec.lane === 'messages' ? 'sk-ant-faults' : 'sk-openai-faults' };
   const g = await startTestGateway(t, {
     vendors: spec.lane === 'messages' ? { anthropic: vendor } : { openai: vendor },
-    upstream: { headersTimeoutMs: HEADERS_TIMEOUT_MS, idleTimeoutMs: IDLE_TIMEOUT_MS, streamTotalMs: STREAM_TOTAL_MS, connectTimeoutMs: 1000 },
+    // Non-streaming calls wait nonStreamTimeoutMs for their headers: the same short bound here.
+    upstream: { headersTimeoutMs: HEADERS_TIMEOUT_MS, nonStreamTimeoutMs: HEADERS_TIMEOUT_MS, idleTimeoutMs: IDLE_TIMEOUT_MS, streamTotalMs: STREAM_TOTAL_MS, connectTimeoutMs: 1000 },
   });
   await setLane(g.db.pool, spec.lane, true);
   await g.gw.services.state.refresh();

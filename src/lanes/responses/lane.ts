@@ -6,8 +6,13 @@ import type { Catalog, TextModel } from '../../catalog/models.js';
 import type { Config } from '../../config/config.js';
 import { inkToUsd, responsesHoldInk, textChargeInk, textUsageFromResponses } from '../../catalog/pricing.js';
 import type { BodyResult, ParsedTextRequest, StreamTally, TextLane } from '../text-proxy.js';
-import { parseResponsesRequest } from './request.js';
+import { finishResponsesRequest, prepareResponsesRequest, type ResponsesRequest } from './request.js';
+import { countRequestTexts } from './token-count-pool.js';
 import { ResponsesUsageTally, tallyResponseBody, type ResponsesUsage } from './usage-tally.js';
+
+function toParsed(r: ResponsesRequest): ParsedTextRequest {
+  return { model: r.model, stream: r.stream, holdInk: responsesHoldInk(r.promptTokensForHold, r.maxOutputTokens, r.model), vendorBody: r.vendorBody };
+}
 
 /** Prices a Responses receipt (input includes the cached and cache-write parts); undefined when unusable. */
 function charge(model: TextModel, u: ResponsesUsage): number | undefined {
@@ -50,15 +55,12 @@ export function responsesLane(cfg: Config, catalog: Catalog): TextLane {
       // would allow any coding, RFC 9110 12.5.3).
       'accept-encoding': 'identity',
     }),
-    parse(body, ctx): ParsedTextRequest {
+    parse(body, ctx): ParsedTextRequest | Promise<ParsedTextRequest> {
       const userHash = vendorUserHash(ctx.auth!.keyId);
-      const r = parseResponsesRequest(body, catalog, { userHash });
-      return {
-        model: r.model,
-        stream: r.stream,
-        holdInk: responsesHoldInk(r.promptTokensForHold, r.maxOutputTokens, r.model),
-        vendorBody: r.vendorBody,
-      };
+      const p = prepareResponsesRequest(body, catalog, { userHash });
+      // A long prompt is counted off the event loop (token-count-pool.ts); a short one here.
+      const counts = countRequestTexts(p.verbatimTexts, p.holdTexts, p.countChars);
+      return counts instanceof Promise ? counts.then((c) => toParsed(finishResponsesRequest(p, c))) : toParsed(finishResponsesRequest(p, counts));
     },
     newTally(req): StreamTally {
       const t = new ResponsesUsageTally({ keepOutput: true });

@@ -63,7 +63,7 @@
 import { ApiError, type ErrorCode } from '../../errors.js';
 import type { Catalog, TextModel } from '../../catalog/models.js';
 import { responsesHoldInk } from '../../catalog/pricing.js';
-import { countO200kTokens } from './token-count.js';
+import { countTexts, type TextCounts } from './token-count.js';
 
 export { countO200kTokens } from './token-count.js';
 
@@ -234,19 +234,21 @@ function fail(code: ErrorCode, param: string, message: string): never {
   throw new ApiError(code, { param, message });
 }
 
-/** Running token totals of the one walk over the body. */
+/** What the one walk over the body collects for counting: the counts themselves come after it. */
 interface Count {
-  /** Exact tokens of verbatim text (the envelope count). */
-  verbatim: number;
+  /** Text the vendor reads verbatim: its exact tokens are the envelope count. */
+  verbatimTexts: string[];
   /** UTF-16 code units of that verbatim text (for the hold's four-characters-per-token floor). */
   chars: number;
-  /** Extra tokens the hold assumes beyond `verbatim`, before the margin. */
+  /** Text the hold budgets in some form (schemas, summaries): see holdTokensOf. */
+  holdTexts: string[];
+  /** Extra tokens the hold assumes beyond the verbatim count, before the margin and holdTexts. */
   extra: number;
 }
 
 /** Counts text the vendor reads verbatim: its exact tokens and its length. */
 function addVerbatim(count: Count, text: string): void {
-  count.verbatim += countO200kTokens(text);
+  count.verbatimTexts.push(text);
   count.chars += text.length;
 }
 
@@ -254,8 +256,22 @@ function addVerbatim(count: Count, text: string): void {
  * Budgets text the hold assumes the vendor reads in some form (schemas, summaries): its o200k
  * count, never below one token per HOLD_CHARS_PER_TOKEN characters (the verbatim floor's rule).
  */
-function holdTokensOf(text: string): number {
-  return Math.max(countO200kTokens(text), Math.ceil(text.length / HOLD_CHARS_PER_TOKEN));
+export function holdTokensOf(text: string, tokens: number): number {
+  return Math.max(tokens, Math.ceil(text.length / HOLD_CHARS_PER_TOKEN));
+}
+
+/** A request validated but not yet counted (parseResponsesRequest = prepare, count, finish). */
+export interface PreparedResponsesRequest {
+  readonly model: TextModel;
+  readonly stream: boolean;
+  readonly maxOutputTokens: number;
+  readonly vendorBody: string;
+  readonly verbatimTexts: readonly string[];
+  readonly holdTexts: readonly string[];
+  /** UTF-16 code units of every text to count (verbatim and hold): what counting costs. */
+  readonly countChars: number;
+  readonly chars: number;
+  readonly extra: number;
 }
 
 /**
@@ -263,6 +279,12 @@ function holdTokensOf(text: string): number {
  * Throws ApiError with the code and a `param` naming the field as a dotted path.
  */
 export function parseResponsesRequest(body: Record<string, unknown>, catalog: Catalog, opts: ParseResponsesOptions): ResponsesRequest {
+  const p = prepareResponsesRequest(body, catalog, opts);
+  return finishResponsesRequest(p, countTexts(p.verbatimTexts, p.holdTexts));
+}
+
+/** Validates the body and builds the vendor request; the counting is left to the caller. */
+export function prepareResponsesRequest(body: Record<string, unknown>, catalog: Catalog, opts: ParseResponsesOptions): PreparedResponsesRequest {
   if (!isObj(body)) fail('invalid_body', 'body', 'The request body must be a JSON object.');
 
   for (const key of Object.keys(body)) {
@@ -312,7 +334,7 @@ export function parseResponsesRequest(body: Record<string, unknown>, catalog: Ca
     }
   }
 
-  const count: Count = { verbatim: 0, chars: 0, extra: HOLD_REQUEST_OVERHEAD_TOKENS };
+  const count: Count = { verbatimTexts: [], chars: 0, holdTexts: [], extra: HOLD_REQUEST_OVERHEAD_TOKENS };
 
   // input
   checkInput(body.input, count);
@@ -394,20 +416,6 @@ export function parseResponsesRequest(body: Record<string, unknown>, catalog: Ca
     if (v !== undefined && typeof v !== 'string') fail('invalid_type', k, `\`${k}\` must be a string.`);
   }
 
-  // Envelope: the verbatim count is exact and the vendor's count is at least it.
-  const promptTokens = count.verbatim;
-  if (promptTokens > model.constraints.maxInputTokens) {
-    fail('payload_too_large', 'input', `The prompt is ${promptTokens} tokens, above the ${model.constraints.maxInputTokens}-token input limit of ${model.id}.`);
-  }
-  // The hold never assumes fewer tokens than one per HOLD_CHARS_PER_TOKEN characters: upstreams
-  // that estimate rather than tokenize (OpenAI-compatible servers, simulators) commonly count
-  // characters / 4, which for repetitive text is far above the exact o200k count (a run of one
-  // letter is about one o200k token per 8 characters); a hold below the reported usage would cap
-  // the charge at the hold and price a long-context prompt at the base tier.
-  const raw = Math.max(count.verbatim, Math.ceil(count.chars / HOLD_CHARS_PER_TOKEN)) + count.extra;
-  const promptTokensForHold = raw + Math.ceil((raw * HOLD_MARGIN_PERCENT) / 100) + HOLD_MARGIN_TOKENS;
-  const holdInk = responsesHoldInk(promptTokensForHold, maxOutputTokens, model);
-
   const out: Obj = { model: model.vendorModel };
   for (const k of FORWARDED) {
     const v = body[k];
@@ -419,7 +427,32 @@ export function parseResponsesRequest(body: Record<string, unknown>, catalog: Ca
   out.safety_identifier = opts.userHash;
   const vendorBody = JSON.stringify(out);
 
-  return { model, stream: stream === true, maxOutputTokens, promptTokens, promptTokensForHold, holdInk, vendorBody };
+  let countChars = count.chars;
+  for (const t of count.holdTexts) countChars += t.length;
+  return { model, stream: stream === true, maxOutputTokens, vendorBody, verbatimTexts: count.verbatimTexts, holdTexts: count.holdTexts, countChars, chars: count.chars, extra: count.extra };
+}
+
+
+/** The envelope check (413) and the hold, once the texts are counted. */
+export function finishResponsesRequest(p: PreparedResponsesRequest, counts: TextCounts): ResponsesRequest {
+  // Envelope: the verbatim count is exact and the vendor's count is at least it.
+  const model = p.model;
+  const promptTokens = counts.verbatim;
+  if (promptTokens > model.constraints.maxInputTokens) {
+    fail('payload_too_large', 'input', `The prompt is ${promptTokens} tokens, above the ${model.constraints.maxInputTokens}-token input limit of ${model.id}.`);
+  }
+  // The hold never assumes fewer tokens than one per HOLD_CHARS_PER_TOKEN characters: upstreams
+  // that estimate rather than tokenize (OpenAI-compatible servers, simulators) commonly count
+  // characters / 4, which for repetitive text is far above the exact o200k count (a run of one
+  // letter is about one o200k token per 8 characters); a hold below the reported usage would cap
+  // the charge at the hold and price a long-context prompt at the base tier.
+  let extra = p.extra;
+  for (let i = 0; i < p.holdTexts.length; i++) extra += holdTokensOf(p.holdTexts[i]!, counts.hold[i] ?? 0);
+  const raw = Math.max(counts.verbatim, Math.ceil(p.chars / HOLD_CHARS_PER_TOKEN)) + extra;
+  const promptTokensForHold = raw + Math.ceil((raw * HOLD_MARGIN_PERCENT) / 100) + HOLD_MARGIN_TOKENS;
+  const holdInk = responsesHoldInk(promptTokensForHold, p.maxOutputTokens, model);
+
+  return { model, stream: p.stream, maxOutputTokens: p.maxOutputTokens, promptTokens, promptTokensForHold, holdInk, vendorBody: p.vendorBody };
 }
 
 /** The field's value, with null read as absent. */
@@ -486,7 +519,7 @@ function checkItem(item: unknown, path: string, count: Count): void {
         for (let k = 0; k < summary.length; k++) {
           const s: unknown = summary[k];
           if (!isObj(s) || typeof s.text !== 'string') badInput(`${path}.summary.${k}`, `\`${path}.summary.${k}\` must be a summary_text part with a string \`text\`.`);
-          count.extra += holdTokensOf(s.text);
+          count.holdTexts.push(s.text);
         }
       }
       return;
@@ -574,7 +607,7 @@ function checkTools(tools: unknown, count: Count): void {
     const parameters = t.parameters;
     if (parameters !== undefined && parameters !== null) {
       if (!isObj(parameters)) fail('invalid_type', `${path}.parameters`, `\`${path}.parameters\` must be a JSON Schema object.`);
-      count.extra += holdTokensOf(JSON.stringify(parameters));
+      count.holdTexts.push(JSON.stringify(parameters));
     }
     const strict = t.strict;
     if (strict !== undefined && strict !== null && typeof strict !== 'boolean') fail('invalid_type', `${path}.strict`, `\`${path}.strict\` must be a boolean.`);
@@ -614,11 +647,9 @@ function checkText(text: unknown, count: Count): void {
         fail('invalid_type', 'text.format.description', '`text.format.description` must be a string.');
       }
       // The vendor renders the schema into the prompt in its own form: the hold budgets its JSON.
-      count.extra +=
-        holdTokensOf(format.name) +
-        holdTokensOf(JSON.stringify(format.schema)) +
-        (typeof description === 'string' ? holdTokensOf(description) : 0) +
-        HOLD_TOOL_OVERHEAD_TOKENS;
+      count.holdTexts.push(format.name, JSON.stringify(format.schema));
+      if (typeof description === 'string') count.holdTexts.push(description);
+      count.extra += HOLD_TOOL_OVERHEAD_TOKENS;
     }
   }
   const verbosity = text.verbosity;

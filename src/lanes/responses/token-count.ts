@@ -304,3 +304,16 @@ export function countO200kTokens(text: string): number {
   }
   return count;
 }
+
+/** The token counts of a request's texts: the verbatim total, and each hold text's count in order. */
+export interface TextCounts {
+  readonly verbatim: number;
+  readonly hold: readonly number[];
+}
+
+/** Counts on this thread (the token-count pool's worker runs the same for long prompts). */
+export function countTexts(verbatimTexts: readonly string[], holdTexts: readonly string[]): TextCounts {
+  let verbatim = 0;
+  for (const t of verbatimTexts) verbatim += countO200kTokens(t);
+  return { verbatim, hold: holdTexts.map((t) => countO200kTokens(t)) };
+}
