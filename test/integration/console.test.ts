@@ -72,6 +72,9 @@ t.test('no page without a session; a signed-out session is dead', async (t) => {
   t.equal((await postForm(base, '/console/keys', { csrf: sess.csrf, name: 'late' }, sess.cookie)).status, 401, 'and no form works with it');
   const keys = await s.g.db.pool.query('SELECT count(*)::int AS n FROM api_keys WHERE account_id = $1', [s.accountId]);
   t.equal(keys.rows[0].n, 0, 'no key was made');
+  const later = await signInHttp(base, await s.link());
+  await s.g.db.pool.query("UPDATE console_sessions SET expires_at = now() - interval '1 second' WHERE revoked_at IS NULL");
+  t.equal((await getPage(base, '/console', later.cookie)).status, 303, 'an expired session is signed out');
 });
 
 t.test('keys: CSRF, the raw key once, escaping, revoke and limit, other accounts out of reach', async (t) => {
@@ -96,6 +99,16 @@ t.test('keys: CSRF, the raw key once, escaping, revoke and limit, other accounts
     t.notOk(page.text.includes('<script>alert'), `${p} escapes the name`);
   }
   const keyId = me.json.key.id as string;
+  const tomorrow = new Date(Date.now() + 86_400_000).toISOString().slice(0, 10);
+  const dated = await postForm(base, '/console/keys', { name: 'dated', csrf: sess.csrf, expires: tomorrow }, sess.cookie);
+  t.equal(dated.status, 201);
+  const datedKey = /value="(svc_[A-Za-z0-9_-]{43})"/.exec(dated.text)![1]!;
+  t.equal((await s.g.call('GET', '/v1/me', { key: datedKey })).status, 200, 'a key with an expiry works until then');
+  const exp = await s.g.db.pool.query("SELECT expires_at FROM api_keys WHERE name = 'dated' AND account_id = $1", [s.accountId]);
+  t.equal(exp.rows[0].expires_at.toISOString(), `${tomorrow}T23:59:59.000Z`, 'it expires at the end of the chosen day (UTC)');
+  const past = await postForm(base, '/console/keys', { name: 'past', csrf: sess.csrf, expires: '2020-01-01' }, sess.cookie);
+  t.equal(past.status, 400);
+  t.match(past.text, /expiry must be a day in the future/);
   t.equal((await postForm(base, `/console/keys/${keyId}/limit`, { csrf: sess.csrf, ink_limit: '7000' }, sess.cookie)).status, 303);
   t.equal((await s.g.call('GET', '/v1/me', { key: raw! })).json.key.ink_limit, 7000, 'the cap edit applies');
   t.equal((await postForm(base, `/console/keys/${keyId}/limit`, { csrf: sess.csrf, ink_limit: '-1' }, sess.cookie)).status, 400);

@@ -36,7 +36,7 @@ t.test('chart: a bar per day with Ink, the tallest day full height, names escape
   // Oldest day first: the 19th (20 Ink), then the 20th's two models (30 + 10 Ink).
   t.equal(Math.round(rects[1]! + rects[2]!), 168, 'the tallest day (40 Ink) fills the plot height');
   t.equal(Math.round(rects[0]!), 84, 'a day of 20 Ink is half as tall');
-  t.equal(Math.round(rects[1]!), 126, 'segments in proportion to their Ink');
+  t.equal(Math.round(rects[1]!), 42, 'segments in proportion to their Ink (models in name order: m2 is 10 Ink)');
   t.notOk(svg.includes('m<1>'), 'model names are escaped');
   t.match(svg, /m&lt;1&gt;/);
   t.match(svg, /11-14/, 'the first day of the window is labelled');
