@@ -155,12 +155,15 @@ export class HttpContext {
   }
 
   /**
-   * Stops uWS reading this connection until our answer starts (releaseReading, from writeCommon).
+   * Stops uWS reading this connection until our answer ends (releaseReading, as the last bytes go).
    * uWS refuses asynchronous pipelining: a request read while another is unanswered closes the
    * connection, and the unanswered one would then run for a client that never gets its answer.
    * Held, a pipelined request waits in the kernel's buffer and is read once this one is answered:
-   * every request gets its answer, in order. Writing (and backpressure) still works while held;
-   * what is not seen is a client hanging up, which the spec charges like a finished call anyway.
+   * every request gets its answer, in order. Writing (and backpressure) still works while held,
+   * and a client hanging up is seen at the next write; before the first write it is not seen (a
+   * non-streaming call runs to its end, which the spec charges the same anyway). Reading resumes
+   * only as the answer ends, never at a stream's start: uWS's resume() arms its 10 s idle timer,
+   * which would cut any stream longer than that (measured).
    */
   holdReading(): void {
     if (this.readingHeld || this.done) return;
@@ -183,7 +186,6 @@ export class HttpContext {
   private writeCommon(status: number, extra: HeaderList | undefined): void {
     const res = this.res;
     this.status = status;
-    this.releaseReading();
     res.writeStatus(statusLine(status));
     res.writeHeader('Cache-Control', 'no-store');
     res.writeHeader('X-Request-Id', this.requestId);
@@ -197,6 +199,7 @@ export class HttpContext {
     this.responded = true;
     const text = typeof body === 'string' ? body : JSON.stringify(body);
     this.res.cork(() => {
+      this.releaseReading();
       this.writeCommon(status, extra);
       this.res.writeHeader('Content-Type', 'application/json');
       // uWS writes a body even to HEAD, which a keep-alive client would read as the next response:
@@ -211,6 +214,7 @@ export class HttpContext {
     if (this.done) return;
     this.responded = true;
     this.res.cork(() => {
+      this.releaseReading();
       this.writeCommon(status, extra);
       this.res.end();
     });
@@ -233,6 +237,7 @@ export class HttpContext {
     if (this.done) return;
     this.responded = true;
     this.res.cork(() => {
+      this.releaseReading();
       this.writeCommon(status, extra);
       this.endHead(contentLength);
     });
@@ -293,6 +298,7 @@ export class HttpContext {
   end(last?: Uint8Array | string): void {
     if (this.aborted) return;
     this.res.cork(() => {
+      this.releaseReading();
       this.res.end(last);
     });
   }

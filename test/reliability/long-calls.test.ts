@@ -64,6 +64,18 @@ t.test('a call longer than nonStreamTimeoutMs: 502, its hold kept and logged wit
   t.ok('vendor_request_id' in (logged[0] ?? {}), 'and the vendor id field (null: no answer came)');
 });
 
+// The gateway stops reading a connection while its request is unanswered (pipelining); reading
+// resumes only as the answer ends, because uWS's resume() arms its 10 s idle timer. A stream
+// longer than that timer must run to its end.
+t.test('a stream longer than uWS idle timeout (10 s) runs to its end', async (t) => {
+  const r = await g.call('POST', '/v1/messages', {
+    key: k.key,
+    body: { model: 'sonnet', max_tokens: 200, stream: true, messages: [{ role: 'user', content: 'slowly [[sim:tokens=60]] [[sim:pace=200]]' }] },
+  });
+  t.equal(r.status, 200);
+  t.match(r.text, /event: message_stop/, 'the stream ended with message_stop, after about 12 s');
+});
+
 t.test('ledger invariant', async (t) => {
   await assertLedgerInvariant(t, g.db.pool);
 });
