@@ -173,7 +173,8 @@ t.test('a lost instance: its lease expires and is recovered; flushed holds are k
   const db = await testDb(t);
   let skewMs = 0;
   const clock = () => new Date(Date.now() + skewMs);
-  const lost = await instance(t, db, 'lost', { lease: { ttlMs: 2000, deadlineMarginMs: 500 } }, { noClose: true });
+  // Its journal is written only when the test says so: b's end must still be unwritten at the "crash".
+  const lost = await instance(t, db, 'lost', { flushMs: 10_000, lease: { ttlMs: 2000, deadlineMarginMs: 500 } }, { noClose: true });
   const rescuer = await instance(t, db, 'rescuer', {}, { now: clock });
   const { accountId, keyIds } = await seedAccount(db.pool, { grantInk: 500, paygInk: 10_000 });
   const key = keyIds[0]!;
