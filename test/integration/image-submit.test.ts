@@ -206,6 +206,7 @@ t.test('image vendor not configured: 503 provider_unavailable after validation, 
   t.equal(bad.json.error.code, 'invalid_enum', 'validation first');
   const r = await off.submit(key, ok);
   t.same([r.status, r.json.error.code], [503, 'provider_unavailable']);
+  t.match(r.json.error.message, /INKGATE_GEMINI_BASE_URL.*inkgate lane enable images.*npm run demo/, 'the message says what opens the lane');
   t.ok(Number(r.headers['retry-after']) > 0);
   t.same(await walletOf(off, accountId), { balance: 100, held: 0, charged: 0 });
   await assertLedgerInvariant(t, off.services.pool);

@@ -87,6 +87,7 @@ check('lane off or model paused: 503 provider_unavailable with Retry-After, wall
   let r = await h.submit(key, ok);
   t.equal(r.status, 503);
   t.equal(r.json.error.code, 'provider_unavailable');
+  t.match(r.json.error.message, /inkgate lane enable video.*npm run demo/, 'the message says what opens the lane');
   t.ok(Number(r.headers['retry-after']) >= 1);
   await setLane(pool, 'video', true);
   await pauseModel(pool, 'clip-2.0-fast', 120);
