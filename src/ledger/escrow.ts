@@ -16,7 +16,7 @@ import { ApiError, isApiError } from '../errors.js';
 import type { Config } from '../config/config.js';
 import { storeError, type Pool } from '../store/pool.js';
 import { assertLedger, CheckedHold } from './hold.js';
-import type { Hold, Ledger, ReserveInput, ResolveResult, TextUsage } from './ledger.js';
+import type { Hold, Ledger, RecordedUsage, ReserveInput, ResolveResult } from './ledger.js';
 import { checkReserveInput, checkVendorRequestId, usageJson, wholeInk } from './ledger.js';
 import { HoldRate, leaseWantInk, LocalLease } from './lease.js';
 import { createRecallBus, type RecallBus, type RecallScope } from './recalls.js';
@@ -394,7 +394,7 @@ export class Escrow implements TextBilling {
   // ---------------------------------------------------------------------------------------------
   // Settlement
 
-  async settle(requestId: string, chargeInk: number, details: { usage?: TextUsage | object; vendorRequestId?: string } = {}): Promise<ResolveResult> {
+  async settle(requestId: string, chargeInk: number, details: { usage?: RecordedUsage | object; vendorRequestId?: string } = {}): Promise<ResolveResult> {
     const a = this.active.get(requestId);
     if (a === undefined) return this.ledger.settle(requestId, chargeInk, details);
     if (a.record.end !== null) return ALREADY_RESOLVED;

@@ -15,7 +15,7 @@
 // Throughput: concurrent reserves (and, separately, resolutions) are grouped into one statement
 // and one commit (group-commit.ts). Each item still gets its whole hold or nothing.
 import { assertLedger } from './hold.js';
-import { inkToUsd } from '../catalog/pricing.js';
+import { inkToUsd, type TextUsage } from '../catalog/pricing.js';
 import { ApiError } from '../errors.js';
 import { isStoreUnavailable, storeError, withTx, type Pool, type Queryable } from '../store/pool.js';
 import { GroupCommit } from '../store/group-commit.js';
@@ -41,12 +41,8 @@ export interface Hold {
 }
 
 /** Vendor-reported text usage; undefined = the vendor did not report that bucket (not zero). */
-export interface TextUsage {
-  inputTokens?: number;
-  outputTokens?: number;
-  cacheReadTokens?: number;
-  cacheWriteTokens?: number;
-}
+/** Usage as recorded with a settlement: a bucket the vendor did not report is absent, never zero. */
+export type RecordedUsage = Partial<TextUsage>;
 
 export type ResolveResult =
   | {
@@ -108,7 +104,7 @@ export interface RequestRecord {
 export interface VendorUsageRecord {
   vendorRequestId: string;
   /** Token buckets as the vendor reported them (Messages-style disjoint buckets). */
-  usage?: TextUsage;
+  usage?: RecordedUsage;
   /** A charge already worked out (video seconds, images, or a vendor-side total), whole Ink. */
   chargeInk?: number;
 }
@@ -149,7 +145,7 @@ export interface ReconcileReport {
 /** The ledger's moves bound to one connection (inside the caller's transaction). */
 export interface LedgerTx {
   reserve(input: ReserveInput): Promise<Hold>;
-  settle(requestId: string, chargeInk: number, details?: { usage?: TextUsage | object; vendorRequestId?: string }): Promise<ResolveResult>;
+  settle(requestId: string, chargeInk: number, details?: { usage?: RecordedUsage | object; vendorRequestId?: string }): Promise<ResolveResult>;
   release(requestId: string, reason: string): Promise<ResolveResult>;
   refund(requestId: string, reason: string): Promise<ResolveResult>;
 }
@@ -320,7 +316,7 @@ export function checkReserveInput(input: ReserveInput): void {
   wholeInk('holdInk', input.holdInk);
 }
 
-function settleItem(requestId: string, chargeInk: number, details: { usage?: TextUsage | object; vendorRequestId?: string }): ResolveItem {
+function settleItem(requestId: string, chargeInk: number, details: { usage?: RecordedUsage | object; vendorRequestId?: string }): ResolveItem {
   checkRequestId(requestId);
   wholeInk('chargeInk', chargeInk);
   return {
@@ -568,7 +564,7 @@ export class Ledger {
   // Resolve
 
   /** Charges min(chargeInk, hold) grant-first out of the hold and returns the rest; logs a charge above the hold. */
-  async settle(requestId: string, chargeInk: number, details: { usage?: TextUsage | object; vendorRequestId?: string } = {}): Promise<ResolveResult> {
+  async settle(requestId: string, chargeInk: number, details: { usage?: RecordedUsage | object; vendorRequestId?: string } = {}): Promise<ResolveResult> {
     return this.resolve(settleItem(requestId, chargeInk, details));
   }
 
