@@ -18,8 +18,26 @@ interface MeRow {
   payg_ink: number;
 }
 
-/** The account object for a key, or undefined when the key is gone. One indexed read. */
-export async function readAccountObject(db: Queryable, keyId: string): Promise<Record<string, unknown> | undefined> {
+/** The spec's account object (GET /v1/me). */
+export interface AccountObject {
+  readonly object: 'account';
+  readonly user_id: string;
+  readonly key: {
+    readonly id: string;
+    readonly prefix: string;
+    readonly name: string;
+    readonly ink_limit: number | null;
+    readonly ink_charged: number;
+    readonly ink_reserved: number;
+  };
+  readonly ink: { readonly balance: number; readonly period_grant_remaining: number; readonly payg_balance: number; readonly usd_payg_equivalent: number };
+}
+
+/**
+ * The account object for a key, or undefined when the key is gone. One indexed read; the only
+ * place these numbers are computed (a lease's spare Ink counts as balance, its holds as reserved).
+ */
+export async function readAccountObject(db: Queryable, keyId: string): Promise<AccountObject | undefined> {
   const r = await db.query<MeRow>(
     `SELECT a.id AS user_id, k.id AS key_id, k.prefix, k.name, ${LEASED_VIEW_COLUMNS}
        FROM api_keys k JOIN accounts a ON a.id = k.account_id JOIN wallets w ON w.account_id = a.id

@@ -55,11 +55,6 @@ export type ResolveResult =
     }
   | { resolved: false; reason: 'already_resolved' | 'unknown_request' | 'in_lease' };
 
-export interface AccountView {
-  key: { ink_limit: number | null; ink_charged: number; ink_reserved: number };
-  ink: { balance: number; period_grant_remaining: number; payg_balance: number; usd_payg_equivalent: number };
-}
-
 export interface WalletView {
   account_id: string;
   grant_ink: number;
@@ -755,23 +750,6 @@ export class Ledger {
 
   // ---------------------------------------------------------------------------------------------
   // Views
-
-  /** The /v1/me numbers for one key of one account. */
-  async accountView(accountId: string, keyId: string): Promise<AccountView> {
-    let rows: Array<{ ink_limit: number | null; ink_charged: number; ink_reserved: number; grant_ink: number; payg_ink: number }>;
-    try {
-      rows = (await this.pool.query(SQL.ACCOUNT_VIEW, [accountId, keyId])).rows;
-    } catch (e) {
-      storeError(e);
-    }
-    const r = rows[0];
-    if (!r) throw new Error(`ledger: ${keyId} is not a key of account ${accountId}`);
-    const balance = r.grant_ink + r.payg_ink;
-    return {
-      key: { ink_limit: r.ink_limit, ink_charged: r.ink_charged, ink_reserved: r.ink_reserved },
-      ink: { balance, period_grant_remaining: r.grant_ink, payg_balance: r.payg_ink, usd_payg_equivalent: inkToUsd(balance) },
-    };
-  }
 
   async walletView(accountId: string): Promise<WalletView | undefined> {
     return (await this.pool.query<WalletView>(SQL.WALLET_VIEW, [accountId])).rows[0];

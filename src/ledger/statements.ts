@@ -89,11 +89,6 @@ export const LEASED_VIEW_JOINS = `LEFT JOIN LATERAL (SELECT sum(r.hold_ink) AS h
     LEFT JOIN LATERAL (SELECT sum(r.hold_grant_ink) AS g, sum(r.hold_payg_ink) AS p FROM leases l JOIN requests r ON r.lease_id = l.id AND r.leased
                       WHERE l.account_id = w.account_id AND l.state = 'live') al ON true`;
 
-export const ACCOUNT_VIEW = `SELECT ${LEASED_VIEW_COLUMNS}
-    FROM api_keys k JOIN wallets w ON w.account_id = k.account_id
-    ${LEASED_VIEW_JOINS}
-   WHERE k.id = $2 AND k.account_id = $1`;
-
 export const WALLET_VIEW = `SELECT account_id, grant_ink, payg_ink, held_grant_ink, held_payg_ink, charged_ink, expired_ink,
          credited_ink, topups_completed, grant_period, period_started_at
     FROM wallets WHERE account_id = $1`;

@@ -3,6 +3,7 @@
 // instance, late flushes, the journal's bound, durability modes and shutdown. The ledger invariant
 // is checked after every test.
 import t, { type Test } from 'tap';
+import { readAccountObject } from '../../src/accounts/routes.js';
 import { revokeKey } from '../../src/accounts/accounts.js';
 import { loadConfig, type Config, type DeepPartial } from '../../src/config/config.js';
 import { isApiError } from '../../src/errors.js';
@@ -110,7 +111,7 @@ t.test('holds and settlements come from the lease in memory; one flush writes th
   const open = input(accountId, key, 40);
   await e.reserve(open);
   await e.beforeView();
-  const view = await e['ledger'].accountView(accountId, key);
+  const view = (await readAccountObject(db.pool, key))!;
   t.equal(view.key.ink_reserved, 40);
   t.equal(view.key.ink_charged, charged);
   t.equal(view.ink.balance, 10_000 - charged - 40, 'balance = credits - charged - holds in flight');

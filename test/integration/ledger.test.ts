@@ -2,6 +2,7 @@
 // exactly-once resolution, unknown usage and reconciliation, credits and roll-over.
 import type { QueryConfig } from 'pg';
 import t, { type Test } from 'tap';
+import { readAccountObject } from '../../src/accounts/routes.js';
 import { ApiError } from '../../src/errors.js';
 import { Ledger, type LedgerOptions, type RequestRecord } from '../../src/ledger/ledger.js';
 import { testDb } from '../helpers/db.js';
@@ -239,7 +240,7 @@ ledgerTest('unknown usage keeps the hold open and visible; reconcile settles or 
   await ledger.markUsageUnknown(zero.requestId, { vendorRequestId: vZero });
   await ledger.setVendorRequestId(skippedHold.requestId, vBad);
   t.match(await requestOf(lost.requestId), { status: 'usage_unknown', hold_state: 'open', vendor_request_id: vLost, reason: 'stream ended without a usage receipt' });
-  const view = await ledger.accountView(a.accountId, a.keyIds[0]!);
+  const view = (await readAccountObject(pool, a.keyIds[0]!))!;
   t.equal(view.key.ink_reserved, 243, 'the open holds are visible as ink_reserved');
 
   // The records arrive two hours later (injected clock): the orphan is old and has no record.
@@ -292,7 +293,7 @@ ledgerTest('unknown usage keeps the hold open and visible; reconcile settles or 
   }
 });
 
-ledgerTest('top-up credits pay-as-you-go and counts; grant extends the period grant; accountView reports /v1/me numbers', async (t, { ledger }) => {
+ledgerTest('top-up credits pay-as-you-go and counts; grant extends the period grant; the /v1/me numbers follow', async (t, { ledger }) => {
   const a = await seedAccount(pool, { keyLimits: [500] });
   await ledger.topUp(a.accountId, 1234, 'card');
   await ledger.grant(a.accountId, 100);
@@ -300,7 +301,8 @@ ledgerTest('top-up credits pay-as-you-go and counts; grant extends the period gr
   const r = reserveOf(a, 150);
   await ledger.reserve(r);
   await ledger.settle(r.requestId, 120);
-  t.same(await ledger.accountView(a.accountId, a.keyIds[0]!), {
+  t.match(await readAccountObject(pool, a.keyIds[0]!), {
+    user_id: a.accountId,
     key: { ink_limit: 500, ink_charged: 120, ink_reserved: 0 },
     ink: { balance: 1214, period_grant_remaining: 0, payg_balance: 1214, usd_payg_equivalent: 12.14 },
   });
@@ -312,7 +314,7 @@ ledgerTest('top-up credits pay-as-you-go and counts; grant extends the period gr
   await t.rejects(ledger.topUp(a.accountId, 0), RangeError);
   await t.rejects(ledger.topUp(a.accountId, 1.5), RangeError);
   await t.rejects(ledger.topUp('usr_nobody', 10), /unknown account/);
-  await t.rejects(ledger.accountView(a.accountId, 'key_nobody'), /not a key of account/);
+  t.equal(await readAccountObject(pool, 'key_nobody'), undefined);
 });
 
 ledgerTest('roll-over: the unspent grant lapses, the plan grant is credited; an open old-period hold lapses its unused grant part', async (t, { ledger }) => {
