@@ -4,6 +4,10 @@ import t from 'tap';
 import { bench, checkRatiosAndGoals, checkRun, checkStopped } from '../helpers/bench-tool.js';
 import { testRedisUrl } from '../helpers/env.js';
 
+// Several bench runs, each starting the simulators, gateways and the plain proxy as processes:
+// more than tap's default per-file limit on a busy machine (the limit is there to catch hangs).
+t.setTimeout(240_000);
+
 t.test('stream saturation, many tenants and durability on the messages lane, with the ledger audited', async (t) => {
   const { rep, pid } = await bench(t, [
     '--seconds', '1', '--warmup-seconds', '0.2', '--scenario', 'stream-saturation,many-tenants,durability', '--lane', 'messages',

@@ -9,6 +9,10 @@ import { join } from 'node:path';
 import t from 'tap';
 import { bench, checkRatiosAndGoals, checkRun, checkStopped } from '../helpers/bench-tool.js';
 
+// Several bench runs, each starting the simulators, gateways and the plain proxy as processes:
+// more than tap's default per-file limit on a busy machine (the limit is there to catch hangs).
+t.setTimeout(240_000);
+
 t.test('latency, saturation and billing on the messages lane, with the HTML report', async (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'bench-tool-'));
   t.teardown(() => rmSync(dir, { recursive: true, force: true }));
