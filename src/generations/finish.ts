@@ -51,9 +51,15 @@ export async function succeedGeneration(
   s: SuccessUpdate,
   settle: { usage: object; vendorRequestId?: string },
 ): Promise<void> {
-  await withTx(services.pool, async (c) => {
-    if (!(await markSucceeded(c, row.id, deps.owner, s))) return; // lost the lease: whoever holds the row now finishes it
+  const chargedInk = await withTx(services.pool, async (c) => {
+    if (!(await markSucceeded(c, row.id, deps.owner, s))) return undefined; // lost the lease: whoever holds the row now finishes it
     const r = await services.ledger.using(c).settle(row.request_id, s.chargedInk, settle);
     if (!r.resolved) services.log.error(`${tag}.settle_not_open`, { generation: row.id, request: row.request_id, reason: r.reason });
+    return r.resolved ? r.chargedInk : undefined;
   });
+  // Counted once committed, under the ledger's product name, like the text lanes' charges.
+  if (chargedInk !== undefined) services.metrics?.inkCharged(PRODUCT_OF_KIND[row.kind], row.model, chargedInk);
 }
+
+/** A generation row's kind -> the ledger's (and the metrics') product name. */
+const PRODUCT_OF_KIND = Object.freeze({ video: 'video', image: 'images' } as const);

@@ -122,7 +122,7 @@ async function admit<R, V extends Validated<R>>(
   await checkUrlsFetchable(v.urls, services, deps);
   // The authoritative admission: the account row lock serialises admissions of one account, and the
   // counts are read by a later statement, so they see every admission committed before the lock.
-  return withTx(pool, async (c) => {
+  const row = await withTx(pool, async (c) => {
     const locked = await requireAccess(c, auth.accountId, true, config.jobs.paygDailyCap, p.kind);
     const nowMs = deps.clock();
     checkAdmissionCounts(locked, await admissionCounts(c, auth.accountId, utcDayStartMs(nowMs), p.kind), maxRunning, nowMs, p.kind);
@@ -132,4 +132,6 @@ async function admit<R, V extends Validated<R>>(
       request: v.request as unknown as Record<string, unknown>, priceSet: a.priceSet, holdInk: a.holdInk, nowMs, owner: deps.owner, leaseMs: config.jobs.leaseMs,
     });
   });
+  services.metrics?.inkHeld(p.product, v.model.id, a.holdInk); // once committed
+  return row;
 }

@@ -40,8 +40,8 @@ export class GatewayMetrics {
   private readonly ttft = new HistogramCells('inkgate_time_to_first_token_seconds', 'From the request line to the first streamed byte relayed to the client, by text lane.', ['lane'], TTFT_BUCKETS_S);
   private readonly upstreamErrors = new CounterCells('inkgate_upstream_errors_total', 'Vendor calls that failed, by vendor and kind (connect, dispatch, rate_limited, status_4xx, status_5xx, body, stream, timeout).', ['vendor', 'kind']);
   private readonly refusals = new CounterCells('inkgate_rate_limit_refusals_total', 'Requests refused 429 by the per-minute limit, by bucket scope (key or address).', ['scope']);
-  private readonly charged = new CounterCells('inkgate_ink_charged_total', 'Ink charged by settled text requests on this instance, by product and model.', ['product', 'model']);
-  private readonly held = new CounterCells('inkgate_ink_held_total', 'Ink put on hold by admitted text requests on this instance, by product and model.', ['product', 'model']);
+  private readonly charged = new CounterCells('inkgate_ink_charged_total', 'Ink charged by settled requests (text, video, images) on this instance, by product and model.', ['product', 'model']);
+  private readonly held = new CounterCells('inkgate_ink_held_total', 'Ink put on hold by admitted requests (text, video, images) on this instance, by product and model.', ['product', 'model']);
   private readonly flush: Histogram<string>;
 
   constructor() {

@@ -71,6 +71,11 @@ check('submit -> queued -> succeeded: a real PNG stored, linked, charged 3 Ink',
   t.equal(done.image.width, 1024);
   t.equal(done.image.height, 1024);
   t.equal(done.ink_charged, 3);
+  const text = await h.services.metrics!.registry.metrics();
+  const value = (name: string) =>
+    Number(text.split('\n').find((l) => l.startsWith(`${name}{`) && l.includes('product="images"') && l.includes('model="image-1"'))?.split(' ').pop() ?? NaN);
+  t.ok(value('inkgate_ink_held_total') >= 3, 'the hold is counted under the images product');
+  t.ok(value('inkgate_ink_charged_total') >= 3, 'and the charge');
   t.equal(done.usd_payg_charged, 0.03);
   t.equal(Date.parse(done.image.expires_at), Math.floor(h.now() / 1000) * 1000 + 900_000, 'the link lasts 15 minutes');
   const link = new URL(done.image.url);
