@@ -3,6 +3,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { tmpdir } from 'node:os';
+import type { Test } from 'tap';
 import { freePort } from './proc.js';
 
 export class RedisServerMissingError extends Error {
@@ -131,4 +132,23 @@ export async function startPrivateRedis(): Promise<PrivateRedis> {
     },
     stop: () => killAndWait(current, 'SIGTERM'),
   };
+}
+
+/**
+ * The Redis that several gateway processes share in a test: the suite's when one answered,
+ * otherwise a private redis-server stopped at teardown. Without either the test fails (never
+ * skips): `why` says what needed it.
+ */
+export async function sharedRedisUrl(t: Test, suiteUrl: string | null, why: string): Promise<string | null> {
+  if (suiteUrl !== null) return suiteUrl;
+  try {
+    const r = await startPrivateRedis();
+    t.teardown(() => r.stop());
+    t.comment('Redis: a private redis-server (no shared Redis answered)');
+    return r.url;
+  } catch (e) {
+    if (!(e instanceof RedisServerMissingError)) throw e;
+    t.fail(`${why}: no REDIS_URL answered and redis-server is missing`);
+    return null;
+  }
 }

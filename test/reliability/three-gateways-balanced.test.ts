@@ -23,7 +23,7 @@ import { startGatewayProcess, type GatewayProcess } from '../helpers/gateway-pro
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
 import { operatorCli } from '../helpers/operator-cli.js';
 import { parseExposition } from '../helpers/prometheus.js';
-import { RedisServerMissingError, startPrivateRedis } from '../helpers/redis-server.js';
+import { sharedRedisUrl } from '../helpers/redis-server.js';
 import { startBalancer } from '../helpers/round-robin-balancer.js';
 
 const ANTHROPIC_KEY = 'sk-ant-balanced';
@@ -31,17 +31,7 @@ const RATE_PER_MINUTE = 60;
 const SWITCH_WITHIN_MS = 1000;
 
 const db = await testDb(t);
-let redisUrl = testRedisUrl;
-if (redisUrl === null) {
-  try {
-    const r = await startPrivateRedis();
-    t.teardown(() => r.stop());
-    redisUrl = r.url;
-  } catch (e) {
-    if (!(e instanceof RedisServerMissingError)) throw e;
-    t.fail('three gateways need a shared Redis: no REDIS_URL answered and redis-server is missing');
-  }
-}
+const redisUrl = await sharedRedisUrl(t, testRedisUrl, 'three gateways need a shared Redis');
 const anthropic = await startAnthropicSimulator({ apiKey: ANTHROPIC_KEY, maxRecordedRequests: 0 });
 t.teardown(() => anthropic.close());
 const gemini = await startGeminiSimulator();

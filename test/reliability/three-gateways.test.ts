@@ -18,7 +18,7 @@ import { testRedisUrl } from '../helpers/env.js';
 import { startGatewayProcess, type GatewayProcess } from '../helpers/gateway-process.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
 import { operatorCli } from '../helpers/operator-cli.js';
-import { RedisServerMissingError, startPrivateRedis } from '../helpers/redis-server.js';
+import { sharedRedisUrl } from '../helpers/redis-server.js';
 
 const ANTHROPIC_KEY = 'sk-ant-three';
 const RATE_PER_MINUTE = 100;
@@ -28,18 +28,7 @@ const REVOKE_WITHIN_MS = 1000;
 const LONG = '[[sim:pace=50]] [[sim:tokens=40]]';
 
 const db = await testDb(t);
-let redisUrl = testRedisUrl;
-if (redisUrl === null) {
-  try {
-    const r = await startPrivateRedis();
-    t.teardown(() => r.stop());
-    redisUrl = r.url;
-    t.comment('Redis: a private redis-server (no shared Redis answered)');
-  } catch (e) {
-    if (!(e instanceof RedisServerMissingError)) throw e;
-    t.fail('three gateways need a shared Redis for the rate limit and recalls: no REDIS_URL answered and redis-server is missing');
-  }
-}
+const redisUrl = await sharedRedisUrl(t, testRedisUrl, 'three gateways need a shared Redis for the rate limit and recalls');
 const anthropic = await startAnthropicSimulator({ apiKey: ANTHROPIC_KEY, maxRecordedRequests: 0 });
 t.teardown(() => anthropic.close());
 const dataDir = mkdtempSync(join(tmpdir(), 'inkgate-three-'));
