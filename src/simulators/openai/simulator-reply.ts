@@ -70,64 +70,51 @@ function emptyDirectives(): SimDirectives {
   };
 }
 
+type DirectiveHandler = (d: SimDirectives, arg: number | undefined) => void;
+const stopAt = (mode: StopMode): DirectiveHandler => (d, arg) => void (d.stop ??= { mode, afterFrames: arg });
+
+/** What each `[[sim:name=N]]` does; out-of-range numbers are clamped or ignored, never an error. */
+const DIRECTIVES: Readonly<Record<string, DirectiveHandler>> = {
+  status: (d, arg) => {
+    if (arg !== undefined && arg >= 400 && arg <= 599) d.status = arg;
+  },
+  'retry-after': (d, arg) => {
+    if (arg !== undefined) d.retryAfterS = Math.min(arg, 3600);
+  },
+  failed: (d) => void (d.failed = true),
+  'error-flat': (d) => void (d.errorFlat = true),
+  cut: stopAt('cut'),
+  reset: stopAt('reset'),
+  stall: stopAt('stall'),
+  'stall-headers': (d) => void (d.stallHeaders = true),
+  'no-usage': (d) => void (d.noUsage = true),
+  chunk: (d, arg) => {
+    if (arg !== undefined && arg >= 1) d.chunkBytes = Math.min(arg, 65_536);
+  },
+  crlf: (d) => void (d.crlf = true),
+  pace: (d, arg) => {
+    if (arg !== undefined) d.paceMs = Math.min(arg, 10_000);
+  },
+  tokens: (d, arg) => {
+    if (arg !== undefined && arg >= 1) d.tokens = Math.min(arg, MAX_SIM_TOKENS);
+  },
+  reasoning: (d, arg) => {
+    if (arg !== undefined) d.reasoningTokens = Math.min(arg, MAX_SIM_TOKENS);
+  },
+  cached: (d, arg) => {
+    if (arg !== undefined) d.cachedTokens = arg;
+  },
+  'cache-write': (d, arg) => {
+    if (arg !== undefined) d.cacheWriteTokens = arg;
+  },
+  'trailer-comment': (d) => void (d.trailerComment = true),
+  'trailer-event': (d) => void (d.trailerEvent = true),
+  done: (d) => void (d.done = true),
+};
+
 function applyDirective(d: SimDirectives, name: string, arg: number | undefined): void {
-  switch (name) {
-    case 'status':
-      if (arg !== undefined && arg >= 400 && arg <= 599) d.status = arg;
-      return;
-    case 'retry-after':
-      if (arg !== undefined) d.retryAfterS = Math.min(arg, 3600);
-      return;
-    case 'failed':
-      d.failed = true;
-      return;
-    case 'error-flat':
-      d.errorFlat = true;
-      return;
-    case 'cut':
-    case 'reset':
-    case 'stall':
-      d.stop ??= { mode: name, afterFrames: arg };
-      return;
-    case 'stall-headers':
-      d.stallHeaders = true;
-      return;
-    case 'no-usage':
-      d.noUsage = true;
-      return;
-    case 'chunk':
-      if (arg !== undefined && arg >= 1) d.chunkBytes = Math.min(arg, 65_536);
-      return;
-    case 'crlf':
-      d.crlf = true;
-      return;
-    case 'pace':
-      if (arg !== undefined) d.paceMs = Math.min(arg, 10_000);
-      return;
-    case 'tokens':
-      if (arg !== undefined && arg >= 1) d.tokens = Math.min(arg, MAX_SIM_TOKENS);
-      return;
-    case 'reasoning':
-      if (arg !== undefined) d.reasoningTokens = Math.min(arg, MAX_SIM_TOKENS);
-      return;
-    case 'cached':
-      if (arg !== undefined) d.cachedTokens = arg;
-      return;
-    case 'cache-write':
-      if (arg !== undefined) d.cacheWriteTokens = arg;
-      return;
-    case 'trailer-comment':
-      d.trailerComment = true;
-      return;
-    case 'trailer-event':
-      d.trailerEvent = true;
-      return;
-    case 'done':
-      d.done = true;
-      return;
-    default:
-      return; // unknown directives are ignored, like unknown words
-  }
+  // Unknown directives are ignored, like unknown words.
+  if (Object.hasOwn(DIRECTIVES, name)) DIRECTIVES[name]!(d, arg);
 }
 
 type Obj = Record<string, unknown>;
@@ -198,19 +185,25 @@ export function readRequestFacts(body: Obj): RequestFacts {
     }
   }
   let chars = 0;
+  for (const text of texts) chars += text.length;
+  if (Array.isArray(body.tools) && body.tools.length > 0) chars += JSON.stringify(body.tools).length;
+  return { chars, items, hasInstructions, directives: scanDirectives(texts), lastUserText, lastToolOutput };
+}
+
+/** The directives in the request's texts, at most MAX_DIRECTIVES of them, in order. */
+function scanDirectives(texts: readonly string[]): SimDirectives {
   const directives = emptyDirectives();
   let seen = 0;
   for (const text of texts) {
-    chars += text.length;
-    if (seen >= MAX_DIRECTIVES || text.indexOf('[[sim:') === -1) continue;
+    if (seen >= MAX_DIRECTIVES) break;
+    if (text.indexOf('[[sim:') === -1) continue;
     DIRECTIVE_RE.lastIndex = 0;
     for (let m = DIRECTIVE_RE.exec(text); m !== null && seen < MAX_DIRECTIVES; m = DIRECTIVE_RE.exec(text)) {
       seen++;
       applyDirective(directives, m[1]!, m[2] === undefined ? undefined : Number(m[2]));
     }
   }
-  if (Array.isArray(body.tools) && body.tools.length > 0) chars += JSON.stringify(body.tools).length;
-  return { chars, items, hasInstructions, directives, lastUserText, lastToolOutput };
+  return directives;
 }
 
 /** The simulator's input-token count for a request body (formula at the top of this file). */
@@ -307,6 +300,11 @@ class Frames {
     this.isDelta.push(delta);
     this.seq++;
   }
+  /** A whole frame outside the numbered event sequence (trailers after the terminal event). */
+  pushRaw(frame: string): void {
+    this.list.push(frame);
+    this.isDelta.push(false);
+  }
 }
 
 const J = JSON.stringify;
@@ -334,6 +332,244 @@ export interface PlanContext {
   modelSuffix?: string;
 }
 
+// ---- deciding the reply -----------------------------------------------------------------
+
+/** Input-side usage numbers (formula at the top of this file). */
+function inputUsage(body: Obj, facts: RequestFacts): { input: number; cached: number; cacheWrite: number | undefined } {
+  const d = facts.directives;
+  const input = inputTokensOf(facts);
+  const cacheKey = typeof body.prompt_cache_key === 'string' && body.prompt_cache_key.length > 0;
+  const cached = d.cachedTokens !== undefined ? Math.min(d.cachedTokens, input) : cacheKey ? Math.floor(input / 2) : 0;
+  const cacheWrite = d.cacheWriteTokens !== undefined ? Math.min(d.cacheWriteTokens, input - cached) : undefined;
+  return { input, cached, cacheWrite };
+}
+
+/** What the request asks of reasoning, and the reasoning tokens that would take before any budget. */
+interface ReasoningAsk {
+  effort: string | undefined;
+  summaryMode: string | undefined;
+  wanted: boolean;
+  /** A summary is streamed and kept in the reasoning item. */
+  summary: boolean;
+  tokens: number;
+}
+
+function reasoningAsk(body: Obj, d: SimDirectives): ReasoningAsk {
+  const req = isObj(body.reasoning) ? body.reasoning : undefined;
+  const effort = req && typeof req.effort === 'string' ? req.effort : undefined;
+  const summaryMode = req && typeof req.summary === 'string' ? req.summary : undefined;
+  const wanted =
+    d.reasoningTokens !== undefined || (req !== undefined && effort !== 'none' && (effort !== undefined || summaryMode !== undefined));
+  const tokens = d.reasoningTokens ?? (wanted ? (EFFORT_TOKENS[effort ?? 'medium'] ?? 16) : 0);
+  return { effort, summaryMode, wanted, summary: wanted && summaryMode !== undefined && summaryMode !== 'none', tokens };
+}
+
+/** The function tool the reply calls, if any: forced by tool_choice, or "use the tool" in the last user turn. */
+function calledTool(body: Obj, facts: RequestFacts, tools: readonly unknown[]): Obj | undefined {
+  const fnTools = tools.filter((x): x is Obj => isObj(x) && x.type === 'function' && typeof x.name === 'string');
+  const toolChoice = body.tool_choice;
+  const forced = toolChoice === 'required' || (isObj(toolChoice) && toolChoice.type === 'function');
+  const callTool =
+    !facts.directives.failed &&
+    fnTools.length > 0 &&
+    toolChoice !== 'none' &&
+    (forced || (facts.lastUserText !== undefined && /use the tool/i.test(facts.lastUserText)));
+  if (!callTool) return undefined;
+  return isObj(toolChoice) && typeof toolChoice.name === 'string'
+    ? (fnTools.find((x) => x.name === toolChoice.name) ?? fnTools[0]!)
+    : fnTools[0]!;
+}
+
+/** The visible content before the budget: text pieces, or a call's argument pieces, or nothing (failed). */
+interface Content {
+  textPieces: Piece[] | undefined;
+  fnName: string;
+  argPieces: string[];
+}
+
+function plannedContent(facts: RequestFacts, tool: Obj | undefined): Content {
+  const d = facts.directives;
+  if (d.failed) return { textPieces: undefined, fnName: '', argPieces: [] };
+  if (tool !== undefined) {
+    return { textPieces: undefined, fnName: tool.name as string, argPieces: splitArgs(J(argumentsFor(tool.parameters))) };
+  }
+  if (facts.lastToolOutput !== undefined && d.tokens === undefined) {
+    return { textPieces: wordsToPieces(`Tool result: ${facts.lastToolOutput.slice(0, 200)}`), fnName: '', argPieces: [] };
+  }
+  const n = d.tokens ?? DEFAULT_REPLY_TOKENS;
+  const textPieces = new Array<Piece>(n);
+  for (let i = 0; i < n; i++) textPieces[i] = pieceAt(i);
+  return { textPieces, fnName: '', argPieces: [] };
+}
+
+/** max_output_tokens spent on reasoning first, then on visible pieces. */
+function fitBudget(reasoning: number, pieces: number, maxOut: number): { reasoning: number; pieces: number; incomplete: boolean } {
+  let incomplete = false;
+  if (reasoning > maxOut) {
+    reasoning = maxOut;
+    incomplete = true;
+  }
+  const room = maxOut - reasoning;
+  if (pieces > room) {
+    pieces = room;
+    incomplete = true;
+  }
+  return { reasoning, pieces, incomplete };
+}
+
+// ---- rendering ----------------------------------------------------------------------------
+
+type Snapshot = (status: string, error: string, incomplete: string, output: string, serviceTier: string, usage: string) => string;
+
+/** The response object writer: everything that only depends on the request is stringified once. */
+function snapshotWriter(body: Obj, responseId: string, createdAtS: number, model: string, ask: ReasoningAsk): Snapshot {
+  const reasoningEcho = { effort: ask.effort ?? null, summary: ask.summaryMode ?? null };
+  const tools = Array.isArray(body.tools) ? (body.tools as unknown[]) : [];
+  const pre = `{"id":"${responseId}","object":"response","created_at":${createdAtS},"status":"`;
+  const afterStatus = `","background":${J(body.background === true)},"error":`;
+  const mid1 =
+    `,"instructions":${J(body.instructions ?? null)},"max_output_tokens":${J(body.max_output_tokens ?? null)}` +
+    `,"max_tool_calls":${J(body.max_tool_calls ?? null)},"model":${J(model)},"output":`;
+  const beforeTier =
+    `,"parallel_tool_calls":${J(body.parallel_tool_calls ?? true)},"previous_response_id":${J(body.previous_response_id ?? null)}` +
+    `,"prompt_cache_key":${J(body.prompt_cache_key ?? null)},"reasoning":${J(reasoningEcho)}` +
+    `,"safety_identifier":${J(body.safety_identifier ?? null)},"service_tier":`;
+  const afterTier =
+    `,"store":${J(body.store ?? true)}` +
+    `,"temperature":${J(body.temperature ?? 1)},"text":${J(body.text ?? { format: { type: 'text' }, verbosity: 'medium' })}` +
+    `,"tool_choice":${J(body.tool_choice ?? 'auto')},"tools":${J(tools)},"top_logprobs":${J(body.top_logprobs ?? 0)}` +
+    `,"top_p":${J(body.top_p ?? 1)},"truncation":${J(body.truncation ?? 'disabled')},"usage":`;
+  const tail = `,"user":${J(body.user ?? null)},"metadata":${J(body.metadata ?? {})}}`;
+  return (st, err, inc, output, serviceTier, usage) =>
+    pre + st + afterStatus + err + ',"incomplete_details":' + inc + mid1 + output + beforeTier + J(serviceTier) + afterTier + usage + tail;
+}
+
+function usageJson(usage: ReplyPlan['usage']): string {
+  if (!usage) return 'null';
+  return (
+    `{"input_tokens":${usage.input},"input_tokens_details":{"cached_tokens":${usage.cached}` +
+    (usage.cacheWrite !== undefined ? `,"cache_write_tokens":${usage.cacheWrite}` : '') +
+    `},"output_tokens":${usage.output},"output_tokens_details":{"reasoning_tokens":${usage.reasoning}},"total_tokens":${usage.input + usage.output}}`
+  );
+}
+
+/** Output items and SSE frames as they are rendered, in output order. */
+interface Render {
+  readonly f: Frames;
+  readonly items: string[];
+  readonly stream: boolean;
+  /** Deltas carry an `obfuscation` field (unless stream_options.include_obfuscation is false). */
+  readonly obf: boolean;
+  readonly idCore: string;
+  outputIndex: number;
+  firstDeltaIndex: number;
+}
+
+function pushDelta(r: Render, type: string, rest: string): void {
+  if (r.firstDeltaIndex === -1) r.firstDeltaIndex = r.f.list.length;
+  r.f.push(type, rest, true);
+}
+
+function renderReasoning(r: Render, body: Obj, wantSummary: boolean): void {
+  const { f } = r;
+  const rsId = `rs_${r.idCore}`;
+  const summaryText = wantSummary ? SUMMARY_PIECES.map((p) => p.text).join('') : '';
+  // Asked for (`include: ["reasoning.encrypted_content"]`, as stateless clients and inkgate do),
+  // the item carries the opaque reasoning a client sends back on the next turn.
+  const wantsEncrypted = Array.isArray(body.include) && body.include.includes('reasoning.encrypted_content');
+  const encrypted = wantsEncrypted ? `"encrypted_content":${J('gAAAAAsim' + Buffer.from(rsId).toString('base64'))},` : '';
+  const doneItem = `{"id":"${rsId}","type":"reasoning",${encrypted}"summary":${wantSummary ? `[{"type":"summary_text","text":${J(summaryText)}}]` : '[]'}}`;
+  r.items.push(doneItem);
+  if (r.stream) {
+    const oi = `,"output_index":${r.outputIndex}`;
+    f.push('response.output_item.added', `${oi},"item":{"id":"${rsId}","type":"reasoning","summary":[]}}\n\n`);
+    if (wantSummary) {
+      const ids = `,"item_id":"${rsId}"${oi},"summary_index":0`;
+      f.push('response.reasoning_summary_part.added', `${ids},"part":{"type":"summary_text","text":""}}\n\n`);
+      for (const p of SUMMARY_PIECES) f.push('response.reasoning_summary_text.delta', ids + (r.obf ? p.summaryTailObf : p.summaryTailPlain));
+      f.push('response.reasoning_summary_text.done', `${ids},"text":${J(summaryText)}}\n\n`);
+      f.push('response.reasoning_summary_part.done', `${ids},"part":{"type":"summary_text","text":${J(summaryText)}}}\n\n`);
+    }
+    f.push('response.output_item.done', `${oi},"item":${doneItem}}\n\n`);
+  }
+  r.outputIndex++;
+}
+
+/** The message item with the first `count` pieces; returns its text. */
+function renderMessage(r: Render, pieces: Piece[], count: number, incomplete: boolean): string {
+  const { f } = r;
+  const msgId = `msg_${r.idCore}`;
+  let text = '';
+  for (let i = 0; i < count; i++) text += pieces[i]!.text;
+  const textJ = J(text);
+  const part = `{"type":"output_text","annotations":[],"logprobs":[],"text":${textJ}}`;
+  const doneItem = `{"id":"${msgId}","type":"message","status":"${incomplete ? 'incomplete' : 'completed'}","content":[${part}],"role":"assistant"}`;
+  r.items.push(doneItem);
+  if (r.stream) {
+    const oi = `,"output_index":${r.outputIndex}`;
+    const ids = `,"item_id":"${msgId}"${oi},"content_index":0`;
+    f.push('response.output_item.added', `${oi},"item":{"id":"${msgId}","type":"message","status":"in_progress","content":[],"role":"assistant"}}\n\n`);
+    f.push('response.content_part.added', `${ids},"part":{"type":"output_text","annotations":[],"logprobs":[],"text":""}}\n\n`);
+    for (let i = 0; i < count; i++) {
+      const p = pieces[i]!;
+      pushDelta(r, 'response.output_text.delta', ids + (r.obf ? p.textTailObf : p.textTailPlain));
+    }
+    f.push('response.output_text.done', `${ids},"text":${textJ},"logprobs":[]}\n\n`);
+    f.push('response.content_part.done', `${ids},"part":${part}}\n\n`);
+    f.push('response.output_item.done', `${oi},"item":${doneItem}}\n\n`);
+  }
+  r.outputIndex++;
+  return text;
+}
+
+/** The function_call item with the first `count` argument pieces. */
+function renderFunctionCall(r: Render, fnName: string, argPieces: string[], count: number, incomplete: boolean): void {
+  const { f } = r;
+  const fcId = `fc_${r.idCore}`;
+  const callId = `call_${r.idCore.slice(-24)}`;
+  const argsJ = J(argPieces.slice(0, count).join(''));
+  const itemHead = `{"id":"${fcId}","type":"function_call","status":"`;
+  const itemTail = `,"call_id":"${callId}","name":${J(fnName)}}`;
+  const doneItem = `${itemHead}${incomplete ? 'incomplete' : 'completed'}","arguments":${argsJ}${itemTail}`;
+  r.items.push(doneItem);
+  if (r.stream) {
+    const oi = `,"output_index":${r.outputIndex}`;
+    const ids = `,"item_id":"${fcId}"${oi}`;
+    f.push('response.output_item.added', `${oi},"item":${itemHead}in_progress","arguments":""${itemTail}}\n\n`);
+    for (let i = 0; i < count; i++) {
+      const piece = argPieces[i]!;
+      pushDelta(r, 'response.function_call_arguments.delta', `${ids},"delta":${J(piece)}${r.obf ? `,"obfuscation":"${obfuscationFor(piece)}"` : ''}}\n\n`);
+    }
+    f.push('response.function_call_arguments.done', `${ids},"name":${J(fnName)},"arguments":${argsJ}}\n\n`);
+    f.push('response.output_item.done', `${oi},"item":${doneItem}}\n\n`);
+  }
+  r.outputIndex++;
+}
+
+const FAILED_MESSAGE = 'The model failed to generate a response. (simulated)';
+const FAILED_ERROR_JSON = `{"code":"server_error","message":"${FAILED_MESSAGE}"}`;
+const TERMINAL_EVENTS: Readonly<Record<ReplyPlan['status'], string>> = {
+  completed: 'response.completed',
+  incomplete: 'response.incomplete',
+  failed: 'response.failed',
+};
+const USAGE_TRAILER = `{"type":"service.usage","ink_charged":1,"usd_payg_charged":0.01,"request_id":"req_sim"}`;
+
+/** The error event of a failed stream, the terminal event and the trailers; returns the terminal's index. */
+function renderEnd(f: Frames, d: SimDirectives, status: ReplyPlan['status'], finalJson: string): number {
+  if (d.failed) {
+    if (d.errorFlat) f.push('error', `,"code":"server_error","message":"${FAILED_MESSAGE}","param":null}\n\n`);
+    // First-party shape, as in the recorded prism__stream-unknown-error-responses-1 stream.
+    else f.push('error', `,"error":{"code":"server_error","message":"${FAILED_MESSAGE}","param":null}}\n\n`);
+  }
+  const terminalIndex = f.list.length;
+  f.push(TERMINAL_EVENTS[status], `,"response":${finalJson}}\n\n`);
+  if (d.trailerComment) f.pushRaw(`: service.usage ${USAGE_TRAILER}\n\n`);
+  if (d.trailerEvent) f.pushRaw(`event: service.usage\ndata: ${USAGE_TRAILER}\n\n`);
+  if (d.done) f.pushRaw('data: [DONE]\n\n');
+  return terminalIndex;
+}
+
 /**
  * Plans the whole reply for a validated body. `stream` selects whether frames are rendered
  * (the non-stream path only needs finalJson).
@@ -343,237 +579,45 @@ export function planReply(body: Obj, facts: RequestFacts, ctx: PlanContext, stre
   const model = ctx.modelSuffix ? `${body.model as string}-${ctx.modelSuffix}` : (body.model as string);
   const idCore = ctx.ids.next();
   const responseId = `resp_${idCore}`;
-
-  // --- numbers
-  const inputTokens = inputTokensOf(facts);
-  const cacheKey = typeof body.prompt_cache_key === 'string' && body.prompt_cache_key.length > 0;
-  const cached = d.cachedTokens !== undefined ? Math.min(d.cachedTokens, inputTokens) : cacheKey ? Math.floor(inputTokens / 2) : 0;
-  const cacheWrite = d.cacheWriteTokens !== undefined ? Math.min(d.cacheWriteTokens, inputTokens - cached) : undefined;
-
-  const reasoningReq = isObj(body.reasoning) ? body.reasoning : undefined;
-  const effort = reasoningReq && typeof reasoningReq.effort === 'string' ? reasoningReq.effort : undefined;
-  const summaryMode = reasoningReq && typeof reasoningReq.summary === 'string' ? reasoningReq.summary : undefined;
-  const wantsReasoning =
-    d.reasoningTokens !== undefined || (reasoningReq !== undefined && effort !== 'none' && (effort !== undefined || summaryMode !== undefined));
-  let reasoning = d.reasoningTokens ?? (wantsReasoning ? (EFFORT_TOKENS[effort ?? 'medium'] ?? 16) : 0);
-  const wantSummary = wantsReasoning && summaryMode !== undefined && summaryMode !== 'none';
-
-  const tools = Array.isArray(body.tools) ? (body.tools as unknown[]) : [];
-  const fnTools = tools.filter((x): x is Obj => isObj(x) && x.type === 'function' && typeof x.name === 'string');
-  const toolChoice = body.tool_choice;
-  const forced = toolChoice === 'required' || (isObj(toolChoice) && toolChoice.type === 'function');
-  const callTool =
-    !d.failed &&
-    fnTools.length > 0 &&
-    toolChoice !== 'none' &&
-    (forced || (facts.lastUserText !== undefined && /use the tool/i.test(facts.lastUserText)));
-
+  const ask = reasoningAsk(body, d);
+  const tool = calledTool(body, facts, Array.isArray(body.tools) ? (body.tools as unknown[]) : []);
+  const content = plannedContent(facts, tool);
   const maxOut = typeof body.max_output_tokens === 'number' ? body.max_output_tokens : Infinity;
+  const fit = fitBudget(d.failed ? 0 : ask.tokens, content.textPieces ? content.textPieces.length : content.argPieces.length, maxOut);
+  const showContent = !d.failed && fit.pieces > 0;
+  const status: ReplyPlan['status'] = d.failed ? 'failed' : fit.incomplete ? 'incomplete' : 'completed';
+  const usage = d.noUsage || d.failed ? undefined : { ...inputUsage(body, facts), output: fit.reasoning + fit.pieces, reasoning: fit.reasoning };
 
-  // --- content pieces
-  let textPieces: Piece[] | undefined;
-  let fnName = '';
-  let fnArgs = '';
-  let argPieces: string[] = [];
-  if (d.failed) {
-    reasoning = 0;
-  } else if (callTool) {
-    const tool =
-      isObj(toolChoice) && typeof toolChoice.name === 'string'
-        ? (fnTools.find((x) => x.name === toolChoice.name) ?? fnTools[0]!)
-        : fnTools[0]!;
-    fnName = tool.name as string;
-    fnArgs = J(argumentsFor(tool.parameters));
-    argPieces = splitArgs(fnArgs);
-  } else if (facts.lastToolOutput !== undefined && d.tokens === undefined) {
-    textPieces = wordsToPieces(`Tool result: ${facts.lastToolOutput.slice(0, 200)}`);
-  } else {
-    const n = d.tokens ?? DEFAULT_REPLY_TOKENS;
-    textPieces = new Array<Piece>(n);
-    for (let i = 0; i < n; i++) textPieces[i] = pieceAt(i);
-  }
-
-  // --- budget: reasoning first, then visible pieces
-  let incomplete = false;
-  if (reasoning > maxOut) {
-    reasoning = maxOut;
-    incomplete = true;
-  }
-  const room = maxOut - reasoning;
-  let contentPieces = textPieces ? textPieces.length : argPieces.length;
-  if (contentPieces > room) {
-    contentPieces = room;
-    incomplete = true;
-  }
-  const showContent = !d.failed && contentPieces > 0;
-  const outputTokens = d.failed ? 0 : reasoning + contentPieces;
-  const status: ReplyPlan['status'] = d.failed ? 'failed' : incomplete ? 'incomplete' : 'completed';
-
-  // --- snapshot pieces (stringified once per request)
+  const snapshot = snapshotWriter(body, responseId, ctx.createdAtS, model, ask);
   const tier = typeof body.service_tier === 'string' ? body.service_tier : 'auto';
-  const reasoningEcho = { effort: effort ?? null, summary: summaryMode ?? null };
-  const pre =
-    `{"id":"${responseId}","object":"response","created_at":${ctx.createdAtS},"status":"`;
-  const afterStatus = `","background":${J(body.background === true)},"error":`;
-  const mid1 =
-    `,"instructions":${J(body.instructions ?? null)},"max_output_tokens":${J(body.max_output_tokens ?? null)}` +
-    `,"max_tool_calls":${J(body.max_tool_calls ?? null)},"model":${J(model)},"output":`;
-  const mid2 = (serviceTier: string): string =>
-    `,"parallel_tool_calls":${J(body.parallel_tool_calls ?? true)},"previous_response_id":${J(body.previous_response_id ?? null)}` +
-    `,"prompt_cache_key":${J(body.prompt_cache_key ?? null)},"reasoning":${J(reasoningEcho)}` +
-    `,"safety_identifier":${J(body.safety_identifier ?? null)},"service_tier":${J(serviceTier)},"store":${J(body.store ?? true)}` +
-    `,"temperature":${J(body.temperature ?? 1)},"text":${J(body.text ?? { format: { type: 'text' }, verbosity: 'medium' })}` +
-    `,"tool_choice":${J(toolChoice ?? 'auto')},"tools":${J(tools)},"top_logprobs":${J(body.top_logprobs ?? 0)}` +
-    `,"top_p":${J(body.top_p ?? 1)},"truncation":${J(body.truncation ?? 'disabled')},"usage":`;
-  const tail = `,"user":${J(body.user ?? null)},"metadata":${J(body.metadata ?? {})}}`;
-  const snapshot = (st: string, err: string, inc: string, output: string, mid: string, usage: string): string =>
-    pre + st + afterStatus + err + ',"incomplete_details":' + inc + mid1 + output + mid + usage + tail;
-
-  const usage = d.noUsage || d.failed
-    ? undefined
-    : { input: inputTokens, cached, cacheWrite, output: outputTokens, reasoning };
-  const usageJson = usage
-    ? `{"input_tokens":${usage.input},"input_tokens_details":{"cached_tokens":${usage.cached}` +
-      (usage.cacheWrite !== undefined ? `,"cache_write_tokens":${usage.cacheWrite}` : '') +
-      `},"output_tokens":${usage.output},"output_tokens_details":{"reasoning_tokens":${usage.reasoning}},"total_tokens":${usage.input + usage.output}}`
-    : 'null';
-
-  // --- output items
-  const items: string[] = [];
-  const f = new Frames();
   const obf = !(isObj(body.stream_options) && body.stream_options.include_obfuscation === false);
-  const startMid = mid2(tier);
-  const inProgress = snapshot('in_progress', 'null', 'null', '[]', startMid, 'null');
+  const r: Render = { f: new Frames(), items: [], stream, obf, idCore, outputIndex: 0, firstDeltaIndex: -1 };
   if (stream) {
-    f.push('response.created', `,"response":${inProgress}}\n\n`);
-    f.push('response.in_progress', `,"response":${inProgress}}\n\n`);
+    const inProgress = snapshot('in_progress', 'null', 'null', '[]', tier, 'null');
+    r.f.push('response.created', `,"response":${inProgress}}\n\n`);
+    r.f.push('response.in_progress', `,"response":${inProgress}}\n\n`);
   }
-
+  if (ask.wanted && !d.failed) renderReasoning(r, body, ask.summary);
   let visibleText = '';
-  let firstDeltaIndex = -1;
-  let outputIndex = 0;
-  if (wantsReasoning && !d.failed) {
-    const rsId = `rs_${idCore}`;
-    const summaryText = wantSummary ? SUMMARY_PIECES.map((p) => p.text).join('') : '';
-    // Asked for (`include: ["reasoning.encrypted_content"]`, as stateless clients and inkgate do),
-    // the item carries the opaque reasoning a client sends back on the next turn.
-    const wantsEncrypted = Array.isArray(body.include) && body.include.includes('reasoning.encrypted_content');
-    const encrypted = wantsEncrypted ? `"encrypted_content":${J('gAAAAAsim' + Buffer.from(rsId).toString('base64'))},` : '';
-    const doneItem = `{"id":"${rsId}","type":"reasoning",${encrypted}"summary":${wantSummary ? `[{"type":"summary_text","text":${J(summaryText)}}]` : '[]'}}`;
-    items.push(doneItem);
-    if (stream) {
-      const oi = `,"output_index":${outputIndex}`;
-      f.push('response.output_item.added', `${oi},"item":{"id":"${rsId}","type":"reasoning","summary":[]}}\n\n`);
-      if (wantSummary) {
-        const ids = `,"item_id":"${rsId}"${oi},"summary_index":0`;
-        f.push('response.reasoning_summary_part.added', `${ids},"part":{"type":"summary_text","text":""}}\n\n`);
-        for (const p of SUMMARY_PIECES) f.push('response.reasoning_summary_text.delta', ids + (obf ? p.summaryTailObf : p.summaryTailPlain));
-        f.push('response.reasoning_summary_text.done', `${ids},"text":${J(summaryText)}}\n\n`);
-        f.push('response.reasoning_summary_part.done', `${ids},"part":{"type":"summary_text","text":${J(summaryText)}}}\n\n`);
-      }
-      f.push('response.output_item.done', `${oi},"item":${doneItem}}\n\n`);
-    }
-    outputIndex++;
-  }
+  if (showContent && content.textPieces) visibleText = renderMessage(r, content.textPieces, fit.pieces, fit.incomplete);
+  else if (showContent && tool) renderFunctionCall(r, content.fnName, content.argPieces, fit.pieces, fit.incomplete);
 
-  if (showContent && textPieces) {
-    const msgId = `msg_${idCore}`;
-    let text = '';
-    for (let i = 0; i < contentPieces; i++) text += textPieces[i]!.text;
-    visibleText = text;
-    const textJ = J(text);
-    const part = `{"type":"output_text","annotations":[],"logprobs":[],"text":${textJ}}`;
-    const doneItem = `{"id":"${msgId}","type":"message","status":"${incomplete ? 'incomplete' : 'completed'}","content":[${part}],"role":"assistant"}`;
-    items.push(doneItem);
-    if (stream) {
-      const oi = `,"output_index":${outputIndex}`;
-      const ids = `,"item_id":"${msgId}"${oi},"content_index":0`;
-      f.push('response.output_item.added', `${oi},"item":{"id":"${msgId}","type":"message","status":"in_progress","content":[],"role":"assistant"}}\n\n`);
-      f.push('response.content_part.added', `${ids},"part":{"type":"output_text","annotations":[],"logprobs":[],"text":""}}\n\n`);
-      for (let i = 0; i < contentPieces; i++) {
-        if (firstDeltaIndex === -1) firstDeltaIndex = f.list.length;
-        const p = textPieces[i]!;
-        f.push('response.output_text.delta', ids + (obf ? p.textTailObf : p.textTailPlain), true);
-      }
-      f.push('response.output_text.done', `${ids},"text":${textJ},"logprobs":[]}\n\n`);
-      f.push('response.content_part.done', `${ids},"part":${part}}\n\n`);
-      f.push('response.output_item.done', `${oi},"item":${doneItem}}\n\n`);
-    }
-    outputIndex++;
-  } else if (showContent && callTool) {
-    const fcId = `fc_${idCore}`;
-    const callId = `call_${idCore.slice(-24)}`;
-    const args = argPieces.slice(0, contentPieces).join('');
-    const argsJ = J(args);
-    const itemHead = `{"id":"${fcId}","type":"function_call","status":"`;
-    const itemTail = `,"call_id":"${callId}","name":${J(fnName)}}`;
-    const doneItem = `${itemHead}${incomplete ? 'incomplete' : 'completed'}","arguments":${argsJ}${itemTail}`;
-    items.push(doneItem);
-    if (stream) {
-      const oi = `,"output_index":${outputIndex}`;
-      const ids = `,"item_id":"${fcId}"${oi}`;
-      f.push('response.output_item.added', `${oi},"item":${itemHead}in_progress","arguments":""${itemTail}}\n\n`);
-      for (let i = 0; i < contentPieces; i++) {
-        if (firstDeltaIndex === -1) firstDeltaIndex = f.list.length;
-        const piece = argPieces[i]!;
-        f.push(
-          'response.function_call_arguments.delta',
-          `${ids},"delta":${J(piece)}${obf ? `,"obfuscation":"${obfuscationFor(piece)}"` : ''}}\n\n`,
-          true,
-        );
-      }
-      f.push('response.function_call_arguments.done', `${ids},"name":${J(fnName)},"arguments":${argsJ}}\n\n`);
-      f.push('response.output_item.done', `${oi},"item":${doneItem}}\n\n`);
-    }
-    outputIndex++;
-  }
-
-  const output = `[${items.join(',')}]`;
-  const endMid = mid2(tier === 'auto' ? 'default' : tier);
-  let finalJson: string;
-  if (d.failed) {
-    const errJson = '{"code":"server_error","message":"The model failed to generate a response. (simulated)"}';
-    finalJson = snapshot('failed', errJson, 'null', output, endMid, 'null');
-    if (stream) {
-      if (d.errorFlat) {
-        f.push('error', ',"code":"server_error","message":"The model failed to generate a response. (simulated)","param":null}\n\n');
-      } else {
-        // First-party shape, as in the recorded prism__stream-unknown-error-responses-1 stream.
-        f.push('error', ',"error":{"code":"server_error","message":"The model failed to generate a response. (simulated)","param":null}}\n\n');
-      }
-    }
-  } else {
-    finalJson = snapshot(status, 'null', incomplete ? '{"reason":"max_output_tokens"}' : 'null', output, endMid, usageJson);
-  }
-  let terminalIndex = -1;
-  if (stream) {
-    terminalIndex = f.list.length;
-    const type = status === 'failed' ? 'response.failed' : status === 'incomplete' ? 'response.incomplete' : 'response.completed';
-    f.push(type, `,"response":${finalJson}}\n\n`);
-    const trailer = `{"type":"service.usage","ink_charged":1,"usd_payg_charged":0.01,"request_id":"req_sim"}`;
-    if (d.trailerComment) {
-      f.list.push(`: service.usage ${trailer}\n\n`);
-      f.isDelta.push(false);
-    }
-    if (d.trailerEvent) {
-      f.list.push(`event: service.usage\ndata: ${trailer}\n\n`);
-      f.isDelta.push(false);
-    }
-    if (d.done) {
-      f.list.push('data: [DONE]\n\n');
-      f.isDelta.push(false);
-    }
-  }
+  const output = `[${r.items.join(',')}]`;
+  const endTier = tier === 'auto' ? 'default' : tier;
+  const finalJson = d.failed
+    ? snapshot('failed', FAILED_ERROR_JSON, 'null', output, endTier, 'null')
+    : snapshot(status, 'null', fit.incomplete ? '{"reason":"max_output_tokens"}' : 'null', output, endTier, usageJson(usage));
+  const terminalIndex = stream ? renderEnd(r.f, d, status, finalJson) : -1;
   return {
     model,
     responseId,
     status,
     usage,
     finalJson,
-    frames: f.list,
-    isDelta: f.isDelta,
+    frames: r.f.list,
+    isDelta: r.f.isDelta,
     terminalIndex,
-    firstDeltaIndex,
+    firstDeltaIndex: r.firstDeltaIndex,
     visibleText,
   };
 }
