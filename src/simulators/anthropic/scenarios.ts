@@ -88,91 +88,77 @@ function int(arg: string | undefined, min: number, max: number): number | undefi
   return n < min ? undefined : Math.min(n, max);
 }
 
-/** Applies one directive; returns an error message when it is unknown or malformed. */
-/** Directives that take a whole number in a range: [min, max, where it goes]. */
-const NUMERIC_DIRECTIVES: Readonly<Record<string, readonly [number, number, (d: SimDirectives, n: number) => void]>> = {
-  status: [400, 599, (d, n) => (d.status = n)],
-  'retry-after': [0, 3600, (d, n) => (d.retryAfterS = n)],
-  chunk: [1, 65_536, (d, n) => (d.chunkBytes = n)],
-  pace: [0, 60_000, (d, n) => (d.paceMs = n)],
-  tokens: [1, MAX_SIM_TOKENS, (d, n) => (d.tokens = n)],
-  'thinking-tokens': [1, MAX_SIM_TOKENS, (d, n) => (d.thinkingTokens = n)],
+/** Applies one directive to `d`; false when its argument is malformed. */
+type DirectiveHandler = (d: SimDirectives, arg: string | undefined) => boolean;
+
+const flag = (set: (d: SimDirectives) => void): DirectiveHandler => (d) => (set(d), true);
+/** A directive that takes a whole number in [min, max]. */
+const numeric = (min: number, max: number, set: (d: SimDirectives, n: number) => void): DirectiveHandler => (d, arg) => {
+  const n = int(arg, min, max);
+  if (n === undefined) return false;
+  set(d, n);
+  return true;
+};
+const stopAt = (mode: StopMode, at: 'before-delta' | 'before-stop'): DirectiveHandler => flag((d) => (d.stop = { mode, at }));
+const stopAfterFrames = (mode: StopMode): DirectiveHandler => numeric(0, 1_000_000, (d, n) => (d.stop = { mode, at: n }));
+const lineEnding = (ending: 'lf' | 'crlf' | 'cr'): DirectiveHandler => flag((d) => (d.lineEnding = ending));
+
+function chunking(d: SimDirectives, arg: string | undefined): boolean {
+  if (arg === 'byte') d.chunkBytes = 1;
+  else if (arg === 'split') d.splitAtLineEnds = true;
+  else if (arg === 'event') {
+    d.chunkBytes = undefined;
+    d.splitAtLineEnds = false;
+  } else return false;
+  return true;
+}
+
+/** Every directive the simulator knows; any other name is an error (a typo must not pass silently). */
+const DIRECTIVES: Readonly<Record<string, DirectiveHandler>> = {
+  status: numeric(400, 599, (d, n) => (d.status = n)),
+  'retry-after': numeric(0, 3600, (d, n) => (d.retryAfterS = n)),
+  chunk: numeric(1, 65_536, (d, n) => (d.chunkBytes = n)),
+  pace: numeric(0, 60_000, (d, n) => (d.paceMs = n)),
+  tokens: numeric(1, MAX_SIM_TOKENS, (d, n) => (d.tokens = n)),
+  'thinking-tokens': numeric(1, MAX_SIM_TOKENS, (d, n) => (d.thinkingTokens = n)),
+  'prompt-too-long': flag((d) => (d.promptTooLong = true)),
+  'overloaded-midstream': flag((d) => (d.overloadedMidstream = true)),
+  'cut-before-delta': stopAt('cut', 'before-delta'),
+  'reset-before-delta': stopAt('reset', 'before-delta'),
+  'stall-before-delta': stopAt('stall', 'before-delta'),
+  'cut-before-stop': stopAt('cut', 'before-stop'),
+  'reset-before-stop': stopAt('reset', 'before-stop'),
+  'stall-before-stop': stopAt('stall', 'before-stop'),
+  cut: stopAfterFrames('cut'),
+  reset: stopAfterFrames('reset'),
+  stall: stopAfterFrames('stall'),
+  'stall-midstream': flag((d) => (d.stop = { mode: 'stall', at: -1 })),
+  'stall-before-headers': flag((d) => (d.stallBeforeHeaders = true)),
+  'stall-after-headers': flag((d) => (d.stallAfterHeaders = true)),
+  'stall-headers': flag((d) => (d.stallAfterHeaders = true)),
+  chunking,
+  split: flag((d) => (d.splitAtLineEnds = true)),
+  crlf: lineEnding('crlf'),
+  cr: lineEnding('cr'),
+  lf: lineEnding('lf'),
+  tool: (d, arg) => ((d.tool = arg ?? true), true),
+  cache: (d, arg) => {
+    if (arg !== 'write' && arg !== 'read' && arg !== 'none') return false;
+    d.cache = arg;
+    return true;
+  },
+  'delta-usage': (d, arg) => {
+    if (arg !== 'output' && arg !== 'full') return false;
+    d.deltaUsageOutputOnly = arg === 'output';
+    return true;
+  },
 };
 
+/** Applies one directive; returns an error message when it is unknown or malformed. */
 function applyDirective(d: SimDirectives, name: string, arg: string | undefined): string | undefined {
-  const bad = `malformed simulator directive [[sim:${name}${arg === undefined ? '' : '=' + arg}]]`;
-  const numeric = Object.hasOwn(NUMERIC_DIRECTIVES, name) ? NUMERIC_DIRECTIVES[name] : undefined;
-  if (numeric !== undefined) {
-    const n = int(arg, numeric[0], numeric[1]);
-    if (n === undefined) return bad;
-    numeric[2](d, n);
-    return undefined;
-  }
-  switch (name) {
-    case 'prompt-too-long':
-      d.promptTooLong = true;
-      return undefined;
-    case 'overloaded-midstream':
-      d.overloadedMidstream = true;
-      return undefined;
-    case 'cut-before-delta':
-    case 'reset-before-delta':
-    case 'stall-before-delta':
-    case 'cut-before-stop':
-    case 'reset-before-stop':
-    case 'stall-before-stop': {
-      const [mode, , at] = name.split('-') as [StopMode, string, string];
-      d.stop = { mode, at: at === 'delta' ? 'before-delta' : 'before-stop' };
-      return undefined;
-    }
-    case 'cut':
-    case 'reset':
-    case 'stall': {
-      const n = int(arg, 0, 1_000_000);
-      if (n === undefined) return bad;
-      d.stop = { mode: name, at: n };
-      return undefined;
-    }
-    case 'stall-midstream':
-      d.stop = { mode: 'stall', at: -1 };
-      return undefined;
-    case 'stall-before-headers':
-      d.stallBeforeHeaders = true;
-      return undefined;
-    case 'stall-after-headers':
-    case 'stall-headers':
-      d.stallAfterHeaders = true;
-      return undefined;
-    case 'chunking':
-      if (arg === 'byte') d.chunkBytes = 1;
-      else if (arg === 'split') d.splitAtLineEnds = true;
-      else if (arg === 'event') {
-        d.chunkBytes = undefined;
-        d.splitAtLineEnds = false;
-      } else return bad;
-      return undefined;
-    case 'split':
-      d.splitAtLineEnds = true;
-      return undefined;
-    case 'crlf':
-    case 'cr':
-    case 'lf':
-      d.lineEnding = name;
-      return undefined;
-    case 'tool':
-      d.tool = arg ?? true;
-      return undefined;
-    case 'cache':
-      if (arg !== 'write' && arg !== 'read' && arg !== 'none') return bad;
-      d.cache = arg;
-      return undefined;
-    case 'delta-usage':
-      if (arg !== 'output' && arg !== 'full') return bad;
-      d.deltaUsageOutputOnly = arg === 'output';
-      return undefined;
-    default:
-      return `unknown simulator directive [[sim:${name}]]`;
-  }
+  if (!Object.hasOwn(DIRECTIVES, name)) return `unknown simulator directive [[sim:${name}]]`;
+  if (DIRECTIVES[name]!(d, arg)) return undefined;
+  return `malformed simulator directive [[sim:${name}${arg === undefined ? '' : '=' + arg}]]`;
 }
 
 /** Parses directives in `text` into `d`; returns an error message for an unknown/malformed one. */
@@ -585,72 +571,86 @@ function cutAtStopSequence(pieces: string[], stopSequences: unknown): { pieces: 
   return { pieces, stopSequence: null };
 }
 
+/** What is left of max_tokens while the reply is planned, and whether it ran out. */
+interface Budget {
+  left: number;
+  truncated: boolean;
+}
+
+function planThinking(thinking: Obj, d: SimDirectives, defaults: PlanDefaults, promptWords: string[], budget: Budget): PlannedBlock {
+  let n = d.thinkingTokens ?? defaults.thinkingTokens;
+  if (thinking.type === 'enabled' && Number.isInteger(thinking.budget_tokens)) n = Math.min(n, thinking.budget_tokens);
+  if (n > budget.left) {
+    n = budget.left;
+    budget.truncated = true;
+  }
+  const pieces = wordPieces(['Considering', 'the', 'request:', ...promptWords], n);
+  const text = pieces.join('');
+  budget.left -= n;
+  return { type: 'thinking', pieces, thinking: text, signature: thinkingSignature(text) };
+}
+
+/** The text's leading words and its length in pieces: announcing a tool call, reading a tool result, or an echo. */
+function textLead(tool: Obj | undefined, turn: LastUserTurn, d: SimDirectives, defaults: PlanDefaults, promptWords: string[]): { lead: string[]; n: number } {
+  if (tool !== undefined) {
+    const lead = ["I'll", 'use', 'the', String(tool.name), 'tool.'];
+    return { lead, n: d.tokens ?? lead.length };
+  }
+  const lead = turn.toolResultText !== undefined ? ['The', 'tool', 'returned:', ...promptWords] : ['Echo:', ...promptWords];
+  return { lead, n: d.tokens ?? defaults.replyTokens };
+}
+
+/** The text block (absent when empty), cut at the first stop sequence and at the budget. */
+function planText(body: Obj, lead: string[], n: number, budget: Budget): { block: PlannedBlock | undefined; stopSequence: string | null } {
+  const cut = cutAtStopSequence(wordPieces(lead, n), body.stop_sequences);
+  let pieces = cut.pieces;
+  if (pieces.length > budget.left) {
+    pieces = pieces.slice(0, budget.left);
+    budget.truncated = true;
+  }
+  budget.left -= pieces.length;
+  return { block: pieces.length > 0 ? { type: 'text', pieces, text: pieces.join('') } : undefined, stopSequence: cut.stopSequence };
+}
+
+/** The tool_use block, whole or not at all: its input does not fit the budget means max_tokens. */
+function planToolUse(tool: Obj, toolId: () => string, budget: Budget): PlannedBlock | undefined {
+  const input = sampleInput(tool.input_schema);
+  const json = JSON.stringify(input);
+  // The leading empty input_json_delta is free.
+  const pieces: string[] = [''];
+  for (let i = 0; i < json.length; i += JSON_PIECE_CHARS) pieces.push(json.slice(i, i + JSON_PIECE_CHARS));
+  if (pieces.length - 1 > budget.left) {
+    budget.truncated = true;
+    return undefined;
+  }
+  budget.left -= pieces.length - 1;
+  return { type: 'tool_use', id: toolId(), name: String(tool.name), input, pieces };
+}
+
 export function planReply(body: Obj, turn: LastUserTurn, d: SimDirectives, defaults: PlanDefaults, toolId: () => string): ReplyPlan {
-  let budget: number = body.max_tokens;
-  let truncated = false;
+  const budget: Budget = { left: body.max_tokens, truncated: false };
   const blocks: PlannedBlock[] = [];
   const promptWords = words(turn.toolResultText !== undefined ? turn.toolResultText : turn.text);
-
-  // Thinking first.
+  // Thinking first, then text, then the tool call.
   const thinking = body.thinking;
   if (isObj(thinking) && (thinking.type === 'enabled' || thinking.type === 'adaptive')) {
-    let n = d.thinkingTokens ?? defaults.thinkingTokens;
-    if (thinking.type === 'enabled' && Number.isInteger(thinking.budget_tokens)) n = Math.min(n, thinking.budget_tokens);
-    if (n > budget) {
-      n = budget;
-      truncated = true;
-    }
-    const pieces = wordPieces(['Considering', 'the', 'request:', ...promptWords], n);
-    const text = pieces.join('');
-    blocks.push({ type: 'thinking', pieces, thinking: text, signature: thinkingSignature(text) });
-    budget -= n;
+    blocks.push(planThinking(thinking, d, defaults, promptWords, budget));
   }
-
   const tool = chosenTool(body, turn, d);
-
-  // Text.
   let stopSequence: string | null = null;
-  if (!truncated) {
-    let n: number;
-    let lead: string[];
-    if (tool !== undefined) {
-      lead = ["I'll", 'use', 'the', String(tool.name), 'tool.'];
-      n = d.tokens ?? lead.length;
-    } else if (turn.toolResultText !== undefined) {
-      lead = ['The', 'tool', 'returned:', ...promptWords];
-      n = d.tokens ?? defaults.replyTokens;
-    } else {
-      lead = ['Echo:', ...promptWords];
-      n = d.tokens ?? defaults.replyTokens;
-    }
-    let pieces = wordPieces(lead, n);
-    const cut = cutAtStopSequence(pieces, body.stop_sequences);
-    pieces = cut.pieces;
-    stopSequence = cut.stopSequence;
-    if (pieces.length > budget) {
-      pieces = pieces.slice(0, budget);
-      truncated = true;
-    }
-    if (pieces.length > 0) blocks.push({ type: 'text', pieces, text: pieces.join('') });
-    budget -= pieces.length;
+  if (!budget.truncated) {
+    const { lead, n } = textLead(tool, turn, d, defaults, promptWords);
+    const text = planText(body, lead, n, budget);
+    if (text.block !== undefined) blocks.push(text.block);
+    stopSequence = text.stopSequence;
   }
-
-  if (tool !== undefined && !truncated && stopSequence === null) {
-    const input = sampleInput(tool.input_schema);
-    const json = JSON.stringify(input);
-    const pieces: string[] = [''];
-    for (let i = 0; i < json.length; i += JSON_PIECE_CHARS) pieces.push(json.slice(i, i + JSON_PIECE_CHARS));
-    if (pieces.length - 1 <= budget) {
-      blocks.push({ type: 'tool_use', id: toolId(), name: String(tool.name), input, pieces });
-      budget -= pieces.length - 1;
-    } else {
-      truncated = true;
-    }
+  if (tool !== undefined && !budget.truncated && stopSequence === null) {
+    const use = planToolUse(tool, toolId, budget);
+    if (use !== undefined) blocks.push(use);
   }
-
-  const outputTokens = body.max_tokens - budget;
+  const outputTokens = body.max_tokens - budget.left;
   const stopReason =
-    truncated ? 'max_tokens'
+    budget.truncated ? 'max_tokens'
     : stopSequence !== null ? 'stop_sequence'
     : blocks.some((b) => b.type === 'tool_use') ? 'tool_use'
     : 'end_turn';
