@@ -112,7 +112,8 @@ function url(v: string, name: string): string {
   return v;
 }
 
-export function parseBenchArgs(argv: readonly string[], stderrIsTty: boolean): BenchOptions {
+/** `--name value`, `--name=value` and bare boolean `--name`, each checked against the known options. */
+function readFlags(argv: readonly string[]): { flags: Map<string, string>; bools: Set<string> } {
   const flags = new Map<string, string>();
   const bools = new Set<string>();
   for (let i = 0; i < argv.length; i++) {
@@ -127,6 +128,11 @@ export function parseBenchArgs(argv: readonly string[], stderrIsTty: boolean): B
       flags.set(name, v);
     } else throw new BenchUsageError(`unknown option --${name}; run inkgate bench --help`);
   }
+  return { flags, bools };
+}
+
+export function parseBenchArgs(argv: readonly string[], stderrIsTty: boolean): BenchOptions {
+  const { flags, bools } = readFlags(argv);
   const scenarioList = (flags.get('scenario') ?? SCENARIOS.join(',')).split(',').map((s) => s.trim()).filter(Boolean);
   for (const s of scenarioList) {
     if (!(SCENARIOS as readonly string[]).includes(s)) throw new BenchUsageError(`unknown scenario ${JSON.stringify(s)}; one of ${SCENARIOS.join(', ')}`);

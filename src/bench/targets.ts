@@ -160,90 +160,122 @@ function target(name: TargetName, lane: LaneName, baseUrl: string, headers: Reco
   };
 }
 
+const bearer = (key: unknown): Record<string, string> => ({ authorization: `Bearer ${String(key)}` });
+
+/** Starts one bench child process and keeps it for stopping; resolves with its ready message. */
+type AddProcess = (name: string, role: ChildRole, config: unknown) => Promise<Record<string, unknown>>;
+type SimUrls = { anthropic: string; openai: string };
+type Ready = Record<string, unknown> | null;
+/** What a start produced besides its processes. */
+type Started = Pick<TargetSet, 'targets' | 'database' | 'upstreamConnections' | 'tenantsLimiter'>;
+
 export async function startTargets(o: BenchOptions, dbUrl: string | null, redisUrl: string | null, onStep: (what: string) => void): Promise<TargetSet> {
   const processes: BenchProcess[] = [];
   const stopAll = async () => {
     // Reverse start order: gateways drop their schemas before the database goes.
     for (const p of [...processes].reverse()) await p.stop().catch(() => undefined);
   };
-  const add = async (name: string, role: ChildRole, config: unknown) => {
+  const add: AddProcess = async (name, role, config) => {
     onStep(`starting ${name}`);
     const c = await spawnChild(name, role, config);
     processes.push(c.proc);
     return c.ready;
   };
-  const targets: Target[] = [];
   const upstreamConnections = o.upstreamConnections ?? Math.max(256, o.streams + 16);
   try {
+    let started: Started;
     if (selfStarted(o)) {
-      const database = dbUrl === null ? 'embedded PostgreSQL' : 'DATABASE_URL';
-      const [s, db] = (await settled([
-        add('simulators', 'sims', { keys: SIM_KEYS } satisfies SimsChildConfig),
-        dbUrl === null ? add('postgres', 'db', {}) : Promise.resolve({ url: dbUrl }),
-      ])) as [{ anthropic: string; openai: string }, { url: string }];
-      const gw = (suffix: string, unbilled: boolean, more: Partial<GatewayChildConfig> = {}): GatewayChildConfig => ({
-        dbUrl: db.url,
-        schema: `inkgate_bench_${process.pid}_${suffix}`,
-        unbilled,
-        sims: s,
-        simKeys: SIM_KEYS,
-        upstreamConnections,
-        ledger: { durability: o.durability, flushMs: o.flushMs },
-        redisUrl: null,
-        tenants: null,
-        ...more,
-      });
-      // The durability and many-tenants scenarios need gateways of their own, started only for them.
-      const wantSync = o.scenarios.includes('durability');
-      const wantTenants = o.scenarios.includes('many-tenants');
-      const [on, off, proxy, sync, tenants] = await settled([
-        add('inkgate', 'gateway', gw('on', false)),
-        add('inkgate (billing off)', 'gateway', gw('off', true)),
-        add('plain proxy', 'proxy', {
-          upstreams: { messages: { url: s.anthropic, key: SIM_KEYS.anthropic }, responses: { url: s.openai, key: SIM_KEYS.openai } },
-          anthropicVersion: o.anthropicVersion,
-          connections: upstreamConnections,
-        } satisfies ProxyChildConfig),
-        wantSync ? add('inkgate (sync)', 'gateway', gw('sync', false, { ledger: { durability: 'sync', flushMs: o.flushMs } })) : Promise.resolve(null),
-        wantTenants
-          ? add(TENANTS_PROCESS, 'gateway', gw('tenants', false, { redisUrl, tenants: { accounts: o.tenantAccounts, keys: o.tenantKeys } }))
-          : Promise.resolve(null),
-      ]);
-      for (const lane of o.lanes) {
-        const simUrl = lane === 'messages' ? s.anthropic : s.openai;
-        const simKey = SIM_KEYS[lane === 'messages' ? 'anthropic' : 'openai'];
-        targets.push(target('direct', lane, simUrl, vendorHeaders(lane, simKey, o.anthropicVersion), o.directModels[lane], o, 'simulators'));
-        targets.push(target('plain proxy', lane, String(proxy!.url), {}, o.directModels[lane], o, 'plain proxy'));
-        targets.push(target('inkgate', lane, String(on!.url), { authorization: `Bearer ${String(on!.key)}` }, o.models[lane], o, 'inkgate'));
-        targets.push(target('inkgate (billing off)', lane, String(off!.url), { authorization: `Bearer ${String(off!.key)}` }, o.models[lane], o, 'inkgate (billing off)'));
-        if (sync) targets.push(target('inkgate (sync)', lane, String(sync.url), { authorization: `Bearer ${String(sync.key)}` }, o.models[lane], o, 'inkgate (sync)'));
-        if (tenants) {
-          const one = target('inkgate (one key)', lane, String(tenants.url), { authorization: `Bearer ${String(tenants.key)}` }, o.models[lane], o, TENANTS_PROCESS);
-          targets.push(one);
-          const rotate = (tenants.keys as string[]).map((k) => ({ authorization: `Bearer ${k}` }));
-          targets.push({ ...one, name: 'inkgate (many tenants)', request: { ...one.request, rotate } });
-        }
-      }
+      started = await startOwnTargets(o, dbUrl, redisUrl, upstreamConnections, add);
       processes.push(postgresServerProcess());
-      const tenantsLimiter = tenants ? String(tenants.limiter) : null;
-      return { targets, processes, database, upstreamConnections, tenantsLimiter, stop: stopAll };
+    } else {
+      started = await startNamedTargets(o, upstreamConnections, add);
     }
-    const named = o.lanes.filter((l) => o.direct[l] !== null);
-    let proxyUrl: string | null = null;
-    if (named.length > 0 && o.plainProxy) {
-      const upstreams: ProxyChildConfig['upstreams'] = {};
-      for (const l of named) upstreams[l] = o.direct[l]!;
-      proxyUrl = String((await add('plain proxy', 'proxy', { upstreams, anthropicVersion: o.anthropicVersion, connections: upstreamConnections } satisfies ProxyChildConfig)).url);
-    }
-    for (const lane of o.lanes) {
-      const d = o.direct[lane];
-      if (d) targets.push(target('direct', lane, d.url, vendorHeaders(lane, d.key, o.anthropicVersion), o.directModels[lane], o, null));
-      if (d && proxyUrl) targets.push(target('plain proxy', lane, proxyUrl, {}, o.directModels[lane], o, 'plain proxy'));
-      if (o.gateway) targets.push(target('inkgate', lane, o.gateway.url, { authorization: `Bearer ${o.gateway.key}` }, o.models[lane], o, null));
-    }
-    return { targets, processes, database: null, upstreamConnections: proxyUrl ? upstreamConnections : null, tenantsLimiter: null, stop: stopAll };
+    const { targets, database, tenantsLimiter } = started;
+    return { targets, processes, database, upstreamConnections: started.upstreamConnections, tenantsLimiter, stop: stopAll };
   } catch (e) {
     await stopAll();
     throw e;
   }
+}
+
+/** The simulators, the database (unless DATABASE_URL names one), the gateways and the plain proxy. */
+async function startOwnTargets(o: BenchOptions, dbUrl: string | null, redisUrl: string | null, upstreamConnections: number, add: AddProcess): Promise<Started> {
+  const database = dbUrl === null ? 'embedded PostgreSQL' : 'DATABASE_URL';
+  const [s, db] = (await settled([
+    add('simulators', 'sims', { keys: SIM_KEYS } satisfies SimsChildConfig),
+    dbUrl === null ? add('postgres', 'db', {}) : Promise.resolve({ url: dbUrl }),
+  ])) as [SimUrls, { url: string }];
+  const gw = (suffix: string, unbilled: boolean, more: Partial<GatewayChildConfig> = {}): GatewayChildConfig => ({
+    dbUrl: db.url,
+    schema: `inkgate_bench_${process.pid}_${suffix}`,
+    unbilled,
+    sims: s,
+    simKeys: SIM_KEYS,
+    upstreamConnections,
+    ledger: { durability: o.durability, flushMs: o.flushMs },
+    redisUrl: null,
+    tenants: null,
+    ...more,
+  });
+  // The durability and many-tenants scenarios need gateways of their own, started only for them.
+  const wantSync = o.scenarios.includes('durability');
+  const wantTenants = o.scenarios.includes('many-tenants');
+  const [on, off, proxy, sync, tenants] = await settled([
+    add('inkgate', 'gateway', gw('on', false)),
+    add('inkgate (billing off)', 'gateway', gw('off', true)),
+    add('plain proxy', 'proxy', {
+      upstreams: { messages: { url: s.anthropic, key: SIM_KEYS.anthropic }, responses: { url: s.openai, key: SIM_KEYS.openai } },
+      anthropicVersion: o.anthropicVersion,
+      connections: upstreamConnections,
+    } satisfies ProxyChildConfig),
+    wantSync ? add('inkgate (sync)', 'gateway', gw('sync', false, { ledger: { durability: 'sync', flushMs: o.flushMs } })) : Promise.resolve(null),
+    wantTenants
+      ? add(TENANTS_PROCESS, 'gateway', gw('tenants', false, { redisUrl, tenants: { accounts: o.tenantAccounts, keys: o.tenantKeys } }))
+      : Promise.resolve(null),
+  ]);
+  const targets = o.lanes.flatMap((lane) => ownLaneTargets(lane, o, s, { on: on!, off: off!, proxy: proxy!, sync, tenants }));
+  return { targets, database, upstreamConnections, tenantsLimiter: tenants ? String(tenants.limiter) : null };
+}
+
+/** One lane's targets over the self-started processes (ready messages carry their url and key). */
+function ownLaneTargets(
+  lane: LaneName,
+  o: BenchOptions,
+  s: SimUrls,
+  p: { on: Record<string, unknown>; off: Record<string, unknown>; proxy: Record<string, unknown>; sync: Ready; tenants: Ready },
+): Target[] {
+  const out: Target[] = [];
+  const simUrl = lane === 'messages' ? s.anthropic : s.openai;
+  const simKey = SIM_KEYS[lane === 'messages' ? 'anthropic' : 'openai'];
+  out.push(target('direct', lane, simUrl, vendorHeaders(lane, simKey, o.anthropicVersion), o.directModels[lane], o, 'simulators'));
+  out.push(target('plain proxy', lane, String(p.proxy.url), {}, o.directModels[lane], o, 'plain proxy'));
+  out.push(target('inkgate', lane, String(p.on.url), bearer(p.on.key), o.models[lane], o, 'inkgate'));
+  out.push(target('inkgate (billing off)', lane, String(p.off.url), bearer(p.off.key), o.models[lane], o, 'inkgate (billing off)'));
+  if (p.sync) out.push(target('inkgate (sync)', lane, String(p.sync.url), bearer(p.sync.key), o.models[lane], o, 'inkgate (sync)'));
+  if (p.tenants) {
+    const one = target('inkgate (one key)', lane, String(p.tenants.url), bearer(p.tenants.key), o.models[lane], o, TENANTS_PROCESS);
+    out.push(one);
+    const rotate = (p.tenants.keys as string[]).map(bearer);
+    out.push({ ...one, name: 'inkgate (many tenants)', request: { ...one.request, rotate } });
+  }
+  return out;
+}
+
+/** Named targets are only called; the plain proxy (when wanted) is started in front of the named vendors. */
+async function startNamedTargets(o: BenchOptions, upstreamConnections: number, add: AddProcess): Promise<Started> {
+  const targets: Target[] = [];
+  const named = o.lanes.filter((l) => o.direct[l] !== null);
+  let proxyUrl: string | null = null;
+  if (named.length > 0 && o.plainProxy) {
+    const upstreams: ProxyChildConfig['upstreams'] = {};
+    for (const l of named) upstreams[l] = o.direct[l]!;
+    proxyUrl = String((await add('plain proxy', 'proxy', { upstreams, anthropicVersion: o.anthropicVersion, connections: upstreamConnections } satisfies ProxyChildConfig)).url);
+  }
+  for (const lane of o.lanes) {
+    const d = o.direct[lane];
+    if (d) targets.push(target('direct', lane, d.url, vendorHeaders(lane, d.key, o.anthropicVersion), o.directModels[lane], o, null));
+    if (d && proxyUrl) targets.push(target('plain proxy', lane, proxyUrl, {}, o.directModels[lane], o, 'plain proxy'));
+    if (o.gateway) targets.push(target('inkgate', lane, o.gateway.url, bearer(o.gateway.key), o.models[lane], o, null));
+  }
+  return { targets, database: null, upstreamConnections: proxyUrl ? upstreamConnections : null, tenantsLimiter: null };
 }
