@@ -65,34 +65,44 @@ export interface CreatedKey {
   expires_at: string | null;
 }
 
+export interface NewKey {
+  accountId: string;
+  name: string;
+  inkLimit?: number | null;
+  expiresAt?: Date | null;
+}
+
 /** Creating a key needs a paid plan or at least one completed top-up (spec, Authentication 2). */
-export async function createKey(
-  pool: Pool,
-  input: { accountId: string; name: string; inkLimit?: number | null; expiresAt?: Date | null },
-): Promise<CreatedKey> {
+export async function createKey(pool: Pool, input: NewKey): Promise<CreatedKey> {
+  return withTx(pool, (c) => createKeyIn(c, input));
+}
+
+/**
+ * createKey inside a transaction the caller holds (the console claims its form's one-time nonce in
+ * the same one, so a refused key leaves the nonce unused).
+ */
+export async function createKeyIn(c: Queryable, input: NewKey): Promise<CreatedKey> {
   const k = generateKey();
   const id = newId('key_');
-  return withTx(pool, async (c) => {
-    const acc = await c.query<{ paid: boolean; topups_completed: number }>(
-      `SELECT p.paid, w.topups_completed FROM accounts a JOIN plans p ON p.id = a.plan_id
-         JOIN wallets w ON w.account_id = a.id WHERE a.id = $1`,
-      [input.accountId],
-    );
-    const row = acc.rows[0];
-    if (!row) throw new AdminError(`unknown account ${input.accountId}`);
-    if (!row.paid && row.topups_completed === 0) {
-      throw new AdminError('creating a key needs a paid plan or at least one completed Ink top-up');
-    }
-    await c.query(
-      `INSERT INTO api_keys (id, account_id, name, key_hash, prefix, last4, ink_limit, expires_at)
-       VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
-      [id, input.accountId, input.name, k.hash, k.prefix, k.last4, input.inkLimit ?? null, input.expiresAt ?? null],
-    );
-    return {
-      id, key: k.raw, prefix: k.prefix, last4: k.last4, name: input.name,
-      ink_limit: input.inkLimit ?? null, expires_at: input.expiresAt ? input.expiresAt.toISOString() : null,
-    };
-  });
+  const acc = await c.query<{ paid: boolean; topups_completed: number }>(
+    `SELECT p.paid, w.topups_completed FROM accounts a JOIN plans p ON p.id = a.plan_id
+       JOIN wallets w ON w.account_id = a.id WHERE a.id = $1`,
+    [input.accountId],
+  );
+  const row = acc.rows[0];
+  if (!row) throw new AdminError(`unknown account ${input.accountId}`);
+  if (!row.paid && row.topups_completed === 0) {
+    throw new AdminError('creating a key needs a paid plan or at least one completed Ink top-up');
+  }
+  await c.query(
+    `INSERT INTO api_keys (id, account_id, name, key_hash, prefix, last4, ink_limit, expires_at)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+    [id, input.accountId, input.name, k.hash, k.prefix, k.last4, input.inkLimit ?? null, input.expiresAt ?? null],
+  );
+  return {
+    id, key: k.raw, prefix: k.prefix, last4: k.last4, name: input.name,
+    ink_limit: input.inkLimit ?? null, expires_at: input.expiresAt ? input.expiresAt.toISOString() : null,
+  };
 }
 
 export async function listKeys(db: Queryable, accountId?: string): Promise<KeyRow[]> {

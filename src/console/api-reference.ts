@@ -4,6 +4,9 @@
 // this table and the router in agreement (every route described, every description routed).
 import type { Catalog } from '../catalog/models.js';
 import { ERRORS, type ErrorCode } from '../errors.js';
+import { fieldsSchema } from '../generations/field-rules.js';
+import { IMAGE_REQUEST_FIELDS } from '../generations/images/request-fields.js';
+import { VIDEO_REQUEST_FIELDS } from '../generations/video/request-fields.js';
 
 export type JsonSchema = Record<string, unknown>;
 
@@ -117,14 +120,8 @@ export const ENDPOINTS: readonly Endpoint[] = [
   {
     slug: 'video-submit', method: 'POST', pattern: '/v1/video/generations', title: 'Submit a video generation', auth: 'key',
     summary: 'Queue a clip; the answer is 202 with the generation to poll. Idempotency-Key makes a retry safe.',
-    body: (c) => obj({
-      model: str('Video model id', { enum: ids(c, 'video') }), prompt: str('At most 4,000 characters', { maxLength: 4000 }),
-      aspect_ratio: str(undefined, { enum: ['21:9', '16:9', '4:3', '1:1', '3:4', '9:16', 'adaptive'] }), resolution: str(undefined, { enum: ['480p', '720p', '1080p'] }),
-      duration: int('Seconds, inside the model range'), generate_audio: { type: 'boolean' }, seed: int('-1 to 2147483647', { minimum: -1, maximum: 2147483647 }),
-      first_frame_url: str('https URL', { format: 'uri' }), last_frame_url: str('https URL', { format: 'uri' }),
-      reference_image_urls: { type: 'array', items: { type: 'string', format: 'uri' } }, reference_video_urls: { type: 'array', items: { type: 'string', format: 'uri' } },
-      reference_audio_urls: { type: 'array', items: { type: 'string', format: 'uri' } }, metadata: anyObject,
-    }, ['model'], { additionalProperties: false }),
+    // The body's fields, types and bounds are the validator's own table; the model enum is the catalogue's.
+    body: (c) => fieldsSchema(VIDEO_REQUEST_FIELDS, { model: { enum: ids(c, 'video') } }),
     ok: { status: 202, type: 'application/json', schema: generation('video'), description: 'Accepted: the generation.' },
     errors: [...COMMON, ...VALIDATION, 'unsupported_resolution', 'invalid_duration', 'invalid_url', 'too_many', 'invalid_seed', 'conflicting_references', 'missing_first_frame', 'reference_limit', 'missing_prompt', 'invalid_idempotency_key', 'idempotency_key_in_use', 'tier_gated', 'concurrency_limit', 'daily_cap_reached', ...MONEY],
     doc: 'docs/api/video.md',
@@ -135,11 +132,8 @@ export const ENDPOINTS: readonly Endpoint[] = [
   {
     slug: 'images-submit', method: 'POST', pattern: '/v1/images/generations', title: 'Submit an image generation', auth: 'key',
     summary: 'Queue an image; the answer is 202 with the generation to poll.',
-    body: (c) => obj({
-      model: str('Image model id', { enum: ids(c, 'image') }), prompt: str('1 to 8,000 characters', { minLength: 1, maxLength: 8000 }),
-      size: str(undefined, { enum: ['1K', '2K', '4K'] }), aspect_ratio: str(), reference_image_urls: { type: 'array', maxItems: 14, items: { type: 'string', format: 'uri' } },
-      seed: int('-1 to 2147483647', { minimum: -1, maximum: 2147483647 }), metadata: anyObject,
-    }, ['model', 'prompt'], { additionalProperties: false }),
+    // As for video: the validator's own table, the catalogue's model enum.
+    body: (c) => fieldsSchema(IMAGE_REQUEST_FIELDS, { model: { enum: ids(c, 'image') } }),
     ok: { status: 202, type: 'application/json', schema: generation('image'), description: 'Accepted: the generation.' },
     errors: [...COMMON, ...VALIDATION, 'invalid_url', 'too_many', 'invalid_seed', 'missing_prompt', 'invalid_idempotency_key', 'idempotency_key_in_use', 'concurrency_limit', 'daily_cap_reached', ...MONEY],
     doc: 'docs/api/images.md',

@@ -1,8 +1,10 @@
 // Overview (the same figures as GET /v1/me) and API keys (create, list, revoke, edit the cap).
-import { AdminError, createKey, revokeKey, setKeyLimit, type CreatedKey } from '../accounts/accounts.js';
+import { AdminError, createKeyIn, revokeKey, setKeyLimit, type CreatedKey } from '../accounts/accounts.js';
 import { inkToUsd } from '../catalog/pricing.js';
+import { withTx } from '../store/pool.js';
 import { keyOfAccount, readAccount, readKeys, type KeyView } from './account-data.js';
 import { PageError, type SignedIn } from './context.js';
+import { claimFormNonce, issueFormNonce, recordNonceKey } from './form-nonces.js';
 import { csrfField, esc, ink, page, redirect, sendHtml, table, time } from './html.js';
 
 async function account(p: SignedIn) {
@@ -44,6 +46,7 @@ function keyState(k: KeyView): string {
 export async function keysPage(p: SignedIn, created?: CreatedKey, problem?: string): Promise<void> {
   const keys = await readKeys(p.d.services.pool, p.session.accountId);
   const csrf = csrfField(p.session.csrf);
+  const nonce = await issueFormNonce(p.d.services.pool, p.session.id);
   const shown = created
     ? `<section class="created" aria-labelledby="newkey"><h2 id="newkey">Your new key</h2>
 <p>Copy it now: it is shown this once and cannot be shown again.</p>
@@ -60,7 +63,7 @@ export async function keysPage(p: SignedIn, created?: CreatedKey, problem?: stri
   ]);
   const body = `${problem ? `<p role="alert" class="problem">${esc(problem)}</p>` : ''}${shown}
 <section aria-labelledby="create"><h2 id="create">Create a key</h2>
-<form method="post" action="/console/keys" class="stack">${csrf}
+<form method="post" action="/console/keys" class="stack">${csrf}<input type="hidden" name="nonce" value="${esc(nonce)}">
 <label>Name <input name="name" required maxlength="200"></label>
 <label>Lifetime Ink limit (optional) <input name="ink_limit" inputmode="numeric" pattern="[0-9]*"></label>
 <label>Expires (optional) <input name="expires" type="date"></label>
@@ -80,23 +83,54 @@ function limitField(v: string | null): number | null {
 }
 
 export async function createKeyAction(p: SignedIn): Promise<void> {
-  const name = (p.form.get('name') ?? '').trim();
+  const nonce = p.form.get('nonce') ?? '';
   try {
-    if (name.length < 1 || name.length > 200) throw new AdminError('A key needs a name of 1 to 200 characters.');
-    const inkLimit = limitField(p.form.get('ink_limit'));
-    const exp = (p.form.get('expires') ?? '').trim();
-    let expiresAt: Date | null = null;
-    if (exp !== '') {
-      expiresAt = /^\d{4}-\d{2}-\d{2}$/.test(exp) ? new Date(`${exp}T23:59:59Z`) : new Date(NaN);
-      if (Number.isNaN(expiresAt.getTime()) || expiresAt.getTime() <= Date.now()) throw new AdminError('The expiry must be a day in the future.');
-    }
-    const created = await createKey(p.d.services.pool, { accountId: p.session.accountId, name, inkLimit, expiresAt });
+    const input = keyFields(p);
+    const pool = p.d.services.pool;
+    // The nonce is claimed in the key's own transaction: a refused key (free plan) leaves it unused.
+    const outcome = await withTx(pool, async (c) => {
+      const claim = await claimFormNonce(c, p.session.id, nonce);
+      if (claim.state !== 'claimed') return claim;
+      const created = await createKeyIn(c, { accountId: p.session.accountId, ...input });
+      await recordNonceKey(c, nonce, created.id);
+      return { state: 'created' as const, created };
+    });
+    if (outcome.state === 'unknown') throw new PageError(403, 'This form is no longer valid (it belongs to another session, expired, or was replaced by newer ones). Open the keys page again and create the key from there.');
+    if (outcome.state === 'used') return alreadyCreatedPage(p, outcome.keyId);
     // Answered with the page itself (not a redirect): the raw key exists only in this one answer.
-    await keysPage(p, created);
+    await keysPage(p, outcome.created);
   } catch (e) {
     if (e instanceof AdminError) return keysPage(p, undefined, sentence(e.message));
     throw e;
   }
+}
+
+/** The form's fields, or the person's mistake as an AdminError. */
+function keyFields(p: SignedIn): { name: string; inkLimit: number | null; expiresAt: Date | null } {
+  const name = (p.form.get('name') ?? '').trim();
+  if (name.length < 1 || name.length > 200) throw new AdminError('A key needs a name of 1 to 200 characters.');
+  const inkLimit = limitField(p.form.get('ink_limit'));
+  const exp = (p.form.get('expires') ?? '').trim();
+  let expiresAt: Date | null = null;
+  if (exp !== '') {
+    expiresAt = /^\d{4}-\d{2}-\d{2}$/.test(exp) ? new Date(`${exp}T23:59:59Z`) : new Date(NaN);
+    if (Number.isNaN(expiresAt.getTime()) || expiresAt.getTime() <= Date.now()) throw new AdminError('The expiry must be a day in the future.');
+  }
+  return { name, inkLimit, expiresAt };
+}
+
+/**
+ * The same form posted again (a reload of the page that showed the key, a double click): nothing is
+ * created, and the raw key cannot be shown again since it was never stored.
+ */
+async function alreadyCreatedPage(p: SignedIn, keyId: string | null): Promise<void> {
+  const keys = await readKeys(p.d.services.pool, p.session.accountId);
+  const k = keys.find((x) => x.id === keyId);
+  const which = k ? `The key <strong>${esc(k.name)}</strong> (<code>${esc(k.prefix)}…${esc(k.last4)}</code>)` : 'The key';
+  const body = `<p role="alert" class="problem">${which} was already created by this form; nothing new was created.</p>
+<p>A key is shown only once, in the answer to the form that created it, and cannot be shown again. If you did not copy it, revoke it and create a new one.</p>
+<p><a href="/console/keys">Back to your keys</a></p>`;
+  sendHtml(p.ctx, 409, page({ title: 'Key already created', nav: 'keys', csrf: p.session.csrf, accountName: p.session.accountName }, body));
 }
 
 const sentence = (m: string): string => m.charAt(0).toUpperCase() + m.slice(1) + (m.endsWith('.') ? '' : '.');

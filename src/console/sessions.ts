@@ -5,10 +5,10 @@ import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypt
 import type { Queryable } from '../store/pool.js';
 
 export const SESSION_COOKIE = 'inkgate_console';
-const TOKEN_RE = /^[A-Za-z0-9_-]{43}$/;
+export const TOKEN_RE = /^[A-Za-z0-9_-]{43}$/;
 
-const sha256 = (s: string): Buffer => createHash('sha256').update(s).digest();
-const newToken = (): string => randomBytes(32).toString('base64url');
+export const sha256 = (s: string): Buffer => createHash('sha256').update(s).digest();
+export const newToken = (): string => randomBytes(32).toString('base64url');
 
 export class ConsoleError extends Error {}
 

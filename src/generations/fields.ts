@@ -2,9 +2,12 @@
 // prompt, seed, metadata, and https URLs (single or in a list). Pure: no I/O (whether each URL can be
 // fetched is checked later, by url-check.ts). Each product's validate.ts keeps only its own fields
 // and the order of its checks.
-import { ApiError, type ErrorCode } from '../errors.js';
 import { checkFetchUrl, MAX_URL_CHARS, parseClientUrl } from '../net/ssrf-guard.js';
+import { bad, checkField, type FieldRule } from './field-rules.js';
 
+export { bad, charCount } from './field-rules.js';
+
+/** Shared by the products' field tables (request-fields.ts). */
 export const MAX_METADATA_BYTES = 4096;
 export const MIN_SEED = -1;
 export const MAX_SEED = 2_147_483_647;
@@ -18,17 +21,6 @@ export interface CheckedUrl {
 export interface ValidateOptions {
   /** TEST ONLY: "host:port" pairs exempt from the public-host rule (as safeFetch's allowList). */
   readonly allowList?: ReadonlySet<string>;
-}
-
-export const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
-export const bad = (code: ErrorCode, param: string, message: string): ApiError => new ApiError(code, { param, message });
-
-/** Characters as the user sees them: code points, not UTF-16 units. */
-export function charCount(s: string, stopAbove: number): number {
-  if (s.length <= stopAbove) return s.length; // code points <= UTF-16 units
-  let n = 0;
-  for (const _ of s) if (++n > stopAbove) return n;
-  return n;
 }
 
 /** `null` is the same as leaving an optional field out. */
@@ -54,29 +46,25 @@ export function refuseUnknownFields(body: Record<string, unknown>, known: Readon
   for (const k of Object.keys(body)) if (!known.has(k)) throw bad('unsupported_parameter', k, message(k));
 }
 
-/** An optional prompt: a string of at most `maxChars` characters. */
-export function parsePrompt(v: unknown, maxChars: number): string | undefined {
+/** An optional prompt, checked against its row (type, length in characters). */
+export function parsePrompt(v: unknown, rule: FieldRule): string | undefined {
   if (v === undefined) return undefined;
-  if (typeof v !== 'string') throw bad('invalid_type', 'prompt', '`prompt` must be a string.');
-  if (charCount(v, maxChars) > maxChars) throw bad('too_long', 'prompt', `\`prompt\` is longer than ${maxChars} characters.`);
-  return v;
+  checkField('prompt', rule, v);
+  return v as string;
 }
 
-/** An optional seed: an integer from -1 (random) to 2^31 - 1. */
-export function parseSeed(v: unknown): number | undefined {
+/** An optional seed: an integer inside its row's bounds (-1 asks for a random one). */
+export function parseSeed(v: unknown, rule: FieldRule): number | undefined {
   if (v === undefined) return undefined;
-  if (typeof v !== 'number' || !Number.isInteger(v) || v < MIN_SEED || v > MAX_SEED) {
-    throw bad('invalid_seed', 'seed', `\`seed\` must be an integer from ${MIN_SEED} to ${MAX_SEED}.`);
-  }
-  return v;
+  checkField('seed', rule, v, () => `\`seed\` must be an integer from ${rule.minimum} to ${rule.maximum}.`);
+  return v as number;
 }
 
-/** Optional metadata: a JSON object of at most 4 KiB, stored and echoed. */
-export function parseMetadata(v: unknown): Record<string, unknown> | undefined {
+/** Optional metadata: a JSON object no larger than its row allows, stored and echoed. */
+export function parseMetadata(v: unknown, rule: FieldRule): Record<string, unknown> | undefined {
   if (v === undefined) return undefined;
-  if (!isObject(v)) throw bad('invalid_type', 'metadata', '`metadata` must be a JSON object.');
-  if (Buffer.byteLength(JSON.stringify(v)) > MAX_METADATA_BYTES) throw bad('too_long', 'metadata', `\`metadata\` is larger than ${MAX_METADATA_BYTES} bytes of JSON.`);
-  return v;
+  checkField('metadata', rule, v);
+  return v as Record<string, unknown>;
 }
 
 /**
@@ -108,16 +96,18 @@ function allowListed(raw: string, allowList: ReadonlySet<string>): URL | undefin
 }
 
 /**
- * An optional list of URLs of at most `cap` (`capMessage` says whose cap): each element parsed,
- * pushed onto `urls` (to be fetched before admission), and returned normalised. An empty list is
- * the same as none (undefined).
+ * An optional list of URLs, checked against its row, of at most `cap` (the model's; the row's
+ * maxItems bounds it too; `capOwner` names whose cap): each element parsed, pushed onto `urls` (to
+ * be fetched before admission), and returned normalised. An empty list is the same as none.
  */
-export function parseUrlList(v: unknown, field: string, cap: number, capOwner: string, allowList: ReadonlySet<string> | undefined, urls: CheckedUrl[]): string[] | undefined {
+export function parseUrlList(v: unknown, field: string, rule: FieldRule, cap: number, capOwner: string, allowList: ReadonlySet<string> | undefined, urls: CheckedUrl[]): string[] | undefined {
   if (v === undefined) return undefined;
-  if (!Array.isArray(v)) throw bad('invalid_type', field, `\`${field}\` must be an array of https URLs.`);
-  if (v.length > cap) throw bad('too_many', field, `\`${field}\` holds ${v.length} URLs; ${capOwner} accepts at most ${cap}.`);
-  if (v.length === 0) return undefined;
-  return v.map((raw: unknown, i) => {
+  checkField(field, rule, v);
+  const list = v as unknown[];
+  const most = Math.min(cap, rule.maxItems ?? cap);
+  if (list.length > most) throw bad('too_many', field, `\`${field}\` holds ${list.length} URLs; ${capOwner} accepts at most ${most}.`);
+  if (list.length === 0) return undefined;
+  return list.map((raw: unknown, i) => {
     const param = `${field}[${i}]`;
     const u = parseUrlField(raw, param, allowList);
     urls.push({ param, url: u });

@@ -52,6 +52,21 @@ CREATE TABLE api_keys (
 );
 CREATE INDEX api_keys_account ON api_keys USING btree (account_id);
 
+CREATE TABLE console_form_nonces (
+  nonce_hash bytea NOT NULL,
+  session_hash bytea NOT NULL,
+  expires_at timestamp with time zone NOT NULL,
+  used_at timestamp with time zone,
+  key_id text,
+  created_at timestamp with time zone DEFAULT now() NOT NULL,
+  CONSTRAINT console_form_nonces_key_id_fkey FOREIGN KEY (key_id) REFERENCES api_keys(id),
+  CONSTRAINT console_form_nonces_nonce_hash_check CHECK (length(nonce_hash) = 32),
+  CONSTRAINT console_form_nonces_pkey PRIMARY KEY (nonce_hash),
+  CONSTRAINT console_form_nonces_session_hash_fkey FOREIGN KEY (session_hash) REFERENCES console_sessions(id_hash) ON DELETE CASCADE
+);
+CREATE INDEX console_form_nonces_expires ON console_form_nonces USING btree (expires_at);
+CREATE INDEX console_form_nonces_session ON console_form_nonces USING btree (session_hash, created_at);
+
 CREATE TABLE console_links (
   token_hash bytea NOT NULL,
   account_id text NOT NULL,

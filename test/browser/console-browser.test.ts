@@ -32,9 +32,14 @@ async function openBrowser(t: Test): Promise<BrowserContext | undefined> {
   return ctx;
 }
 
-/** Fails the test on a script dialog (an escaping failure) or a CSP violation (a page breaking its own policy). */
-function watch(t: Test, page: Page): void {
+/**
+ * Fails the test on a script dialog (an escaping failure) or a CSP violation (a page breaking its
+ * own policy). While `resending.on` (a reload of a posted page) the browser's "resend the form?"
+ * prompt, if it shows one, is accepted instead.
+ */
+function watch(t: Test, page: Page, resending: { on: boolean }): void {
   page.on('dialog', (d) => {
+    if (resending.on && (d.type() === 'beforeunload' || d.type() === 'confirm')) return void d.accept();
     t.fail(`a script dialog opened: ${d.message()}`);
     void d.dismiss();
   });
@@ -53,7 +58,8 @@ t.test('the console end to end in Chromium', async (t) => {
   const s = await startConsoleStack(t, { paceMs: 30 });
   const base = s.g.url;
   const page = ctx.pages()[0] ?? (await ctx.newPage());
-  watch(t, page);
+  const resending = { on: false };
+  watch(t, page, resending);
 
   // Sign in with a link.
   const link = await s.link();
@@ -87,6 +93,22 @@ t.test('the console end to end in Chromium', async (t) => {
   await page.getByRole('button', { name: 'Copy' }).click();
   await shot(page, 'key-created');
   t.equal(await page.locator('td', { hasText: '<img src=x onerror=alert(1)> sdk' }).count(), 1, 'the name shows as text');
+
+  // Reloading the answer re-posts the form: it is told the key exists, and no second key is made.
+  const keyCount = async () => (await s.g.db.pool.query('SELECT count(*)::int AS n FROM api_keys WHERE account_id = $1', [s.accountId])).rows[0].n as number;
+  const keysBefore = await keyCount();
+  resending.on = true;
+  const reloaded = await page.reload();
+  resending.on = false;
+  t.equal(reloaded?.request().method(), 'POST', 'the reload re-sent the form');
+  t.equal(reloaded?.status(), 409);
+  t.equal(await page.getByRole('heading', { level: 1 }).textContent(), 'Key already created');
+  t.notOk((await page.content()).includes(raw), 'the reload does not show the raw key again');
+  await shot(page, 'key-reloaded');
+  await page.getByRole('link', { name: 'Back to your keys' }).click();
+  await page.waitForURL(`${base}/console/keys`);
+  t.equal(await page.locator('td', { hasText: '<img src=x onerror=alert(1)> sdk' }).count(), 1, 'the key list has exactly one such key');
+  t.equal(await keyCount(), keysBefore, 'and the database no new one');
   const client = new Anthropic({ baseURL: base, authToken: raw, apiKey: null, maxRetries: 0 });
   const { response } = await client.messages.create({ model: 'sonnet', max_tokens: 50, messages: [{ role: 'user', content: 'Hello from the SDK' }] }).withResponse();
   const rid = response.headers.get('x-service-request-id')!;

@@ -74,6 +74,19 @@ export async function getPage(base: string, path: string, cookie?: string): Prom
   return { status: r.statusCode, headers: r.headers, text: await r.body.text() };
 }
 
+/** The one-time nonce of a fresh key-creation form, as the keys page renders it for this session. */
+export async function keyFormNonce(base: string, cookie: string): Promise<string> {
+  const page = await getPage(base, '/console/keys', cookie);
+  const nonce = /name="nonce" value="([^"]+)"/.exec(page.text)?.[1];
+  if (!nonce) throw new Error(`no key-creation nonce on the keys page (${page.status})`);
+  return nonce;
+}
+
+/** Posts the key-creation form the way the page does: with the session's CSRF token and a fresh nonce. */
+export async function createKeyHttp(base: string, sess: HttpSession, fields: Record<string, string>): Promise<PageReply> {
+  return postForm(base, '/console/keys', { csrf: sess.csrf, nonce: await keyFormNonce(base, sess.cookie), ...fields }, sess.cookie);
+}
+
 export async function postForm(base: string, path: string, fields: Record<string, string>, cookie?: string): Promise<PageReply> {
   const r = await request(base + path, {
     method: 'POST',

@@ -2,14 +2,16 @@
 // CSRF on every form, cross-account ids, escaping, the raw key shown once, the figures of
 // GET /v1/me, the playground billed through the lanes, CSV export, the billing journal's balances.
 import Anthropic from '@anthropic-ai/sdk';
+import { createHash } from 'node:crypto';
 import t from 'tap';
 import { createAccount, createKey } from '../../src/accounts/accounts.js';
 import { runCli } from '../../src/admin/cli.js';
 import { loadConfig } from '../../src/config/config.js';
 import { CSP } from '../../src/console/html.js';
+import { NONCES_PER_SESSION } from '../../src/console/form-nonces.js';
 import { createSignInLink } from '../../src/console/sessions.js';
 import { runToEnd, startImageHarness } from './image-harness.js';
-import { getPage, postForm, signInHttp, startConsoleStack } from '../helpers/console-stack.js';
+import { createKeyHttp, getPage, keyFormNonce, postForm, signInHttp, startConsoleStack } from '../helpers/console-stack.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
 
 t.test('a sign-in link works once, and not after it expired', async (t) => {
@@ -64,12 +66,13 @@ t.test('no page without a session; a signed-out session is dead', async (t) => {
   }
   const sess = await signInHttp(base, await s.link());
   t.equal((await getPage(base, '/console', sess.cookie)).status, 200);
+  const lateNonce = await keyFormNonce(base, sess.cookie);
   t.equal((await postForm(base, '/console/signout', { csrf: 'wrong' }, sess.cookie)).status, 403, 'sign-out needs the CSRF token too');
   const out = await postForm(base, '/console/signout', { csrf: sess.csrf }, sess.cookie);
   t.equal(out.status, 303);
   t.match(String(out.headers['set-cookie']), /Max-Age=0/);
   t.equal((await getPage(base, '/console', sess.cookie)).status, 303, 'the old cookie after sign-out: signed out');
-  t.equal((await postForm(base, '/console/keys', { csrf: sess.csrf, name: 'late' }, sess.cookie)).status, 401, 'and no form works with it');
+  t.equal((await postForm(base, '/console/keys', { csrf: sess.csrf, name: 'late', nonce: lateNonce }, sess.cookie)).status, 401, 'and no form works with it');
   const keys = await s.g.db.pool.query('SELECT count(*)::int AS n FROM api_keys WHERE account_id = $1', [s.accountId]);
   t.equal(keys.rows[0].n, 0, 'no key was made');
   const later = await signInHttp(base, await s.link());
@@ -84,7 +87,7 @@ t.test('keys: CSRF, the raw key once, escaping, revoke and limit, other accounts
   const hostile = '<script>alert(1)</script>"\'&';
   t.equal((await postForm(base, '/console/keys', { name: 'no csrf' }, sess.cookie)).status, 403, 'missing CSRF token');
   t.equal((await postForm(base, '/console/keys', { name: 'bad csrf', csrf: sess.csrf.slice(0, -2) + 'AA' }, sess.cookie)).status, 403, 'wrong CSRF token');
-  const made = await postForm(base, '/console/keys', { name: hostile, csrf: sess.csrf, ink_limit: '5000' }, sess.cookie);
+  const made = await createKeyHttp(base, sess, { name: hostile, ink_limit: '5000' });
   t.equal(made.status, 201);
   const raw = /value="(svc_[A-Za-z0-9_-]{43})"/.exec(made.text)?.[1];
   t.ok(raw, 'the raw key is on the creation page');
@@ -100,13 +103,13 @@ t.test('keys: CSRF, the raw key once, escaping, revoke and limit, other accounts
   }
   const keyId = me.json.key.id as string;
   const tomorrow = new Date(Date.now() + 86_400_000).toISOString().slice(0, 10);
-  const dated = await postForm(base, '/console/keys', { name: 'dated', csrf: sess.csrf, expires: tomorrow }, sess.cookie);
+  const dated = await createKeyHttp(base, sess, { name: 'dated', expires: tomorrow });
   t.equal(dated.status, 201);
   const datedKey = /value="(svc_[A-Za-z0-9_-]{43})"/.exec(dated.text)![1]!;
   t.equal((await s.g.call('GET', '/v1/me', { key: datedKey })).status, 200, 'a key with an expiry works until then');
   const exp = await s.g.db.pool.query("SELECT expires_at FROM api_keys WHERE name = 'dated' AND account_id = $1", [s.accountId]);
   t.equal(exp.rows[0].expires_at.toISOString(), `${tomorrow}T23:59:59.000Z`, 'it expires at the end of the chosen day (UTC)');
-  const past = await postForm(base, '/console/keys', { name: 'past', csrf: sess.csrf, expires: '2020-01-01' }, sess.cookie);
+  const past = await createKeyHttp(base, sess, { name: 'past', expires: '2020-01-01' });
   t.equal(past.status, 400);
   t.match(past.text, /expiry must be a day in the future/);
   t.equal((await postForm(base, `/console/keys/${keyId}/limit`, { csrf: sess.csrf, ink_limit: '7000' }, sess.cookie)).status, 303);
@@ -129,9 +132,62 @@ t.test('a free account without a top-up cannot create a key here either', async 
   const s = await startConsoleStack(t);
   const free = await createAccount(s.g.db.pool, { name: 'Free', planId: 'free' });
   const sess = await signInHttp(s.g.url, await s.link(free.id));
-  const r = await postForm(s.g.url, '/console/keys', { name: 'k', csrf: sess.csrf }, sess.cookie);
+  const nonce = await keyFormNonce(s.g.url, sess.cookie);
+  const r = await postForm(s.g.url, '/console/keys', { name: 'k', csrf: sess.csrf, nonce }, sess.cookie);
   t.equal(r.status, 400);
   t.match(r.text, /paid plan or at least one completed/);
+  // The refusal rolled back the nonce's claim: after a top-up the same form creates the key.
+  await s.g.gw.services.ledger.topUp(free.id, 1_000, 'first top-up');
+  const again = await postForm(s.g.url, '/console/keys', { name: 'k', csrf: sess.csrf, nonce }, sess.cookie);
+  t.equal(again.status, 201, 'the refused post did not use the nonce up');
+});
+
+t.test('the key form is one-time: a re-post creates nothing and never shows the key again', async (t) => {
+  const s = await startConsoleStack(t);
+  const base = s.g.url;
+  const sess = await signInHttp(base, await s.link());
+  const countKeys = async () => (await s.g.db.pool.query('SELECT count(*)::int AS n FROM api_keys WHERE account_id = $1', [s.accountId])).rows[0].n as number;
+  const nonce = await keyFormNonce(base, sess.cookie);
+  const form = { name: 'reloaded', csrf: sess.csrf, nonce };
+  const first = await postForm(base, '/console/keys', form, sess.cookie);
+  t.equal(first.status, 201);
+  const raw = /value="(svc_[A-Za-z0-9_-]{43})"/.exec(first.text)![1]!;
+  const again = await postForm(base, '/console/keys', form, sess.cookie);
+  t.equal(again.status, 409, 'the same form posted again (a reload) is answered, not obeyed');
+  t.match(again.text, /already created/);
+  t.match(again.text, /<strong>reloaded<\/strong>/, 'naming the key the first post made');
+  t.match(again.text, /href="\/console\/keys"/, 'with a link to the key list');
+  t.notOk(again.text.includes(raw), 'the raw key is not shown again');
+  t.notMatch(again.text, /svc_[A-Za-z0-9_-]{43}/, 'nor any raw key');
+  t.equal(await countKeys(), 1, 'exactly one key in the database');
+  const made = await s.g.db.pool.query('SELECT k.id FROM api_keys k JOIN console_form_nonces n ON n.key_id = k.id WHERE k.account_id = $1', [s.accountId]);
+  t.equal(made.rowCount, 1, 'the used nonce remembers the key it created');
+
+  // Two posts of one form at the same moment (a double click): one key.
+  const twin = { name: 'twin', csrf: sess.csrf, nonce: await keyFormNonce(base, sess.cookie) };
+  const both = await Promise.all([postForm(base, '/console/keys', twin, sess.cookie), postForm(base, '/console/keys', twin, sess.cookie)]);
+  t.same(both.map((r) => r.status).sort(), [201, 409], 'one creates, the other is told it was already created');
+  t.equal(await countKeys(), 2);
+
+  // Another session's nonce, a made-up one, a missing one: refused, nothing created.
+  const other = await signInHttp(base, await s.link());
+  const theirs = await keyFormNonce(base, other.cookie);
+  const cross = await postForm(base, '/console/keys', { name: 'cross', csrf: sess.csrf, nonce: theirs }, sess.cookie);
+  t.equal(cross.status, 403, "a nonce of another session is refused");
+  t.match(cross.text, /no longer valid/);
+  t.equal((await postForm(base, '/console/keys', { name: 'made-up', csrf: sess.csrf, nonce: 'A'.repeat(43) }, sess.cookie)).status, 403, 'an unknown nonce is refused');
+  t.equal((await postForm(base, '/console/keys', { name: 'none', csrf: sess.csrf }, sess.cookie)).status, 403, 'a form without a nonce is refused');
+  t.equal(await countKeys(), 2, 'none of them created a key');
+  t.equal((await postForm(base, '/console/keys', { name: 'theirs', csrf: other.csrf, nonce: theirs }, other.cookie)).status, 201, 'in its own session that nonce still works (the refusal did not use it)');
+
+  // A nonce lives no longer than its session, and a session holds a bounded number of them.
+  const stale = await keyFormNonce(base, sess.cookie);
+  await s.g.db.pool.query("UPDATE console_form_nonces SET expires_at = now() - interval '1 second' WHERE used_at IS NULL");
+  t.equal((await postForm(base, '/console/keys', { name: 'stale', csrf: sess.csrf, nonce: stale }, sess.cookie)).status, 403, 'an expired nonce is refused');
+  for (let i = 0; i < NONCES_PER_SESSION + 5; i++) await keyFormNonce(base, sess.cookie);
+  const sessionHash = createHash('sha256').update(sess.cookie.split('=')[1]!).digest();
+  const held = await s.g.db.pool.query('SELECT count(*)::int AS n FROM console_form_nonces WHERE session_hash = $1', [sessionHash]);
+  t.equal(held.rows[0].n, NONCES_PER_SESSION, 'a session holds at most NONCES_PER_SESSION nonces');
 });
 
 t.test('overview, usage, CSV, request pages and billing agree with the ledger', async (t) => {

@@ -15,15 +15,14 @@
 // `null` is the same as leaving an optional field out; an empty reference list is the same as none.
 // An error on a list element names the element in `param` (`reference_image_urls[2]`).
 import type { Catalog, ImageModel, ImageSize } from '../../catalog/models.js';
-import { IMAGE_SIZES } from '../../catalog/models.js';
+import { checkField } from '../field-rules.js';
 import { bad, givenIn, parseMetadata, parsePrompt, parseSeed, parseUrlList, refuseUnknownFields, requireModel, type CheckedUrl, type ValidateOptions } from '../fields.js';
+import { IMAGE_REQUEST_FIELDS as F, MAX_IMAGE_PROMPT_CHARS, MAX_IMAGE_REFERENCES } from './request-fields.js';
 
-/** Gemini takes ~65k input tokens; 8,000 characters keeps a prompt far inside that with 14 references. */
-export const MAX_IMAGE_PROMPT_CHARS = 8000;
-export const MAX_IMAGE_REFERENCES = 14;
+export { MAX_IMAGE_PROMPT_CHARS, MAX_IMAGE_REFERENCES };
 
-export const IMAGE_FIELDS = ['model', 'prompt', 'size', 'aspect_ratio', 'reference_image_urls', 'seed', 'metadata'] as const;
-const KNOWN: ReadonlySet<string> = new Set(IMAGE_FIELDS);
+/** The fields of the table (request-fields.ts); any other is refused. */
+const KNOWN: ReadonlySet<string> = new Set(Object.keys(F));
 
 /** The request as accepted: defaults filled, URLs normalised, the list in the order given. */
 export interface NormalisedImageRequest {
@@ -49,36 +48,36 @@ export function validateImageRequest(body: Record<string, unknown>, catalog: Cat
     ? 'One request makes one image; `n` is not a parameter of image generation.'
     : `\`${k.slice(0, 100)}\` is not a parameter of image generation in v1.`);
   const given = givenIn(body);
-  const prompt = parsePrompt(given('prompt'), MAX_IMAGE_PROMPT_CHARS);
+  const prompt = parsePrompt(given('prompt'), F.prompt);
 
   let size = model.defaultSize;
   const sz = given('size');
   if (sz !== undefined) {
-    if (typeof sz !== 'string' || !(IMAGE_SIZES as readonly string[]).includes(sz) || !model.sizes.includes(sz as ImageSize)) {
-      throw bad('invalid_enum', 'size', `\`size\` must be one of ${model.sizes.join(', ')}.`);
-    }
+    const onlyModel = () => `\`size\` must be one of ${model.sizes.join(', ')}.`;
+    checkField('size', F.size, sz, onlyModel);
+    if (!model.sizes.includes(sz as ImageSize)) throw bad(F.size.code, 'size', onlyModel());
     size = sz as ImageSize;
   }
   let aspect = model.defaultAspectRatio;
   const ar = given('aspect_ratio');
   if (ar !== undefined) {
-    if (typeof ar !== 'string' || !model.aspectRatios.includes(ar)) {
-      throw bad('invalid_enum', 'aspect_ratio', `\`aspect_ratio\` must be one of ${model.aspectRatios.join(', ')}.`);
-    }
-    aspect = ar;
+    const onlyModel = () => `\`aspect_ratio\` must be one of ${model.aspectRatios.join(', ')}.`;
+    checkField('aspect_ratio', F.aspect_ratio, ar, onlyModel);
+    if (!model.aspectRatios.includes(ar as string)) throw bad(F.aspect_ratio.code, 'aspect_ratio', onlyModel());
+    aspect = ar as string;
   }
   const request: NormalisedImageRequest = { model: model.id, prompt: prompt ?? '', size, aspect_ratio: aspect };
 
-  const seed = parseSeed(given('seed'));
+  const seed = parseSeed(given('seed'), F.seed);
   if (seed !== undefined) request.seed = seed;
   const urls: CheckedUrl[] = [];
-  const cap = Math.min(MAX_IMAGE_REFERENCES, model.maxReferenceImages);
-  const refs = parseUrlList(given('reference_image_urls'), 'reference_image_urls', cap, model.id, opts.allowList, urls);
+  // The row's maxItems bounds the model's own cap.
+  const refs = parseUrlList(given('reference_image_urls'), 'reference_image_urls', F.reference_image_urls, model.maxReferenceImages, model.id, opts.allowList, urls);
   if (refs !== undefined) request.reference_image_urls = refs;
-  const meta = parseMetadata(given('metadata'));
+  const meta = parseMetadata(given('metadata'), F.metadata);
   if (meta !== undefined) request.metadata = meta;
 
-  // An image always needs an instruction, references or not.
-  if (request.prompt.trim() === '') throw bad('missing_prompt', 'prompt', '`prompt` is required: describe the image (and what to do with any references).');
+  // An image always needs an instruction, references or not (the table's required prompt).
+  if (F.prompt.required && request.prompt.trim() === '') throw bad('missing_prompt', 'prompt', '`prompt` is required: describe the image (and what to do with any references).');
   return { request, model, urls };
 }

@@ -19,22 +19,21 @@
 // `null` is the same as leaving an optional field out; an empty reference list is the same as none.
 // An error on a list element names the element in `param` (`reference_image_urls[2]`).
 import type { Catalog, VideoAspectRatio, VideoModel, VideoResolution } from '../../catalog/models.js';
-import { VIDEO_ASPECT_RATIOS, VIDEO_RESOLUTIONS } from '../../catalog/models.js';
+import { VIDEO_RESOLUTIONS } from '../../catalog/models.js';
+import { checkField } from '../field-rules.js';
 import {
   bad, givenIn, parseMetadata, parsePrompt, parseSeed, parseUrlField, parseUrlList, refuseUnknownFields, requireModel,
   type CheckedUrl, type ValidateOptions,
 } from '../fields.js';
+import { MAX_PROMPT_CHARS, VIDEO_REQUEST_FIELDS as F } from './request-fields.js';
 
-export const MAX_PROMPT_CHARS = 4000;
+export { MAX_PROMPT_CHARS };
 export const DEFAULT_ASPECT_RATIO: VideoAspectRatio = '16:9';
 export const DEFAULT_RESOLUTION: VideoResolution = '720p';
 export const DEFAULT_DURATION_S = 5;
 
-export const VIDEO_FIELDS = [
-  'model', 'prompt', 'aspect_ratio', 'resolution', 'duration', 'generate_audio', 'seed',
-  'first_frame_url', 'last_frame_url', 'reference_image_urls', 'reference_video_urls', 'reference_audio_urls', 'metadata',
-] as const;
-const KNOWN: ReadonlySet<string> = new Set(VIDEO_FIELDS);
+/** The fields of the table (request-fields.ts); any other is refused. */
+const KNOWN: ReadonlySet<string> = new Set(Object.keys(F));
 
 /** The request as accepted: defaults filled, URLs normalised, lists in the order given. */
 export interface NormalisedVideoRequest {
@@ -80,13 +79,13 @@ export function validateVideoRequest(body: Record<string, unknown>, catalog: Cat
     duration: DEFAULT_DURATION_S,
     generate_audio: true,
   };
-  const prompt = parsePrompt(given('prompt'), MAX_PROMPT_CHARS);
+  const prompt = parsePrompt(given('prompt'), F.prompt);
   if (prompt !== undefined) request.prompt = prompt;
   shapeFields(model, given, request);
-  const seed = parseSeed(given('seed'));
+  const seed = parseSeed(given('seed'), F.seed);
   if (seed !== undefined) request.seed = seed;
   const urls = urlFields(model, given, request, opts.allowList);
-  const meta = parseMetadata(given('metadata'));
+  const meta = parseMetadata(given('metadata'), F.metadata);
   if (meta !== undefined) request.metadata = meta;
   crossFieldRules(model, request);
   return { request, model, urls };
@@ -96,16 +95,14 @@ export function validateVideoRequest(body: Record<string, unknown>, catalog: Cat
 function shapeFields(model: VideoModel, given: Given, request: NormalisedVideoRequest): void {
   const aspect = given('aspect_ratio');
   if (aspect !== undefined) {
-    if (typeof aspect !== 'string' || !(VIDEO_ASPECT_RATIOS as readonly string[]).includes(aspect) || !model.aspectRatios.includes(aspect as VideoAspectRatio)) {
-      throw bad('invalid_enum', 'aspect_ratio', `\`aspect_ratio\` must be one of ${model.aspectRatios.join(', ')}.`);
-    }
+    const onlyModel = () => `\`aspect_ratio\` must be one of ${model.aspectRatios.join(', ')}.`;
+    checkField('aspect_ratio', F.aspect_ratio, aspect, onlyModel);
+    if (!model.aspectRatios.includes(aspect as VideoAspectRatio)) throw bad(F.aspect_ratio.code, 'aspect_ratio', onlyModel());
     request.aspect_ratio = aspect as VideoAspectRatio;
   }
   const res = given('resolution');
   if (res !== undefined) {
-    if (typeof res !== 'string' || !(VIDEO_RESOLUTIONS as readonly string[]).includes(res)) {
-      throw bad('invalid_enum', 'resolution', `\`resolution\` must be one of ${VIDEO_RESOLUTIONS.join(', ')}.`);
-    }
+    checkField('resolution', F.resolution, res, () => `\`resolution\` must be one of ${F.resolution.enum.join(', ')}.`);
     request.resolution = res as VideoResolution;
   }
   if (!model.resolutions.includes(request.resolution)) {
@@ -119,15 +116,15 @@ function shapeFields(model: VideoModel, given: Given, request: NormalisedVideoRe
   if (dur !== undefined) {
     if (dur === 'auto' || dur === -1) throw bad('unsupported_parameter', 'duration', 'Automatic duration ("auto" or -1) is not offered in v1; send whole seconds.');
     const { min, max } = model.durationSeconds;
-    if (typeof dur !== 'number' || !Number.isInteger(dur) || dur < min || dur > max) {
-      throw bad('invalid_duration', 'duration', `\`duration\` must be a whole number of seconds from ${min} to ${max} for ${model.id}.`);
-    }
-    request.duration = dur;
+    const range = () => `\`duration\` must be a whole number of seconds from ${min} to ${max} for ${model.id}.`;
+    checkField('duration', F.duration, dur, range);
+    if ((dur as number) < min || (dur as number) > max) throw bad(F.duration.code, 'duration', range());
+    request.duration = dur as number;
   }
   const audio = given('generate_audio');
   if (audio !== undefined) {
-    if (typeof audio !== 'boolean') throw bad('invalid_type', 'generate_audio', '`generate_audio` must be a boolean.');
-    request.generate_audio = audio;
+    checkField('generate_audio', F.generate_audio, audio);
+    request.generate_audio = audio as boolean;
   }
 }
 
@@ -137,12 +134,13 @@ function urlFields(model: VideoModel, given: Given, request: NormalisedVideoRequ
   for (const f of ['first_frame_url', 'last_frame_url'] as const) {
     const v = given(f);
     if (v === undefined) continue;
+    checkField(f, F[f], v);
     const u = parseUrlField(v, f, allowList);
     request[f] = u.href;
     urls.push({ param: f, url: u });
   }
   for (const [field, kind] of REF_LISTS) {
-    const list = parseUrlList(given(field), field, model.references[kind], model.id, allowList, urls);
+    const list = parseUrlList(given(field), field, F[field], model.references[kind], model.id, allowList, urls);
     if (list !== undefined) request[field] = list;
   }
   return urls;
