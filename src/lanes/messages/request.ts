@@ -123,65 +123,24 @@ interface Walk {
  */
 export function parseMessagesRequest(body: Record<string, unknown>, catalog: Catalog, opts: ParseMessagesOptions): MessagesRequest {
   if (!isObj(body)) fail('invalid_body', 'body', 'The request body must be a JSON object.');
-
   for (const key of Object.keys(body)) {
     if (!ALLOWED_FIELDS.has(key)) fail('unsupported_parameter', key, `\`${key}\` is not supported in v1.`);
   }
+  const model = resolveModel(body, catalog);
+  const maxTokens = readMaxTokens(body, model);
 
-  // model
-  const modelName = body.model;
-  if (modelName === undefined) fail('unknown_model', 'model', '`model` is required: one of assistant-fable-5-1, assistant-opus-5, assistant-sonnet-5 (or fable, opus, sonnet).');
-  const model = typeof modelName === 'string' ? catalog.text(modelName, 'anthropic-messages') : undefined;
-  if (model === undefined) {
-    if (typeof modelName !== 'string') fail('unknown_model', 'model', `\`model\` must be a model id string; got ${describe(modelName)}.`);
-    fail('unknown_model', 'model', `Unknown model ${JSON.stringify(modelName.slice(0, 100))} for /v1/messages.`);
-  }
-
-  // max_tokens
-  const maxTokens = body.max_tokens;
-  if (typeof maxTokens !== 'number' || !Number.isInteger(maxTokens) || maxTokens < 1) {
-    fail('missing_max_tokens', 'max_tokens', '`max_tokens` is required and must be a positive integer.');
-  }
-  if (maxTokens > model.constraints.maxOutputTokens) {
-    fail('too_large', 'max_tokens', `\`max_tokens\` may be at most ${model.constraints.maxOutputTokens} for ${model.id}.`);
-  }
-
-  // messages
   const walk: Walk = { messages: 0, blocks: 0, verbatimChars: 0 };
   checkMessages(body.messages, walk);
-
-  // system
   if (body.system !== undefined) checkSystem(body.system, walk);
-
-  // tools, tool_choice
   let tools = 0;
   if (body.tools !== undefined) tools = checkTools(body.tools);
   if (body.tool_choice !== undefined) checkToolChoice(body.tool_choice);
-
-  // thinking
   if (body.thinking !== undefined) checkThinking(body.thinking, model, maxTokens);
-
-  // output_config
   let hasOutputFormat = false;
   if (body.output_config !== undefined) hasOutputFormat = checkOutputConfig(body.output_config);
-
-  // sampling: types only; ranges and per-model support are the vendor's.
-  for (const key of ['temperature', 'top_p', 'top_k'] as const) {
-    const v = body[key];
-    if (v !== undefined && (typeof v !== 'number' || !Number.isFinite(v))) fail('invalid_type', key, `\`${key}\` must be a number.`);
-  }
-
-  if (body.stop_sequences !== undefined) {
-    const s = body.stop_sequences;
-    if (!Array.isArray(s)) fail('invalid_type', 'stop_sequences', '`stop_sequences` must be an array of strings.');
-    for (let i = 0; i < s.length; i++) {
-      if (typeof s[i] !== 'string') fail('invalid_type', `stop_sequences.${i}`, '`stop_sequences` must be an array of strings.');
-    }
-  }
-
+  checkSampling(body);
   const stream = body.stream;
   if (stream !== undefined && typeof stream !== 'boolean') fail('invalid_type', 'stream', '`stream` must be a boolean.');
-
   if (body.metadata !== undefined && !isObj(body.metadata)) fail('invalid_type', 'metadata', '`metadata` must be an object.');
 
   // Refuse only what the vendor could never accept (see prompt-estimate.ts for why this floor is
@@ -198,6 +157,43 @@ export function parseMessagesRequest(body: Record<string, unknown>, catalog: Cat
   );
 
   return { model, stream: stream === true, maxTokens, promptTokensEstimate, promptTokensLowerBound: lowerBound, vendorBody };
+}
+
+function resolveModel(body: Obj, catalog: Catalog): TextModel {
+  const modelName = body.model;
+  if (modelName === undefined) fail('unknown_model', 'model', '`model` is required: one of assistant-fable-5-1, assistant-opus-5, assistant-sonnet-5 (or fable, opus, sonnet).');
+  const model = typeof modelName === 'string' ? catalog.text(modelName, 'anthropic-messages') : undefined;
+  if (model === undefined) {
+    if (typeof modelName !== 'string') fail('unknown_model', 'model', `\`model\` must be a model id string; got ${describe(modelName)}.`);
+    fail('unknown_model', 'model', `Unknown model ${JSON.stringify(modelName.slice(0, 100))} for /v1/messages.`);
+  }
+  return model;
+}
+
+function readMaxTokens(body: Obj, model: TextModel): number {
+  const maxTokens = body.max_tokens;
+  if (typeof maxTokens !== 'number' || !Number.isInteger(maxTokens) || maxTokens < 1) {
+    fail('missing_max_tokens', 'max_tokens', '`max_tokens` is required and must be a positive integer.');
+  }
+  if (maxTokens > model.constraints.maxOutputTokens) {
+    fail('too_large', 'max_tokens', `\`max_tokens\` may be at most ${model.constraints.maxOutputTokens} for ${model.id}.`);
+  }
+  return maxTokens;
+}
+
+/** temperature, top_p, top_k (types only; ranges and per-model support are the vendor's), stop_sequences. */
+function checkSampling(body: Obj): void {
+  for (const key of ['temperature', 'top_p', 'top_k'] as const) {
+    const v = body[key];
+    if (v !== undefined && (typeof v !== 'number' || !Number.isFinite(v))) fail('invalid_type', key, `\`${key}\` must be a number.`);
+  }
+  if (body.stop_sequences !== undefined) {
+    const s = body.stop_sequences;
+    if (!Array.isArray(s)) fail('invalid_type', 'stop_sequences', '`stop_sequences` must be an array of strings.');
+    for (let i = 0; i < s.length; i++) {
+      if (typeof s[i] !== 'string') fail('invalid_type', `stop_sequences.${i}`, '`stop_sequences` must be an array of strings.');
+    }
+  }
 }
 
 /**

@@ -286,7 +286,36 @@ export function parseResponsesRequest(body: Record<string, unknown>, catalog: Ca
 /** Validates the body and builds the vendor request; the counting is left to the caller. */
 export function prepareResponsesRequest(body: Record<string, unknown>, catalog: Catalog, opts: ParseResponsesOptions): PreparedResponsesRequest {
   if (!isObj(body)) fail('invalid_body', 'body', 'The request body must be a JSON object.');
+  checkTopLevelKeys(body);
+  const model = resolveModel(body, catalog);
+  const maxOutputTokens = readMaxOutputTokens(body, model);
+  const stream = checkStream(body, model);
 
+  const count: Count = { verbatimTexts: [], chars: 0, holdTexts: [], extra: HOLD_REQUEST_OVERHEAD_TOKENS };
+  checkInput(body.input, count);
+  const instructions = optional(body, 'instructions');
+  if (instructions !== undefined) {
+    if (typeof instructions !== 'string') fail('invalid_type', 'instructions', '`instructions` must be a string.');
+    addVerbatim(count, instructions);
+    count.extra += HOLD_ITEM_OVERHEAD_TOKENS;
+  }
+  checkToolFields(body, count);
+  checkReasoning(body);
+  const text = optional(body, 'text');
+  if (text !== undefined) checkText(text, count);
+  checkSampling(body);
+  checkInclude(body);
+  checkCaching(body);
+  checkUnforwarded(body);
+
+  const vendorBody = buildVendorBody(body, model, maxOutputTokens, opts);
+  let countChars = count.chars;
+  for (const t of count.holdTexts) countChars += t.length;
+  return { model, stream: stream === true, maxOutputTokens, vendorBody, verbatimTexts: count.verbatimTexts, holdTexts: count.holdTexts, countChars, chars: count.chars, extra: count.extra };
+}
+
+/** Every top-level key is accepted, or a rejected one sent as null or its inert default. */
+function checkTopLevelKeys(body: Obj): void {
   for (const key of Object.keys(body)) {
     if (ACCEPTED.has(key)) continue;
     const inert = REJECTED_INERT.get(key);
@@ -297,8 +326,9 @@ export function prepareResponsesRequest(body: Record<string, unknown>, catalog: 
     }
     fail('unsupported_parameter', key, `\`${key}\` is not supported in v1.`);
   }
+}
 
-  // model
+function resolveModel(body: Obj, catalog: Catalog): TextModel {
   const modelName = body.model;
   // Required, as on every other endpoint: a request never bills a model it did not name.
   const model = typeof modelName === 'string' ? catalog.text(modelName, 'openai-responses') : undefined;
@@ -307,22 +337,23 @@ export function prepareResponsesRequest(body: Record<string, unknown>, catalog: 
     if (typeof modelName !== 'string') fail('unknown_model', 'model', `\`model\` must be a model id string; got ${describe(modelName)}.`);
     fail('unknown_model', 'model', `Unknown model ${JSON.stringify(modelName.slice(0, 100))} for /v1/responses; use text-6-astra (or astra).`);
   }
+  return model;
+}
 
-  // max_output_tokens
-  let maxOutputTokens: number;
+/** The client's `max_output_tokens` or the model's default. */
+function readMaxOutputTokens(body: Obj, model: TextModel): number {
   const mot = body.max_output_tokens;
-  if (mot === undefined || mot === null) {
-    maxOutputTokens = model.constraints.defaultMaxOutputTokens ?? model.constraints.maxOutputTokens;
-  } else {
-    if (typeof mot !== 'number' || !Number.isInteger(mot)) fail('invalid_type', 'max_output_tokens', '`max_output_tokens` must be an integer.');
-    if (mot < RESPONSES_MIN_OUTPUT_TOKENS) fail('invalid_value', 'max_output_tokens', `\`max_output_tokens\` must be at least ${RESPONSES_MIN_OUTPUT_TOKENS}.`);
-    if (mot > model.constraints.maxOutputTokens) {
-      fail('too_large', 'max_output_tokens', `\`max_output_tokens\` may be at most ${model.constraints.maxOutputTokens} for ${model.id}.`);
-    }
-    maxOutputTokens = mot;
+  if (mot === undefined || mot === null) return model.constraints.defaultMaxOutputTokens ?? model.constraints.maxOutputTokens;
+  if (typeof mot !== 'number' || !Number.isInteger(mot)) fail('invalid_type', 'max_output_tokens', '`max_output_tokens` must be an integer.');
+  if (mot < RESPONSES_MIN_OUTPUT_TOKENS) fail('invalid_value', 'max_output_tokens', `\`max_output_tokens\` must be at least ${RESPONSES_MIN_OUTPUT_TOKENS}.`);
+  if (mot > model.constraints.maxOutputTokens) {
+    fail('too_large', 'max_output_tokens', `\`max_output_tokens\` may be at most ${model.constraints.maxOutputTokens} for ${model.id}.`);
   }
+  return mot;
+}
 
-  // stream
+/** `stream` and `stream_options`; returns `stream` (undefined when absent). */
+function checkStream(body: Obj, model: TextModel): unknown {
   const stream = optional(body, 'stream');
   if (stream !== undefined && typeof stream !== 'boolean') fail('invalid_type', 'stream', '`stream` must be a boolean.');
   if (stream === true && !model.constraints.streaming) fail('unsupported_parameter', 'stream', `${model.id} does not stream.`);
@@ -333,21 +364,11 @@ export function prepareResponsesRequest(body: Record<string, unknown>, catalog: 
       fail('invalid_type', 'stream_options.include_obfuscation', '`stream_options.include_obfuscation` must be a boolean.');
     }
   }
+  return stream;
+}
 
-  const count: Count = { verbatimTexts: [], chars: 0, holdTexts: [], extra: HOLD_REQUEST_OVERHEAD_TOKENS };
-
-  // input
-  checkInput(body.input, count);
-
-  // instructions
-  const instructions = optional(body, 'instructions');
-  if (instructions !== undefined) {
-    if (typeof instructions !== 'string') fail('invalid_type', 'instructions', '`instructions` must be a string.');
-    addVerbatim(count, instructions);
-    count.extra += HOLD_ITEM_OVERHEAD_TOKENS;
-  }
-
-  // tools, tool_choice
+/** tools, tool_choice, parallel_tool_calls, max_tool_calls. */
+function checkToolFields(body: Obj, count: Count): void {
   const tools = optional(body, 'tools');
   if (tools !== undefined) checkTools(tools, count);
   const toolChoice = optional(body, 'tool_choice');
@@ -359,22 +380,21 @@ export function prepareResponsesRequest(body: Record<string, unknown>, catalog: 
     if (typeof mtc !== 'number' || !Number.isInteger(mtc)) fail('invalid_type', 'max_tool_calls', '`max_tool_calls` must be an integer.');
     if (mtc < 1) fail('invalid_value', 'max_tool_calls', '`max_tool_calls` must be at least 1.');
   }
+}
 
-  // reasoning: shapes only; which efforts and summaries a model takes is the vendor's to say.
+/** reasoning: shapes only; which efforts and summaries a model takes is the vendor's to say. */
+function checkReasoning(body: Obj): void {
   const reasoning = optional(body, 'reasoning');
-  if (reasoning !== undefined) {
-    if (!isObj(reasoning)) fail('invalid_type', 'reasoning', '`reasoning` must be an object.');
-    for (const k of ['effort', 'summary'] as const) {
-      const v = reasoning[k];
-      if (v !== undefined && v !== null && typeof v !== 'string') fail('invalid_type', `reasoning.${k}`, `\`reasoning.${k}\` must be a string.`);
-    }
+  if (reasoning === undefined) return;
+  if (!isObj(reasoning)) fail('invalid_type', 'reasoning', '`reasoning` must be an object.');
+  for (const k of ['effort', 'summary'] as const) {
+    const v = reasoning[k];
+    if (v !== undefined && v !== null && typeof v !== 'string') fail('invalid_type', `reasoning.${k}`, `\`reasoning.${k}\` must be a string.`);
   }
+}
 
-  // text
-  const text = optional(body, 'text');
-  if (text !== undefined) checkText(text, count);
-
-  // sampling
+/** temperature, top_p, truncation. */
+function checkSampling(body: Obj): void {
   checkNumber(body, 'temperature', 0, 2);
   checkNumber(body, 'top_p', 0, 1);
   const truncation = optional(body, 'truncation');
@@ -382,19 +402,21 @@ export function prepareResponsesRequest(body: Record<string, unknown>, catalog: 
     if (typeof truncation !== 'string') fail('invalid_type', 'truncation', '`truncation` must be a string.');
     if (!TRUNCATIONS.has(truncation)) fail('invalid_enum', 'truncation', '`truncation` must be "auto" or "disabled".');
   }
+}
 
-  // include
+function checkInclude(body: Obj): void {
   const include = optional(body, 'include');
-  if (include !== undefined) {
-    if (!Array.isArray(include)) fail('invalid_type', 'include', '`include` must be an array of strings.');
-    for (let i = 0; i < include.length; i++) {
-      const v: unknown = include[i];
-      if (typeof v !== 'string') fail('invalid_type', `include.${i}`, '`include` must be an array of strings.');
-      if (v !== INCLUDE_ENCRYPTED_REASONING) fail('unsupported_parameter', `include.${i}`, `\`include\` value ${JSON.stringify(v.slice(0, 100))} is not supported in v1; only "${INCLUDE_ENCRYPTED_REASONING}".`);
-    }
+  if (include === undefined) return;
+  if (!Array.isArray(include)) fail('invalid_type', 'include', '`include` must be an array of strings.');
+  for (let i = 0; i < include.length; i++) {
+    const v: unknown = include[i];
+    if (typeof v !== 'string') fail('invalid_type', `include.${i}`, '`include` must be an array of strings.');
+    if (v !== INCLUDE_ENCRYPTED_REASONING) fail('unsupported_parameter', `include.${i}`, `\`include\` value ${JSON.stringify(v.slice(0, 100))} is not supported in v1; only "${INCLUDE_ENCRYPTED_REASONING}".`);
   }
+}
 
-  // caching
+/** prompt_cache_key, prompt_cache_retention. */
+function checkCaching(body: Obj): void {
   const pck = optional(body, 'prompt_cache_key');
   if (pck !== undefined && typeof pck !== 'string') fail('invalid_type', 'prompt_cache_key', '`prompt_cache_key` must be a string.');
   const pcr = optional(body, 'prompt_cache_retention');
@@ -403,19 +425,22 @@ export function prepareResponsesRequest(body: Record<string, unknown>, catalog: 
     if (pcr === '24h') fail('unsupported_parameter', 'prompt_cache_retention', `\`prompt_cache_retention\` "24h" is not supported in v1: ${WHY_CACHE_RETENTION}.`);
     if (pcr !== 'in_memory') fail('invalid_enum', 'prompt_cache_retention', '`prompt_cache_retention` must be "in_memory".');
   }
+}
 
-  // store: accepted, always false on the wire.
+/** store (accepted, always false on the wire), metadata, user, safety_identifier: validated, never forwarded. */
+function checkUnforwarded(body: Obj): void {
   const store = optional(body, 'store');
   if (store !== undefined && typeof store !== 'boolean') fail('invalid_type', 'store', '`store` must be a boolean.');
-
-  // metadata, user, safety_identifier: validated, never forwarded.
   const metadata = optional(body, 'metadata');
   if (metadata !== undefined) checkMetadata(metadata);
   for (const k of ['user', 'safety_identifier'] as const) {
     const v = optional(body, k);
     if (v !== undefined && typeof v !== 'string') fail('invalid_type', k, `\`${k}\` must be a string.`);
   }
+}
 
+/** The vendor's JSON: forwarded fields as sent, our model id, the explicit cap, store false, our safety_identifier. */
+function buildVendorBody(body: Obj, model: TextModel, maxOutputTokens: number, opts: ParseResponsesOptions): string {
   const out: Obj = { model: model.vendorModel };
   for (const k of FORWARDED) {
     const v = body[k];
@@ -425,13 +450,8 @@ export function prepareResponsesRequest(body: Record<string, unknown>, catalog: 
   out.include = [INCLUDE_ENCRYPTED_REASONING];
   out.store = false;
   out.safety_identifier = opts.userHash;
-  const vendorBody = JSON.stringify(out);
-
-  let countChars = count.chars;
-  for (const t of count.holdTexts) countChars += t.length;
-  return { model, stream: stream === true, maxOutputTokens, vendorBody, verbatimTexts: count.verbatimTexts, holdTexts: count.holdTexts, countChars, chars: count.chars, extra: count.extra };
+  return JSON.stringify(out);
 }
-
 
 /** The envelope check (413) and the hold, once the texts are counted. */
 export function finishResponsesRequest(p: PreparedResponsesRequest, counts: TextCounts): ResponsesRequest {
