@@ -1,12 +1,19 @@
 // The API's endpoints described once: the console's reference pages and the OpenAPI document at
 // /v1/openapi.json are both generated from this table, the error table (src/errors.ts) and the
-// model catalogue. The lanes validate with their own code; test/integration/openapi.test.ts keeps
-// this table and the router in agreement (every route described, every description routed).
+// model catalogue. The Messages and Responses bodies are built from the lanes' own field tables
+// (src/lanes/*/request-fields.ts), the ones their validators check the top level with, so the
+// reference cannot drift from what the lanes accept; test/integration/text-request-fields.test.ts
+// holds both sides to it; the video and image submit bodies come the same way from
+// src/generations/*/request-fields.ts (test/integration/generation-request-fields.test.ts). test/integration/openapi.test.ts keeps this table and the router in
+// agreement (every route described, every description routed).
 import type { Catalog } from '../catalog/models.js';
 import { ERRORS, type ErrorCode } from '../errors.js';
 import { fieldsSchema } from '../generations/field-rules.js';
 import { IMAGE_REQUEST_FIELDS } from '../generations/images/request-fields.js';
 import { VIDEO_REQUEST_FIELDS } from '../generations/video/request-fields.js';
+import { MESSAGES_FIELDS } from '../lanes/messages/request-fields.js';
+import { fieldsJsonSchema, type SchemaContext } from '../lanes/request-fields.js';
+import { RESPONSES_FIELDS } from '../lanes/responses/request-fields.js';
 
 export type JsonSchema = Record<string, unknown>;
 
@@ -34,6 +41,12 @@ const int = (description: string, extra: JsonSchema = {}): JsonSchema => ({ type
 const obj = (properties: Record<string, JsonSchema>, required: string[] = [], extra: JsonSchema = {}): JsonSchema => ({ type: 'object', properties, ...(required.length ? { required } : {}), ...extra });
 const ids = (c: Catalog, type: string, protocol?: string): string[] =>
   c.listed.filter((m) => m.type === type && (protocol === undefined || (m as { protocol?: string }).protocol === protocol)).flatMap((m) => [m.id, ...m.aliases]);
+
+/** A text lane's model enum and largest output cap, from the catalogue the lane resolves models in. */
+const textLaneSchemaContext = (c: Catalog, protocol: string): SchemaContext => ({
+  modelIds: ids(c, 'text', protocol),
+  maxOutputTokens: Math.max(...c.listed.filter((m) => m.type === 'text' && (m as { protocol?: string }).protocol === protocol).map((m) => (m as { constraints: { maxOutputTokens: number } }).constraints.maxOutputTokens)),
+});
 
 const COMMON: readonly ErrorCode[] = ['invalid_api_key', 'rate_limit_exceeded', 'rate_limiter_unavailable', 'external_api_disabled', 'internal_error'];
 const VALIDATION: readonly ErrorCode[] = ['invalid_json', 'invalid_body', 'invalid_type', 'invalid_enum', 'invalid_value', 'too_long', 'too_large', 'unsupported_parameter', 'unknown_model', 'payload_too_large', 'unsupported_media_type'];
@@ -65,15 +78,7 @@ export const ENDPOINTS: readonly Endpoint[] = [
   {
     slug: 'messages', method: 'POST', pattern: '/v1/messages', title: 'Messages', auth: 'key',
     summary: 'The Anthropic Messages protocol for the assistant-* models, streamed or not; billed in Ink from usage.',
-    body: (c) => obj({
-      model: str('Model id or alias', { enum: ids(c, 'text', 'anthropic-messages') }),
-      max_tokens: int('Output cap, 1 to the model maximum', { minimum: 1 }),
-      messages: { type: 'array', minItems: 1, items: obj({ role: str(undefined, { enum: ['user', 'assistant'] }), content: { oneOf: [{ type: 'string', minLength: 1 }, { type: 'array', minItems: 1, items: anyObject }] } }, ['role', 'content']) },
-      system: { oneOf: [{ type: 'string' }, { type: 'array', items: anyObject }] },
-      tools: { type: 'array', items: anyObject }, tool_choice: anyObject, thinking: anyObject, output_config: anyObject,
-      temperature: { type: 'number' }, top_p: { type: 'number' }, top_k: { type: 'number' },
-      stop_sequences: { type: 'array', items: { type: 'string' } }, stream: { type: 'boolean' }, metadata: anyObject,
-    }, ['model', 'max_tokens', 'messages'], { additionalProperties: false }),
+    body: (c) => fieldsJsonSchema(MESSAGES_FIELDS, textLaneSchemaContext(c, 'anthropic-messages')),
     ok: { status: 200, type: 'application/json', schema: obj({ id: str(), type: str(undefined, { const: 'message' }), role: str(), model: str(), content: { type: 'array', items: anyObject }, stop_reason: { type: ['string', 'null'] }, usage: anyObject }, ['id', 'type', 'content', 'usage'], { additionalProperties: true }), description: 'A message (or, with stream: true, text/event-stream ending with a service.usage event).' },
     errors: [...COMMON, ...VALIDATION, 'missing_messages', 'invalid_message', 'invalid_tool', 'missing_max_tokens', 'upstream_rejected', ...MONEY, 'provider_error'],
     doc: 'docs/api/messages.md',
@@ -83,16 +88,7 @@ export const ENDPOINTS: readonly Endpoint[] = [
   {
     slug: 'responses', method: 'POST', pattern: '/v1/responses', title: 'Responses', auth: 'key',
     summary: 'The OpenAI Responses protocol for the text-* models, streamed or not; stateless (store is always false).',
-    body: (c) => obj({
-      model: str('Model id or alias', { enum: ids(c, 'text', 'openai-responses') }),
-      input: { oneOf: [{ type: 'string', minLength: 1 }, { type: 'array', minItems: 1, items: anyObject }] },
-      instructions: str(), max_output_tokens: int('16 to 128,000; default 32,768', { minimum: 16, maximum: 128000 }),
-      stream: { type: 'boolean' }, stream_options: anyObject, tools: { type: 'array', items: anyObject }, tool_choice: { oneOf: [{ type: 'string' }, anyObject] },
-      parallel_tool_calls: { type: 'boolean' }, max_tool_calls: int('At least 1', { minimum: 1 }), reasoning: anyObject, text: anyObject,
-      temperature: { type: 'number', minimum: 0, maximum: 2 }, top_p: { type: 'number', minimum: 0, maximum: 1 }, truncation: str(undefined, { enum: ['auto', 'disabled'] }),
-      prompt_cache_key: str(), prompt_cache_retention: str(undefined, { enum: ['in_memory'] }), include: { type: 'array', items: { type: 'string' } },
-      store: { type: 'boolean' }, metadata: anyObject, user: str(), safety_identifier: str(),
-    }, ['model', 'input'], { additionalProperties: false }),
+    body: (c) => fieldsJsonSchema(RESPONSES_FIELDS, textLaneSchemaContext(c, 'openai-responses')),
     ok: { status: 200, type: 'application/json', schema: obj({ id: str(), object: str(undefined, { const: 'response' }), model: str(), output: { type: 'array', items: anyObject }, usage: anyObject }, ['id', 'object', 'output'], { additionalProperties: true }), description: 'A response (or, with stream: true, text/event-stream followed by a `: service.usage` comment).' },
     errors: [...COMMON, ...VALIDATION, 'missing_input', 'invalid_input', 'invalid_tool', 'upstream_rejected', ...MONEY, 'provider_error'],
     doc: 'docs/api/responses.md',

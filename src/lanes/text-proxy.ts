@@ -226,27 +226,41 @@ export interface TextProxyDeps {
   readonly upstream: Upstream | undefined;
 }
 
+/** What every request of one lane's handler shares: built once, when the handler is made. */
+interface ProxyEnv {
+  readonly lane: TextLane;
+  readonly services: Services;
+  readonly ledger: TextBilling;
+  readonly upstream: Upstream;
+  /** The vendor's path for this lane (the base URL's path + the lane's). */
+  readonly path: string;
+  readonly vendor: 'anthropic' | 'openai';
+  /** Per model: the bytes that start the vendor's model field, and ours to put in its place. */
+  readonly rewrites: ReadonlyMap<string, ModelRewrite>;
+}
+
+/** Said to whoever calls a closed lane, often someone who just ran `npm start`: what opens it. */
+function closedLaneMessage(lane: TextLane, configured: boolean): string {
+  return !configured
+    ? `The ${lane.product} lane has no vendor configured on this deployment. An operator sets the vendor's base URL and key, then runs \`inkgate lane enable ${lane.lane}\`; \`npm run demo\` does both against local simulators.`
+    : `The ${lane.product} lane is not enabled on this deployment. An operator opens it with \`inkgate lane enable ${lane.lane}\`; \`npm run demo\` runs every lane against local simulators.`;
+}
+
 export function createTextHandler(lane: TextLane, d: TextProxyDeps): (ctx: HttpContext) => Promise<void> {
   const { services, ledger, upstream } = d;
-  const cfg = services.config;
-  const path = upstream ? upstream.basePath + lane.vendorPath : lane.vendorPath;
-  // Per model: the bytes that start the vendor's model field, and ours to put in its place.
   const rewrites = new Map<string, ModelRewrite>();
   for (const m of services.catalog.models) {
     if (m.type === 'text') rewrites.set(m.id, modelRewrite(m.vendorModel, m.id));
   }
-
-  const vendor = lane.lane === 'messages' ? 'anthropic' : 'openai';
-  const metrics = services.metrics;
-  // Said to whoever calls a closed lane, often someone who just ran `npm start`: what opens it.
-  const closedMessage = !upstream
-    ? `The ${lane.product} lane has no vendor configured on this deployment. An operator sets the vendor's base URL and key, then runs \`inkgate lane enable ${lane.lane}\`; \`npm run demo\` does both against local simulators.`
-    : `The ${lane.product} lane is not enabled on this deployment. An operator opens it with \`inkgate lane enable ${lane.lane}\`; \`npm run demo\` runs every lane against local simulators.`;
+  const closedMessage = closedLaneMessage(lane, upstream !== undefined);
+  const env: ProxyEnv | undefined = upstream
+    ? { lane, services, ledger, upstream, path: upstream.basePath + lane.vendorPath, vendor: lane.lane === 'messages' ? 'anthropic' : 'openai', rewrites }
+    : undefined;
 
   return async (ctx) => {
     const startedMs = performance.now();
     const snap = services.state.current;
-    if (!upstream || !snap.lanes[lane.lane]) {
+    if (!env || !snap.lanes[lane.lane]) {
       throw new ApiError('provider_unavailable', { message: closedMessage, retryAfterS: 300 });
     }
     const parsed = lane.parse(await readJsonObject(ctx), ctx);
@@ -259,140 +273,124 @@ export function createTextHandler(lane: TextLane, d: TextProxyDeps): (ctx: HttpC
     if (auth.expiresAtMs !== null && auth.expiresAtMs <= Date.now()) throw new ApiError('invalid_api_key', { message: 'The API key has expired.' });
     await ledger.reserve({ requestId, accountId: auth.accountId, keyId: auth.keyId, product: lane.product, model: req.model.id, holdInk: req.holdInk });
     ctx.keyConfirmed = true;
-    metrics?.inkHeld(lane.product, req.model.id, req.holdInk);
+    services.metrics?.inkHeld(lane.product, req.model.id, req.holdInk);
 
-    let res: Dispatcher.ResponseData;
-    try {
-      res = await upstream.pool.request({
-        path,
-        method: 'POST',
-        headers: req.extraHeaders ? { ...lane.vendorHeaders, ...req.extraHeaders } : lane.vendorHeaders,
-        body: req.vendorBody,
-        // A non-streaming answer's headers come only when the whole reply is written: a large
-        // reply takes minutes (the official SDKs wait 10). A stream's headers come at once.
-        headersTimeout: req.stream ? cfg.upstream.headersTimeoutMs : cfg.upstream.nonStreamTimeoutMs,
-      });
-    } catch (e) {
-      metrics?.upstreamError(vendor, neverSent(e) ? 'connect' : isTimeout(e) ? 'timeout' : 'dispatch');
-      if (neverSent(e)) {
-        await moveOrLog(services, requestId, 'release', ledger.release(requestId, 'vendor unreachable before the request was sent'));
-        throw new ApiError('provider_unavailable', { message: 'The vendor is unreachable.', retryAfterS: 30, cause: e });
-      }
-      await holdOpen(services, ledger, requestId, { reason: `dispatch failed: ${(e as Error).message.slice(0, 200)}` });
-      throw new ApiError('provider_error', { message: 'The vendor failed after the request was sent; the hold is kept until reconciled.', cause: e });
-    }
-
-    if (res.statusCode !== 200) {
-      let text = '';
-      try {
-        text = (await readBounded(res.body, MAX_VENDOR_ERROR_BYTES, cfg.upstream.streamTotalMs)).toString('utf8');
-      } catch {
-        /* the status decides; the message is best effort */
-      }
-      metrics?.upstreamError(vendor, res.statusCode === 429 ? 'rate_limited' : res.statusCode < 500 ? 'status_4xx' : 'status_5xx');
-      const mapped = mapVendorStatus(res.statusCode, text, res.headers, lane.promptParam);
-      if (mapped.release) await moveOrLog(services, requestId, 'release', ledger.release(requestId, `vendor ${res.statusCode}`));
-      else await holdOpen(services, ledger, requestId, { vendorRequestId: storableId(headerValue(res.headers, VENDOR_ID_HEADERS)), reason: `vendor ${res.statusCode}` });
-      throw mapped.error;
-    }
-
+    const res = await dispatch(env, requestId, req);
+    if (res.statusCode !== 200) return refuseVendorStatus(env, requestId, res);
     const rw = rewrites.get(req.model.id)!;
-    if (req.stream) return streamThrough(ctx, lane, req, res, rw, ledger, services, startedMs);
-
-    let result: BodyResult;
-    try {
-      const buf = await readBounded(res.body, MAX_VENDOR_BODY_BYTES, cfg.upstream.streamTotalMs);
-      result = lane.finishBody(JSON.parse(buf.toString('utf8')), req);
-    } catch (e) {
-      metrics?.upstreamError(vendor, 'body');
-      await holdOpen(services, ledger, requestId, { vendorRequestId: storableId(headerValue(res.headers, VENDOR_ID_HEADERS)), reason: `unreadable vendor body: ${(e as Error).message.slice(0, 200)}` });
-      throw new ApiError('provider_error', { message: 'The vendor answer could not be read; the hold is kept until reconciled.', cause: e });
-    }
-    if (result.chargeInk === undefined) {
-      await holdOpen(services, ledger, requestId, { vendorRequestId: storableId(result.vendorRequestId), reason: 'no usable usage receipt' });
-      throw new ApiError('provider_error', { message: 'The vendor answered without a usable usage receipt; the hold is kept until reconciled.' });
-    }
-    const headers: Array<[string, string]> = [['X-Service-Request-Id', requestId]];
-    try {
-      const s = await ledger.settle(requestId, result.chargeInk, { usage: result.usage, vendorRequestId: storableId(result.vendorRequestId) });
-      if (s.resolved) {
-        headers.unshift(['X-Service-Ink-Charged', String(s.chargedInk)]);
-        metrics?.inkCharged(lane.product, req.model.id, s.chargedInk);
-      }
-    } catch (e) {
-      // The vendor ran and we hold the answer: deliver it. The hold stays open for reconciliation.
-      await settleFailed(services, ledger, requestId, result.chargeInk, result.usage, storableId(result.vendorRequestId), e);
-    }
-    ctx.sendJson(200, result.clientBody, headers);
+    if (req.stream) return streamThrough(env, ctx, req, res, rw, startedMs);
+    return answerBody(env, ctx, req, res);
   };
 }
 
-async function streamThrough(
-  ctx: HttpContext,
-  lane: TextLane,
-  req: ParsedTextRequest,
-  res: Dispatcher.ResponseData,
-  rw: ModelRewrite,
-  ledger: TextBilling,
-  services: Services,
-  startedMs: number,
-): Promise<void> {
-  const requestId = ctx.requestId;
-  let firstByte = true;
-  const body = res.body;
-  const framer = new SseFramer(MAX_PENDING_EVENT_BYTES);
-  const tally = lane.newTally(req);
-  ctx.startStream(200, [...STREAM_HEADERS, ['X-Service-Request-Id', requestId]]);
+/** Sends the request to the vendor; a failure to send releases the hold, one after sending keeps it. */
+async function dispatch(env: ProxyEnv, requestId: string, req: ParsedTextRequest): Promise<Dispatcher.ResponseData> {
+  const { lane, services, ledger, upstream } = env;
+  const cfg = services.config;
+  try {
+    return await upstream.pool.request({
+      path: env.path,
+      method: 'POST',
+      headers: req.extraHeaders ? { ...lane.vendorHeaders, ...req.extraHeaders } : lane.vendorHeaders,
+      body: req.vendorBody,
+      // A non-streaming answer's headers come only when the whole reply is written: a large
+      // reply takes minutes (the official SDKs wait 10). A stream's headers come at once.
+      headersTimeout: req.stream ? cfg.upstream.headersTimeoutMs : cfg.upstream.nonStreamTimeoutMs,
+    });
+  } catch (e) {
+    services.metrics?.upstreamError(env.vendor, neverSent(e) ? 'connect' : isTimeout(e) ? 'timeout' : 'dispatch');
+    if (neverSent(e)) {
+      await moveOrLog(services, requestId, 'release', ledger.release(requestId, 'vendor unreachable before the request was sent'));
+      throw new ApiError('provider_unavailable', { message: 'The vendor is unreachable.', retryAfterS: 30, cause: e });
+    }
+    await holdOpen(services, ledger, requestId, { reason: `dispatch failed: ${(e as Error).message.slice(0, 200)}` });
+    throw new ApiError('provider_error', { message: 'The vendor failed after the request was sent; the hold is kept until reconciled.', cause: e });
+  }
+}
 
-  let failure: Error | undefined;
-  let waiting = false;
-  // The vendor's id goes on the request record as soon as the stream names it (not awaited, once):
-  // a crash mid-stream then leaves a hold that reconciliation can match to the vendor's record.
-  let vendorIdRecorded = false;
-  await new Promise<void>((resolveS) => {
-    const total = setTimeout(() => body.destroy(new Error('stream exceeded its total time cap')), services.config.upstream.streamTotalMs);
+/** A vendor answer other than 200: release or keep the hold as the status says, then throw the mapped error. */
+async function refuseVendorStatus(env: ProxyEnv, requestId: string, res: Dispatcher.ResponseData): Promise<never> {
+  const { services, ledger } = env;
+  let text = '';
+  try {
+    text = (await readBounded(res.body, MAX_VENDOR_ERROR_BYTES, services.config.upstream.streamTotalMs)).toString('utf8');
+  } catch {
+    /* the status decides; the message is best effort */
+  }
+  services.metrics?.upstreamError(env.vendor, res.statusCode === 429 ? 'rate_limited' : res.statusCode < 500 ? 'status_4xx' : 'status_5xx');
+  const mapped = mapVendorStatus(res.statusCode, text, res.headers, env.lane.promptParam);
+  if (mapped.release) await moveOrLog(services, requestId, 'release', ledger.release(requestId, `vendor ${res.statusCode}`));
+  else await holdOpen(services, ledger, requestId, { vendorRequestId: storableId(headerValue(res.headers, VENDOR_ID_HEADERS)), reason: `vendor ${res.statusCode}` });
+  throw mapped.error;
+}
+
+/** A non-streaming answer: read it, settle on its receipt, send it with the charge in a header. */
+async function answerBody(env: ProxyEnv, ctx: HttpContext, req: ParsedTextRequest, res: Dispatcher.ResponseData): Promise<void> {
+  const { lane, services, ledger } = env;
+  const requestId = ctx.requestId;
+  let result: BodyResult;
+  try {
+    const buf = await readBounded(res.body, MAX_VENDOR_BODY_BYTES, services.config.upstream.streamTotalMs);
+    result = lane.finishBody(JSON.parse(buf.toString('utf8')), req);
+  } catch (e) {
+    services.metrics?.upstreamError(env.vendor, 'body');
+    await holdOpen(services, ledger, requestId, { vendorRequestId: storableId(headerValue(res.headers, VENDOR_ID_HEADERS)), reason: `unreadable vendor body: ${(e as Error).message.slice(0, 200)}` });
+    throw new ApiError('provider_error', { message: 'The vendor answer could not be read; the hold is kept until reconciled.', cause: e });
+  }
+  if (result.chargeInk === undefined) {
+    await holdOpen(services, ledger, requestId, { vendorRequestId: storableId(result.vendorRequestId), reason: 'no usable usage receipt' });
+    throw new ApiError('provider_error', { message: 'The vendor answered without a usable usage receipt; the hold is kept until reconciled.' });
+  }
+  const headers: Array<[string, string]> = [['X-Service-Request-Id', requestId]];
+  try {
+    const s = await ledger.settle(requestId, result.chargeInk, { usage: result.usage, vendorRequestId: storableId(result.vendorRequestId) });
+    if (s.resolved) {
+      headers.unshift(['X-Service-Ink-Charged', String(s.chargedInk)]);
+      services.metrics?.inkCharged(lane.product, req.model.id, s.chargedInk);
+    }
+  } catch (e) {
+    // The vendor ran and we hold the answer: deliver it. The hold stays open for reconciliation.
+    await settleFailed(services, ledger, requestId, result.chargeInk, result.usage, storableId(result.vendorRequestId), e);
+  }
+  ctx.sendJson(200, result.clientBody, headers);
+}
+
+/** One stream's mutable state, shared by its event handlers (one object per request). */
+interface StreamRun {
+  failure: Error | undefined;
+  firstByte: boolean;
+  /** The client's socket is full: the vendor's body is paused until it drains. */
+  waiting: boolean;
+  /** The vendor's id is on the request record (set once, not awaited). */
+  vendorIdRecorded: boolean;
+  /** False once the lane's cap stopped the stream. */
+  relaying: boolean;
+}
+
+async function streamThrough(env: ProxyEnv, ctx: HttpContext, req: ParsedTextRequest, res: Dispatcher.ResponseData, rw: ModelRewrite, startedMs: number): Promise<void> {
+  const tally = env.lane.newTally(req);
+  ctx.startStream(200, [...STREAM_HEADERS, ['X-Service-Request-Id', ctx.requestId]]);
+  const run: StreamRun = { failure: undefined, firstByte: true, waiting: false, vendorIdRecorded: false, relaying: true };
+  await pumpStream(env, ctx, res.body, rw, tally, run, startedMs);
+  tally.end();
+  const failure = run.failure;
+  if (failure) env.services.metrics?.upstreamError(env.vendor, /time/.test(failure.message) ? 'timeout' : 'stream');
+  ctx.end(await settleStream(env, ctx.requestId, req, tally, failure));
+}
+
+/** Reads the vendor's stream to its end (or error, or total time cap), relaying whole events as they come. */
+function pumpStream(env: ProxyEnv, ctx: HttpContext, body: Dispatcher.ResponseData['body'], rw: ModelRewrite, tally: StreamTally, run: StreamRun, startedMs: number): Promise<void> {
+  const framer = new SseFramer(MAX_PENDING_EVENT_BYTES);
+  const relay = createRelay(env, ctx, body, tally, run, startedMs);
+  const relayEach = (ev: Buffer): void => {
+    if (run.relaying) run.relaying = relay(ev);
+  };
+  return new Promise<void>((resolveS) => {
+    const total = setTimeout(() => body.destroy(new Error('stream exceeded its total time cap')), env.services.config.upstream.streamTotalMs);
     const finish = (err?: Error) => {
       clearTimeout(total);
-      failure = err;
+      run.failure = err;
       resolveS();
-    };
-    /** Tallies and relays whole events; false once the lane's cap stopped the stream. */
-    const relay = (events: Buffer): boolean => {
-      tally.push(events);
-      if (!vendorIdRecorded) {
-        const vendorId = storableId(tally.vendorRequestId());
-        if (vendorId !== undefined) {
-          vendorIdRecorded = true;
-          void moveOrLog(services, requestId, 'setVendorRequestId', ledger.setVendorRequestId(requestId, vendorId));
-        }
-      }
-      if (tally.capped) {
-        body.destroy();
-        return false;
-      }
-      let out = events;
-      if (out.indexOf(ERROR_EVENT) !== -1) {
-        out = withoutErrorEvents(out);
-        if (out.length === 0) return true;
-      }
-      if (firstByte) {
-        firstByte = false;
-        services.metrics?.firstToken(lane.lane, (performance.now() - startedMs) / 1000);
-      }
-      // A client that went away is not written to, but the vendor is read to its receipt.
-      if (!ctx.aborted && !ctx.write(out) && !waiting) {
-        waiting = true;
-        body.pause();
-        void ctx.waitWritable().then(() => {
-          waiting = false;
-          body.resume();
-        });
-      }
-      return true;
-    };
-    let relaying = true;
-    const relayEach = (ev: Buffer): void => {
-      if (relaying) relaying = relay(ev);
     };
     body.on('data', (chunk: Buffer) => {
       const framed = framer.push(chunk);
@@ -408,37 +406,75 @@ async function streamThrough(
     });
     body.once('end', () => finish());
     body.once('error', (e: Error) => finish(e));
-    body.once('close', () => finish(failure));
+    body.once('close', () => finish(run.failure));
   });
-  tally.end();
-  if (failure) services.metrics?.upstreamError(lane.lane === 'messages' ? 'anthropic' : 'openai', /time/.test(failure.message) ? 'timeout' : 'stream');
+}
 
-  let frame: string;
+/** The per-request relay: tallies and writes whole events; false once the lane's cap stopped the stream. */
+function createRelay(env: ProxyEnv, ctx: HttpContext, body: Dispatcher.ResponseData['body'], tally: StreamTally, run: StreamRun, startedMs: number): (events: Buffer) => boolean {
+  const { services, ledger, lane } = env;
+  const requestId = ctx.requestId;
+  const resume = () => {
+    run.waiting = false;
+    body.resume();
+  };
+  return (events) => {
+    tally.push(events);
+    // The vendor's id goes on the request record as soon as the stream names it (not awaited, once):
+    // a crash mid-stream then leaves a hold that reconciliation can match to the vendor's record.
+    if (!run.vendorIdRecorded) {
+      const vendorId = storableId(tally.vendorRequestId());
+      if (vendorId !== undefined) {
+        run.vendorIdRecorded = true;
+        void moveOrLog(services, requestId, 'setVendorRequestId', ledger.setVendorRequestId(requestId, vendorId));
+      }
+    }
+    if (tally.capped) {
+      body.destroy();
+      return false;
+    }
+    let out = events;
+    if (out.indexOf(ERROR_EVENT) !== -1) {
+      out = withoutErrorEvents(out);
+      if (out.length === 0) return true;
+    }
+    if (run.firstByte) {
+      run.firstByte = false;
+      services.metrics?.firstToken(lane.lane, (performance.now() - startedMs) / 1000);
+    }
+    // A client that went away is not written to, but the vendor is read to its receipt.
+    if (!ctx.aborted && !ctx.write(out) && !run.waiting) {
+      run.waiting = true;
+      body.pause();
+      void ctx.waitWritable().then(resume);
+    }
+    return true;
+  };
+}
+
+/** Settles a finished stream on what the tally read, and returns the stream's final frame. */
+async function settleStream(env: ProxyEnv, requestId: string, req: ParsedTextRequest, tally: StreamTally, failure: Error | undefined): Promise<string> {
+  const { lane, services, ledger } = env;
   const outcome = tally.capped ? 'capped' : tally.outcome();
   const charge = outcome === 'capped' ? req.holdInk : outcome === 'usage_unknown' ? undefined : tally.chargeInk();
   if (charge === undefined) {
     await holdOpen(services, ledger, requestId, { vendorRequestId: storableId(tally.vendorRequestId()), reason: failure ? `stream failed: ${failure.message.slice(0, 200)}` : 'no usage receipt' });
-    frame = lane.errorFrame('usage_unknown', 'The stream ended without a usage receipt; the hold is kept until the vendor record reconciles it.', requestId, tally);
-  } else {
-    let charged: number | undefined;
-    const usage = tally.usage();
-    const vendorId = storableId(tally.vendorRequestId());
-    try {
-      const s = await ledger.settle(requestId, charge, { usage, vendorRequestId: vendorId });
-      charged = s.resolved ? s.chargedInk : undefined;
-      if (charged !== undefined) services.metrics?.inkCharged(lane.product, req.model.id, charged);
-    } catch (e) {
-      await settleFailed(services, ledger, requestId, charge, usage, vendorId, e);
-    }
-    if (charged === undefined) {
-      frame = lane.errorFrame('usage_unknown', 'The charge could not be recorded; the hold is kept until reconciled.', requestId, tally);
-    } else if (outcome === 'incomplete_stream') {
-      frame = lane.errorFrame('incomplete_stream', `The stream ended without a terminal event; ${charged} Ink charged for what the vendor reported.`, requestId, tally);
-    } else if (outcome === 'capped' && lane.cappedFrame) {
-      frame = lane.cappedFrame(charged, requestId, tally);
-    } else {
-      frame = lane.usageFrame(charged, requestId, tally);
-    }
+    return lane.errorFrame('usage_unknown', 'The stream ended without a usage receipt; the hold is kept until the vendor record reconciles it.', requestId, tally);
   }
-  ctx.end(frame);
+  let charged: number | undefined;
+  const usage = tally.usage();
+  const vendorId = storableId(tally.vendorRequestId());
+  try {
+    const s = await ledger.settle(requestId, charge, { usage, vendorRequestId: vendorId });
+    charged = s.resolved ? s.chargedInk : undefined;
+    if (charged !== undefined) services.metrics?.inkCharged(lane.product, req.model.id, charged);
+  } catch (e) {
+    await settleFailed(services, ledger, requestId, charge, usage, vendorId, e);
+  }
+  if (charged === undefined) return lane.errorFrame('usage_unknown', 'The charge could not be recorded; the hold is kept until reconciled.', requestId, tally);
+  if (outcome === 'incomplete_stream') {
+    return lane.errorFrame('incomplete_stream', `The stream ended without a terminal event; ${charged} Ink charged for what the vendor reported.`, requestId, tally);
+  }
+  if (outcome === 'capped' && lane.cappedFrame) return lane.cappedFrame(charged, requestId, tally);
+  return lane.usageFrame(charged, requestId, tally);
 }

@@ -23,7 +23,9 @@
 //   answers `unsupported_parameter`; block-level `cache_control` is passed through.
 import { ApiError } from '../../errors.js';
 import type { Catalog, TextModel } from '../../catalog/models.js';
+import { checkField, checkFieldItem } from '../request-fields.js';
 import { promptTokensLowerBound, promptTokensUpperBound } from './prompt-estimate.js';
+import { MESSAGES_FIELDS as F } from './request-fields.js';
 
 export { promptTokensLowerBound, promptTokensUpperBound } from './prompt-estimate.js';
 
@@ -48,22 +50,8 @@ export interface ParseMessagesOptions {
 type Obj = Record<string, unknown>;
 const isObj = (v: unknown): v is Obj => typeof v === 'object' && v !== null && !Array.isArray(v);
 
-const ALLOWED_FIELDS: ReadonlySet<string> = new Set([
-  'model',
-  'messages',
-  'max_tokens',
-  'system',
-  'tools',
-  'tool_choice',
-  'thinking',
-  'output_config',
-  'temperature',
-  'top_p',
-  'top_k',
-  'stop_sequences',
-  'stream',
-  'metadata',
-]);
+/** The allow-list: the table's fields (request-fields.ts). */
+const ALLOWED_FIELDS: ReadonlySet<string> = new Set(Object.keys(F));
 
 /** Protocol blocks v1 does not carry: media and documents (text only) and server-tool traffic. */
 const UNSUPPORTED_BLOCKS: ReadonlySet<string> = new Set([
@@ -123,66 +111,30 @@ interface Walk {
  */
 export function parseMessagesRequest(body: Record<string, unknown>, catalog: Catalog, opts: ParseMessagesOptions): MessagesRequest {
   if (!isObj(body)) fail('invalid_body', 'body', 'The request body must be a JSON object.');
-
   for (const key of Object.keys(body)) {
     if (!ALLOWED_FIELDS.has(key)) fail('unsupported_parameter', key, `\`${key}\` is not supported in v1.`);
   }
+  const model = resolveModel(body, catalog);
+  const maxTokens = readMaxTokens(body, model);
 
-  // model
-  const modelName = body.model;
-  if (modelName === undefined) fail('unknown_model', 'model', '`model` is required: one of assistant-fable-5-1, assistant-opus-5, assistant-sonnet-5 (or fable, opus, sonnet).');
-  const model = typeof modelName === 'string' ? catalog.text(modelName, 'anthropic-messages') : undefined;
-  if (model === undefined) {
-    if (typeof modelName !== 'string') fail('unknown_model', 'model', `\`model\` must be a model id string; got ${describe(modelName)}.`);
-    fail('unknown_model', 'model', `Unknown model ${JSON.stringify(modelName.slice(0, 100))} for /v1/messages.`);
-  }
-
-  // max_tokens
-  const maxTokens = body.max_tokens;
-  if (typeof maxTokens !== 'number' || !Number.isInteger(maxTokens) || maxTokens < 1) {
-    fail('missing_max_tokens', 'max_tokens', '`max_tokens` is required and must be a positive integer.');
-  }
-  if (maxTokens > model.constraints.maxOutputTokens) {
-    fail('too_large', 'max_tokens', `\`max_tokens\` may be at most ${model.constraints.maxOutputTokens} for ${model.id}.`);
-  }
-
-  // messages
   const walk: Walk = { messages: 0, blocks: 0, verbatimChars: 0 };
   checkMessages(body.messages, walk);
-
-  // system
+  checkField('system', F.system, body.system);
   if (body.system !== undefined) checkSystem(body.system, walk);
-
-  // tools, tool_choice
   let tools = 0;
+  checkField('tools', F.tools, body.tools);
   if (body.tools !== undefined) tools = checkTools(body.tools);
+  checkField('tool_choice', F.tool_choice, body.tool_choice);
   if (body.tool_choice !== undefined) checkToolChoice(body.tool_choice);
-
-  // thinking
+  checkField('thinking', F.thinking, body.thinking);
   if (body.thinking !== undefined) checkThinking(body.thinking, model, maxTokens);
-
-  // output_config
   let hasOutputFormat = false;
+  checkField('output_config', F.output_config, body.output_config);
   if (body.output_config !== undefined) hasOutputFormat = checkOutputConfig(body.output_config);
-
-  // sampling: types only; ranges and per-model support are the vendor's.
-  for (const key of ['temperature', 'top_p', 'top_k'] as const) {
-    const v = body[key];
-    if (v !== undefined && (typeof v !== 'number' || !Number.isFinite(v))) fail('invalid_type', key, `\`${key}\` must be a number.`);
-  }
-
-  if (body.stop_sequences !== undefined) {
-    const s = body.stop_sequences;
-    if (!Array.isArray(s)) fail('invalid_type', 'stop_sequences', '`stop_sequences` must be an array of strings.');
-    for (let i = 0; i < s.length; i++) {
-      if (typeof s[i] !== 'string') fail('invalid_type', `stop_sequences.${i}`, '`stop_sequences` must be an array of strings.');
-    }
-  }
-
+  checkSampling(body);
   const stream = body.stream;
-  if (stream !== undefined && typeof stream !== 'boolean') fail('invalid_type', 'stream', '`stream` must be a boolean.');
-
-  if (body.metadata !== undefined && !isObj(body.metadata)) fail('invalid_type', 'metadata', '`metadata` must be an object.');
+  checkField('stream', F.stream, stream);
+  checkField('metadata', F.metadata, body.metadata);
 
   // Refuse only what the vendor could never accept (see prompt-estimate.ts for why this floor is
   // an assumption and why it rarely fires); checked before building the body, which it saves.
@@ -200,6 +152,36 @@ export function parseMessagesRequest(body: Record<string, unknown>, catalog: Cat
   return { model, stream: stream === true, maxTokens, promptTokensEstimate, promptTokensLowerBound: lowerBound, vendorBody };
 }
 
+function resolveModel(body: Obj, catalog: Catalog): TextModel {
+  const modelName = body.model;
+  if (modelName === undefined) fail('unknown_model', 'model', '`model` is required: one of assistant-fable-5-1, assistant-opus-5, assistant-sonnet-5 (or fable, opus, sonnet).');
+  const model = typeof modelName === 'string' ? catalog.text(modelName, 'anthropic-messages') : undefined;
+  if (model === undefined) {
+    if (typeof modelName !== 'string') fail('unknown_model', 'model', `\`model\` must be a model id string; got ${describe(modelName)}.`);
+    fail('unknown_model', 'model', `Unknown model ${JSON.stringify(modelName.slice(0, 100))} for /v1/messages.`);
+  }
+  return model;
+}
+
+function readMaxTokens(body: Obj, model: TextModel): number {
+  checkField('max_tokens', F.max_tokens, body.max_tokens);
+  const maxTokens = body.max_tokens as number;
+  if (maxTokens > model.constraints.maxOutputTokens) {
+    fail('too_large', 'max_tokens', `\`max_tokens\` may be at most ${model.constraints.maxOutputTokens} for ${model.id}.`);
+  }
+  return maxTokens;
+}
+
+const SAMPLING = ['temperature', 'top_p', 'top_k'] as const;
+
+/** temperature, top_p, top_k (types only; ranges and per-model support are the vendor's), stop_sequences. */
+function checkSampling(body: Obj): void {
+  for (const key of SAMPLING) checkField(key, F[key], body[key]);
+  const s = body.stop_sequences;
+  checkField('stop_sequences', F.stop_sequences, s);
+  if (Array.isArray(s)) for (let i = 0; i < s.length; i++) checkFieldItem('stop_sequences', F.stop_sequences, s[i], i);
+}
+
 /**
  * The `anthropic-beta` value to forward: of the client's comma-separated values only
  * `prompt-caching-2024-07-31` survives; undefined when nothing does (send no header).
@@ -214,10 +196,9 @@ export function forwardedBetaHeader(clientValue: string | undefined): string | u
 
 // ---------------------------------------------------------------------------------------------
 
-function checkMessages(messages: unknown, walk: Walk): void {
-  if (!Array.isArray(messages) || messages.length === 0) {
-    fail('missing_messages', 'messages', '`messages` must be a non-empty array of user and assistant turns.');
-  }
+function checkMessages(value: unknown, walk: Walk): void {
+  checkField('messages', F.messages, value);
+  const messages = value as unknown[];
   walk.messages = messages.length;
   for (let i = 0; i < messages.length; i++) {
     const m = messages[i];

@@ -62,94 +62,105 @@ export function responsesLane(cfg: Config, catalog: Catalog): TextLane {
       const counts = countRequestTexts(p.verbatimTexts, p.holdTexts, p.countChars);
       return counts instanceof Promise ? counts.then((c) => toParsed(finishResponsesRequest(p, c))) : toParsed(finishResponsesRequest(p, counts));
     },
-    newTally(req): StreamTally {
-      const t = new ResponsesUsageTally({ keepOutput: true });
-      const tally = {
-        capped: false,
-        push: (c: Buffer) => {
-          t.markOutput();
-          t.feed(c);
-          if (t.visibleTextChars > capChars && !t.sawTerminal) {
-            tally.capped = true;
-            // The proxy does not relay the chunk that passed the cap: the final response must not carry it either.
-            t.rewindOutput();
-          }
-        },
-        // Text deltas add at most one character (UTF-16 unit) per byte of their event, so a chunk
-        // shorter than what is left under the cap cannot cross it.
-        mayCap: (bytes: number) => !t.sawTerminal && t.visibleTextChars + bytes > capChars,
-        end: () => t.end(),
-        outcome: () => t.outcome(),
-        chargeInk: () => (t.usageUsable ? charge(req.model, t.usage) : undefined),
-        usage: () => usageRecord(t.usage),
-        vendorRequestId: () => t.responseId,
-        inner: t,
-        model: req.model.id,
-      };
-      return tally;
-    },
-    finishBody(json, req): BodyResult {
-      const t = tallyResponseBody(json);
-      if (json && typeof json === 'object' && 'model' in json) (json as Record<string, unknown>).model = req.model.id;
-      // The statuses of the stream's three terminal events: a `failed` response that reports its
-      // usage settles on it, as `response.failed` with usage does on the stream (spec, Errors: "a
-      // text call settles to what the vendor reports"); the client gets the vendor's failed
-      // response, as the stream passes `response.failed` on. Other statuses (queued, in_progress,
-      // cancelled: background mode, which we refuse) are not a receipt.
-      const usable = t.usageUsable && (t.status === 'completed' || t.status === 'incomplete' || t.status === 'failed');
-      return {
-        chargeInk: usable ? charge(req.model, t.usage) : undefined,
-        usage: usageRecord(t.usage),
-        vendorRequestId: t.responseId,
-        clientBody: JSON.stringify(json),
-      };
-    },
+    newTally: (req) => responsesTally(req, capChars),
+    finishBody: finishResponsesBody,
     usageFrame(inkCharged, requestId) {
       return `: service.usage ${usagePayload(inkCharged, requestId)}\n\n`;
     },
-    errorFrame(code, message, requestId, tally) {
-      const inner = (tally as unknown as { inner: ResponsesUsageTally }).inner;
-      const seq = inner.maxSequenceNumber + 1;
-      const vendor = inner.error ?? inner.responseError;
-      if (vendor?.message) message = `${vendor.message} (${message})`;
-      // Nested `error` (the first-party shape) makes the SDK raise a typed APIError; the flat
-      // fields keep clients that read `code`/`message` at the top level working too.
-      return `event: error\ndata: ${JSON.stringify({
-        type: 'error',
-        sequence_number: seq,
-        code,
-        message,
-        param: null,
-        error: { type: 'provider_error', code, message, param: null, request_id: requestId },
-      })}\n\n`;
-    },
-    cappedFrame(inkCharged, requestId, tally) {
-      const inner = (tally as unknown as { inner: ResponsesUsageTally; model: string }).inner;
-      const seq = inner.maxSequenceNumber + 1;
-      // The SDK's final response is this snapshot (it replaces what the deltas built), so it
-      // carries what was relayed: the first snapshot's fields, the finished items, and the open
-      // message items with the text relayed so far.
-      const kept = inner.relayedOutput();
-      const response = {
-        ...kept?.snapshot,
-        id: inner.responseId ?? null,
-        object: 'response',
-        status: 'incomplete',
-        error: null,
-        incomplete_details: { reason: 'max_output_tokens' },
-        model: (tally as unknown as { model: string }).model,
-        output: kept?.output ?? [],
-        // null, not counts: the vendor's receipt never came (we stopped reading), and the charge
-        // is the hold (spec), which is not a token count: it prices the prompt as cache writes and
-        // the output at max_output_tokens floored at 32,768. Counts that priced to it would be
-        // invented; the request record's usage is empty for the same reason. What was charged is
-        // in the service.usage comment that follows.
-        usage: null,
-      };
-      return (
-        `event: response.incomplete\ndata: ${JSON.stringify({ type: 'response.incomplete', sequence_number: seq, response })}\n\n` +
-        `: service.usage ${usagePayload(inkCharged, requestId)}\n\n`
-      );
-    },
+    errorFrame: responsesErrorFrame,
+    cappedFrame: responsesCappedFrame,
   };
+}
+
+/** The stream tally: usage on the side, and the service's visible-output cap (`capChars`). */
+function responsesTally(req: ParsedTextRequest, capChars: number): StreamTally {
+  const t = new ResponsesUsageTally({ keepOutput: true });
+  const tally = {
+    capped: false,
+    push: (c: Buffer) => {
+      t.markOutput();
+      t.feed(c);
+      if (t.visibleTextChars > capChars && !t.sawTerminal) {
+        tally.capped = true;
+        // The proxy does not relay the chunk that passed the cap: the final response must not carry it either.
+        t.rewindOutput();
+      }
+    },
+    // Text deltas add at most one character (UTF-16 unit) per byte of their event, so a chunk
+    // shorter than what is left under the cap cannot cross it.
+    mayCap: (bytes: number) => !t.sawTerminal && t.visibleTextChars + bytes > capChars,
+    end: () => t.end(),
+    outcome: () => t.outcome(),
+    chargeInk: () => (t.usageUsable ? charge(req.model, t.usage) : undefined),
+    usage: () => usageRecord(t.usage),
+    vendorRequestId: () => t.responseId,
+    inner: t,
+    model: req.model.id,
+  };
+  return tally;
+}
+
+function finishResponsesBody(json: unknown, req: ParsedTextRequest): BodyResult {
+  const t = tallyResponseBody(json);
+  if (json && typeof json === 'object' && 'model' in json) (json as Record<string, unknown>).model = req.model.id;
+  // The statuses of the stream's three terminal events: a `failed` response that reports its
+  // usage settles on it, as `response.failed` with usage does on the stream (spec, Errors: "a
+  // text call settles to what the vendor reports"); the client gets the vendor's failed
+  // response, as the stream passes `response.failed` on. Other statuses (queued, in_progress,
+  // cancelled: background mode, which we refuse) are not a receipt.
+  const usable = t.usageUsable && (t.status === 'completed' || t.status === 'incomplete' || t.status === 'failed');
+  return {
+    chargeInk: usable ? charge(req.model, t.usage) : undefined,
+    usage: usageRecord(t.usage),
+    vendorRequestId: t.responseId,
+    clientBody: JSON.stringify(json),
+  };
+}
+
+/** The stream's single final `error` event: ours, carrying the vendor's message when it sent one. */
+function responsesErrorFrame(code: 'usage_unknown' | 'incomplete_stream', message: string, requestId: string, tally: StreamTally): string {
+  const inner = (tally as unknown as { inner: ResponsesUsageTally }).inner;
+  const seq = inner.maxSequenceNumber + 1;
+  const vendor = inner.error ?? inner.responseError;
+  if (vendor?.message) message = `${vendor.message} (${message})`;
+  // Nested `error` (the first-party shape) makes the SDK raise a typed APIError; the flat
+  // fields keep clients that read `code`/`message` at the top level working too.
+  return `event: error\ndata: ${JSON.stringify({
+    type: 'error',
+    sequence_number: seq,
+    code,
+    message,
+    param: null,
+    error: { type: 'provider_error', code, message, param: null, request_id: requestId },
+  })}\n\n`;
+}
+
+/** Ends a stream the service stopped at its visible-output cap: an `incomplete` response, then the usage comment. */
+function responsesCappedFrame(inkCharged: number, requestId: string, tally: StreamTally): string {
+  const inner = (tally as unknown as { inner: ResponsesUsageTally; model: string }).inner;
+  const seq = inner.maxSequenceNumber + 1;
+  // The SDK's final response is this snapshot (it replaces what the deltas built), so it
+  // carries what was relayed: the first snapshot's fields, the finished items, and the open
+  // message items with the text relayed so far.
+  const kept = inner.relayedOutput();
+  const response = {
+    ...kept?.snapshot,
+    id: inner.responseId ?? null,
+    object: 'response',
+    status: 'incomplete',
+    error: null,
+    incomplete_details: { reason: 'max_output_tokens' },
+    model: (tally as unknown as { model: string }).model,
+    output: kept?.output ?? [],
+    // null, not counts: the vendor's receipt never came (we stopped reading), and the charge
+    // is the hold (spec), which is not a token count: it prices the prompt as cache writes and
+    // the output at max_output_tokens floored at 32,768. Counts that priced to it would be
+    // invented; the request record's usage is empty for the same reason. What was charged is
+    // in the service.usage comment that follows.
+    usage: null,
+  };
+  return (
+    `event: response.incomplete\ndata: ${JSON.stringify({ type: 'response.incomplete', sequence_number: seq, response })}\n\n` +
+    `: service.usage ${usagePayload(inkCharged, requestId)}\n\n`
+  );
 }

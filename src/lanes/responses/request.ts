@@ -63,6 +63,8 @@
 import { ApiError, type ErrorCode } from '../../errors.js';
 import type { Catalog, TextModel } from '../../catalog/models.js';
 import { responsesHoldInk } from '../../catalog/pricing.js';
+import { checkField, checkFieldItem } from '../request-fields.js';
+import { RESPONSES_FIELDS as F } from './request-fields.js';
 import { countTexts, type TextCounts } from './token-count.js';
 
 export { countO200kTokens } from './token-count.js';
@@ -91,8 +93,7 @@ export interface ParseResponsesOptions {
   userHash: string;
 }
 
-/** The vendor refuses `max_output_tokens` below this. */
-export const RESPONSES_MIN_OUTPUT_TOKENS = 16;
+export { RESPONSES_MIN_OUTPUT_TOKENS } from './request-fields.js';
 /** Hold framing: per input item (role and turn markers), per tool, per request. */
 export const HOLD_ITEM_OVERHEAD_TOKENS = 4;
 export const HOLD_TOOL_OVERHEAD_TOKENS = 8;
@@ -107,30 +108,8 @@ export const HOLD_ENCRYPTED_CHARS_PER_TOKEN = 4;
 /** The one `include` value accepted; always sent (store is false). */
 export const INCLUDE_ENCRYPTED_REASONING = 'reasoning.encrypted_content';
 
-export const RESPONSES_ACCEPTED_FIELDS: readonly string[] = Object.freeze([
-  'model',
-  'input',
-  'instructions',
-  'max_output_tokens',
-  'stream',
-  'stream_options',
-  'tools',
-  'tool_choice',
-  'parallel_tool_calls',
-  'max_tool_calls',
-  'reasoning',
-  'text',
-  'temperature',
-  'top_p',
-  'truncation',
-  'include',
-  'prompt_cache_key',
-  'prompt_cache_retention',
-  'store',
-  'metadata',
-  'user',
-  'safety_identifier',
-]);
+/** The allow-list: the table's fields (request-fields.ts). */
+export const RESPONSES_ACCEPTED_FIELDS: readonly string[] = Object.freeze(Object.keys(F));
 
 export const RESPONSES_REJECTED_FIELDS: Readonly<Record<string, string>> = Object.freeze({
   previous_response_id: 'needs conversation state kept by the vendor; the service keeps none (store is always false): send the whole transcript',
@@ -142,7 +121,6 @@ export const RESPONSES_REJECTED_FIELDS: Readonly<Record<string, string>> = Objec
 });
 
 /** Why parts of accepted fields are refused (messages of the `unsupported_parameter` answers). */
-const WHY_CACHE_RETENTION = 'only "in_memory" (the default): "24h" has the vendor keep prompt-derived data for a day';
 const WHY_TOOLS = 'only function tools; built-in and custom tools run on the vendor side';
 const WHY_ITEMS = 'text only; built-in tool call items and item references are not offered';
 
@@ -206,7 +184,6 @@ const TOOL_CHOICE_UNSUPPORTED: ReadonlySet<string> = new Set([
 ]);
 const FORMAT_TYPES: ReadonlySet<string> = new Set(['text', 'json_schema', 'json_object']);
 const VERBOSITIES: ReadonlySet<string> = new Set(['low', 'medium', 'high']);
-const TRUNCATIONS: ReadonlySet<string> = new Set(['auto', 'disabled']);
 const METADATA_MAX_KEYS = 16;
 const METADATA_MAX_KEY_CHARS = 64;
 const METADATA_MAX_VALUE_CHARS = 512;
@@ -286,7 +263,37 @@ export function parseResponsesRequest(body: Record<string, unknown>, catalog: Ca
 /** Validates the body and builds the vendor request; the counting is left to the caller. */
 export function prepareResponsesRequest(body: Record<string, unknown>, catalog: Catalog, opts: ParseResponsesOptions): PreparedResponsesRequest {
   if (!isObj(body)) fail('invalid_body', 'body', 'The request body must be a JSON object.');
+  checkTopLevelKeys(body);
+  const model = resolveModel(body, catalog);
+  const maxOutputTokens = readMaxOutputTokens(body, model);
+  const stream = checkStream(body, model);
 
+  const count: Count = { verbatimTexts: [], chars: 0, holdTexts: [], extra: HOLD_REQUEST_OVERHEAD_TOKENS };
+  checkInput(body.input, count);
+  const instructions = optional(body, 'instructions');
+  if (instructions !== undefined) {
+    checkField('instructions', F.instructions, instructions);
+    addVerbatim(count, instructions as string);
+    count.extra += HOLD_ITEM_OVERHEAD_TOKENS;
+  }
+  checkToolFields(body, count);
+  checkReasoning(body);
+  const text = optional(body, 'text');
+  checkField('text', F.text, text);
+  if (text !== undefined) checkText(text, count);
+  checkSampling(body);
+  checkInclude(body);
+  checkCaching(body);
+  checkUnforwarded(body);
+
+  const vendorBody = buildVendorBody(body, model, maxOutputTokens, opts);
+  let countChars = count.chars;
+  for (const t of count.holdTexts) countChars += t.length;
+  return { model, stream: stream === true, maxOutputTokens, vendorBody, verbatimTexts: count.verbatimTexts, holdTexts: count.holdTexts, countChars, chars: count.chars, extra: count.extra };
+}
+
+/** Every top-level key is accepted, or a rejected one sent as null or its inert default. */
+function checkTopLevelKeys(body: Obj): void {
   for (const key of Object.keys(body)) {
     if (ACCEPTED.has(key)) continue;
     const inert = REJECTED_INERT.get(key);
@@ -297,8 +304,9 @@ export function prepareResponsesRequest(body: Record<string, unknown>, catalog: 
     }
     fail('unsupported_parameter', key, `\`${key}\` is not supported in v1.`);
   }
+}
 
-  // model
+function resolveModel(body: Obj, catalog: Catalog): TextModel {
   const modelName = body.model;
   // Required, as on every other endpoint: a request never bills a model it did not name.
   const model = typeof modelName === 'string' ? catalog.text(modelName, 'openai-responses') : undefined;
@@ -307,115 +315,94 @@ export function prepareResponsesRequest(body: Record<string, unknown>, catalog: 
     if (typeof modelName !== 'string') fail('unknown_model', 'model', `\`model\` must be a model id string; got ${describe(modelName)}.`);
     fail('unknown_model', 'model', `Unknown model ${JSON.stringify(modelName.slice(0, 100))} for /v1/responses; use text-6-astra (or astra).`);
   }
+  return model;
+}
 
-  // max_output_tokens
-  let maxOutputTokens: number;
+/** The client's `max_output_tokens` or the model's default. */
+function readMaxOutputTokens(body: Obj, model: TextModel): number {
   const mot = body.max_output_tokens;
-  if (mot === undefined || mot === null) {
-    maxOutputTokens = model.constraints.defaultMaxOutputTokens ?? model.constraints.maxOutputTokens;
-  } else {
-    if (typeof mot !== 'number' || !Number.isInteger(mot)) fail('invalid_type', 'max_output_tokens', '`max_output_tokens` must be an integer.');
-    if (mot < RESPONSES_MIN_OUTPUT_TOKENS) fail('invalid_value', 'max_output_tokens', `\`max_output_tokens\` must be at least ${RESPONSES_MIN_OUTPUT_TOKENS}.`);
-    if (mot > model.constraints.maxOutputTokens) {
-      fail('too_large', 'max_output_tokens', `\`max_output_tokens\` may be at most ${model.constraints.maxOutputTokens} for ${model.id}.`);
-    }
-    maxOutputTokens = mot;
+  if (mot === undefined || mot === null) return model.constraints.defaultMaxOutputTokens ?? model.constraints.maxOutputTokens;
+  checkField('max_output_tokens', F.max_output_tokens, mot);
+  if ((mot as number) > model.constraints.maxOutputTokens) {
+    fail('too_large', 'max_output_tokens', `\`max_output_tokens\` may be at most ${model.constraints.maxOutputTokens} for ${model.id}.`);
   }
+  return mot as number;
+}
 
-  // stream
+/** `stream` and `stream_options`; returns `stream` (undefined when absent). */
+function checkStream(body: Obj, model: TextModel): unknown {
   const stream = optional(body, 'stream');
-  if (stream !== undefined && typeof stream !== 'boolean') fail('invalid_type', 'stream', '`stream` must be a boolean.');
+  checkField('stream', F.stream, stream);
   if (stream === true && !model.constraints.streaming) fail('unsupported_parameter', 'stream', `${model.id} does not stream.`);
   const so = optional(body, 'stream_options');
   if (so !== undefined) {
-    if (!isObj(so)) fail('invalid_type', 'stream_options', '`stream_options` must be an object.');
-    if (so.include_obfuscation !== undefined && typeof so.include_obfuscation !== 'boolean') {
+    checkField('stream_options', F.stream_options, so);
+    if ((so as Obj).include_obfuscation !== undefined && typeof (so as Obj).include_obfuscation !== 'boolean') {
       fail('invalid_type', 'stream_options.include_obfuscation', '`stream_options.include_obfuscation` must be a boolean.');
     }
   }
+  return stream;
+}
 
-  const count: Count = { verbatimTexts: [], chars: 0, holdTexts: [], extra: HOLD_REQUEST_OVERHEAD_TOKENS };
-
-  // input
-  checkInput(body.input, count);
-
-  // instructions
-  const instructions = optional(body, 'instructions');
-  if (instructions !== undefined) {
-    if (typeof instructions !== 'string') fail('invalid_type', 'instructions', '`instructions` must be a string.');
-    addVerbatim(count, instructions);
-    count.extra += HOLD_ITEM_OVERHEAD_TOKENS;
-  }
-
-  // tools, tool_choice
+/** tools, tool_choice, parallel_tool_calls, max_tool_calls. */
+function checkToolFields(body: Obj, count: Count): void {
   const tools = optional(body, 'tools');
+  checkField('tools', F.tools, tools);
   if (tools !== undefined) checkTools(tools, count);
   const toolChoice = optional(body, 'tool_choice');
+  checkField('tool_choice', F.tool_choice, toolChoice);
   if (toolChoice !== undefined) checkToolChoice(toolChoice);
-  const ptc = optional(body, 'parallel_tool_calls');
-  if (ptc !== undefined && typeof ptc !== 'boolean') fail('invalid_type', 'parallel_tool_calls', '`parallel_tool_calls` must be a boolean.');
-  const mtc = optional(body, 'max_tool_calls');
-  if (mtc !== undefined) {
-    if (typeof mtc !== 'number' || !Number.isInteger(mtc)) fail('invalid_type', 'max_tool_calls', '`max_tool_calls` must be an integer.');
-    if (mtc < 1) fail('invalid_value', 'max_tool_calls', '`max_tool_calls` must be at least 1.');
-  }
+  checkField('parallel_tool_calls', F.parallel_tool_calls, optional(body, 'parallel_tool_calls'));
+  checkField('max_tool_calls', F.max_tool_calls, optional(body, 'max_tool_calls'));
+}
 
-  // reasoning: shapes only; which efforts and summaries a model takes is the vendor's to say.
+/** reasoning: shapes only; which efforts and summaries a model takes is the vendor's to say. */
+function checkReasoning(body: Obj): void {
   const reasoning = optional(body, 'reasoning');
-  if (reasoning !== undefined) {
-    if (!isObj(reasoning)) fail('invalid_type', 'reasoning', '`reasoning` must be an object.');
-    for (const k of ['effort', 'summary'] as const) {
-      const v = reasoning[k];
-      if (v !== undefined && v !== null && typeof v !== 'string') fail('invalid_type', `reasoning.${k}`, `\`reasoning.${k}\` must be a string.`);
-    }
+  if (reasoning === undefined) return;
+  checkField('reasoning', F.reasoning, reasoning);
+  for (const k of ['effort', 'summary'] as const) {
+    const v = (reasoning as Obj)[k];
+    if (v !== undefined && v !== null && typeof v !== 'string') fail('invalid_type', `reasoning.${k}`, `\`reasoning.${k}\` must be a string.`);
   }
+}
 
-  // text
-  const text = optional(body, 'text');
-  if (text !== undefined) checkText(text, count);
+/** temperature, top_p, truncation. */
+function checkSampling(body: Obj): void {
+  checkField('temperature', F.temperature, optional(body, 'temperature'));
+  checkField('top_p', F.top_p, optional(body, 'top_p'));
+  checkField('truncation', F.truncation, optional(body, 'truncation'));
+}
 
-  // sampling
-  checkNumber(body, 'temperature', 0, 2);
-  checkNumber(body, 'top_p', 0, 1);
-  const truncation = optional(body, 'truncation');
-  if (truncation !== undefined) {
-    if (typeof truncation !== 'string') fail('invalid_type', 'truncation', '`truncation` must be a string.');
-    if (!TRUNCATIONS.has(truncation)) fail('invalid_enum', 'truncation', '`truncation` must be "auto" or "disabled".');
-  }
-
-  // include
+function checkInclude(body: Obj): void {
   const include = optional(body, 'include');
-  if (include !== undefined) {
-    if (!Array.isArray(include)) fail('invalid_type', 'include', '`include` must be an array of strings.');
-    for (let i = 0; i < include.length; i++) {
-      const v: unknown = include[i];
-      if (typeof v !== 'string') fail('invalid_type', `include.${i}`, '`include` must be an array of strings.');
-      if (v !== INCLUDE_ENCRYPTED_REASONING) fail('unsupported_parameter', `include.${i}`, `\`include\` value ${JSON.stringify(v.slice(0, 100))} is not supported in v1; only "${INCLUDE_ENCRYPTED_REASONING}".`);
-    }
+  if (include === undefined) return;
+  checkField('include', F.include, include);
+  const values = include as unknown[];
+  for (let i = 0; i < values.length; i++) {
+    const v: unknown = values[i];
+    checkFieldItem('include', F.include, v, i);
+    if (v !== INCLUDE_ENCRYPTED_REASONING) fail('unsupported_parameter', `include.${i}`, `\`include\` value ${JSON.stringify(String(v).slice(0, 100))} is not supported in v1; only "${INCLUDE_ENCRYPTED_REASONING}".`);
   }
+}
 
-  // caching
-  const pck = optional(body, 'prompt_cache_key');
-  if (pck !== undefined && typeof pck !== 'string') fail('invalid_type', 'prompt_cache_key', '`prompt_cache_key` must be a string.');
-  const pcr = optional(body, 'prompt_cache_retention');
-  if (pcr !== undefined) {
-    if (typeof pcr !== 'string') fail('invalid_type', 'prompt_cache_retention', '`prompt_cache_retention` must be a string.');
-    if (pcr === '24h') fail('unsupported_parameter', 'prompt_cache_retention', `\`prompt_cache_retention\` "24h" is not supported in v1: ${WHY_CACHE_RETENTION}.`);
-    if (pcr !== 'in_memory') fail('invalid_enum', 'prompt_cache_retention', '`prompt_cache_retention` must be "in_memory".');
-  }
+/** prompt_cache_key, prompt_cache_retention. */
+function checkCaching(body: Obj): void {
+  checkField('prompt_cache_key', F.prompt_cache_key, optional(body, 'prompt_cache_key'));
+  checkField('prompt_cache_retention', F.prompt_cache_retention, optional(body, 'prompt_cache_retention'));
+}
 
-  // store: accepted, always false on the wire.
-  const store = optional(body, 'store');
-  if (store !== undefined && typeof store !== 'boolean') fail('invalid_type', 'store', '`store` must be a boolean.');
-
-  // metadata, user, safety_identifier: validated, never forwarded.
+/** store (accepted, always false on the wire), metadata, user, safety_identifier: validated, never forwarded. */
+function checkUnforwarded(body: Obj): void {
+  checkField('store', F.store, optional(body, 'store'));
   const metadata = optional(body, 'metadata');
+  checkField('metadata', F.metadata, metadata);
   if (metadata !== undefined) checkMetadata(metadata);
-  for (const k of ['user', 'safety_identifier'] as const) {
-    const v = optional(body, k);
-    if (v !== undefined && typeof v !== 'string') fail('invalid_type', k, `\`${k}\` must be a string.`);
-  }
+  for (const k of ['user', 'safety_identifier'] as const) checkField(k, F[k], optional(body, k));
+}
 
+/** The vendor's JSON: forwarded fields as sent, our model id, the explicit cap, store false, our safety_identifier. */
+function buildVendorBody(body: Obj, model: TextModel, maxOutputTokens: number, opts: ParseResponsesOptions): string {
   const out: Obj = { model: model.vendorModel };
   for (const k of FORWARDED) {
     const v = body[k];
@@ -425,13 +412,8 @@ export function prepareResponsesRequest(body: Record<string, unknown>, catalog: 
   out.include = [INCLUDE_ENCRYPTED_REASONING];
   out.store = false;
   out.safety_identifier = opts.userHash;
-  const vendorBody = JSON.stringify(out);
-
-  let countChars = count.chars;
-  for (const t of count.holdTexts) countChars += t.length;
-  return { model, stream: stream === true, maxOutputTokens, vendorBody, verbatimTexts: count.verbatimTexts, holdTexts: count.holdTexts, countChars, chars: count.chars, extra: count.extra };
+  return JSON.stringify(out);
 }
-
 
 /** The envelope check (413) and the hold, once the texts are counted. */
 export function finishResponsesRequest(p: PreparedResponsesRequest, counts: TextCounts): ResponsesRequest {
@@ -461,20 +443,11 @@ function optional(body: Obj, key: string): unknown {
   return v === null ? undefined : v;
 }
 
-function checkNumber(body: Obj, key: string, min: number, max: number): void {
-  const v = optional(body, key);
-  if (v === undefined) return;
-  if (typeof v !== 'number' || !Number.isFinite(v)) fail('invalid_type', key, `\`${key}\` must be a number.`);
-  if (v < min || v > max) fail('invalid_value', key, `\`${key}\` must be from ${min} to ${max}.`);
-}
-
 // ---------------------------------------------------------------------------------------------
 // input
 
 function checkInput(input: unknown, count: Count): void {
-  if (input === undefined || input === null || input === '' || (Array.isArray(input) && input.length === 0)) {
-    fail('missing_input', 'input', '`input` is required: a string or a non-empty array of items.');
-  }
+  checkField('input', F.input, input === null ? undefined : input);
   if (typeof input === 'string') {
     addVerbatim(count, input);
     count.extra += HOLD_ITEM_OVERHEAD_TOKENS;

@@ -319,29 +319,9 @@ export class ResponsesUsageTally {
     }
     this._eventCount++;
     const name = ev.event;
-    // Snapshots before the terminal one are parsed only until the response id is known.
-    const skip =
-      name !== undefined &&
-      (!PARSED_EVENTS.has(name) || (this._responseId !== undefined && (name === 'response.in_progress' || name === 'response.queued'))) &&
-      !(this.kept !== undefined && KEPT_ITEM_EVENTS.has(name));
-    if (skip) {
-      const seq = scanSequenceNumber(data);
-      if (seq > this._maxSequenceNumber) this._maxSequenceNumber = seq;
-      return;
-    }
+    if (this.skipped(name, data)) return;
     // Text deltas are most of a stream's events: count their text without building objects.
-    if (name === 'response.output_text.delta') {
-      const chars = scanTextDelta(data, this.span);
-      if (chars !== -1) {
-        const seq = scanSequenceNumber(data);
-        if (seq > this._maxSequenceNumber) this._maxSequenceNumber = seq;
-        if (this._terminalEvent === undefined) {
-          this._visibleTextChars += chars;
-          this.kept?.delta(data, this.span.start, this.span.end);
-        }
-        return;
-      }
-    }
+    if (name === 'response.output_text.delta' && this.scannedTextDelta(data)) return;
     let parsed: unknown;
     try {
       parsed = JSON.parse(data);
@@ -355,6 +335,39 @@ export class ResponsesUsageTally {
     if (seq !== undefined && seq > this._maxSequenceNumber) this._maxSequenceNumber = seq;
     const type = str(parsed.type) ?? name;
     if (this._terminalEvent !== undefined) return;
+    this.applyEvent(type, parsed, data);
+  }
+
+  /**
+   * True when the event is not parsed: only its sequence number is read. Snapshots before the
+   * terminal one are parsed only until the response id is known.
+   */
+  private skipped(name: string | undefined, data: string): boolean {
+    const skip =
+      name !== undefined &&
+      (!PARSED_EVENTS.has(name) || (this._responseId !== undefined && (name === 'response.in_progress' || name === 'response.queued'))) &&
+      !(this.kept !== undefined && KEPT_ITEM_EVENTS.has(name));
+    if (!skip) return false;
+    const seq = scanSequenceNumber(data);
+    if (seq > this._maxSequenceNumber) this._maxSequenceNumber = seq;
+    return true;
+  }
+
+  /** Counts a text delta by scanning its JSON; false when the scan cannot read it (then it is parsed). */
+  private scannedTextDelta(data: string): boolean {
+    const chars = scanTextDelta(data, this.span);
+    if (chars === -1) return false;
+    const seq = scanSequenceNumber(data);
+    if (seq > this._maxSequenceNumber) this._maxSequenceNumber = seq;
+    if (this._terminalEvent === undefined) {
+      this._visibleTextChars += chars;
+      this.kept?.delta(data, this.span.start, this.span.end);
+    }
+    return true;
+  }
+
+  /** What a parsed event before the terminal one changes. */
+  private applyEvent(type: string | undefined, parsed: Record<string, unknown>, data: string): void {
     switch (type) {
       case 'response.output_text.delta': {
         const delta = parsed.delta;
