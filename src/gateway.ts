@@ -22,7 +22,8 @@ import { mediaHostHandler } from './generations/routes.js';
 import { videoRoutes } from './generations/video/routes.js';
 import { imageRoutes } from './generations/images/routes.js';
 import { Router, type Route } from './server/router.js';
-import { startServer } from './server/server.js';
+import { startServer, type RunningServer } from './server/server.js';
+import type { HttpContext } from './server/http-context.js';
 import { KeyAuthenticator } from './auth/authenticate.js';
 import { migrate } from './store/migrate.js';
 import { createPool, type Pool } from './store/pool.js';
@@ -68,128 +69,30 @@ export interface GatewayOptions {
   unbilled?: boolean;
 }
 
+/** Shutdown steps, run in reverse order of their push. */
+type Cleanups = Array<() => Promise<void> | void>;
+
 export async function createGateway(config: Config, opts: GatewayOptions = {}): Promise<Gateway> {
   if (config.db.url === null) throw new Error('createGateway needs config.db.url (main.ts starts the embedded Postgres)');
   const log = opts.log ?? createLogger(config.log.level);
   const clientAddress = clientAddressResolver(config.server); // throws on a bad trustedProxies entry, before anything opens
   const metrics = new GatewayMetrics();
   const pool = createPool({ ...config.db, url: config.db.url });
-  const cleanups: Array<() => Promise<void> | void> = [() => pool.end()];
+  const cleanups: Cleanups = [() => pool.end()];
   const cleanup = async () => {
     for (const c of cleanups.reverse()) await c();
   };
   try {
-    if (!opts.skipMigrate) await migrate(pool, config.db.schema);
-    const state = new DeploymentState(pool);
-    await state.start();
-    cleanups.push(() => state.stop());
-    const limiter =
-      opts.limiter ??
-      createRateLimiter({
-        redisUrl: config.redis.url,
-        redis: config.redis,
-        onRedisError: (e) => log.warn('redis unavailable', { err: e.message }),
-      });
-    if (!opts.limiter) cleanups.push(() => limiter.close());
-    // Listen only once the limiter can answer (bounded): otherwise the first requests after
-    // start-up would meet a Redis connection still opening and get 503s.
-    if (!(await limiter.waitReady(config.redis.connectTimeoutMs * 2))) {
-      log.warn('rate limiter not ready; starting anyway, limited routes answer 503 until it is', { kind: limiter.kind });
-    }
+    const state = await openStore(config, pool, opts, cleanups);
+    const limiter = await startLimiter(config, log, opts, cleanups);
     const catalog = opts.catalog ?? loadCatalog();
-    const ledgerLog = (msg: string, fields?: object) => log.warn(msg, fields as Record<string, unknown>);
-    const ledger = new Ledger(pool, { log: ledgerLog });
-    cleanups.push(() => ledger.close());
-    // Key authentication, shared by the server and the escrow (a key changed elsewhere is dropped from its cache).
-    const keys = new KeyAuthenticator(pool, config.auth);
-    cleanups.push(() => keys.close());
-    const escrow = await Escrow.start({
-      pool,
-      ledger,
-      config: config.ledger,
-      instanceId: config.ledger.instanceId ?? defaultInstanceId(),
-      bus: { dbUrl: config.db.url, dbSchema: config.db.schema, connectTimeoutMs: config.db.connectionTimeoutMs, redis: config.redis },
-      log: ledgerLog,
-      onKeyChanged: (keyId) => keys.forgetKey(keyId),
-      onSwitchChanged: () => void state.refresh(),
-    });
-    cleanups.push(() => escrow.close());
+    const { ledger, keys, escrow } = await startLedger(config, config.db.url, pool, state, log, cleanups);
     const services: Services = { config, pool, state, limiter, catalog, ledger, escrow, log, metrics };
-    metrics.attach({ escrow, store: { db: pool }, storeScrapeMs: config.admin.storeScrapeMs });
-    const readiness = new ReadinessCheck({
-      db: pool,
-      latestMigration: Math.max(0, ...listMigrations().map((m) => m.version)),
-      // A take on a bucket of its own proves the limiter's script runs (a refusal is an answer too).
-      redis: limiter.kind === 'redis' ? () => limiter.take('probe:ready', 1) : undefined,
-      timeoutMs: config.admin.readyTimeoutMs,
-    });
-
-    const upstreams: Upstream[] = [];
-    const upstream = (v: 'anthropic' | 'openai'): Upstream | undefined => {
-      const vc = config.vendors[v];
-      if (vc.baseUrl === null || vc.apiKey === null) return undefined;
-      const u = createUpstream(vc.baseUrl, vc.apiKey, config.upstream);
-      upstreams.push(u);
-      return u;
-    };
+    const readiness = startOps(services, metrics);
     const generationDeps = await createGenerationDeps(services, opts.video ?? {});
     cleanups.push(() => generationDeps.close());
-    const text = config.limits.textBodyBytes;
-    const textLedger = opts.unbilled ? new UnbilledLedger() : escrow;
-    const routes: Route[] = [
-      ...catalogRoutes(config, catalog, state),
-      ...accountRoutes(pool, escrow),
-      {
-        method: 'POST',
-        pattern: '/v1/messages',
-        access: 'key',
-        keyRecheckedByReserve: true,
-        requestIdHeader: 'request-id',
-        bodyBytes: text,
-        handler: createTextHandler(messagesLane(config, catalog), { services, ledger: textLedger, upstream: upstream('anthropic') }),
-      },
-      {
-        method: 'POST',
-        pattern: '/v1/responses',
-        access: 'key',
-        keyRecheckedByReserve: true,
-        bodyBytes: text,
-        handler: createTextHandler(responsesLane(config, catalog), { services, ledger: textLedger, upstream: upstream('openai') }),
-      },
-      ...videoRoutes(services, generationDeps),
-      ...imageRoutes(services, generationDeps),
-      openApiRoute(catalog),
-      ...(opts.extraRoutes?.(services) ?? []),
-    ];
-    // Closed after the server drained (cleanups run in reverse): no admitted request meets a closed pool.
-    cleanups.push(async () => {
-      await Promise.all(upstreams.map((u) => u.pool.close()));
-    });
-    // The console (src/console) is served beside the media host; its playground calls our own /v1.
-    let selfUrl = '';
-    const media = mediaHostHandler(generationDeps);
-    const consolePages = consoleHandler({ services, mediaSecret: generationDeps.mediaSecret, mediaClock: generationDeps.clock, selfUrl: () => selfUrl, routes: () => routes });
-    const server = await startServer({
-      host: config.server.host,
-      port: config.server.port,
-      allowUwsFallback: config.allowUwsFallback,
-      router: new Router(routes),
-      state,
-      limiter,
-      db: pool,
-      requestsPerMinute: config.limits.requestsPerMinute,
-      keys,
-      publicRequestsPerMinute: config.limits.publicRequestsPerMinute,
-      log,
-      other: (ctx) => consolePages(ctx) || media(ctx),
-      metrics: { observe: (m, r, s, sec) => metrics.http.observe(m, r, s, sec), rateLimited: (scope) => metrics.rateLimited(scope) },
-      clientAddress: (ctx) => clientAddress(ctx),
-    });
-    const running = server;
-    selfUrl = selfBaseUrl(config.server.host, running.port);
-    cleanups.push(async () => {
-      if (!(await running.close())) log.warn('shutdown: requests still running after the drain period');
-    });
+    const routes = apiRoutes(services, generationDeps, opts, cleanups);
+    const running = await serveHttp(services, { metrics, keys, clientAddress, generationDeps, routes }, cleanups);
     // Started last and stopped first: no job runs against a closing ledger or pool.
     const engine = startJobEngine(services, generationDeps, opts.video?.engine ?? {});
     cleanups.push(() => engine.stop());
@@ -210,6 +113,150 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
     await cleanup();
     throw e;
   }
+}
+
+/** The schema migrated (unless the caller did it) and the deployment switches read and followed. */
+async function openStore(config: Config, pool: Pool, opts: GatewayOptions, cleanups: Cleanups): Promise<DeploymentState> {
+  if (!opts.skipMigrate) await migrate(pool, config.db.schema);
+  const state = new DeploymentState(pool);
+  await state.start();
+  cleanups.push(() => state.stop());
+  return state;
+}
+
+/** The rate limiter (injected, else Redis or in-process), waited for within a bound. */
+async function startLimiter(config: Config, log: Logger, opts: GatewayOptions, cleanups: Cleanups): Promise<RateLimiter> {
+  const limiter =
+    opts.limiter ??
+    createRateLimiter({
+      redisUrl: config.redis.url,
+      redis: config.redis,
+      onRedisError: (e) => log.warn('redis unavailable', { err: e.message }),
+    });
+  if (!opts.limiter) cleanups.push(() => limiter.close());
+  // Listen only once the limiter can answer (bounded): otherwise the first requests after
+  // start-up would meet a Redis connection still opening and get 503s.
+  if (!(await limiter.waitReady(config.redis.connectTimeoutMs * 2))) {
+    log.warn('rate limiter not ready; starting anyway, limited routes answer 503 until it is', { kind: limiter.kind });
+  }
+  return limiter;
+}
+
+/** The ledger, key authentication and the escrow over them. */
+async function startLedger(config: Config, dbUrl: string, pool: Pool, state: DeploymentState, log: Logger, cleanups: Cleanups): Promise<{ ledger: Ledger; keys: KeyAuthenticator; escrow: Escrow }> {
+  const ledgerLog = (msg: string, fields?: object) => log.warn(msg, fields as Record<string, unknown>);
+  const ledger = new Ledger(pool, { log: ledgerLog });
+  cleanups.push(() => ledger.close());
+  // Key authentication, shared by the server and the escrow (a key changed elsewhere is dropped from its cache).
+  const keys = new KeyAuthenticator(pool, config.auth);
+  cleanups.push(() => keys.close());
+  const escrow = await Escrow.start({
+    pool,
+    ledger,
+    config: config.ledger,
+    instanceId: config.ledger.instanceId ?? defaultInstanceId(),
+    bus: { dbUrl, dbSchema: config.db.schema, connectTimeoutMs: config.db.connectionTimeoutMs, redis: config.redis },
+    log: ledgerLog,
+    onKeyChanged: (keyId) => keys.forgetKey(keyId),
+    onSwitchChanged: () => void state.refresh(),
+  });
+  cleanups.push(() => escrow.close());
+  return { ledger, keys, escrow };
+}
+
+/** Metrics fed from the escrow and the store, and the readiness check the admin listener serves. */
+function startOps(s: Services, metrics: GatewayMetrics): ReadinessCheck {
+  metrics.attach({ escrow: s.escrow, store: { db: s.pool }, storeScrapeMs: s.config.admin.storeScrapeMs });
+  return new ReadinessCheck({
+    db: s.pool,
+    latestMigration: Math.max(0, ...listMigrations().map((m) => m.version)),
+    // A take on a bucket of its own proves the limiter's script runs (a refusal is an answer too).
+    redis: s.limiter.kind === 'redis' ? () => s.limiter.take('probe:ready', 1) : undefined,
+    timeoutMs: s.config.admin.readyTimeoutMs,
+  });
+}
+
+/** The /v1 routes: catalogue, account, the text lanes, generations, the OpenAPI document (and a test's extras). */
+function apiRoutes(services: Services, generationDeps: GenerationDeps, opts: GatewayOptions, cleanups: Cleanups): Route[] {
+  const { config, catalog, escrow, pool, state } = services;
+  const upstreams: Upstream[] = [];
+  const upstream = (v: 'anthropic' | 'openai'): Upstream | undefined => {
+    const vc = config.vendors[v];
+    if (vc.baseUrl === null || vc.apiKey === null) return undefined;
+    const u = createUpstream(vc.baseUrl, vc.apiKey, config.upstream);
+    upstreams.push(u);
+    return u;
+  };
+  const text = config.limits.textBodyBytes;
+  const textLedger = opts.unbilled ? new UnbilledLedger() : escrow;
+  const routes: Route[] = [
+    ...catalogRoutes(config, catalog, state),
+    ...accountRoutes(pool, escrow),
+    {
+      method: 'POST',
+      pattern: '/v1/messages',
+      access: 'key',
+      keyRecheckedByReserve: true,
+      requestIdHeader: 'request-id',
+      bodyBytes: text,
+      handler: createTextHandler(messagesLane(config, catalog), { services, ledger: textLedger, upstream: upstream('anthropic') }),
+    },
+    {
+      method: 'POST',
+      pattern: '/v1/responses',
+      access: 'key',
+      keyRecheckedByReserve: true,
+      bodyBytes: text,
+      handler: createTextHandler(responsesLane(config, catalog), { services, ledger: textLedger, upstream: upstream('openai') }),
+    },
+    ...videoRoutes(services, generationDeps),
+    ...imageRoutes(services, generationDeps),
+    openApiRoute(catalog),
+    ...(opts.extraRoutes?.(services) ?? []),
+  ];
+  // Closed after the server drained (cleanups run in reverse): no admitted request meets a closed pool.
+  cleanups.push(async () => {
+    await Promise.all(upstreams.map((u) => u.pool.close()));
+  });
+  return routes;
+}
+
+interface HttpParts {
+  readonly metrics: GatewayMetrics;
+  readonly keys: KeyAuthenticator;
+  readonly clientAddress: (ctx: HttpContext) => string;
+  readonly generationDeps: GenerationDeps;
+  readonly routes: Route[];
+}
+
+/** The uWS server: the /v1 routes, and beside them the console and the media host. */
+async function serveHttp(services: Services, p: HttpParts, cleanups: Cleanups): Promise<RunningServer> {
+  const { config, log, state, limiter, pool } = services;
+  // The console (src/console) is served beside the media host; its playground calls our own /v1.
+  let selfUrl = '';
+  const media = mediaHostHandler(p.generationDeps);
+  const consolePages = consoleHandler({ services, mediaSecret: p.generationDeps.mediaSecret, mediaClock: p.generationDeps.clock, selfUrl: () => selfUrl, routes: () => p.routes });
+  const running = await startServer({
+    host: config.server.host,
+    port: config.server.port,
+    allowUwsFallback: config.allowUwsFallback,
+    router: new Router(p.routes),
+    state,
+    limiter,
+    db: pool,
+    requestsPerMinute: config.limits.requestsPerMinute,
+    keys: p.keys,
+    publicRequestsPerMinute: config.limits.publicRequestsPerMinute,
+    log,
+    other: (ctx) => consolePages(ctx) || media(ctx),
+    metrics: { observe: (m, r, s, sec) => p.metrics.http.observe(m, r, s, sec), rateLimited: (scope) => p.metrics.rateLimited(scope) },
+    clientAddress: (ctx) => p.clientAddress(ctx),
+  });
+  selfUrl = selfBaseUrl(config.server.host, running.port);
+  cleanups.push(async () => {
+    if (!(await running.close())) log.warn('shutdown: requests still running after the drain period');
+  });
+  return running;
 }
 
 /** An instance id nobody else has: host, process and a random part (set ledger.instanceId to keep one across restarts). */

@@ -1,30 +1,26 @@
 // `npm start`: the gateway with its embedded default (and `npm run demo`: plus the vendor simulators).
 import { demoAccountAllowed, ensureDemoAccount, demoKeyPath, hasDemoKey } from './admin/demo.js';
-import { loadConfig } from './config/config.js';
-import { createGateway } from './gateway.js';
+import { loadConfig, type Config } from './config/config.js';
+import { createGateway, type Gateway } from './gateway.js';
 import { Ledger } from './ledger/ledger.js';
-import { openDatabase } from './store/connect.js';
+import { openDatabase, type Database } from './store/connect.js';
 import { createPool } from './store/pool.js';
-import { createLogger } from './util/log.js';
+import { createLogger, type Logger } from './util/log.js';
 import { startDemoVendors } from './simulators/demo.js';
 import type { AdminServer } from './ops/admin-server.js';
 import { drainAndClose, serveAdmin } from './ops/serve.js';
 import { demoSignInLink } from './console/demo-link.js';
 
+/** Shutdown steps, run in order. */
+type Stops = Array<() => Promise<void>>;
+
 export async function main(argv: string[]): Promise<void> {
   const demo = argv.includes('--demo');
   let config = loadConfig();
   const log = createLogger(config.log.level);
-  const stops: Array<() => Promise<void>> = [];
+  const stops: Stops = [];
   let videoFetch: { allowList: ReadonlySet<string>; ca: string } | undefined;
-  if (demo) {
-    const vendors = await startDemoVendors();
-    videoFetch = vendors.videoFetch;
-    stops.push(vendors.close);
-    config = loadConfig(process.env, { vendors: vendors.config });
-    // Every simulator the demo started, from the same table the gateway is configured with.
-    log.info('demo: vendor simulators started', Object.fromEntries(Object.entries(vendors.config).map(([name, v]) => [name, v.baseUrl])));
-  }
+  if (demo) ({ config, videoFetch } = await startDemo(log, stops));
   const db = await openDatabase(config, { share: true, log: (m) => log.info(m) });
   stops.unshift(db.stop);
   config = loadConfig(process.env, { db: { url: db.url }, ...(demo ? { vendors: config.vendors } : {}) });
@@ -39,23 +35,8 @@ export async function main(argv: string[]): Promise<void> {
   stops.unshift(() => drainAndClose(gw, opsConfig, admin, log));
   admin = await serveAdmin(gw, config, log);
   log.info(`admin listener (/metrics, /healthz, /readyz) on ${admin.url}`, { url: admin.url });
-  if (demo) {
-    const pool = createPool({ ...config.db, url: db.url });
-    // The demo's vendors are our simulators: certify every lane for them.
-    await pool.query('UPDATE lanes SET enabled = true');
-    await pool.end();
-    await gw.services.state.refresh();
-  }
-  let key: string | undefined;
-  let consoleLink: string | undefined;
-  if (demoAccountAllowed(config, { demo, dbKind: db.kind })) {
-    const pool = createPool({ ...config.db, url: db.url, poolMax: 2 });
-    const ledger = new Ledger(pool);
-    key = await ensureDemoAccount(config, pool, ledger);
-    consoleLink = demo ? await demoSignInLink(pool, config, gw.url) : undefined;
-    await ledger.close();
-    await pool.end();
-  }
+  if (demo) await enableDemoLanes(config, db, gw);
+  const { key, consoleLink } = demoAccountAllowed(config, { demo, dbKind: db.kind }) ? await prepareDemoAccount(config, db, gw, demo) : {};
   if (key) {
     process.stdout.write(`\nDemo account created. Its API key (shown once, also in ${demoKeyPath(config)}):\n\n  ${key}\n\n`);
   }
@@ -64,7 +45,40 @@ export async function main(argv: string[]): Promise<void> {
   if (db.kind !== 'external' || demo) {
     if (hasDemoKey(config)) process.stdout.write(`Try: curl -H "Authorization: Bearer $(cat ${demoKeyPath(config)})" ${gw.url}/v1/me\n`);
   }
+  stopOnSignals(db, stops, log);
+}
 
+/** The vendor simulators, and the configuration that points the gateway at them. */
+async function startDemo(log: Logger, stops: Stops): Promise<{ config: Config; videoFetch: { allowList: ReadonlySet<string>; ca: string } }> {
+  const vendors = await startDemoVendors();
+  stops.push(vendors.close);
+  const config = loadConfig(process.env, { vendors: vendors.config });
+  // Every simulator the demo started, from the same table the gateway is configured with.
+  log.info('demo: vendor simulators started', Object.fromEntries(Object.entries(vendors.config).map(([name, v]) => [name, v.baseUrl])));
+  return { config, videoFetch: vendors.videoFetch };
+}
+
+/** The demo's vendors are our simulators: certify every lane for them. */
+async function enableDemoLanes(config: Config, db: Database, gw: Gateway): Promise<void> {
+  const pool = createPool({ ...config.db, url: db.url });
+  await pool.query('UPDATE lanes SET enabled = true');
+  await pool.end();
+  await gw.services.state.refresh();
+}
+
+/** The demo account (its key, when made now) and, for the demo, a console sign-in link. */
+async function prepareDemoAccount(config: Config, db: Database, gw: Gateway, demo: boolean): Promise<{ key?: string; consoleLink?: string }> {
+  const pool = createPool({ ...config.db, url: db.url, poolMax: 2 });
+  const ledger = new Ledger(pool);
+  const key = await ensureDemoAccount(config, pool, ledger);
+  const consoleLink = demo ? await demoSignInLink(pool, config, gw.url) : undefined;
+  await ledger.close();
+  await pool.end();
+  return { key, consoleLink };
+}
+
+/** SIGINT and SIGTERM run the stops once, in order, then exit. */
+function stopOnSignals(db: Database, stops: Stops, log: Logger): void {
   let stopping = false;
   const stop = async (sig: string) => {
     if (stopping) return;

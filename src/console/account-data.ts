@@ -1,5 +1,6 @@
 // What the console shows of an account, read straight from the ledger's rows. Every query is
 // bounded by the account id it is given (the session's), so one account never reads another's.
+import { ACCOUNT_INK_COLUMNS, ACCOUNT_INK_JOIN, ACCOUNT_RESERVED_COLUMN, inkFigures, KEY_SPEND_COLUMNS, KEY_SPEND_JOIN, keySpend, type InkFigures, type KeySpend } from '../accounts/ink-figures.js';
 import type { Queryable } from '../store/pool.js';
 
 export interface AccountView {
@@ -11,10 +12,9 @@ export interface AccountView {
   periodDays: number;
   periodStartedAt: Date;
   topupsCompleted: number;
-  /** As GET /v1/me counts them: the wallet plus leased Ink not held by a request. */
-  grantInk: number;
-  paygInk: number;
-  /** Held by running requests (durable holds and holds taken from leases). */
+  /** The `ink` figures of GET /v1/me, from the same computation (accounts/ink-figures.ts). */
+  ink: InkFigures;
+  /** Held by running requests on any key (durable holds and holds taken from leases). */
   reservedInk: number;
   chargedInk: number;
 }
@@ -22,14 +22,9 @@ export interface AccountView {
 export async function readAccount(db: Queryable, accountId: string): Promise<AccountView | undefined> {
   const r = await db.query(
     `SELECT a.name, p.id AS plan_id, p.label, p.paid, p.period_grant_ink, p.period_days, w.period_started_at, w.topups_completed,
-            w.grant_ink + w.leased_grant_ink - coalesce(al.g, 0)::bigint AS grant_ink,
-            w.payg_ink + w.leased_payg_ink - coalesce(al.p, 0)::bigint AS payg_ink,
-            w.held_grant_ink + w.held_payg_ink + coalesce(al.g, 0)::bigint + coalesce(al.p, 0)::bigint AS reserved_ink,
-            w.charged_ink
+            ${ACCOUNT_INK_COLUMNS}, ${ACCOUNT_RESERVED_COLUMN}, w.charged_ink
        FROM accounts a JOIN plans p ON p.id = a.plan_id JOIN wallets w ON w.account_id = a.id
-       LEFT JOIN LATERAL (SELECT sum(r.hold_grant_ink) AS g, sum(r.hold_payg_ink) AS p FROM leases l
-                            JOIN requests r ON r.lease_id = l.id AND r.leased
-                           WHERE l.account_id = w.account_id AND l.state = 'live') al ON true
+       ${ACCOUNT_INK_JOIN}
       WHERE a.id = $1`,
     [accountId],
   );
@@ -38,7 +33,7 @@ export async function readAccount(db: Queryable, accountId: string): Promise<Acc
   return {
     name: x.name, planId: x.plan_id, planLabel: x.label, paid: x.paid, periodGrantInk: Number(x.period_grant_ink),
     periodDays: x.period_days, periodStartedAt: x.period_started_at, topupsCompleted: x.topups_completed,
-    grantInk: Number(x.grant_ink), paygInk: Number(x.payg_ink), reservedInk: Number(x.reserved_ink), chargedInk: Number(x.charged_ink),
+    ink: inkFigures(x), reservedInk: Number(x.reserved_ink), chargedInk: Number(x.charged_ink),
   };
 }
 
@@ -47,30 +42,26 @@ export interface KeyView {
   name: string;
   prefix: string;
   last4: string;
-  inkLimit: number | null;
-  inkCharged: number;
-  inkReserved: number;
+  /** The key's figures of GET /v1/me, from the same computation. */
+  spend: KeySpend;
   expiresAt: Date | null;
   revokedAt: Date | null;
   createdAt: Date;
   playground: boolean;
 }
 
-/** The account's keys, newest first, with spend counted as GET /v1/me counts it. At most 500. */
+/** The account's keys, newest first, each with its GET /v1/me spend. At most 500. */
 export async function readKeys(db: Queryable, accountId: string): Promise<KeyView[]> {
   const r = await db.query(
-    `SELECT k.id, k.name, k.prefix, k.last4, k.ink_limit, k.ink_charged, k.expires_at, k.revoked_at, k.created_at,
-            k.ink_reserved + coalesce(kl.h, 0)::bigint AS ink_reserved, (pk.key_id IS NOT NULL) AS playground
+    `SELECT k.id, k.name, k.prefix, k.last4, k.expires_at, k.revoked_at, k.created_at, ${KEY_SPEND_COLUMNS}, (pk.key_id IS NOT NULL) AS playground
        FROM api_keys k
        LEFT JOIN console_playground_keys pk ON pk.key_id = k.id
-       LEFT JOIN LATERAL (SELECT sum(r.hold_ink) AS h FROM leases l JOIN requests r ON r.lease_id = l.id AND r.leased
-                           WHERE l.key_id = k.id AND l.state = 'live') kl ON true
+       ${KEY_SPEND_JOIN}
       WHERE k.account_id = $1 ORDER BY k.created_at DESC, k.id LIMIT 500`,
     [accountId],
   );
   return r.rows.map((x) => ({
-    id: x.id, name: x.name, prefix: x.prefix, last4: x.last4, inkLimit: x.ink_limit === null ? null : Number(x.ink_limit),
-    inkCharged: Number(x.ink_charged), inkReserved: Number(x.ink_reserved), expiresAt: x.expires_at, revokedAt: x.revoked_at,
+    id: x.id, name: x.name, prefix: x.prefix, last4: x.last4, spend: keySpend(x), expiresAt: x.expires_at, revokedAt: x.revoked_at,
     createdAt: x.created_at, playground: x.playground,
   }));
 }

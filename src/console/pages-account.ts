@@ -18,13 +18,12 @@ async function account(p: SignedIn) {
 export async function overviewPage(p: SignedIn): Promise<void> {
   const a = await account(p);
   const keys = await readKeys(p.d.services.pool, p.session.accountId);
-  const balance = a.grantInk + a.paygInk;
   const periodEnds = new Date(a.periodStartedAt.getTime() + a.periodDays * 86_400_000);
   const body = `<section aria-labelledby="bal"><h2 id="bal">Balance</h2>
 <dl class="figures">
-<div><dt>Balance</dt><dd data-figure="balance">${ink(balance)} Ink</dd></div>
-<div><dt>Period grant remaining</dt><dd data-figure="grant">${ink(a.grantInk)} Ink</dd></div>
-<div><dt>Pay-as-you-go</dt><dd data-figure="payg">${ink(a.paygInk)} Ink <span class="muted">(${esc(inkToUsd(a.paygInk).toFixed(2))} USD)</span></dd></div>
+<div><dt>Balance</dt><dd data-figure="balance">${ink(a.ink.balance)} Ink</dd></div>
+<div><dt>Period grant remaining</dt><dd data-figure="grant">${ink(a.ink.period_grant_remaining)} Ink</dd></div>
+<div><dt>Pay-as-you-go</dt><dd data-figure="payg">${ink(a.ink.payg_balance)} Ink <span class="muted">(${esc(inkToUsd(a.ink.payg_balance).toFixed(2))} USD)</span></dd></div>
 <div><dt>Reserved by running requests</dt><dd data-figure="reserved">${ink(a.reservedInk)} Ink</dd></div>
 <div><dt>Charged, all time</dt><dd data-figure="charged">${ink(a.chargedInk)} Ink</dd></div>
 </dl></section>
@@ -32,7 +31,7 @@ export async function overviewPage(p: SignedIn): Promise<void> {
 <p><strong>${esc(a.planLabel)}</strong> (${a.paid ? 'paid' : 'free'}): ${ink(a.periodGrantInk)} Ink granted every ${a.periodDays} days; this period ends ${time(periodEnds)}. Completed top-ups: ${a.topupsCompleted}.</p>
 <p class="muted">1 Ink = 0.01 USD. These are the figures <code>GET /v1/me</code> answers with.</p></section>
 <section aria-labelledby="spend"><h2 id="spend">Spend per key</h2>
-${table(['Key', 'Prefix', 'Charged', 'Reserved', 'Limit', 'State'], keys.map((k) => [esc(k.name), `<code>${esc(k.prefix)}…${esc(k.last4)}</code>`, ink(k.inkCharged), ink(k.inkReserved), k.inkLimit === null ? 'none' : ink(k.inkLimit), keyState(k)]), 'Keys')}
+${table(['Key', 'Prefix', 'Charged', 'Reserved', 'Limit', 'State'], keys.map((k) => [esc(k.name), `<code>${esc(k.prefix)}…${esc(k.last4)}</code>`, ink(k.spend.ink_charged), ink(k.spend.ink_reserved), k.spend.ink_limit === null ? 'none' : ink(k.spend.ink_limit), keyState(k)]), 'Keys')}
 </section>`;
   sendHtml(p.ctx, 200, page({ title: 'Overview', nav: 'overview', csrf: p.session.csrf, accountName: p.session.accountName }, body));
 }
@@ -55,8 +54,8 @@ export async function keysPage(p: SignedIn, created?: CreatedKey, problem?: stri
   const rows = keys.map((k) => [
     esc(k.name) + (k.playground ? ' <span class="muted">(used by the playground)</span>' : ''),
     `<code>${esc(k.prefix)}…${esc(k.last4)}</code>`,
-    ink(k.inkCharged),
-    `<form method="post" action="/console/keys/${esc(k.id)}/limit" class="inline">${csrf}<label>Limit <input name="ink_limit" inputmode="numeric" size="8" value="${k.inkLimit ?? ''}" placeholder="none" aria-label="Lifetime Ink limit of ${esc(k.name)}"></label> <button type="submit" aria-label="Save the limit of ${esc(k.name)}">Save</button></form>`,
+    ink(k.spend.ink_charged),
+    `<form method="post" action="/console/keys/${esc(k.id)}/limit" class="inline">${csrf}<label>Limit <input name="ink_limit" inputmode="numeric" size="8" value="${k.spend.ink_limit ?? ''}" placeholder="none" aria-label="Lifetime Ink limit of ${esc(k.name)}"></label> <button type="submit" aria-label="Save the limit of ${esc(k.name)}">Save</button></form>`,
     time(k.expiresAt),
     keyState(k),
     k.revokedAt ? '' : `<form method="post" action="/console/keys/${esc(k.id)}/revoke" class="inline">${csrf}<button type="submit" class="danger" aria-label="Revoke ${esc(k.name)}">Revoke</button></form>`,

@@ -76,19 +76,6 @@ export const JOURNAL_EXPIRE = `INSERT INTO ledger_journal (at, kind, account_id,
 export const JOURNAL_PERIOD_GRANT = `INSERT INTO ledger_journal (at, kind, account_id, amount_ink, grant_ink, credited_ink, note)
   VALUES ($3, 'grant', $1, $2, $2, $2, 'period grant')`;
 
-/**
- * What a key's account can see of its Ink, leases included: a lease's spare Ink is still the
- * account's balance, and the holds in flight inside leases are the key's ink_reserved like durable
- * ones. (Correct as of the last flush; the serving instance flushes before it reads.)
- */
-export const LEASED_VIEW_COLUMNS = `k.ink_limit, k.ink_charged, k.ink_reserved + coalesce(kl.h, 0)::bigint AS ink_reserved,
-         w.grant_ink + w.leased_grant_ink - coalesce(al.g, 0)::bigint AS grant_ink,
-         w.payg_ink + w.leased_payg_ink - coalesce(al.p, 0)::bigint AS payg_ink`;
-export const LEASED_VIEW_JOINS = `LEFT JOIN LATERAL (SELECT sum(r.hold_ink) AS h FROM leases l JOIN requests r ON r.lease_id = l.id AND r.leased
-                      WHERE l.key_id = k.id AND l.state = 'live') kl ON true
-    LEFT JOIN LATERAL (SELECT sum(r.hold_grant_ink) AS g, sum(r.hold_payg_ink) AS p FROM leases l JOIN requests r ON r.lease_id = l.id AND r.leased
-                      WHERE l.account_id = w.account_id AND l.state = 'live') al ON true`;
-
 export const WALLET_VIEW = `SELECT account_id, grant_ink, payg_ink, held_grant_ink, held_payg_ink, charged_ink, expired_ink,
          credited_ink, topups_completed, grant_period, period_started_at
     FROM wallets WHERE account_id = $1`;

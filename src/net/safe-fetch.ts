@@ -8,7 +8,7 @@
 import { promises as dns } from 'node:dns';
 import { connect as netConnect, isIP, type LookupFunction, type Socket } from 'node:net';
 import { connect as tlsConnect } from 'node:tls';
-import { Agent, request, type buildConnector } from 'undici';
+import { Agent, request, type buildConnector, type Dispatcher } from 'undici';
 import { ApiError } from '../errors.js';
 import { classifyAddress, invalidUrlError, sameAddress, urlProblem } from './ssrf-guard.js';
 
@@ -136,33 +136,102 @@ export class FetchRefusal extends ApiError {
   }
 }
 
-/**
- * Fetches `url` under the SSRF rules. Every refusal or failure is `invalid_url` (or `too_long`
- * for an over-long client URL) naming `opts.param`. A problem of the URL's own text (scheme,
- * credentials, an IP literal in a blocked range) is said in the message, as validation says it;
- * anything learnt by resolving, connecting or fetching is a FetchRefusal with the reason in `detail` only.
- */
-export async function safeFetch(url: URL, opts: SafeFetchOptions): Promise<SafeFetchResult> {
-  checkOptions(opts);
+/** One call's shared state: its deadline, the sockets to destroy at the end, and why the connector refused. */
+interface FetchRun {
+  readonly param: string;
+  readonly resolver: Resolver;
+  readonly allowList: ReadonlySet<string>;
+  readonly ctrl: AbortController;
+  readonly timer: NodeJS.Timeout;
+  timedOut: boolean;
+  /** Set by the connector when it refuses an address, so the reason survives undici's wrapping. */
+  refusedRange: string | undefined;
+  readonly sockets: Set<Socket>;
+  readonly fail: (reason: string, cause?: unknown, answeredStatus?: number) => ApiError;
+}
+
+function startRun(opts: SafeFetchOptions): FetchRun {
   const param = opts.param ?? 'url';
-  const resolver = opts.resolver ?? systemResolver;
-  const allowList = opts.allowList ?? new Set<string>();
-  const fail = (reason: string, cause?: unknown, answeredStatus?: number): ApiError => new FetchRefusal(param, reason, { cause, answeredStatus });
-
   const ctrl = new AbortController();
-  let timedOut = false;
-  const timer = setTimeout(() => {
-    timedOut = true;
-    ctrl.abort(new Error('safeFetch timeout'));
-  }, opts.timeoutMs);
-  // Set by the connector when it refuses an address, so the reason survives undici's wrapping.
-  let refusedRange: string | undefined;
-  const sockets = new Set<Socket>();
+  const run: FetchRun = {
+    param,
+    resolver: opts.resolver ?? systemResolver,
+    allowList: opts.allowList ?? new Set<string>(),
+    ctrl,
+    timer: setTimeout(() => {
+      run.timedOut = true;
+      ctrl.abort(new Error('safeFetch timeout'));
+    }, opts.timeoutMs),
+    timedOut: false,
+    refusedRange: undefined,
+    sockets: new Set<Socket>(),
+    fail: (reason, cause, answeredStatus) => new FetchRefusal(param, reason, { cause, answeredStatus }),
+  };
+  return run;
+}
 
-  const connector: buildConnector.connector = (o, cb) => {
+/**
+ * The connect-time check: the address the socket is about to use is resolved here and refused
+ * unless public, before any packet is sent. `onDialled` learns the address handed to the socket.
+ */
+function vettedLookup(run: FetchRun, exempt: boolean, onDialled: (address: string) => void): LookupFunction {
+  return (host, lopts, lcb) => {
+    const done = lcb as (err: Error | null, address?: unknown, family?: number) => void;
+    abortable(run.resolver(host), run.ctrl.signal).then(
+      (addrs) => {
+        if (addrs.length === 0) return done(Object.assign(new Error(`no address for ${host}`), { code: 'ENOTFOUND' }));
+        const blocked = exempt ? undefined : firstBlocked(addrs);
+        if (blocked !== undefined) {
+          run.refusedRange = blocked;
+          return done(new BlockedAddressError(blocked));
+        }
+        const address = addrs[0]!;
+        onDialled(address);
+        if (lopts.all === true) done(null, [{ address, family: isIP(address) }]);
+        else done(null, address, isIP(address));
+      },
+      (e: unknown) => done(e instanceof Error ? e : new Error(String(e))),
+    );
+  };
+}
+
+/** The connected socket's check: it must be at the vetted address, and that address public. False: destroyed. */
+function vetConnected(run: FetchRun, raw: Socket, dialled: string | undefined, exempt: boolean): boolean {
+  const remote = raw.remoteAddress ?? '';
+  if (dialled === undefined || !sameAddress(remote, dialled)) {
+    run.refusedRange = 'unvetted';
+    raw.destroy(new BlockedAddressError('unvetted'));
+    return false;
+  }
+  const c = exempt ? 'public' : classifyAddress(remote);
+  if (c !== 'public') {
+    run.refusedRange = c;
+    raw.destroy(new BlockedAddressError(c));
+    return false;
+  }
+  return true;
+}
+
+/** TLS on the vetted socket: SNI and certificate checked against the URL's host name. */
+function startTls(run: FetchRun, raw: Socket, hostname: string, ca: string | undefined, settle: (err: Error | null, sock: Socket | null) => void): void {
+  const tlsSocket = tlsConnect({
+    socket: raw,
+    host: hostname, // the name (or IP) the certificate must carry
+    servername: isIP(hostname) === 0 ? hostname : undefined,
+    ca,
+    ALPNProtocols: ['http/1.1'],
+  });
+  run.sockets.add(tlsSocket);
+  tlsSocket.once('close', () => run.sockets.delete(tlsSocket));
+  tlsSocket.once('secureConnect', () => settle(null, tlsSocket));
+  tlsSocket.on('error', (e) => settle(e, null));
+}
+
+function createConnector(run: FetchRun, ca: string | undefined): buildConnector.connector {
+  return (o, cb) => {
     const hostname = bare(o.hostname);
     const port = o.port === '' ? 443 : Number(o.port);
-    const exempt = allowList.has(`${hostname}:${port}`);
+    const exempt = run.allowList.has(`${hostname}:${port}`);
     let settled = false;
     const settle = (err: Error | null, sock: Socket | null): void => {
       if (settled) return;
@@ -173,167 +242,161 @@ export async function safeFetch(url: URL, opts: SafeFetchOptions): Promise<SafeF
     if (o.protocol !== 'https:') return settle(new Error('https only'), null);
     // The address the socket is told to use; the connected socket must be there.
     let dialled: string | undefined = isIP(hostname) === 0 ? undefined : hostname;
-    // The connect-time check: the address the socket is about to use is resolved here and refused
-    // unless public, before any packet is sent.
-    const lookup: LookupFunction = (host, lopts, lcb) => {
-      const done = lcb as (err: Error | null, address?: unknown, family?: number) => void;
-      abortable(resolver(host), ctrl.signal).then(
-        (addrs) => {
-          if (addrs.length === 0) return done(Object.assign(new Error(`no address for ${host}`), { code: 'ENOTFOUND' }));
-          const blocked = exempt ? undefined : firstBlocked(addrs);
-          if (blocked !== undefined) {
-            refusedRange = blocked;
-            return done(new BlockedAddressError(blocked));
-          }
-          const address = addrs[0]!;
-          dialled = address;
-          if (lopts.all === true) done(null, [{ address, family: isIP(address) }]);
-          else done(null, address, isIP(address));
-        },
-        (e: unknown) => done(e instanceof Error ? e : new Error(String(e))),
-      );
-    };
+    const lookup = vettedLookup(run, exempt, (address) => {
+      dialled = address;
+    });
     // Plain TCP first, vetted on 'connect', and only then TLS on top: no byte (not even a
     // ClientHello) goes to an address that failed the check. (A TLSSocket has no remoteAddress yet
     // at 'connect', which is why the layers are split.) autoSelectFamily off: one address, one try.
     const raw = netConnect({ host: hostname, port, lookup, autoSelectFamily: false });
-    sockets.add(raw);
+    run.sockets.add(raw);
     raw.once('close', () => {
-      sockets.delete(raw);
+      run.sockets.delete(raw);
       settle(new Error('socket closed before TLS'), null);
     });
     // `on`, not `once`: a late second error on a socket must never become an uncaught exception.
     raw.on('error', (e) => settle(e, null));
     raw.once('connect', () => {
-      const remote = raw.remoteAddress ?? '';
-      if (dialled === undefined || !sameAddress(remote, dialled)) {
-        refusedRange = 'unvetted';
-        raw.destroy(new BlockedAddressError('unvetted'));
-        return;
-      }
-      const c = exempt ? 'public' : classifyAddress(remote);
-      if (c !== 'public') {
-        refusedRange = c;
-        raw.destroy(new BlockedAddressError(c));
-        return;
-      }
-      const tlsSocket = tlsConnect({
-        socket: raw,
-        host: hostname, // the name (or IP) the certificate must carry
-        servername: isIP(hostname) === 0 ? hostname : undefined,
-        ca: opts.ca,
-        ALPNProtocols: ['http/1.1'],
-      });
-      sockets.add(tlsSocket);
-      tlsSocket.once('close', () => sockets.delete(tlsSocket));
-      tlsSocket.once('secureConnect', () => settle(null, tlsSocket));
-      tlsSocket.on('error', (e) => settle(e, null));
+      if (vetConnected(run, raw, dialled, exempt)) startTls(run, raw, hostname, ca, settle);
     });
   };
+}
 
+/** A hop's URL rules, then the resolve-time check (a clear error before any connection). */
+async function checkHop(run: FetchRun, current: URL, hop: number): Promise<void> {
+  const exempt = run.allowList.has(hostKey(current));
+  const problem = urlProblem(current, exempt);
+  if (problem !== undefined) {
+    if (hop === 0 && problem.startsWith('the URL is longer')) throw new ApiError('too_long', { param: run.param, message: `\`${run.param}\` ${problem.slice(8)}.` });
+    throw hop === 0 ? invalidUrlError(run.param, problem) : run.fail(`a redirect was refused: ${problem}`);
+  }
+  // IP literals were classified above.
+  const host = bare(current.hostname);
+  if (!exempt && isIP(host) === 0) {
+    let addrs: string[];
+    try {
+      addrs = await abortable(run.resolver(host), run.ctrl.signal);
+    } catch (e) {
+      if (run.timedOut) throw e;
+      throw run.fail('the host does not resolve', e);
+    }
+    if (addrs.length === 0) throw run.fail('the host does not resolve');
+    const blocked = firstBlocked(addrs);
+    if (blocked !== undefined) throw run.fail(`the host resolves to a blocked address (${blocked})`);
+  }
+}
+
+type Answer = Dispatcher.ResponseData;
+
+/** Where a redirect answer points, or the refusal (too many, no Location, not a URL). */
+function redirectTarget(run: FetchRun, res: Answer, current: URL, hop: number, maxRedirects: number): URL {
+  discard(res.body);
+  if (hop >= maxRedirects) throw run.fail(`too many redirects (more than ${maxRedirects})`);
+  const loc = res.headers.location;
+  if (typeof loc !== 'string' || loc === '') throw run.fail(`a ${res.statusCode} redirect without a Location`);
+  try {
+    return new URL(loc, current);
+  } catch {
+    throw run.fail('a redirect to an invalid URL');
+  }
+}
+
+/** The final answer: refused unless 2xx, then its body read within `maxBytes` (GET) or its declared size (HEAD). */
+async function readAnswer(run: FetchRun, res: Answer, finalUrl: string, method: 'GET' | 'HEAD', maxBytes: number): Promise<SafeFetchResult> {
+  const status = res.statusCode;
+  if (status >= 400) {
+    discard(res.body);
+    throw run.fail(`the server answered ${status}`, undefined, status);
+  }
+  if (status < 200 || status >= 300) {
+    discard(res.body);
+    throw run.fail(`the server answered ${status}`, undefined, status);
+  }
+  const ct = res.headers['content-type'];
+  const contentType = typeof ct === 'string' && ct !== '' ? ct : 'application/octet-stream';
+  const cl = res.headers['content-length'];
+  const declared = typeof cl === 'string' && /^\d{1,15}$/.test(cl) ? Number(cl) : undefined;
+  if (declared !== undefined && declared > maxBytes) {
+    discard(res.body);
+    throw run.fail(`the body is larger than ${maxBytes} bytes`);
+  }
+  if (method === 'HEAD') {
+    discard(res.body);
+    return { status, contentType, sizeBytes: declared ?? 0, finalUrl };
+  }
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of res.body as AsyncIterable<Buffer>) {
+    size += chunk.length;
+    if (size > maxBytes) {
+      discard(res.body);
+      throw run.fail(`the body is larger than ${maxBytes} bytes`);
+    }
+    chunks.push(chunk);
+  }
+  return { status, contentType, bytes: Buffer.concat(chunks, size), sizeBytes: size, finalUrl };
+}
+
+/** Hop by hop (each one checked) until an answer that is not a redirect. */
+async function followRedirects(run: FetchRun, agent: Agent, url: URL, opts: SafeFetchOptions): Promise<SafeFetchResult> {
+  let current = url;
+  let method: 'GET' | 'HEAD' = opts.method ?? 'GET';
+  for (let hop = 0; ; hop++) {
+    await checkHop(run, current, hop);
+    const target = new URL(current.href);
+    target.hash = '';
+    const res = await request(target, {
+      dispatcher: agent,
+      method,
+      headers: { accept: opts.accept ?? '*/*', 'accept-encoding': 'identity', 'user-agent': USER_AGENT },
+      signal: run.ctrl.signal,
+    });
+    if (!REDIRECT_STATUSES.has(res.statusCode)) return readAnswer(run, res, current.href, method, opts.maxBytes);
+    const next = redirectTarget(run, res, current, hop, opts.maxRedirects);
+    if (res.statusCode === 303 && method !== 'HEAD') method = 'GET';
+    current = next;
+  }
+}
+
+/** Any failure as the refusal the client sees, with the reason (timeout, blocked address, TLS, ...) for the log. */
+function refusalOf(run: FetchRun, e: unknown, timeoutMs: number): ApiError {
+  const fail = run.fail;
+  if (run.timedOut) return fail(`no complete answer within ${timeoutMs} ms`, e);
+  if (e instanceof ApiError) return e;
+  if (run.refusedRange === 'unvetted') return fail('the connection reached an address that was not vetted', e);
+  if (run.refusedRange !== undefined) return fail(`the host resolves to a blocked address (${run.refusedRange})`, e);
+  const code = errorCode(e);
+  if (TLS_CODES.test(code)) return fail(`TLS verification failed (${code})`, e);
+  if (code === 'ENOTFOUND' || code === 'EAI_AGAIN') return fail('the host does not resolve', e);
+  if (code === 'ECONNREFUSED') return fail('the connection was refused', e);
+  if (code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT') return fail(`no complete answer within ${timeoutMs} ms`, e);
+  return fail(code === '' ? 'the fetch failed' : `the fetch failed (${code})`, e);
+}
+
+/**
+ * Fetches `url` under the SSRF rules. Every refusal or failure is `invalid_url` (or `too_long`
+ * for an over-long client URL) naming `opts.param`. A problem of the URL's own text (scheme,
+ * credentials, an IP literal in a blocked range) is said in the message, as validation says it;
+ * anything learnt by resolving, connecting or fetching is a FetchRefusal with the reason in `detail` only.
+ */
+export async function safeFetch(url: URL, opts: SafeFetchOptions): Promise<SafeFetchResult> {
+  checkOptions(opts);
+  const run = startRun(opts);
   const agent = new Agent({
-    connect: connector,
+    connect: createConnector(run, opts.ca),
     connections: 1,
     pipelining: 1,
     allowH2: false,
     headersTimeout: opts.timeoutMs,
     bodyTimeout: opts.timeoutMs,
   });
-
   try {
-    let current = url;
-    let method: 'GET' | 'HEAD' = opts.method ?? 'GET';
-    for (let hop = 0; ; hop++) {
-      const exempt = allowList.has(hostKey(current));
-      const problem = urlProblem(current, exempt);
-      if (problem !== undefined) {
-        if (hop === 0 && problem.startsWith('the URL is longer')) throw new ApiError('too_long', { param, message: `\`${param}\` ${problem.slice(8)}.` });
-        throw hop === 0 ? invalidUrlError(param, problem) : fail(`a redirect was refused: ${problem}`);
-      }
-      // Resolve-time check (clear error before any connection). IP literals were classified above.
-      const host = bare(current.hostname);
-      if (!exempt && isIP(host) === 0) {
-        let addrs: string[];
-        try {
-          addrs = await abortable(resolver(host), ctrl.signal);
-        } catch (e) {
-          if (timedOut) throw e;
-          throw fail('the host does not resolve', e);
-        }
-        if (addrs.length === 0) throw fail('the host does not resolve');
-        const blocked = firstBlocked(addrs);
-        if (blocked !== undefined) throw fail(`the host resolves to a blocked address (${blocked})`);
-      }
-      const target = new URL(current.href);
-      target.hash = '';
-      const res = await request(target, {
-        dispatcher: agent,
-        method,
-        headers: { accept: opts.accept ?? '*/*', 'accept-encoding': 'identity', 'user-agent': USER_AGENT },
-        signal: ctrl.signal,
-      });
-      const status = res.statusCode;
-      if (REDIRECT_STATUSES.has(status)) {
-        discard(res.body);
-        if (hop >= opts.maxRedirects) throw fail(`too many redirects (more than ${opts.maxRedirects})`);
-        const loc = res.headers.location;
-        if (typeof loc !== 'string' || loc === '') throw fail(`a ${status} redirect without a Location`);
-        let next: URL;
-        try {
-          next = new URL(loc, current);
-        } catch {
-          throw fail('a redirect to an invalid URL');
-        }
-        if (status === 303 && method !== 'HEAD') method = 'GET';
-        current = next;
-        continue;
-      }
-      if (status >= 400) {
-        discard(res.body);
-        throw fail(`the server answered ${status}`, undefined, status);
-      }
-      if (status < 200 || status >= 300) {
-        discard(res.body);
-        throw fail(`the server answered ${status}`, undefined, status);
-      }
-      const ct = res.headers['content-type'];
-      const contentType = typeof ct === 'string' && ct !== '' ? ct : 'application/octet-stream';
-      const cl = res.headers['content-length'];
-      const declared = typeof cl === 'string' && /^\d{1,15}$/.test(cl) ? Number(cl) : undefined;
-      if (declared !== undefined && declared > opts.maxBytes) {
-        discard(res.body);
-        throw fail(`the body is larger than ${opts.maxBytes} bytes`);
-      }
-      if (method === 'HEAD') {
-        discard(res.body);
-        return { status, contentType, sizeBytes: declared ?? 0, finalUrl: current.href };
-      }
-      const chunks: Buffer[] = [];
-      let size = 0;
-      for await (const chunk of res.body as AsyncIterable<Buffer>) {
-        size += chunk.length;
-        if (size > opts.maxBytes) {
-          discard(res.body);
-          throw fail(`the body is larger than ${opts.maxBytes} bytes`);
-        }
-        chunks.push(chunk);
-      }
-      return { status, contentType, bytes: Buffer.concat(chunks, size), sizeBytes: size, finalUrl: current.href };
-    }
+    return await followRedirects(run, agent, url, opts);
   } catch (e) {
-    if (timedOut) throw fail(`no complete answer within ${opts.timeoutMs} ms`, e);
-    if (e instanceof ApiError) throw e;
-    if (refusedRange === 'unvetted') throw fail('the connection reached an address that was not vetted', e);
-    if (refusedRange !== undefined) throw fail(`the host resolves to a blocked address (${refusedRange})`, e);
-    const code = errorCode(e);
-    if (TLS_CODES.test(code)) throw fail(`TLS verification failed (${code})`, e);
-    if (code === 'ENOTFOUND' || code === 'EAI_AGAIN') throw fail('the host does not resolve', e);
-    if (code === 'ECONNREFUSED') throw fail('the connection was refused', e);
-    if (code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT') throw fail(`no complete answer within ${opts.timeoutMs} ms`, e);
-    throw fail(code === '' ? 'the fetch failed' : `the fetch failed (${code})`, e);
+    throw refusalOf(run, e, opts.timeoutMs);
   } finally {
-    clearTimeout(timer);
-    for (const s of sockets) s.destroy();
+    clearTimeout(run.timer);
+    for (const s of run.sockets) s.destroy();
     agent.destroy().catch(() => undefined);
   }
 }

@@ -7,7 +7,7 @@ import { isStoreUnavailable, storeError, type Queryable } from '../store/pool.js
 import type { Logger } from '../util/log.js';
 import { HttpContext, type AuthInfo } from './http-context.js';
 import type { Route, Router } from './router.js';
-import { loadUws, type UsListenSocket } from './uws.js';
+import { loadUws, type TemplatedApp, type UsListenSocket, type UwsModule } from './uws.js';
 
 /** The route label of a request no route took (404, API closed, draining, the media host). */
 export const UNMATCHED_ROUTE = 'unmatched';
@@ -77,132 +77,150 @@ export function toApiError(e: unknown, log: Logger, ctx: HttpContext): ApiError 
   return new ApiError('internal_error', { message: `The service failed; quote request id ${ctx.requestId}.` });
 }
 
+/** The requests admitted and not yet ended, and whether the server still admits any. */
+interface Admission {
+  draining: boolean;
+  inFlight: number;
+  /** Called when the last admitted request ends during a drain. */
+  drained: (() => void) | undefined;
+}
+
 export function startServer(d: ServerDeps): Promise<RunningServer> {
   const uws = loadUws(d.allowUwsFallback);
   const app = uws.App();
-  const keys = d.keys;
-
-  const fail = async (ctx: HttpContext, r: Route, e: unknown) => {
-    if (r.keyRecheckedByReserve && ctx.auth !== undefined && !ctx.keyConfirmed && keys.caching && !ctx.done && isApiError(e) && e.status < 500 && e.status !== 429) {
-      // A remembered key got a client error before its reserve could re-check it (validation,
-      // 415): look it up afresh, so a key revoked since gets its 401 (spec, Authentication 5:
-      // refused at once), not the other error. Not for a 503 (a store outage, a paused model: no
-      // second wait) nor a 429 (a client over its limit must not buy a lookup per refusal).
-      try {
-        await keys.authenticate(ctx.header('authorization'));
-      } catch (fresh) {
-        if (isApiError(fresh) && fresh.code === 'invalid_api_key') e = fresh;
-      }
-    }
-    // The key is revoked or expired (found by its reserve or just now): forget it, so the next request looks it up.
-    if (r.keyRecheckedByReserve && isApiError(e) && e.code === 'invalid_api_key') keys.forget(ctx.header('authorization'));
-    if (ctx.done) return;
-    ctx.sendError(toApiError(e, d.log, ctx));
-  };
-
-  /** Takes one request from `bucket`'s per-minute budget, or throws the 429. */
-  const spend = async (bucket: string, perMinute: number, message?: string): Promise<void> => {
-    const decision = await d.limiter.take(bucket, perMinute);
-    if (decision.allowed) return;
-    d.metrics?.rateLimited(bucket.startsWith('ip:') ? 'address' : 'key');
-    throw new ApiError('rate_limit_exceeded', { retryAfterS: decision.retryAfterS, message });
-  };
-
-  async function run(ctx: HttpContext, r: Route): Promise<void> {
-    if (r.access === 'public') {
-      // Public routes need no key, but a call that carries a valid one counts against that key
-      // (spec, Limits: "60 requests per minute per key, every /v1 route counted"); without one
-      // (or with one that does not authenticate, which a public route ignores) it counts against
-      // the caller's address. The cached lookup is enough here: no money moves on these routes.
-      // A key not remembered is looked up only after the address limit let the call through, so
-      // a flood of made-up keys costs the store nothing beyond the address's own budget.
-      const authorization = ctx.header('authorization');
-      let keyId = authorization === undefined ? undefined : keys.peekCached(authorization)?.keyId;
-      if (keyId === undefined) {
-        await spend('ip:' + (d.clientAddress?.(ctx) ?? ctx.remoteAddress), d.publicRequestsPerMinute, 'More than the allowed requests per minute from this address on the public catalogue.');
-        if (authorization !== undefined) keyId = await keys.authenticateCached(authorization).then((a) => a.keyId, () => undefined);
-      }
-      if (keyId !== undefined) await spend('key:' + keyId, d.requestsPerMinute);
-    } else {
-      const authorization = ctx.header('authorization');
-      ctx.auth = await (r.keyRecheckedByReserve ? keys.authenticateCached(authorization) : keys.authenticate(authorization));
-      await spend('key:' + ctx.auth.keyId, d.requestsPerMinute);
-    }
-    if (ctx.aborted) return;
-    await r.handler(ctx);
-  }
-
-  let draining = false;
-  let inFlight = 0;
-  let drained: (() => void) | undefined;
-  const ended = (ctx: HttpContext, route: Route, startedMs: number): void => {
-    d.metrics?.observe(route.method, route.pattern, ctx.status, (performance.now() - startedMs) / 1000);
-    if (--inFlight === 0) drained?.();
-  };
-
+  const admission: Admission = { draining: false, inFlight: 0, drained: undefined };
   app.any('/*', (res, req) => {
     const startedMs = performance.now();
     const ctx = new HttpContext(res, req);
-    handle(ctx, startedMs);
+    handle(d, admission, ctx, startedMs);
     if (ctx.responded && d.metrics && !ctx.admitted) d.metrics.observe(ctx.method, UNMATCHED_ROUTE, ctx.status, (performance.now() - startedMs) / 1000);
   });
+  return listen(d, uws, app, admission);
+}
 
-  function handle(ctx: HttpContext, startedMs: number): void {
-    const path = ctx.path;
-    if (ctx.framingError !== undefined) {
-      ctx.sendError(new ApiError('invalid_body', { message: ctx.framingError }), true);
-      return;
+/** The error answer of a route that threw, after re-checking a remembered key where that decides the answer. */
+async function answerFailure(d: ServerDeps, ctx: HttpContext, r: Route, e: unknown): Promise<void> {
+  const keys = d.keys;
+  if (r.keyRecheckedByReserve && ctx.auth !== undefined && !ctx.keyConfirmed && keys.caching && !ctx.done && isApiError(e) && e.status < 500 && e.status !== 429) {
+    // A remembered key got a client error before its reserve could re-check it (validation,
+    // 415): look it up afresh, so a key revoked since gets its 401 (spec, Authentication 5:
+    // refused at once), not the other error. Not for a 503 (a store outage, a paused model: no
+    // second wait) nor a 429 (a client over its limit must not buy a lookup per refusal).
+    try {
+      await keys.authenticate(ctx.header('authorization'));
+    } catch (fresh) {
+      if (isApiError(fresh) && fresh.code === 'invalid_api_key') e = fresh;
     }
-    if (draining) {
-      ctx.sendError(new ApiError('provider_unavailable', { message: 'This instance is shutting down; retry.', retryAfterS: 1 }), true);
-      return;
-    }
-    if (!(path === '/v1' || path.startsWith('/v1/'))) {
-      ctx.holdReading(); // the media host may answer later: no pipelined request read meanwhile
-      if (d.other?.(ctx)) return;
-      ctx.sendError(new ApiError('not_found'));
-      return;
-    }
-    if (!d.state.current.apiOpen) {
-      ctx.sendError(new ApiError('external_api_disabled'));
-      return;
-    }
-    const m = d.router.match(ctx.method, path);
-    if (m === undefined) {
-      ctx.sendError(new ApiError('not_found', { message: `No route ${ctx.method} ${path}.` }));
-      return;
-    }
-    if ('allow' in m) {
-      // The spec knows one answer for a path a client cannot use: 404 not_found. Allow says what works.
-      ctx.sendError(new ApiError('not_found', { message: `No route ${ctx.method} ${path}; this path takes ${m.allow}.` }), false, [['Allow', m.allow]]);
-      return;
-    }
-    ctx.params = m.params;
-    ctx.requestIdHeader = m.route.requestIdHeader;
-    // uWS needs the body reader attached in this tick; auth runs while the body arrives.
-    if (m.route.bodyBytes !== undefined) ctx.collectBody(m.route.bodyBytes);
-    else ctx.holdReading();
-    if (ctx.done) return;
-    // Started once uWS has parsed everything it read with this request: when that held a
-    // pipelined request, uWS has closed the connection (it refuses asynchronous pipelining) and
-    // this request is dropped before anything ran or was charged. The body, when there is one,
-    // is handed over the same way (http-context.ts, holdReading).
-    ctx.admitted = true;
-    inFlight++;
-    setImmediate(admit, ctx, m.route, startedMs);
   }
+  // The key is revoked or expired (found by its reserve or just now): forget it, so the next request looks it up.
+  if (r.keyRecheckedByReserve && isApiError(e) && e.code === 'invalid_api_key') keys.forget(ctx.header('authorization'));
+  if (ctx.done) return;
+  ctx.sendError(toApiError(e, d.log, ctx));
+}
 
-  const admit = (ctx: HttpContext, r: Route, startedMs: number): void => {
-    if (ctx.aborted) {
-      ended(ctx, r, startedMs);
-      return;
-    }
-    void run(ctx, r)
-      .catch((e: unknown) => fail(ctx, r, e))
-      .catch((e: unknown) => d.log.error('error answer failed', { request_id: ctx.requestId, err: e as Error }))
-      .finally(() => ended(ctx, r, startedMs));
-  };
+/** Takes one request from `bucket`'s per-minute budget, or throws the 429. */
+async function spend(d: ServerDeps, bucket: string, perMinute: number, message?: string): Promise<void> {
+  const decision = await d.limiter.take(bucket, perMinute);
+  if (decision.allowed) return;
+  d.metrics?.rateLimited(bucket.startsWith('ip:') ? 'address' : 'key');
+  throw new ApiError('rate_limit_exceeded', { retryAfterS: decision.retryAfterS, message });
+}
 
+/**
+ * A public route's limit. Public routes need no key, but a call that carries a valid one counts
+ * against that key (spec, Limits: "60 requests per minute per key, every /v1 route counted");
+ * without one (or with one that does not authenticate, which a public route ignores) it counts
+ * against the caller's address. The cached lookup is enough here: no money moves on these routes.
+ * A key not remembered is looked up only after the address limit let the call through, so a flood
+ * of made-up keys costs the store nothing beyond the address's own budget.
+ */
+async function spendPublic(d: ServerDeps, ctx: HttpContext): Promise<void> {
+  const keys = d.keys;
+  const authorization = ctx.header('authorization');
+  let keyId = authorization === undefined ? undefined : keys.peekCached(authorization)?.keyId;
+  if (keyId === undefined) {
+    await spend(d, 'ip:' + (d.clientAddress?.(ctx) ?? ctx.remoteAddress), d.publicRequestsPerMinute, 'More than the allowed requests per minute from this address on the public catalogue.');
+    if (authorization !== undefined) keyId = await keys.authenticateCached(authorization).then((a) => a.keyId, () => undefined);
+  }
+  if (keyId !== undefined) await spend(d, 'key:' + keyId, d.requestsPerMinute);
+}
+
+/** Limit and authentication, then the route's handler. */
+async function run(d: ServerDeps, ctx: HttpContext, r: Route): Promise<void> {
+  if (r.access === 'public') {
+    await spendPublic(d, ctx);
+  } else {
+    const authorization = ctx.header('authorization');
+    ctx.auth = await (r.keyRecheckedByReserve ? d.keys.authenticateCached(authorization) : d.keys.authenticate(authorization));
+    await spend(d, 'key:' + ctx.auth.keyId, d.requestsPerMinute);
+  }
+  if (ctx.aborted) return;
+  await r.handler(ctx);
+}
+
+/** Answers at once what no route takes (framing error, draining, 404, API closed), else admits the request to its route. */
+function handle(d: ServerDeps, admission: Admission, ctx: HttpContext, startedMs: number): void {
+  const path = ctx.path;
+  if (ctx.framingError !== undefined) {
+    ctx.sendError(new ApiError('invalid_body', { message: ctx.framingError }), true);
+    return;
+  }
+  if (admission.draining) {
+    ctx.sendError(new ApiError('provider_unavailable', { message: 'This instance is shutting down; retry.', retryAfterS: 1 }), true);
+    return;
+  }
+  if (!(path === '/v1' || path.startsWith('/v1/'))) {
+    ctx.holdReading(); // the media host may answer later: no pipelined request read meanwhile
+    if (d.other?.(ctx)) return;
+    ctx.sendError(new ApiError('not_found'));
+    return;
+  }
+  if (!d.state.current.apiOpen) {
+    ctx.sendError(new ApiError('external_api_disabled'));
+    return;
+  }
+  const m = d.router.match(ctx.method, path);
+  if (m === undefined) {
+    ctx.sendError(new ApiError('not_found', { message: `No route ${ctx.method} ${path}.` }));
+    return;
+  }
+  if ('allow' in m) {
+    // The spec knows one answer for a path a client cannot use: 404 not_found. Allow says what works.
+    ctx.sendError(new ApiError('not_found', { message: `No route ${ctx.method} ${path}; this path takes ${m.allow}.` }), false, [['Allow', m.allow]]);
+    return;
+  }
+  ctx.params = m.params;
+  ctx.requestIdHeader = m.route.requestIdHeader;
+  // uWS needs the body reader attached in this tick; auth runs while the body arrives.
+  if (m.route.bodyBytes !== undefined) ctx.collectBody(m.route.bodyBytes);
+  else ctx.holdReading();
+  if (ctx.done) return;
+  // Started once uWS has parsed everything it read with this request: when that held a
+  // pipelined request, uWS has closed the connection (it refuses asynchronous pipelining) and
+  // this request is dropped before anything ran or was charged. The body, when there is one,
+  // is handed over the same way (http-context.ts, holdReading).
+  ctx.admitted = true;
+  admission.inFlight++;
+  setImmediate(admit, d, admission, ctx, m.route, startedMs);
+}
+
+function admit(d: ServerDeps, admission: Admission, ctx: HttpContext, r: Route, startedMs: number): void {
+  if (ctx.aborted) {
+    ended(d, admission, ctx, r, startedMs);
+    return;
+  }
+  void run(d, ctx, r)
+    .catch((e: unknown) => answerFailure(d, ctx, r, e))
+    .catch((e: unknown) => d.log.error('error answer failed', { request_id: ctx.requestId, err: e as Error }))
+    .finally(() => ended(d, admission, ctx, r, startedMs));
+}
+
+function ended(d: ServerDeps, admission: Admission, ctx: HttpContext, r: Route, startedMs: number): void {
+  d.metrics?.observe(r.method, r.pattern, ctx.status, (performance.now() - startedMs) / 1000);
+  if (--admission.inFlight === 0) admission.drained?.();
+}
+
+function listen(d: ServerDeps, uws: UwsModule, app: TemplatedApp, admission: Admission): Promise<RunningServer> {
   return new Promise((resolveS, reject) => {
     app.listen(d.host, d.port, (sock: UsListenSocket | false) => {
       if (!sock) {
@@ -214,13 +232,13 @@ export function startServer(d: ServerDeps): Promise<RunningServer> {
         port: uws.us_socket_local_port(sock),
         native: uws.native,
         close: async (drainMs = 30_000) => {
-          draining = true;
+          admission.draining = true;
           if (listening) uws.us_listen_socket_close(sock);
           listening = false;
-          if (inFlight === 0) return true;
+          if (admission.inFlight === 0) return true;
           return new Promise<boolean>((done) => {
             const t = setTimeout(() => done(false), drainMs);
-            drained = () => {
+            admission.drained = () => {
               clearTimeout(t);
               done(true);
             };

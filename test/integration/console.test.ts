@@ -247,6 +247,41 @@ t.test('overview, usage, CSV, request pages and billing agree with the ledger', 
   await assertLedgerInvariant(t, s.g.db.pool);
 });
 
+t.test("the overview's figures are GET /v1/me's: the account's Ink and each key's spend", async (t) => {
+  const s = await startConsoleStack(t);
+  const base = s.g.url;
+  const capped = await createKey(s.g.db.pool, { accountId: s.accountId, name: 'capped', inkLimit: 40_000 });
+  const open = await createKey(s.g.db.pool, { accountId: s.accountId, name: 'open' });
+  for (const [k, calls] of [[capped, 2], [open, 1]] as const) {
+    const client = new Anthropic({ baseURL: base, authToken: k.key, apiKey: null, maxRetries: 0 });
+    for (let i = 0; i < calls; i++) await client.messages.create({ model: 'sonnet', max_tokens: 100, messages: [{ role: 'user', content: `Hi ${i}` }] });
+  }
+  const meCapped = (await s.g.call('GET', '/v1/me', { key: capped.key })).json;
+  const meOpen = (await s.g.call('GET', '/v1/me', { key: open.key })).json;
+  t.ok(meCapped.key.ink_charged > 0 && meOpen.key.ink_charged > 0, 'both keys were billed');
+  t.not(meCapped.key.ink_charged, meOpen.key.ink_charged, 'and by different amounts, so a row cannot show the other key');
+  t.same(meOpen.ink, meCapped.ink, 'one account, one balance');
+
+  const sess = await signInHttp(base, await s.link());
+  const overview = await getPage(base, '/console', sess.cookie);
+  const num = (v: string | undefined) => Number(v?.replace(/,/g, ''));
+  const fig = (name: string) => num(new RegExp(`data-figure="${name}">([0-9,]+)`).exec(overview.text)?.[1]);
+  t.equal(fig('balance'), meCapped.ink.balance, 'balance');
+  t.equal(fig('grant'), meCapped.ink.period_grant_remaining, 'period grant remaining');
+  t.equal(fig('payg'), meCapped.ink.payg_balance, 'pay-as-you-go');
+  t.match(overview.text, `(${(meCapped.ink.payg_balance / 100).toFixed(2)} USD)`, 'in USD at 1 Ink = 0.01 USD');
+  t.equal(fig('charged'), meCapped.key.ink_charged + meOpen.key.ink_charged, "charged: the account's keys together");
+  t.equal(fig('reserved'), meCapped.key.ink_reserved + meOpen.key.ink_reserved, 'reserved: the same');
+  for (const me of [meCapped, meOpen]) {
+    const row = new RegExp(`<tr><td>${me.key.name}</td><td><code>[^<]*</code></td><td>([0-9,]+)</td><td>([0-9,]+)</td><td>([^<]+)</td>`).exec(overview.text);
+    t.ok(row, `a spend row for ${me.key.name}`);
+    t.equal(num(row?.[1]), me.key.ink_charged, `${me.key.name}: charged`);
+    t.equal(num(row?.[2]), me.key.ink_reserved, `${me.key.name}: reserved`);
+    t.equal(row?.[3], me.key.ink_limit === null ? 'none' : me.key.ink_limit.toLocaleString('en-US'), `${me.key.name}: limit`);
+  }
+  await assertLedgerInvariant(t, s.g.db.pool);
+});
+
 t.test('playground: billed through the lane with the account playground key, no key in the page', async (t) => {
   const s = await startConsoleStack(t);
   const base = s.g.url;
