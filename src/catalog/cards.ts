@@ -124,31 +124,14 @@ function videoStatic(m: VideoModel, priceSet: VideoPriceSet): Omit<VideoCard, 'a
     usdPerSecond[res] = Math.round(display * 10) / 1000;
     clip[res] = videoClipInk(m, res, 5, priceSet);
   }
+  // The spec's field order: a ceiling, when the model has one, sits between aspect_ratios and duration_seconds.
   const constraints: VideoCard['constraints'] = {
     resolutions: [...m.resolutions],
     aspect_ratios: [...m.aspectRatios],
+    ...(m.resolutionCeilingByAspect !== null ? { resolution_ceiling_by_aspect: { ...(m.resolutionCeilingByAspect as Record<string, string>) } } : {}),
     duration_seconds: { ...m.durationSeconds },
     references: { ...m.references },
   };
-  if (m.resolutionCeilingByAspect !== null) {
-    // Keep the spec's field order: the ceiling sits between aspect_ratios and duration_seconds.
-    const { resolutions, aspect_ratios, duration_seconds, references } = constraints;
-    return {
-      id: m.id,
-      object: 'model',
-      type: 'video',
-      label: m.label,
-      endpoint: m.endpoint,
-      pricing: { unit: 'second', ink_per_second: inkPerSecond, usd_payg_per_second: usdPerSecond, ink_per_5_second_clip: clip, note: VIDEO_PRICING_NOTE },
-      constraints: {
-        resolutions,
-        aspect_ratios,
-        resolution_ceiling_by_aspect: { ...(m.resolutionCeilingByAspect as Record<string, string>) },
-        duration_seconds,
-        references,
-      },
-    };
-  }
   return {
     id: m.id,
     object: 'model',

@@ -1,19 +1,19 @@
 // The API's endpoints described once: the console's reference pages and the OpenAPI document at
 // /v1/openapi.json are both generated from this table, the error table (src/errors.ts) and the
-// model catalogue. The Messages and Responses bodies are built from the lanes' own field tables
-// (src/lanes/*/request-fields.ts), the ones their validators check the top level with, so the
-// reference cannot drift from what the lanes accept; test/integration/text-request-fields.test.ts
-// holds both sides to it; the video and image submit bodies come the same way from
-// src/generations/*/request-fields.ts (test/integration/generation-request-fields.test.ts). test/integration/openapi.test.ts keeps this table and the router in
-// agreement (every route described, every description routed).
+// model catalogue. Every request body is built (fieldsSchema of src/util/request-fields.ts) from the
+// field table its validator checks the top level with: src/lanes/*/request-fields.ts for Messages
+// and Responses (test/integration/text-request-fields.test.ts holds both sides to it) and
+// src/generations/*/request-fields.ts for the video and image submits
+// (test/integration/generation-request-fields.test.ts), so the reference cannot drift from what is
+// accepted. test/integration/openapi.test.ts keeps this table and the router in agreement (every
+// route described, every description routed).
 import type { Catalog } from '../catalog/models.js';
 import { ERRORS, type ErrorCode } from '../errors.js';
-import { fieldsSchema } from '../generations/field-rules.js';
 import { IMAGE_REQUEST_FIELDS } from '../generations/images/request-fields.js';
 import { VIDEO_REQUEST_FIELDS } from '../generations/video/request-fields.js';
 import { MESSAGES_FIELDS } from '../lanes/messages/request-fields.js';
-import { fieldsJsonSchema, type SchemaContext } from '../lanes/request-fields.js';
 import { RESPONSES_FIELDS } from '../lanes/responses/request-fields.js';
+import { fieldsSchema, type SchemaContext } from '../util/request-fields.js';
 
 export type JsonSchema = Record<string, unknown>;
 
@@ -78,7 +78,7 @@ export const ENDPOINTS: readonly Endpoint[] = [
   {
     slug: 'messages', method: 'POST', pattern: '/v1/messages', title: 'Messages', auth: 'key',
     summary: 'The Anthropic Messages protocol for the assistant-* models, streamed or not; billed in Ink from usage.',
-    body: (c) => fieldsJsonSchema(MESSAGES_FIELDS, textLaneSchemaContext(c, 'anthropic-messages')),
+    body: (c) => fieldsSchema(MESSAGES_FIELDS, textLaneSchemaContext(c, 'anthropic-messages')),
     ok: { status: 200, type: 'application/json', schema: obj({ id: str(), type: str(undefined, { const: 'message' }), role: str(), model: str(), content: { type: 'array', items: anyObject }, stop_reason: { type: ['string', 'null'] }, usage: anyObject }, ['id', 'type', 'content', 'usage'], { additionalProperties: true }), description: 'A message (or, with stream: true, text/event-stream ending with a service.usage event).' },
     errors: [...COMMON, ...VALIDATION, 'missing_messages', 'invalid_message', 'invalid_tool', 'missing_max_tokens', 'upstream_rejected', ...MONEY, 'provider_error'],
     doc: 'docs/api/messages.md',
@@ -88,7 +88,7 @@ export const ENDPOINTS: readonly Endpoint[] = [
   {
     slug: 'responses', method: 'POST', pattern: '/v1/responses', title: 'Responses', auth: 'key',
     summary: 'The OpenAI Responses protocol for the text-* models, streamed or not; stateless (store is always false).',
-    body: (c) => fieldsJsonSchema(RESPONSES_FIELDS, textLaneSchemaContext(c, 'openai-responses')),
+    body: (c) => fieldsSchema(RESPONSES_FIELDS, textLaneSchemaContext(c, 'openai-responses')),
     ok: { status: 200, type: 'application/json', schema: obj({ id: str(), object: str(undefined, { const: 'response' }), model: str(), output: { type: 'array', items: anyObject }, usage: anyObject }, ['id', 'object', 'output'], { additionalProperties: true }), description: 'A response (or, with stream: true, text/event-stream followed by a `: service.usage` comment).' },
     errors: [...COMMON, ...VALIDATION, 'missing_input', 'invalid_input', 'invalid_tool', 'upstream_rejected', ...MONEY, 'provider_error'],
     doc: 'docs/api/responses.md',
@@ -117,7 +117,7 @@ export const ENDPOINTS: readonly Endpoint[] = [
     slug: 'video-submit', method: 'POST', pattern: '/v1/video/generations', title: 'Submit a video generation', auth: 'key',
     summary: 'Queue a clip; the answer is 202 with the generation to poll. Idempotency-Key makes a retry safe.',
     // The body's fields, types and bounds are the validator's own table; the model enum is the catalogue's.
-    body: (c) => fieldsSchema(VIDEO_REQUEST_FIELDS, { model: { enum: ids(c, 'video') } }),
+    body: (c) => fieldsSchema(VIDEO_REQUEST_FIELDS, { modelIds: ids(c, 'video') }),
     ok: { status: 202, type: 'application/json', schema: generation('video'), description: 'Accepted: the generation.' },
     errors: [...COMMON, ...VALIDATION, 'unsupported_resolution', 'invalid_duration', 'invalid_url', 'too_many', 'invalid_seed', 'conflicting_references', 'missing_first_frame', 'reference_limit', 'missing_prompt', 'invalid_idempotency_key', 'idempotency_key_in_use', 'tier_gated', 'concurrency_limit', 'daily_cap_reached', ...MONEY],
     doc: 'docs/api/video.md',
@@ -129,7 +129,7 @@ export const ENDPOINTS: readonly Endpoint[] = [
     slug: 'images-submit', method: 'POST', pattern: '/v1/images/generations', title: 'Submit an image generation', auth: 'key',
     summary: 'Queue an image; the answer is 202 with the generation to poll.',
     // As for video: the validator's own table, the catalogue's model enum.
-    body: (c) => fieldsSchema(IMAGE_REQUEST_FIELDS, { model: { enum: ids(c, 'image') } }),
+    body: (c) => fieldsSchema(IMAGE_REQUEST_FIELDS, { modelIds: ids(c, 'image') }),
     ok: { status: 202, type: 'application/json', schema: generation('image'), description: 'Accepted: the generation.' },
     errors: [...COMMON, ...VALIDATION, 'invalid_url', 'too_many', 'invalid_seed', 'missing_prompt', 'invalid_idempotency_key', 'idempotency_key_in_use', 'concurrency_limit', 'daily_cap_reached', ...MONEY],
     doc: 'docs/api/images.md',

@@ -3,9 +3,9 @@
 // fetched is checked later, by url-check.ts). Each product's validate.ts keeps only its own fields
 // and the order of its checks.
 import { checkFetchUrl, MAX_URL_CHARS, parseClientUrl } from '../net/ssrf-guard.js';
-import { bad, checkField, type FieldRule } from './field-rules.js';
+import { bad, checkField, type FieldRule } from '../util/request-fields.js';
 
-export { bad, charCount } from './field-rules.js';
+export { bad } from '../util/request-fields.js';
 
 /** Shared by the products' field tables (request-fields.ts). */
 export const MAX_METADATA_BYTES = 4096;

@@ -6,9 +6,9 @@ import t, { type Test } from 'tap';
 import { ERRORS, type ErrorCode } from '../../src/errors.js';
 import { setLane } from '../../src/deployment/state.js';
 import { MESSAGES_FIELDS } from '../../src/lanes/messages/request-fields.js';
-import { isJsonType, type FieldRule, type FieldTable } from '../../src/lanes/request-fields.js';
 import { RESPONSES_FIELDS } from '../../src/lanes/responses/request-fields.js';
 import { startAnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
+import { isJsonType, type FieldRule, type FieldTable } from '../../src/util/request-fields.js';
 import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
 import { startResponsesHarness } from '../helpers/responses-harness.js';
 
@@ -35,7 +35,7 @@ async function checkLane(t: Test, g: TestGateway, key: string, route: string, ta
   };
   for (const [field, rule] of Object.entries(table)) {
     await expectRefusal({ ...valid, [field]: wrongTypeFor(rule) }, rule.code ?? 'invalid_type', field, `${route} ${field} of a wrong type`);
-    if (rule.items !== undefined) await expectRefusal({ ...valid, [field]: [wrongTypeFor({ types: [rule.items], expect: '' })] }, rule.code ?? 'invalid_type', `${field}.0`, `${route} ${field} item of a wrong type`);
+    if (rule.items !== undefined) await expectRefusal({ ...valid, [field]: [wrongTypeFor({ types: [rule.items.type], expect: '' })] }, rule.code ?? 'invalid_type', `${field}.0`, `${route} ${field} item of a wrong type`);
     if (rule.enum !== undefined) await expectRefusal({ ...valid, [field]: 'not-a-listed-value' }, rule.code ?? 'invalid_enum', field, `${route} ${field} outside its enum`);
     if (rule.minimum !== undefined) await expectRefusal({ ...valid, [field]: rule.minimum - 1 }, rule.code ?? 'invalid_value', field, `${route} ${field} below its minimum`);
     if (rule.maximum !== undefined) await expectRefusal({ ...valid, [field]: rule.maximum + 1 }, rule.code ?? 'invalid_value', field, `${route} ${field} above its maximum`);

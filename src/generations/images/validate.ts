@@ -15,7 +15,7 @@
 // `null` is the same as leaving an optional field out; an empty reference list is the same as none.
 // An error on a list element names the element in `param` (`reference_image_urls[2]`).
 import type { Catalog, ImageModel, ImageSize } from '../../catalog/models.js';
-import { checkField } from '../field-rules.js';
+import { checkField } from '../../util/request-fields.js';
 import { bad, givenIn, parseMetadata, parsePrompt, parseSeed, parseUrlList, refuseUnknownFields, requireModel, type CheckedUrl, type ValidateOptions } from '../fields.js';
 import { IMAGE_REQUEST_FIELDS as F, MAX_IMAGE_PROMPT_CHARS, MAX_IMAGE_REFERENCES } from './request-fields.js';
 

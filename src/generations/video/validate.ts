@@ -20,7 +20,7 @@
 // An error on a list element names the element in `param` (`reference_image_urls[2]`).
 import type { Catalog, VideoAspectRatio, VideoModel, VideoResolution } from '../../catalog/models.js';
 import { VIDEO_RESOLUTIONS } from '../../catalog/models.js';
-import { checkField } from '../field-rules.js';
+import { checkField } from '../../util/request-fields.js';
 import {
   bad, givenIn, parseMetadata, parsePrompt, parseSeed, parseUrlField, parseUrlList, refuseUnknownFields, requireModel,
   type CheckedUrl, type ValidateOptions,

@@ -1,8 +1,9 @@
-// POST /v1/messages: the top-level fields a body may carry and their rules, once. The validator
+// POST /v1/messages: the top-level fields a body may carry and their rules, once (the rule type and
+// its checker are src/util/request-fields.ts, shared with the other bodies). The validator
 // (request.ts) checks the allow-list, types and bounds with this table, and the console's reference
 // and /v1/openapi.json describe the body from it. `null` is no JSON type here: the protocol has no
 // nulls at the top level, so a null field answers `invalid_type` (or the field's own code).
-import { fieldTable } from '../request-fields.js';
+import { fieldTable } from '../../util/request-fields.js';
 
 const object = { types: ['object'], expect: 'an object' } as const;
 const number = { types: ['number'], expect: 'a number' } as const;
@@ -45,7 +46,7 @@ export const MESSAGES_FIELDS = fieldTable({
   temperature: number,
   top_p: number,
   top_k: number,
-  stop_sequences: { types: ['array'], expect: 'an array of strings', items: 'string' },
+  stop_sequences: { types: ['array'], expect: 'an array of strings', items: { type: 'string' } },
   stream: { types: ['boolean'], expect: 'a boolean' },
   metadata: object,
 });

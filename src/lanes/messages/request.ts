@@ -23,7 +23,7 @@
 //   answers `unsupported_parameter`; block-level `cache_control` is passed through.
 import { ApiError } from '../../errors.js';
 import type { Catalog, TextModel } from '../../catalog/models.js';
-import { checkField, checkFieldItem } from '../request-fields.js';
+import { checkField, checkFieldItem } from '../../util/request-fields.js';
 import { promptTokensLowerBound, promptTokensUpperBound } from './prompt-estimate.js';
 import { MESSAGES_FIELDS as F } from './request-fields.js';
 

@@ -1,8 +1,9 @@
-// POST /v1/responses: the top-level fields a body may carry and their rules, once. The validator
+// POST /v1/responses: the top-level fields a body may carry and their rules, once (the rule type and
+// its checker are src/util/request-fields.ts, shared with the other bodies). The validator
 // (request.ts) checks the allow-list, types, enums and bounds with this table, and the console's
 // reference and /v1/openapi.json describe the body from it. Null for an optional field means
 // "absent" (the protocol's convention): the validator reads it so before the table's checks.
-import { fieldTable } from '../request-fields.js';
+import { fieldTable } from '../../util/request-fields.js';
 
 /** The vendor refuses `max_output_tokens` below this. */
 export const RESPONSES_MIN_OUTPUT_TOKENS = 16;
@@ -36,7 +37,7 @@ export const RESPONSES_FIELDS = fieldTable({
   temperature: { types: ['number'], expect: 'a number', minimum: 0, maximum: 2 },
   top_p: { types: ['number'], expect: 'a number', minimum: 0, maximum: 1 },
   truncation: { types: ['string'], expect: 'a string', enum: ['auto', 'disabled'] },
-  include: { types: ['array'], expect: 'an array of strings', items: 'string' },
+  include: { types: ['array'], expect: 'an array of strings', items: { type: 'string' } },
   prompt_cache_key: string,
   prompt_cache_retention: { types: ['string'], expect: 'a string', enum: ['in_memory'], refused: { '24h': WHY_CACHE_RETENTION } },
   store: { ...boolean, description: 'Accepted; always sent to the vendor as false' },

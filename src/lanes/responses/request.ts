@@ -63,7 +63,7 @@
 import { ApiError, type ErrorCode } from '../../errors.js';
 import type { Catalog, TextModel } from '../../catalog/models.js';
 import { responsesHoldInk } from '../../catalog/pricing.js';
-import { checkField, checkFieldItem } from '../request-fields.js';
+import { checkField, checkFieldItem } from '../../util/request-fields.js';
 import { RESPONSES_FIELDS as F } from './request-fields.js';
 import { countTexts, type TextCounts } from './token-count.js';
 

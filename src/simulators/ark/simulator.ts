@@ -28,6 +28,7 @@ import { createServer as createHttpsServer } from 'node:https';
 import type { AddressInfo, Socket } from 'node:net';
 import { resolve } from 'node:path';
 import { PROJECT_ROOT } from '../../config/config.js';
+import { readJsonObject } from '../read-json-body.js';
 
 export const DEFAULT_ARK_SIM_API_KEY = 'ark-sim-key-0000';
 export const SAMPLE_MP4_PATH = resolve(PROJECT_ROOT, 'test', 'fixtures', 'video', 'sample.mp4');
@@ -120,17 +121,6 @@ function sendJson(res: ServerResponse, status: number, body: unknown, headers: R
 }
 
 const arkError = (code: string, message: string, type = 'BadRequest') => ({ error: { code, message, param: '', type } });
-
-async function readBody(req: IncomingMessage): Promise<Buffer> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const c of req as AsyncIterable<Buffer>) {
-    size += c.length;
-    if (size > MAX_BODY_BYTES) throw new Error('body too large');
-    chunks.push(c);
-  }
-  return Buffer.concat(chunks, size);
-}
 
 /** Checks a create body the way the vendor would; returns a problem or undefined. */
 function createProblem(b: Record<string, unknown>): string | undefined {
@@ -350,14 +340,8 @@ class ArkSim {
   }
 
   private async create(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    let body: Record<string, unknown>;
-    try {
-      const parsed: unknown = JSON.parse((await readBody(req)).toString('utf8'));
-      if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) throw new Error('not an object');
-      body = parsed as Record<string, unknown>;
-    } catch {
-      return sendJson(res, 400, arkError('InvalidParameter', 'The request body is not valid JSON.'));
-    }
+    const body = await readJsonObject(req, MAX_BODY_BYTES);
+    if (body === undefined) return sendJson(res, 400, arkError('InvalidParameter', 'The request body is not valid JSON.'));
     this.sim.creates.push(body);
     if (this.sim.beforeCreate) await this.sim.beforeCreate();
     const problem = createProblem(body);

@@ -17,6 +17,7 @@
 import { once } from 'node:events';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
+import { readJsonObject } from '../read-json-body.js';
 import { solidPng } from './png.js';
 
 export const DEFAULT_GEMINI_SIM_API_KEY = 'gemini-sim-key-0000';
@@ -71,17 +72,6 @@ function sendJson(res: ServerResponse, status: number, body: unknown, headers: R
   const text = typeof body === 'string' ? body : JSON.stringify(body);
   res.writeHead(status, { 'content-type': 'application/json; charset=UTF-8', 'content-length': String(Buffer.byteLength(text)), ...headers });
   res.end(text);
-}
-
-async function readBody(req: IncomingMessage): Promise<Buffer> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const c of req as AsyncIterable<Buffer>) {
-    size += c.length;
-    if (size > MAX_BODY_BYTES) throw new Error('body too large');
-    chunks.push(c);
-  }
-  return Buffer.concat(chunks, size);
 }
 
 const obj = (v: unknown): Record<string, unknown> | undefined => (typeof v === 'object' && v !== null && !Array.isArray(v) ? (v as Record<string, unknown>) : undefined);
@@ -159,14 +149,8 @@ async function handle(st: SimState, req: IncomingMessage, res: ServerResponse): 
   if (req.headers['x-goog-api-key'] !== st.sim.apiKey) {
     return sendJson(res, 403, googleError(403, 'PERMISSION_DENIED', 'Method doesn\'t allow unregistered callers. Please use API Key or other form of API consumer identity to call this API.'));
   }
-  let body: Record<string, unknown>;
-  try {
-    const parsed = obj(JSON.parse((await readBody(req)).toString('utf8')));
-    if (parsed === undefined) throw new Error('not an object');
-    body = parsed;
-  } catch {
-    return sendJson(res, 400, googleError(400, 'INVALID_ARGUMENT', 'Invalid JSON payload received.'));
-  }
+  const body = await readJsonObject(req, MAX_BODY_BYTES);
+  if (body === undefined) return sendJson(res, 400, googleError(400, 'INVALID_ARGUMENT', 'Invalid JSON payload received.'));
   const contents = Array.isArray(body.contents) ? body.contents : [];
   const parts = Array.isArray(obj(contents[0])?.parts) ? (obj(contents[0])!.parts as unknown[]) : [];
   const prompt = parts.map((p) => obj(p)?.text).find((t): t is string => typeof t === 'string') ?? '';
