@@ -23,6 +23,7 @@ import { videoRoutes } from './generations/video/routes.js';
 import { imageRoutes } from './generations/images/routes.js';
 import { Router, type Route } from './server/router.js';
 import { startServer } from './server/server.js';
+import { behindFront } from './server/http-front.js';
 import { KeyAuthenticator } from './auth/authenticate.js';
 import { migrate } from './store/migrate.js';
 import { createPool, type Pool } from './store/pool.js';
@@ -169,7 +170,7 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
     let selfUrl = '';
     const media = mediaHostHandler(generationDeps);
     const consolePages = consoleHandler({ services, mediaSecret: generationDeps.mediaSecret, mediaClock: generationDeps.clock, selfUrl: () => selfUrl, routes: () => routes });
-    const server = await startServer({
+    const server = await (config.server.httpFront ? behindFront(config.server.proxyProtocol) : startServer)({
       host: config.server.host,
       port: config.server.port,
       allowUwsFallback: config.allowUwsFallback,
