@@ -156,6 +156,8 @@ t.test("the caller's address survives the front (both paths), and a caller canno
   t.same([await status(get11, '127.0.0.2'), await status(get10, '127.0.0.2'), await status(get11, '127.0.0.2')], [200, 200, 429], 'one bucket for 127.0.0.2 over both paths');
   t.equal(await status(get10, '127.0.0.3'), 200, 'another address has its own bucket (HTTP/1.0)');
   t.equal(await status(get11, '127.0.0.4'), 200, 'another address has its own bucket (HTTP/1.1)');
+  const page = 'GET /console/signin HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n';
+  t.same([await status(page, '127.0.0.5'), await status(page, '127.0.0.5'), await status(page, '127.0.0.5'), await status(page, '127.0.0.6')], [200, 200, 429, 200], "the console's per-address budget too");
   // A PROXY v2 header of the caller's own naming 10.0.0.1: refused, not believed.
   const sig = proxyV2('10.0.0.1');
   t.equal((await exchange(g.url, Buffer.concat([sig, Buffer.from(get11)]), '127.0.0.2')).status, 400, "a caller's own PROXY header is refused");
