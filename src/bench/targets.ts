@@ -21,10 +21,11 @@ export type TargetName =
   | 'inkgate'
   | 'inkgate (billing off)'
   | 'inkgate (sync)'
+  | 'inkgate (HTTP front)'
   | 'inkgate (one key)'
   | 'inkgate (many tenants)';
 export const TARGET_ORDER: readonly TargetName[] = [
-  'direct', 'plain proxy', 'inkgate', 'inkgate (billing off)', 'inkgate (sync)', 'inkgate (one key)', 'inkgate (many tenants)',
+  'direct', 'plain proxy', 'inkgate', 'inkgate (billing off)', 'inkgate (sync)', 'inkgate (HTTP front)', 'inkgate (one key)', 'inkgate (many tenants)',
 ];
 /** The process of the many-tenants scenario: one gateway, the shared limiter, many funded keys. */
 export const TENANTS_PROCESS = 'inkgate (tenants)';
@@ -160,6 +161,38 @@ function target(name: TargetName, lane: LaneName, baseUrl: string, headers: Reco
   };
 }
 
+type Ready = Record<string, unknown>;
+type AddChild = (name: string, role: ChildRole, config: unknown) => Promise<Ready>;
+
+/** The gateways some scenarios need of their own (durability, many-tenants, http-front), started only for them. */
+async function scenarioGateways(o: BenchOptions, redisUrl: string | null, add: AddChild, gw: (suffix: string, unbilled: boolean, more?: Partial<GatewayChildConfig>) => GatewayChildConfig) {
+  const none = Promise.resolve(null);
+  const [sync, tenants, front] = await settled([
+    o.scenarios.includes('durability') ? add('inkgate (sync)', 'gateway', gw('sync', false, { ledger: { durability: 'sync', flushMs: o.flushMs } })) : none,
+    o.scenarios.includes('many-tenants') ? add(TENANTS_PROCESS, 'gateway', gw('tenants', false, { redisUrl, tenants: { accounts: o.tenantAccounts, keys: o.tenantKeys } })) : none,
+    o.scenarios.includes('http-front') ? add('inkgate (HTTP front)', 'gateway', gw('front', false, { httpFront: true })) : none,
+  ]);
+  return { sync, tenants, front };
+}
+
+/** Named targets (--gateway, --direct): only called; the plain proxy is started before a named vendor. Returns its URL. */
+async function namedTargets(o: BenchOptions, add: AddChild, upstreamConnections: number, targets: Target[]): Promise<string | null> {
+  const named = o.lanes.filter((l) => o.direct[l] !== null);
+  let proxyUrl: string | null = null;
+  if (named.length > 0 && o.plainProxy) {
+    const upstreams: ProxyChildConfig['upstreams'] = {};
+    for (const l of named) upstreams[l] = o.direct[l]!;
+    proxyUrl = String((await add('plain proxy', 'proxy', { upstreams, anthropicVersion: o.anthropicVersion, connections: upstreamConnections } satisfies ProxyChildConfig)).url);
+  }
+  for (const lane of o.lanes) {
+    const d = o.direct[lane];
+    if (d) targets.push(target('direct', lane, d.url, vendorHeaders(lane, d.key, o.anthropicVersion), o.directModels[lane], o, null));
+    if (d && proxyUrl) targets.push(target('plain proxy', lane, proxyUrl, {}, o.directModels[lane], o, 'plain proxy'));
+    if (o.gateway) targets.push(target('inkgate', lane, o.gateway.url, { authorization: `Bearer ${o.gateway.key}` }, o.models[lane], o, null));
+  }
+  return proxyUrl;
+}
+
 export async function startTargets(o: BenchOptions, dbUrl: string | null, redisUrl: string | null, onStep: (what: string) => void): Promise<TargetSet> {
   const processes: BenchProcess[] = [];
   const stopAll = async () => {
@@ -193,10 +226,7 @@ export async function startTargets(o: BenchOptions, dbUrl: string | null, redisU
         tenants: null,
         ...more,
       });
-      // The durability and many-tenants scenarios need gateways of their own, started only for them.
-      const wantSync = o.scenarios.includes('durability');
-      const wantTenants = o.scenarios.includes('many-tenants');
-      const [on, off, proxy, sync, tenants] = await settled([
+      const [on, off, proxy, extra] = await settled([
         add('inkgate', 'gateway', gw('on', false)),
         add('inkgate (billing off)', 'gateway', gw('off', true)),
         add('plain proxy', 'proxy', {
@@ -204,21 +234,22 @@ export async function startTargets(o: BenchOptions, dbUrl: string | null, redisU
           anthropicVersion: o.anthropicVersion,
           connections: upstreamConnections,
         } satisfies ProxyChildConfig),
-        wantSync ? add('inkgate (sync)', 'gateway', gw('sync', false, { ledger: { durability: 'sync', flushMs: o.flushMs } })) : Promise.resolve(null),
-        wantTenants
-          ? add(TENANTS_PROCESS, 'gateway', gw('tenants', false, { redisUrl, tenants: { accounts: o.tenantAccounts, keys: o.tenantKeys } }))
-          : Promise.resolve(null),
+        scenarioGateways(o, redisUrl, add, gw),
       ]);
+      const { sync, tenants, front } = extra as Awaited<ReturnType<typeof scenarioGateways>>;
+      const keyed = (name: TargetName, lane: LaneName, g: Ready, processName: string) =>
+        target(name, lane, String(g.url), { authorization: `Bearer ${String(g.key)}` }, o.models[lane], o, processName);
       for (const lane of o.lanes) {
         const simUrl = lane === 'messages' ? s.anthropic : s.openai;
         const simKey = SIM_KEYS[lane === 'messages' ? 'anthropic' : 'openai'];
         targets.push(target('direct', lane, simUrl, vendorHeaders(lane, simKey, o.anthropicVersion), o.directModels[lane], o, 'simulators'));
-        targets.push(target('plain proxy', lane, String(proxy!.url), {}, o.directModels[lane], o, 'plain proxy'));
-        targets.push(target('inkgate', lane, String(on!.url), { authorization: `Bearer ${String(on!.key)}` }, o.models[lane], o, 'inkgate'));
-        targets.push(target('inkgate (billing off)', lane, String(off!.url), { authorization: `Bearer ${String(off!.key)}` }, o.models[lane], o, 'inkgate (billing off)'));
-        if (sync) targets.push(target('inkgate (sync)', lane, String(sync.url), { authorization: `Bearer ${String(sync.key)}` }, o.models[lane], o, 'inkgate (sync)'));
+        targets.push(target('plain proxy', lane, String((proxy as Ready).url), {}, o.directModels[lane], o, 'plain proxy'));
+        targets.push(keyed('inkgate', lane, on as Ready, 'inkgate'));
+        targets.push(keyed('inkgate (billing off)', lane, off as Ready, 'inkgate (billing off)'));
+        if (sync) targets.push(keyed('inkgate (sync)', lane, sync, 'inkgate (sync)'));
+        if (front) targets.push(keyed('inkgate (HTTP front)', lane, front, 'inkgate (HTTP front)'));
         if (tenants) {
-          const one = target('inkgate (one key)', lane, String(tenants.url), { authorization: `Bearer ${String(tenants.key)}` }, o.models[lane], o, TENANTS_PROCESS);
+          const one = keyed('inkgate (one key)', lane, tenants, TENANTS_PROCESS);
           targets.push(one);
           const rotate = (tenants.keys as string[]).map((k) => ({ authorization: `Bearer ${k}` }));
           targets.push({ ...one, name: 'inkgate (many tenants)', request: { ...one.request, rotate } });
@@ -228,19 +259,7 @@ export async function startTargets(o: BenchOptions, dbUrl: string | null, redisU
       const tenantsLimiter = tenants ? String(tenants.limiter) : null;
       return { targets, processes, database, upstreamConnections, tenantsLimiter, stop: stopAll };
     }
-    const named = o.lanes.filter((l) => o.direct[l] !== null);
-    let proxyUrl: string | null = null;
-    if (named.length > 0 && o.plainProxy) {
-      const upstreams: ProxyChildConfig['upstreams'] = {};
-      for (const l of named) upstreams[l] = o.direct[l]!;
-      proxyUrl = String((await add('plain proxy', 'proxy', { upstreams, anthropicVersion: o.anthropicVersion, connections: upstreamConnections } satisfies ProxyChildConfig)).url);
-    }
-    for (const lane of o.lanes) {
-      const d = o.direct[lane];
-      if (d) targets.push(target('direct', lane, d.url, vendorHeaders(lane, d.key, o.anthropicVersion), o.directModels[lane], o, null));
-      if (d && proxyUrl) targets.push(target('plain proxy', lane, proxyUrl, {}, o.directModels[lane], o, 'plain proxy'));
-      if (o.gateway) targets.push(target('inkgate', lane, o.gateway.url, { authorization: `Bearer ${o.gateway.key}` }, o.models[lane], o, null));
-    }
+    const proxyUrl = await namedTargets(o, add, upstreamConnections, targets);
     return { targets, processes, database: null, upstreamConnections: proxyUrl ? upstreamConnections : null, tenantsLimiter: null, stop: stopAll };
   } catch (e) {
     await stopAll();
