@@ -39,15 +39,39 @@ interface FrontOptions {
   readonly proxyProtocol: boolean;
 }
 
-/** Reads the head of the connection's first request (bounded in bytes and time), then hands the socket on. */
+const HEAD_END = Buffer.from('\r\n\r\n', 'latin1');
+
+/** True when `chunk`, read after bytes ending in `tail` (their last 3), completes a "\r\n\r\n". */
+function endsAHead(tail: Buffer, chunk: Buffer): boolean {
+  if (chunk.includes(HEAD_END)) return true;
+  // The blank line may straddle reads (a head dripped a byte at a time has no other end).
+  return tail.length > 0 && Buffer.concat([tail, chunk.subarray(0, 3)]).includes(HEAD_END);
+}
+
+/** The last 3 bytes read, after `chunk`. */
+const lastThree = (tail: Buffer, chunk: Buffer): Buffer => (chunk.length >= 3 ? chunk.subarray(chunk.length - 3) : Buffer.concat([tail, chunk]).subarray(-3));
+
+/**
+ * Reads the head of the connection's first request (bounded in bytes and time), then hands the
+ * socket on. The head is looked at only when a blank line or the byte bound arrives, so a head
+ * sent a byte at a time costs linear work, not a re-scan per byte.
+ */
 function sortConnection(client: Socket, o: FrontOptions, fallback: Fallback): void {
   client.setNoDelay(true);
-  let seen: Buffer | undefined;
+  let chunks: Buffer[] = [];
+  let total = 0;
+  let tail: Buffer = Buffer.alloc(0);
   let skip = o.proxyProtocol ? -1 : 0; // bytes of a balancer's header at the start; -1: not known yet
   const timer = setTimeout(() => client.destroy(), HEAD_TIMEOUT_MS);
   const onError = (): void => void client.destroy();
   const onData = (chunk: Buffer): void => {
-    seen = seen === undefined ? chunk : Buffer.concat([seen, chunk]);
+    const ended = endsAHead(tail, chunk);
+    tail = lastThree(tail, chunk);
+    chunks.push(chunk);
+    total += chunk.length;
+    if (!ended && skip >= 0 && total < MAX_HEAD_BYTES) return;
+    const seen = chunks.length === 1 ? chunk : Buffer.concat(chunks, total);
+    chunks = [seen];
     if (skip < 0 && (skip = leadingProxyHeader(seen)) < 0) return;
     const rest = skip === 0 ? seen : seen.subarray(skip);
     const verdict = sortHead(rest);
@@ -62,7 +86,6 @@ function sortConnection(client: Socket, o: FrontOptions, fallback: Fallback): vo
     client.unshift(rest);
     fallback.server.emit('connection', client);
     client.resume(); // node:http reads through 'data' once a stream has been read from
-
   };
   client.on('data', onData);
   client.on('error', onError);

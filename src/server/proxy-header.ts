@@ -45,7 +45,8 @@ export function proxyV2Header(s: Endpoints): Buffer {
   const src = unmapped(s.remoteAddress);
   const dst = unmapped(s.localAddress);
   if (!isIPv4(src) && !isIPv6(src)) return LOCAL;
-  const four = isIPv4(src) && isIPv4(dst);
+  // The caller's family decides (a dual-stack listener may see an IPv4 caller on an IPv6 address).
+  const four = isIPv4(src);
   const len = four ? 12 : 36;
   const out = Buffer.allocUnsafe(16 + len);
   SIGNATURE.copy(out, 0);
@@ -54,7 +55,7 @@ export function proxyV2Header(s: Endpoints): Buffer {
   out.writeUInt16BE(len, 14);
   if (four) {
     src.split('.').forEach((p, i) => (out[16 + i] = Number(p)));
-    dst.split('.').forEach((p, i) => (out[20 + i] = Number(p)));
+    (isIPv4(dst) ? dst : '0.0.0.0').split('.').forEach((p, i) => (out[20 + i] = Number(p)));
   } else {
     ipv6Bytes(src).copy(out, 16);
     ipv6Bytes(dst).copy(out, 32);

@@ -119,6 +119,32 @@ t.test('too many header fields: 431 and the close, on HTTP/1.1 and HTTP/1.0; the
   t.equal((await exchange(g.url, `GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n${fields(45)}\r\n`)).status, 431, 'one above');
 });
 
+/** Sends `text` a few bytes per write (each its own TCP segment) and reads until the close. */
+async function dripped(url: string, text: string, piece: number): Promise<number> {
+  const u = new URL(url);
+  const s = connect(Number(u.port), u.hostname);
+  s.setNoDelay(true);
+  let raw = '';
+  s.on('data', (d: Buffer) => (raw += d.toString('latin1')));
+  const closed = new Promise((r) => s.on('close', r));
+  s.setTimeout(10_000, () => s.destroy());
+  await new Promise((r) => s.once('connect', r));
+  for (let i = 0; i < text.length; i += piece) await new Promise((r) => s.write(text.slice(i, i + piece), r));
+  await closed;
+  return Number(/^HTTP\/1\.1 (\d{3})/.exec(raw)?.[1] ?? 0);
+}
+
+t.test('a head dripped in small pieces, and one above 16 KiB', async (t) => {
+  const { g } = await setup(t);
+  for (const piece of [1, 2, 3]) {
+    t.equal(await dripped(g.url, 'GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n', piece), 200, `HTTP/1.1, ${piece} byte(s) per write`);
+    t.equal(await dripped(g.url, 'GET /v1/models HTTP/1.0\r\n\r\n', piece), 200, `HTTP/1.0, ${piece} byte(s) per write`);
+  }
+  const big = await exchange(g.url, `GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(17 * 1024)}\r\n\r\n`);
+  t.equal(big.status, 431, 'a head above 16 KiB');
+  t.equal(big.headers.connection, 'close');
+});
+
 t.test('HTTP/1.1 without Host: 400 and the close', async (t) => {
   const { g } = await setup(t);
   const r = await exchange(g.url, 'GET /v1/models HTTP/1.1\r\n\r\n');
