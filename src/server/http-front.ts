@@ -14,22 +14,32 @@ import { startServer, type RunningServer, type ServerDeps } from './server.js';
 /** The first request's head must arrive within this (uWS's own idle timeout). */
 const HEAD_TIMEOUT_MS = 10_000;
 
-/** Pipes `client` to uWS in both directions, after the PROXY header and the bytes read so far. */
+/** After uWS closed, the caller has this long to take the last bytes before its socket is destroyed. */
+const CLOSE_GRACE_MS = 10_000;
+
+/**
+ * Pipes `client` to uWS in both directions, after the PROXY header and the bytes read so far.
+ * When uWS closes first (after `Connection: close`, or an early 413 while the body still comes,
+ * often with a reset), what it sent is still delivered: the caller's side is ended, not destroyed,
+ * and what the caller still sends is read and dropped, so its socket closes without a reset.
+ */
 function pipeRaw(client: Socket, proxyHeader: Buffer, first: Buffer, uwsPort: number): void {
   const up = connect({ port: uwsPort, host: '127.0.0.1', noDelay: true });
   up.write(Buffer.concat([proxyHeader, first]));
   client.pipe(up);
-  up.pipe(client);
-  const drop = (): void => {
+  up.pipe(client, { end: false });
+  client.on('error', () => {
     client.destroy();
     up.destroy();
-  };
-  client.on('error', drop);
-  up.on('error', drop);
-  // A caller gone: uWS sees its connection closed. uWS done: the caller's side ends once flushed.
-  client.on('close', () => up.destroy());
+  });
+  up.on('error', () => up.destroy()); // its close ends the caller's side
+  client.on('close', () => up.destroy()); // a caller gone: uWS sees its connection closed
   up.on('close', () => {
-    if (!client.writableEnded) client.destroy();
+    client.unpipe(up);
+    if (client.destroyed) return;
+    client.resume();
+    client.end();
+    client.setTimeout(CLOSE_GRACE_MS, () => client.destroy());
   });
 }
 

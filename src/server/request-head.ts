@@ -5,8 +5,9 @@
 /** Header fields a request may carry (both paths): 46 leaves room for the Host and Connection the
  *  front adds when it forwards an HTTP/1.0 request, under uWS's own ceiling of 48. */
 export const MAX_HEADER_FIELDS = 46;
-/** The first request's head is read up to this many bytes (node:http's default maxHeaderSize). */
-export const MAX_HEAD_BYTES = 16 * 1024;
+/** The first request's head is read up to this many bytes: uWS serves a head of up to about 125 KiB
+ *  and resets a longer one, so what it would serve is never refused here. */
+export const MAX_HEAD_BYTES = 124 * 1024;
 
 export type HeadVerdict = 'uws' | 'node' | 'incomplete';
 

@@ -134,15 +134,29 @@ async function dripped(url: string, text: string, piece: number): Promise<number
   return Number(/^HTTP\/1\.1 (\d{3})/.exec(raw)?.[1] ?? 0);
 }
 
-t.test('a head dripped in small pieces, and one above 16 KiB', async (t) => {
+t.test('a head dripped in small pieces, and one above 124 KiB', async (t) => {
   const { g } = await setup(t);
   for (const piece of [1, 2, 3]) {
     t.equal(await dripped(g.url, 'GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n', piece), 200, `HTTP/1.1, ${piece} byte(s) per write`);
     t.equal(await dripped(g.url, 'GET /v1/models HTTP/1.0\r\n\r\n', piece), 200, `HTTP/1.0, ${piece} byte(s) per write`);
   }
-  const big = await exchange(g.url, `GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(17 * 1024)}\r\n\r\n`);
-  t.equal(big.status, 431, 'a head above 16 KiB');
+  const big = await exchange(g.url, `GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(125 * 1024)}\r\n\r\n`);
+  t.equal(big.status, 431, 'a head above 124 KiB');
   t.equal(big.headers.connection, 'close');
+});
+
+t.test('a body announced above the cap: the 413 uWS sends at once, then closes, reaches the caller', async (t) => {
+  const { g, k } = await setup(t);
+  const cap = g.config.limits.textBodyBytes;
+  const r = await exchange(
+    g.url,
+    Buffer.concat([
+      Buffer.from(`POST /v1/messages HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${k.key}\r\nContent-Type: application/json\r\nContent-Length: ${cap + 1}\r\n\r\n`),
+      Buffer.alloc(64 * 1024, 0x20), // the start of the body; the rest never comes
+    ]),
+  );
+  t.equal(r.status, 413);
+  t.equal(JSON.parse(r.body).error.code, 'payload_too_large');
 });
 
 t.test('HTTP/1.1 without Host: 400 and the close', async (t) => {
