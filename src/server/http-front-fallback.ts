@@ -9,10 +9,12 @@ import { newRequestId } from './http-context.js';
 import { proxyV2Header } from './proxy-header.js';
 import { MAX_HEAD_BYTES, MAX_HEADER_FIELDS } from './request-head.js';
 
-/** A fallback connection quiet this long in both directions is closed (a stream's pings keep it busy). */
+/**
+ * A fallback connection quiet this long in both directions is closed (a stream's pings keep it
+ * busy). A body that trickles is bounded by uWS instead: it closes the forwarded request ~10 s
+ * after it opened (node's own request and head timeouts run only on a server that listens).
+ */
 const IDLE_MS = 120_000;
-/** The whole request (head and body) must arrive within this. */
-const REQUEST_MS = 60_000;
 
 /** Per connection, not forwarded: they describe the caller's connection, not the request. */
 const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'te', 'trailer', 'upgrade']);
@@ -57,7 +59,7 @@ function forward(req: IncomingMessage, res: ServerResponse, uwsPort: number, pro
     },
   );
   up.on('error', () => {
-    if (!res.headersSent) refuse(res, 'provider_unavailable', { message: 'This instance is shutting down; retry.', retryAfterS: 1 });
+    if (!res.headersSent) refuse(res, 'provider_unavailable', { message: 'The request ended before an answer (the instance is shutting down, or the body came too slowly); retry.', retryAfterS: 1 });
     else res.destroy();
   });
   // A caller gone before the end: uWS sees its request aborted, as on a direct connection.
@@ -86,7 +88,7 @@ export interface Fallback {
  */
 export function fallbackServer(uwsPort: number): Fallback {
   const proxyHeaders = new WeakMap<Socket, Buffer>();
-  const server = createServer({ maxHeaderSize: MAX_HEAD_BYTES, requestTimeout: REQUEST_MS, noDelay: true, requireHostHeader: false }, (req, res) =>
+  const server = createServer({ maxHeaderSize: MAX_HEAD_BYTES, noDelay: true, requireHostHeader: false }, (req, res) =>
     answer(req, res, uwsPort, proxyHeaders.get(req.socket) ?? proxyV2Header(req.socket)),
   );
   // One more than allowed is kept, so a request over the limit is seen as such (node drops the rest).
