@@ -19,6 +19,7 @@ const table = {
   too_large: { status: 400, type: 'invalid_request_error', message: 'A number is larger than allowed.' },
   unsupported_parameter: { status: 400, type: 'invalid_request_error', message: 'This parameter is not supported in v1.' },
   upstream_rejected: { status: 400, type: 'invalid_request_error', message: 'The vendor refused the request before running the model.' },
+  missing_host: { status: 400, type: 'invalid_request_error', message: 'An HTTP/1.1 request must carry a Host header.' },
   unknown_model: { status: 400, type: 'invalid_request_error', message: 'Unknown model.' },
   // 400: Messages lane
   missing_messages: { status: 400, type: 'invalid_request_error', message: '`messages` must be a non-empty array.' },
@@ -46,7 +47,7 @@ const table = {
   tier_gated: { status: 403, type: 'permission_error', message: 'Your plan does not include this product.' },
   invalid_signature: { status: 403, type: 'permission_error', message: 'The media link signature is missing or wrong.' },
   link_expired: { status: 403, type: 'permission_error', message: 'The media link has expired; read the generation again for a fresh one.' },
-  // 404-415
+  // 404-431
   not_found: { status: 404, type: 'not_found_error', message: 'Unknown route.' },
   model_not_found: { status: 404, type: 'not_found_error', message: 'Unknown model.' },
   generation_not_found: { status: 404, type: 'not_found_error', message: 'Unknown generation.' },
@@ -57,6 +58,7 @@ const table = {
   result_expired: { status: 410, type: 'not_found_error', message: 'The result is past its retention and was deleted.' },
   payload_too_large: { status: 413, type: 'invalid_request_error', message: 'The request is larger than allowed.' },
   unsupported_media_type: { status: 415, type: 'invalid_request_error', message: 'The body must be application/json.' },
+  too_many_headers: { status: 431, type: 'invalid_request_error', message: 'The request carries more header fields than allowed.' },
   // 429
   rate_limit_exceeded: { status: 429, type: 'rate_limit_error', message: 'More than the allowed requests per minute on this key.' },
   concurrency_limit: { status: 429, type: 'rate_limit_error', message: 'Too many generations running on this account.' },

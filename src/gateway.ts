@@ -24,6 +24,7 @@ import { imageRoutes } from './generations/images/routes.js';
 import { Router, type Route } from './server/router.js';
 import { startServer, type RunningServer } from './server/server.js';
 import type { HttpContext } from './server/http-context.js';
+import { behindFront } from './server/http-front.js';
 import { KeyAuthenticator } from './auth/authenticate.js';
 import { migrate } from './store/migrate.js';
 import { createPool, type Pool } from './store/pool.js';

@@ -1,6 +1,6 @@
 // `inkgate bench` arguments: parsed and checked once, every number bounded, so a typo fails at
 // once with one line instead of after minutes of load.
-export const SCENARIOS = ['latency', 'saturation', 'stream-saturation', 'open-loop', 'paced', 'billing', 'many-tenants', 'durability'] as const;
+export const SCENARIOS = ['latency', 'saturation', 'stream-saturation', 'open-loop', 'paced', 'billing', 'many-tenants', 'durability', 'http-front'] as const;
 export type Scenario = (typeof SCENARIOS)[number];
 export type LaneName = 'messages' | 'responses';
 
@@ -56,7 +56,7 @@ on 127.0.0.1, the vendor simulators, inkgate (billing on, and a second one with 
 and a plain node:http + undici pass-through proxy, and stops them all at the end.
 
   --scenario LIST        latency,saturation,stream-saturation,open-loop,paced,billing,
-                         many-tenants,durability (default: all)
+                         many-tenants,durability,http-front (default: all)
   --lane L               messages | responses | both (default both)
   --seconds N            measured seconds per run (default 5)
   --warmup-seconds N     unmeasured warm-up before each run (default 1)

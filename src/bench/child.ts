@@ -25,6 +25,8 @@ export interface GatewayChildConfig {
   readonly redisUrl: string | null;
   /** Many tenants: also make this many funded accounts and keys (ready then carries `keys`). */
   readonly tenants: { readonly accounts: number; readonly keys: number } | null;
+  /** The HTTP front before uWS (config server.httpFront). */
+  readonly httpFront?: boolean;
 }
 
 /** What a gateway's ledger looks like after the load: every hold should have ended, nothing logged. */
@@ -132,7 +134,7 @@ async function startInkgate(c: GatewayChildConfig): Promise<Started> {
   const cfg = loadConfig(
     {},
     {
-      server: { host: '127.0.0.1', port: 0 },
+      server: { host: '127.0.0.1', port: 0, httpFront: c.httpFront === true },
       dataDir,
       db: { url: c.dbUrl, schema: c.schema, poolMax: 32 },
       redis: { url: c.redisUrl },

@@ -98,6 +98,18 @@ export function planRuns(o: BenchOptions, set: TargetSet): { runs: PlannedRun[];
         add(ts, 'request', o.connections, per);
         continue;
       }
+      if (scenario === 'http-front') {
+        // The same gateway with and without the HTTP front (server.httpFront): what the extra hop costs.
+        const ts = of(['inkgate', 'inkgate (HTTP front)']);
+        if (ts.length < 2) {
+          skipped.push({ lane, scenario, reason: 'needs the self-started inkgate with and without the HTTP front' });
+          continue;
+        }
+        add(ts, 'request', 1, per);
+        add(ts, 'stream', 1, per);
+        add(ts, 'request', o.connections, per);
+        continue;
+      }
       if (scenario === 'durability' || scenario === 'many-tenants') {
         const names: TargetName[] = scenario === 'durability' ? ['inkgate', 'inkgate (sync)'] : ['inkgate (one key)', 'inkgate (many tenants)'];
         const ts = of(names);

@@ -18,6 +18,11 @@ export const ConfigSchema = Type.Object({
     proxyProtocol: Type.Boolean(),
     /** Addresses or CIDR blocks whose X-Forwarded-For is believed; empty: the peer address is the caller's. */
     trustedProxies: Type.Array(Type.String({ minLength: 1, maxLength: 64 }), { maxItems: 256 }),
+    /**
+     * A node:net listener on the public address in front of uWS (server/http-front.ts), so HTTP/1.0
+     * requests are answered and over-long heads get 431 instead of no answer.
+     */
+    httpFront: Type.Boolean(),
   }),
   /** The admin listener: /metrics, /healthz, /readyz. Never the public port. */
   admin: Type.Object({
@@ -224,6 +229,7 @@ function fromEnv(env: Env): Record<string, unknown> {
       port: int('INKGATE_PORT', env.INKGATE_PORT),
       proxyProtocol: bool(env.INKGATE_PROXY_PROTOCOL),
       trustedProxies: list(env.INKGATE_TRUSTED_PROXIES),
+      httpFront: bool(env.INKGATE_HTTP_FRONT),
     },
     admin: {
       host: str(env.INKGATE_ADMIN_HOST),

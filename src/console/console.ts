@@ -4,6 +4,7 @@
 // carries a strict Content-Security-Policy (html.ts). The server calls this for any path it does
 // not route under /v1; it answers true when the path is the console's.
 import { ApiError } from '../errors.js';
+import { clientAddressResolver } from '../ops/client-address.js';
 import type { HttpContext } from '../server/http-context.js';
 import { toApiError } from '../server/server.js';
 import { PageError, type ConsoleDeps, type PageCtx, type SignedIn } from './context.js';
@@ -52,6 +53,8 @@ const ROUTES: readonly ConsoleRoute[] = [
 ];
 
 export function consoleHandler(d: ConsoleDeps): (ctx: HttpContext) => boolean {
+  // The caller as the /v1 limits see it: behind a balancer or the HTTP front the peer is not the caller.
+  const clientAddress = clientAddressResolver(d.services.config.server);
   return (ctx) => {
     const path = ctx.path.length > 8 && ctx.path.endsWith('/') ? ctx.path.slice(0, -1) : ctx.path;
     if (path !== '/console' && !path.startsWith('/console/')) return false;
@@ -62,12 +65,12 @@ export function consoleHandler(d: ConsoleDeps): (ctx: HttpContext) => boolean {
     // uWS wants the body reader attached in this tick.
     if (ctx.method === 'POST') ctx.collectBody(FORM_BODY_BYTES);
     if (ctx.done) return true;
-    handle(d, ctx, path).catch((e: unknown) => failPage(d, ctx, e));
+    handle(d, ctx, path, clientAddress(ctx)).catch((e: unknown) => failPage(d, ctx, e));
     return true;
   };
 }
 
-async function handle(d: ConsoleDeps, ctx: HttpContext, path: string): Promise<void> {
+async function handle(d: ConsoleDeps, ctx: HttpContext, path: string, address: string): Promise<void> {
   const method = ctx.method === 'HEAD' ? 'GET' : ctx.method;
   let route: ConsoleRoute | undefined;
   let params: string[] = [];
@@ -81,7 +84,7 @@ async function handle(d: ConsoleDeps, ctx: HttpContext, path: string): Promise<v
   }
   if (!route) throw new PageError(404, 'There is no console page at this address.');
   // Every console page reads the store (the session at least): bounded per client address.
-  const budget = await d.services.limiter.take('console:' + ctx.remoteAddress, d.services.config.limits.publicRequestsPerMinute);
+  const budget = await d.services.limiter.take('console:' + address, d.services.config.limits.publicRequestsPerMinute);
   if (!budget.allowed) throw new PageError(429, 'Too many console requests from this address; wait a minute and try again.');
   const session = await findSession(d.services.pool, cookieValue(ctx.header('cookie'), SESSION_COOKIE));
   if (route.access !== 'public' && session === undefined) {

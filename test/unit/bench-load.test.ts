@@ -99,7 +99,7 @@ t.test('SSE event ends and histogram summaries', async (t) => {
 
 t.test('arguments: bounded and checked', async (t) => {
   const o = parseBenchArgs([], false);
-  t.same(o.scenarios, ['latency', 'saturation', 'stream-saturation', 'open-loop', 'paced', 'billing', 'many-tenants', 'durability']);
+  t.same(o.scenarios, ['latency', 'saturation', 'stream-saturation', 'open-loop', 'paced', 'billing', 'many-tenants', 'durability', 'http-front']);
   t.same([o.tenantAccounts, o.tenantKeys], [100, 1000], 'many tenants: 1,000 keys over 100 accounts');
   t.same(o.lanes, ['messages', 'responses']);
   t.equal(o.seconds, 5);

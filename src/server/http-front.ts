@@ -1,0 +1,153 @@
+// The optional HTTP front (server.httpFront): a node:net listener on the public address, with uWS
+// behind it on a loopback port. uWS leaves some requests unanswered until its idle timeout (an
+// HTTP/1.0 request line, HTTP/1.1 without Host, more than 48 header fields) and offers no hook to
+// see them, so the front reads the head of each connection's first request: what uWS answers is
+// piped to it raw in both directions (nothing parsed after that: keep-alive and pipelining stay
+// uWS's), the rest goes to a node:http server (http-front-fallback.ts). Every loopback connection
+// begins with a PROXY v2 header naming the caller (ops/client-address.ts believes it from loopback).
+import { createServer, connect, type Server, type Socket } from 'node:net';
+import { fallbackServer, type Fallback } from './http-front-fallback.js';
+import { leadingProxyHeader, proxyV2Header } from './proxy-header.js';
+import { MAX_HEAD_BYTES, sortHead } from './request-head.js';
+import { startServer, type RunningServer, type ServerDeps } from './server.js';
+
+/** The first request's head must arrive within this (uWS's own idle timeout). */
+const HEAD_TIMEOUT_MS = 10_000;
+
+/** After uWS closed, the caller has this long to take the last bytes before its socket is destroyed. */
+const CLOSE_GRACE_MS = 10_000;
+
+/**
+ * Pipes `client` to uWS in both directions, after the PROXY header and the bytes read so far.
+ * When uWS closes first (after `Connection: close`, or an early 413 while the body still comes,
+ * often with a reset), what it sent is still delivered: the caller's side is ended, not destroyed,
+ * and what the caller still sends is read and dropped, so its socket closes without a reset.
+ */
+function pipeRaw(client: Socket, proxyHeader: Buffer, first: Buffer, uwsPort: number): void {
+  const up = connect({ port: uwsPort, host: '127.0.0.1', noDelay: true });
+  up.write(Buffer.concat([proxyHeader, first]));
+  client.pipe(up);
+  up.pipe(client, { end: false });
+  client.on('error', () => {
+    client.destroy();
+    up.destroy();
+  });
+  up.on('error', () => up.destroy()); // its close ends the caller's side
+  client.on('close', () => up.destroy()); // a caller gone: uWS sees its connection closed
+  up.on('close', () => {
+    client.unpipe(up);
+    if (client.destroyed) return;
+    client.resume();
+    client.end();
+    client.setTimeout(CLOSE_GRACE_MS, () => client.destroy());
+  });
+}
+
+interface FrontOptions {
+  readonly uwsPort: number;
+  /** server.proxyProtocol: a balancer's PROXY v2 header may come first; it is passed on as it came. */
+  readonly proxyProtocol: boolean;
+}
+
+const HEAD_END = Buffer.from('\r\n\r\n', 'latin1');
+
+/** True when `chunk`, read after bytes ending in `tail` (their last 3), completes a "\r\n\r\n". */
+function endsAHead(tail: Buffer, chunk: Buffer): boolean {
+  if (chunk.includes(HEAD_END)) return true;
+  // The blank line may straddle reads (a head dripped a byte at a time has no other end).
+  return tail.length > 0 && Buffer.concat([tail, chunk.subarray(0, 3)]).includes(HEAD_END);
+}
+
+/** The last 3 bytes read, after `chunk`. */
+const lastThree = (tail: Buffer, chunk: Buffer): Buffer => (chunk.length >= 3 ? chunk.subarray(chunk.length - 3) : Buffer.concat([tail, chunk]).subarray(-3));
+
+/**
+ * Reads the head of the connection's first request (bounded in bytes and time), then hands the
+ * socket on. The head is looked at only when a blank line or the byte bound arrives, so a head
+ * sent a byte at a time costs linear work, not a re-scan per byte.
+ */
+function sortConnection(client: Socket, o: FrontOptions, fallback: Fallback): void {
+  client.setNoDelay(true);
+  let chunks: Buffer[] = [];
+  let total = 0;
+  let tail: Buffer = Buffer.alloc(0);
+  let skip = o.proxyProtocol ? -1 : 0; // bytes of a balancer's header at the start; -1: not known yet
+  const timer = setTimeout(() => client.destroy(), HEAD_TIMEOUT_MS);
+  const onError = (): void => void client.destroy();
+  const onData = (chunk: Buffer): void => {
+    const ended = endsAHead(tail, chunk);
+    tail = lastThree(tail, chunk);
+    chunks.push(chunk);
+    total += chunk.length;
+    if (!ended && skip >= 0 && total < MAX_HEAD_BYTES) return;
+    const seen = chunks.length === 1 ? chunk : Buffer.concat(chunks, total);
+    chunks = [seen];
+    if (skip < 0 && (skip = leadingProxyHeader(seen)) < 0) return;
+    const rest = skip === 0 ? seen : seen.subarray(skip);
+    const verdict = sortHead(rest);
+    if (verdict === 'incomplete' && rest.length < MAX_HEAD_BYTES) return;
+    clearTimeout(timer);
+    client.off('data', onData);
+    client.off('error', onError);
+    client.pause();
+    const header = skip === 0 ? proxyV2Header(client) : Buffer.from(seen.subarray(0, skip));
+    if (verdict === 'uws') return pipeRaw(client, header, rest, o.uwsPort);
+    fallback.proxyHeaders.set(client, header);
+    client.unshift(rest);
+    fallback.server.emit('connection', client);
+    client.resume(); // node:http reads through 'data' once a stream has been read from
+  };
+  client.on('data', onData);
+  client.on('error', onError);
+  client.on('close', () => clearTimeout(timer));
+}
+
+interface Front {
+  readonly server: Server;
+  readonly sockets: Set<Socket>;
+}
+
+function listenFront(host: string, port: number, o: FrontOptions): Promise<Front> {
+  const fallback = fallbackServer(o.uwsPort);
+  const sockets = new Set<Socket>();
+  const server = createServer({ noDelay: true }, (client) => {
+    sockets.add(client);
+    client.on('close', () => sockets.delete(client));
+    sortConnection(client, o, fallback);
+  });
+  return new Promise((resolveF, reject) => {
+    server.once('error', reject);
+    server.listen(port, host, () => {
+      server.off('error', reject);
+      resolveF({ server, sockets });
+    });
+  });
+}
+
+/**
+ * startServer behind the front: uWS on 127.0.0.1 (any free port), the front on `d.host:d.port`.
+ * Closing stops the front admitting, drains uWS as before, then closes what connections remain.
+ */
+export function behindFront(proxyProtocol: boolean): (d: ServerDeps) => Promise<RunningServer> {
+  return async (d) => {
+    const inner = await startServer({ ...d, host: '127.0.0.1', port: 0 });
+    let front: Front;
+    try {
+      front = await listenFront(d.host, d.port, { uwsPort: inner.port, proxyProtocol });
+    } catch (e) {
+      await inner.close(0);
+      throw e;
+    }
+    const address = front.server.address();
+    return {
+      port: typeof address === 'object' && address !== null ? address.port : d.port,
+      native: inner.native,
+      close: async (drainMs) => {
+        front.server.close();
+        const drained = await inner.close(drainMs);
+        for (const s of front.sockets) s.destroy();
+        return drained;
+      },
+    };
+  };
+}
