@@ -230,14 +230,16 @@ interface HttpParts {
   readonly routes: Route[];
 }
 
-/** The uWS server: the /v1 routes, and beside them the console and the media host. */
+/** The public server (uWS, behind the HTTP front when it is on): the /v1 routes, and beside them the console and the media host. */
 async function serveHttp(services: Services, p: HttpParts, cleanups: Cleanups): Promise<RunningServer> {
   const { config, log, state, limiter, pool } = services;
   // The console (src/console) is served beside the media host; its playground calls our own /v1.
   let selfUrl = '';
   const media = mediaHostHandler(p.generationDeps);
   const consolePages = consoleHandler({ services, mediaSecret: p.generationDeps.mediaSecret, mediaClock: p.generationDeps.clock, selfUrl: () => selfUrl, routes: () => p.routes });
-  const running = await startServer({
+  // With the HTTP front on (the default) a node:net listener holds the public address before uWS.
+  const start = config.server.httpFront ? behindFront(config.server.proxyProtocol) : startServer;
+  const running = await start({
     host: config.server.host,
     port: config.server.port,
     allowUwsFallback: config.allowUwsFallback,

@@ -25,7 +25,7 @@ export interface GatewayChildConfig {
   readonly redisUrl: string | null;
   /** Many tenants: also make this many funded accounts and keys (ready then carries `keys`). */
   readonly tenants: { readonly accounts: number; readonly keys: number } | null;
-  /** The HTTP front before uWS (config server.httpFront). */
+  /** The HTTP front before uWS (config server.httpFront); unset: the configuration's default. */
   readonly httpFront?: boolean;
 }
 
@@ -134,7 +134,7 @@ async function startInkgate(c: GatewayChildConfig): Promise<Started> {
   const cfg = loadConfig(
     {},
     {
-      server: { host: '127.0.0.1', port: 0, httpFront: c.httpFront === true },
+      server: { host: '127.0.0.1', port: 0, ...(c.httpFront === undefined ? {} : { httpFront: c.httpFront }) },
       dataDir,
       db: { url: c.dbUrl, schema: c.schema, poolMax: 32 },
       redis: { url: c.redisUrl },

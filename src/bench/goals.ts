@@ -60,7 +60,7 @@ const PAIRS: ReadonlyArray<readonly [TargetName, TargetName]> = [
   ['plain proxy', 'direct'],
   ['inkgate', 'inkgate (billing off)'],
   ['inkgate (sync)', 'inkgate'],
-  ['inkgate (HTTP front)', 'inkgate'],
+  ['inkgate', 'inkgate (no front)'],
   ['inkgate (many tenants)', 'inkgate (one key)'],
 ];
 

@@ -99,8 +99,8 @@ export function planRuns(o: BenchOptions, set: TargetSet): { runs: PlannedRun[];
         continue;
       }
       if (scenario === 'http-front') {
-        // The same gateway with and without the HTTP front (server.httpFront): what the extra hop costs.
-        const ts = of(['inkgate', 'inkgate (HTTP front)']);
+        // The same gateway with and without the HTTP front (server.httpFront, on by default): what the extra hop costs.
+        const ts = of(['inkgate', 'inkgate (no front)']);
         if (ts.length < 2) {
           skipped.push({ lane, scenario, reason: 'needs the self-started inkgate with and without the HTTP front' });
           continue;

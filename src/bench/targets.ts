@@ -21,11 +21,11 @@ export type TargetName =
   | 'inkgate'
   | 'inkgate (billing off)'
   | 'inkgate (sync)'
-  | 'inkgate (HTTP front)'
+  | 'inkgate (no front)'
   | 'inkgate (one key)'
   | 'inkgate (many tenants)';
 export const TARGET_ORDER: readonly TargetName[] = [
-  'direct', 'plain proxy', 'inkgate', 'inkgate (billing off)', 'inkgate (sync)', 'inkgate (HTTP front)', 'inkgate (one key)', 'inkgate (many tenants)',
+  'direct', 'plain proxy', 'inkgate', 'inkgate (billing off)', 'inkgate (sync)', 'inkgate (no front)', 'inkgate (one key)', 'inkgate (many tenants)',
 ];
 /** The process of the many-tenants scenario: one gateway, the shared limiter, many funded keys. */
 export const TENANTS_PROCESS = 'inkgate (tenants)';
@@ -221,8 +221,8 @@ async function startOwnTargets(o: BenchOptions, dbUrl: string | null, redisUrl: 
   // The durability, many-tenants and http-front scenarios need gateways of their own, started only for them.
   const wantSync = o.scenarios.includes('durability');
   const wantTenants = o.scenarios.includes('many-tenants');
-  const wantFront = o.scenarios.includes('http-front');
-  const [on, off, proxy, sync, tenants, front] = await settled([
+  const wantNoFront = o.scenarios.includes('http-front');
+  const [on, off, proxy, sync, tenants, noFront] = await settled([
     add('inkgate', 'gateway', gw('on', false)),
     add('inkgate (billing off)', 'gateway', gw('off', true)),
     add('plain proxy', 'proxy', {
@@ -234,9 +234,9 @@ async function startOwnTargets(o: BenchOptions, dbUrl: string | null, redisUrl: 
     wantTenants
       ? add(TENANTS_PROCESS, 'gateway', gw('tenants', false, { redisUrl, tenants: { accounts: o.tenantAccounts, keys: o.tenantKeys } }))
       : Promise.resolve(null),
-    wantFront ? add('inkgate (HTTP front)', 'gateway', gw('front', false, { httpFront: true })) : Promise.resolve(null),
+    wantNoFront ? add('inkgate (no front)', 'gateway', gw('nofront', false, { httpFront: false })) : Promise.resolve(null),
   ]);
-  const targets = o.lanes.flatMap((lane) => ownLaneTargets(lane, o, s, { on: on!, off: off!, proxy: proxy!, sync, tenants, front }));
+  const targets = o.lanes.flatMap((lane) => ownLaneTargets(lane, o, s, { on: on!, off: off!, proxy: proxy!, sync, tenants, noFront }));
   return { targets, database, upstreamConnections, tenantsLimiter: tenants ? String(tenants.limiter) : null };
 }
 
@@ -245,7 +245,7 @@ function ownLaneTargets(
   lane: LaneName,
   o: BenchOptions,
   s: SimUrls,
-  p: { on: Record<string, unknown>; off: Record<string, unknown>; proxy: Record<string, unknown>; sync: Ready; tenants: Ready; front: Ready },
+  p: { on: Record<string, unknown>; off: Record<string, unknown>; proxy: Record<string, unknown>; sync: Ready; tenants: Ready; noFront: Ready },
 ): Target[] {
   const out: Target[] = [];
   const simUrl = lane === 'messages' ? s.anthropic : s.openai;
@@ -255,7 +255,7 @@ function ownLaneTargets(
   out.push(target('inkgate', lane, String(p.on.url), bearer(p.on.key), o.models[lane], o, 'inkgate'));
   out.push(target('inkgate (billing off)', lane, String(p.off.url), bearer(p.off.key), o.models[lane], o, 'inkgate (billing off)'));
   if (p.sync) out.push(target('inkgate (sync)', lane, String(p.sync.url), bearer(p.sync.key), o.models[lane], o, 'inkgate (sync)'));
-  if (p.front) out.push(target('inkgate (HTTP front)', lane, String(p.front.url), bearer(p.front.key), o.models[lane], o, 'inkgate (HTTP front)'));
+  if (p.noFront) out.push(target('inkgate (no front)', lane, String(p.noFront.url), bearer(p.noFront.key), o.models[lane], o, 'inkgate (no front)'));
   if (p.tenants) {
     const one = target('inkgate (one key)', lane, String(p.tenants.url), bearer(p.tenants.key), o.models[lane], o, TENANTS_PROCESS);
     out.push(one);

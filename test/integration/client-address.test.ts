@@ -40,9 +40,14 @@ t.test('PROXY protocol v2 on: each client its own bucket', async (t) => {
   t.equal(await get(g.url, { proxyFrom: '10.1.0.2' }), 200, 'another client behind the same balancer is not limited by the first');
 });
 
-t.test('PROXY protocol off (the default): a header a client sends itself changes nothing', async (t) => {
+t.test('PROXY protocol off (the default): a header a client sends itself cannot pick its bucket', async (t) => {
   const g = await startTestGateway(t, { limits });
-  t.same([await get(g.url, { proxyFrom: '10.2.0.1' }), await get(g.url, { proxyFrom: '10.2.0.2' }), await get(g.url, { proxyFrom: '10.2.0.3' })], [200, 200, 429], 'one bucket: the peer');
+  // With the HTTP front (the default) a connection that does not begin with a request line is refused outright.
+  t.same([await get(g.url, { proxyFrom: '10.2.0.1' }), await get(g.url, { proxyFrom: '10.2.0.2' })], [400, 400], 'refused by the front, nothing served');
+  t.same([await get(g.url), await get(g.url), await get(g.url)], [200, 200, 429], 'one bucket: the peer (the refusals spent none of it)');
+  // uWS alone (front off) reads and drops such a header: the peer's one bucket still counts.
+  const bare = await startTestGateway(t, { limits, server: { httpFront: false } });
+  t.same([await get(bare.url, { proxyFrom: '10.2.0.1' }), await get(bare.url, { proxyFrom: '10.2.0.2' }), await get(bare.url, { proxyFrom: '10.2.0.3' })], [200, 200, 429], 'front off: one bucket, the peer');
 });
 
 t.test('X-Forwarded-For is believed from a trusted proxy only', async (t) => {

@@ -1,6 +1,6 @@
 // Hostile input against every route. Part 1 drives generated bodies, headers, methods and
 // paths (fast-check) through a real gateway whose text lanes point at the vendor simulators; part 2
-// abuses the real uWS server over raw sockets. Invariants: never a 5xx (except the lane-closed 503 of
+// abuses the public listener (the HTTP front, then uWS) over raw sockets. Invariants: never a 5xx (except the lane-closed 503 of
 // video/images), every error in the spec's envelope, never a hold left open, never Ink moved by a 4xx.
 import assert from 'node:assert/strict';
 import { connect, type Socket } from 'node:net';
@@ -393,7 +393,7 @@ async function trickle(s: Socket, text: string, gapMs: number): Promise<void> {
   }
 }
 
-t.test('raw-socket HTTP abuse against the uWS server', async (t) => {
+t.test('raw-socket HTTP abuse against the public listener (the HTTP front, then uWS)', async (t) => {
   const anthropic = await startAnthropicSimulator({ apiKey: ANTHROPIC_KEY, maxRecordedRequests: 0 });
   t.teardown(() => anthropic.close());
   const g = await startTestGateway(t, {
@@ -446,10 +446,10 @@ t.test('raw-socket HTTP abuse against the uWS server', async (t) => {
     // A 64 KiB header is accepted and served normally: uWS's own limit lies between 64 and 256 KiB;
     // uWS's own header limit (compiled in, between 64 and 256 KiB) applies; see README.
     { name: '64 KiB header', write: (s) => void s.write(get('/v1/models', `X-Big: ${'a'.repeat(64 * 1024)}\r\n`)), statuses: [200] },
-    // 256 KiB of headers: past uWS's limit, the connection is reset at once without an answer.
-    { name: '256 KiB header', write: (s) => void s.write(get('/v1/models', `X-Big: ${'a'.repeat(256 * 1024)}\r\n`)), statuses: [], closesFast: true },
-    // 500 header lines: more than uWS's header-count limit; it neither answers nor closes: idle timeout.
-    { name: '500 header lines', write: (s) => void s.write(get('/v1/models', 'X-A: b\r\n'.repeat(500))), statuses: [] },
+    // 256 KiB of headers: past what uWS reads (the HTTP front's bound is 124 KiB): 431 and closed at once.
+    { name: '256 KiB header', write: (s) => void s.write(get('/v1/models', `X-Big: ${'a'.repeat(256 * 1024)}\r\n`)), statuses: [431], closesFast: true },
+    // 500 header lines: more than uWS can count (alone it would neither answer nor close); the front answers 431.
+    { name: '500 header lines', write: (s) => void s.write(get('/v1/models', 'X-A: b\r\n'.repeat(500))), statuses: [431], closesFast: true },
     // Slowloris: one byte every 200 ms. uWS does not reset its idle timer for partial headers, so the
     // connection is closed about 10 s after it opened however the bytes keep coming.
     {
@@ -469,10 +469,11 @@ t.test('raw-socket HTTP abuse against the uWS server', async (t) => {
       statuses: [],
       check: (r) => t.ok(r.data === '' || statusOf(r.data) < 500, `slow body: no 5xx (${r.data.slice(0, 40)})`),
     },
-    // Not HTTP at all, or binary: no answer; the bytes sit until the idle timeout closes the socket.
-    { name: 'request line that is not HTTP', write: (s) => void s.write('HELLO THERE\r\n\r\n'), statuses: [] },
-    { name: 'binary garbage', write: (s) => void s.write(Buffer.from([0, 1, 2, 255, 254, 13, 10, 13, 10])), statuses: [] },
-    { name: 'HTTP/1.0 request line', write: (s) => void s.write('GET /v1/models HTTP/1.0\r\nHost: x\r\n\r\n'), statuses: [] },
+    // Not HTTP at all, or binary: the front answers 400 and closes (uWS alone would sit until its idle timeout).
+    { name: 'request line that is not HTTP', write: (s) => void s.write('HELLO THERE\r\n\r\n'), statuses: [400], closesFast: true },
+    { name: 'binary garbage', write: (s) => void s.write(Buffer.from([0, 1, 2, 255, 254, 13, 10, 13, 10])), statuses: [400], closesFast: true },
+    // HTTP/1.0: answered as HTTP/1.0 (through the front), then closed.
+    { name: 'HTTP/1.0 request line', write: (s) => void s.write('GET /v1/models HTTP/1.0\r\nHost: x\r\n\r\n'), statuses: [200], closesFast: true },
     // HEAD: uWS writes a body even to HEAD (bytes a keep-alive client would take for the next
     // response); the gateway ends HEAD answers without one. Pipelined HEAD then GET (the GET
     // written before the HEAD's answer came): two clean answers.
