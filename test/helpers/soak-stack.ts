@@ -136,24 +136,26 @@ function tcpRows(pid: number): string[][] {
   return rows;
 }
 
-/** How many of the process's socket fds are connections accepted on `port` (from /proc/net/tcp*). */
+/**
+ * How many of the process's socket fds belong to client connections (from /proc/net/tcp*): those
+ * accepted on `port`, and the loopback pairs the HTTP front opens to uWS for them (both ends are
+ * this process's own sockets). They follow the load, not a leak, and all close with the clients.
+ */
 function clientSockets(pid: number, port: number, fdNames: string[]): number {
-  const inodes = new Set<string>();
-  const hexPort = ':' + port.toString(16).toUpperCase().padStart(4, '0');
-  for (const cols of tcpRows(pid)) {
-    // local_address is column 1; state 0A is LISTEN (the listening socket is not a client).
-    if (cols[1]!.endsWith(hexPort) && cols[3] !== '0A') inodes.add(cols[9]!);
-  }
-  let n = 0;
+  const own = new Set<string>();
   for (const fd of fdNames) {
     try {
       const m = /^socket:\[(\d+)\]$/.exec(readlinkSync(`/proc/${pid}/fd/${fd}`));
-      if (m && inodes.has(m[1]!)) n++;
+      if (m) own.add(m[1]!);
     } catch {
       // closed while we looked
     }
   }
-  return n;
+  const hexPort = ':' + port.toString(16).toUpperCase().padStart(4, '0');
+  // local_address is column 1, rem_address 2, state 3 (0A is LISTEN, not a connection), inode 9.
+  const rows = tcpRows(pid).filter((cols) => own.has(cols[9]!) && cols[3] !== '0A');
+  const ownEnds = new Set(rows.map((cols) => cols[1]!));
+  return rows.filter((cols) => cols[1]!.endsWith(hexPort) || ownEnds.has(cols[2]!)).length;
 }
 
 /** The process's TCP sockets by the name of their peer's port (`client` for connections accepted on `port`). */
