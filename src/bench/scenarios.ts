@@ -78,6 +78,23 @@ export function pacedWaveSeconds(o: BenchOptions): number {
 
 const pacedWarmupStreams = (o: BenchOptions) => Math.min(o.streams, 50);
 
+/** Scenarios that compare two self-started gateways: which two, and the runs each gets (1 or --connections). */
+const PAIRED: Partial<Record<Scenario, { targets: readonly TargetName[]; needs: string; runs: ReadonlyArray<readonly [RunKind, 1 | 'many']> }>> = {
+  billing: { targets: ['inkgate', 'inkgate (billing off)'], needs: 'needs the self-started inkgate (billing on and off)', runs: [['request', 1], ['request', 'many']] },
+  // The same gateway with and without the HTTP front (server.httpFront, on by default): what the extra hop costs.
+  'http-front': {
+    targets: ['inkgate', 'inkgate (no front)'],
+    needs: 'needs the self-started inkgate with and without the HTTP front',
+    runs: [['request', 1], ['stream', 1], ['request', 'many']],
+  },
+  durability: { targets: ['inkgate', 'inkgate (sync)'], needs: 'needs the self-started inkgate and inkgate (sync)', runs: [['request', 'many'], ['stream', 'many']] },
+  'many-tenants': {
+    targets: ['inkgate (one key)', 'inkgate (many tenants)'],
+    needs: 'needs the self-started inkgate (one key) and inkgate (many tenants)',
+    runs: [['request', 'many'], ['stream', 'many']],
+  },
+};
+
 export function planRuns(o: BenchOptions, set: TargetSet): { runs: PlannedRun[]; skipped: Skipped[] } {
   const runs: PlannedRun[] = [];
   const skipped: Skipped[] = [];
@@ -88,37 +105,14 @@ export function planRuns(o: BenchOptions, set: TargetSet): { runs: PlannedRun[];
       const add = (targets: Target[], kind: RunKind, connections: number, plannedSeconds: number) => {
         for (const target of targets) runs.push({ lane, scenario, kind, target, connections, plannedSeconds });
       };
-      if (scenario === 'billing') {
-        const ts = of(['inkgate', 'inkgate (billing off)']);
+      const pair = PAIRED[scenario];
+      if (pair !== undefined) {
+        const ts = of(pair.targets);
         if (ts.length < 2) {
-          skipped.push({ lane, scenario, reason: 'needs the self-started inkgate (billing on and off)' });
+          skipped.push({ lane, scenario, reason: pair.needs });
           continue;
         }
-        add(ts, 'request', 1, per);
-        add(ts, 'request', o.connections, per);
-        continue;
-      }
-      if (scenario === 'http-front') {
-        // The same gateway with and without the HTTP front (server.httpFront, on by default): what the extra hop costs.
-        const ts = of(['inkgate', 'inkgate (no front)']);
-        if (ts.length < 2) {
-          skipped.push({ lane, scenario, reason: 'needs the self-started inkgate with and without the HTTP front' });
-          continue;
-        }
-        add(ts, 'request', 1, per);
-        add(ts, 'stream', 1, per);
-        add(ts, 'request', o.connections, per);
-        continue;
-      }
-      if (scenario === 'durability' || scenario === 'many-tenants') {
-        const names: TargetName[] = scenario === 'durability' ? ['inkgate', 'inkgate (sync)'] : ['inkgate (one key)', 'inkgate (many tenants)'];
-        const ts = of(names);
-        if (ts.length < 2) {
-          skipped.push({ lane, scenario, reason: `needs the self-started ${names.join(' and ')}` });
-          continue;
-        }
-        add(ts, 'request', o.connections, per);
-        add(ts, 'stream', o.connections, per);
+        for (const [kind, connections] of pair.runs) add(ts, kind, connections === 'many' ? o.connections : 1, per);
         continue;
       }
       if (scenario === 'stream-saturation') {
