@@ -105,6 +105,38 @@ t.test('HTTP/1.0 POST /v1/messages, plain and streaming: answered and billed onc
   await assertLedgerInvariant(t, g.db.pool);
 });
 
+t.test('HTTP/1.0 keep-alive with a second request pipelined: one answer, one vendor call, one charge', async (t) => {
+  const { g, k, sim } = await setup(t);
+  const msg = { model: 'sonnet', max_tokens: 100, messages: [{ role: 'user', content: 'Hello' }] };
+  const keepAlive = post10(k.key, msg).replace('\r\n', '\r\nConnection: keep-alive\r\n');
+  const r = await exchange(g.url, keepAlive + keepAlive);
+  t.equal(r.status, 200);
+  t.equal(JSON.parse(r.body).type, 'message', 'the first answer whole');
+  t.equal(r.raw.match(/HTTP\/1\.[01] \d{3}/g)?.length, 1, 'one answer: the connection closes after it');
+  t.equal(sim.requestCount, 1, 'the second request never reached the vendor');
+  await g.gw.services.escrow.beforeView();
+  const rows = (await g.db.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM requests WHERE key_id = $1`, [k.keyId])).rows[0]!;
+  t.equal(rows.n, 1, 'one request row');
+  const me = (await g.call('GET', '/v1/me', { key: k.key })).json;
+  t.equal(me.key.ink_charged, Number(r.headers['x-service-ink-charged']), 'charged once');
+  await assertLedgerInvariant(t, g.db.pool);
+});
+
+t.test('HTTP/1.0 request then FIN at once (printf | nc -N): still answered', async (t) => {
+  const { g } = await setup(t);
+  const u = new URL(g.url);
+  const raw = await new Promise<string>((resolveR, reject) => {
+    const s = connect({ port: Number(u.port), host: u.hostname, allowHalfOpen: true }, () => s.end('GET /v1/models HTTP/1.0\r\nHost: x\r\n\r\n'));
+    let heard = '';
+    s.setTimeout(10_000, () => s.destroy(new Error('no close within 10 s')));
+    s.on('data', (d: Buffer) => (heard += d.toString('latin1')));
+    s.on('error', reject);
+    s.on('close', () => resolveR(heard));
+  });
+  t.match(raw, /^HTTP\/1\.[01] 200 /, 'answered, and the connection closed after it');
+  t.match(raw, /"object":"list"/);
+});
+
 t.test('too many header fields: 431 and the close, on HTTP/1.1 and HTTP/1.0; the limit itself passes', async (t) => {
   const { g } = await setup(t);
   for (const v of ['1.1', '1.0']) {
