@@ -20,6 +20,7 @@ const table = {
   unsupported_parameter: { status: 400, type: 'invalid_request_error', message: 'This parameter is not supported in v1.' },
   upstream_rejected: { status: 400, type: 'invalid_request_error', message: 'The vendor refused the request before running the model.' },
   missing_host: { status: 400, type: 'invalid_request_error', message: 'An HTTP/1.1 request must carry a Host header.' },
+  invalid_target: { status: 400, type: 'invalid_request_error', message: 'The request target must be a path beginning with /.' },
   unknown_model: { status: 400, type: 'invalid_request_error', message: 'Unknown model.' },
   // 400: Messages lane
   missing_messages: { status: 400, type: 'invalid_request_error', message: '`messages` must be a non-empty array.' },

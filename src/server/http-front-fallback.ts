@@ -100,6 +100,8 @@ function answer(req: IncomingMessage, res: ServerResponse, o: ForwardOptions, se
   res.setHeader('Connection', 'close');
   if (req.rawHeaders.length / 2 > MAX_HEADER_FIELDS) refuse(res, 'too_many_headers', { message: `A request may carry at most ${MAX_HEADER_FIELDS} header fields.` });
   else if (req.httpVersion !== '1.0' && req.headers.host === undefined) refuse(res, 'missing_host');
+  // Node takes an absolute-form or `*` target; uWS, which it would be forwarded to, does not.
+  else if (req.url?.charCodeAt(0) !== 0x2f) refuse(res, 'invalid_target');
   else forward(req, res, o);
 }
 

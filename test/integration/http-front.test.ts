@@ -137,6 +137,27 @@ t.test('HTTP/1.0 request then FIN at once (printf | nc -N): still answered', asy
   t.match(raw, /"object":"list"/);
 });
 
+t.test('heads uWS cannot parse: 400 at once from node, not a hang', async (t) => {
+  const { g } = await setup(t);
+  const odd = [
+    ['GET http://x/v1/models HTTP/1.1\r\nHost: x\r\n\r\n', 'invalid_target'],
+    ['GET http://x/v1/models HTTP/1.0\r\n\r\n', 'invalid_target'],
+    ['OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n', 'invalid_target'],
+    ['GET /v1/models\tx HTTP/1.1\r\nHost: x\r\n\r\n', ''],
+    ['GET /v1/models HTTP/1.1\r\nHost: x\r\nX Y: z\r\n\r\n', ''],
+    ['GET /v1/models HTTP/1.1\r\nHost: x\r\nX-A: a\r\n b\r\n\r\n', ''],
+    ['GET /v1/models HTTP/1.1\r\nHost: x\r\nJunk\r\n\r\n', ''],
+    ['GET /v1/models HTTP/1.1\r\nHost: x\nX: y\r\n\r\n', ''],
+  ] as const;
+  for (const [req, code] of odd) {
+    const t0 = Date.now();
+    const r = await exchange(g.url, req);
+    t.equal(r.status, 400, JSON.stringify(req));
+    if (code) t.equal(JSON.parse(r.body).error.code, code);
+    t.ok(Date.now() - t0 < 5000, `answered in ${Date.now() - t0} ms`);
+  }
+});
+
 t.test('too many header fields: 431 and the close, on HTTP/1.1 and HTTP/1.0; the limit itself passes', async (t) => {
   const { g } = await setup(t);
   for (const v of ['1.1', '1.0']) {

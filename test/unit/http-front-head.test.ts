@@ -22,6 +22,27 @@ t.test('sortHead', async (t) => {
   t.equal(sortHead(head(`GET / HTTP/1.1\r\nHost: x\r\nX: ${'a'.repeat(MAX_HEAD_BYTES)}`)), 'node', 'no end within the bound');
 });
 
+t.test('sortHead: heads uWS cannot parse go to node, which answers them', async (t) => {
+  const odd: Record<string, string> = {
+    'absolute-form target': 'GET http://x/v1/models HTTP/1.1\r\nHost: x\r\n\r\n',
+    'asterisk-form target': 'OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n',
+    'a tab in the target': 'GET /v1/models\tx HTTP/1.1\r\nHost: x\r\n\r\n',
+    'a space in a field name': 'GET / HTTP/1.1\r\nHost: x\r\nX Y: z\r\n\r\n',
+    'a space before the colon': 'GET / HTTP/1.1\r\nHost : x\r\n\r\n',
+    'obs-fold': 'GET / HTTP/1.1\r\nHost: x\r\nX-A: a\r\n b\r\n\r\n',
+    'a line without a colon': 'GET / HTTP/1.1\r\nHost: x\r\nJunk\r\n\r\n',
+    'an empty field name': 'GET / HTTP/1.1\r\nHost: x\r\n: v\r\n\r\n',
+    'a bare LF in a field': 'GET / HTTP/1.1\r\nHost: x\nX: y\r\n\r\n',
+    'a bare CR in a field': 'GET / HTTP/1.1\r\nHost: x\rX: y\r\n\r\n',
+    'a bare LF after the request line': 'GET / HTTP/1.1\nHost: x\r\n\r\n',
+    'a head of bare LFs (HTTP/1.0)': 'GET /v1/models HTTP/1.0\n\n',
+    'a head of bare LFs (HTTP/1.1)': 'GET /v1/models HTTP/1.1\nHost: x\n\n',
+  };
+  for (const [name, h] of Object.entries(odd)) t.equal(sortHead(head(h)), 'node', name);
+  t.equal(sortHead(head('GET /v1/models?a=1&b=%20 HTTP/1.1\r\nHost: x\r\nX-Empty:\r\nX-Tab:\tv\r\n\r\n')), 'uws', 'what uWS parses still goes to it');
+  t.equal(sortHead(head('GET / HTTP/1.1\r\nHost: x\r\nX-A: a\r')), 'incomplete', 'a CR at the end of what came is not bare yet');
+});
+
 t.test('leadingProxyHeader', async (t) => {
   const h = proxyV2Header({ remoteAddress: '203.0.113.9', remotePort: 4000, localAddress: '10.0.0.1', localPort: 8080 });
   t.equal(h.length, 28);
