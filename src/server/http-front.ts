@@ -2,8 +2,8 @@
 // behind it on a loopback port. uWS leaves some requests unanswered until its idle timeout (an
 // HTTP/1.0 request line, HTTP/1.1 without Host, more than 48 header fields) and offers no hook to
 // see them, so the front reads the head of each connection's first request: what uWS answers is
-// piped to it raw in both directions (nothing parsed after that: keep-alive and pipelining stay
-// uWS's), the rest goes to a node:http server (http-front-fallback.ts). Every loopback connection
+// forwarded to it raw in both directions (front-pipe.ts; nothing parsed after that: keep-alive and
+// pipelining stay uWS's), the rest goes to a node:http server (http-front-fallback.ts). Every loopback connection
 // begins with a PROXY v2 header naming the caller (ops/client-address.ts believes it from loopback).
 import { createServer, type Server, type Socket } from 'node:net';
 import { pipeRaw, type RawLink } from './front-pipe.js';

@@ -1,6 +1,8 @@
 // The HTTP front (server.httpFront) on a real gateway, over raw sockets: what uWS alone leaves
 // unanswered (HTTP/1.0, HTTP/1.1 without Host, too many header fields) gets an answer, what uWS
-// answers still goes to it (pipelining in order), and the caller's address survives the hop.
+// answers still goes to it (pipelining in order), the caller's address survives the hop and cannot be
+// renamed by a later request, a caller that stops reading is let go, a half-close is answered, and
+// shutdown lets answers in flight through the front finish.
 import { execSync } from 'node:child_process';
 import { connect, type Socket } from 'node:net';
 import t, { type Test } from 'tap';
