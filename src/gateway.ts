@@ -68,6 +68,8 @@ export interface GatewayOptions {
    * purpose, never a configuration setting, so no deployment can serve text for free.
    */
   unbilled?: boolean;
+  /** Tests only: how long the HTTP front lets a caller leave answers untaken (front-pipe.ts STALL_MS). */
+  frontStallMs?: number;
 }
 
 /** Shutdown steps, run in reverse order of their push. */
@@ -93,10 +95,11 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
     const generationDeps = await createGenerationDeps(services, opts.video ?? {});
     cleanups.push(() => generationDeps.close());
     const routes = apiRoutes(services, generationDeps, opts, cleanups);
-    const running = await serveHttp(services, { metrics, keys, clientAddress, generationDeps, routes }, cleanups);
+    const running = await serveHttp(services, { metrics, keys, clientAddress, generationDeps, routes, frontStallMs: opts.frontStallMs }, cleanups);
     // Started last and stopped first: no job runs against a closing ledger or pool.
     const engine = startJobEngine(services, generationDeps, opts.video?.engine ?? {});
     cleanups.push(() => engine.stop());
+    let closing: Promise<void> | undefined;
     const host = config.server.host.includes(':') ? `[${config.server.host}]` : config.server.host;
     return {
       url: `http://${host}:${running.port}`,
@@ -105,10 +108,12 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
       video: { deps: generationDeps, engine },
       routes,
       ops: { metrics, readiness },
-      close: async () => {
-        readiness.drain();
-        await cleanup();
-      },
+      // Once: a second call (a test's teardown after its own shutdown) waits for the first.
+      close: () =>
+        (closing ??= (async () => {
+          readiness.drain();
+          await cleanup();
+        })()),
     };
   } catch (e) {
     await cleanup();
@@ -223,6 +228,7 @@ function apiRoutes(services: Services, generationDeps: GenerationDeps, opts: Gat
 }
 
 interface HttpParts {
+  readonly frontStallMs: number | undefined;
   readonly metrics: GatewayMetrics;
   readonly keys: KeyAuthenticator;
   readonly clientAddress: (ctx: HttpContext) => string;
@@ -238,7 +244,7 @@ async function serveHttp(services: Services, p: HttpParts, cleanups: Cleanups): 
   const media = mediaHostHandler(p.generationDeps);
   const consolePages = consoleHandler({ services, mediaSecret: p.generationDeps.mediaSecret, mediaClock: p.generationDeps.clock, selfUrl: () => selfUrl, routes: () => p.routes });
   // With the HTTP front on (the default) a node:net listener holds the public address before uWS.
-  const start = config.server.httpFront ? behindFront(config.server.proxyProtocol) : startServer;
+  const start = config.server.httpFront ? behindFront(config.server.proxyProtocol, { stallMs: p.frontStallMs }) : startServer;
   const running = await start({
     host: config.server.host,
     port: config.server.port,

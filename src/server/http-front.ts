@@ -2,10 +2,11 @@
 // behind it on a loopback port. uWS leaves some requests unanswered until its idle timeout (an
 // HTTP/1.0 request line, HTTP/1.1 without Host, more than 48 header fields) and offers no hook to
 // see them, so the front reads the head of each connection's first request: what uWS answers is
-// piped to it raw in both directions (nothing parsed after that: keep-alive and pipelining stay
-// uWS's), the rest goes to a node:http server (http-front-fallback.ts). Every loopback connection
+// forwarded to it raw in both directions (front-pipe.ts; nothing parsed after that: keep-alive and
+// pipelining stay uWS's), the rest goes to a node:http server (http-front-fallback.ts). Every loopback connection
 // begins with a PROXY v2 header naming the caller (ops/client-address.ts believes it from loopback).
-import { createServer, connect, type Server, type Socket } from 'node:net';
+import { createServer, type Server, type Socket } from 'node:net';
+import { pipeRaw, type RawLink } from './front-pipe.js';
 import { fallbackServer, type Fallback } from './http-front-fallback.js';
 import { leadingProxyHeader, proxyV2Header } from './proxy-header.js';
 import { MAX_HEAD_BYTES, sortHead } from './request-head.js';
@@ -14,39 +15,12 @@ import { startServer, type RunningServer, type ServerDeps } from './server.js';
 /** The first request's head must arrive within this (uWS's own idle timeout). */
 const HEAD_TIMEOUT_MS = 10_000;
 
-/** After uWS closed, the caller has this long to take the last bytes before its socket is destroyed. */
-const CLOSE_GRACE_MS = 10_000;
-
-/**
- * Pipes `client` to uWS in both directions, after the PROXY header and the bytes read so far.
- * When uWS closes first (after `Connection: close`, or an early 413 while the body still comes,
- * often with a reset), what it sent is still delivered: the caller's side is ended, not destroyed,
- * and what the caller still sends is read and dropped, so its socket closes without a reset.
- */
-function pipeRaw(client: Socket, proxyHeader: Buffer, first: Buffer, uwsPort: number): void {
-  const up = connect({ port: uwsPort, host: '127.0.0.1', noDelay: true });
-  up.write(Buffer.concat([proxyHeader, first]));
-  client.pipe(up);
-  up.pipe(client, { end: false });
-  client.on('error', () => {
-    client.destroy();
-    up.destroy();
-  });
-  up.on('error', () => up.destroy()); // its close ends the caller's side
-  client.on('close', () => up.destroy()); // a caller gone: uWS sees its connection closed
-  up.on('close', () => {
-    client.unpipe(up);
-    if (client.destroyed) return;
-    client.resume();
-    client.end();
-    client.setTimeout(CLOSE_GRACE_MS, () => client.destroy());
-  });
-}
-
 interface FrontOptions {
   readonly uwsPort: number;
   /** server.proxyProtocol: a balancer's PROXY v2 header may come first; it is passed on as it came. */
   readonly proxyProtocol: boolean;
+  /** How long a caller may leave uWS's bytes untaken (front-pipe.ts STALL_MS; tests shorten it). */
+  readonly stallMs?: number | undefined;
 }
 
 const HEAD_END = Buffer.from('\r\n\r\n', 'latin1');
@@ -66,7 +40,7 @@ const lastThree = (tail: Buffer, chunk: Buffer): Buffer => (chunk.length >= 3 ? 
  * socket on. The head is looked at only when a blank line or the byte bound arrives, so a head
  * sent a byte at a time costs linear work, not a re-scan per byte.
  */
-function sortConnection(client: Socket, o: FrontOptions, fallback: Fallback): void {
+function sortConnection(client: Socket, o: FrontOptions, fallback: Fallback, links: Links): void {
   client.setNoDelay(true);
   let chunks: Buffer[] = [];
   let total = 0;
@@ -74,6 +48,9 @@ function sortConnection(client: Socket, o: FrontOptions, fallback: Fallback): vo
   let skip = o.proxyProtocol ? -1 : 0; // bytes of a balancer's header at the start; -1: not known yet
   const timer = setTimeout(() => client.destroy(), HEAD_TIMEOUT_MS);
   const onError = (): void => void client.destroy();
+  // The server keeps half-open sockets (a caller may send its request then FIN); a FIN before a
+  // complete head leaves nothing to answer.
+  const onEnd = (): void => void client.destroy();
   const onData = (chunk: Buffer): void => {
     const ended = endsAHead(tail, chunk);
     tail = lastThree(tail, chunk);
@@ -89,9 +66,11 @@ function sortConnection(client: Socket, o: FrontOptions, fallback: Fallback): vo
     clearTimeout(timer);
     client.off('data', onData);
     client.off('error', onError);
+    client.off('end', onEnd);
     client.pause();
     const header = skip === 0 ? proxyV2Header(client) : Buffer.from(seen.subarray(0, skip));
-    if (verdict === 'uws') return pipeRaw(client, header, rest, o.uwsPort);
+    if (verdict === 'uws') return void links.set(client, pipeRaw(client, header, rest, o.uwsPort, o.stallMs));
+    links.set(client, null);
     fallback.proxyHeaders.set(client, header);
     client.unshift(rest);
     fallback.server.emit('connection', client);
@@ -99,27 +78,59 @@ function sortConnection(client: Socket, o: FrontOptions, fallback: Fallback): vo
   };
   client.on('data', onData);
   client.on('error', onError);
+  client.on('end', onEnd);
   client.on('close', () => clearTimeout(timer));
 }
 
+/** Every open caller: its raw link to uWS, null once node:http has it, undefined while its head is read. */
+type Links = Map<Socket, RawLink | null | undefined>;
+
 interface Front {
   readonly server: Server;
-  readonly sockets: Set<Socket>;
+  readonly links: Links;
+}
+
+/** At shutdown, answers still in flight through the front get this long to reach their callers. */
+const SHUTDOWN_FLUSH_MS = 2_000;
+
+/**
+ * After uWS drained: each raw link is ended towards uWS (uWS flushes and closes, the caller gets the
+ * last bytes then a FIN), a connection whose head is still awaited is closed, and what remains
+ * after SHUTDOWN_FLUSH_MS is destroyed.
+ */
+async function closeLinks(links: Links): Promise<void> {
+  for (const [s, link] of links) {
+    if (link) link.finish();
+    else if (link === undefined) s.destroy();
+  }
+  if (links.size > 0) {
+    await new Promise<void>((done) => {
+      const timer = setTimeout(done, SHUTDOWN_FLUSH_MS);
+      const check = (): void => {
+        if (links.size > 0) return;
+        clearTimeout(timer);
+        done();
+      };
+      for (const s of links.keys()) s.once('close', check);
+    });
+  }
+  for (const s of links.keys()) s.destroy();
 }
 
 function listenFront(host: string, port: number, o: FrontOptions): Promise<Front> {
   const fallback = fallbackServer(o.uwsPort);
-  const sockets = new Set<Socket>();
-  const server = createServer({ noDelay: true }, (client) => {
-    sockets.add(client);
-    client.on('close', () => sockets.delete(client));
-    sortConnection(client, o, fallback);
+  const links: Links = new Map();
+  // Half-open kept: a caller may send its request then FIN, and still be owed the answer.
+  const server = createServer({ noDelay: true, allowHalfOpen: true }, (client) => {
+    links.set(client, undefined);
+    client.on('close', () => links.delete(client));
+    sortConnection(client, o, fallback, links);
   });
   return new Promise((resolveF, reject) => {
     server.once('error', reject);
     server.listen(port, host, () => {
       server.off('error', reject);
-      resolveF({ server, sockets });
+      resolveF({ server, links });
     });
   });
 }
@@ -128,12 +139,12 @@ function listenFront(host: string, port: number, o: FrontOptions): Promise<Front
  * startServer behind the front: uWS on 127.0.0.1 (any free port), the front on `d.host:d.port`.
  * Closing stops the front admitting, drains uWS as before, then closes what connections remain.
  */
-export function behindFront(proxyProtocol: boolean): (d: ServerDeps) => Promise<RunningServer> {
+export function behindFront(proxyProtocol: boolean, opts: { stallMs?: number | undefined } = {}): (d: ServerDeps) => Promise<RunningServer> {
   return async (d) => {
     const inner = await startServer({ ...d, host: '127.0.0.1', port: 0 });
     let front: Front;
     try {
-      front = await listenFront(d.host, d.port, { uwsPort: inner.port, proxyProtocol });
+      front = await listenFront(d.host, d.port, { uwsPort: inner.port, proxyProtocol, stallMs: opts.stallMs });
     } catch (e) {
       await inner.close(0);
       throw e;
@@ -145,7 +156,7 @@ export function behindFront(proxyProtocol: boolean): (d: ServerDeps) => Promise<
       close: async (drainMs) => {
         front.server.close();
         const drained = await inner.close(drainMs);
-        for (const s of front.sockets) s.destroy();
+        await closeLinks(front.links);
         return drained;
       },
     };

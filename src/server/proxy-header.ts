@@ -3,7 +3,8 @@
 // connection; ops/client-address.ts believes it only from loopback and only with the front on.
 import { isIPv4, isIPv6 } from 'node:net';
 
-const SIGNATURE = Buffer.from([0x0d, 0x0a, 0x0d, 0x0a, 0x00, 0x0d, 0x0a, 0x51, 0x55, 0x49, 0x54, 0x0a]);
+/** The 12 bytes every PROXY v2 header begins with (a NUL among them: no JSON body holds one). */
+export const SIGNATURE = Buffer.from([0x0d, 0x0a, 0x0d, 0x0a, 0x00, 0x0d, 0x0a, 0x51, 0x55, 0x49, 0x54, 0x0a]);
 /** Version 2, command LOCAL: no address (uWS keeps the TCP peer). */
 const LOCAL = Buffer.concat([SIGNATURE, Buffer.from([0x20, 0x00, 0x00, 0x00])]);
 

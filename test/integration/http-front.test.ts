@@ -1,6 +1,9 @@
 // The HTTP front (server.httpFront) on a real gateway, over raw sockets: what uWS alone leaves
 // unanswered (HTTP/1.0, HTTP/1.1 without Host, too many header fields) gets an answer, what uWS
-// answers still goes to it (pipelining in order), and the caller's address survives the hop.
+// answers still goes to it (pipelining in order), the caller's address survives the hop and cannot be
+// renamed by a later request, a caller that stops reading is let go, a half-close is answered, and
+// shutdown lets answers in flight through the front finish.
+import { execSync } from 'node:child_process';
 import { connect, type Socket } from 'node:net';
 import t, { type Test } from 'tap';
 import { setLane } from '../../src/deployment/state.js';
@@ -282,4 +285,123 @@ t.test('front off (the default): uWS is the listener, as before', async (t) => {
   // uWS strips a PROXY header a client sends itself (the front would refuse the connection with 400).
   const sig = proxyV2('10.0.0.1');
   t.equal((await exchange(g.url, Buffer.concat([sig, Buffer.from('GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n')]))).status, 200);
+});
+
+/** A kept-open connection: everything it hears, a wait on what it heard (event-driven), its close. */
+async function openConn(url: string, localAddress?: string) {
+  const u = new URL(url);
+  const s = connect({ port: Number(u.port), host: u.hostname, ...(localAddress ? { localAddress } : {}) });
+  let raw = '';
+  const waiters = new Set<() => void>();
+  s.on('data', (d: Buffer) => {
+    raw += d.toString('latin1');
+    for (const w of waiters) w();
+  });
+  s.on('error', () => undefined);
+  const closed = new Promise<void>((r) => s.on('close', () => r()));
+  await new Promise((r) => s.once('connect', r));
+  /** Resolves once `ok(raw)` holds or the connection closed (10 s at most: a hang fails). */
+  const until = (ok: (raw: string) => boolean): Promise<void> =>
+    new Promise((done) => {
+      const timer = setTimeout(finish, 10_000);
+      function finish(): void {
+        clearTimeout(timer);
+        waiters.delete(check);
+        done();
+      }
+      function check(): void {
+        if (ok(raw)) finish();
+      }
+      waiters.add(check);
+      void closed.then(finish);
+      check();
+    });
+  return { s, raw: () => raw, closed, until };
+}
+
+const statuses = (raw: string): number[] => [...raw.matchAll(/HTTP\/1\.1 (\d{3})/g)].map((m) => Number(m[1]));
+/** Answers of /v1/models (JSON, ended by its closing brace) or errors, counted by complete bodies. */
+const answers = (raw: string): number => raw.split(/\r\n\r\n\{/).length - 1;
+
+t.test('a PROXY header inside a kept-alive connection closes it: no fresh address bucket', async (t) => {
+  const g = await startTestGateway(t, { server: { httpFront: true }, limits: { publicRequestsPerMinute: 2 } });
+  const get = 'GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n';
+  const c = await openConn(g.url, '127.0.0.10');
+  c.s.write(get);
+  await c.until((r) => answers(r) === 1 && r.endsWith('}'));
+  c.s.write(Buffer.concat([proxyV2('10.66.0.1'), Buffer.from(get)]));
+  await c.closed;
+  t.same(statuses(c.raw()), [200], 'the connection is closed, the injected request unanswered');
+  // The signature split over two writes (and so possibly two reads) is found as well.
+  const d = await openConn(g.url, '127.0.0.11');
+  d.s.write(get);
+  await d.until((r) => answers(r) === 1 && r.endsWith('}'));
+  const injected = Buffer.concat([proxyV2('10.66.0.2'), Buffer.from(get)]);
+  d.s.write(injected.subarray(0, 6), () => d.s.write(injected.subarray(6)));
+  await d.closed;
+  t.same(statuses(d.raw()), [200]);
+  // 127.0.0.10 still has its own bucket of 2, one spent: 200 then 429.
+  const e = await openConn(g.url, '127.0.0.10');
+  e.s.write(get);
+  await e.until((r) => answers(r) === 1 && r.endsWith('}'));
+  e.s.write(get);
+  await e.until((r) => answers(r) === 2 && r.endsWith('}'));
+  t.same(statuses(e.raw()), [200, 429]);
+  e.s.destroy();
+});
+
+/** This process's TCP sockets, bar listeners and the stores' connections, as `ss` lists them. */
+function ownSockets(): string[] {
+  const rows = execSync('ss -tnpH state all').toString().split('\n');
+  return rows.filter((l) => l.includes(`pid=${process.pid},`) && !l.startsWith('LISTEN') && !/:(5432|6379)\b/.test(l));
+}
+
+t.test('a caller that never reads: both its sockets are destroyed once the stall bound passes', async (t) => {
+  const stallMs = 1000;
+  const g = await startTestGateway(t, { server: { httpFront: true } }, { frontStallMs: stallMs });
+  const before = ownSockets().length;
+  const c = await openConn(g.url);
+  c.s.pause();
+  const mine = `${c.s.localAddress}:${c.s.localPort}`;
+  c.s.write('GET /nope HTTP/1.1\r\nHost: x\r\n\r\n'.repeat(20_000)); // answers far beyond the socket buffers
+  const startedMs = Date.now();
+  const others = (): number => ownSockets().filter((l) => l.split(/\s+/)[3] !== mine).length; // bar the caller's own end
+  // No event tells the test when the front accepts or gives up; the sockets are looked at (bounded).
+  const watch = async (ok: (n: number) => boolean, ms: number): Promise<number> => {
+    let n = others();
+    for (const endMs = Date.now() + ms; !ok(n) && Date.now() < endMs; n = others()) await new Promise((r) => setTimeout(r, 50));
+    return n;
+  };
+  t.ok((await watch((n) => n >= before + 3, 2000)) >= before + 3, 'the front holds the caller and a loopback connection (both ends) meanwhile');
+  t.equal(await watch((n) => n === before, stallMs + 5000), before, 'the caller and the loopback connection are gone');
+  t.ok(Date.now() - startedMs < stallMs + 5000);
+  c.s.destroy();
+});
+
+t.test('a request then a FIN (half-close): answered', async (t) => {
+  const g = await startTestGateway(t, { server: { httpFront: true } });
+  const c = await openConn(g.url);
+  c.s.end('GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n');
+  await c.until((r) => r.endsWith('}'));
+  t.same(statuses(c.raw()), [200]);
+  t.equal(JSON.parse(c.raw().slice(c.raw().indexOf('\r\n\r\n') + 4)).object, 'list');
+  await c.closed; // and the connection is closed afterwards, not left half-open
+});
+
+t.test('shutdown: streams that end during the drain reach their callers whole', async (t) => {
+  const { g, k } = await setup(t);
+  const json = JSON.stringify({ model: 'sonnet', max_tokens: 100, stream: true, messages: [{ role: 'user', content: 'hi [[sim:tokens=20]] [[sim:pace=50]]' }] });
+  const req = `POST /v1/messages HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${k.key}\r\nContent-Type: application/json\r\nAnthropic-Version: 2023-06-01\r\nContent-Length: ${Buffer.byteLength(json)}\r\n\r\n${json}`;
+  const conns = await Promise.all(Array.from({ length: 6 }, () => openConn(g.url)));
+  for (const c of conns) c.s.write(req);
+  await Promise.all(conns.map((c) => c.until((r) => r.includes('content_block_delta'))));
+  const late = await openConn(g.url); // accepted, its head sent only once uWS stopped listening
+  const closing = g.gw.close();
+  await new Promise((r) => setImmediate(r));
+  late.s.write('GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n');
+  await closing;
+  await Promise.all([...conns, late].map((c) => c.closed));
+  for (const c of conns) t.ok(c.raw().includes('message_stop'), 'the stream ended whole');
+  t.match(late.raw(), /^HTTP\/1\.1 503 /, 'a head after the listener closed: 503');
+  t.match(late.raw(), /Connection: close/i);
 });
