@@ -24,12 +24,17 @@ interface FrontOptions {
 }
 
 const HEAD_END = Buffer.from('\r\n\r\n', 'latin1');
+const HEAD_END_LF = Buffer.from('\n\n', 'latin1');
 
 /** True when `chunk`, read after bytes ending in `tail` (their last 3), completes a "\r\n\r\n". */
 function endsAHead(tail: Buffer, chunk: Buffer): boolean {
-  if (chunk.includes(HEAD_END)) return true;
+  // A head ended by bare LFs (`\n\n`) ends too: sortHead sends it to node:http, which answers it,
+  // instead of it waiting out the head timeout (a CRLF head never holds `\n\n`).
+  if (chunk.includes(HEAD_END) || chunk.includes(HEAD_END_LF)) return true;
   // The blank line may straddle reads (a head dripped a byte at a time has no other end).
-  return tail.length > 0 && Buffer.concat([tail, chunk.subarray(0, 3)]).includes(HEAD_END);
+  if (tail.length === 0) return false;
+  const joined = Buffer.concat([tail, chunk.subarray(0, 3)]);
+  return joined.includes(HEAD_END) || joined.includes(HEAD_END_LF);
 }
 
 /** The last 3 bytes read, after `chunk`. */

@@ -152,6 +152,13 @@ t.test('heads uWS cannot parse: 400 at once from node, not a hang', async (t) =>
     ['GET /v1/models HTTP/1.1\r\nHost: x\r\nJunk\r\n\r\n', ''],
     ['GET /v1/models HTTP/1.1\r\nHost: x\nX: y\r\n\r\n', ''],
   ] as const;
+  // Bare LF line ends throughout: answered by node:http (served or refused), never left to the head timeout.
+  for (const req of ['GET /v1/models HTTP/1.0\n\n', 'GET /v1/models HTTP/1.1\nHost: x\n\n']) {
+    const t0 = Date.now();
+    const r = await exchange(g.url, req);
+    t.ok(r.status === 200 || r.status === 400, `${JSON.stringify(req)}: answered ${r.status}`);
+    t.ok(Date.now() - t0 < 5000, `answered in ${Date.now() - t0} ms`);
+  }
   for (const [req, code] of odd) {
     const t0 = Date.now();
     const r = await exchange(g.url, req);
