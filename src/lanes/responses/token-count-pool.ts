@@ -25,7 +25,7 @@ interface Pending {
 }
 
 /** One worker for the process, started on first use; unref'd, so it never keeps the process alive. */
-class TokenCountPool {
+export class TokenCountPool {
   private worker: Worker | undefined;
   private readonly pending = new Map<number, Pending>();
   private nextId = 1;
@@ -56,8 +56,14 @@ class TokenCountPool {
       this.settle(m.id, p);
       p.resolve({ verbatim: m.verbatim, hold: m.hold });
     });
-    w.on('error', (e) => this.fail(e));
-    w.on('exit', () => this.fail(new Error('the token-count thread exited')));
+    // Only the current worker's end fails the jobs: a replaced worker still emits 'exit' once its
+    // terminate() completes, and must not take down its successor's jobs.
+    w.on('error', (e) => {
+      if (this.worker === w) this.fail(e);
+    });
+    w.on('exit', () => {
+      if (this.worker === w) this.fail(new Error('the token-count thread exited'));
+    });
     // After the listeners: attaching a message listener refs the worker's port again.
     w.unref();
     this.worker = w;
