@@ -73,6 +73,7 @@ import {
   type ReplyPlan,
   type SimDirectives,
 } from './scenarios.js';
+import { readBody } from '../read-json-body.js';
 
 export const DEFAULT_SIM_API_KEY = 'sk-ant-sim-key-0000';
 const DEFAULT_RETRY_AFTER_S = 12;
@@ -383,31 +384,18 @@ export async function startAnthropicSimulator(opts: AnthropicSimulatorOptions = 
 /** The HTTP server: reads each body up to `maxBodyBytes` (beyond, the vendor's 413) and hands it to the simulator. */
 function listenFor(sim: Sim, maxBodyBytes: number): Server {
   const server = createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    let over = false;
-    req.on('data', (c: Buffer) => {
-      if (over) return;
-      size += c.length;
-      if (size > maxBodyBytes) {
-        over = true;
-        chunks.length = 0;
-        sim.handle(req, res, null);
-        return;
-      }
-      chunks.push(c);
-    });
-    req.on('end', () => {
-      if (over) return;
-      try {
-        sim.handle(req, res, chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
-      } catch (e) {
-        // A simulator bug must show as a 500 in the test that hit it, not kill the process.
-        if (!res.headersSent) res.writeHead(500, { 'content-type': 'application/json' });
-        res.end(JSON.stringify({ type: 'error', error: { type: 'api_error', message: `simulator: ${(e as Error).message}` } }));
-      }
-    });
-    req.on('error', () => res.destroy());
+    readBody(req, maxBodyBytes).then(
+      (raw) => {
+        try {
+          sim.handle(req, res, raw ?? null);
+        } catch (e) {
+          // A simulator bug must show as a 500 in the test that hit it, not kill the process.
+          if (!res.headersSent) res.writeHead(500, { 'content-type': 'application/json' });
+          res.end(JSON.stringify({ type: 'error', error: { type: 'api_error', message: `simulator: ${(e as Error).message}` } }));
+        }
+      },
+      () => res.destroy(),
+    );
   });
   server.keepAliveTimeout = 30_000;
   return server;

@@ -62,6 +62,7 @@ import type { AddressInfo } from 'node:net';
 import { once } from 'node:events';
 import { setImmediate as tick, setTimeout as sleep } from 'node:timers/promises';
 import { IdSource, planReply, readRequestFacts, type ReplyPlan, type SimDirectives } from './simulator-reply.js';
+import { readBody } from '../read-json-body.js';
 
 export { simulatedInputTokens, DEFAULT_REPLY_TOKENS, MAX_SIM_TOKENS } from './simulator-reply.js';
 
@@ -213,33 +214,6 @@ function sendError(res: ServerResponse, requestId: string, status: number, e: Er
   if (status === 401) headers['www-authenticate'] = 'Bearer';
   res.writeHead(status, headers);
   res.end(envelope(e, param));
-}
-
-/** The body, or undefined once it passes maxBodyBytes (the rest is read and dropped). */
-function readBody(req: IncomingMessage, maxBodyBytes: number): Promise<Buffer | undefined> {
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    let over = false;
-    req.on('data', (chunk: Buffer) => {
-      if (over) return;
-      size += chunk.length;
-      if (size > maxBodyBytes) {
-        over = true;
-        chunks.length = 0;
-        resolve(undefined);
-        return;
-      }
-      chunks.push(chunk);
-    });
-    req.on('end', () => {
-      if (!over) resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
-    });
-    req.on('error', reject);
-    req.on('close', () => {
-      if (!req.complete && !over) reject(new Error('client left during the upload'));
-    });
-  });
 }
 
 /** What the vendor answers 400 for in a body, checked in its order; undefined when it passes. */
