@@ -402,7 +402,7 @@ function pumpStream(env: ProxyEnv, ctx: HttpContext, body: Dispatcher.ResponseDa
       const out = rewriteModels(framed, rw);
       // Near the cap, one event at a time, so that what comes before the crossing event is relayed.
       if (tally.mayCap?.(out.length)) forEachEvent(out, relayEach);
-      else relay(out);
+      else relayEach(out);
     });
     body.once('end', () => finish());
     body.once('error', (e: Error) => finish(e));
