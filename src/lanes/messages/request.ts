@@ -120,17 +120,17 @@ export function parseMessagesRequest(body: Record<string, unknown>, catalog: Cat
   const walk: Walk = { messages: 0, blocks: 0, verbatimChars: 0 };
   checkMessages(body.messages, walk);
   checkField('system', F.system, body.system);
-  if (body.system !== undefined) checkSystem(body.system, walk);
+  if (body.system !== undefined) checkSystem(body.system as string | unknown[], walk);
   let tools = 0;
   checkField('tools', F.tools, body.tools);
-  if (body.tools !== undefined) tools = checkTools(body.tools);
+  if (body.tools !== undefined) tools = checkTools(body.tools as unknown[]);
   checkField('tool_choice', F.tool_choice, body.tool_choice);
-  if (body.tool_choice !== undefined) checkToolChoice(body.tool_choice);
+  if (body.tool_choice !== undefined) checkToolChoice(body.tool_choice as Obj);
   checkField('thinking', F.thinking, body.thinking);
-  if (body.thinking !== undefined) checkThinking(body.thinking, model, maxTokens);
+  if (body.thinking !== undefined) checkThinking(body.thinking as Obj, model, maxTokens);
   let hasOutputFormat = false;
   checkField('output_config', F.output_config, body.output_config);
-  if (body.output_config !== undefined) hasOutputFormat = checkOutputConfig(body.output_config);
+  if (body.output_config !== undefined) hasOutputFormat = checkOutputConfig(body.output_config as Obj);
   checkSampling(body);
   const stream = body.stream;
   checkField('stream', F.stream, stream);
@@ -286,12 +286,12 @@ function checkToolResultContent(content: unknown, at: string, walk: Walk): void 
   }
 }
 
-function checkSystem(system: unknown, walk: Walk): void {
+/** `system` once the table (F.system) has checked its type. */
+function checkSystem(system: string | unknown[], walk: Walk): void {
   if (typeof system === 'string') {
     walk.verbatimChars += system.length;
     return;
   }
-  if (!Array.isArray(system)) fail('invalid_type', 'system', '`system` must be a string or an array of text blocks.');
   for (let i = 0; i < system.length; i++) {
     const b = system[i];
     const at = `system.${i}`;
@@ -302,9 +302,8 @@ function checkSystem(system: unknown, walk: Walk): void {
   }
 }
 
-/** Returns the number of tools. */
-function checkTools(tools: unknown): number {
-  if (!Array.isArray(tools)) fail('invalid_type', 'tools', '`tools` must be an array.');
+/** Returns the number of tools (an array: the table checked the type). */
+function checkTools(tools: unknown[]): number {
   for (let i = 0; i < tools.length; i++) {
     const t = tools[i];
     const at = `tools.${i}`;
@@ -320,8 +319,7 @@ function checkTools(tools: unknown): number {
   return tools.length;
 }
 
-function checkToolChoice(choice: unknown): void {
-  if (!isObj(choice)) fail('invalid_type', 'tool_choice', '`tool_choice` must be an object.');
+function checkToolChoice(choice: Obj): void {
   if (typeof choice.type !== 'string' || !TOOL_CHOICE_TYPES.has(choice.type)) {
     fail('invalid_enum', 'tool_choice.type', '`tool_choice.type` must be one of auto, any, tool, none.');
   }
@@ -330,8 +328,7 @@ function checkToolChoice(choice: unknown): void {
   }
 }
 
-function checkThinking(thinking: unknown, model: TextModel, maxTokens: number): void {
-  if (!isObj(thinking)) fail('invalid_type', 'thinking', '`thinking` must be an object.');
+function checkThinking(thinking: Obj, model: TextModel, maxTokens: number): void {
   const type = thinking.type;
   if (typeof type !== 'string' || !THINKING_TYPES.has(type)) {
     fail('invalid_enum', 'thinking.type', '`thinking.type` must be one of adaptive, enabled, disabled.');
@@ -353,8 +350,7 @@ function checkThinking(thinking: unknown, model: TextModel, maxTokens: number): 
 }
 
 /** Returns whether a structured-output format is set. */
-function checkOutputConfig(config: unknown): boolean {
-  if (!isObj(config)) fail('invalid_type', 'output_config', '`output_config` must be an object.');
+function checkOutputConfig(config: Obj): boolean {
   const effort = config.effort;
   if (effort !== undefined && effort !== null && (typeof effort !== 'string' || !EFFORTS.has(effort))) {
     fail('invalid_enum', 'output_config.effort', '`output_config.effort` must be one of low, medium, high, xhigh, max.');

@@ -280,7 +280,7 @@ export function prepareResponsesRequest(body: Record<string, unknown>, catalog: 
   checkReasoning(body);
   const text = optional(body, 'text');
   checkField('text', F.text, text);
-  if (text !== undefined) checkText(text, count);
+  if (text !== undefined) checkText(text as Obj, count);
   checkSampling(body);
   checkInclude(body);
   checkCaching(body);
@@ -348,7 +348,7 @@ function checkStream(body: Obj, model: TextModel): unknown {
 function checkToolFields(body: Obj, count: Count): void {
   const tools = optional(body, 'tools');
   checkField('tools', F.tools, tools);
-  if (tools !== undefined) checkTools(tools, count);
+  if (tools !== undefined) checkTools(tools as unknown[], count);
   const toolChoice = optional(body, 'tool_choice');
   checkField('tool_choice', F.tool_choice, toolChoice);
   if (toolChoice !== undefined) checkToolChoice(toolChoice);
@@ -397,7 +397,7 @@ function checkUnforwarded(body: Obj): void {
   checkField('store', F.store, optional(body, 'store'));
   const metadata = optional(body, 'metadata');
   checkField('metadata', F.metadata, metadata);
-  if (metadata !== undefined) checkMetadata(metadata);
+  if (metadata !== undefined) checkMetadata(metadata as Obj);
   for (const k of ['user', 'safety_identifier'] as const) checkField(k, F[k], optional(body, k));
 }
 
@@ -453,9 +453,10 @@ function checkInput(input: unknown, count: Count): void {
     count.extra += HOLD_ITEM_OVERHEAD_TOKENS;
     return;
   }
-  if (!Array.isArray(input)) fail('invalid_type', 'input', '`input` must be a string or an array of items.');
-  for (let i = 0; i < input.length; i++) {
-    checkItem(input[i], `input.${i}`, count);
+  // A non-empty array: the table (F.input) checked the type.
+  const items = input as unknown[];
+  for (let i = 0; i < items.length; i++) {
+    checkItem(items[i], `input.${i}`, count);
     count.extra += HOLD_ITEM_OVERHEAD_TOKENS;
   }
 }
@@ -557,8 +558,7 @@ function countTextPart(part: unknown, path: string, count: Count, inMessage: boo
 // ---------------------------------------------------------------------------------------------
 // tools, tool_choice, text, metadata
 
-function checkTools(tools: unknown, count: Count): void {
-  if (!Array.isArray(tools)) fail('invalid_type', 'tools', '`tools` must be an array.');
+function checkTools(tools: unknown[], count: Count): void {
   for (let i = 0; i < tools.length; i++) {
     const t: unknown = tools[i];
     const path = `tools.${i}`;
@@ -605,8 +605,7 @@ function checkToolChoice(tc: unknown): void {
   fail('invalid_enum', 'tool_choice.type', '`tool_choice.type` must be "function".');
 }
 
-function checkText(text: unknown, count: Count): void {
-  if (!isObj(text)) fail('invalid_type', 'text', '`text` must be an object.');
+function checkText(text: Obj, count: Count): void {
   const format = text.format;
   if (format !== undefined && format !== null) {
     if (!isObj(format)) fail('invalid_type', 'text.format', '`text.format` must be an object.');
@@ -631,8 +630,7 @@ function checkText(text: unknown, count: Count): void {
   }
 }
 
-function checkMetadata(metadata: unknown): void {
-  if (!isObj(metadata)) fail('invalid_type', 'metadata', '`metadata` must be an object of strings.');
+function checkMetadata(metadata: Obj): void {
   const keys = Object.keys(metadata);
   if (keys.length > METADATA_MAX_KEYS) fail('invalid_value', 'metadata', `\`metadata\` may have at most ${METADATA_MAX_KEYS} keys.`);
   for (const k of keys) {
