@@ -395,6 +395,23 @@ t.test('a request then a FIN (half-close): answered', async (t) => {
   await c.closed; // and the connection is closed afterwards, not left half-open
 });
 
+/**
+ * Resolves once a fresh connection to `url` is refused. The front stops admitting and uWS closes its
+ * listener in the same tick (http-front.ts behindFront), after whatever the gateway's close runs first.
+ */
+async function refused(url: string): Promise<void> {
+  const u = new URL(url);
+  const admitted = (): Promise<boolean> =>
+    new Promise((r) => {
+      const s = connect(Number(u.port), u.hostname, () => {
+        s.destroy();
+        r(true);
+      });
+      s.on('error', () => r(false));
+    });
+  while (await admitted()) continue; // an admitted probe is closed at once
+}
+
 t.test('shutdown: streams that end during the drain reach their callers whole', async (t) => {
   const { g, k } = await setup(t);
   const json = JSON.stringify({ model: 'sonnet', max_tokens: 100, stream: true, messages: [{ role: 'user', content: 'hi [[sim:tokens=20]] [[sim:pace=50]]' }] });
@@ -404,7 +421,7 @@ t.test('shutdown: streams that end during the drain reach their callers whole', 
   await Promise.all(conns.map((c) => c.until((r) => r.includes('content_block_delta'))));
   const late = await openConn(g.url); // accepted, its head sent only once uWS stopped listening
   const closing = g.gw.close();
-  await new Promise((r) => setImmediate(r));
+  await refused(g.url);
   late.s.write('GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n');
   await closing;
   await Promise.all([...conns, late].map((c) => c.closed));
