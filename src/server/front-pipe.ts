@@ -95,7 +95,11 @@ export function pipeRaw(client: Socket, proxyHeader: Buffer, first: Buffer, uwsP
   let stall: NodeJS.Timeout | undefined;
   let heard = false; // uWS sent something (else a refused connect is answered here)
   if (scanner.feed(first)) both();
-  else up.write(Buffer.concat([proxyHeader, first]));
+  else {
+    // Queued until the connect, then sent together (one writev): no copy of the head.
+    up.write(proxyHeader);
+    up.write(first);
+  }
   client.on('data', (chunk: Buffer) => {
     if (up.destroyed) return; // uWS gone: dropped, so the caller's socket closes without a reset
     if (scanner.feed(chunk)) return both();
