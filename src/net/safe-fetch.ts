@@ -304,10 +304,6 @@ function redirectTarget(run: FetchRun, res: Answer, current: URL, hop: number, m
 /** The final answer: refused unless 2xx, then its body read within `maxBytes` (GET) or its declared size (HEAD). */
 async function readAnswer(run: FetchRun, res: Answer, finalUrl: string, method: 'GET' | 'HEAD', maxBytes: number): Promise<SafeFetchResult> {
   const status = res.statusCode;
-  if (status >= 400) {
-    discard(res.body);
-    throw run.fail(`the server answered ${status}`, undefined, status);
-  }
   if (status < 200 || status >= 300) {
     discard(res.body);
     throw run.fail(`the server answered ${status}`, undefined, status);

@@ -150,14 +150,16 @@ export function classifyAddress(ip: string): 'public' | string {
   return 'unparseable';
 }
 
+/** The 4 (IPv4) or 16 (IPv6, brackets allowed, no zone id) bytes of an address; undefined when it is neither. */
+export function addressBytes(ip: string): Uint8Array | undefined {
+  const s = ip.startsWith('[') && ip.endsWith(']') ? ip.slice(1, -1) : ip;
+  return isIP(s) === 4 ? parseV4(s) : parseV6(s);
+}
+
 /** True when both strings are the same IP address (any IPv6 spelling, brackets allowed). */
 export function sameAddress(a: string, b: string): boolean {
-  const bytes = (x: string): Uint8Array | undefined => {
-    const s = x.startsWith('[') && x.endsWith(']') ? x.slice(1, -1) : x;
-    return isIP(s) === 4 ? parseV4(s) : parseV6(s);
-  };
-  const x = bytes(a);
-  const y = bytes(b);
+  const x = addressBytes(a);
+  const y = addressBytes(b);
   if (x === undefined || y === undefined || x.length !== y.length) return false;
   for (let i = 0; i < x.length; i++) if (x[i] !== y[i]) return false;
   return true;

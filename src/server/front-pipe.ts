@@ -7,9 +7,9 @@
 //   never sees uWS's FIN), holding two sockets and their buffers: a stall is bounded in time;
 // - a caller's FIN after its request (half-close) must reach uWS, and uWS's FIN the caller.
 import { connect, type Socket } from 'node:net';
-import { ApiError } from '../errors.js';
-import { newRequestId } from './http-context.js';
+import { newRequestId, retryAfter, statusLine } from './http-context.js';
 import { SIGNATURE } from './proxy-header.js';
+import { shuttingDown } from './server.js';
 
 /** A caller not taking uWS's bytes for this long has both its sockets destroyed (uWS alone frees them in about 15 s). */
 export const STALL_MS = 15_000;
@@ -65,11 +65,12 @@ export class SignatureScanner {
 
 /** What uWS answers while it stops (server.ts), for a head that arrives after its listener closed. */
 function stoppingAnswer(): Buffer {
+  const err = shuttingDown();
   const requestId = newRequestId();
-  const body = JSON.stringify(new ApiError('provider_unavailable', { message: 'This instance is shutting down; retry.', retryAfterS: 1 }).toBody(requestId));
+  const body = JSON.stringify(err.toBody(requestId));
   const head =
-    'HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n' +
-    `Content-Length: ${Buffer.byteLength(body)}\r\nX-Request-Id: ${requestId}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n`;
+    `HTTP/1.1 ${statusLine(err.status)}\r\nContent-Type: application/json\r\n` +
+    `Content-Length: ${Buffer.byteLength(body)}\r\nX-Request-Id: ${requestId}\r\nRetry-After: ${retryAfter(err)}\r\nConnection: close\r\n\r\n`;
   return Buffer.from(head + body, 'latin1');
 }
 
@@ -94,7 +95,11 @@ export function pipeRaw(client: Socket, proxyHeader: Buffer, first: Buffer, uwsP
   let stall: NodeJS.Timeout | undefined;
   let heard = false; // uWS sent something (else a refused connect is answered here)
   if (scanner.feed(first)) both();
-  else up.write(Buffer.concat([proxyHeader, first]));
+  else {
+    // Queued until the connect, then sent together (one writev): no copy of the head.
+    up.write(proxyHeader);
+    up.write(first);
+  }
   client.on('data', (chunk: Buffer) => {
     if (up.destroyed) return; // uWS gone: dropped, so the caller's socket closes without a reset
     if (scanner.feed(chunk)) return both();

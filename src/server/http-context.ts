@@ -41,6 +41,12 @@ export function newRequestId(): string {
 
 const MAX_HEADERS = 100;
 
+/** The Retry-After value an error answer carries (429 and 503 with a wait), in whole seconds; else undefined. */
+export function retryAfter(err: ApiError): string | undefined {
+  if (err.retryAfterS === undefined || (err.status !== 429 && err.status !== 503)) return undefined;
+  return String(Math.max(1, Math.ceil(err.retryAfterS)));
+}
+
 /**
  * Why a request's framing cannot be trusted, or undefined. RFC 9112 section 6.3: a repeated or
  * listed Content-Length is an unrecoverable framing error (400 and close), because a proxy in
@@ -224,9 +230,8 @@ export class HttpContext {
   sendError(err: ApiError, closeConnection = false, more?: HeaderList): void {
     const extra: Array<[string, string]> = more ? more.map(([k, v]) => [k, v] as [string, string]) : [];
     if (err.status === 401) extra.push(['WWW-Authenticate', 'Bearer']);
-    if (err.retryAfterS !== undefined && (err.status === 429 || err.status === 503)) {
-      extra.push(['Retry-After', String(Math.max(1, Math.ceil(err.retryAfterS)))]);
-    }
+    const after = retryAfter(err);
+    if (after !== undefined) extra.push(['Retry-After', after]);
     this.sendJson(err.status, err.toBody(this.requestId), extra, closeConnection);
   }
 

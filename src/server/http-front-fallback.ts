@@ -5,7 +5,7 @@
 import { createServer, request, type IncomingHttpHeaders, type IncomingMessage, type OutgoingHttpHeaders, type Server, type ServerResponse } from 'node:http';
 import { connect, type Socket } from 'node:net';
 import { ApiError, type ApiErrorOptions, type ErrorCode } from '../errors.js';
-import { newRequestId } from './http-context.js';
+import { newRequestId, retryAfter } from './http-context.js';
 import { proxyV2Header } from './proxy-header.js';
 import { MAX_HEAD_BYTES, MAX_HEADER_FIELDS } from './request-head.js';
 
@@ -33,7 +33,8 @@ function refuse(res: ServerResponse, code: ErrorCode, opts: ApiErrorOptions = {}
   const err = new ApiError(code, opts);
   const body = JSON.stringify(err.toBody(requestId));
   const headers: OutgoingHttpHeaders = { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(body), 'X-Request-Id': requestId, Connection: 'close' };
-  if (err.retryAfterS !== undefined) headers['Retry-After'] = String(err.retryAfterS);
+  const after = retryAfter(err);
+  if (after !== undefined) headers['Retry-After'] = after;
   res.writeHead(err.status, headers);
   res.end(body);
 }

@@ -2,6 +2,7 @@
 // connection to uWS, naming the real caller. uWS strips such a header from the start of any
 // connection; ops/client-address.ts believes it only from loopback and only with the front on.
 import { isIPv4, isIPv6 } from 'node:net';
+import { addressBytes } from '../net/ssrf-guard.js';
 
 /** The 12 bytes every PROXY v2 header begins with (a NUL among them: no JSON body holds one). */
 export const SIGNATURE = Buffer.from([0x0d, 0x0a, 0x0d, 0x0a, 0x00, 0x0d, 0x0a, 0x51, 0x55, 0x49, 0x54, 0x0a]);
@@ -18,27 +19,8 @@ export interface Endpoints {
 /** `::ffff:1.2.3.4` (a dual-stack listener's IPv4 caller) as `1.2.3.4`; other text unchanged. */
 const unmapped = (a: string): string => (a.startsWith('::ffff:') && isIPv4(a.slice(7)) ? a.slice(7) : a);
 
-/** The 16 bytes of an IPv6 address (an IPv4 one is mapped into ::ffff:0:0/96). */
-function ipv6Bytes(a: string): Buffer {
-  const out = Buffer.alloc(16);
-  if (isIPv4(a)) {
-    out[10] = out[11] = 0xff;
-    a.split('.').forEach((p, i) => (out[12 + i] = Number(p)));
-    return out;
-  }
-  let text = a.split('%')[0]!; // a zone index names a local interface, not part of the address
-  const v4 = /(\d+\.\d+\.\d+\.\d+)$/.exec(text);
-  if (v4) {
-    const b = v4[1]!.split('.').map(Number);
-    text = text.slice(0, -v4[1]!.length) + ((b[0]! << 8) | b[1]!).toString(16) + ':' + ((b[2]! << 8) | b[3]!).toString(16);
-  }
-  const [head, tail] = text.split('::') as [string, string | undefined];
-  const left = head === '' ? [] : head.split(':');
-  const right = tail === undefined || tail === '' ? [] : tail.split(':');
-  const groups = tail === undefined ? left : [...left, ...new Array<string>(8 - left.length - right.length).fill('0'), ...right];
-  groups.forEach((g, i) => out.writeUInt16BE(parseInt(g, 16), i * 2));
-  return out;
-}
+/** The 16 bytes of an IPv6 address (an IPv4 one is mapped into ::ffff:0:0/96; a zone index, naming a local interface, is dropped). */
+const ipv6Bytes = (a: string): Uint8Array => addressBytes(isIPv4(a) ? `::ffff:${a}` : a.split('%')[0]!) ?? new Uint8Array(16);
 
 /** The header for one accepted socket; LOCAL when its addresses are gone (it closed meanwhile). */
 export function proxyV2Header(s: Endpoints): Buffer {
@@ -55,11 +37,11 @@ export function proxyV2Header(s: Endpoints): Buffer {
   out[13] = four ? 0x11 : 0x21; // TCP over IPv4 / IPv6
   out.writeUInt16BE(len, 14);
   if (four) {
-    src.split('.').forEach((p, i) => (out[16 + i] = Number(p)));
-    (isIPv4(dst) ? dst : '0.0.0.0').split('.').forEach((p, i) => (out[20 + i] = Number(p)));
+    out.set(addressBytes(src)!, 16);
+    out.set(addressBytes(isIPv4(dst) ? dst : '0.0.0.0')!, 20);
   } else {
-    ipv6Bytes(src).copy(out, 16);
-    ipv6Bytes(dst).copy(out, 32);
+    out.set(ipv6Bytes(src), 16);
+    out.set(ipv6Bytes(dst), 32);
   }
   out.writeUInt16BE(s.remotePort, 16 + len - 4);
   out.writeUInt16BE(s.localPort, 16 + len - 2);

@@ -12,6 +12,9 @@ import { loadUws, type TemplatedApp, type UsListenSocket, type UwsModule } from 
 /** The route label of a request no route took (404, API closed, draining, the media host). */
 export const UNMATCHED_ROUTE = 'unmatched';
 
+/** The answer to a request that arrives while the server stops (here, and at the HTTP front: front-pipe.ts). */
+export const shuttingDown = (): ApiError => new ApiError('provider_unavailable', { message: 'This instance is shutting down; retry.', retryAfterS: 1 });
+
 export interface ServerDeps {
   readonly host: string;
   readonly port: number;
@@ -166,7 +169,7 @@ function handle(d: ServerDeps, admission: Admission, ctx: HttpContext, startedMs
     return;
   }
   if (admission.draining) {
-    ctx.sendError(new ApiError('provider_unavailable', { message: 'This instance is shutting down; retry.', retryAfterS: 1 }), true);
+    ctx.sendError(shuttingDown(), true);
     return;
   }
   if (!(path === '/v1' || path.startsWith('/v1/'))) {

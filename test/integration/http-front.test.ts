@@ -23,11 +23,14 @@ interface Exchange {
   readonly body: string;
 }
 
-/** Sends `bytes` on a fresh connection and reads until the server closes (10 s at most: a hang fails). */
-function exchange(url: string, bytes: string | Buffer, localAddress?: string): Promise<Exchange> {
+/**
+ * Sends `bytes` on a fresh connection (or lets `send` write on it as it likes) and reads until the
+ * server closes (10 s at most: a hang fails).
+ */
+function exchange(url: string, send: string | Buffer | ((s: Socket) => unknown), localAddress?: string): Promise<Exchange> {
   const u = new URL(url);
   return new Promise((resolveE, reject) => {
-    const s: Socket = connect({ port: Number(u.port), host: u.hostname, ...(localAddress ? { localAddress } : {}) }, () => s.write(bytes));
+    const s: Socket = connect({ port: Number(u.port), host: u.hostname, ...(localAddress ? { localAddress } : {}) }, () => void (typeof send === 'function' ? send(s) : s.write(send)));
     let raw = '';
     s.setTimeout(10_000, () => s.destroy(new Error(`no answer and no close within 10 s; got ${JSON.stringify(raw.slice(0, 200))}`)));
     s.on('data', (d: Buffer) => (raw += d.toString('latin1')));
@@ -127,15 +130,7 @@ t.test('HTTP/1.0 keep-alive with a second request pipelined: one answer, one ven
 
 t.test('HTTP/1.0 request then FIN at once (printf | nc -N): still answered', async (t) => {
   const { g } = await setup(t);
-  const u = new URL(g.url);
-  const raw = await new Promise<string>((resolveR, reject) => {
-    const s = connect({ port: Number(u.port), host: u.hostname, allowHalfOpen: true }, () => s.end('GET /v1/models HTTP/1.0\r\nHost: x\r\n\r\n'));
-    let heard = '';
-    s.setTimeout(10_000, () => s.destroy(new Error('no close within 10 s')));
-    s.on('data', (d: Buffer) => (heard += d.toString('latin1')));
-    s.on('error', reject);
-    s.on('close', () => resolveR(heard));
-  });
+  const { raw } = await exchange(g.url, (s) => s.end('GET /v1/models HTTP/1.0\r\nHost: x\r\n\r\n'));
   t.match(raw, /^HTTP\/1\.[01] 200 /, 'answered, and the connection closed after it');
   t.match(raw, /"object":"list"/);
 });
@@ -184,16 +179,10 @@ t.test('too many header fields: 431 and the close, on HTTP/1.1 and HTTP/1.0; the
 
 /** Sends `text` a few bytes per write (each its own TCP segment) and reads until the close. */
 async function dripped(url: string, text: string, piece: number): Promise<number> {
-  const u = new URL(url);
-  const s = connect(Number(u.port), u.hostname);
-  s.setNoDelay(true);
-  let raw = '';
-  s.on('data', (d: Buffer) => (raw += d.toString('latin1')));
-  const closed = new Promise((r) => s.on('close', r));
-  s.setTimeout(10_000, () => s.destroy());
-  await new Promise((r) => s.once('connect', r));
-  for (let i = 0; i < text.length; i += piece) await new Promise((r) => s.write(text.slice(i, i + piece), r));
-  await closed;
+  const { raw } = await exchange(url, async (s) => {
+    s.setNoDelay(true);
+    for (let i = 0; i < text.length; i += piece) await new Promise((r) => s.write(text.slice(i, i + piece), r));
+  });
   return Number(/^HTTP\/1\.1 (\d{3})/.exec(raw)?.[1] ?? 0);
 }
 
@@ -235,16 +224,11 @@ t.test('a pipelined HTTP/1.1 pair through the front: both answered, in order', a
   // uWS reads it after the first is answered, exactly as without the front.
   const { g, k, sim } = await setup(t);
   const body = JSON.stringify({ model: 'sonnet', max_tokens: 40, messages: [{ role: 'user', content: 'hi [[sim:tokens=30]] [[sim:pace=10]]' }] });
-  const u = new URL(g.url);
-  const s = connect(Number(u.port), u.hostname);
-  let raw = '';
-  s.on('data', (d: Buffer) => (raw += d.toString('latin1')));
-  const closed = new Promise((r) => s.on('close', r));
-  s.setTimeout(10_000, () => s.destroy());
-  s.write(`POST /v1/messages HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${k.key}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
-  await sim.waitForRequests(1);
-  s.write(`GET /v1/me HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${k.key}\r\nConnection: close\r\n\r\n`);
-  await closed;
+  const { raw } = await exchange(g.url, async (s) => {
+    s.write(`POST /v1/messages HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${k.key}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+    await sim.waitForRequests(1);
+    s.write(`GET /v1/me HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${k.key}\r\nConnection: close\r\n\r\n`);
+  });
   t.same([...raw.matchAll(/HTTP\/1\.1 (\d{3})/g)].map((m) => Number(m[1])), [200, 200], 'both answered');
   t.ok(raw.indexOf('"type":"message"') < raw.indexOf('"key"'), 'the Messages reply first, then /v1/me');
 });
@@ -395,6 +379,23 @@ t.test('a request then a FIN (half-close): answered', async (t) => {
   await c.closed; // and the connection is closed afterwards, not left half-open
 });
 
+/**
+ * Resolves once a fresh connection to `url` is refused. The front stops admitting and uWS closes its
+ * listener in the same tick (http-front.ts behindFront), after whatever the gateway's close runs first.
+ */
+async function refused(url: string): Promise<void> {
+  const u = new URL(url);
+  const admitted = (): Promise<boolean> =>
+    new Promise((r) => {
+      const s = connect(Number(u.port), u.hostname, () => {
+        s.destroy();
+        r(true);
+      });
+      s.on('error', () => r(false));
+    });
+  while (await admitted()) continue; // an admitted probe is closed at once
+}
+
 t.test('shutdown: streams that end during the drain reach their callers whole', async (t) => {
   const { g, k } = await setup(t);
   const json = JSON.stringify({ model: 'sonnet', max_tokens: 100, stream: true, messages: [{ role: 'user', content: 'hi [[sim:tokens=20]] [[sim:pace=50]]' }] });
@@ -404,7 +405,7 @@ t.test('shutdown: streams that end during the drain reach their callers whole', 
   await Promise.all(conns.map((c) => c.until((r) => r.includes('content_block_delta'))));
   const late = await openConn(g.url); // accepted, its head sent only once uWS stopped listening
   const closing = g.gw.close();
-  await new Promise((r) => setImmediate(r));
+  await refused(g.url);
   late.s.write('GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n');
   await closing;
   await Promise.all([...conns, late].map((c) => c.closed));

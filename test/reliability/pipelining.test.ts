@@ -4,13 +4,14 @@
 // unanswered; the gateway stops reading a connection while a request is unanswered (so a request
 // written behind it waits unread and is answered after it) and starts nothing for a request until
 // uWS has parsed all it read with it (so a request that uWS's close drops never ran).
-import { connect } from 'node:net';
+import type { Socket } from 'node:net';
 import t from 'tap';
 import { setLane } from '../../src/deployment/state.js';
 import { startAnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
 import { startOpenAISimulator } from '../../src/simulators/openai/simulator.js';
 import { journalWritten } from '../helpers/gateway.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
+import { rawExchange } from '../helpers/raw-socket.js';
 import { startVideoHarness } from '../integration/video-harness.js';
 
 const ANTHROPIC_KEY = 'sk-ant-pipelining';
@@ -70,47 +71,34 @@ interface Answer {
   body: string;
 }
 
+/** The answers `buf` holds, framed by Content-Length (none after a HEAD, as `heads` says). */
+function answersIn(buf: Buffer, heads: boolean[]): Answer[] {
+  const answers: Answer[] = [];
+  for (;;) {
+    const end = buf.indexOf('\r\n\r\n');
+    if (end === -1) return answers;
+    const head = buf.subarray(0, end).toString('latin1');
+    const len = heads[answers.length] ? 0 : Number(/\r\ncontent-length: *(\d+)/i.exec(head)?.[1] ?? 0);
+    if (buf.length < end + 4 + len) return answers;
+    answers.push({ status: Number(head.slice(9, 12)), body: buf.subarray(end + 4, end + 4 + len).toString() });
+    buf = buf.subarray(end + 4 + len);
+  }
+}
+
 /**
  * Writes `parts` (each after the previous by `gapMs`, never waiting for an answer) and reads
- * answers, framed by Content-Length, until `expect` arrived, the server closed, or the bound.
+ * answers, framed by Content-Length, until every part has its answer, the server closed, or the bound.
  */
-function exchange(parts: string[], gapMs: number, heads: boolean[]): Promise<{ answers: Answer[]; closed: boolean }> {
-  return new Promise((resolve) => {
-    const s = connect(port, '127.0.0.1');
-    let buf = Buffer.alloc(0);
-    const answers: Answer[] = [];
-    let done = false;
-    const finish = (closed: boolean) => {
-      if (done) return;
-      done = true;
-      clearTimeout(timer);
-      s.destroy();
-      resolve({ answers, closed });
-    };
-    const timer = setTimeout(() => finish(false), CASE_BOUND_MS);
-    s.on('data', (d: Buffer) => {
-      buf = Buffer.concat([buf, d]);
-      for (;;) {
-        const end = buf.indexOf('\r\n\r\n');
-        if (end === -1) break;
-        const head = buf.subarray(0, end).toString('latin1');
-        const len = heads[answers.length] ? 0 : Number(/\r\ncontent-length: *(\d+)/i.exec(head)?.[1] ?? 0);
-        if (buf.length < end + 4 + len) break;
-        answers.push({ status: Number(head.slice(9, 12)), body: buf.subarray(end + 4, end + 4 + len).toString() });
-        buf = buf.subarray(end + 4 + len);
-      }
-      if (answers.length === parts.length) finish(false);
-    });
-    s.on('error', () => finish(true));
-    s.on('close', () => finish(true));
-    s.on('connect', async () => {
-      for (const p of parts) {
-        if (s.destroyed) return;
-        s.write(p, 'latin1');
-        if (gapMs > 0) await new Promise((r) => setTimeout(r, gapMs));
-      }
-    });
-  });
+async function exchange(parts: string[], gapMs: number, heads: boolean[]): Promise<{ answers: Answer[]; closed: boolean }> {
+  const write = async (s: Socket) => {
+    for (const p of parts) {
+      if (s.destroyed) return;
+      s.write(p, 'latin1');
+      if (gapMs > 0) await new Promise((r) => setTimeout(r, gapMs));
+    }
+  };
+  const r = await rawExchange(port, write, CASE_BOUND_MS, (buf) => answersIn(buf, heads).length === parts.length);
+  return { answers: answersIn(r.buf, heads), closed: r.closed };
 }
 
 /**

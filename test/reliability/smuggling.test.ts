@@ -10,7 +10,6 @@
 //                      the vendor's own host, and not one byte of what the client smuggled
 //   toward the client  only our headers: no vendor `set-cookie`, auth, CORS, cache or id header,
 //                      on success, on streams and on vendor errors alike
-import { connect } from 'node:net';
 import t, { type Test } from 'tap';
 import { request } from 'undici';
 import { setLane } from '../../src/deployment/state.js';
@@ -19,6 +18,7 @@ import { startOpenAISimulator } from '../../src/simulators/openai/simulator.js';
 import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
 import { startHeaderTap, type HeaderTap, type TappedRequest } from '../helpers/header-tap.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
+import { rawExchange } from '../helpers/raw-socket.js';
 
 const ANTHROPIC_KEY = 'sk-ant-smuggling-vendor';
 const OPENAI_KEY = 'sk-openai-smuggling-vendor';
@@ -173,35 +173,21 @@ function checkClientGot(t: Test, headers: Record<string, string | string[] | und
   t.notOk(all.includes(MARK), 'no vendor header value reaches the client');
 }
 
+/** True when `buf` holds one whole answer (framed by Content-Length, or chunked to its last chunk). */
+function wholeAnswer(buf: Buffer): boolean {
+  const text = buf.toString('latin1');
+  const headEnd = text.indexOf('\r\n\r\n');
+  if (headEnd === -1) return false;
+  const head = text.slice(0, headEnd);
+  const cl = /\r\ncontent-length: *(\d+)/i.exec(head);
+  if (cl && buf.length >= headEnd + 4 + Number(cl[1])) return true;
+  return /\r\ntransfer-encoding: *chunked/i.test(head) && text.endsWith('\r\n0\r\n\r\n');
+}
+
 /** One raw HTTP/1.1 exchange; resolves with whatever arrived when the answer is complete, the socket closes, or the deadline passes. */
-function sendRaw(port: number, bytes: string): Promise<{ text: string; closed: boolean; ms: number }> {
-  return new Promise((resolve) => {
-    const t0 = performance.now();
-    const s = connect({ host: '127.0.0.1', port });
-    let buf = Buffer.alloc(0);
-    let done = false;
-    const finish = (closed: boolean) => {
-      if (done) return;
-      done = true;
-      clearTimeout(timer);
-      s.destroy();
-      resolve({ text: buf.toString('latin1'), closed, ms: performance.now() - t0 });
-    };
-    const timer = setTimeout(() => finish(false), RAW_DEADLINE_MS);
-    s.on('data', (d: Buffer) => {
-      buf = Buffer.concat([buf, d]);
-      const text = buf.toString('latin1');
-      const headEnd = text.indexOf('\r\n\r\n');
-      if (headEnd === -1) return;
-      const head = text.slice(0, headEnd);
-      const cl = /\r\ncontent-length: *(\d+)/i.exec(head);
-      if (cl && buf.length >= headEnd + 4 + Number(cl[1])) finish(false);
-      else if (/\r\ntransfer-encoding: *chunked/i.test(head) && text.endsWith('\r\n0\r\n\r\n')) finish(false);
-    });
-    s.on('error', () => finish(true));
-    s.on('close', () => finish(true));
-    s.write(bytes, 'latin1');
-  });
+async function sendRaw(port: number, bytes: string): Promise<{ text: string; closed: boolean; ms: number }> {
+  const r = await rawExchange(port, (s) => s.write(bytes, 'latin1'), RAW_DEADLINE_MS, wholeAnswer);
+  return { text: r.buf.toString('latin1'), closed: r.closed, ms: r.ms };
 }
 
 const rawPost = (r: Rig, headerLines: string[], body: string, framing: 'length' | 'chunked' = 'length') =>
