@@ -166,6 +166,11 @@ t.test('an image submitted on one process is polled and downloaded through the o
   }
   t.equal(gen.status, 'succeeded', JSON.stringify(gen));
   t.ok(seenOn.size >= 1, `polled through ${seenOn.size} processes`);
+  // However quickly it finished, every process (not only those the loop reached) sees the same end.
+  for (const [i, g] of gateways.entries()) {
+    const polled = await fresh(g.url, 'GET', `/v1/images/generations/${id}`, k.key);
+    t.same([polled.status, polled.json?.status], [200, 'succeeded'], `process ${i} sees it succeeded`);
+  }
   const link = new URL(gen.image.url);
   t.equal(link.origin, balancer.url, 'the signed link names the balancer');
   const sizes: number[] = [];
