@@ -3,19 +3,13 @@
 // brace to the closing one). A function past it is named with its place so it can be split into
 // helpers that each do one job. The measure itself is tested on a small sample first, so a broken
 // walk cannot pass the tree by finding nothing.
-import { readdirSync, readFileSync } from 'node:fs';
-import { join, relative, resolve } from 'node:path';
+import { readFileSync } from 'node:fs';
+import { relative } from 'node:path';
 import t from 'tap';
 import ts from 'typescript';
+import { SRC, tsSources } from '../helpers/source-tree.js';
 
-const SRC = resolve(import.meta.dirname, '..', '..', 'src');
 const MAX_BODY_LINES = 70;
-
-function sources(dir: string): string[] {
-  return readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
-    e.isDirectory() ? sources(join(dir, e.name)) : e.name.endsWith('.ts') ? [join(dir, e.name)] : [],
-  );
-}
 
 interface Length {
   readonly name: string;
@@ -60,7 +54,7 @@ t.test('the measure counts every kind of function body', async (t) => {
 });
 
 t.test(`no function in src/ has a body over ${MAX_BODY_LINES} lines`, async (t) => {
-  const files = sources(SRC);
+  const files = tsSources(SRC);
   t.ok(files.length > 100, `src/ read (${files.length} files)`);
   let measured = 0;
   const long: string[] = [];

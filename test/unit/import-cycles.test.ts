@@ -1,23 +1,17 @@
 // The source tree has no import cycle, types included: every module of src/ can be read after the
 // modules it imports. A cycle is reported with its path (a -> b -> ... -> a) so it can be cut where
 // it is cheapest, usually by moving a shared type or constant down into a module both can import.
-import { readdirSync, readFileSync } from 'node:fs';
-import { dirname, join, relative, resolve } from 'node:path';
+import { readFileSync } from 'node:fs';
+import { dirname, relative, resolve } from 'node:path';
 import t from 'tap';
+import { SRC, tsSources } from '../helpers/source-tree.js';
 
-const SRC = resolve(import.meta.dirname, '..', '..', 'src');
 // Static imports and re-exports (`import type` too) and dynamic import('...') of a relative path.
 const IMPORT = /(?:^|[\s;])(?:import|export)\s[^'"]*?from\s+['"](\.{1,2}\/[^'"]+)['"]|import\(\s*['"](\.{1,2}\/[^'"]+)['"]\s*\)/g;
 
-function sources(dir: string): string[] {
-  return readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
-    e.isDirectory() ? sources(join(dir, e.name)) : e.name.endsWith('.ts') ? [join(dir, e.name)] : [],
-  );
-}
-
 export function importGraph(root: string): Map<string, string[]> {
   const graph = new Map<string, string[]>();
-  for (const file of sources(root)) {
+  for (const file of tsSources(root)) {
     const text = readFileSync(file, 'utf8');
     const deps = new Set<string>();
     for (const m of text.matchAll(IMPORT)) {
