@@ -36,7 +36,8 @@ async function voidSubmit(services: Services, deps: GenerationDeps, row: Generat
   try {
     await withTx(services.pool, async (c) => {
       if (!(await markVoided(c, row.id, deps.owner, code, err.message, deps.clock()))) return; // recovery took it: it refunds
-      await services.ledger.using(c).release(row.request_id, `vendor_${code}`);
+      const r = await services.ledger.using(c).release(row.request_id, `vendor_${code}`);
+      if (!r.resolved) services.log.error('video.release_not_open', { generation: row.id, request: row.request_id, reason: r.reason });
     });
   } catch (e) {
     // The row stays `creating` under our lease; when the lease lapses the engine fails and refunds it.
