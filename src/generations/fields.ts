@@ -53,6 +53,18 @@ export function parsePrompt(v: unknown, rule: FieldRule): string | undefined {
   return v as string;
 }
 
+/**
+ * An optional field whose values are the chosen model's own list: checked against its row, then
+ * against `offered` (the row's code answers either way, naming the model's list).
+ */
+export function parseModelChoice<T extends string>(v: unknown, field: string, rule: FieldRule, offered: readonly T[]): T | undefined {
+  if (v === undefined) return undefined;
+  const onlyModel = () => `\`${field}\` must be one of ${offered.join(', ')}.`;
+  checkField(field, rule, v, onlyModel);
+  if (!offered.includes(v as T)) throw bad(rule.code ?? 'invalid_enum', field, onlyModel());
+  return v as T;
+}
+
 /** An optional seed: an integer inside its row's bounds (-1 asks for a random one). */
 export function parseSeed(v: unknown, rule: FieldRule): number | undefined {
   if (v === undefined) return undefined;
