@@ -17,14 +17,13 @@
 //   then the product's own answers (video: 502 provider_error / 503 provider_unavailable from the vendor)
 //   202                                                 accepted
 import { unavailability } from '../catalog/availability.js';
-import type { CatalogModel } from '../catalog/models.js';
 import { ApiError } from '../errors.js';
 import type { AuthInfo } from '../server/http-context.js';
 import type { Services } from '../services.js';
 import { withTx } from '../store/pool.js';
 import { newId } from '../util/ids.js';
 import type { GenerationDeps } from './deps.js';
-import type { CheckedUrl } from './fields.js';
+import type { Validated } from './fields.js';
 import { assertIdempotencyKey, claimOrAnswer, dropClaim, priorAnswer, type IdempotencyProduct } from './idempotency.js';
 import { checkAdmissionCounts, requireAccess, utcDayStartMs, type GenerationKind } from './plan-access.js';
 import { admissionCounts, insertGeneration, type GenerationRow } from './store.js';
@@ -42,13 +41,6 @@ export interface SubmitInput {
 export interface SubmitResult {
   readonly body: Record<string, unknown>;
   readonly replayed: boolean;
-}
-
-/** A submit body as the product's validation accepted it. */
-export interface Validated<R> {
-  readonly request: R;
-  readonly model: CatalogModel;
-  readonly urls: readonly CheckedUrl[];
 }
 
 /** What differs between the products' submits. */

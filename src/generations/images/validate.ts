@@ -15,7 +15,7 @@
 // `null` is the same as leaving an optional field out; an empty reference list is the same as none.
 // An error on a list element names the element in `param` (`reference_image_urls[2]`).
 import type { Catalog, ImageModel, ImageSize } from '../../catalog/models.js';
-import { bad, givenIn, parseMetadata, parseModelChoice, parsePrompt, parseSeed, parseUrlList, refuseUnknownFields, requireModel, type CheckedUrl, type ValidateOptions } from '../fields.js';
+import { bad, givenIn, parseMetadata, parseModelChoice, parsePrompt, parseSeed, parseUrlList, refuseUnknownFields, requireModel, type CheckedUrl, type Validated, type ValidateOptions } from '../fields.js';
 import { IMAGE_REQUEST_FIELDS as F, MAX_IMAGE_PROMPT_CHARS, MAX_IMAGE_REFERENCES } from './request-fields.js';
 
 export { MAX_IMAGE_PROMPT_CHARS, MAX_IMAGE_REFERENCES };
@@ -34,12 +34,7 @@ export interface NormalisedImageRequest {
   metadata?: Record<string, unknown>;
 }
 
-export interface ValidatedImage {
-  readonly request: NormalisedImageRequest;
-  readonly model: ImageModel;
-  /** Every reference URL, in order: each is fetched once before admission. */
-  readonly urls: readonly CheckedUrl[];
-}
+export type ValidatedImage = Validated<NormalisedImageRequest, ImageModel>;
 
 export function validateImageRequest(body: Record<string, unknown>, catalog: Catalog, opts: ValidateOptions = {}): ValidatedImage {
   const model = requireModel(body.model, (id) => catalog.image(id), 'image model', 'an image model id');

@@ -23,7 +23,7 @@ import { VIDEO_RESOLUTIONS } from '../../catalog/models.js';
 import { checkField } from '../../util/request-fields.js';
 import {
   bad, givenIn, parseMetadata, parseModelChoice, parsePrompt, parseSeed, parseUrlField, parseUrlList, refuseUnknownFields, requireModel,
-  type CheckedUrl, type ValidateOptions,
+  type CheckedUrl, type Validated, type ValidateOptions,
 } from '../fields.js';
 import { MAX_PROMPT_CHARS, VIDEO_REQUEST_FIELDS as F } from './request-fields.js';
 
@@ -52,12 +52,7 @@ export interface NormalisedVideoRequest {
   metadata?: Record<string, unknown>;
 }
 
-export interface ValidatedVideo {
-  readonly request: NormalisedVideoRequest;
-  readonly model: VideoModel;
-  /** Every URL of the request, in field order: each must be fetched once before admission. */
-  readonly urls: readonly CheckedUrl[];
-}
+export type ValidatedVideo = Validated<NormalisedVideoRequest, VideoModel>;
 
 const REF_LISTS = [
   ['reference_image_urls', 'images'],
