@@ -103,7 +103,7 @@ const VIDEO_SUBMIT: SubmitProduct<NormalisedVideoRequest, ValidatedVideo> = {
   product: 'video',
   idPrefix: 'vgen_',
   notAvailable: 'Video generation is not available on this deployment now. An operator sets INKGATE_ARK_BASE_URL and INKGATE_ARK_API_KEY, then runs `inkgate lane enable video`; `npm run demo` does both against local simulators.',
-  validate: (body, services, deps) => validateVideoRequest(body, services.catalog, { allowList: deps.fetch.allowList }),
+  validate: validateVideoRequest,
   vendorReady: (deps) => deps.ark !== undefined,
   price: (v, services) => {
     const priceSet = services.config.pricing.videoPriceSet;
