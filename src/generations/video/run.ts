@@ -192,7 +192,9 @@ export class VideoRunner {
       charge = model
         ? videoSettleInk(model, req.resolution as VideoResolution, req.duration, billed, row.price_set as VideoPriceSet)
         : Math.ceil((row.hold_ink * billed) / Math.max(1, req.duration));
-    } catch {
+    } catch (e) {
+      // The row's price set no longer prices this clip: charge what was held (never more), and say so.
+      this.services.log.error('video.price_failed', { generation: row.id, priceSet: row.price_set, err: (e as Error).message });
       charge = row.hold_ink;
     }
     return Math.min(charge, row.hold_ink);
