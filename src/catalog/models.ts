@@ -292,6 +292,11 @@ export function parseCatalog(raw: unknown, source = 'models.json'): Catalog {
   return catalogOf(models, byName);
 }
 
+/** The fields every product's entry maps the same way (a video entry has no aliases). */
+function entryHead<V extends string, P extends string>(e: { id: string; aliases?: readonly string[]; label: string; listed: boolean; vendor: V; vendor_model: string; endpoint: P }) {
+  return { id: e.id, aliases: [...(e.aliases ?? [])], label: e.label, listed: e.listed, vendor: e.vendor, vendorModel: e.vendor_model, endpoint: e.endpoint };
+}
+
 /** A video entry of the file as a model; what is wrong with it is pushed onto `problems`. */
 function videoModel(v: ModelsFile['video'][number], at: string, problems: string[]): VideoModel {
   const microInkPerSecond = {} as Record<VideoPriceSet, Partial<Record<VideoResolution, number>>>;
@@ -323,13 +328,7 @@ function videoModel(v: ModelsFile['video'][number], at: string, problems: string
   if (refs.images > refs.total || refs.videos > refs.total || refs.audio > refs.total) problems.push(`${at} a per-kind reference cap is above the total`);
   return {
     type: 'video',
-    id: v.id,
-    aliases: [],
-    label: v.label,
-    listed: v.listed,
-    vendor: v.vendor,
-    vendorModel: v.vendor_model,
-    endpoint: v.endpoint,
+    ...entryHead(v),
     resolutions: VIDEO_RESOLUTIONS.filter((r) => v.resolutions.includes(r)),
     aspectRatios: [...v.aspect_ratios],
     resolutionCeilingByAspect: ceiling && Object.keys(ceiling).length > 0 ? { ...ceiling } : null,
@@ -365,14 +364,8 @@ function textModel(t: ModelsFile['text'][number], at: string, problems: string[]
   if (t.hold_output_floor_tokens > c.max_output_tokens) problems.push(`${at} hold_output_floor_tokens above max_output_tokens`);
   return {
     type: 'text',
-    id: t.id,
-    aliases: [...t.aliases],
-    label: t.label,
+    ...entryHead(t),
     vendorLabel: t.vendor_label,
-    listed: t.listed,
-    vendor: t.vendor,
-    vendorModel: t.vendor_model,
-    endpoint: t.endpoint,
     protocol: t.protocol,
     rates,
     longContext,
@@ -401,13 +394,7 @@ function imageModel(m: ModelsFile['image'][number], at: string, problems: string
   if (!m.aspect_ratios.includes(m.default_aspect_ratio)) problems.push(`${at} default_aspect_ratio is not offered`);
   return {
     type: 'image',
-    id: m.id,
-    aliases: [...m.aliases],
-    label: m.label,
-    listed: m.listed,
-    vendor: m.vendor,
-    vendorModel: m.vendor_model,
-    endpoint: m.endpoint,
+    ...entryHead(m),
     sizes: IMAGE_SIZES.filter((s) => m.sizes.includes(s)),
     defaultSize: m.default_size,
     aspectRatios: [...m.aspect_ratios],

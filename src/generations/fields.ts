@@ -2,6 +2,7 @@
 // prompt, seed, metadata, and https URLs (single or in a list). Pure: no I/O (whether each URL can be
 // fetched is checked later, by url-check.ts). Each product's validate.ts keeps only its own fields
 // and the order of its checks.
+import type { CatalogModel } from '../catalog/models.js';
 import { checkFetchUrl, MAX_URL_CHARS, parseClientUrl } from '../net/ssrf-guard.js';
 import { bad, checkField, type FieldRule } from '../util/request-fields.js';
 
@@ -16,6 +17,14 @@ export interface CheckedUrl {
   /** The field, with its index for list elements (`reference_image_urls[2]`). */
   readonly param: string;
   readonly url: URL;
+}
+
+/** A submit body as the product's validation accepted it. */
+export interface Validated<R, M extends CatalogModel = CatalogModel> {
+  readonly request: R;
+  readonly model: M;
+  /** Every URL of the request, in field order: each is fetched once before admission. */
+  readonly urls: readonly CheckedUrl[];
 }
 
 export interface ValidateOptions {
@@ -51,6 +60,18 @@ export function parsePrompt(v: unknown, rule: FieldRule): string | undefined {
   if (v === undefined) return undefined;
   checkField('prompt', rule, v);
   return v as string;
+}
+
+/**
+ * An optional field whose values are the chosen model's own list: checked against its row, then
+ * against `offered` (the row's code answers either way, naming the model's list).
+ */
+export function parseModelChoice<T extends string>(v: unknown, field: string, rule: FieldRule, offered: readonly T[]): T | undefined {
+  if (v === undefined) return undefined;
+  const onlyModel = () => `\`${field}\` must be one of ${offered.join(', ')}.`;
+  checkField(field, rule, v, onlyModel);
+  if (!offered.includes(v as T)) throw bad(rule.code ?? 'invalid_enum', field, onlyModel());
+  return v as T;
 }
 
 /** An optional seed: an integer inside its row's bounds (-1 asks for a random one). */

@@ -17,14 +17,14 @@
 //   then the product's own answers (video: 502 provider_error / 503 provider_unavailable from the vendor)
 //   202                                                 accepted
 import { unavailability } from '../catalog/availability.js';
-import type { CatalogModel } from '../catalog/models.js';
+import type { Catalog } from '../catalog/models.js';
 import { ApiError } from '../errors.js';
 import type { AuthInfo } from '../server/http-context.js';
 import type { Services } from '../services.js';
 import { withTx } from '../store/pool.js';
 import { newId } from '../util/ids.js';
 import type { GenerationDeps } from './deps.js';
-import type { CheckedUrl } from './fields.js';
+import type { Validated, ValidateOptions } from './fields.js';
 import { assertIdempotencyKey, claimOrAnswer, dropClaim, priorAnswer, type IdempotencyProduct } from './idempotency.js';
 import { checkAdmissionCounts, requireAccess, utcDayStartMs, type GenerationKind } from './plan-access.js';
 import { admissionCounts, insertGeneration, type GenerationRow } from './store.js';
@@ -44,13 +44,6 @@ export interface SubmitResult {
   readonly replayed: boolean;
 }
 
-/** A submit body as the product's validation accepted it. */
-export interface Validated<R> {
-  readonly request: R;
-  readonly model: CatalogModel;
-  readonly urls: readonly CheckedUrl[];
-}
-
 /** What differs between the products' submits. */
 export interface SubmitProduct<R, V extends Validated<R>> {
   readonly kind: GenerationKind;
@@ -59,7 +52,7 @@ export interface SubmitProduct<R, V extends Validated<R>> {
   readonly idPrefix: 'vgen_' | 'igen_';
   /** When the vendor is not configured: "Video generation is not available on this deployment now." */
   readonly notAvailable: string;
-  validate(body: Record<string, unknown>, services: Services, deps: GenerationDeps): V;
+  validate(body: Record<string, unknown>, catalog: Catalog, opts: ValidateOptions): V;
   vendorReady(deps: GenerationDeps): boolean;
   /** The hold and the price set it was computed from. */
   price(v: V, services: Services): { holdInk: number; priceSet: string };
@@ -79,7 +72,7 @@ export async function submitGeneration<R, V extends Validated<R>>(p: SubmitProdu
     if (prior) return prior;
   }
 
-  const v = p.validate(input.body, services, deps);
+  const v = p.validate(input.body, services.catalog, { allowList: deps.fetch.allowList });
   const plan = await requireAccess(pool, auth.accountId, false, config.jobs.paygDailyCap, p.kind);
   const down = unavailability(config, services.state.current, v.model);
   if (down !== null || !p.vendorReady(deps)) {

@@ -28,7 +28,7 @@ const IMAGE_SUBMIT: SubmitProduct<NormalisedImageRequest, ValidatedImage> = {
   product: 'images',
   idPrefix: 'igen_',
   notAvailable: 'Image generation is not available on this deployment now. An operator sets INKGATE_GEMINI_BASE_URL and INKGATE_GEMINI_API_KEY, then runs `inkgate lane enable images`; `npm run demo` does both against local simulators.',
-  validate: (body, services, deps) => validateImageRequest(body, services.catalog, { allowList: deps.fetch.allowList }),
+  validate: validateImageRequest,
   vendorReady: (deps) => deps.gemini !== undefined,
   price: (v) => ({ priceSet: IMAGE_PRICE_SET, holdInk: imageInk(v.request.size, v.model) }),
   presentAccepted: presentImageAccepted,

@@ -15,8 +15,7 @@
 // `null` is the same as leaving an optional field out; an empty reference list is the same as none.
 // An error on a list element names the element in `param` (`reference_image_urls[2]`).
 import type { Catalog, ImageModel, ImageSize } from '../../catalog/models.js';
-import { checkField } from '../../util/request-fields.js';
-import { bad, givenIn, parseMetadata, parsePrompt, parseSeed, parseUrlList, refuseUnknownFields, requireModel, type CheckedUrl, type ValidateOptions } from '../fields.js';
+import { bad, givenIn, parseMetadata, parseModelChoice, parsePrompt, parseSeed, parseUrlList, refuseUnknownFields, requireModel, type CheckedUrl, type Validated, type ValidateOptions } from '../fields.js';
 import { IMAGE_REQUEST_FIELDS as F, MAX_IMAGE_PROMPT_CHARS, MAX_IMAGE_REFERENCES } from './request-fields.js';
 
 export { MAX_IMAGE_PROMPT_CHARS, MAX_IMAGE_REFERENCES };
@@ -35,12 +34,7 @@ export interface NormalisedImageRequest {
   metadata?: Record<string, unknown>;
 }
 
-export interface ValidatedImage {
-  readonly request: NormalisedImageRequest;
-  readonly model: ImageModel;
-  /** Every reference URL, in order: each is fetched once before admission. */
-  readonly urls: readonly CheckedUrl[];
-}
+export type ValidatedImage = Validated<NormalisedImageRequest, ImageModel>;
 
 export function validateImageRequest(body: Record<string, unknown>, catalog: Catalog, opts: ValidateOptions = {}): ValidatedImage {
   const model = requireModel(body.model, (id) => catalog.image(id), 'image model', 'an image model id');
@@ -50,22 +44,8 @@ export function validateImageRequest(body: Record<string, unknown>, catalog: Cat
   const given = givenIn(body);
   const prompt = parsePrompt(given('prompt'), F.prompt);
 
-  let size = model.defaultSize;
-  const sz = given('size');
-  if (sz !== undefined) {
-    const onlyModel = () => `\`size\` must be one of ${model.sizes.join(', ')}.`;
-    checkField('size', F.size, sz, onlyModel);
-    if (!model.sizes.includes(sz as ImageSize)) throw bad(F.size.code, 'size', onlyModel());
-    size = sz as ImageSize;
-  }
-  let aspect = model.defaultAspectRatio;
-  const ar = given('aspect_ratio');
-  if (ar !== undefined) {
-    const onlyModel = () => `\`aspect_ratio\` must be one of ${model.aspectRatios.join(', ')}.`;
-    checkField('aspect_ratio', F.aspect_ratio, ar, onlyModel);
-    if (!model.aspectRatios.includes(ar as string)) throw bad(F.aspect_ratio.code, 'aspect_ratio', onlyModel());
-    aspect = ar as string;
-  }
+  const size = parseModelChoice(given('size'), 'size', F.size, model.sizes) ?? model.defaultSize;
+  const aspect = parseModelChoice(given('aspect_ratio'), 'aspect_ratio', F.aspect_ratio, model.aspectRatios) ?? model.defaultAspectRatio;
   const request: NormalisedImageRequest = { model: model.id, prompt: prompt ?? '', size, aspect_ratio: aspect };
 
   const seed = parseSeed(given('seed'), F.seed);

@@ -13,8 +13,8 @@ import { FetchRefusal, safeFetch } from '../../net/safe-fetch.js';
 import { ArkError, type ArkTask } from '../../vendors/ark/client.js';
 import type { GenerationDeps } from '../deps.js';
 import { boundToKey, failGeneration, mediaKeyFor, pollDelayMs, succeedGeneration } from '../finish.js';
-import { markCreating, markQueued, reschedule, type FailureCode, type GenerationRow } from '../store.js';
-import { arkInput } from './submit.js';
+import { reschedule, type FailureCode, type GenerationRow } from '../store.js';
+import { arkInput, startTask } from './submit.js';
 import type { NormalisedVideoRequest } from './validate.js';
 
 /** Download (or store) attempts for a delivered result before the generation fails `result_persistence_failed`. */
@@ -65,16 +65,9 @@ export class VideoRunner {
     if (deps.ark === undefined || model === undefined) {
       return this.fail(row, 'provider_failed', 'The generation could not be started: the video vendor is not configured.');
     }
-    if (!(await markCreating(this.services.pool, row.id, deps.owner, deps.clock(), this.jobs.leaseMs))) return;
-    let taskId: string;
-    try {
-      taskId = await deps.ark.createTask(arkInput(row.request as unknown as NormalisedVideoRequest, model.vendorModel));
-    } catch (e) {
-      return this.fail(row, 'provider_failed', `The vendor did not start the generation: ${(e as Error).message.slice(0, 300)}`);
-    }
-    if (!(await markQueued(this.services.pool, row.id, deps.owner, taskId, deps.clock(), this.jobs.pollIntervalMs))) {
-      this.services.log.warn('video.task_orphaned', { generation: row.id, task: taskId });
-    }
+    await startTask(this.services, deps, row, arkInput(row.request as unknown as NormalisedVideoRequest, model.vendorModel), (e) =>
+      this.fail(row, 'provider_failed', `The vendor did not start the generation: ${(e as Error).message.slice(0, 300)}`),
+    );
   }
 
   private async poll(row: GenerationRow): Promise<void> {
@@ -199,7 +192,9 @@ export class VideoRunner {
       charge = model
         ? videoSettleInk(model, req.resolution as VideoResolution, req.duration, billed, row.price_set as VideoPriceSet)
         : Math.ceil((row.hold_ink * billed) / Math.max(1, req.duration));
-    } catch {
+    } catch (e) {
+      // The row's price set no longer prices this clip: charge what was held (never more), and say so.
+      this.services.log.error('video.price_failed', { generation: row.id, priceSet: row.price_set, err: (e as Error).message });
       charge = row.hold_ink;
     }
     return Math.min(charge, row.hold_ink);

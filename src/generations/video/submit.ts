@@ -36,7 +36,8 @@ async function voidSubmit(services: Services, deps: GenerationDeps, row: Generat
   try {
     await withTx(services.pool, async (c) => {
       if (!(await markVoided(c, row.id, deps.owner, code, err.message, deps.clock()))) return; // recovery took it: it refunds
-      await services.ledger.using(c).release(row.request_id, `vendor_${code}`);
+      const r = await services.ledger.using(c).release(row.request_id, `vendor_${code}`);
+      if (!r.resolved) services.log.error('video.release_not_open', { generation: row.id, request: row.request_id, reason: r.reason });
     });
   } catch (e) {
     // The row stays `creating` under our lease; when the lease lapses the engine fails and refunds it.
@@ -64,19 +65,20 @@ async function retryStore<T>(fn: () => Promise<T>, tries = 3): Promise<T> {
   }
 }
 
-/** Committed: from here on the row is a recovery point. submitting -> creating -> (vendor) -> queued. */
-async function createTask(services: Services, deps: GenerationDeps, row: GenerationRow, v: ValidatedVideo): Promise<void> {
+/**
+ * submitting -> creating -> (vendor create) -> queued, for a submit and for the engine's restart of
+ * one that died before calling the vendor. `refused` ends the row when the create fails. A task that
+ * cannot be recorded because another instance took the row is an orphan we pay for: cancelled.
+ */
+export async function startTask(services: Services, deps: GenerationDeps, row: GenerationRow, input: ArkCreateInput, refused: (e: unknown) => Promise<void>): Promise<void> {
   const { pool, config } = services;
   const ark = deps.ark!;
   if (!(await markCreating(pool, row.id, deps.owner, deps.clock(), config.jobs.leaseMs))) return; // recovery already took it over (we stalled past the lease)
   let taskId: string;
   try {
-    taskId = await ark.createTask(arkInput(v.request, v.model.vendorModel));
+    taskId = await ark.createTask(input);
   } catch (e) {
-    const err = vendorError(e);
-    services.log.warn('video.vendor_create_failed', { generation: row.id, err: (e as Error).message });
-    await voidSubmit(services, deps, row, err);
-    throw err;
+    return refused(e);
   }
   // If this cannot be recorded at all, the row stays `creating` and recovery refunds it (the task is then an orphan we pay for).
   if (!(await retryStore(() => markQueued(pool, row.id, deps.owner, taskId, deps.clock(), config.jobs.pollIntervalMs)))) {
@@ -86,12 +88,22 @@ async function createTask(services: Services, deps: GenerationDeps, row: Generat
   }
 }
 
+/** Committed: from here on the row is a recovery point. A vendor that refuses voids the row and answers the client. */
+function createTask(services: Services, deps: GenerationDeps, row: GenerationRow, v: ValidatedVideo): Promise<void> {
+  return startTask(services, deps, row, arkInput(v.request, v.model.vendorModel), async (e) => {
+    const err = vendorError(e);
+    services.log.warn('video.vendor_create_failed', { generation: row.id, err: (e as Error).message });
+    await voidSubmit(services, deps, row, err);
+    throw err;
+  });
+}
+
 const VIDEO_SUBMIT: SubmitProduct<NormalisedVideoRequest, ValidatedVideo> = {
   kind: 'video',
   product: 'video',
   idPrefix: 'vgen_',
   notAvailable: 'Video generation is not available on this deployment now. An operator sets INKGATE_ARK_BASE_URL and INKGATE_ARK_API_KEY, then runs `inkgate lane enable video`; `npm run demo` does both against local simulators.',
-  validate: (body, services, deps) => validateVideoRequest(body, services.catalog, { allowList: deps.fetch.allowList }),
+  validate: validateVideoRequest,
   vendorReady: (deps) => deps.ark !== undefined,
   price: (v, services) => {
     const priceSet = services.config.pricing.videoPriceSet;

@@ -22,8 +22,8 @@ import type { Catalog, VideoAspectRatio, VideoModel, VideoResolution } from '../
 import { VIDEO_RESOLUTIONS } from '../../catalog/models.js';
 import { checkField } from '../../util/request-fields.js';
 import {
-  bad, givenIn, parseMetadata, parsePrompt, parseSeed, parseUrlField, parseUrlList, refuseUnknownFields, requireModel,
-  type CheckedUrl, type ValidateOptions,
+  bad, givenIn, parseMetadata, parseModelChoice, parsePrompt, parseSeed, parseUrlField, parseUrlList, refuseUnknownFields, requireModel,
+  type CheckedUrl, type Validated, type ValidateOptions,
 } from '../fields.js';
 import { MAX_PROMPT_CHARS, VIDEO_REQUEST_FIELDS as F } from './request-fields.js';
 
@@ -52,12 +52,7 @@ export interface NormalisedVideoRequest {
   metadata?: Record<string, unknown>;
 }
 
-export interface ValidatedVideo {
-  readonly request: NormalisedVideoRequest;
-  readonly model: VideoModel;
-  /** Every URL of the request, in field order: each must be fetched once before admission. */
-  readonly urls: readonly CheckedUrl[];
-}
+export type ValidatedVideo = Validated<NormalisedVideoRequest, VideoModel>;
 
 const REF_LISTS = [
   ['reference_image_urls', 'images'],
@@ -93,13 +88,8 @@ export function validateVideoRequest(body: Record<string, unknown>, catalog: Cat
 
 /** Checks 4 to 7: aspect ratio, resolution (and the model's ceiling for the aspect), duration, audio. */
 function shapeFields(model: VideoModel, given: Given, request: NormalisedVideoRequest): void {
-  const aspect = given('aspect_ratio');
-  if (aspect !== undefined) {
-    const onlyModel = () => `\`aspect_ratio\` must be one of ${model.aspectRatios.join(', ')}.`;
-    checkField('aspect_ratio', F.aspect_ratio, aspect, onlyModel);
-    if (!model.aspectRatios.includes(aspect as VideoAspectRatio)) throw bad(F.aspect_ratio.code, 'aspect_ratio', onlyModel());
-    request.aspect_ratio = aspect as VideoAspectRatio;
-  }
+  const aspect = parseModelChoice(given('aspect_ratio'), 'aspect_ratio', F.aspect_ratio, model.aspectRatios);
+  if (aspect !== undefined) request.aspect_ratio = aspect;
   const res = given('resolution');
   if (res !== undefined) {
     checkField('resolution', F.resolution, res, () => `\`resolution\` must be one of ${F.resolution.enum.join(', ')}.`);
