@@ -4,8 +4,8 @@
 // under console_secret: it is recomputed for each call, never stored, never sent to a browser.
 import { createHmac, randomBytes } from 'node:crypto';
 import { request, type Dispatcher } from 'undici';
-import { createKey } from '../accounts/accounts.js';
-import { hashKey, KEY_PREFIX } from '../accounts/api-key.js';
+import { createKeyIn } from '../accounts/accounts.js';
+import { KEY_PREFIX, keyFromRaw } from '../accounts/api-key.js';
 import { withTx, type Pool, type Queryable } from '../store/pool.js';
 
 export const PLAYGROUND_KEY_NAME = 'Console playground';
@@ -37,7 +37,7 @@ const rawKeyFor = (secret: Buffer, keyId: string): string => KEY_PREFIX + create
 /**
  * The account's live playground key as a raw bearer token: the recorded one when it is still live,
  * otherwise a new one (the first call, or after the holder revoked it). Creating follows the usual
- * rule (a paid plan or a completed top-up), so the error then is createKey's.
+ * rule (a paid plan or a completed top-up), so the error then is createKeyIn's.
  */
 export async function playgroundKey(pool: Pool, accountId: string): Promise<string> {
   const secret = await consoleSecret(pool);
@@ -47,19 +47,17 @@ export async function playgroundKey(pool: Pool, accountId: string): Promise<stri
     [accountId],
   );
   if (live.rows[0]) return rawKeyFor(secret, live.rows[0].key_id);
-  const created = await createKey(pool, { accountId, name: PLAYGROUND_KEY_NAME });
-  // createKey drew a random key; the playground's must be derivable, so its hash is replaced by
-  // the derived key's before anyone could use it (the random one was never shown).
-  const raw = rawKeyFor(secret, created.id);
-  await withTx(pool, async (c) => {
-    await c.query('UPDATE api_keys SET key_hash = $2, prefix = $3, last4 = $4 WHERE id = $1', [created.id, hashKey(raw), raw.slice(0, 12), raw.slice(-4)]);
+  // Created with its derived value from the start, and recorded in the same transaction: a failure
+  // leaves no stray key behind.
+  return withTx(pool, async (c) => {
+    const created = await createKeyIn(c, { accountId, name: PLAYGROUND_KEY_NAME }, (id) => keyFromRaw(rawKeyFor(secret, id)));
     await c.query(
       `INSERT INTO console_playground_keys (account_id, key_id) VALUES ($1, $2)
        ON CONFLICT (account_id) DO UPDATE SET key_id = EXCLUDED.key_id, created_at = now()`,
       [accountId, created.id],
     );
+    return created.key;
   });
-  return raw;
 }
 
 export interface PlaygroundInput {
