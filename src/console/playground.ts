@@ -78,11 +78,13 @@ export function playgroundBody(p: PlaygroundInput): string {
 
 /**
  * Sends the call to this gateway's own /v1 route; the caller reads (or relays) the answer, then
- * calls `done`. The whole exchange is cut after `timeoutMs`, or when the browser leaves (`abort`).
+ * calls `done`. The whole exchange is cut after `timeoutMs`, or when the browser leaves: `onAbort`
+ * is handed the abort before the call starts, so leaving while the answer is awaited cuts it too.
  */
-export async function callSelf(base: string, key: string, p: PlaygroundInput, timeoutMs: number): Promise<{ res: Dispatcher.ResponseData; abort: () => void; done: () => void }> {
+export async function callSelf(base: string, key: string, p: PlaygroundInput, timeoutMs: number, onAbort: (abort: () => void) => void): Promise<{ res: Dispatcher.ResponseData; done: () => void }> {
   const ac = new AbortController();
   const abort = () => ac.abort();
+  onAbort(abort);
   const timer = setTimeout(abort, timeoutMs);
   try {
     const res = await request(`${base}/v1/${p.lane}`, {
@@ -93,7 +95,7 @@ export async function callSelf(base: string, key: string, p: PlaygroundInput, ti
       bodyTimeout: timeoutMs,
       signal: ac.signal,
     });
-    return { res, abort, done: () => clearTimeout(timer) };
+    return { res, done: () => clearTimeout(timer) };
   } catch (e) {
     clearTimeout(timer);
     throw e;
