@@ -2,7 +2,7 @@
 // CSRF on every form, cross-account ids, escaping, the raw key shown once, the figures of
 // GET /v1/me, the playground billed through the lanes, CSV export, the billing journal's balances.
 import Anthropic from '@anthropic-ai/sdk';
-import { createHash } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import t from 'tap';
 import { createAccount, createKey } from '../../src/accounts/accounts.js';
 import { runCli } from '../../src/admin/cli.js';
@@ -368,8 +368,15 @@ t.test('inkgate console link prints a link that signs in once; an unknown accoun
     const code = await runCli([...argv, '--json'], (x) => void (out += x), (x) => void (err += x), cfg);
     return { code, out, err };
   };
+  // Links and sessions a day past their end are cleared when a link is made; newer ones stay.
+  const db = s.g.db.pool;
+  const stale = [randomBytes(32), randomBytes(32)];
+  await db.query("INSERT INTO console_links (token_hash, account_id, expires_at) VALUES ($1, $3, now() - interval '2 days'), ($2, $3, now() - interval '1 hour')", [...stale, s.accountId]);
+  await db.query("INSERT INTO console_sessions (id_hash, account_id, expires_at) VALUES ($1, $3, now() - interval '2 days'), ($2, $3, now() - interval '1 hour')", [...stale, s.accountId]);
   const ok = await run('console', 'link', '--account', s.accountId);
   t.equal(ok.code, 0);
+  t.same((await db.query('SELECT count(*)::int AS n FROM console_links WHERE token_hash = ANY($1)', [stale])).rows[0].n, 1, 'the link two days past its end is gone');
+  t.same((await db.query('SELECT count(*)::int AS n FROM console_sessions WHERE id_hash = ANY($1)', [stale])).rows[0].n, 1, 'the session two days past its end is gone');
   const printed = JSON.parse(ok.out);
   t.match(printed.url, new RegExp(`^${s.g.url}/console/signin\\?token=[A-Za-z0-9_-]{43}$`));
   t.ok(Date.parse(printed.expires_at) - Date.now() <= 900_000 && Date.parse(printed.expires_at) - Date.now() > 800_000, 'valid for 15 minutes');
