@@ -244,6 +244,11 @@ t.test('overview, usage, CSV, request pages and billing agree with the ledger', 
   t.match(billing.text, /Period grant/);
   t.match(billing.text, /Charge for a request|Requests charged from set-aside Ink/, 'the charge, per request or in a lease batch');
   t.match(billing.text, new RegExp(`−${charged} charged`));
+  // A page past the oldest entry: no entries, the unspent figure still the wallet's.
+  const past = await getPage(base, '/console/billing?before=1', sess.cookie);
+  t.equal(past.status, 200);
+  t.notMatch(past.text, /data-balance>/, 'no entries past the oldest');
+  t.equal(Number(/data-figure="unspent">([0-9,]+)/.exec(past.text)![1]!.replace(/,/g, '')), Number(w.unspent), 'the unspent figure is the wallet');
   await assertLedgerInvariant(t, s.g.db.pool);
 });
 
