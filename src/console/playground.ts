@@ -39,17 +39,20 @@ const rawKeyFor = (secret: Buffer, keyId: string): string => KEY_PREFIX + create
  * otherwise a new one (the first call, or after the holder revoked it). Creating follows the usual
  * rule (a paid plan or a completed top-up), so the error then is createKeyIn's.
  */
+const LIVE_PLAYGROUND_KEY = `SELECT pk.key_id FROM console_playground_keys pk JOIN api_keys k ON k.id = pk.key_id
+      WHERE pk.account_id = $1 AND k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now())`;
+
 export async function playgroundKey(pool: Pool, accountId: string): Promise<string> {
   const secret = await consoleSecret(pool);
-  const live = await pool.query<{ key_id: string }>(
-    `SELECT pk.key_id FROM console_playground_keys pk JOIN api_keys k ON k.id = pk.key_id
-      WHERE pk.account_id = $1 AND k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now())`,
-    [accountId],
-  );
+  const live = await pool.query<{ key_id: string }>(LIVE_PLAYGROUND_KEY, [accountId]);
   if (live.rows[0]) return rawKeyFor(secret, live.rows[0].key_id);
   // Created with its derived value from the start, and recorded in the same transaction: a failure
-  // leaves no stray key behind.
+  // leaves no stray key behind. Concurrent first calls queue on the account's row (a lock that
+  // request records' foreign keys do not wait on): the first creates, the others find its key.
   return withTx(pool, async (c) => {
+    await c.query('SELECT 1 FROM accounts WHERE id = $1 FOR NO KEY UPDATE', [accountId]);
+    const made = await c.query<{ key_id: string }>(LIVE_PLAYGROUND_KEY, [accountId]);
+    if (made.rows[0]) return rawKeyFor(secret, made.rows[0].key_id);
     const created = await createKeyIn(c, { accountId, name: PLAYGROUND_KEY_NAME }, (id) => keyFromRaw(rawKeyFor(secret, id)));
     await c.query(
       `INSERT INTO console_playground_keys (account_id, key_id) VALUES ($1, $2)

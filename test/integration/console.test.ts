@@ -9,6 +9,7 @@ import { runCli } from '../../src/admin/cli.js';
 import { loadConfig } from '../../src/config/config.js';
 import { CSP } from '../../src/console/html.js';
 import { NONCES_PER_SESSION } from '../../src/console/form-nonces.js';
+import { playgroundKey, PLAYGROUND_KEY_NAME } from '../../src/console/playground.js';
 import { createSignInLink } from '../../src/console/sessions.js';
 import { runToEnd, startImageHarness } from './image-harness.js';
 import { createKeyHttp, getPage, keyFormNonce, postForm, signInHttp, startConsoleStack } from '../helpers/console-stack.js';
@@ -285,6 +286,16 @@ t.test("the overview's figures are GET /v1/me's: the account's Ink and each key'
     t.equal(row?.[3], me.key.ink_limit === null ? 'none' : me.key.ink_limit.toLocaleString('en-US'), `${me.key.name}: limit`);
   }
   await assertLedgerInvariant(t, s.g.db.pool);
+});
+
+t.test('playground key: concurrent first calls make one key, stored as the hash of the value sent', async (t) => {
+  const s = await startConsoleStack(t);
+  const acc = s.accountId;
+  const raws = await Promise.all([1, 2, 3, 4].map(() => playgroundKey(s.g.db.pool, acc)));
+  t.equal(new Set(raws).size, 1, 'every caller got the same key');
+  const made = await s.g.db.pool.query('SELECT key_hash FROM api_keys WHERE account_id = $1 AND name = $2', [acc, PLAYGROUND_KEY_NAME]);
+  t.equal(made.rowCount, 1, 'one playground key on the account');
+  t.same(made.rows[0].key_hash, createHash('sha256').update(raws[0]!).digest(), 'stored as the hash of the value the playground sends');
 });
 
 t.test('playground: billed through the lane with the account playground key, no key in the page', async (t) => {
