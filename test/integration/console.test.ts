@@ -72,6 +72,7 @@ t.test('no page without a session; a signed-out session is dead', async (t) => {
   const out = await postForm(base, '/console/signout', { csrf: sess.csrf }, sess.cookie);
   t.equal(out.status, 303);
   t.match(String(out.headers['set-cookie']), /Max-Age=0/);
+  t.equal(String(out.headers['set-cookie']), 'inkgate_console=; Path=/console; Max-Age=0; HttpOnly; SameSite=Strict', 'the session cookie cleared with its own attributes');
   t.equal((await getPage(base, '/console', sess.cookie)).status, 303, 'the old cookie after sign-out: signed out');
   t.equal((await postForm(base, '/console/keys', { csrf: sess.csrf, name: 'late', nonce: lateNonce }, sess.cookie)).status, 401, 'and no form works with it');
   const keys = await s.g.db.pool.query('SELECT count(*)::int AS n FROM api_keys WHERE account_id = $1', [s.accountId]);
