@@ -1,5 +1,5 @@
 // Accounts, plans and keys: the records behind "one key, one wallet".
-import { generateKey } from './api-key.js';
+import { generateKey, type NewKey as KeyMaterial } from './api-key.js';
 import { newId } from '../util/ids.js';
 import { recallNotifySql } from '../ledger/recalls.js';
 import type { Pool, Queryable } from '../store/pool.js';
@@ -79,11 +79,12 @@ export async function createKey(pool: Pool, input: NewKey): Promise<CreatedKey> 
 
 /**
  * createKey inside a transaction the caller holds (the console claims its form's one-time nonce in
- * the same one, so a refused key leaves the nonce unused).
+ * the same one, so a refused key leaves the nonce unused). `made` gives the id and key material
+ * when the caller derives them (the console's playground key); by default both are random.
  */
-export async function createKeyIn(c: Queryable, input: NewKey): Promise<CreatedKey> {
-  const k = generateKey();
+export async function createKeyIn(c: Queryable, input: NewKey, made?: (id: string) => KeyMaterial): Promise<CreatedKey> {
   const id = newId('key_');
+  const k = made ? made(id) : generateKey();
   const acc = await c.query<{ paid: boolean; topups_completed: number }>(
     `SELECT p.paid, w.topups_completed FROM accounts a JOIN plans p ON p.id = a.plan_id
        JOIN wallets w ON w.account_id = a.id WHERE a.id = $1`,

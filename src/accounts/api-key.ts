@@ -13,7 +13,11 @@ export interface NewKey {
 }
 
 export function generateKey(): NewKey {
-  const raw = KEY_PREFIX + randomBytes(32).toString('base64url');
+  return keyFromRaw(KEY_PREFIX + randomBytes(32).toString('base64url'));
+}
+
+/** The stored forms of a raw key (its hash, display prefix and last four). */
+export function keyFromRaw(raw: string): NewKey {
   return { raw, hash: hashKey(raw), prefix: raw.slice(0, 12), last4: raw.slice(-4) };
 }
 

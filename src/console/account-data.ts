@@ -167,14 +167,16 @@ export async function readJournal(db: Queryable, accountId: string, beforeId: nu
                      WHERE account_id = $1 AND $2::bigint IS NOT NULL AND id >= $2),
           page AS (SELECT id, at, kind, request_id, note, credited_ink, charged_ink, expired_ink FROM ledger_journal
                     WHERE account_id = $1 AND ($2::bigint IS NULL OR id < $2) ORDER BY id DESC LIMIT $3)
-     SELECT page.*, w.total, newer.d FROM page, w, newer ORDER BY page.id DESC`,
+     SELECT page.*, w.total, newer.d FROM w CROSS JOIN newer LEFT JOIN page ON true ORDER BY page.id DESC`,
     [accountId, beforeId ?? null, limit],
   );
-  // No entries on this page: the wallet alone (an empty account, or a page past the oldest entry).
-  const total = r.rows.length > 0 ? Number(r.rows[0].total) : Number((await db.query('SELECT credited_ink - charged_ink - expired_ink AS total FROM wallets WHERE account_id = $1', [accountId])).rows[0]?.total ?? 0);
-  let balance = r.rows.length > 0 ? total - Number(r.rows[0].d) : total;
+  // A page without entries (an empty account, or a page past the oldest entry) is one row of the
+  // wallet alone, its entry columns null; no wallet, no row.
+  const total = Number(r.rows[0]?.total ?? 0);
+  const entries = r.rows.filter((x) => x.id !== null);
+  let balance = entries.length > 0 ? total - Number(entries[0].d) : total;
   const rows: JournalView[] = [];
-  for (const x of r.rows) {
+  for (const x of entries) {
     const v: JournalView = {
       id: Number(x.id), at: x.at, kind: x.kind, requestId: x.request_id, note: x.note, creditedInk: Number(x.credited_ink),
       chargedInk: Number(x.charged_ink), expiredInk: Number(x.expired_ink), balanceAfterInk: balance,

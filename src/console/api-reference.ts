@@ -63,15 +63,27 @@ const contentEp = (kind: 'video' | 'images', label: string): Endpoint => ({
   summary: `302 to a fresh signed link to the ${label} (valid 15 minutes).`, auth: 'key',
   ok: { status: 302, type: 'text/plain', schema: { type: 'string' }, description: 'Found: Location is the signed media link.' },
   errors: [...COMMON, 'generation_not_found', 'generation_not_ready', 'result_unavailable', 'result_expired'],
-  doc: `docs/api/${kind === 'video' ? 'video' : 'images'}.md`,
+  doc: `docs/api/${kind}.md`,
   curl: `curl -L -o result -H "Authorization: Bearer $INKGATE_KEY" $INKGATE_URL/v1/${kind}/generations/GEN_ID/content`,
 });
 const readEp = (kind: 'video' | 'images', label: string): Endpoint => ({
   slug: `${kind}-get`, method: 'GET', pattern: `/v1/${kind}/generations/:id`, title: `Read a ${label} generation`,
   summary: 'Poll a generation until its status is succeeded or failed.', auth: 'key',
   ok: { status: 200, type: 'application/json', schema: generation(kind === 'video' ? 'video' : 'image'), description: 'The generation.' },
-  errors: [...COMMON, 'generation_not_found'], doc: `docs/api/${kind === 'video' ? 'video' : 'images'}.md`,
+  errors: [...COMMON, 'generation_not_found'], doc: `docs/api/${kind}.md`,
   curl: `curl -H "Authorization: Bearer $INKGATE_KEY" $INKGATE_URL/v1/${kind}/generations/GEN_ID`,
+});
+
+/**
+ * A generation submit. `body` is the validator's own field table with the catalogue's model enum;
+ * `extraErrors` are the kind's own refusals beside those every submit shares.
+ */
+const submitEp = (kind: 'video' | 'images', title: string, summary: string, body: (c: Catalog) => JsonSchema, extraErrors: readonly ErrorCode[], example: string): Endpoint => ({
+  slug: `${kind}-submit`, method: 'POST', pattern: `/v1/${kind}/generations`, title, summary, auth: 'key', body,
+  ok: { status: 202, type: 'application/json', schema: generation(kind === 'video' ? 'video' : 'image'), description: 'Accepted: the generation.' },
+  errors: [...COMMON, ...VALIDATION, 'invalid_url', 'too_many', 'invalid_seed', 'missing_prompt', 'invalid_idempotency_key', 'idempotency_key_in_use', 'concurrency_limit', 'daily_cap_reached', ...extraErrors, ...MONEY],
+  doc: `docs/api/${kind}.md`,
+  curl: `curl $INKGATE_URL/v1/${kind}/generations -H "Authorization: Bearer $INKGATE_KEY" -H "content-type: application/json" \\\n  -d '${example}'`,
 });
 
 export const ENDPOINTS: readonly Endpoint[] = [
@@ -113,28 +125,16 @@ export const ENDPOINTS: readonly Endpoint[] = [
     ok: { status: 200, type: 'application/json', schema: obj({ object: str(undefined, { const: 'account' }), user_id: str(), key: anyObject, ink: anyObject }, ['object', 'user_id', 'key', 'ink']), description: 'The account object.' },
     errors: [...COMMON], doc: 'docs/api/me.md', curl: 'curl -H "Authorization: Bearer $INKGATE_KEY" $INKGATE_URL/v1/me',
   },
-  {
-    slug: 'video-submit', method: 'POST', pattern: '/v1/video/generations', title: 'Submit a video generation', auth: 'key',
-    summary: 'Queue a clip; the answer is 202 with the generation to poll. Idempotency-Key makes a retry safe.',
-    // The body's fields, types and bounds are the validator's own table; the model enum is the catalogue's.
-    body: (c) => fieldsSchema(VIDEO_REQUEST_FIELDS, { modelIds: ids(c, 'video') }),
-    ok: { status: 202, type: 'application/json', schema: generation('video'), description: 'Accepted: the generation.' },
-    errors: [...COMMON, ...VALIDATION, 'unsupported_resolution', 'invalid_duration', 'invalid_url', 'too_many', 'invalid_seed', 'conflicting_references', 'missing_first_frame', 'reference_limit', 'missing_prompt', 'invalid_idempotency_key', 'idempotency_key_in_use', 'tier_gated', 'concurrency_limit', 'daily_cap_reached', ...MONEY],
-    doc: 'docs/api/video.md',
-    curl: `curl $INKGATE_URL/v1/video/generations -H "Authorization: Bearer $INKGATE_KEY" -H "content-type: application/json" \\\n  -d '{"model":"clip-2.5","prompt":"A paper boat on a pond","duration":5}'`,
-  },
+  submitEp('video', 'Submit a video generation', 'Queue a clip; the answer is 202 with the generation to poll. Idempotency-Key makes a retry safe.',
+    (c) => fieldsSchema(VIDEO_REQUEST_FIELDS, { modelIds: ids(c, 'video') }),
+    ['unsupported_resolution', 'invalid_duration', 'conflicting_references', 'missing_first_frame', 'reference_limit', 'tier_gated'],
+    '{"model":"clip-2.5","prompt":"A paper boat on a pond","duration":5}'),
   readEp('video', 'video'),
   contentEp('video', 'clip'),
-  {
-    slug: 'images-submit', method: 'POST', pattern: '/v1/images/generations', title: 'Submit an image generation', auth: 'key',
-    summary: 'Queue an image; the answer is 202 with the generation to poll.',
-    // As for video: the validator's own table, the catalogue's model enum.
-    body: (c) => fieldsSchema(IMAGE_REQUEST_FIELDS, { modelIds: ids(c, 'image') }),
-    ok: { status: 202, type: 'application/json', schema: generation('image'), description: 'Accepted: the generation.' },
-    errors: [...COMMON, ...VALIDATION, 'invalid_url', 'too_many', 'invalid_seed', 'missing_prompt', 'invalid_idempotency_key', 'idempotency_key_in_use', 'concurrency_limit', 'daily_cap_reached', ...MONEY],
-    doc: 'docs/api/images.md',
-    curl: `curl $INKGATE_URL/v1/images/generations -H "Authorization: Bearer $INKGATE_KEY" -H "content-type: application/json" \\\n  -d '{"model":"image-1","prompt":"An ink drop, macro"}'`,
-  },
+  submitEp('images', 'Submit an image generation', 'Queue an image; the answer is 202 with the generation to poll.',
+    (c) => fieldsSchema(IMAGE_REQUEST_FIELDS, { modelIds: ids(c, 'image') }),
+    [],
+    '{"model":"image-1","prompt":"An ink drop, macro"}'),
   readEp('images', 'image'),
   contentEp('images', 'image'),
   {

@@ -21,16 +21,14 @@ export type NonceClaim =
 export async function issueFormNonce(db: Queryable, sessionId: string): Promise<string> {
   const nonce = newToken();
   const session = sha256(sessionId);
+  // One statement: the oldest beyond the limit go as the new one comes.
   await db.query(
-    `DELETE FROM console_form_nonces WHERE nonce_hash IN (
-       SELECT nonce_hash FROM console_form_nonces WHERE session_hash = $1
-        ORDER BY created_at DESC OFFSET $2)`,
-    [session, NONCES_PER_SESSION - 1],
-  );
-  await db.query(
-    `INSERT INTO console_form_nonces (nonce_hash, session_hash, expires_at)
+    `WITH old AS (DELETE FROM console_form_nonces WHERE nonce_hash IN (
+                    SELECT nonce_hash FROM console_form_nonces WHERE session_hash = $2
+                     ORDER BY created_at DESC OFFSET $3))
+     INSERT INTO console_form_nonces (nonce_hash, session_hash, expires_at)
      SELECT $1, id_hash, expires_at FROM console_sessions WHERE id_hash = $2`,
-    [sha256(nonce), session],
+    [sha256(nonce), session, NONCES_PER_SESSION - 1],
   );
   return nonce;
 }

@@ -7,17 +7,13 @@ import { PageError, type SignedIn } from './context.js';
 import { claimFormNonce, issueFormNonce, recordNonceKey } from './form-nonces.js';
 import { csrfField, esc, ink, page, redirect, sendHtml, table, time } from './html.js';
 
-async function account(p: SignedIn) {
-  // This instance's unflushed request records first (read-your-writes, as GET /v1/me does).
-  await p.d.services.escrow.beforeView();
-  const a = await readAccount(p.d.services.pool, p.session.accountId);
-  if (!a) throw new PageError(404, 'This account no longer exists.');
-  return a;
-}
-
 export async function overviewPage(p: SignedIn): Promise<void> {
-  const a = await account(p);
-  const keys = await readKeys(p.d.services.pool, p.session.accountId);
+  // This instance's unflushed request records first (read-your-writes, as GET /v1/me does): both
+  // reads below show what they charged and hold.
+  await p.d.services.escrow.beforeView();
+  const db = p.d.services.pool;
+  const [a, keys] = await Promise.all([readAccount(db, p.session.accountId), readKeys(db, p.session.accountId)]);
+  if (!a) throw new PageError(404, 'This account no longer exists.');
   const periodEnds = new Date(a.periodStartedAt.getTime() + a.periodDays * 86_400_000);
   const body = `<section aria-labelledby="bal"><h2 id="bal">Balance</h2>
 <dl class="figures">
@@ -43,9 +39,8 @@ function keyState(k: KeyView): string {
 }
 
 export async function keysPage(p: SignedIn, created?: CreatedKey, problem?: string): Promise<void> {
-  const keys = await readKeys(p.d.services.pool, p.session.accountId);
+  const [keys, nonce] = await Promise.all([readKeys(p.d.services.pool, p.session.accountId), issueFormNonce(p.d.services.pool, p.session.id)]);
   const csrf = csrfField(p.session.csrf);
-  const nonce = await issueFormNonce(p.d.services.pool, p.session.id);
   const shown = created
     ? `<section class="created" aria-labelledby="newkey"><h2 id="newkey">Your new key</h2>
 <p>Copy it now: it is shown this once and cannot be shown again.</p>

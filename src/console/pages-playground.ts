@@ -48,7 +48,7 @@ function result(o: { text: string; status: number; charged: string | null; reque
 
 export async function playgroundPage(p: SignedIn): Promise<void> {
   const body = form(p) + result({ text: '', status: 0, charged: null, requestId: null }).replace('<section', '<section hidden');
-  sendHtml(p.ctx, 200, page({ title: 'Playground', nav: 'playground', csrf: p.session.csrf, accountName: p.session.accountName, scripts: ['console.js'] }, body));
+  sendHtml(p.ctx, 200, playgroundHtml(p, body));
 }
 
 async function keyFor(p: SignedIn): Promise<string> {
@@ -60,12 +60,20 @@ async function keyFor(p: SignedIn): Promise<string> {
   }
 }
 
+/** The form's call sent through /v1 with the account's playground key; the browser leaving cuts it. */
+async function send(p: SignedIn, stream: boolean): Promise<{ inp: PlaygroundInput; call: Awaited<ReturnType<typeof callSelf>> }> {
+  const inp = input(p, stream);
+  const key = await keyFor(p);
+  const call = await callSelf(p.d.selfUrl(), key, inp, p.d.services.config.console.playgroundTimeoutMs, (abort) => p.ctx.onAbort(abort));
+  return { inp, call };
+}
+
+const playgroundHtml = (p: SignedIn, body: string): string =>
+  page({ title: 'Playground', nav: 'playground', csrf: p.session.csrf, accountName: p.session.accountName, scripts: ['console.js'] }, body);
+
 /** Without the script: one non-streamed call, the page answered with the whole reply. */
 export async function playgroundFormAction(p: SignedIn): Promise<void> {
-  const inp = input(p, false);
-  const key = await keyFor(p);
-  const call = await callSelf(p.d.selfUrl(), key, inp, p.d.services.config.console.playgroundTimeoutMs);
-  p.ctx.onAbort(call.abort);
+  const { inp, call } = await send(p, false);
   const r = call.res;
   const json = (await r.body.json().finally(call.done)) as any;
   const h = (n: string) => (typeof r.headers[n] === 'string' ? (r.headers[n] as string) : null);
@@ -73,7 +81,7 @@ export async function playgroundFormAction(p: SignedIn): Promise<void> {
   const error = r.statusCode === 200 ? undefined : `${json?.error?.code ?? 'error'}: ${json?.error?.message ?? ''}`;
   const body = form(p, { model: `${inp.lane}:${inp.model}`, prompt: inp.prompt, maxTokens: inp.maxTokens }) +
     result({ text, status: r.statusCode, charged: h('x-service-ink-charged'), requestId: h('x-service-request-id') ?? h('x-request-id'), error });
-  sendHtml(p.ctx, 200, page({ title: 'Playground', nav: 'playground', csrf: p.session.csrf, accountName: p.session.accountName, scripts: ['console.js'] }, body));
+  sendHtml(p.ctx, 200, playgroundHtml(p, body));
 }
 
 function replyText(lane: 'messages' | 'responses', j: any): string {
@@ -90,10 +98,7 @@ function replyText(lane: 'messages' | 'responses', j: any): string {
  * and the closing service.usage), with the request id in a header. Errors keep the API's envelope.
  */
 export async function playgroundStreamAction(p: SignedIn): Promise<void> {
-  const inp = input(p, true);
-  const key = await keyFor(p);
-  const call = await callSelf(p.d.selfUrl(), key, inp, p.d.services.config.console.playgroundTimeoutMs);
-  p.ctx.onAbort(call.abort);
+  const { call } = await send(p, true);
   const r = call.res;
   const rid = r.headers['x-service-request-id'] ?? r.headers['x-request-id'];
   const type = typeof r.headers['content-type'] === 'string' ? r.headers['content-type'] : 'application/json';

@@ -4,7 +4,7 @@
 import { esc, page, redirect, sendHtml } from './html.js';
 import type { PageCtx, SignedIn } from './context.js';
 import { PageError } from './context.js';
-import { endSession, redeemSignInLink, sessionCookie, SESSION_COOKIE } from './sessions.js';
+import { endSession, redeemSignInLink, sessionCookie } from './sessions.js';
 
 export async function signInPage(p: PageCtx): Promise<void> {
   const token = p.query.get('token');
@@ -27,7 +27,7 @@ export async function signInAction(p: PageCtx): Promise<void> {
 
 export async function signOutAction(p: SignedIn): Promise<void> {
   await endSession(p.d.services.pool, p.session.id);
-  redirect(p.ctx, '/console/signin?signed_out=1', [['Set-Cookie', `${SESSION_COOKIE}=; Path=/console; Max-Age=0; HttpOnly; SameSite=Strict${secure(p) ? '; Secure' : ''}`]]);
+  redirect(p.ctx, '/console/signin?signed_out=1', [['Set-Cookie', sessionCookie('', 0, secure(p))]]);
 }
 
 /** Secure cookies when the console is reached over https (its configured URL, or a TLS-terminating proxy). */

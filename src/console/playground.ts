@@ -4,8 +4,8 @@
 // under console_secret: it is recomputed for each call, never stored, never sent to a browser.
 import { createHmac, randomBytes } from 'node:crypto';
 import { request, type Dispatcher } from 'undici';
-import { createKey } from '../accounts/accounts.js';
-import { hashKey, KEY_PREFIX } from '../accounts/api-key.js';
+import { createKeyIn } from '../accounts/accounts.js';
+import { KEY_PREFIX, keyFromRaw } from '../accounts/api-key.js';
 import { withTx, type Pool, type Queryable } from '../store/pool.js';
 
 export const PLAYGROUND_KEY_NAME = 'Console playground';
@@ -37,29 +37,30 @@ const rawKeyFor = (secret: Buffer, keyId: string): string => KEY_PREFIX + create
 /**
  * The account's live playground key as a raw bearer token: the recorded one when it is still live,
  * otherwise a new one (the first call, or after the holder revoked it). Creating follows the usual
- * rule (a paid plan or a completed top-up), so the error then is createKey's.
+ * rule (a paid plan or a completed top-up), so the error then is createKeyIn's.
  */
+const LIVE_PLAYGROUND_KEY = `SELECT pk.key_id FROM console_playground_keys pk JOIN api_keys k ON k.id = pk.key_id
+      WHERE pk.account_id = $1 AND k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now())`;
+
 export async function playgroundKey(pool: Pool, accountId: string): Promise<string> {
   const secret = await consoleSecret(pool);
-  const live = await pool.query<{ key_id: string }>(
-    `SELECT pk.key_id FROM console_playground_keys pk JOIN api_keys k ON k.id = pk.key_id
-      WHERE pk.account_id = $1 AND k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now())`,
-    [accountId],
-  );
+  const live = await pool.query<{ key_id: string }>(LIVE_PLAYGROUND_KEY, [accountId]);
   if (live.rows[0]) return rawKeyFor(secret, live.rows[0].key_id);
-  const created = await createKey(pool, { accountId, name: PLAYGROUND_KEY_NAME });
-  // createKey drew a random key; the playground's must be derivable, so its hash is replaced by
-  // the derived key's before anyone could use it (the random one was never shown).
-  const raw = rawKeyFor(secret, created.id);
-  await withTx(pool, async (c) => {
-    await c.query('UPDATE api_keys SET key_hash = $2, prefix = $3, last4 = $4 WHERE id = $1', [created.id, hashKey(raw), raw.slice(0, 12), raw.slice(-4)]);
+  // Created with its derived value from the start, and recorded in the same transaction: a failure
+  // leaves no stray key behind. Concurrent first calls queue on the account's row (a lock that
+  // request records' foreign keys do not wait on): the first creates, the others find its key.
+  return withTx(pool, async (c) => {
+    await c.query('SELECT 1 FROM accounts WHERE id = $1 FOR NO KEY UPDATE', [accountId]);
+    const made = await c.query<{ key_id: string }>(LIVE_PLAYGROUND_KEY, [accountId]);
+    if (made.rows[0]) return rawKeyFor(secret, made.rows[0].key_id);
+    const created = await createKeyIn(c, { accountId, name: PLAYGROUND_KEY_NAME }, (id) => keyFromRaw(rawKeyFor(secret, id)));
     await c.query(
       `INSERT INTO console_playground_keys (account_id, key_id) VALUES ($1, $2)
        ON CONFLICT (account_id) DO UPDATE SET key_id = EXCLUDED.key_id, created_at = now()`,
       [accountId, created.id],
     );
+    return created.key;
   });
-  return raw;
 }
 
 export interface PlaygroundInput {
@@ -80,11 +81,13 @@ export function playgroundBody(p: PlaygroundInput): string {
 
 /**
  * Sends the call to this gateway's own /v1 route; the caller reads (or relays) the answer, then
- * calls `done`. The whole exchange is cut after `timeoutMs`, or when the browser leaves (`abort`).
+ * calls `done`. The whole exchange is cut after `timeoutMs`, or when the browser leaves: `onAbort`
+ * is handed the abort before the call starts, so leaving while the answer is awaited cuts it too.
  */
-export async function callSelf(base: string, key: string, p: PlaygroundInput, timeoutMs: number): Promise<{ res: Dispatcher.ResponseData; abort: () => void; done: () => void }> {
+export async function callSelf(base: string, key: string, p: PlaygroundInput, timeoutMs: number, onAbort: (abort: () => void) => void): Promise<{ res: Dispatcher.ResponseData; done: () => void }> {
   const ac = new AbortController();
   const abort = () => ac.abort();
+  onAbort(abort);
   const timer = setTimeout(abort, timeoutMs);
   try {
     const res = await request(`${base}/v1/${p.lane}`, {
@@ -95,7 +98,7 @@ export async function callSelf(base: string, key: string, p: PlaygroundInput, ti
       bodyTimeout: timeoutMs,
       signal: ac.signal,
     });
-    return { res, abort, done: () => clearTimeout(timer) };
+    return { res, done: () => clearTimeout(timer) };
   } catch (e) {
     clearTimeout(timer);
     throw e;

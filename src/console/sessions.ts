@@ -14,17 +14,18 @@ export class ConsoleError extends Error {}
 
 /** A one-time sign-in link token for `accountId`, valid `ttlMs`. */
 export async function createSignInLink(db: Queryable, accountId: string, ttlMs: number): Promise<{ token: string; expiresAt: Date }> {
-  const acc = await db.query('SELECT 1 FROM accounts WHERE id = $1', [accountId]);
-  if (acc.rowCount === 0) throw new ConsoleError(`unknown account ${accountId}`);
   const token = newToken();
-  // Housekeeping on the way: links and sessions a day past their end are of no use to anyone.
-  await db.query("DELETE FROM console_links WHERE expires_at < now() - interval '1 day'");
-  await db.query("DELETE FROM console_sessions WHERE expires_at < now() - interval '1 day'");
+  // One statement: housekeeping on the way (links and sessions a day past their end are of no use
+  // to anyone), and the link inserted only for an account that exists.
   const r = await db.query<{ expires_at: Date }>(
-    `INSERT INTO console_links (token_hash, account_id, expires_at) VALUES ($1, $2, now() + $3 * interval '1 millisecond')
+    `WITH old_links AS (DELETE FROM console_links WHERE expires_at < now() - interval '1 day'),
+          old_sessions AS (DELETE FROM console_sessions WHERE expires_at < now() - interval '1 day')
+     INSERT INTO console_links (token_hash, account_id, expires_at)
+     SELECT $1, id, now() + $3 * interval '1 millisecond' FROM accounts WHERE id = $2
      RETURNING expires_at`,
     [sha256(token), accountId, ttlMs],
   );
+  if (r.rowCount === 0) throw new ConsoleError(`unknown account ${accountId}`);
   return { token, expiresAt: r.rows[0]!.expires_at };
 }
 

@@ -2,13 +2,14 @@
 // CSRF on every form, cross-account ids, escaping, the raw key shown once, the figures of
 // GET /v1/me, the playground billed through the lanes, CSV export, the billing journal's balances.
 import Anthropic from '@anthropic-ai/sdk';
-import { createHash } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import t from 'tap';
 import { createAccount, createKey } from '../../src/accounts/accounts.js';
 import { runCli } from '../../src/admin/cli.js';
 import { loadConfig } from '../../src/config/config.js';
 import { CSP } from '../../src/console/html.js';
 import { NONCES_PER_SESSION } from '../../src/console/form-nonces.js';
+import { playgroundKey, PLAYGROUND_KEY_NAME } from '../../src/console/playground.js';
 import { createSignInLink } from '../../src/console/sessions.js';
 import { runToEnd, startImageHarness } from './image-harness.js';
 import { createKeyHttp, getPage, keyFormNonce, postForm, signInHttp, startConsoleStack } from '../helpers/console-stack.js';
@@ -71,6 +72,7 @@ t.test('no page without a session; a signed-out session is dead', async (t) => {
   const out = await postForm(base, '/console/signout', { csrf: sess.csrf }, sess.cookie);
   t.equal(out.status, 303);
   t.match(String(out.headers['set-cookie']), /Max-Age=0/);
+  t.equal(String(out.headers['set-cookie']), 'inkgate_console=; Path=/console; Max-Age=0; HttpOnly; SameSite=Strict', 'the session cookie cleared with its own attributes');
   t.equal((await getPage(base, '/console', sess.cookie)).status, 303, 'the old cookie after sign-out: signed out');
   t.equal((await postForm(base, '/console/keys', { csrf: sess.csrf, name: 'late', nonce: lateNonce }, sess.cookie)).status, 401, 'and no form works with it');
   const keys = await s.g.db.pool.query('SELECT count(*)::int AS n FROM api_keys WHERE account_id = $1', [s.accountId]);
@@ -244,6 +246,11 @@ t.test('overview, usage, CSV, request pages and billing agree with the ledger', 
   t.match(billing.text, /Period grant/);
   t.match(billing.text, /Charge for a request|Requests charged from set-aside Ink/, 'the charge, per request or in a lease batch');
   t.match(billing.text, new RegExp(`−${charged} charged`));
+  // A page past the oldest entry: no entries, the unspent figure still the wallet's.
+  const past = await getPage(base, '/console/billing?before=1', sess.cookie);
+  t.equal(past.status, 200);
+  t.notMatch(past.text, /data-balance>/, 'no entries past the oldest');
+  t.equal(Number(/data-figure="unspent">([0-9,]+)/.exec(past.text)![1]!.replace(/,/g, '')), Number(w.unspent), 'the unspent figure is the wallet');
   await assertLedgerInvariant(t, s.g.db.pool);
 });
 
@@ -280,6 +287,16 @@ t.test("the overview's figures are GET /v1/me's: the account's Ink and each key'
     t.equal(row?.[3], me.key.ink_limit === null ? 'none' : me.key.ink_limit.toLocaleString('en-US'), `${me.key.name}: limit`);
   }
   await assertLedgerInvariant(t, s.g.db.pool);
+});
+
+t.test('playground key: concurrent first calls make one key, stored as the hash of the value sent', async (t) => {
+  const s = await startConsoleStack(t);
+  const acc = s.accountId;
+  const raws = await Promise.all([1, 2, 3, 4].map(() => playgroundKey(s.g.db.pool, acc)));
+  t.equal(new Set(raws).size, 1, 'every caller got the same key');
+  const made = await s.g.db.pool.query('SELECT key_hash FROM api_keys WHERE account_id = $1 AND name = $2', [acc, PLAYGROUND_KEY_NAME]);
+  t.equal(made.rowCount, 1, 'one playground key on the account');
+  t.same(made.rows[0].key_hash, createHash('sha256').update(raws[0]!).digest(), 'stored as the hash of the value the playground sends');
 });
 
 t.test('playground: billed through the lane with the account playground key, no key in the page', async (t) => {
@@ -368,8 +385,15 @@ t.test('inkgate console link prints a link that signs in once; an unknown accoun
     const code = await runCli([...argv, '--json'], (x) => void (out += x), (x) => void (err += x), cfg);
     return { code, out, err };
   };
+  // Links and sessions a day past their end are cleared when a link is made; newer ones stay.
+  const db = s.g.db.pool;
+  const stale = [randomBytes(32), randomBytes(32)];
+  await db.query("INSERT INTO console_links (token_hash, account_id, expires_at) VALUES ($1, $3, now() - interval '2 days'), ($2, $3, now() - interval '1 hour')", [...stale, s.accountId]);
+  await db.query("INSERT INTO console_sessions (id_hash, account_id, expires_at) VALUES ($1, $3, now() - interval '2 days'), ($2, $3, now() - interval '1 hour')", [...stale, s.accountId]);
   const ok = await run('console', 'link', '--account', s.accountId);
   t.equal(ok.code, 0);
+  t.same((await db.query('SELECT count(*)::int AS n FROM console_links WHERE token_hash = ANY($1)', [stale])).rows[0].n, 1, 'the link two days past its end is gone');
+  t.same((await db.query('SELECT count(*)::int AS n FROM console_sessions WHERE id_hash = ANY($1)', [stale])).rows[0].n, 1, 'the session two days past its end is gone');
   const printed = JSON.parse(ok.out);
   t.match(printed.url, new RegExp(`^${s.g.url}/console/signin\\?token=[A-Za-z0-9_-]{43}$`));
   t.ok(Date.parse(printed.expires_at) - Date.now() <= 900_000 && Date.parse(printed.expires_at) - Date.now() > 800_000, 'valid for 15 minutes');
