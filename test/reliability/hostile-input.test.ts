@@ -3,7 +3,7 @@
 // abuses the public listener (the HTTP front, then uWS) over raw sockets. Invariants: never a 5xx (except the lane-closed 503 of
 // video/images), every error in the spec's envelope, never a hold left open, never Ink moved by a 4xx.
 import assert from 'node:assert/strict';
-import { connect, type Socket } from 'node:net';
+import type { Socket } from 'node:net';
 import fc from 'fast-check';
 import t from 'tap';
 import { request, Agent, type Dispatcher } from 'undici';
@@ -12,6 +12,7 @@ import { startAnthropicSimulator } from '../../src/simulators/anthropic/simulato
 import { startOpenAISimulator } from '../../src/simulators/openai/simulator.js';
 import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
+import { rawExchange as exchange } from '../helpers/raw-socket.js';
 
 const NUM_RUNS = 200; // per route; bounded so the file stays well under a minute
 const ANTHROPIC_KEY = 'sk-ant-hostile';
@@ -363,26 +364,10 @@ interface RawResult {
   ms: number;
 }
 
-/** Connects, runs `write`, collects until the server closes or `waitMs` passes. */
-function rawExchange(port: number, write: (s: Socket) => Promise<void> | void, waitMs: number): Promise<RawResult> {
-  return new Promise((resolveR) => {
-    const t0 = Date.now();
-    const s = connect(port, '127.0.0.1');
-    let data = '';
-    let done = false;
-    const finish = (timedOut: boolean) => {
-      if (done) return;
-      done = true;
-      clearTimeout(timer);
-      s.destroy();
-      resolveR({ data, closed: !timedOut, timedOut, ms: Date.now() - t0 });
-    };
-    const timer = setTimeout(() => finish(true), waitMs);
-    s.on('data', (b) => (data += b.toString('latin1')));
-    s.on('error', () => undefined); // ECONNRESET counts as closed
-    s.on('close', () => finish(false));
-    s.on('connect', () => void Promise.resolve(write(s)).catch(() => undefined));
-  });
+/** Connects, runs `write`, collects until the server closes or `waitMs` passes (the shared raw exchange, read as text). */
+async function rawExchange(port: number, write: (s: Socket) => Promise<void> | void, waitMs: number): Promise<RawResult> {
+  const r = await exchange(port, (s) => Promise.resolve(write(s)).catch(() => undefined), waitMs);
+  return { data: r.buf.toString('latin1'), closed: r.closed, timedOut: !r.closed, ms: r.ms };
 }
 
 const responses = (data: string): string[] => data.split(/(?=HTTP\/1\.1 \d{3} )/).filter((x) => x.startsWith('HTTP/1.1 '));
