@@ -57,6 +57,7 @@ const table = {
   generation_not_ready: { status: 409, type: 'invalid_request_error', message: 'The generation has not finished.' },
   idempotency_key_in_use: { status: 409, type: 'invalid_request_error', message: 'A request with this Idempotency-Key is still being processed.' },
   result_expired: { status: 410, type: 'not_found_error', message: 'The result is past its retention and was deleted.' },
+  request_timeout: { status: 408, type: 'invalid_request_error', message: 'The request head or body arrived too slowly.' },
   payload_too_large: { status: 413, type: 'invalid_request_error', message: 'The request is larger than allowed.' },
   unsupported_media_type: { status: 415, type: 'invalid_request_error', message: 'The body must be application/json.' },
   too_many_headers: { status: 431, type: 'invalid_request_error', message: 'The request carries more header fields than allowed.' },

@@ -24,7 +24,6 @@ import { imageRoutes } from './generations/images/routes.js';
 import { Router, type Route } from './server/router.js';
 import { startServer, type RunningServer } from './server/server.js';
 import type { HttpContext } from './server/http-context.js';
-import { behindFront } from './server/http-front.js';
 import { KeyAuthenticator } from './auth/authenticate.js';
 import { migrate } from './store/migrate.js';
 import { createPool, type Pool } from './store/pool.js';
@@ -68,8 +67,6 @@ export interface GatewayOptions {
    * purpose, never a configuration setting, so no deployment can serve text for free.
    */
   unbilled?: boolean;
-  /** Tests only: how long the HTTP front lets a caller leave answers untaken (front-pipe.ts STALL_MS). */
-  frontStallMs?: number;
 }
 
 /** Shutdown steps, run in reverse order of their push. */
@@ -95,7 +92,7 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
     const generationDeps = await createGenerationDeps(services, opts.video ?? {});
     cleanups.push(() => generationDeps.close());
     const routes = apiRoutes(services, generationDeps, opts, cleanups);
-    const running = await serveHttp(services, { metrics, keys, clientAddress, generationDeps, routes, frontStallMs: opts.frontStallMs }, cleanups);
+    const running = await serveHttp(services, { metrics, keys, clientAddress, generationDeps, routes }, cleanups);
     // Started last and stopped first: no job runs against a closing ledger or pool.
     const engine = startJobEngine(services, generationDeps, opts.video?.engine ?? {});
     cleanups.push(() => engine.stop());
@@ -228,7 +225,6 @@ function apiRoutes(services: Services, generationDeps: GenerationDeps, opts: Gat
 }
 
 interface HttpParts {
-  readonly frontStallMs: number | undefined;
   readonly metrics: GatewayMetrics;
   readonly keys: KeyAuthenticator;
   readonly clientAddress: (ctx: HttpContext) => string;
@@ -236,19 +232,17 @@ interface HttpParts {
   readonly routes: Route[];
 }
 
-/** The public server (uWS, behind the HTTP front when it is on): the /v1 routes, and beside them the console and the media host. */
+/** The public server (uWS or node:http: server/engine.ts): the /v1 routes, and beside them the console and the media host. */
 async function serveHttp(services: Services, p: HttpParts, cleanups: Cleanups): Promise<RunningServer> {
   const { config, log, state, limiter, pool } = services;
   // The console (src/console) is served beside the media host; its playground calls our own /v1.
   let selfUrl = '';
   const media = mediaHostHandler(p.generationDeps);
   const consolePages = consoleHandler({ services, mediaSecret: p.generationDeps.mediaSecret, mediaClock: p.generationDeps.clock, selfUrl: () => selfUrl, routes: () => p.routes });
-  // With the HTTP front on (the default) a node:net listener holds the public address before uWS.
-  const start = config.server.httpFront ? behindFront(config.server.proxyProtocol, { stallMs: p.frontStallMs }) : startServer;
-  const running = await start({
-    host: config.server.host,
-    port: config.server.port,
-    allowUwsFallback: config.allowUwsFallback,
+  const { engine, ...listen } = config.server;
+  const running = await startServer({
+    engine,
+    listen,
     router: new Router(p.routes),
     state,
     limiter,
@@ -261,6 +255,7 @@ async function serveHttp(services: Services, p: HttpParts, cleanups: Cleanups): 
     metrics: { observe: (m, r, s, sec) => p.metrics.http.observe(m, r, s, sec), rateLimited: (scope) => p.metrics.rateLimited(scope) },
     clientAddress: (ctx) => p.clientAddress(ctx),
   });
+  log.info(`http engine: ${running.engine} (${running.engineReason})`, { engine: running.engine });
   selfUrl = selfBaseUrl(config.server.host, running.port);
   cleanups.push(async () => {
     if (!(await running.close())) log.warn('shutdown: requests still running after the drain period');

@@ -19,10 +19,18 @@ export const ConfigSchema = Type.Object({
     /** Addresses or CIDR blocks whose X-Forwarded-For is believed; empty: the peer address is the caller's. */
     trustedProxies: Type.Array(Type.String({ minLength: 1, maxLength: 64 }), { maxItems: 256 }),
     /**
-     * A node:net listener on the public address in front of uWS (server/http-front.ts), so HTTP/1.0
-     * requests are answered and over-long heads get 431 instead of no answer.
+     * The HTTP engine (server/engine.ts): `auto` takes uWebSockets.js where a native build loads on
+     * this Node and node:http otherwise; `uws` is a start-up error where none loads.
      */
-    httpFront: Type.Boolean(),
+    engine: Type.Union([Type.Literal('auto'), Type.Literal('uws'), Type.Literal('node')]),
+    /** node engine: an idle kept-alive connection is closed after this long. */
+    keepAliveTimeoutMs: Type.Integer({ minimum: 100, maximum: 600_000 }),
+    /** node engine: a request head must arrive within this (answered 408, then closed). */
+    headersTimeoutMs: Type.Integer({ minimum: 100, maximum: 600_000 }),
+    /** node engine: a whole request, head and body, must arrive within this. */
+    requestTimeoutMs: Type.Integer({ minimum: 100, maximum: 3_600_000 }),
+    /** node engine: a longer request head is answered 431. */
+    maxHeaderBytes: Type.Integer({ minimum: 1024, maximum: 1_048_576 }),
   }),
   /** The admin listener: /metrics, /healthz, /readyz. Never the public port. */
   admin: Type.Object({
@@ -174,7 +182,6 @@ export const ConfigSchema = Type.Object({
       recoverGraceMs: Ms,
     }),
   }),
-  allowUwsFallback: Type.Boolean(),
 });
 
 export type Config = Static<typeof ConfigSchema>;
@@ -229,7 +236,7 @@ function fromEnv(env: Env): Record<string, unknown> {
       port: int('INKGATE_PORT', env.INKGATE_PORT),
       proxyProtocol: bool(env.INKGATE_PROXY_PROTOCOL),
       trustedProxies: list(env.INKGATE_TRUSTED_PROXIES),
-      httpFront: bool(env.INKGATE_HTTP_FRONT),
+      engine: str(env.INKGATE_SERVER_ENGINE),
     },
     admin: {
       host: str(env.INKGATE_ADMIN_HOST),
@@ -244,7 +251,6 @@ function fromEnv(env: Env): Record<string, unknown> {
     redis: { url: str(env.REDIS_URL) },
     pricing: { videoPriceSet: str(env.INKGATE_VIDEO_PRICE_SET) },
     vendors: { anthropic: vendor('ANTHROPIC'), openai: vendor('OPENAI'), ark: vendor('ARK'), gemini: vendor('GEMINI') },
-    allowUwsFallback: bool(env.INKGATE_ALLOW_UWS_FALLBACK),
     ledger: { instanceId: str(env.INKGATE_INSTANCE_ID), durability: str(env.INKGATE_LEDGER_DURABILITY) },
   };
 }

@@ -1,12 +1,9 @@
 // The caller's address, for the public routes' per-address limit. By default it is the TCP peer.
 // Behind a balancer the peer is the balancer, and every public caller would share its one bucket:
 //   - server.proxyProtocol: the address from the PROXY protocol v2 header the balancer sends first
-//     on each connection (uWS parses it; without this setting a header a client sends itself is
-//     ignored, so nobody can choose their own bucket);
-//   - server.httpFront: the same header, written by our own front on its loopback connections to
-//     uWS (uWS then listens on loopback only); a caller cannot send one through the front, whose
-//     first bytes on each connection are its own header and whose caller's bytes must begin with a
-//     request line;
+//     on each connection (uWS parses it natively, the node engine in server/proxy-header.ts;
+//     without this setting a header a client sends itself is never believed, so nobody can choose
+//     their own bucket);
 //   - server.trustedProxies: when the peer is one of these, X-Forwarded-For is read from the right
 //     and the first address that is not a trusted proxy is the caller. Any other peer's
 //     X-Forwarded-For is ignored.
@@ -14,8 +11,6 @@ import { BlockList, isIP } from 'node:net';
 
 export interface ClientAddressOptions {
   readonly proxyProtocol: boolean;
-  /** The HTTP front is on (server/http-front.ts): its PROXY header is believed from loopback only. */
-  readonly httpFront?: boolean;
   readonly trustedProxies: readonly string[];
 }
 
@@ -29,11 +24,6 @@ export interface AddressSource {
 
 /** At most this many X-Forwarded-For hops are looked at (a longer header is a client's own invention). */
 const MAX_HOPS = 16;
-
-const LOOPBACK = new BlockList();
-LOOPBACK.addSubnet('127.0.0.0', 8, 'ipv4');
-LOOPBACK.addAddress('::1', 'ipv6');
-const isLoopback = (a: string): boolean => isIP(a) !== 0 && LOOPBACK.check(a, isIP(a) === 6 ? 'ipv6' : 'ipv4');
 
 const family = (a: string): 'ipv4' | 'ipv6' => (isIP(a) === 6 ? 'ipv6' : 'ipv4');
 
@@ -63,7 +53,7 @@ export function clientAddressResolver(o: ClientAddressOptions): (s: AddressSourc
   };
   return (s) => {
     let peer = s.remoteAddress;
-    if (o.proxyProtocol || (o.httpFront === true && isLoopback(peer))) {
+    if (o.proxyProtocol) {
       const p = s.proxiedAddress();
       if (p !== '') peer = p;
     }

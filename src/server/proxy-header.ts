@@ -1,66 +1,62 @@
-// The PROXY protocol v2 header the HTTP front (http-front.ts) writes first on each loopback
-// connection to uWS, naming the real caller. uWS strips such a header from the start of any
-// connection; ops/client-address.ts believes it only from loopback and only with the front on.
-import { isIPv4, isIPv6 } from 'node:net';
-import { addressBytes } from '../net/ssrf-guard.js';
+// PROXY protocol v2 (the binary header a balancer such as HAProxy's send-proxy-v2 writes first on
+// each connection), read by the node engine when server.proxyProtocol is on. uWS parses the same
+// header natively; ops/client-address.ts believes either only with server.proxyProtocol on.
 
-/** The 12 bytes every PROXY v2 header begins with (a NUL among them: no JSON body holds one). */
+/** The 12 bytes every PROXY v2 header begins with (a NUL among them: no HTTP request line holds one). */
 export const SIGNATURE = Buffer.from([0x0d, 0x0a, 0x0d, 0x0a, 0x00, 0x0d, 0x0a, 0x51, 0x55, 0x49, 0x54, 0x0a]);
-/** Version 2, command LOCAL: no address (uWS keeps the TCP peer). */
-const LOCAL = Buffer.concat([SIGNATURE, Buffer.from([0x20, 0x00, 0x00, 0x00])]);
-
-export interface Endpoints {
-  readonly remoteAddress?: string | undefined;
-  readonly remotePort?: number | undefined;
-  readonly localAddress?: string | undefined;
-  readonly localPort?: number | undefined;
-}
-
-/** `::ffff:1.2.3.4` (a dual-stack listener's IPv4 caller) as `1.2.3.4`; other text unchanged. */
-const unmapped = (a: string): string => (a.startsWith('::ffff:') && isIPv4(a.slice(7)) ? a.slice(7) : a);
-
-/** The 16 bytes of an IPv6 address (an IPv4 one is mapped into ::ffff:0:0/96; a zone index, naming a local interface, is dropped). */
-const ipv6Bytes = (a: string): Uint8Array => addressBytes(isIPv4(a) ? `::ffff:${a}` : a.split('%')[0]!) ?? new Uint8Array(16);
-
-/** The header for one accepted socket; LOCAL when its addresses are gone (it closed meanwhile). */
-export function proxyV2Header(s: Endpoints): Buffer {
-  if (s.remoteAddress === undefined || s.localAddress === undefined || s.remotePort === undefined || s.localPort === undefined) return LOCAL;
-  const src = unmapped(s.remoteAddress);
-  const dst = unmapped(s.localAddress);
-  if (!isIPv4(src) && !isIPv6(src)) return LOCAL;
-  // The caller's family decides (a dual-stack listener may see an IPv4 caller on an IPv6 address).
-  const four = isIPv4(src);
-  const len = four ? 12 : 36;
-  const out = Buffer.allocUnsafe(16 + len);
-  SIGNATURE.copy(out, 0);
-  out[12] = 0x21; // version 2, PROXY
-  out[13] = four ? 0x11 : 0x21; // TCP over IPv4 / IPv6
-  out.writeUInt16BE(len, 14);
-  if (four) {
-    out.set(addressBytes(src)!, 16);
-    out.set(addressBytes(isIPv4(dst) ? dst : '0.0.0.0')!, 20);
-  } else {
-    out.set(ipv6Bytes(src), 16);
-    out.set(ipv6Bytes(dst), 32);
-  }
-  out.writeUInt16BE(s.remotePort, 16 + len - 4);
-  out.writeUInt16BE(s.localPort, 16 + len - 2);
-  return out;
-}
 
 /** A balancer's header longer than this (addresses plus extensions) is not believed to be one. */
-const MAX_HEADER_BYTES = 512;
+export const MAX_PROXY_HEADER_BYTES = 512;
 
-/**
- * With server.proxyProtocol on the front: the length of the complete PROXY v2 header `buf` starts
- * with (its bytes are passed on to uWS as they came), 0 when it starts with none, -1 when more
- * bytes are needed to tell.
- */
-export function leadingProxyHeader(buf: Buffer): number {
+export type ProxyHeader =
+  /** The connection does not begin with a PROXY v2 header: its bytes are all the caller's. */
+  | { readonly kind: 'none' }
+  /** Too few bytes to tell yet. */
+  | { readonly kind: 'incomplete' }
+  /** Begins like one but is not a header we accept (bad version, over the size bound): close it. */
+  | { readonly kind: 'invalid' }
+  /** `length` bytes of header; `address` is the caller's, '' for LOCAL or an address family without one. */
+  | { readonly kind: 'header'; readonly length: number; readonly address: string };
+
+const NONE = { kind: 'none' } as const;
+const INCOMPLETE = { kind: 'incomplete' } as const;
+const INVALID = { kind: 'invalid' } as const;
+
+function ipv6Text(b: Buffer, at: number): string {
+  const groups: number[] = [];
+  for (let i = 0; i < 8; i++) groups.push(b.readUInt16BE(at + 2 * i));
+  // An IPv4 caller mapped into IPv6 is named as the IPv4 address, as the TCP peer would be.
+  if (groups.slice(0, 5).every((g) => g === 0) && groups[5] === 0xffff) return `${b[at + 12]}.${b[at + 13]}.${b[at + 14]}.${b[at + 15]}`;
+  // RFC 5952: the longest run of two or more zero groups becomes '::'.
+  let best = -1;
+  let bestLen = 1;
+  for (let i = 0; i < 8; ) {
+    if (groups[i] !== 0) {
+      i++;
+      continue;
+    }
+    let j = i;
+    while (j < 8 && groups[j] === 0) j++;
+    if (j - i > bestLen) [best, bestLen] = [i, j - i];
+    i = j;
+  }
+  const hex = groups.map((g) => g.toString(16));
+  if (best < 0) return hex.join(':');
+  return hex.slice(0, best).join(':') + '::' + hex.slice(best + bestLen).join(':');
+}
+
+/** Reads the PROXY v2 header `buf` may start with. */
+export function parseProxyHeader(buf: Buffer): ProxyHeader {
   const n = Math.min(buf.length, SIGNATURE.length);
-  if (buf.compare(SIGNATURE, 0, n, 0, n) !== 0) return 0;
-  if (buf.length < 16) return -1;
-  const len = 16 + buf.readUInt16BE(14);
-  if ((buf[12]! & 0xf0) !== 0x20 || len > MAX_HEADER_BYTES) return 0;
-  return buf.length < len ? -1 : len;
+  if (buf.compare(SIGNATURE, 0, n, 0, n) !== 0) return NONE;
+  if (buf.length < 16) return INCOMPLETE;
+  const length = 16 + buf.readUInt16BE(14);
+  if ((buf[12]! & 0xf0) !== 0x20 || length > MAX_PROXY_HEADER_BYTES) return INVALID;
+  if (buf.length < length) return INCOMPLETE;
+  const command = buf[12]! & 0x0f;
+  const family = buf[13]! >> 4;
+  if (command === 0x1 && family === 0x1 && length >= 16 + 12) return { kind: 'header', length, address: `${buf[16]}.${buf[17]}.${buf[18]}.${buf[19]}` };
+  if (command === 0x1 && family === 0x2 && length >= 16 + 36) return { kind: 'header', length, address: ipv6Text(buf, 16) };
+  // LOCAL (the balancer's own health check) or a family without an IP address: the TCP peer stands.
+  return { kind: 'header', length, address: '' };
 }

@@ -1,5 +1,6 @@
-// The uWS server: every request goes request id -> API open? -> route -> limit/auth -> handler,
-// and every failure leaves as the spec's error envelope. Nothing here knows about products.
+// The server: every request, from whichever engine (engine.ts), goes request id -> API open? ->
+// route -> limit/auth -> handler, and every failure leaves as the spec's error envelope. Nothing
+// here knows about products, nor which engine serves.
 import type { DeploymentState } from '../deployment/state.js';
 import { ApiError, isApiError } from '../errors.js';
 import type { RateLimiter } from '../limits/rate-limiter.js';
@@ -7,18 +8,18 @@ import { isStoreUnavailable, storeError, type Queryable } from '../store/pool.js
 import type { Logger } from '../util/log.js';
 import { HttpContext, type AuthInfo } from './http-context.js';
 import type { Route, Router } from './router.js';
-import { loadUws, type TemplatedApp, type UsListenSocket, type UwsModule } from './uws.js';
+import { chooseEngine, type EngineChoice, type EngineListener, type EngineName, type EngineOptions } from './engine.js';
 
 /** The route label of a request no route took (404, API closed, draining, the media host). */
 export const UNMATCHED_ROUTE = 'unmatched';
 
-/** The answer to a request that arrives while the server stops (here, and at the HTTP front: front-pipe.ts). */
+/** The answer to a request that arrives while the server stops. */
 export const shuttingDown = (): ApiError => new ApiError('provider_unavailable', { message: 'This instance is shutting down; retry.', retryAfterS: 1 });
 
 export interface ServerDeps {
-  readonly host: string;
-  readonly port: number;
-  readonly allowUwsFallback: boolean;
+  /** Where and how to listen (server.* settings). */
+  readonly listen: Omit<EngineOptions, 'proxyProtocol'> & { readonly proxyProtocol: boolean };
+  readonly engine: EngineChoice;
   readonly router: Router;
   readonly state: DeploymentState;
   readonly limiter: RateLimiter;
@@ -58,7 +59,9 @@ export interface KeyCheck {
 
 export interface RunningServer {
   readonly port: number;
-  readonly native: boolean;
+  /** The engine serving, and why it was chosen (logged at start-up). */
+  readonly engine: EngineName;
+  readonly engineReason: string;
   /**
    * Stops admitting (the listen socket closes; a request still arriving on a kept-alive connection
    * gets 503 and Connection: close) and resolves once every admitted request has ended, or after
@@ -88,17 +91,38 @@ interface Admission {
   drained: (() => void) | undefined;
 }
 
-export function startServer(d: ServerDeps): Promise<RunningServer> {
-  const uws = loadUws(d.allowUwsFallback);
-  const app = uws.App();
+export async function startServer(d: ServerDeps): Promise<RunningServer> {
+  const engine = chooseEngine(d.engine); // throws for `uws` where no native build loads
   const admission: Admission = { draining: false, inFlight: 0, drained: undefined };
-  app.any('/*', (res, req) => {
+  const listener = await engine.listen(d.listen, (ctx) => {
     const startedMs = performance.now();
-    const ctx = new HttpContext(res, req);
     handle(d, admission, ctx, startedMs);
     if (ctx.responded && d.metrics && !ctx.admitted) d.metrics.observe(ctx.method, UNMATCHED_ROUTE, ctx.status, (performance.now() - startedMs) / 1000);
   });
-  return listen(d, uws, app, admission);
+  return {
+    port: listener.port,
+    engine: engine.name,
+    engineReason: engine.reason,
+    close: (drainMs = 30_000) => drain(admission, listener, drainMs),
+  };
+}
+
+/** Stops admitting, waits (at most drainMs) for the admitted requests to end, then closes every connection. */
+async function drain(admission: Admission, listener: EngineListener, drainMs: number): Promise<boolean> {
+  admission.draining = true;
+  listener.stopAccepting();
+  let drained = true;
+  if (admission.inFlight > 0) {
+    drained = await new Promise<boolean>((done) => {
+      const t = setTimeout(() => done(false), drainMs);
+      admission.drained = () => {
+        clearTimeout(t);
+        done(true);
+      };
+    });
+  }
+  listener.closeAll();
+  return drained;
 }
 
 /** The error answer of a route that threw, after re-checking a remembered key where that decides the answer. */
@@ -164,8 +188,8 @@ async function run(d: ServerDeps, ctx: HttpContext, r: Route): Promise<void> {
 /** Answers at once what no route takes (framing error, draining, 404, API closed), else admits the request to its route. */
 function handle(d: ServerDeps, admission: Admission, ctx: HttpContext, startedMs: number): void {
   const path = ctx.path;
-  if (ctx.framingError !== undefined) {
-    ctx.sendError(new ApiError('invalid_body', { message: ctx.framingError }), true);
+  if (ctx.refusal !== undefined) {
+    ctx.sendError(ctx.refusal, true);
     return;
   }
   if (admission.draining) {
@@ -194,17 +218,17 @@ function handle(d: ServerDeps, admission: Admission, ctx: HttpContext, startedMs
   }
   ctx.params = m.params;
   ctx.requestIdHeader = m.route.requestIdHeader;
-  // uWS needs the body reader attached in this tick; auth runs while the body arrives.
+  // The body reader is attached in this tick (uWS requires it); auth runs while the body arrives.
   if (m.route.bodyBytes !== undefined) ctx.collectBody(m.route.bodyBytes);
   else ctx.holdReading();
   if (ctx.done) return;
-  // Started once uWS has parsed everything it read with this request: when that held a
-  // pipelined request, uWS has closed the connection (it refuses asynchronous pipelining) and
-  // this request is dropped before anything ran or was charged. The body, when there is one,
-  // is handed over the same way (http-context.ts, holdReading).
   ctx.admitted = true;
   admission.inFlight++;
-  setImmediate(admit, d, admission, ctx, m.route, startedMs);
+  // On uWS, started once it has parsed everything it read with this request: when that held a
+  // pipelined request, uWS has closed the connection (it refuses asynchronous pipelining) and
+  // this request is dropped before anything ran or was charged (uws-context.ts, holdReading).
+  if (ctx.admitsAfterParse) setImmediate(admit, d, admission, ctx, m.route, startedMs);
+  else admit(d, admission, ctx, m.route, startedMs);
 }
 
 function admit(d: ServerDeps, admission: Admission, ctx: HttpContext, r: Route, startedMs: number): void {
@@ -221,33 +245,4 @@ function admit(d: ServerDeps, admission: Admission, ctx: HttpContext, r: Route, 
 function ended(d: ServerDeps, admission: Admission, ctx: HttpContext, r: Route, startedMs: number): void {
   d.metrics?.observe(r.method, r.pattern, ctx.status, (performance.now() - startedMs) / 1000);
   if (--admission.inFlight === 0) admission.drained?.();
-}
-
-function listen(d: ServerDeps, uws: UwsModule, app: TemplatedApp, admission: Admission): Promise<RunningServer> {
-  return new Promise((resolveS, reject) => {
-    app.listen(d.host, d.port, (sock: UsListenSocket | false) => {
-      if (!sock) {
-        reject(new Error(`cannot listen on ${d.host}:${d.port}`));
-        return;
-      }
-      let listening = true;
-      resolveS({
-        port: uws.us_socket_local_port(sock),
-        native: uws.native,
-        close: async (drainMs = 30_000) => {
-          admission.draining = true;
-          if (listening) uws.us_listen_socket_close(sock);
-          listening = false;
-          if (admission.inFlight === 0) return true;
-          return new Promise<boolean>((done) => {
-            const t = setTimeout(() => done(false), drainMs);
-            admission.drained = () => {
-              clearTimeout(t);
-              done(true);
-            };
-          });
-        },
-      });
-    });
-  });
 }

@@ -15,6 +15,7 @@ import { startServer } from '../../src/server/server.js';
 import { silentLogger } from '../../src/util/log.js';
 import { Client, request } from 'undici';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
+import { testEngines } from '../helpers/engines.js';
 import { QUEUE_MS, RENDER_MS, rowOf, runToEnd, startVideoHarness, walletOf } from './video-harness.js';
 
 const h = await startVideoHarness(t);
@@ -120,10 +121,10 @@ check('submit -> queued -> running -> succeeded: stored, linked, settled', async
   t.equal(h.sim.downloads(), 1, 'the vendor file was downloaded once');
 });
 
-check('the media host serves a signed link over HTTP (uWS), and only a signed one', async (t) => {
+for (const engine of testEngines) check(`the media host serves a signed link over HTTP (${engine}), and only a signed one`, async (t) => {
   // A server with only the media host on its `other` hook: what the lead wires into the gateway.
   const srv = await startServer({
-    host: '127.0.0.1', port: 0, allowUwsFallback: h.config.allowUwsFallback, router: new Router([]),
+    engine, listen: { ...h.config.server, host: '127.0.0.1', port: 0 }, router: new Router([]),
     state: h.services.state, limiter: h.services.limiter, db: pool, keys: new KeyAuthenticator(pool), requestsPerMinute: 60, publicRequestsPerMinute: 60,
     log: silentLogger, other: mediaHostHandler(h.deps),
   });

@@ -1,0 +1,147 @@
+// One HTTP exchange on node:http. Node parses, frames (chunked, or close-delimited for HTTP/1.0),
+// orders pipelined answers and applies socket backpressure; this class adapts it to the seam.
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { ApiError } from '../errors.js';
+import type { BodyCollector } from './body-collector.js';
+import { HttpContext, MAX_HEADER_FIELDS, type HeaderList, type RequestSnapshot } from './http-context.js';
+
+const EMPTY = Buffer.alloc(0);
+
+/** `::ffff:1.2.3.4` (a dual-stack listener's IPv4 caller) as `1.2.3.4`, as uWS names it. */
+export const unmapped = (a: string): string => (a.startsWith('::ffff:') && a.includes('.') ? a.slice(7) : a);
+
+/** The path and query of a target: origin-form as sent, absolute-form (RFC 9112 3.2.2) reduced to its path. */
+function splitTarget(url: string): { path: string; query: string } | undefined {
+  let target = url;
+  if (target.charCodeAt(0) !== 0x2f) {
+    const m = /^https?:\/\/[^/?#]+/i.exec(target);
+    if (m === null) return undefined; // `*` and the like: nothing here answers them
+    target = target.slice(m[0].length) || '/';
+    if (target.charCodeAt(0) !== 0x2f) target = '/' + target;
+  }
+  const q = target.indexOf('?');
+  return q === -1 ? { path: target, query: '' } : { path: target.slice(0, q), query: target.slice(q + 1) };
+}
+
+/** Why node's request cannot be served at all, or undefined. */
+function engineRefusal(req: IncomingMessage, headers: Record<string, string>, fields: number): ApiError | undefined {
+  if (fields > MAX_HEADER_FIELDS) return new ApiError('too_many_headers', { message: `A request may carry at most ${MAX_HEADER_FIELDS} header fields.` });
+  if (req.httpVersionMajor === 1 && req.httpVersionMinor >= 1 && headers.host === undefined) return new ApiError('missing_host');
+  return undefined;
+}
+
+function snapshot(req: IncomingMessage): RequestSnapshot {
+  const raw = req.rawHeaders;
+  const headers: Record<string, string> = Object.create(null) as Record<string, string>;
+  let contentLengths = 0;
+  for (let i = 0; i + 1 < raw.length; i += 2) {
+    const k = raw[i]!.toLowerCase();
+    const v = raw[i + 1]!;
+    if (k === 'content-length') contentLengths += v.includes(',') ? 2 : 1;
+    if (headers[k] === undefined) headers[k] = v;
+  }
+  const target = splitTarget(req.url ?? '/');
+  const refusal = engineRefusal(req, headers, raw.length / 2) ?? (target === undefined ? new ApiError('invalid_target') : undefined);
+  return {
+    method: req.method ?? 'GET',
+    path: target?.path ?? '/',
+    query: target?.query ?? '',
+    headers,
+    remoteAddress: unmapped(req.socket.remoteAddress ?? ''),
+    contentLengths,
+    refusal,
+  };
+}
+
+export class NodeContext extends HttpContext {
+  readonly admitsAfterParse = false;
+  private readonly req: IncomingMessage;
+  private readonly res: ServerResponse;
+  private readonly proxied: string;
+  /** The one waitWritable caller, woken by 'drain' or by the client leaving. */
+  private drainWaiter: (() => void) | undefined;
+
+  constructor(req: IncomingMessage, res: ServerResponse, proxied: string) {
+    super(snapshot(req));
+    this.req = req;
+    this.res = res;
+    this.proxied = proxied;
+    res.on('drain', this.wake);
+    // 'close' comes after a finished answer too; only one cut short is the client leaving.
+    res.on('close', () => {
+      if (!res.writableFinished) this.markAborted();
+      this.wake();
+    });
+  }
+
+  private readonly wake = (): void => {
+    const w = this.drainWaiter;
+    this.drainWaiter = undefined;
+    w?.();
+  };
+
+  proxiedAddress(): string {
+    return this.proxied;
+  }
+
+  protected readBodyChunks(b: BodyCollector): void {
+    const req = this.req;
+    req.on('data', (chunk: Buffer) => {
+      if (b.add(chunk, false, true)) return;
+      req.pause();
+      this.bodyTooLarge();
+    });
+    req.on('end', () => b.add(EMPTY, true, true));
+  }
+
+  /** Node reads a pipelined request as soon as it arrives and holds its answer until this one ends: nothing to hold. */
+  holdReading(): void {}
+
+  /** The flat [name, value, ...] list node's writeHead takes. */
+  private headerList(extra: HeaderList | undefined): string[] {
+    const h: string[] = [];
+    this.commonHeaders(extra, (k, v) => void h.push(k, v));
+    return h;
+  }
+
+  protected sendWhole(status: number, extra: HeaderList | undefined, contentType: string | undefined, text: string, close: boolean): void {
+    const h = this.headerList(extra);
+    if (contentType !== undefined) h.push('Content-Type', contentType);
+    // 204 and 304 have no body to measure; everything else says how long its body is.
+    if (status !== 204 && status !== 304) h.push('Content-Length', String(Buffer.byteLength(text)));
+    if (close) h.push('Connection', 'close');
+    this.res.writeHead(status, h);
+    // Node sends no body to HEAD by itself.
+    this.res.end(this.method === 'HEAD' || text === '' ? undefined : text);
+  }
+
+  protected sendHeadOnly(status: number, extra: HeaderList, contentLength: number): void {
+    const h = this.headerList(extra);
+    h.push('Content-Length', String(contentLength));
+    this.res.writeHead(status, h);
+    this.res.end();
+  }
+
+  protected sendStreamHead(status: number, extra: HeaderList): void {
+    this.res.writeHead(status, this.headerList(extra));
+    // Out at once, as uWS does: a client sees the status before the first event arrives.
+    this.res.flushHeaders();
+  }
+
+  write(chunk: Uint8Array | string): boolean {
+    if (this.aborted) return true;
+    return this.res.write(chunk);
+  }
+
+  waitWritable(): Promise<void> {
+    if (this.aborted || !this.res.writableNeedDrain) return Promise.resolve();
+    return new Promise((resolveW) => {
+      this.drainWaiter = resolveW;
+    });
+  }
+
+  end(last?: Uint8Array | string): void {
+    if (this.aborted) return;
+    this.res.end(last);
+  }
+}

@@ -1,0 +1,157 @@
+// One HTTP exchange on uWebSockets.js. uWS lends the request only during the handler's synchronous
+// call, so the snapshot is copied at once; writes are corked so each answer leaves in one syscall.
+import { HttpContext, MAX_HEADER_FIELDS, statusLine, type HeaderList, type RequestSnapshot } from './http-context.js';
+import type { BodyCollector } from './body-collector.js';
+import type { HttpRequest, HttpResponse } from './uws-loader.js';
+
+/** Placeholder for the chunk field between writes (keeps no chunk alive). */
+const EMPTY_CHUNK = new Uint8Array(0);
+
+function snapshot(res: HttpResponse, req: HttpRequest): RequestSnapshot {
+  const headers: Record<string, string> = Object.create(null) as Record<string, string>;
+  let n = 0;
+  let contentLengths = 0;
+  req.forEach((k, v) => {
+    if (k === 'content-length') contentLengths += v.includes(',') ? 2 : 1;
+    if (++n > MAX_HEADER_FIELDS) return;
+    // uWS lowercases names.
+    if (headers[k] === undefined) headers[k] = v;
+  });
+  return {
+    method: req.getCaseSensitiveMethod(),
+    path: req.getUrl(),
+    query: req.getQuery() ?? '',
+    headers,
+    remoteAddress: Buffer.from(res.getRemoteAddressAsText()).toString(),
+    contentLengths,
+  };
+}
+
+export class UwsContext extends HttpContext {
+  readonly res: HttpResponse;
+  readonly admitsAfterParse = true;
+  /** uWS stopped reading this connection (holdReading) until our answer starts. */
+  private readingHeld = false;
+
+  constructor(res: HttpResponse, req: HttpRequest) {
+    super(snapshot(res, req));
+    this.res = res;
+    res.onAborted(() => this.markAborted());
+  }
+
+  proxiedAddress(): string {
+    return this.aborted ? '' : Buffer.from(this.res.getProxiedRemoteAddressAsText()).toString();
+  }
+
+  protected readBodyChunks(b: BodyCollector): void {
+    // uWS requires onData attached in the handler's first tick (collectBody is called there).
+    this.res.onData((ab, isLast) => {
+      if (!b.add(Buffer.from(ab), isLast, false)) this.bodyTooLarge();
+      else if (isLast) this.holdReading();
+    });
+  }
+
+  /**
+   * Stops uWS reading this connection until our answer ends (releaseReading, as the last bytes go).
+   * uWS refuses asynchronous pipelining: a request read while another is unanswered closes the
+   * connection, and the unanswered one would then run for a client that never gets its answer.
+   * Held, a pipelined request waits in the kernel's buffer and is read once this one is answered.
+   * Writing (and backpressure) still works while held, and a client hanging up is seen at the next
+   * write; before the first write it is not seen (a non-streaming call runs to its end, which the
+   * spec charges the same anyway). Reading resumes only as the answer ends, never at a stream's
+   * start: uWS's resume() arms its 10 s idle timer, which would cut any stream longer than that.
+   */
+  holdReading(): void {
+    if (this.readingHeld || this.done) return;
+    this.readingHeld = true;
+    this.res.pause();
+  }
+
+  private releaseReading(): void {
+    if (!this.readingHeld) return;
+    this.readingHeld = false;
+    if (!this.aborted) this.res.resume();
+  }
+
+  private readonly writeHeader = (k: string, v: string): void => void this.res.writeHeader(k, v);
+
+  private writeCommon(status: number, extra: HeaderList | undefined): void {
+    this.res.writeStatus(statusLine(status));
+    this.commonHeaders(extra, this.writeHeader);
+  }
+
+  protected sendWhole(status: number, extra: HeaderList | undefined, contentType: string | undefined, text: string, close: boolean): void {
+    this.res.cork(() => {
+      this.releaseReading();
+      this.writeCommon(status, extra);
+      if (contentType !== undefined) this.res.writeHeader('Content-Type', contentType);
+      // uWS writes a body even to HEAD, which a keep-alive client would read as the next response.
+      if (this.method !== 'HEAD') this.res.end(text, close);
+      else if (close) this.res.end(undefined, true);
+      else this.endHead(Buffer.byteLength(text));
+    });
+  }
+
+  protected sendHeadOnly(status: number, extra: HeaderList, contentLength: number): void {
+    this.res.cork(() => {
+      this.releaseReading();
+      this.writeCommon(status, extra);
+      this.endHead(contentLength);
+    });
+  }
+
+  /**
+   * Ends a HEAD answer, headers written. The length goes in as our own header: this uWS build's
+   * endWithoutBody(length) sends nothing at all when another request is pipelined behind the HEAD
+   * (measured), while endWithoutBody() after a Content-Length header of ours works either way.
+   */
+  private endHead(contentLength: number): void {
+    this.res.writeHeader('Content-Length', String(contentLength));
+    this.res.endWithoutBody();
+  }
+
+  protected sendStreamHead(status: number, extra: HeaderList): void {
+    this.res.cork(() => this.writeCommon(status, extra));
+  }
+
+  write(chunk: Uint8Array | string): boolean {
+    if (this.aborted) return true;
+    // The chunk and the answer travel through fields so that the corked callback is made once per
+    // response, not once per relayed chunk (the stream hot path allocates nothing per chunk).
+    this.pendingChunk = chunk;
+    this.res.cork(this.corkedWrite);
+    this.pendingChunk = EMPTY_CHUNK;
+    return this.writeOk;
+  }
+
+  private pendingChunk: Uint8Array | string = EMPTY_CHUNK;
+  private writeOk = true;
+  private readonly corkedWrite = (): void => {
+    this.writeOk = this.res.write(this.pendingChunk);
+  };
+
+  waitWritable(): Promise<void> {
+    if (this.aborted) return Promise.resolve();
+    return new Promise((resolveW) => {
+      let settled = false;
+      const finish = () => {
+        if (settled) return;
+        settled = true;
+        resolveW();
+      };
+      this.res.onWritable(() => {
+        finish();
+        return true;
+      });
+      this.onAbort(finish);
+    });
+  }
+
+  end(last?: Uint8Array | string): void {
+    if (this.aborted) return;
+    this.res.cork(() => {
+      this.releaseReading();
+      this.res.end(last);
+    });
+  }
+}

@@ -1,0 +1,28 @@
+// The uWS engine: one App whose every request becomes a UwsContext, handed to the server at once
+// (uWS lends the request only for that synchronous call).
+import type { EngineListener, EngineOptions, OnRequest } from './engine.js';
+import type { UsListenSocket, UwsModule } from './uws-loader.js';
+import { UwsContext } from './uws-context.js';
+
+export function listenUws(uws: UwsModule, o: EngineOptions, onRequest: OnRequest): Promise<EngineListener> {
+  const app = uws.App();
+  app.any('/*', (res, req) => onRequest(new UwsContext(res, req)));
+  return new Promise((resolveL, reject) => {
+    app.listen(o.host, o.port, (sock: UsListenSocket | false) => {
+      if (!sock) {
+        reject(new Error(`cannot listen on ${o.host}:${o.port}`));
+        return;
+      }
+      let listening = true;
+      resolveL({
+        port: uws.us_socket_local_port(sock),
+        stopAccepting: () => {
+          if (listening) uws.us_listen_socket_close(sock);
+          listening = false;
+        },
+        // Builds that have it close every socket; older ones leave idle keep-alive sockets to their 10 s timeout.
+        closeAll: () => (app as { close?: () => void }).close?.(),
+      });
+    });
+  });
+}
