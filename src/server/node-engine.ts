@@ -36,11 +36,22 @@ function parseRefusal(err: NodeJS.ErrnoException, maxHeaderBytes: number): ApiEr
 /** Writes the envelope straight to a socket whose request node could not parse, then closes it. */
 function answerClientError(err: NodeJS.ErrnoException, socket: Socket, maxHeaderBytes: number): void {
   const e = parseRefusal(err, maxHeaderBytes);
-  // Half an answer already out (or nothing to say): only closing is left.
-  const answering = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage;
-  if (e === undefined || !socket.writable || answering?.headersSent === true) {
+  if (e === undefined || !socket.writable) {
     socket.destroy();
     return;
+  }
+  // Bytes after a good request failed to parse while that request is still being answered (node
+  // reads ahead): its answer goes out whole, then the connection ends. A refusal written now
+  // would overtake it.
+  const answering = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage;
+  if (answering != null && !answering.writableFinished) {
+    // Unless it is that very request whose body failed (a bad chunk, too slow: nothing sent yet):
+    // then the refusal is its answer, and the close tells the handler the client is gone.
+    const ownBody = !answering.headersSent && !answering.req.complete;
+    if (!ownBody) {
+      answering.once('close', () => socket.end());
+      return;
+    }
   }
   const id = newRequestId();
   const body = JSON.stringify(e.toBody(id));
