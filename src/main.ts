@@ -1,4 +1,6 @@
 // `npm start`: the gateway with its embedded default (and `npm run demo`: plus the vendor simulators).
+// A start completes or leaves nothing running: each part registers its stop as soon as it has
+// started, and a failure at any later step stops them all, newest first, before the process exits.
 import { demoAccountAllowed, ensureDemoAccount, demoKeyPath, hasDemoKey } from './admin/demo.js';
 import { loadConfig, type Config } from './config/config.js';
 import { createGateway, type Gateway } from './gateway.js';
@@ -11,48 +13,101 @@ import type { AdminServer } from './ops/admin-server.js';
 import { drainAndClose, serveAdmin } from './ops/serve.js';
 import { demoSignInLink } from './console/demo-link.js';
 
-/** Shutdown steps, run in order. */
-type Stops = Array<() => Promise<void>>;
+/** One started part's stop, named for the logs. */
+interface Stop {
+  readonly what: string;
+  readonly run: () => Promise<void>;
+}
+
+/** A start in progress: the stops of what is up (oldest first), the step under way, the logger once made. */
+interface Startup {
+  readonly stops: Stop[];
+  /** Named in the error line if it fails. */
+  step: string;
+  log: Logger | undefined;
+}
+
+/**
+ * Each stop of a failed start gets this long: one that hangs must not keep the stops after it (the
+ * embedded PostgreSQL's among them) from running, nor the process from ending. Nothing was
+ * announced yet, so a healthy stop takes well under a second.
+ */
+const FAILED_START_STOP_MS = 10_000;
+/** The error line's length at most: a long cause (a config listing every problem) is in the log in full. */
+const ERROR_LINE_CHARS = 400;
 
 export async function main(argv: string[]): Promise<void> {
+  const up: Startup = { stops: [], step: 'configuration', log: undefined };
+  let started: { db: Database; log: Logger };
+  try {
+    started = await start(argv, up);
+  } catch (e) {
+    return failedStart(up, e);
+  }
+  stopOnSignals(started.db, up.stops, started.log);
+}
+
+/** Starts every part in turn, registering its stop in `up` the moment it runs. */
+async function start(argv: string[], up: Startup): Promise<{ db: Database; log: Logger }> {
   const demo = argv.includes('--demo');
   let config = loadConfig();
-  const log = createLogger(config.log.level);
-  const stops: Stops = [];
+  const log = (up.log = createLogger(config.log.level));
   let videoFetch: { allowList: ReadonlySet<string>; ca: string } | undefined;
-  if (demo) ({ config, videoFetch } = await startDemo(log, stops));
+  if (demo) ({ config, videoFetch } = await startDemo(log, up));
+  up.step = 'store';
   const db = await openDatabase(config, { share: true, log: (m) => log.info(m) });
-  stops.unshift(db.stop);
-  config = loadConfig(process.env, { db: { url: db.url }, ...(demo ? { vendors: config.vendors } : {}) });
+  up.stops.push({ what: 'store', run: () => db.stop() });
+  up.step = 'configuration';
+  // undefined: loadConfig reads the environment itself (src/config is the one place that does).
+  config = loadConfig(undefined, { db: { url: db.url }, ...(demo ? { vendors: config.vendors } : {}) });
   log.info(db.kind === 'external' ? 'store: PostgreSQL from DATABASE_URL' : `store: embedded PostgreSQL in ${config.dataDir}/pg`);
   log.info(config.redis.url ? 'limits: Redis (shared by every instance)' : 'limits: in-process (REDIS_URL unset): serves one instance only');
 
+  up.step = 'gateway';
   const gw = await createGateway(config, { log, video: videoFetch ? { fetch: videoFetch } : {} });
   let admin: AdminServer | undefined;
-  // The readiness notice is for a balancer in front of instances on a shared database; the embedded
-  // store's exit hook allows the whole stop 9 s (store/embedded.ts), so there it is skipped.
-  const opsConfig = db.kind === 'external' ? config : { ...config, admin: { ...config.admin, drainDelayMs: 0 } };
-  stops.unshift(() => drainAndClose(gw, opsConfig, admin, log));
+  let announced = false;
+  up.stops.push({ what: 'gateway', run: () => drainAndClose(gw, opsConfig(config, db, announced), admin, log) });
+  up.step = 'admin listener';
   admin = await serveAdmin(gw, config, log);
   log.info(`admin listener (/metrics, /healthz, /readyz) on ${admin.url}`, { url: admin.url });
+  up.step = 'demo lanes';
   if (demo) await enableDemoLanes(config, db, gw);
+  up.step = 'demo account';
   const { key, consoleLink } = demoAccountAllowed(config, { demo, dbKind: db.kind }) ? await prepareDemoAccount(config, db, gw, demo) : {};
-  if (key) {
-    process.stdout.write(`\nDemo account created. Its API key (shown once, also in ${demoKeyPath(config)}):\n\n  ${key}\n\n`);
+  announce(config, db, gw, log, { demo, key, consoleLink });
+  announced = true;
+  return { db, log };
+}
+
+/**
+ * The configuration the gateway's stop drains by. The readiness notice is for a balancer in front
+ * of instances on a shared database, and only once this instance said it serves; the embedded
+ * store's exit hook allows the whole stop 9 s (store/embedded.ts), so there it is skipped.
+ */
+function opsConfig(config: Config, db: Database, announced: boolean): Config {
+  return db.kind === 'external' && announced ? config : { ...config, admin: { ...config.admin, drainDelayMs: 0 } };
+}
+
+/** The listening line, and for a newcomer the demo key, the console link and a first call to try. */
+function announce(config: Config, db: Database, gw: Gateway, log: Logger, o: { demo: boolean; key?: string | undefined; consoleLink?: string | undefined }): void {
+  if (o.key) {
+    process.stdout.write(`\nDemo account created. Its API key (shown once, also in ${demoKeyPath(config)}):\n\n  ${o.key}\n\n`);
   }
   log.info(`inkgate listening on ${gw.url}`, { url: gw.url });
-  if (consoleLink) process.stdout.write(`Console (one-time sign-in link, 15 minutes; more with \`inkgate console link --account usr_...\`):\n\n  ${consoleLink}\n\n`);
-  if (db.kind !== 'external' || demo) {
+  if (o.consoleLink) process.stdout.write(`Console (one-time sign-in link, 15 minutes; more with \`inkgate console link --account usr_...\`):\n\n  ${o.consoleLink}\n\n`);
+  if (db.kind !== 'external' || o.demo) {
     if (hasDemoKey(config)) process.stdout.write(`Try: curl -H "Authorization: Bearer $(cat ${demoKeyPath(config)})" ${gw.url}/v1/me\n`);
   }
-  stopOnSignals(db, stops, log);
 }
 
 /** The vendor simulators, and the configuration that points the gateway at them. */
-async function startDemo(log: Logger, stops: Stops): Promise<{ config: Config; videoFetch: { allowList: ReadonlySet<string>; ca: string } }> {
+async function startDemo(log: Logger, up: Startup): Promise<{ config: Config; videoFetch: { allowList: ReadonlySet<string>; ca: string } }> {
+  up.step = 'demo vendor simulators';
   const vendors = await startDemoVendors();
-  stops.push(vendors.close);
-  const config = loadConfig(process.env, { vendors: vendors.config });
+  up.stops.push({ what: 'demo vendor simulators', run: () => vendors.close() });
+  up.step = 'configuration';
+  const config = loadConfig(undefined, { vendors: vendors.config });
   // Every simulator the demo started, from the same table the gateway is configured with.
   log.info('demo: vendor simulators started', Object.fromEntries(Object.entries(vendors.config).map(([name, v]) => [name, v.baseUrl])));
   return { config, videoFetch: vendors.videoFetch };
@@ -61,8 +116,11 @@ async function startDemo(log: Logger, stops: Stops): Promise<{ config: Config; v
 /** The demo's vendors are our simulators: certify every lane for them. */
 async function enableDemoLanes(config: Config, db: Database, gw: Gateway): Promise<void> {
   const pool = createPool({ ...config.db, url: db.url });
-  await pool.query('UPDATE lanes SET enabled = true');
-  await pool.end();
+  try {
+    await pool.query('UPDATE lanes SET enabled = true');
+  } finally {
+    await pool.end();
+  }
   await gw.services.state.refresh();
 }
 
@@ -70,27 +128,55 @@ async function enableDemoLanes(config: Config, db: Database, gw: Gateway): Promi
 async function prepareDemoAccount(config: Config, db: Database, gw: Gateway, demo: boolean): Promise<{ key?: string; consoleLink?: string }> {
   const pool = createPool({ ...config.db, url: db.url, poolMax: 2 });
   const ledger = new Ledger(pool);
-  const key = await ensureDemoAccount(config, pool, ledger);
-  const consoleLink = demo ? await demoSignInLink(pool, config, gw.url) : undefined;
-  await ledger.close();
-  await pool.end();
-  return { key, consoleLink };
+  try {
+    const key = await ensureDemoAccount(config, pool, ledger);
+    const consoleLink = demo ? await demoSignInLink(pool, config, gw.url) : undefined;
+    return { key, consoleLink };
+  } finally {
+    await ledger.close();
+    await pool.end();
+  }
 }
 
-/** SIGINT and SIGTERM run the stops once, in order, then exit. */
-function stopOnSignals(db: Database, stops: Stops, log: Logger): void {
+/**
+ * A start that failed: what had started is stopped, newest first, each stop bounded; the cause is
+ * logged in full and written to stderr as one line, and the process exits 1.
+ */
+async function failedStart(up: Startup, e: unknown): Promise<never> {
+  const err = e instanceof Error ? e : new Error(String(e));
+  up.log?.error('start failed: stopping what had started', { step: up.step, err, started: up.stops.map((s) => s.what) });
+  await runStops(up.stops, up.log, FAILED_START_STOP_MS);
+  const cause = err.message.replace(/\s+/g, ' ').trim() || err.name;
+  const line = cause.length > ERROR_LINE_CHARS ? `${cause.slice(0, ERROR_LINE_CHARS)}...` : cause;
+  process.stderr.write(`inkgate: start failed (${up.step}): ${line}\n`);
+  process.exit(1);
+}
+
+/** Runs every stop, newest first; one that fails (or outlasts `boundMs`, when given) is logged and the rest still run. */
+async function runStops(stops: readonly Stop[], log: Logger | undefined, boundMs?: number): Promise<void> {
+  for (const s of [...stops].reverse()) {
+    let timer: NodeJS.Timeout | undefined;
+    const overdue = new Promise<never>((_, reject) => {
+      if (boundMs !== undefined) timer = setTimeout(() => reject(new Error(`no stop within ${boundMs} ms`)), boundMs);
+    });
+    try {
+      await Promise.race([s.run(), overdue]);
+    } catch (e) {
+      log?.warn('shutdown step failed', { step: s.what, err: (e as Error).message });
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+}
+
+/** SIGINT and SIGTERM run the stops once, newest first, then exit. */
+function stopOnSignals(db: Database, stops: readonly Stop[], log: Logger): void {
   let stopping = false;
   const stop = async (sig: string) => {
     if (stopping) return;
     stopping = true;
     log.info(`${sig}: shutting down`);
-    for (const s of stops) {
-      try {
-        await s();
-      } catch (e) {
-        log.warn('shutdown step failed', { err: (e as Error).message });
-      }
-    }
+    await runStops(stops, log);
     process.exit(0);
   };
   if (db.kind === 'external') {

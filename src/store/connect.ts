@@ -38,8 +38,14 @@ export async function openDatabase(cfg: Config, opts: { share: boolean; log: (m:
   }
   const h = await startEmbeddedPostgres(cfg.dataDir, opts.log);
   if (opts.share) {
-    mkdirSync(cfg.dataDir, { recursive: true });
-    writeFileSync(recordFile(cfg), JSON.stringify({ url: h.url, pid: process.pid }), { mode: 0o600 });
+    try {
+      mkdirSync(cfg.dataDir, { recursive: true });
+      writeFileSync(recordFile(cfg), JSON.stringify({ url: h.url, pid: process.pid }), { mode: 0o600 });
+    } catch (e) {
+      // The caller gets no handle to stop the cluster with: it must not outlive this failure.
+      await h.stop();
+      throw e;
+    }
   }
   return {
     url: h.url,
