@@ -13,9 +13,9 @@ export const testEngines: readonly EngineName[] = uws.ok ? ['uws', 'node'] : ['n
 export const uwsMissing: string | undefined = uws.ok ? undefined : uws.reason;
 
 /** One subtest per engine, named `<name> [<engine>]`; the uWS one is skipped with its reason where no build loads. */
-export function eachEngine(name: string, fn: (t: Test, engine: EngineName) => Promise<void>, parent: Test = t): void {
+export function eachEngine(name: string, fn: (t: Test, engine: EngineName) => Promise<void>, opts: { timeout?: number } = {}, parent: Test = t): void {
   for (const engine of ['uws', 'node'] as const) {
     if (engine === 'uws' && uwsMissing !== undefined) parent.test(`${name} [uws]`, { skip: `uws engine: ${uwsMissing}` }, async () => {});
-    else parent.test(`${name} [${engine}]`, (tt) => fn(tt, engine));
+    else parent.test(`${name} [${engine}]`, opts, (tt) => fn(tt, engine));
   }
 }

@@ -1,4 +1,4 @@
-// Request bodies (spec "Conventions" 2): content type, JSON, caps enforced while the body
+// Request bodies (spec "Conventions" 2), on each HTTP engine: content type, JSON, caps enforced while the body
 // streams in, hostile JSON. Driven against a real gateway with a test route that echoes what it parsed.
 import { connect } from 'node:net';
 import { Readable } from 'node:stream';
@@ -6,11 +6,12 @@ import t from 'tap';
 import { request } from 'undici';
 import { readJsonObject } from '../../src/server/json-body.js';
 import { startTestGateway } from '../helpers/gateway.js';
+import { eachEngine } from '../helpers/engines.js';
 
 const CAP = 64 * 1024;
 
-t.test('bodies', async (t) => {
-  const g = await startTestGateway(t, {}, {
+eachEngine('bodies', async (t, engine) => {
+  const g = await startTestGateway(t, { server: { engine } }, {
     extraRoutes: () => [
       {
         method: 'POST',

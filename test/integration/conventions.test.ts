@@ -2,6 +2,7 @@
 import t, { type Test } from "tap";
 import { Client } from 'undici';
 import { startTestGateway, type Reply } from '../helpers/gateway.js';
+import { eachEngine } from '../helpers/engines.js';
 import { setApiOpen } from '../../src/deployment/state.js';
 
 function assertEnvelope(t: Test, r: Reply, status: number, code: string) {
@@ -14,8 +15,8 @@ function assertEnvelope(t: Test, r: Reply, status: number, code: string) {
   t.equal(r.json.error.request_id, r.headers['x-request-id'], 'request_id equals the X-Request-Id header');
 }
 
-t.test('shared conventions', async (t) => {
-  const g = await startTestGateway(t);
+eachEngine('shared conventions', async (t, engine) => {
+  const g = await startTestGateway(t, { server: { engine }, limits: { requestsPerMinute: 100_000, publicRequestsPerMinute: 100_000 } });
   const { key } = await g.newKey();
 
   t.test('unknown /v1 path: JSON 404 not_found', async (t) => {
@@ -78,6 +79,21 @@ t.test('shared conventions', async (t) => {
       t.equal(Number(head.headers['content-length']), sameLength, 'the GET answer\'s length');
       t.match(head.headers['x-request-id'], /^req_/);
     }
+  });
+
+  t.test('keep-alive: many requests on one connection', async (t) => {
+    const client = new Client(g.url, { pipelining: 1 });
+    t.teardown(() => client.close());
+    let connects = 0;
+    client.on('connect', () => connects++);
+    const statuses = new Set<number>();
+    for (let i = 0; i < 300; i++) {
+      const r = await client.request({ method: 'GET', path: i % 2 === 0 ? '/v1/models' : '/v1/me', headers: { authorization: `Bearer ${key}` } });
+      await r.body.text();
+      statuses.add(r.statusCode);
+    }
+    t.same([...statuses], [200], 'every answer 200');
+    t.equal(connects, 1, 'one connection served them all');
   });
 
   t.test('a closed API answers 404 external_api_disabled on every /v1 path', async (t) => {

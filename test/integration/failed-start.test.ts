@@ -11,6 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import { leftAtExit, signal } from '../helpers/proc.js';
+import { eachEngine } from '../helpers/engines.js';
 
 const root = new URL('../..', import.meta.url).pathname;
 // Generous: initdb and a first start take a few seconds, longer on a loaded machine.
@@ -127,19 +128,13 @@ async function checkNothingLeft(t: Test, dir: string, r: Failed, o: { step: stri
   t.notOk(existsSync(join(dir, 'embedded-pg.json')), 'no address record left for the CLI to follow');
 }
 
-t.test('the public port taken (the default HTTP front, node:net): the gateway fails, the store is stopped', { timeout: 120_000 }, async (t) => {
+// Each engine's listen fails on a port another socket holds (uWS does not share it: no SO_REUSEPORT with a node:net listener).
+eachEngine('the public port taken: the gateway fails, the store is stopped', async (t, engine) => {
   const dir = dataDir(t);
   const port = await occupy(t);
-  const r = await runStart(dir, { INKGATE_PORT: String(port) });
-  await checkNothingLeft(t, dir, r, { step: 'gateway', cause: new RegExp(`listen EADDRINUSE: address already in use 127\\.0\\.0\\.1:${port}`), started: ['store'] });
-});
-
-// uWS does not share a port held by another socket (no SO_REUSEPORT on Linux): its listen fails too.
-t.test('the public port taken, the front off (uWS listens itself): the gateway fails, the store is stopped', { timeout: 120_000 }, async (t) => {
-  const dir = dataDir(t);
-  const port = await occupy(t);
-  const r = await runStart(dir, { INKGATE_PORT: String(port), INKGATE_HTTP_FRONT: '0' });
-  await checkNothingLeft(t, dir, r, { step: 'gateway', cause: new RegExp(`cannot listen on 127\\.0\\.0\\.1:${port}`), started: ['store'] });
+  const r = await runStart(dir, { INKGATE_PORT: String(port), INKGATE_SERVER_ENGINE: engine });
+  const cause = engine === 'uws' ? new RegExp(`cannot listen on 127\\.0\\.0\\.1:${port}`) : new RegExp(`listen EADDRINUSE: address already in use 127\\.0\\.0\\.1:${port}`);
+  await checkNothingLeft(t, dir, r, { step: 'gateway', cause, started: ['store'] });
 });
 
 t.test('the admin port taken under --demo: the gateway, the store and the simulators are stopped', { timeout: 120_000 }, async (t) => {

@@ -9,13 +9,15 @@ import { startAnthropicSimulator, type AnthropicSimulator } from '../../src/simu
 import { startTestGateway, writtenRequest, type TestGateway } from '../helpers/gateway.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
 import { parseSse } from '../helpers/sse.js';
+import { eachEngine } from '../helpers/engines.js';
+import type { EngineName } from '../../src/server/engine.js';
 
 const VENDOR_KEY = 'sk-ant-test-vendor';
 
-async function setup(t: Test, opts: { enable?: boolean } = {}) {
+async function setup(t: Test, opts: { enable?: boolean; engine?: EngineName } = {}) {
   const sim = await startAnthropicSimulator({ apiKey: VENDOR_KEY });
   t.teardown(() => sim.close());
-  const g = await startTestGateway(t, { vendors: { anthropic: { baseUrl: sim.url, apiKey: VENDOR_KEY } } });
+  const g = await startTestGateway(t, { vendors: { anthropic: { baseUrl: sim.url, apiKey: VENDOR_KEY } }, ...(opts.engine ? { server: { engine: opts.engine } } : {}) });
   if (opts.enable !== false) {
     await setLane(g.db.pool, 'messages', true);
     await g.gw.services.state.refresh();
@@ -31,8 +33,8 @@ const post = (g: TestGateway, key: string, body: unknown, headers: Record<string
   g.call('POST', '/v1/messages', { key, body, headers });
 const user = (text: string) => [{ role: 'user' as const, content: text }];
 
-t.test('official SDK: messages.create through inkgate', async (t) => {
-  const { g, k, client, sim, invariant } = await setup(t);
+eachEngine('official SDK: messages.create through inkgate', async (t, engine) => {
+  const { g, k, client, sim, invariant } = await setup(t, { engine });
   const { data: msg, response } = await client.messages
     .create({ model: 'sonnet', max_tokens: 200, messages: [{ role: 'user', content: 'Hello there' }] })
     .withResponse();
@@ -60,8 +62,8 @@ t.test('official SDK: messages.create through inkgate', async (t) => {
   await invariant();
 });
 
-t.test('official SDK: streaming, raw events and messages.stream()', async (t) => {
-  const { g, k, client, invariant } = await setup(t);
+eachEngine('official SDK: streaming, raw events and messages.stream()', async (t, engine) => {
+  const { g, k, client, invariant } = await setup(t, { engine });
   const stream = await client.messages.create({ model: 'opus', max_tokens: 300, stream: true, messages: user('Stream to me') });
   const types: string[] = [];
   let startModel = '';

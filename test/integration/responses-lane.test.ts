@@ -3,12 +3,13 @@ import t from 'tap';
 import { responsesHoldInk, textChargeInk, textUsageFromResponses } from '../../src/catalog/pricing.js';
 import { writtenRequest } from '../helpers/gateway.js';
 import { me, rawResponsesStream, startResponsesHarness, VENDOR_KEY } from '../helpers/responses-harness.js';
+import { eachEngine } from '../helpers/engines.js';
 
 const setup = startResponsesHarness;
 const rawStream = rawResponsesStream;
 
-t.test('official SDK: responses.create through inkgate', async (t) => {
-  const { g, k, client, sim, invariant } = await setup(t);
+eachEngine('official SDK: responses.create through inkgate', async (t, engine) => {
+  const { g, k, client, sim, invariant } = await setup(t, { gateway: { server: { engine } } });
   const { data: resp, response } = await client.responses
     .create({ model: 'astra', input: 'Say hello', instructions: 'Be brief', max_output_tokens: 1000 })
     .withResponse();
@@ -33,8 +34,8 @@ t.test('official SDK: responses.create through inkgate', async (t) => {
   await invariant();
 });
 
-t.test('official SDK: stream, responses.stream() + finalResponse(), and the usage comment frame', async (t) => {
-  const { g, k, client, invariant } = await setup(t);
+eachEngine('official SDK: stream, responses.stream() + finalResponse(), and the usage comment frame', async (t, engine) => {
+  const { g, k, client, invariant } = await setup(t, { gateway: { server: { engine } } });
   const s = await client.responses.create({ model: 'text-6-astra', input: 'Stream it', stream: true });
   const types: string[] = [];
   for await (const ev of s) types.push(ev.type);
