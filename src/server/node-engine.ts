@@ -5,7 +5,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import { createServer as createNetServer, type Server as NetServer, type Socket } from 'node:net';
 import { ApiError, type ErrorCode } from '../errors.js';
 import type { EngineListener, EngineOptions, OnRequest } from './engine.js';
-import { MAX_HEADER_FIELDS, newRequestId, retryAfter, statusLine } from './http-context.js';
+import { framingFault, MAX_HEADER_FIELDS, newRequestId, retryAfter, statusLine } from './http-context.js';
 import { NodeContext } from './node-context.js';
 import { parseProxyHeader } from './proxy-header.js';
 
@@ -27,6 +27,8 @@ function parseRefusal(err: NodeJS.ErrnoException, maxHeaderBytes: number): ApiEr
       return undefined;
     default: {
       const why = (err as { reason?: string }).reason ?? err.message;
+      // The same words as the uWS engine's own check (http-context.ts framingFault).
+      if (err.code === 'HPE_UNEXPECTED_CONTENT_LENGTH' && /duplicate/i.test(why)) return new ApiError('invalid_body', { message: framingFault(2) });
       const code: ErrorCode = err.code === 'HPE_INVALID_METHOD' || err.code === 'HPE_INVALID_URL' ? 'invalid_target' : 'invalid_body';
       return new ApiError(code, { message: `The request is not valid HTTP/1.1: ${String(why).slice(0, 120)}.` });
     }
