@@ -1,7 +1,8 @@
 # syntax=docker/dockerfile:1
 # inkgate's image: compiled in one stage, run from dist/ in the next with production dependencies
 # only (no TypeScript, no compiler), as the unprivileged `node` user. Build: docker build -t inkgate .
-# Node 20: the uWebSockets.js binary in the lockfile is built for its ABI.
+# Node 20: the uWebSockets.js binary in the lockfile is built for its ABI, so the image serves
+# with uWS (server.engine auto); on a later Node it would serve with node:http.
 
 FROM node:20-bookworm-slim AS build
 WORKDIR /app

@@ -11,6 +11,7 @@ import { chromium, type BrowserContext, type Page } from 'playwright-core';
 import t, { type Test } from 'tap';
 import { PROJECT_ROOT } from '../../src/config/config.js';
 import { startConsoleStack } from '../helpers/console-stack.js';
+import { eachEngine } from '../helpers/engines.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
 
 const CHROMIUM = '/usr/bin/chromium';
@@ -49,13 +50,12 @@ function watch(t: Test, page: Page, resending: { on: boolean }): void {
   page.on('pageerror', (e) => t.fail(`script error: ${e.message}`));
 }
 
-const shot = (page: Page, name: string) => page.screenshot({ path: join(SHOTS, `console-${name}.png`), fullPage: true });
-
-t.test('the console end to end in Chromium', async (t) => {
+eachEngine('the console end to end in Chromium', async (t, engine) => {
+  const shot = (page: Page, name: string) => page.screenshot({ path: join(SHOTS, `console-${engine}-${name}.png`), fullPage: true });
   mkdirSync(SHOTS, { recursive: true });
   const ctx = await openBrowser(t);
   if (!ctx) return;
-  const s = await startConsoleStack(t, { paceMs: 30 });
+  const s = await startConsoleStack(t, { paceMs: 30, engine });
   const base = s.g.url;
   const page = ctx.pages()[0] ?? (await ctx.newPage());
   const resending = { on: false };

@@ -8,6 +8,7 @@ import { createSignInLink } from '../../src/console/sessions.js';
 import { startAnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
 import { startOpenAISimulator } from '../../src/simulators/openai/simulator.js';
 import { startTestGateway, type TestGateway } from './gateway.js';
+import type { EngineName } from '../../src/server/engine.js';
 
 export interface ConsoleStack {
   readonly g: TestGateway;
@@ -18,12 +19,13 @@ export interface ConsoleStack {
   otherAccount(): Promise<string>;
 }
 
-export async function startConsoleStack(t: Test, opts: { paceMs?: number } = {}): Promise<ConsoleStack> {
+export async function startConsoleStack(t: Test, opts: { paceMs?: number; engine?: EngineName } = {}): Promise<ConsoleStack> {
   const anthropic = await startAnthropicSimulator({ apiKey: 'sk-ant-console', tokenPaceMs: opts.paceMs ?? 0 });
   t.teardown(() => anthropic.close());
   const openai = await startOpenAISimulator({ apiKey: 'sk-openai-console', tokenPaceMs: opts.paceMs ?? 0 });
   t.teardown(() => openai.close());
   const g = await startTestGateway(t, {
+    ...(opts.engine ? { server: { engine: opts.engine } } : {}),
     vendors: { anthropic: { baseUrl: anthropic.url, apiKey: 'sk-ant-console' }, openai: { baseUrl: openai.url, apiKey: 'sk-openai-console' } },
   });
   await setLane(g.db.pool, 'messages', true);
