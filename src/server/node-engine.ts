@@ -4,7 +4,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { createServer as createNetServer, type Server as NetServer, type Socket } from 'node:net';
 import { ApiError, type ErrorCode } from '../errors.js';
-import type { EngineListener, EngineOptions, OnRequest } from './engine.js';
+import type { EngineListener, EngineOptions, OnRequest } from './listener.js';
 import { framingFault, MAX_HEADER_FIELDS, newRequestId, retryAfter, statusLine } from './http-context.js';
 import { NodeContext } from './node-context.js';
 import { parseProxyHeader } from './proxy-header.js';

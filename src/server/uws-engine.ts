@@ -1,6 +1,6 @@
 // The uWS engine: one App whose every request becomes a UwsContext, handed to the server at once
 // (uWS lends the request only for that synchronous call).
-import type { EngineListener, EngineOptions, OnRequest } from './engine.js';
+import type { EngineListener, EngineOptions, OnRequest } from './listener.js';
 import type { UsListenSocket, UwsModule } from './uws-loader.js';
 import { UwsContext } from './uws-context.js';
 
