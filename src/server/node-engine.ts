@@ -127,9 +127,9 @@ export function listenNode(o: EngineOptions, onRequest: OnRequest): Promise<Engi
       resolveL({
         port: typeof addr === 'object' && addr !== null ? addr.port : o.port,
         stopAccepting: () => {
-          listening.close();
-          // Idle kept-alive connections go now; busy ones when their answer ends (node's close does this for its own listener).
-          http.closeIdleConnections();
+          if (listening !== http) listening.close();
+          // Also when the PROXY reader listens: node's close stops its timeout checks and closes idle kept-alive connections.
+          http.close();
         },
         closeAll: () => http.closeAllConnections(),
       });
