@@ -1,6 +1,6 @@
 // `inkgate bench` arguments: parsed and checked once, every number bounded, so a typo fails at
 // once with one line instead of after minutes of load.
-export const SCENARIOS = ['latency', 'saturation', 'stream-saturation', 'open-loop', 'paced', 'billing', 'many-tenants', 'durability', 'http-front'] as const;
+export const SCENARIOS = ['latency', 'saturation', 'stream-saturation', 'open-loop', 'paced', 'billing', 'many-tenants', 'durability', 'engines'] as const;
 export type Scenario = (typeof SCENARIOS)[number];
 export type LaneName = 'messages' | 'responses';
 
@@ -41,6 +41,8 @@ export interface BenchOptions {
   readonly tenantKeys: number;
   readonly json: boolean;
   readonly reportFile: string | null;
+  /** A folder for one CPU profile per run of the target's own process (null: none taken). */
+  readonly cpuProfDir: string | null;
   readonly progress: boolean;
   readonly help: boolean;
 }
@@ -53,10 +55,12 @@ export const USAGE = `usage: inkgate bench [options]
 
 Measures what inkgate adds over calling the vendor directly. With no target named it starts,
 on 127.0.0.1, the vendor simulators, inkgate (billing on, and a second one with billing off)
-and a plain node:http + undici pass-through proxy, and stops them all at the end.
+and a plain node:http + undici pass-through proxy, and stops them all at the end. The engines
+scenario starts one more inkgate per HTTP engine (server.engine uws and node; node only where
+no uWebSockets.js build loads on this Node).
 
   --scenario LIST        latency,saturation,stream-saturation,open-loop,paced,billing,
-                         many-tenants,durability,http-front (default: all)
+                         many-tenants,durability,engines (default: all)
   --lane L               messages | responses | both (default both)
   --seconds N            measured seconds per run (default 5)
   --warmup-seconds N     unmeasured warm-up before each run (default 1)
@@ -80,6 +84,10 @@ and a plain node:http + undici pass-through proxy, and stops them all at the end
   --tenant-keys N        many-tenants: keys spread over them, one per request in turn (default 1000)
   --json                 one JSON document on stdout (every figure, ratios, goals)
   --report FILE.html     a self-contained HTML report with latency plots
+  --cpu-prof DIR         a CPU profile of the target's own process over each run's measured
+                         window, DIR/<lane>-<scenario>-<kind>-c<N>-<target>.cpuprofile
+                         (self-started targets only; figures taken under the profiler are lower);
+                         summarise with npm run bench:profile -- DIR/*.cpuprofile
   --progress             progress bar on stderr even when it is not a terminal
 `;
 
@@ -88,7 +96,7 @@ const VALUED = new Set([
   'scenario', 'lane', 'seconds', 'warmup-seconds', 'max-requests', 'max-total-seconds', 'connections', 'rate', 'streams', 'pace-ms', 'deltas',
   'upstream-connections', 'gateway', 'key', 'direct', 'direct-key', 'direct-responses', 'direct-responses-key', 'model-messages',
   'model-responses', 'direct-model-messages', 'direct-model-responses', 'anthropic-version', 'report', 'durability', 'flush-ms',
-  'tenant-accounts', 'tenant-keys',
+  'tenant-accounts', 'tenant-keys', 'cpu-prof',
 ]);
 
 function num(flags: Map<string, string>, name: string, dflt: number, min: number, max: number, integer = true): number {
@@ -156,6 +164,8 @@ export function parseBenchArgs(argv: readonly string[], stderrIsTty: boolean): B
   if (tenantKeys < tenantAccounts) throw new BenchUsageError('--tenant-keys must be at least --tenant-accounts (every account gets a key)');
   const report = flags.get('report');
   if (report !== undefined && report.trim() === '') throw new BenchUsageError('--report needs a file name');
+  const cpuProf = flags.get('cpu-prof');
+  if (cpuProf !== undefined && cpuProf.trim() === '') throw new BenchUsageError('--cpu-prof needs a folder');
   return {
     scenarios: SCENARIOS.filter((s) => scenarioList.includes(s)),
     lanes: laneArg === 'both' ? ['messages', 'responses'] : [laneArg as LaneName],
@@ -184,6 +194,7 @@ export function parseBenchArgs(argv: readonly string[], stderrIsTty: boolean): B
     tenantKeys,
     json: bools.has('json'),
     reportFile: report ?? null,
+    cpuProfDir: cpuProf ?? null,
     progress: bools.has('progress') || stderrIsTty,
     help: bools.has('help'),
   };

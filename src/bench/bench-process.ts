@@ -10,5 +10,7 @@ export interface BenchProcess {
   stats(op: 'mark' | 'read'): Promise<ProcessSnapshot>;
   /** A billing gateway's ledger after the load (null for any other process). */
   audit(): Promise<LedgerAudit | null>;
+  /** A CPU profile of this process: started, then stopped and written to `file` (child processes only). */
+  profile?(op: 'start' | 'stop', file?: string): Promise<void>;
   stop(): Promise<void>;
 }

@@ -2,14 +2,18 @@
 // Each target runs in its own process so its CPU time, peak RSS and event-loop delay are its own.
 // Protocol (IPC): the parent sends {op:'start', role, config}; the child answers {type:'ready'};
 // then {op:'mark'} (reset the window) and {op:'read'} answer {type:'stats'}; {op:'audit'} (a
-// gateway, once the load is over) answers {type:'audit'}; {op:'stop'} ends it.
+// gateway, once the load is over) answers {type:'audit'}; {op:'prof-start'} and {op:'prof-stop',
+// file} take a CPU profile of this process (node:inspector) and answer {type:'prof'}; {op:'stop'}
+// ends it.
 // The parent gone (IPC disconnect) stops it too, so a killed bench leaves no process behind.
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { Session } from 'node:inspector/promises';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import type { LaneName } from './args.js';
 import type { ProxyUpstream } from './plain-proxy.js';
+import type { Logger } from '../util/log.js';
 
 export type ChildRole = 'sims' | 'gateway' | 'proxy' | 'db';
 
@@ -25,8 +29,8 @@ export interface GatewayChildConfig {
   readonly redisUrl: string | null;
   /** Many tenants: also make this many funded accounts and keys (ready then carries `keys`). */
   readonly tenants: { readonly accounts: number; readonly keys: number } | null;
-  /** The HTTP front before uWS (config server.httpFront); unset: the configuration's default. */
-  readonly httpFront?: boolean;
+  /** The HTTP engine (config server.engine); unset: the configuration's default (auto). */
+  readonly engine?: 'auto' | 'uws' | 'node';
 }
 
 /** What a gateway's ledger looks like after the load: every hold should have ended, nothing logged. */
@@ -124,17 +128,28 @@ async function startInkgate(c: GatewayChildConfig): Promise<Started> {
   // Nothing is printed, but error lines are counted: a failed settle under load is a finding.
   let errorsLogged = 0;
   const firstErrors: string[] = [];
-  const log = createLogger('error', (line) => {
+  const errors = createLogger('error', (line) => {
     errorsLogged++;
     if (firstErrors.length < FIRST_ERRORS) firstErrors.push(line.slice(0, 500));
   });
+  // Of the lines below error only the start-up line naming the engine that serves is kept (ready
+  // carries it, so the parent can check each gateway runs the engine it asked for).
+  let engine: string | null = null;
+  const log: Logger = {
+    debug: () => undefined,
+    warn: () => undefined,
+    info: (msg, fields) => {
+      if (msg.startsWith('http engine:') && typeof fields?.engine === 'string') engine = fields.engine;
+    },
+    error: errors.error,
+  };
   // A private data dir (media store) and schema: nothing of the operator's is read or written.
   const dataDir = mkdtempSync(join(tmpdir(), 'inkgate-bench-gw-'));
   // Empty environment on purpose: the operator's INKGATE_* variables must not reshape the target.
   const cfg = loadConfig(
     {},
     {
-      server: { host: '127.0.0.1', port: 0, ...(c.httpFront === undefined ? {} : { httpFront: c.httpFront }) },
+      server: { host: '127.0.0.1', port: 0, ...(c.engine === undefined ? {} : { engine: c.engine }) },
       dataDir,
       db: { url: c.dbUrl, schema: c.schema, poolMax: 32 },
       redis: { url: c.redisUrl },
@@ -165,7 +180,11 @@ async function startInkgate(c: GatewayChildConfig): Promise<Started> {
   try {
     const key = await prepareBenchGateway(gw);
     const keys = c.tenants ? await prepareTenants(gw, c.tenants.accounts, c.tenants.keys) : undefined;
-    return { ready: { url: gw.url, key, ...(keys ? { keys } : {}), limiter: c.redisUrl ? 'redis' : 'in-process' }, stop: dropAll, ...(c.unbilled ? {} : { audit }) };
+    return {
+      ready: { url: gw.url, key, ...(keys ? { keys } : {}), limiter: c.redisUrl ? 'redis' : 'in-process', engine },
+      stop: dropAll,
+      ...(c.unbilled ? {} : { audit }),
+    };
   } catch (e) {
     await dropAll();
     throw e;
@@ -197,8 +216,30 @@ async function startDb(): Promise<Started> {
   };
 }
 
+/** CPU profiles of this process, one at a time, through the in-process inspector (no debugger port). */
+function profiler(): { start(): Promise<void>; stop(file: string): Promise<void> } {
+  let session: Session | null = null;
+  return {
+    async start() {
+      if (session === null) {
+        session = new Session();
+        session.connect();
+        await session.post('Profiler.enable');
+      }
+      await session.post('Profiler.start');
+    },
+    async stop(file) {
+      if (session === null) throw new Error('no profile started');
+      const { profile } = await session.post('Profiler.stop');
+      mkdirSync(dirname(file), { recursive: true });
+      writeFileSync(file, JSON.stringify(profile));
+    },
+  };
+}
+
 function main(): void {
   const p = probe();
+  const prof = profiler();
   let stop: Stop | null = null;
   let audit: Audit | null = null;
   let stopping = false;
@@ -215,7 +256,7 @@ function main(): void {
     }
   };
   process.on('disconnect', () => void end(0));
-  process.on('message', (m: { op: string; id?: number; role?: ChildRole; config?: unknown }) => {
+  process.on('message', (m: { op: string; id?: number; role?: ChildRole; config?: unknown; file?: string }) => {
     if (m.op === 'start') {
       const role = m.role!;
       const started =
@@ -240,6 +281,9 @@ function main(): void {
       const reply = (a: LedgerAudit | null, error?: string) => process.send?.({ type: 'audit', id: m.id, audit: a, error });
       if (!audit) reply(null); // not a billing gateway: nothing to audit
       else audit().then((a) => reply(a), (e: unknown) => reply(null, e instanceof Error ? e.message : String(e)));
+    } else if (m.op === 'prof-start' || m.op === 'prof-stop') {
+      const reply = (error?: string) => process.send?.({ type: 'prof', id: m.id, error });
+      (m.op === 'prof-start' ? prof.start() : prof.stop(m.file!)).then(() => reply(), (e: unknown) => reply(e instanceof Error ? e.message : String(e)));
     } else if (m.op === 'stop') void end(0).then(undefined, () => process.exit(1));
   });
 }

@@ -114,6 +114,8 @@ function benchReport(o: BenchOptions, set: TargetSet, started: number, m: Measur
     database: set.database,
     upstreamConnections: set.upstreamConnections,
     tenantsLimiter: set.tenantsLimiter,
+    engines: set.engines,
+    notes: set.notes,
     targets: set.targets.map((t) => ({ lane: t.lane, name: t.name, url: t.request.origin + t.request.path, process: t.processName })),
     processes: set.processes.filter((p) => p.pid > 0).map((p) => ({ name: p.name, pid: p.pid, extraPids: p.extraPids })),
     runs: m.results,

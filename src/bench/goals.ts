@@ -3,7 +3,7 @@
 import type { LaneName, Scenario } from './args.js';
 import type { RunKind, RunResult } from './scenarios.js';
 import { POSTGRES_SERVER } from './postgres-cpu.js';
-import type { TargetName } from './targets.js';
+import { ENGINE_TARGETS, type TargetName } from './targets.js';
 import type { LedgerAudit } from './child.js';
 
 /** One gateway's ledger audit after the runs, as the report prints it. */
@@ -49,7 +49,7 @@ const find = (runs: readonly RunResult[], lane: LaneName, scenario: Scenario, ki
 
 const RATIO_METRICS: Readonly<Record<RunKind, readonly string[]>> = {
   request: ['latency.p50Ms', 'latency.p99Ms', 'rps', 'own.cpuUsPerRequest'],
-  stream: ['rps', 'ttft.p50Ms', 'ttft.p99Ms', 'latency.p50Ms', 'own.cpuUsPerChunk'],
+  stream: ['rps', 'ttft.p50Ms', 'ttft.p99Ms', 'latency.p50Ms', 'own.cpuUsPerRequest', 'own.cpuUsPerChunk'],
   'open-loop': ['latency.p50Ms', 'latency.p99Ms', 'latency.maxMs'],
   paced: ['paced.streamsPerS', 'latency.p50Ms', 'latency.p99Ms', 'paced.maxGapMs', 'own.cpuUsPerChunk'],
 };
@@ -60,7 +60,9 @@ const PAIRS: ReadonlyArray<readonly [TargetName, TargetName]> = [
   ['plain proxy', 'direct'],
   ['inkgate', 'inkgate (billing off)'],
   ['inkgate (sync)', 'inkgate'],
-  ['inkgate', 'inkgate (no front)'],
+  [ENGINE_TARGETS.uws, 'plain proxy'],
+  [ENGINE_TARGETS.node, 'plain proxy'],
+  [ENGINE_TARGETS.node, ENGINE_TARGETS.uws],
   ['inkgate (many tenants)', 'inkgate (one key)'],
 ];
 
@@ -80,6 +82,45 @@ export function ratios(runs: readonly RunResult[]): Ratio[] {
     }
   }
   return out;
+}
+
+type GoalLine = (goal: string, value: number | null, op: Goal['op'], limit: number | null, unit: string, from: string) => void;
+
+/**
+ * The engines scenario: each engine against the plain proxy in the same run. Under load (its most
+ * connections) requests per second and gateway CPU per request, non-streaming and streaming; at
+ * concurrency 1 the latency an engine adds over the simulator called directly, less the plain
+ * proxy's own (the direct figure cancels: it is engine p50 - proxy p50).
+ */
+function engineGoals(runs: readonly RunResult[], lane: LaneName, g: GoalLine): void {
+  const of = (kind: RunKind, c1: boolean, t: TargetName) =>
+    runs
+      .filter((r) => r.lane === lane && r.scenario === 'engines' && r.kind === kind && r.target === t && (c1 ? r.connections === 1 : r.connections > 1))
+      .sort((a, b) => b.connections - a.connections)[0];
+  const q = (a: RunResult | undefined, b: RunResult | undefined, metric: string) => {
+    const x = a ? figure(a, metric) : null;
+    const y = b ? figure(b, metric) : null;
+    return x === null || y === null || y === 0 ? null : x / y;
+  };
+  const d = (a: RunResult | undefined, b: RunResult | undefined, metric: string) => {
+    const x = a ? figure(a, metric) : null;
+    const y = b ? figure(b, metric) : null;
+    return x === null || y === null ? null : x - y;
+  };
+  const proxy = 'plain proxy';
+  for (const [kind, mode] of [['request', 'non-streaming'], ['stream', 'streaming']] as const) {
+    const load = (t: TargetName) => of(kind, false, t);
+    g(`engines: node rps vs plain proxy (${mode}, under load)`, q(load(ENGINE_TARGETS.node), load(proxy), 'rps'), '>=', 1.0, 'x', 'engines: rps inkgate (node) / plain proxy');
+    g(`engines: node CPU per request vs plain proxy (${mode}, under load)`, q(load(ENGINE_TARGETS.node), load(proxy), 'own.cpuUsPerRequest'), '<=', 1.1, 'x', 'engines: CPU µs/req inkgate (node) / plain proxy');
+    g(`engines: uws rps vs plain proxy (${mode}, under load)`, q(load(ENGINE_TARGETS.uws), load(proxy), 'rps'), '>=', 1.3, 'x', 'engines: rps inkgate (uws) / plain proxy');
+  }
+  for (const engine of ['uws', 'node'] as const) {
+    const t = ENGINE_TARGETS[engine];
+    g(`engines: ${engine} added latency c=1 p50 over the plain proxy's (non-streaming)`, d(of('request', true, t), of('request', true, proxy), 'latency.p50Ms'), '<=', 0.1, 'ms', `engines c=1: (${t} - direct) - (plain proxy - direct), p50`);
+    g(`engines: ${engine} added time to first token c=1 p50 over the plain proxy's`, d(of('stream', true, t), of('stream', true, proxy), 'ttft.p50Ms'), '<=', 0.1, 'ms', `engines c=1 stream: (${t} - direct) - (plain proxy - direct), TTFT p50`);
+  }
+  const engineRuns = runs.filter((r) => r.lane === lane && r.scenario === 'engines');
+  g('engines: failed requests, every run', engineRuns.length ? engineRuns.reduce((n, r) => n + r.failed, 0) : null, '<=', 0, '', 'engines: answers other than 200 and transport errors, every target');
 }
 
 export function goals(runs: readonly RunResult[], lanes: readonly LaneName[], paceMs: number, audits: readonly AuditResult[] = []): Goal[] {
@@ -135,6 +176,7 @@ export function goals(runs: readonly RunResult[], lanes: readonly LaneName[], pa
     g('paced streams: gateway peak RSS', rss ?? null, '<=', 300, 'MB', 'paced: gateway process, sampled every 50 ms');
     const gap = paced('inkgate') ? figure(paced('inkgate')!, 'paced.maxGapMs') : null;
     g('paced streams: longest gap between chunks', gap, '<=', paceMs > 0 ? 10 * paceMs : null, 'ms', `paced: 10 chunk intervals of ${paceMs} ms`);
+    engineGoals(runs, lane, g);
   }
   // The ledger after the load, per gateway (not per lane: a gateway serves both).
   for (const a of audits) {

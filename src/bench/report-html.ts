@@ -5,7 +5,14 @@ import type { BenchReport } from './report.js';
 import { renderTerminal } from './report-terminal.js';
 import type { RunResult } from './scenarios.js';
 
-const COLORS: Record<string, string> = { direct: '#2b7a0b', 'plain proxy': '#1f5fbf', inkgate: '#c2410c', 'inkgate (billing off)': '#7c3aed' };
+const COLORS: Record<string, string> = {
+  direct: '#2b7a0b',
+  'plain proxy': '#1f5fbf',
+  inkgate: '#c2410c',
+  'inkgate (billing off)': '#7c3aed',
+  'inkgate (uws)': '#c2410c',
+  'inkgate (node)': '#0f766e',
+};
 const W = 640;
 const H = 300;
 const M = { l: 60, r: 16, t: 24, b: 40 };

@@ -70,12 +70,58 @@ function section(rep: BenchReport, runs: RunResult[]): string {
   return `\n## ${r0.lane}: ${title}\n${body}${ratiosText}${errs.length ? '\n' + errs.join('\n') : ''}`;
 }
 
+/**
+ * The engines scenario in one table per lane: each engine and the plain proxy under load (req/s and
+ * gateway CPU per request, each against the proxy's) and the p50 each adds at concurrency 1 over
+ * the simulator called directly (non-streaming: whole answer; streaming: first token).
+ */
+function enginesSummary(rep: BenchReport): string {
+  const runs = rep.runs.filter((r) => r.scenario === 'engines');
+  if (runs.length === 0) return '';
+  const out: string[] = ['\n## HTTP engines against the plain proxy (same run, billing on)'];
+  for (const lane of [...new Set(runs.map((r) => r.lane))]) {
+    const rows: string[][] = [];
+    for (const [kind, mode, metric] of [['request', 'non-streaming', 'latency'], ['stream', 'streaming', 'ttft']] as const) {
+      const at = (t: string, c1: boolean) => runs.find((r) => r.lane === lane && r.kind === kind && r.target === t && (c1 ? r.connections === 1 : r.connections > 1));
+      const p50 = (r: RunResult | undefined) => (r === undefined ? null : metric === 'latency' ? r.latency.p50Ms : (r.ttft?.p50Ms ?? null));
+      const direct = p50(at('direct', true));
+      const proxyLoad = at('plain proxy', false);
+      const proxyAdded = direct === null || p50(at('plain proxy', true)) === null ? null : p50(at('plain proxy', true))! - direct;
+      for (const t of ['plain proxy', 'inkgate (uws)', 'inkgate (node)']) {
+        const load = at(t, false);
+        if (load === undefined && at(t, true) === undefined) continue;
+        const ratio = (a: number | null | undefined, b: number | null | undefined) => (a == null || b == null || b === 0 ? '-' : `${(a / b).toFixed(2)}x`);
+        const added = direct === null || p50(at(t, true)) === null ? null : p50(at(t, true))! - direct;
+        rows.push([
+          mode,
+          t,
+          n0(load?.rps),
+          t === 'plain proxy' ? '1.00x' : ratio(load?.rps, proxyLoad?.rps),
+          n0(load?.own?.cpuUsPerRequest),
+          t === 'plain proxy' ? '1.00x' : ratio(load?.own?.cpuUsPerRequest, proxyLoad?.own?.cpuUsPerRequest),
+          f(added),
+          t === 'plain proxy' || added === null || proxyAdded === null ? '-' : `${added - proxyAdded >= 0 ? '+' : ''}${f(added - proxyAdded)}`,
+        ]);
+      }
+    }
+    const c = runs.find((r) => r.lane === lane && r.connections > 1)?.connections ?? 0;
+    out.push(`\n### ${lane}`);
+    out.push(
+      table(['mode', 'target', `req/s at ${c} conns`, 'vs proxy', 'CPU µs/req', 'vs proxy', 'added p50 c=1 ms (stream: TTFT)', 'minus proxy\'s ms'], rows),
+    );
+  }
+  return out.join('\n');
+}
+
 export function renderTerminal(rep: BenchReport): string {
   const out: string[] = [];
   out.push(`# inkgate bench, ${rep.startedAt}: ${rep.options.seconds} s per run after ${rep.options.warmupSeconds} s warm-up; Node ${rep.node}, ${rep.cpus} CPUs`);
   if (rep.selfStarted) {
-    out.push(`# self-started on 127.0.0.1: simulators, inkgate (billing on; ledger in ${rep.database}), inkgate (billing off), plain node:http + undici proxy; in-process rate limiter; ${rep.upstreamConnections} upstream connections per vendor`);
+    const gateways = rep.engines.length > 0 ? rep.engines.map((e) => e.process).join(', ') : 'inkgate (billing on), inkgate (billing off)';
+    out.push(`# self-started on 127.0.0.1: simulators, ${gateways} (ledger in ${rep.database}), plain node:http + undici proxy; in-process rate limiter; ${rep.upstreamConnections} upstream connections per vendor`);
   }
+  if (rep.engines.length > 0) out.push(`# HTTP engines: ${rep.engines.map((e) => `${e.process} ${e.engine ?? '(not named)'}`).join(', ')}`);
+  for (const n of rep.notes) out.push(`# note: ${n}`);
   if (rep.tenantsLimiter) out.push(`# many tenants: a gateway of its own with the ${rep.tenantsLimiter} rate limiter, ${String(rep.options.tenantKeys)} keys over ${String(rep.options.tenantAccounts)} accounts`);
   for (const t of rep.targets) out.push(`#   ${t.lane} ${t.name}: ${t.url}`);
   const groups = new Map<string, RunResult[]>();
@@ -84,6 +130,10 @@ export function renderTerminal(rep: BenchReport): string {
     groups.set(k, [...(groups.get(k) ?? []), r]);
   }
   for (const runs of groups.values()) out.push(section(rep, runs));
+  const engines = enginesSummary(rep);
+  if (engines) out.push(engines);
+  const profiles = rep.runs.filter((r) => r.cpuProfile !== null);
+  if (profiles.length > 0) out.push(`\n(CPU profiles of each run's target over its measured window: ${profiles.length} files in ${String(rep.options.cpuProfDir)})`);
   for (const s of rep.skipped) out.push(`\n(skipped: ${s.lane} ${s.scenario}: ${s.reason})`);
   for (const a of rep.audits) {
     out.push(`\n(ledger of ${a.process} after the runs: ${a.requests} requests from ${a.keysUsed} keys, ${a.invariantViolations} invariant violations, ${a.openHolds} holds open, ${a.usageUnknown} usage_unknown, ${a.errorsLogged} error lines logged)`);
@@ -97,7 +147,7 @@ export function renderTerminal(rep: BenchReport): string {
         rep.goals.filter((g) => g.value !== null).map((g) => {
           const digits = g.unit === 'x' ? 2 : g.unit === 'ms' ? 3 : 1;
           const limit = g.limit === null ? '-' : `${g.op} ${Number.isInteger(g.limit) ? g.limit : f(g.limit, digits)} ${g.unit}`;
-          return [g.lane, g.goal, g.value === null ? 'not measured' : `${f(g.value, digits)} ${g.unit}`, limit, g.pass === null ? 'n/a' : g.pass ? 'pass' : 'FAIL'];
+          return [g.lane, g.goal, g.value === null ? 'not measured' : `${f(g.value, digits)} ${g.unit}`, limit, g.pass === null ? 'n/a' : g.pass ? 'PASS' : 'MISS'];
         }),
       ),
     );

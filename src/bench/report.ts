@@ -17,6 +17,10 @@ export interface BenchReport {
   readonly upstreamConnections: number | null;
   /** The many-tenants gateway's rate limiter ("redis" or "in-process"), null when not started. */
   readonly tenantsLimiter: string | null;
+  /** Each self-started gateway and the HTTP engine it served with. */
+  readonly engines: ReadonlyArray<{ readonly process: string; readonly engine: string | null }>;
+  /** What the reader must know about the run (an engine that could not run on this Node, ...). */
+  readonly notes: readonly string[];
   readonly targets: ReadonlyArray<{ readonly lane: LaneName; readonly name: TargetName; readonly url: string; readonly process: string | null }>;
   /** Every process the bench started, ended before the report is printed. */
   readonly processes: ReadonlyArray<{ readonly name: string; readonly pid: number; readonly extraPids: readonly number[] }>;

@@ -1,11 +1,12 @@
 // The bench's scenarios as a plan of runs (lane x scenario x target), executed one at a time so
 // runs never compete with each other. Each run measures the client-side figures and, around its
 // measured window, the CPU, peak RSS and event-loop delay of every bench process.
+import { join } from 'node:path';
 import type { BenchOptions, LaneName, Scenario } from './args.js';
 import { distribution, summarize, type LatencySummary } from './histogram.js';
 import { FIRST_DELTA_MARKER } from './lanes.js';
 import { closedLoop, openLoop, pacedWave, type Tally, type Window } from './load.js';
-import type { BenchProcess, Target, TargetName, TargetSet } from './targets.js';
+import { ENGINE_TARGETS, type BenchProcess, type Target, type TargetName, type TargetSet } from './targets.js';
 
 export type RunKind = 'request' | 'stream' | 'open-loop' | 'paced';
 
@@ -51,6 +52,8 @@ export interface RunResult {
   /** [percentile, ms] points of `latency` (and `ttft`) for the plots. */
   readonly plot: Array<[number, number]>;
   readonly ttftPlot: Array<[number, number]> | null;
+  /** The target process's CPU profile over the measured window (--cpu-prof), null when none was taken. */
+  readonly cpuProfile: string | null;
 }
 
 export interface PlannedRun {
@@ -81,12 +84,6 @@ const pacedWarmupStreams = (o: BenchOptions) => Math.min(o.streams, 50);
 /** Scenarios that compare two self-started gateways: which two, and the runs each gets (1 or --connections). */
 const PAIRED: Partial<Record<Scenario, { targets: readonly TargetName[]; needs: string; runs: ReadonlyArray<readonly [RunKind, 1 | 'many']> }>> = {
   billing: { targets: ['inkgate', 'inkgate (billing off)'], needs: 'needs the self-started inkgate (billing on and off)', runs: [['request', 1], ['request', 'many']] },
-  // The same gateway with and without the HTTP front (server.httpFront, on by default): what the extra hop costs.
-  'http-front': {
-    targets: ['inkgate', 'inkgate (no front)'],
-    needs: 'needs the self-started inkgate with and without the HTTP front',
-    runs: [['request', 1], ['stream', 1], ['request', 'many']],
-  },
   durability: { targets: ['inkgate', 'inkgate (sync)'], needs: 'needs the self-started inkgate and inkgate (sync)', runs: [['request', 'many'], ['stream', 'many']] },
   'many-tenants': {
     targets: ['inkgate (one key)', 'inkgate (many tenants)'],
@@ -115,6 +112,23 @@ export function planRuns(o: BenchOptions, set: TargetSet): { runs: PlannedRun[];
         for (const [kind, connections] of pair.runs) add(ts, kind, connections === 'many' ? o.connections : 1, per);
         continue;
       }
+      if (scenario === 'engines') {
+        // In one run, over the same simulators: the plain proxy and a billing gateway per HTTP engine
+        // (uws only where it loads), under load; and at concurrency 1 the simulator called directly
+        // too, for the latency each adds.
+        const gateways = of([ENGINE_TARGETS.uws, ENGINE_TARGETS.node]);
+        const proxy = of(['plain proxy']);
+        if (gateways.length === 0 || proxy.length === 0) {
+          skipped.push({ lane, scenario, reason: 'needs the self-started plain proxy and a gateway per HTTP engine' });
+          continue;
+        }
+        const c1 = of(['direct', 'plain proxy', ENGINE_TARGETS.uws, ENGINE_TARGETS.node]);
+        add(c1, 'request', 1, per);
+        add(c1, 'stream', 1, per);
+        add([...proxy, ...gateways], 'request', o.connections, per);
+        add([...proxy, ...gateways], 'stream', o.connections, per);
+        continue;
+      }
       if (scenario === 'stream-saturation') {
         // One-write replies (no pacing): what the gateway itself costs per stream, billing on and off.
         add(of([...BASELINES, 'inkgate (billing off)']), 'stream', o.connections, per);
@@ -138,13 +152,25 @@ export function planRuns(o: BenchOptions, set: TargetSet): { runs: PlannedRun[];
 
 const sum = (r: Record<string, number>) => Object.values(r).reduce((a, b) => a + b, 0);
 
-/** Marks every bench process at the window's start and reads them at its end. */
-function processWindow(processes: readonly BenchProcess[]): Window & { uses(requests: number, chunks: number | null): ProcessUse[] } {
+/**
+ * Marks every bench process at the window's start and reads them at its end; with `profile`, that
+ * process's CPU profile covers the same window (started before the marks, written after the reads).
+ */
+function processWindow(
+  processes: readonly BenchProcess[],
+  profile: { readonly process: BenchProcess; readonly file: string } | null,
+): Window & { uses(requests: number, chunks: number | null): ProcessUse[] } {
   let before: Array<{ cpuUs: number }> = [];
   let after: Array<{ cpuUs: number; peakRssBytes: number; eldP50Ms: number; eldP99Ms: number; eldMaxMs: number }> = [];
   return {
-    start: async () => void (before = await Promise.all(processes.map((p) => p.stats('mark')))),
-    end: async () => void (after = await Promise.all(processes.map((p) => p.stats('read')))),
+    start: async () => {
+      await profile?.process.profile?.('start');
+      before = await Promise.all(processes.map((p) => p.stats('mark')));
+    },
+    end: async () => {
+      after = await Promise.all(processes.map((p) => p.stats('read')));
+      await profile?.process.profile?.('stop', profile.file);
+    },
     uses: (requests, chunks) =>
       processes.map((p, i) => {
         const cpuUs = after[i]!.cpuUs - before[i]!.cpuUs;
@@ -163,9 +189,17 @@ function processWindow(processes: readonly BenchProcess[]): Window & { uses(requ
   };
 }
 
+/** Where --cpu-prof writes a run's profile: DIR/<lane>-<scenario>-<kind>-c<N>-<target>.cpuprofile. */
+export function profileFile(dir: string, run: Pick<PlannedRun, 'lane' | 'scenario' | 'kind' | 'connections'>, target: TargetName): string {
+  const slug = target.replace(/[^a-z0-9]+/gi, '-').replace(/^-|-$/g, '');
+  return join(dir, `${run.lane}-${run.scenario}-${run.kind}-c${run.connections}-${slug}.cpuprofile`);
+}
+
 export async function executeRun(run: PlannedRun, o: BenchOptions, processes: readonly BenchProcess[]): Promise<RunResult> {
   const t = run.target;
-  const win = processWindow(processes);
+  const profiled = o.cpuProfDir === null ? undefined : processes.find((p) => p.name === t.processName && p.profile !== undefined);
+  const profile = profiled ? { process: profiled, file: profileFile(o.cpuProfDir!, run, t.name) } : null;
+  const win = processWindow(processes, profile);
   const warmupMs = o.warmupSeconds * 1000;
   const durationMs = o.seconds * 1000;
   const marker = FIRST_DELTA_MARKER[run.lane];
@@ -225,6 +259,7 @@ export async function executeRun(run: PlannedRun, o: BenchOptions, processes: re
     own: uses.find((u) => u.name === t.processName) ?? null,
     plot: distribution(tally.latency),
     ttftPlot: streaming ? distribution(tally.ttft) : null,
+    cpuProfile: profile?.file ?? null,
   };
   tally.latency.destroy();
   tally.ttft.destroy();

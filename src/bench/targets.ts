@@ -1,6 +1,7 @@
 // Starting and stopping what the bench measures. Self-started (no target named): the simulators,
 // inkgate with billing on, inkgate with billing off and the plain proxy, each in its own child
-// process on 127.0.0.1, plus an embedded Postgres when no DATABASE_URL is configured. Named
+// process on 127.0.0.1, plus an embedded Postgres when no DATABASE_URL is configured, and the
+// gateways only some scenarios need (sync durability, many tenants, one per HTTP engine). Named
 // targets are only called; the plain proxy is then started in front of the named vendor.
 import { fork, type ChildProcess } from 'node:child_process';
 import { dirname, extname, join } from 'node:path';
@@ -8,6 +9,7 @@ import { fileURLToPath } from 'node:url';
 import type { BenchOptions, LaneName } from './args.js';
 import { selfStarted } from './args.js';
 import { postgresServerProcess } from './postgres-cpu.js';
+import { loadUws } from '../server/uws-loader.js';
 import type { BenchProcess } from './bench-process.js';
 import type { ChildRole, GatewayChildConfig, LedgerAudit, ProcessSnapshot, ProxyChildConfig, SimsChildConfig } from './child.js';
 
@@ -21,12 +23,15 @@ export type TargetName =
   | 'inkgate'
   | 'inkgate (billing off)'
   | 'inkgate (sync)'
-  | 'inkgate (no front)'
+  | 'inkgate (uws)'
+  | 'inkgate (node)'
   | 'inkgate (one key)'
   | 'inkgate (many tenants)';
 export const TARGET_ORDER: readonly TargetName[] = [
-  'direct', 'plain proxy', 'inkgate', 'inkgate (billing off)', 'inkgate (sync)', 'inkgate (no front)', 'inkgate (one key)', 'inkgate (many tenants)',
+  'direct', 'plain proxy', 'inkgate', 'inkgate (billing off)', 'inkgate (sync)', 'inkgate (uws)', 'inkgate (node)', 'inkgate (one key)', 'inkgate (many tenants)',
 ];
+/** The engines scenario's gateways, one per HTTP engine (config server.engine), billing on. */
+export const ENGINE_TARGETS = { uws: 'inkgate (uws)', node: 'inkgate (node)' } as const satisfies Record<string, TargetName>;
 /** The process of the many-tenants scenario: one gateway, the shared limiter, many funded keys. */
 export const TENANTS_PROCESS = 'inkgate (tenants)';
 
@@ -48,6 +53,10 @@ export interface TargetSet {
   readonly upstreamConnections: number | null;
   /** The many-tenants gateway's rate limiter ("redis" or "in-process"), null when not started. */
   readonly tenantsLimiter: string | null;
+  /** Each self-started gateway and the HTTP engine it serves with (as its start-up line names it). */
+  readonly engines: ReadonlyArray<{ readonly process: string; readonly engine: string | null }>;
+  /** What the reader must know about this set, e.g. an engine that could not run on this Node. */
+  readonly notes: readonly string[];
   stop(): Promise<void>;
 }
 
@@ -103,13 +112,13 @@ async function spawnChild(name: string, role: ChildRole, config: unknown): Promi
     });
     void exit.then(() => (clearTimeout(timer), reject(new Error(`${name}: exited before it was ready\n${tail.trim()}`))));
   });
-  const ask = (op: 'mark' | 'read' | 'audit') =>
+  const ask = (op: 'mark' | 'read' | 'audit' | 'prof-start' | 'prof-stop', more: Record<string, unknown> = {}) =>
     new Promise<Record<string, unknown>>((resolve, reject) => {
       if (exited) return reject(new Error(`${name} is gone\n${tail.trim()}`));
       const id = nextId++;
       const timer = setTimeout(() => (pending.delete(id), reject(new Error(`${name}: no answer to ${op} after ${STATS_TIMEOUT_MS} ms`))), STATS_TIMEOUT_MS);
       pending.set(id, (m) => (clearTimeout(timer), resolve(m)));
-      cp.send({ op, id });
+      cp.send({ ...more, op, id });
     });
   const proc: BenchProcess = {
     name,
@@ -121,6 +130,10 @@ async function spawnChild(name: string, role: ChildRole, config: unknown): Promi
       const m = await ask('audit');
       if (m.error !== undefined) throw new Error(`${name}: audit failed: ${String(m.error)}`);
       return (m.audit ?? null) as LedgerAudit | null;
+    },
+    profile: async (op, file) => {
+      const m = await ask(op === 'start' ? 'prof-start' : 'prof-stop', file === undefined ? {} : { file });
+      if (m.error !== undefined) throw new Error(`${name}: CPU profile ${op} failed: ${String(m.error)}`);
     },
     stop: async () => {
       if (exited) return;
@@ -168,7 +181,7 @@ type AddProcess = (name: string, role: ChildRole, config: unknown) => Promise<Re
 type SimUrls = { anthropic: string; openai: string };
 type Ready = Record<string, unknown> | null;
 /** What a start produced besides its processes. */
-type Started = Pick<TargetSet, 'targets' | 'database' | 'upstreamConnections' | 'tenantsLimiter'>;
+type Started = Pick<TargetSet, 'targets' | 'database' | 'upstreamConnections' | 'tenantsLimiter' | 'engines' | 'notes'>;
 
 export async function startTargets(o: BenchOptions, dbUrl: string | null, redisUrl: string | null, onStep: (what: string) => void): Promise<TargetSet> {
   const processes: BenchProcess[] = [];
@@ -191,8 +204,7 @@ export async function startTargets(o: BenchOptions, dbUrl: string | null, redisU
     } else {
       started = await startNamedTargets(o, upstreamConnections, add);
     }
-    const { targets, database, tenantsLimiter } = started;
-    return { targets, processes, database, upstreamConnections: started.upstreamConnections, tenantsLimiter, stop: stopAll };
+    return { ...started, processes, stop: stopAll };
   } catch (e) {
     await stopAll();
     throw e;
@@ -218,13 +230,20 @@ async function startOwnTargets(o: BenchOptions, dbUrl: string | null, redisUrl: 
     tenants: null,
     ...more,
   });
-  // The durability, many-tenants and http-front scenarios need gateways of their own, started only for them.
+  // The durability, many-tenants and engines scenarios need gateways of their own, started only for
+  // them; the engines scenario alone needs neither the shared inkgate nor the one with billing off.
+  const wantShared = o.scenarios.some((sc) => sc !== 'engines');
   const wantSync = o.scenarios.includes('durability');
   const wantTenants = o.scenarios.includes('many-tenants');
-  const wantNoFront = o.scenarios.includes('http-front');
-  const [on, off, proxy, sync, tenants, noFront] = await settled([
-    add('inkgate', 'gateway', gw('on', false)),
-    add('inkgate (billing off)', 'gateway', gw('off', true)),
+  const wantEngines = o.scenarios.includes('engines');
+  // uWS loads only where a native build exists for this Node (the children run this same Node).
+  const uws = wantEngines ? loadUws() : null;
+  const notes: string[] = [];
+  if (uws && !uws.ok) notes.push(`engines: the uws engine cannot run here (${uws.reason}); the scenario runs the node engine only`);
+  const engineGw = (engine: 'uws' | 'node') => add(ENGINE_TARGETS[engine], 'gateway', gw(engine, false, { engine }));
+  const [on, off, proxy, sync, tenants, engUws, engNode] = await settled([
+    wantShared ? add('inkgate', 'gateway', gw('on', false)) : Promise.resolve(null),
+    wantShared ? add('inkgate (billing off)', 'gateway', gw('off', true)) : Promise.resolve(null),
     add('plain proxy', 'proxy', {
       upstreams: { messages: { url: s.anthropic, key: SIM_KEYS.anthropic }, responses: { url: s.openai, key: SIM_KEYS.openai } },
       anthropicVersion: o.anthropicVersion,
@@ -234,10 +253,20 @@ async function startOwnTargets(o: BenchOptions, dbUrl: string | null, redisUrl: 
     wantTenants
       ? add(TENANTS_PROCESS, 'gateway', gw('tenants', false, { redisUrl, tenants: { accounts: o.tenantAccounts, keys: o.tenantKeys } }))
       : Promise.resolve(null),
-    wantNoFront ? add('inkgate (no front)', 'gateway', gw('nofront', false, { httpFront: false })) : Promise.resolve(null),
+    uws?.ok ? engineGw('uws') : Promise.resolve(null),
+    wantEngines ? engineGw('node') : Promise.resolve(null),
   ]);
-  const targets = o.lanes.flatMap((lane) => ownLaneTargets(lane, o, s, { on: on!, off: off!, proxy: proxy!, sync, tenants, noFront }));
-  return { targets, database, upstreamConnections, tenantsLimiter: tenants ? String(tenants.limiter) : null };
+  const engines = (
+    [['inkgate', on], ['inkgate (billing off)', off], ['inkgate (sync)', sync], [TENANTS_PROCESS, tenants], [ENGINE_TARGETS.uws, engUws], [ENGINE_TARGETS.node, engNode]] as const
+  )
+    .filter(([, r]) => r !== null)
+    .map(([process, r]) => ({ process, engine: typeof r!.engine === 'string' ? r!.engine : null }));
+  // A gateway that asked for an engine must serve with it, or its figures are another engine's.
+  for (const [want, r] of [['uws', engUws], ['node', engNode]] as const) {
+    if (r !== null && r.engine !== want) throw new Error(`${ENGINE_TARGETS[want]}: asked for server.engine ${want}, serves with ${String(r.engine)}`);
+  }
+  const targets = o.lanes.flatMap((lane) => ownLaneTargets(lane, o, s, { on, off, proxy: proxy!, sync, tenants, engUws, engNode }));
+  return { targets, database, upstreamConnections, tenantsLimiter: tenants ? String(tenants.limiter) : null, engines, notes };
 }
 
 /** One lane's targets over the self-started processes (ready messages carry their url and key). */
@@ -245,17 +274,19 @@ function ownLaneTargets(
   lane: LaneName,
   o: BenchOptions,
   s: SimUrls,
-  p: { on: Record<string, unknown>; off: Record<string, unknown>; proxy: Record<string, unknown>; sync: Ready; tenants: Ready; noFront: Ready },
+  p: { on: Ready; off: Ready; proxy: Record<string, unknown>; sync: Ready; tenants: Ready; engUws: Ready; engNode: Ready },
 ): Target[] {
   const out: Target[] = [];
   const simUrl = lane === 'messages' ? s.anthropic : s.openai;
   const simKey = SIM_KEYS[lane === 'messages' ? 'anthropic' : 'openai'];
   out.push(target('direct', lane, simUrl, vendorHeaders(lane, simKey, o.anthropicVersion), o.directModels[lane], o, 'simulators'));
   out.push(target('plain proxy', lane, String(p.proxy.url), {}, o.directModels[lane], o, 'plain proxy'));
-  out.push(target('inkgate', lane, String(p.on.url), bearer(p.on.key), o.models[lane], o, 'inkgate'));
-  out.push(target('inkgate (billing off)', lane, String(p.off.url), bearer(p.off.key), o.models[lane], o, 'inkgate (billing off)'));
-  if (p.sync) out.push(target('inkgate (sync)', lane, String(p.sync.url), bearer(p.sync.key), o.models[lane], o, 'inkgate (sync)'));
-  if (p.noFront) out.push(target('inkgate (no front)', lane, String(p.noFront.url), bearer(p.noFront.key), o.models[lane], o, 'inkgate (no front)'));
+  const own = (name: TargetName, r: Ready) => void (r && out.push(target(name, lane, String(r.url), bearer(r.key), o.models[lane], o, name)));
+  own('inkgate', p.on);
+  own('inkgate (billing off)', p.off);
+  own('inkgate (sync)', p.sync);
+  own(ENGINE_TARGETS.uws, p.engUws);
+  own(ENGINE_TARGETS.node, p.engNode);
   if (p.tenants) {
     const one = target('inkgate (one key)', lane, String(p.tenants.url), bearer(p.tenants.key), o.models[lane], o, TENANTS_PROCESS);
     out.push(one);
@@ -281,5 +312,5 @@ async function startNamedTargets(o: BenchOptions, upstreamConnections: number, a
     if (d && proxyUrl) targets.push(target('plain proxy', lane, proxyUrl, {}, o.directModels[lane], o, 'plain proxy'));
     if (o.gateway) targets.push(target('inkgate', lane, o.gateway.url, bearer(o.gateway.key), o.models[lane], o, null));
   }
-  return { targets, database: null, upstreamConnections: proxyUrl ? upstreamConnections : null, tenantsLimiter: null };
+  return { targets, database: null, upstreamConnections: proxyUrl ? upstreamConnections : null, tenantsLimiter: null, engines: [], notes: [] };
 }
