@@ -7,6 +7,11 @@ import t from 'tap';
 import { parseBenchArgs } from '../../src/bench/args.js';
 import { closedLoop, countEventEnds, openLoop } from '../../src/bench/load.js';
 import { newHistogram, recordMs, summarize } from '../../src/bench/histogram.js';
+import { goals, ratios } from '../../src/bench/goals.js';
+import { planRuns, profileFile, type RunKind, type RunResult } from '../../src/bench/scenarios.js';
+import type { Target, TargetName, TargetSet } from '../../src/bench/targets.js';
+import type { LaneName } from '../../src/bench/args.js';
+import { area, summarise, type CpuProfile } from '../../bench/cpuprofile-top.js';
 
 async function listen(s: Server): Promise<string> {
   await new Promise<void>((r) => s.listen(0, '127.0.0.1', () => r()));
@@ -99,7 +104,9 @@ t.test('SSE event ends and histogram summaries', async (t) => {
 
 t.test('arguments: bounded and checked', async (t) => {
   const o = parseBenchArgs([], false);
-  t.same(o.scenarios, ['latency', 'saturation', 'stream-saturation', 'open-loop', 'paced', 'billing', 'many-tenants', 'durability', 'http-front']);
+  t.same(o.scenarios, ['latency', 'saturation', 'stream-saturation', 'open-loop', 'paced', 'billing', 'many-tenants', 'durability', 'engines']);
+  t.equal(o.cpuProfDir, null, 'no profile unless asked');
+  t.equal(parseBenchArgs(['--cpu-prof', '/tmp/p'], false).cpuProfDir, '/tmp/p');
   t.same([o.tenantAccounts, o.tenantKeys], [100, 1000], 'many tenants: 1,000 keys over 100 accounts');
   t.same(o.lanes, ['messages', 'responses']);
   t.equal(o.seconds, 5);
@@ -107,7 +114,7 @@ t.test('arguments: bounded and checked', async (t) => {
   t.equal(o.streams, 1000);
   t.equal(o.progress, false, 'no progress bar off a terminal');
   t.equal(parseBenchArgs(['--progress'], false).progress, true);
-  for (const bad of [['--seconds', '0'], ['--scenario', 'latency,warp'], ['--lane', 'video'], ['--gateway', 'http://x'], ['--direct', 'ftp://x', '--direct-key', 'k'], ['--frobnicate'], ['--connections', '2.5'], ['stray'], ['--tenant-accounts', '10', '--tenant-keys', '5']]) {
+  for (const bad of [['--seconds', '0'], ['--scenario', 'latency,warp'], ['--lane', 'video'], ['--gateway', 'http://x'], ['--direct', 'ftp://x', '--direct-key', 'k'], ['--frobnicate'], ['--connections', '2.5'], ['stray'], ['--tenant-accounts', '10', '--tenant-keys', '5'], ['--cpu-prof'], ['--cpu-prof', ' '], ['--scenario', 'http-front']]) {
     t.throws(() => parseBenchArgs(bad, false), { name: 'BenchUsageError' }, bad.join(' '));
   }
 });
@@ -116,4 +123,108 @@ t.test('children inherit the loader and profiling flags, not an eval script or a
   const { childExecArgv } = await import('../../src/bench/targets.js');
   t.same(childExecArgv(['--import', './loader.mjs', '--input-type=module', '-e', 'code()', '--cpu-prof', '--inspect=9229']), ['--import', './loader.mjs', '--cpu-prof']);
   t.same(childExecArgv(['--input-type', 'module', '--eval', 'x']), []);
+});
+
+/** A target of the given name on a lane, enough for planning. */
+const fakeTarget = (name: TargetName, lane: LaneName): Target =>
+  ({ name, lane, request: { origin: 'http://127.0.0.1:1', path: '/', headers: {} }, bodies: { plain: '{}', stream: '{}', paced: '{}' }, processName: name }) as Target;
+const fakeSet = (names: readonly TargetName[]): TargetSet => ({
+  targets: (['messages', 'responses'] as const).flatMap((l) => names.map((n) => fakeTarget(n, l))),
+  processes: [],
+  database: null,
+  upstreamConnections: null,
+  tenantsLimiter: null,
+  engines: [],
+  notes: [],
+  stop: async () => undefined,
+});
+
+t.test('engines scenario: the plain proxy and each engine under load, and the direct simulator too at concurrency 1', async (t) => {
+  const o = parseBenchArgs(['--scenario', 'engines', '--lane', 'messages', '--connections', '7'], false);
+  const plan = (names: readonly TargetName[]) => planRuns(o, fakeSet(names)).runs.map((r) => `${r.kind}/${r.connections}/${r.target.name}`);
+  const all: TargetName[] = ['direct', 'plain proxy', 'inkgate', 'inkgate (uws)', 'inkgate (node)'];
+  t.same(plan(all), [
+    'request/1/direct', 'request/1/plain proxy', 'request/1/inkgate (uws)', 'request/1/inkgate (node)',
+    'stream/1/direct', 'stream/1/plain proxy', 'stream/1/inkgate (uws)', 'stream/1/inkgate (node)',
+    'request/7/plain proxy', 'request/7/inkgate (uws)', 'request/7/inkgate (node)',
+    'stream/7/plain proxy', 'stream/7/inkgate (uws)', 'stream/7/inkgate (node)',
+  ], 'the shared inkgate is not a target of this scenario');
+  // Where uWS does not load (Node 22 and later) only the node gateway is started: it runs alone.
+  t.same(plan(['direct', 'plain proxy', 'inkgate (node)']).filter((r) => r.includes('inkgate')), ['request/1/inkgate (node)', 'stream/1/inkgate (node)', 'request/7/inkgate (node)', 'stream/7/inkgate (node)']);
+  const named = planRuns(o, fakeSet(['direct', 'plain proxy', 'inkgate']));
+  t.same(named.runs, [], 'a named gateway: nothing to compare');
+  t.match(named.skipped, [{ lane: 'messages', scenario: 'engines', reason: /a gateway per HTTP engine/ }]);
+});
+
+t.test('engines goals: ratios to the plain proxy and added latency less the proxy\'s, from the reported figures', async (t) => {
+  const run = (kind: RunKind, connections: number, target: TargetName, f: { rps?: number; cpu?: number; p50?: number; ttft?: number; failed?: number }) =>
+    ({
+      lane: 'responses', scenario: 'engines', kind, target, connections, rps: f.rps ?? 100, failed: f.failed ?? 0,
+      latency: { p50Ms: f.p50 ?? 1 }, ttft: kind === 'stream' ? { p50Ms: f.ttft ?? 1 } : null, own: { cpuUsPerRequest: f.cpu ?? 100 },
+    }) as unknown as RunResult;
+  const runs = [
+    run('request', 1, 'direct', { p50: 0.2 }), run('request', 1, 'plain proxy', { p50: 0.5 }), run('request', 1, 'inkgate (uws)', { p50: 0.55 }), run('request', 1, 'inkgate (node)', { p50: 0.75 }),
+    run('stream', 1, 'direct', { ttft: 0.3 }), run('stream', 1, 'plain proxy', { ttft: 0.6 }), run('stream', 1, 'inkgate (uws)', { ttft: 0.6 }), run('stream', 1, 'inkgate (node)', { ttft: 0.65 }),
+    run('request', 50, 'plain proxy', { rps: 1000, cpu: 100 }), run('request', 50, 'inkgate (uws)', { rps: 1400, cpu: 90 }), run('request', 50, 'inkgate (node)', { rps: 1000, cpu: 110 }),
+    run('stream', 50, 'plain proxy', { rps: 1000, cpu: 100 }), run('stream', 50, 'inkgate (uws)', { rps: 1200, cpu: 90 }), run('stream', 50, 'inkgate (node)', { rps: 900, cpu: 120, failed: 2 }),
+  ];
+  const gs = goals(runs, ['responses'], 20).filter((g) => g.goal.startsWith('engines:'));
+  const at = (name: string) => gs.find((g) => g.goal === `engines: ${name}`)!;
+  const is = (name: string, value: number, pass: boolean) => {
+    t.ok(Math.abs(at(name).value! - value) < 1e-9, `${name}: ${at(name).value} = ${value}`);
+    t.equal(at(name).pass, pass, `${name}: ${pass ? 'PASS' : 'MISS'}`);
+  };
+  is('node rps vs plain proxy (non-streaming, under load)', 1.0, true);
+  is('node CPU per request vs plain proxy (non-streaming, under load)', 1.1, true);
+  is('uws rps vs plain proxy (non-streaming, under load)', 1.4, true);
+  is('node rps vs plain proxy (streaming, under load)', 0.9, false);
+  is('node CPU per request vs plain proxy (streaming, under load)', 1.2, false);
+  is('uws rps vs plain proxy (streaming, under load)', 1.2, false);
+  is('uws added latency c=1 p50 over the plain proxy\'s (non-streaming)', 0.05, true);
+  is('node added latency c=1 p50 over the plain proxy\'s (non-streaming)', 0.25, false);
+  is('uws added time to first token c=1 p50 over the plain proxy\'s', 0, true);
+  is('node added time to first token c=1 p50 over the plain proxy\'s', 0.05, true);
+  is('failed requests, every run', 2, false);
+  t.ok(goals([], ['responses'], 20).filter((g) => g.goal.startsWith('engines:')).every((g) => g.value === null && g.pass === null), 'not run: no figure, no verdict');
+  const rs = ratios(runs).filter((r) => r.of === 'inkgate (node)' && r.vs === 'plain proxy' && r.kind === 'stream' && r.connections === 50);
+  t.same(rs.map((r) => r.metric), ['rps', 'ttft.p50Ms', 'latency.p50Ms', 'own.cpuUsPerRequest'], 'streams compare CPU per request too');
+});
+
+t.test('--cpu-prof: one file per run, named after it', async (t) => {
+  t.equal(profileFile('/p', { lane: 'messages', scenario: 'engines', kind: 'stream', connections: 50 }, 'inkgate (node)'), '/p/messages-engines-stream-c50-inkgate-node.cpuprofile');
+  t.equal(profileFile('/p', { lane: 'responses', scenario: 'latency', kind: 'request', connections: 1 }, 'plain proxy'), '/p/responses-latency-request-c1-plain-proxy.cpuprofile');
+});
+
+t.test('cpuprofile-top: self time by function and area, inclusive time by pattern', async (t) => {
+  const frame = (functionName: string, url = '', lineNumber = 0) => ({ functionName, url, lineNumber });
+  // root -> main (app.js) -> { write (native), helper (node_modules/lib) }; idle beside.
+  const p: CpuProfile = {
+    nodes: [
+      { id: 1, callFrame: frame('(root)'), children: [2, 5, 6] },
+      { id: 2, callFrame: frame('main', 'file:///x/dist/server/app.js', 9), children: [3, 4] },
+      { id: 3, callFrame: frame('writev') },
+      { id: 4, callFrame: frame('helper', 'file:///x/node_modules/undici/lib/a.js', 1) },
+      { id: 5, callFrame: frame('(idle)') },
+      { id: 6, callFrame: frame('(garbage collector)') },
+    ],
+    startTime: 0,
+    endTime: 1000,
+    // Each sample's self time is the delta to the next one.
+    samples: [2, 3, 3, 4, 5, 6, 2],
+    timeDeltas: [0, 100, 200, 300, 400, 500, 600],
+  };
+  const s = summarise(p, [/main/, /helper/]);
+  t.equal(s.totalMs, 2.1);
+  t.equal(s.idleMs, 0.5);
+  t.equal(s.busyMs, 1.6);
+  t.same(s.functions, [
+    { key: 'writev (native, from main src/server/app.js:10)', ms: 0.5 },
+    { key: '(garbage collector)', ms: 0.6 },
+    { key: 'helper undici/lib/a.js:2', ms: 0.4 },
+    { key: 'main src/server/app.js:10', ms: 0.1 },
+  ].sort((a, b) => b.ms - a.ms));
+  t.same(s.areas.map((a) => a.key).sort(), ['(garbage collector)', '(native)', 'src/server/app.js', 'undici'].sort());
+  t.same(s.matches, [{ pattern: 'main', ms: 1.0 }, { pattern: 'helper', ms: 0.4 }], 'inclusive: main is on the stack of its own, writev\'s and helper\'s samples');
+  t.equal(area(frame('x', 'node:internal/streams/readable', 1)), 'node:streams/readable');
+  t.equal(area(frame('x', 'file:///a/node_modules/@scope/pkg/lib/x.js', 1)), '@scope/pkg');
 });
