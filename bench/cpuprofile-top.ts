@@ -1,9 +1,10 @@
 // Summarises V8 CPU profiles (.cpuprofile: `inkgate bench --cpu-prof DIR`, `node --cpu-prof`):
 // per file, the busy time sampled, the functions with the most self time (function + file:line),
 // the same self time summed by area (a source file, a package, a node: module, the collector), and
-// with --match the time any matching function was on the stack (inclusive, counted once per sample).
+// with --match the time any matching function was on the stack (inclusive, counted once per sample),
+// and with --callers the paths (--depth frames up, 5 by default) by which a matching function was reached.
 //   node --import ./node_modules/@tapjs/typescript/dist/esm/import.mjs bench/cpuprofile-top.ts \
-//     [--top N] [--match REGEX]... DIR/*.cpuprofile
+//     [--top N] [--match REGEX]... [--callers REGEX [--depth N]] DIR/*.cpuprofile
 import { readFileSync } from 'node:fs';
 import { basename } from 'node:path';
 
@@ -54,10 +55,14 @@ export interface Summary {
   readonly functions: ReadonlyArray<{ readonly key: string; readonly ms: number }>;
   readonly areas: ReadonlyArray<{ readonly key: string; readonly ms: number }>;
   readonly matches: ReadonlyArray<{ readonly pattern: string; readonly ms: number }>;
+  /** Self time of the functions matching `callers`, by the frames above them (nearest first). */
+  readonly callers: ReadonlyArray<{ readonly key: string; readonly ms: number }>;
 }
 
+
+
 /** Self time per sample is the delta to the next sample (as DevTools counts it). */
-export function summarise(p: CpuProfile, patterns: readonly RegExp[] = []): Summary {
+export function summarise(p: CpuProfile, patterns: readonly RegExp[] = [], callers: RegExp | null = null, depth = 5): Summary {
   const byId = new Map(p.nodes.map((n) => [n.id, n]));
   const parent = new Map<number, number>();
   for (const n of p.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
@@ -110,8 +115,22 @@ export function summarise(p: CpuProfile, patterns: readonly RegExp[] = []): Summ
     for (const [id, t] of self) if (byId.get(id)!.callFrame.functionName !== '(idle)' && onStack(id)) us += t;
     return { pattern: re.source, ms: us / 1000 };
   });
+  const paths = new Map<string, number>();
+  if (callers !== null) {
+    for (const [id, us] of self) {
+      const f = byId.get(id)!.callFrame;
+      if (!callers.test(`${f.functionName} ${shortUrl(f.url)}`)) continue;
+      const chain = [frameName(f)];
+      for (let up = parent.get(id); up !== undefined && chain.length <= depth; up = parent.get(up)) {
+        const c = byId.get(up)!.callFrame;
+        if (c.functionName !== '(root)') chain.push(frameName(c));
+      }
+      const key = chain.join(' < ');
+      paths.set(key, (paths.get(key) ?? 0) + us);
+    }
+  }
   const sorted = (m: Map<string, number>) => [...m].map(([key, us]) => ({ key, ms: us / 1000 })).sort((a, b) => b.ms - a.ms);
-  return { totalMs: total / 1000, idleMs: idle / 1000, busyMs: (total - idle) / 1000, functions: sorted(fn), areas: sorted(ar), matches };
+  return { totalMs: total / 1000, idleMs: idle / 1000, busyMs: (total - idle) / 1000, functions: sorted(fn), areas: sorted(ar), matches, callers: sorted(paths) };
 }
 
 function render(name: string, s: Summary, top: number): string {
@@ -128,6 +147,7 @@ function render(name: string, s: Summary, top: number): string {
     '|---|---|---|',
     ...rows(s.areas),
   ];
+  if (s.callers.length > 0) out.push('', '| self ms | of busy | reached by (nearest frame first) |', '|---|---|---|', ...rows(s.callers));
   if (s.matches.length > 0) {
     out.push('', '| inclusive ms | of busy | on the stack |', '|---|---|---|', ...s.matches.map((m) => `| ${m.ms.toFixed(1)} | ${pct(m.ms)} | /${m.pattern}/ |`));
   }
@@ -137,21 +157,25 @@ function render(name: string, s: Summary, top: number): string {
 function main(argv: readonly string[]): number {
   let top = 25;
   const patterns: RegExp[] = [];
+  let callers: RegExp | null = null;
+  let depth = 5;
   const files: string[] = [];
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i]!;
     if (a === '--top') top = Number(argv[++i]);
     else if (a === '--match') patterns.push(new RegExp(argv[++i] ?? ''));
+    else if (a === '--callers') callers = new RegExp(argv[++i] ?? '');
+    else if (a === '--depth') depth = Number(argv[++i]);
     else if (a === '--help') {
-      process.stdout.write('usage: bench/cpuprofile-top.ts [--top N] [--match REGEX]... FILE.cpuprofile...\n');
+      process.stdout.write('usage: bench/cpuprofile-top.ts [--top N] [--match REGEX]... [--callers REGEX [--depth N]] FILE.cpuprofile...\n');
       return 0;
     } else files.push(a);
   }
   if (files.length === 0 || !Number.isInteger(top) || top < 1) {
-    process.stderr.write('usage: bench/cpuprofile-top.ts [--top N] [--match REGEX]... FILE.cpuprofile...\n');
+    process.stderr.write('usage: bench/cpuprofile-top.ts [--top N] [--match REGEX]... [--callers REGEX [--depth N]] FILE.cpuprofile...\n');
     return 1;
   }
-  for (const f of files) process.stdout.write(render(basename(f), summarise(JSON.parse(readFileSync(f, 'utf8')) as CpuProfile, patterns), top) + '\n');
+  for (const f of files) process.stdout.write(render(basename(f), summarise(JSON.parse(readFileSync(f, 'utf8')) as CpuProfile, patterns, callers, depth), top) + '\n');
   return 0;
 }
 
