@@ -45,7 +45,7 @@ export function area(f: CallFrame): string {
   return s;
 }
 
-const frameName = (f: CallFrame) => `${f.functionName || '(anonymous)'} ${shortUrl(f.url)}:${f.lineNumber + 1}`;
+const frameName = (f: CallFrame) => `${f.functionName || '(anonymous)'}${f.url === '' ? '' : ` ${shortUrl(f.url)}:${f.lineNumber + 1}`}`;
 
 export interface Summary {
   /** Sampled wall time, idle included, ms. */

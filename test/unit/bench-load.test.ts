@@ -225,6 +225,7 @@ t.test('cpuprofile-top: self time by function and area, inclusive time by patter
   ].sort((a, b) => b.ms - a.ms));
   t.same(s.areas.map((a) => a.key).sort(), ['(garbage collector)', '(native)', 'src/server/app.js', 'undici'].sort());
   t.same(s.matches, [{ pattern: 'main', ms: 1.0 }, { pattern: 'helper', ms: 0.4 }], 'inclusive: main is on the stack of its own, writev\'s and helper\'s samples');
+  t.same(summarise(p, [], /^writev /).callers, [{ key: 'writev < main src/server/app.js:10', ms: 0.5 }], 'callers: the path up to the root');
   t.equal(area(frame('x', 'node:internal/streams/readable', 1)), 'node:streams/readable');
   t.equal(area(frame('x', 'file:///a/node_modules/@scope/pkg/lib/x.js', 1)), '@scope/pkg');
 });
