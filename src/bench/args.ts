@@ -86,8 +86,8 @@ no uWebSockets.js build loads on this Node).
   --report FILE.html     a self-contained HTML report with latency plots
   --cpu-prof DIR         a CPU profile of the target's own process over each run's measured
                          window, DIR/<lane>-<scenario>-<kind>-c<N>-<target>.cpuprofile
-                         (self-started targets only; figures taken under the profiler are lower);
-                         summarise with npm run bench:profile -- DIR/*.cpuprofile
+                         (processes the bench started; figures taken under the profiler are
+                         lower); bench/cpuprofile-top.ts in the source tree summarises them
   --progress             progress bar on stderr even when it is not a terminal
 `;
 
