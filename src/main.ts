@@ -15,10 +15,21 @@ import { demoSignInLink } from './console/demo-link.js';
 type Stops = Array<() => Promise<void>>;
 
 export async function main(argv: string[]): Promise<void> {
+  const stops: Stops = [];
+  try {
+    await start(argv, stops);
+  } catch (e) {
+    // A start that failed after the embedded PostgreSQL (or the demo's simulators) came up must not
+    // leave them running: the process is about to exit on this error.
+    for (const s of stops) await s().catch((err: unknown) => process.stderr.write(`inkgate: stop after a failed start: ${(err as Error).message}\n`));
+    throw e;
+  }
+}
+
+async function start(argv: string[], stops: Stops): Promise<void> {
   const demo = argv.includes('--demo');
   let config = loadConfig();
   const log = createLogger(config.log.level);
-  const stops: Stops = [];
   let videoFetch: { allowList: ReadonlySet<string>; ca: string } | undefined;
   if (demo) ({ config, videoFetch } = await startDemo(log, stops));
   const db = await openDatabase(config, { share: true, log: (m) => log.info(m) });

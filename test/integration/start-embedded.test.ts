@@ -2,11 +2,13 @@
 // starts an embedded PostgreSQL, creates the demo account and key, and serves /v1/me with it.
 // Then the process is SIGKILLed (orphaning its postmaster) and started again on the same data dir.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
 import { call } from '../helpers/gateway.js';
+import { pidAlive } from '../../src/util/process.js';
 
 const root = new URL('../..', import.meta.url).pathname;
 
@@ -97,4 +99,22 @@ t.test('SIGTERM with the embedded Postgres: the journal is written before the cl
   const me = await call(b.url, 'GET', '/v1/me', { key });
   t.equal(me.json.key.ink_charged, charged, 'the charge told before SIGTERM is in Postgres after the restart');
   t.equal(me.json.key.ink_reserved, 0, 'no hold left open');
+});
+
+t.test('a start that fails once the embedded Postgres is up leaves no cluster running', { timeout: 120_000 }, async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'inkgate-start-fail-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  // The admin listener's port is taken: the start fails after the cluster came up.
+  const busy = createServer();
+  await new Promise<void>((r) => busy.listen(0, '127.0.0.1', r));
+  t.teardown(() => new Promise<void>((r) => busy.close(() => r())));
+  const configFile = join(dir, 'config.json');
+  writeFileSync(configFile, JSON.stringify({ admin: { port: (busy.address() as AddressInfo).port } }));
+  await t.rejects(start(dir, { configFile }), /exited 1 before listening/, 'the start fails');
+  t.ok(existsSync(join(dir, 'pg', 'PG_VERSION')), 'the cluster had been made');
+  const pidFile = join(dir, 'pg', 'postmaster.pid');
+  const pid = existsSync(pidFile) ? Number(readFileSync(pidFile, 'utf8').split('\n')[0]) : 0;
+  const left = pid > 0 && pidAlive(pid);
+  if (left) process.kill(pid, 'SIGQUIT');
+  t.notOk(left, 'its postmaster was stopped before the process exited');
 });
