@@ -23,7 +23,8 @@ export function ensureBuilt() {
   if (existsSync(out) && !existsSync(tsc)) return;
   if (existsSync(out) && statSync(out).mtimeMs >= newest(join(root, 'src'))) return;
   process.stderr.write('inkgate: building dist/ ...\n');
-  const r = spawnSync(tsc, ['-p', 'tsconfig.build.json'], { cwd: root, stdio: 'inherit' });
+  // On this node, not whichever `#!/usr/bin/env node` would find first on PATH.
+  const r = spawnSync(process.execPath, [tsc, '-p', 'tsconfig.build.json'], { cwd: root, stdio: 'inherit' });
   if (r.status !== 0) process.exit(r.status ?? 1);
 }
 

@@ -6,15 +6,20 @@ import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
-import { join, dirname } from 'node:path';
+import { delimiter, join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
+// tsc and tap run on this very node (their `#!/usr/bin/env node` would pick whichever node is first
+// on PATH), and every child finds it first on PATH too: tap runs each test file on its own
+// process.execPath, and tests spawn process.execPath.
 const bin = (n) => join(root, 'node_modules', '.bin', n);
+const nodePath = `${dirname(process.execPath)}${delimiter}${process.env.PATH ?? ''}`;
+console.log(`# node ${process.version} (${process.execPath})`);
 
 function step(name, cmd, args) {
   process.stdout.write(`# ${name}\n`);
-  const r = spawnSync(cmd, args, { cwd: root, stdio: 'inherit' });
+  const r = spawnSync(process.execPath, [cmd, ...args], { cwd: root, stdio: 'inherit', env: { ...process.env, PATH: nodePath } });
   if (r.status !== 0) {
     process.stdout.write(`0 passed, 1 failed\n# ${name} failed\n`);
     process.exit(1);
@@ -43,7 +48,7 @@ const isRedis = (d) => d.toString().startsWith('+PONG');
 step('typecheck (tsc --noEmit)', bin('tsc'), ['-p', 'tsconfig.json', '--noEmit']);
 step('build (tsc -> dist/)', bin('tsc'), ['-p', 'tsconfig.build.json']);
 
-const env = { ...process.env };
+const env = { ...process.env, PATH: nodePath };
 let embedded;
 let tmp;
 if (env.DATABASE_URL) {
@@ -81,7 +86,7 @@ function testFiles(dir) {
   return out.sort();
 }
 const files = process.argv.length > 2 ? process.argv.slice(2) : testFiles('test');
-const child = spawn(bin('tap'), ['--reporter=tap', ...files], { cwd: root, env, stdio: ['ignore', 'pipe', 'inherit'] });
+const child = spawn(process.execPath, [bin('tap'), '--reporter=tap', ...files], { cwd: root, env, stdio: ['ignore', 'pipe', 'inherit'] });
 let pass = 0;
 let fail = 0;
 let carry = '';

@@ -10,14 +10,18 @@ import { call } from '../helpers/gateway.js';
 
 const root = new URL('../..', import.meta.url).pathname;
 
-function start(dataDir: string, o: { args?: string[]; configFile?: string } = {}): Promise<{ child: ChildProcess; url: string; output: () => string }> {
+function start(dataDir: string, o: { args?: string[]; configFile?: string; env?: Record<string, string> } = {}): Promise<{ child: ChildProcess; url: string; output: () => string }> {
   const env: Record<string, string> = {};
   for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !['DATABASE_URL', 'REDIS_URL', 'INKGATE_CONFIG'].includes(k) && !k.startsWith('INKGATE_')) env[k] = v;
-  Object.assign(env, { INKGATE_DATA_DIR: dataDir, INKGATE_PORT: '0' }, o.configFile ? { INKGATE_CONFIG: o.configFile } : {});
+  // Admin port 0: the default 9464 may be taken by another gateway on the machine, or by tap's other job.
+  Object.assign(env, { INKGATE_DATA_DIR: dataDir, INKGATE_PORT: '0', INKGATE_ADMIN_PORT: '0' }, o.configFile ? { INKGATE_CONFIG: o.configFile } : {}, o.env ?? {});
   const child = spawn(process.execPath, [join(root, 'bin/start.js'), ...(o.args ?? [])], { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
   return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`no listening line within 90 s:\n${out}`)), 90_000);
+    const timer = setTimeout(() => {
+      child.kill('SIGTERM'); // not left running (with its cluster) once this test has given up on it
+      reject(new Error(`no listening line within 90 s:\n${out}`));
+    }, 90_000);
     const onData = (d: Buffer) => {
       out += d.toString();
       const m = /inkgate listening on (http:\/\/[^"\s]+)/.exec(out);
@@ -39,6 +43,13 @@ t.test('npm start on a fresh machine, then after a SIGKILL', { timeout: 240_000 
   const dir = mkdtempSync(join(tmpdir(), 'inkgate-start-'));
   t.teardown(() => rmSync(dir, { recursive: true, force: true }));
   const a = await start(dir);
+  // Should a check below throw before the SIGKILL, the gateway and its cluster still go.
+  t.teardown(async () => {
+    if (a.child.exitCode !== null || a.child.signalCode !== null) return;
+    const bye = new Promise((r) => a.child.once('exit', r));
+    a.child.kill('SIGTERM');
+    await bye;
+  });
   t.match(a.output(), /store: embedded PostgreSQL/);
   t.match(a.output(), /limits: in-process/);
   const keyFile = join(dir, 'demo-key');
@@ -98,3 +109,4 @@ t.test('SIGTERM with the embedded Postgres: the journal is written before the cl
   t.equal(me.json.key.ink_charged, charged, 'the charge told before SIGTERM is in Postgres after the restart');
   t.equal(me.json.key.ink_reserved, 0, 'no hold left open');
 });
+
