@@ -23,6 +23,7 @@ import { videoRoutes } from './generations/video/routes.js';
 import { imageRoutes } from './generations/images/routes.js';
 import { Router, type Route } from './server/router.js';
 import { startServer, type RunningServer } from './server/server.js';
+import type { EngineName } from './server/engine.js';
 import type { HttpContext } from './server/http-context.js';
 import { KeyAuthenticator } from './auth/authenticate.js';
 import { migrate } from './store/migrate.js';
@@ -39,6 +40,8 @@ import { openApiRoute } from './console/openapi.js';
 export interface Gateway {
   readonly url: string;
   readonly port: number;
+  /** The HTTP engine serving (server/engine.ts). */
+  readonly engine: EngineName;
   readonly services: Services;
   /** The generation products' dependencies (video and images; named `video` since it came first) and this instance's job engine. */
   readonly video: { readonly deps: GenerationDeps; readonly engine: JobEngine };
@@ -101,6 +104,7 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
     return {
       url: `http://${host}:${running.port}`,
       port: running.port,
+      engine: running.engine,
       services,
       video: { deps: generationDeps, engine },
       routes,

@@ -132,17 +132,7 @@ async function startInkgate(c: GatewayChildConfig): Promise<Started> {
     errorsLogged++;
     if (firstErrors.length < FIRST_ERRORS) firstErrors.push(line.slice(0, 500));
   });
-  // Of the lines below error only the start-up line naming the engine that serves is kept (ready
-  // carries it, so the parent can check each gateway runs the engine it asked for).
-  let engine: string | null = null;
-  const log: Logger = {
-    debug: () => undefined,
-    warn: () => undefined,
-    info: (msg, fields) => {
-      if (msg.startsWith('http engine:') && typeof fields?.engine === 'string') engine = fields.engine;
-    },
-    error: errors.error,
-  };
+  const log: Logger = { debug: () => undefined, warn: () => undefined, info: () => undefined, error: errors.error };
   // A private data dir (media store) and schema: nothing of the operator's is read or written.
   const dataDir = mkdtempSync(join(tmpdir(), 'inkgate-bench-gw-'));
   // Empty environment on purpose: the operator's INKGATE_* variables must not reshape the target.
@@ -181,7 +171,8 @@ async function startInkgate(c: GatewayChildConfig): Promise<Started> {
     const key = await prepareBenchGateway(gw);
     const keys = c.tenants ? await prepareTenants(gw, c.tenants.accounts, c.tenants.keys) : undefined;
     return {
-      ready: { url: gw.url, key, ...(keys ? { keys } : {}), limiter: c.redisUrl ? 'redis' : 'in-process', engine },
+      // The engine that serves: the parent checks each gateway runs the one it asked for.
+      ready: { url: gw.url, key, ...(keys ? { keys } : {}), limiter: c.redisUrl ? 'redis' : 'in-process', engine: gw.engine },
       stop: dropAll,
       ...(c.unbilled ? {} : { audit }),
     };
