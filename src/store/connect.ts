@@ -24,17 +24,24 @@ function alive(pid: number): boolean {
   }
 }
 
+/** The running gateway's record of its embedded cluster, when that gateway is alive. */
+function liveRecord(cfg: Config): { url: string; pid: number } | undefined {
+  try {
+    const rec = JSON.parse(readFileSync(recordFile(cfg), 'utf8')) as { url: string; pid: number };
+    if (typeof rec.url === 'string' && Number.isInteger(rec.pid) && rec.pid !== process.pid && alive(rec.pid)) return rec;
+  } catch {
+    /* no record, or not one of ours */
+  }
+  return undefined;
+}
+
 export async function openDatabase(cfg: Config, opts: { share: boolean; log: (m: string) => void }): Promise<Database> {
   if (cfg.db.url !== null) return { url: cfg.db.url, kind: 'external', stop: async () => undefined };
-  if (!opts.share) {
-    try {
-      const rec = JSON.parse(readFileSync(recordFile(cfg), 'utf8')) as { url: string; pid: number };
-      if (typeof rec.url === 'string' && Number.isInteger(rec.pid) && alive(rec.pid)) {
-        return { url: rec.url, kind: 'embedded-shared', stop: async () => undefined };
-      }
-    } catch {
-      /* no running gateway: start the cluster ourselves */
-    }
+  const running = liveRecord(cfg);
+  if (!opts.share && running) return { url: running.url, kind: 'embedded-shared', stop: async () => undefined };
+  // A second gateway on the same data dir would take the first one's cluster for an orphan and stop it.
+  if (opts.share && running) {
+    throw new Error(`another inkgate (pid ${running.pid}) serves the data dir ${cfg.dataDir}: stop it first, or give this one its own INKGATE_DATA_DIR`);
   }
   const h = await startEmbeddedPostgres(cfg.dataDir, opts.log);
   if (opts.share) {

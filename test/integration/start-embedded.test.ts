@@ -58,6 +58,9 @@ t.test('npm start on a fresh machine, then after a SIGKILL', { timeout: 240_000 
   t.ok(a.output().includes(key), 'the key is printed once');
   const me = await call(a.url, 'GET', '/v1/me', { key });
   t.equal(me.status, 200);
+  // A second start on the same data dir is refused before it touches the first one's cluster.
+  await t.rejects(start(dir), /exited 1 before listening[\s\S]*another inkgate \(pid \d+\) serves the data dir/, 'a second gateway on the data dir is refused');
+  t.equal((await call(a.url, 'GET', '/v1/me', { key })).status, 200, 'and the first still serves from its cluster');
   t.equal(me.json.ink.payg_balance, 5000, 'demo account: 50 USD of pay-as-you-go Ink');
   t.equal((await call(a.url, 'GET', '/v1/models')).status, 200);
   // Plain `npm start` configures no vendor: a newcomer's first text call is told what opens the lane.
