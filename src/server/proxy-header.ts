@@ -23,26 +23,12 @@ const INCOMPLETE = { kind: 'incomplete' } as const;
 const INVALID = { kind: 'invalid' } as const;
 
 function ipv6Text(b: Buffer, at: number): string {
-  const groups: number[] = [];
-  for (let i = 0; i < 8; i++) groups.push(b.readUInt16BE(at + 2 * i));
   // An IPv4 caller mapped into IPv6 is named as the IPv4 address, as the TCP peer would be.
-  if (groups.slice(0, 5).every((g) => g === 0) && groups[5] === 0xffff) return `${b[at + 12]}.${b[at + 13]}.${b[at + 14]}.${b[at + 15]}`;
-  // RFC 5952: the longest run of two or more zero groups becomes '::'.
-  let best = -1;
-  let bestLen = 1;
-  for (let i = 0; i < 8; ) {
-    if (groups[i] !== 0) {
-      i++;
-      continue;
-    }
-    let j = i;
-    while (j < 8 && groups[j] === 0) j++;
-    if (j - i > bestLen) [best, bestLen] = [i, j - i];
-    i = j;
-  }
-  const hex = groups.map((g) => g.toString(16));
-  if (best < 0) return hex.join(':');
-  return hex.slice(0, best).join(':') + '::' + hex.slice(best + bestLen).join(':');
+  if (b.readUInt32BE(at) === 0 && b.readUInt32BE(at + 4) === 0 && b.readUInt32BE(at + 8) === 0xffff) return `${b[at + 12]}.${b[at + 13]}.${b[at + 14]}.${b[at + 15]}`;
+  const groups: string[] = [];
+  for (let i = 0; i < 8; i++) groups.push(b.readUInt16BE(at + 2 * i).toString(16));
+  // The WHATWG URL parser writes an IPv6 host in its canonical (RFC 5952) form: '::' and all.
+  return new URL(`http://[${groups.join(':')}]`).hostname.slice(1, -1);
 }
 
 /** Reads the PROXY v2 header `buf` may start with. */
