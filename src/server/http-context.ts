@@ -139,6 +139,7 @@ export abstract class HttpContext {
     if (this.aborted) return;
     this.aborted = true;
     this.body?.fail(new ApiError('invalid_body', { message: 'The client went away.' }));
+    this.wakeWriter(); // a writer waiting for room is told at once: there is no one to write to
     const hs = this.abortHandlers;
     this.abortHandlers = [];
     for (const h of hs) h();
@@ -251,6 +252,14 @@ export abstract class HttpContext {
 
   /** Resolves when the socket drained what the engine buffered, or the client went away (never hangs). */
   abstract waitWritable(): Promise<void>;
+
+  /** The one waitWritable caller (an answer has one writer), woken once the engine can take more or the client left. */
+  protected drainWaiter: (() => void) | undefined;
+  protected readonly wakeWriter = (): void => {
+    const w = this.drainWaiter;
+    this.drainWaiter = undefined;
+    w?.();
+  };
 
   /** Ends a started stream, with an optional last chunk. */
   abstract end(last?: Uint8Array | string): void;

@@ -58,27 +58,18 @@ export class NodeContext extends HttpContext {
   private readonly req: IncomingMessage;
   private readonly res: ServerResponse;
   private readonly proxied: string;
-  /** The one waitWritable caller, woken by 'drain' or by the client leaving. */
-  private drainWaiter: (() => void) | undefined;
 
   constructor(req: IncomingMessage, res: ServerResponse, proxied: string) {
     super(snapshot(req));
     this.req = req;
     this.res = res;
     this.proxied = proxied;
-    res.on('drain', this.wake);
     // 'close' comes after a finished answer too; only one cut short is the client leaving.
     res.on('close', () => {
       if (!res.writableFinished) this.markAborted();
-      this.wake();
     });
   }
 
-  private readonly wake = (): void => {
-    const w = this.drainWaiter;
-    this.drainWaiter = undefined;
-    w?.();
-  };
 
   proxiedAddress(): string {
     return this.proxied;
@@ -138,6 +129,8 @@ export class NodeContext extends HttpContext {
     if (this.aborted || !this.res.writableNeedDrain) return Promise.resolve();
     return new Promise((resolveW) => {
       this.drainWaiter = resolveW;
+      // Listened for only while someone waits: most answers never fill the socket.
+      this.res.once('drain', this.wakeWriter);
     });
   }
 

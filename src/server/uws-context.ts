@@ -153,19 +153,15 @@ export class UwsContext extends HttpContext {
   waitWritable(): Promise<void> {
     if (this.aborted) return Promise.resolve();
     return new Promise((resolveW) => {
-      let settled = false;
-      const finish = () => {
-        if (settled) return;
-        settled = true;
-        resolveW();
-      };
-      this.res.onWritable(() => {
-        finish();
-        return true;
-      });
-      this.onAbort(finish);
+      this.drainWaiter = resolveW;
+      this.res.onWritable(this.onWritable);
     });
   }
+
+  private readonly onWritable = (): boolean => {
+    this.wakeWriter();
+    return true;
+  };
 
   end(last?: Uint8Array | string): void {
     if (this.aborted) return;
