@@ -147,7 +147,11 @@ t.test('messages: presence and turn shape', async (tt) => {
   rejects(tt, base({ messages: [ok, 'hi'] }), 'invalid_message', 'messages.1', 'string item');
   rejects(tt, base({ messages: [ok, null] }), 'invalid_message', 'messages.1', 'null item');
   rejects(tt, base({ messages: [ok, [ok]] }), 'invalid_message', 'messages.1', 'array item');
-  rejects(tt, base({ messages: [{ role: 'system', content: 'x' }] }), 'invalid_message', 'messages.0.role', 'system role');
+  // A system turn is refused in the vendor's own words (clients key their retry on them).
+  const sys = rejects(tt, base({ messages: [ok, { role: 'system', content: 'x' }, ok] }), 'invalid_message', 'messages[1].role', 'system role');
+  tt.equal(sys?.message, 'Unexpected role "system". The Messages API accepts a top-level `system` parameter, not "system" as an input message role.');
+  const tool = rejects(tt, base({ messages: [{ role: 'tool', content: 'x' }] }), 'invalid_message', 'messages.0.role', 'tool role');
+  tt.match(tool?.message, /must be "user" or "assistant"/);
   rejects(tt, base({ messages: [{ content: 'x' }] }), 'invalid_message', 'messages.0.role', 'no role');
   rejects(tt, base({ messages: [ok, { role: 'assistant', content: '' }] }), 'invalid_message', 'messages.1.content', 'empty string');
   rejects(tt, base({ messages: [{ role: 'user', content: [] }] }), 'invalid_message', 'messages.0.content', 'empty array');

@@ -10,6 +10,7 @@ import { ApiError } from '../../src/errors.js';
 import { loadCatalog } from '../../src/catalog/models.js';
 import { responsesHoldInk } from '../../src/catalog/pricing.js';
 import {
+  CLIENT_METADATA_LIMITS,
   HOLD_CHARS_PER_TOKEN,
   HOLD_ENCRYPTED_CHARS_PER_TOKEN,
   HOLD_ITEM_OVERHEAD_TOKENS,
@@ -18,6 +19,7 @@ import {
   HOLD_REQUEST_OVERHEAD_TOKENS,
   HOLD_TOOL_OVERHEAD_TOKENS,
   INCLUDE_ENCRYPTED_REASONING,
+  MAX_TOOL_DEFINITIONS,
   parseResponsesRequest,
   RESPONSES_ACCEPTED_FIELDS,
   RESPONSES_MIN_OUTPUT_TOKENS,
@@ -45,7 +47,7 @@ const holdFor = (raw: number): number => raw + Math.ceil((raw * HOLD_MARGIN_PERC
 const held = (text: string): number => Math.max(reference(text), Math.ceil(text.length / 4));
 
 /** Asserts parse throws an ApiError with this code and param. */
-function rejects(tt: Test, body: Obj, code: string, param: string, name?: string): void {
+function rejects(tt: Test, body: Obj, code: string, param: string, name?: string): ApiError | undefined {
   const label = name ?? `${code} ${param}`;
   try {
     parse(body);
@@ -53,9 +55,10 @@ function rejects(tt: Test, body: Obj, code: string, param: string, name?: string
     tt.ok(e instanceof ApiError, `${label}: an ApiError`);
     tt.equal((e as ApiError).code, code, `${label}: code`);
     tt.equal((e as ApiError).param, param, `${label}: param`);
-    return;
+    return e as ApiError;
   }
   tt.fail(`${label}: expected ${code}, but the body was accepted`);
+  return undefined;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -167,6 +170,7 @@ const everyField = (): Obj => ({
   prompt_cache_retention: 'in_memory',
   store: true,
   metadata: { trace: 'abc', team: 'blue' },
+  client_metadata: { session_id: 'sess-1', 'x-codex-window-id': 'w-2' },
   user: 'end-user-7',
   safety_identifier: 'client-safety-id',
 });
@@ -181,7 +185,7 @@ t.test('every accepted field: forwarded, replaced or dropped as documented', asy
   const v = JSON.parse(r.vendorBody) as Obj;
   tt.equal(v.model, r.model.vendorModel, 'model is the vendor id');
   tt.not(v.model, 'astra');
-  for (const k of ['input', 'instructions', 'stream', 'stream_options', 'tools', 'tool_choice', 'parallel_tool_calls', 'max_tool_calls', 'reasoning', 'text', 'temperature', 'top_p', 'truncation', 'prompt_cache_key', 'prompt_cache_retention']) {
+  for (const k of ['input', 'instructions', 'stream', 'stream_options', 'tools', 'tool_choice', 'parallel_tool_calls', 'max_tool_calls', 'reasoning', 'text', 'temperature', 'top_p', 'truncation', 'prompt_cache_key', 'prompt_cache_retention', 'client_metadata']) {
     tt.same(v[k], body[k], `${k} forwarded as sent`);
   }
   tt.equal(v.max_output_tokens, 2048);
@@ -192,7 +196,7 @@ t.test('every accepted field: forwarded, replaced or dropped as documented', asy
   tt.notOk('metadata' in v, 'metadata not forwarded');
   tt.notOk(r.vendorBody.includes('end-user-7') || r.vendorBody.includes('client-safety-id') || r.vendorBody.includes('"trace"'), 'no client identifiers on the wire');
   tt.same(Object.keys(v).sort(), [
-    'include', 'input', 'instructions', 'max_output_tokens', 'max_tool_calls', 'model', 'parallel_tool_calls', 'prompt_cache_key', 'prompt_cache_retention',
+    'client_metadata', 'include', 'input', 'instructions', 'max_output_tokens', 'max_tool_calls', 'model', 'parallel_tool_calls', 'prompt_cache_key', 'prompt_cache_retention',
     'reasoning', 'safety_identifier', 'store', 'stream', 'stream_options', 'text', 'temperature', 'tool_choice', 'tools', 'top_p', 'truncation',
   ].sort());
 });
@@ -275,10 +279,14 @@ t.test('store: any boolean accepted, always false on the wire', async (tt) => {
   rejects(tt, base({ store: 'yes' }), 'invalid_type', 'store');
 });
 
-t.test('tools: function tools only', async (tt) => {
-  for (const type of ['web_search', 'web_search_preview', 'file_search', 'code_interpreter', 'image_generation', 'mcp', 'computer_use_preview', 'local_shell', 'shell', 'apply_patch', 'custom']) {
-    rejects(tt, base({ tools: [{ type: 'function', name: 'ok' }, { type }] }), 'unsupported_parameter', 'tools.1.type', `tool ${type}`);
+t.test('tools: function tools and namespaces of them; server tools refused by name', async (tt) => {
+  for (const type of ['web_search', 'web_search_preview', 'file_search', 'code_interpreter', 'image_generation', 'mcp', 'computer_use_preview', 'local_shell', 'shell', 'apply_patch']) {
+    const e = rejects(tt, base({ tools: [{ type: 'function', name: 'ok' }, { type }] }), 'unsupported_parameter', 'tools.1.type', `tool ${type}`);
+    tt.match(e?.message, `"${type}" tool is a server tool`, `${type}: the message names the tool`);
+    tt.match(e?.message, 'runs and bills no server tools', `${type}: the message says why`);
   }
+  const custom = rejects(tt, base({ tools: [{ type: 'custom', name: 'apply_patch' }] }), 'unsupported_parameter', 'tools.0.type', 'custom tool');
+  tt.match(custom?.message, 'Tools of type "custom" are not supported');
   rejects(tt, base({ tools: [{ type: 'function', description: 'no name' }] }), 'invalid_tool', 'tools.0.name');
   rejects(tt, base({ tools: [{ type: 'function', name: '' }] }), 'invalid_tool', 'tools.0.name');
   rejects(tt, base({ tools: [{ name: 'untyped' }] }), 'invalid_tool', 'tools.0.type');
@@ -289,6 +297,47 @@ t.test('tools: function tools only', async (tt) => {
   rejects(tt, base({ tools: [{ type: 'function', name: 'x', strict: 'yes' }] }), 'invalid_type', 'tools.0.strict');
   const v = vendor(base({ tools: [{ type: 'function', name: 'x', description: null, parameters: null, strict: null }] }));
   tt.same(v.tools, [{ type: 'function', name: 'x', description: null, parameters: null, strict: null }], 'nulls inside a tool pass through');
+});
+
+t.test('namespace tools: accepted, forwarded as sent, counted in the hold, bounded', async (tt) => {
+  const fn = (name: string) => ({ type: 'function', name, description: `Runs ${name}.`, parameters: { type: 'object', properties: { path: { type: 'string' } } } });
+  const ns = { type: 'namespace', name: 'files', description: 'File tools.', tools: [fn('read'), fn('list')] };
+  const plain = parse(base({ tools: [fn('read'), fn('list')] }));
+  const r = parse(base({ tools: [ns] }));
+  tt.same((JSON.parse(r.vendorBody) as Obj).tools, [ns], 'forwarded as sent');
+  tt.ok(r.promptTokensForHold > plain.promptTokensForHold, 'the namespace\'s name and description are held for');
+  // A call of a function inside a namespace, sent back as input, carries the namespace.
+  const call = { type: 'function_call', call_id: 'c1', name: 'read', namespace: 'files', arguments: '{}' };
+  tt.ok(parse(base({ tools: [ns], input: [{ role: 'user', content: 'x' }, call, { type: 'function_call_output', call_id: 'c1', output: 'ok' }] })));
+
+  rejects(tt, base({ tools: [{ ...ns, tools: [fn('a'), { ...ns, name: 'inner' }] }] }), 'invalid_tool', 'tools.0.tools.1.type', 'nested namespace');
+  rejects(tt, base({ tools: [{ ...ns, tools: [] }] }), 'invalid_tool', 'tools.0.tools', 'empty namespace');
+  rejects(tt, base({ tools: [{ ...ns, tools: 'read' }] }), 'invalid_tool', 'tools.0.tools', 'namespace tools not an array');
+  rejects(tt, base({ tools: [{ ...ns, name: '' }] }), 'invalid_tool', 'tools.0.name', 'namespace without a name');
+  rejects(tt, base({ tools: [{ ...ns, description: 7 }] }), 'invalid_type', 'tools.0.description');
+  rejects(tt, base({ tools: [{ ...ns, tools: [fn('a'), { type: 'function' }] }] }), 'invalid_tool', 'tools.0.tools.1.name', 'inner tool without a name');
+  const inner = rejects(tt, base({ tools: [{ ...ns, tools: [{ type: 'web_search' }] }] }), 'unsupported_parameter', 'tools.0.tools.0.type', 'server tool inside a namespace');
+  tt.match(inner?.message, '"web_search" tool is a server tool');
+  const many = Array.from({ length: MAX_TOOL_DEFINITIONS }, (_, i) => fn(`f${i}`));
+  tt.ok(parse(base({ tools: [{ ...ns, tools: many.slice(1) }] })), 'exactly the bound: accepted');
+  rejects(tt, base({ tools: [{ ...ns, tools: many }] }), 'too_long', 'tools', 'one definition past the bound, inside a namespace');
+});
+
+t.test('client_metadata: an object of short strings, forwarded as sent', async (tt) => {
+  const cm = { 'x-codex-installation-id': 'inst-1', session_id: 's', thread_id: 't', 'x-codex-turn-metadata': '{"cwd":"/tmp"}' };
+  tt.same(vendor(base({ client_metadata: cm })).client_metadata, cm);
+  tt.notOk('client_metadata' in vendor(base({ client_metadata: null })), 'null: absent');
+  const L = CLIENT_METADATA_LIMITS;
+  rejects(tt, base({ client_metadata: 'x' }), 'invalid_type', 'client_metadata');
+  rejects(tt, base({ client_metadata: ['x'] }), 'invalid_type', 'client_metadata');
+  rejects(tt, base({ client_metadata: { n: 1 } }), 'invalid_type', 'client_metadata.n');
+  rejects(tt, base({ client_metadata: { n: { deep: 'x' } } }), 'invalid_type', 'client_metadata.n');
+  rejects(tt, base({ client_metadata: Object.fromEntries(Array.from({ length: L.keys + 1 }, (_, i) => [`k${i}`, 'v'])) }), 'invalid_value', 'client_metadata', 'too many keys');
+  rejects(tt, base({ client_metadata: { ['k'.repeat(L.keyChars + 1)]: 'v' } }), 'too_long', 'client_metadata', 'long key');
+  rejects(tt, base({ client_metadata: { k: 'v'.repeat(L.valueChars + 1) } }), 'too_long', 'client_metadata.k', 'long value');
+  tt.ok(parse(base({ client_metadata: { k: 'v'.repeat(L.valueChars) } })), 'a value at the bound');
+  const big = Object.fromEntries(Array.from({ length: L.keys }, (_, i) => [`k${i}`, 'v'.repeat(L.valueChars)]));
+  rejects(tt, base({ client_metadata: big }), 'too_long', 'client_metadata', 'above the total size');
 });
 
 t.test('tool_choice', async (tt) => {

@@ -205,7 +205,7 @@ function checkMessages(value: unknown, walk: Walk): void {
     const at = `messages.${i}`;
     if (!isObj(m)) fail('invalid_message', at, `\`${at}\` must be an object with \`role\` and \`content\`.`);
     const role = m.role;
-    if (role !== 'user' && role !== 'assistant') fail('invalid_message', `${at}.role`, `\`${at}.role\` must be "user" or "assistant".`);
+    if (role !== 'user' && role !== 'assistant') refuseRole(role, i, at);
     const content = m.content;
     if (typeof content === 'string') {
       if (content.length === 0) fail('invalid_message', `${at}.content`, `\`${at}.content\` must not be empty.`);
@@ -219,6 +219,20 @@ function checkMessages(value: unknown, walk: Walk): void {
     for (let j = 0; j < content.length; j++) checkBlock(content[j], role, `${at}.content.${j}`, walk);
   }
 }
+
+/**
+ * A turn whose role is neither user nor assistant. A `system` turn gets the vendor's own words:
+ * coding agents (Claude Code) send one and drop it on retry only when the refusal reads like the
+ * vendor's, and its `param` is in the index form those clients print (`messages[1].role`).
+ */
+function refuseRole(role: unknown, i: number, at: string): never {
+  if (role === 'system') fail('invalid_message', `messages[${i}].role`, SYSTEM_ROLE_MESSAGE);
+  fail('invalid_message', `${at}.role`, `\`${at}.role\` must be "user" or "assistant".`);
+}
+
+/** The vendor's message for a `system` turn inside `messages`, word for word. */
+export const SYSTEM_ROLE_MESSAGE =
+  'Unexpected role "system". The Messages API accepts a top-level `system` parameter, not "system" as an input message role.';
 
 function checkBlock(b: unknown, role: 'user' | 'assistant', at: string, walk: Walk): void {
   if (!isObj(b)) fail('invalid_message', at, `\`${at}\` must be a content block object.`);

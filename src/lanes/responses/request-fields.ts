@@ -42,6 +42,7 @@ export const RESPONSES_FIELDS = fieldTable({
   prompt_cache_retention: { types: ['string'], expect: 'a string', enum: ['in_memory'], refused: { '24h': WHY_CACHE_RETENTION } },
   store: { ...boolean, description: 'Accepted; always sent to the vendor as false' },
   metadata: { types: ['object'], expect: 'an object of strings', description: 'At most 16 string values; not forwarded' },
+  client_metadata: { types: ['object'], expect: 'an object of strings', description: 'At most 16 string values, 8 KiB; forwarded' },
   user: string,
   safety_identifier: string,
 });

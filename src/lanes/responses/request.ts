@@ -19,8 +19,16 @@
 //                       sent to the vendor, so its cap is the one the hold assumed.
 //   stream, stream_options, parallel_tool_calls, max_tool_calls, temperature (0-2), top_p (0-1),
 //   truncation (auto | disabled), prompt_cache_key: as in the protocol.
-//   tools               function tools only: `{type: "function", name, description?, parameters?,
-//                       strict?}`; a tool without a name answers `invalid_tool`.
+//   tools               client-executed tools: `{type: "function", name, description?, parameters?,
+//                       strict?}`, and `{type: "namespace", name, description?, tools: [function
+//                       tools]}` (function tools grouped under a name; namespaces do not nest). At
+//                       most 512 tool definitions in all, namespaces' own tools counted. A tool
+//                       without a name answers `invalid_tool`. Server tools (web_search,
+//                       file_search, code_interpreter, image_generation, mcp, computer use, shell,
+//                       ...) answer `unsupported_parameter` naming the tool: the service runs none.
+//   client_metadata     an object of at most 16 string values (keys up to 64 characters, values up
+//                       to 2,048, 8 KiB as JSON), forwarded as sent (coding agents send their
+//                       session ids here).
 //   tool_choice         `auto`, `none`, `required` or `{type: "function", name}`.
 //   reasoning           `{effort, summary}`; values are the vendor's to judge (`upstream_rejected`).
 //   text                `{format: {type: text | json_schema | json_object}, verbosity: low |
@@ -41,8 +49,9 @@
 // Null for any optional field means "absent" (the protocol's own convention).
 // Rejected with 400 `unsupported_parameter`, `param` naming the field: previous_response_id and
 // conversation (vendor-side state), background, prompt (stored prompts), service_tier,
-// top_logprobs, tool types other than `function` (web_search, file_search, code_interpreter,
-// image_generation, mcp, computer_use_preview, local_shell, shell, apply_patch, custom ...), image,
+// top_logprobs, tool types other than `function` and `namespace` (web_search, file_search,
+// code_interpreter, image_generation, mcp, computer_use_preview, local_shell, shell, apply_patch,
+// custom ...), image,
 // file and audio input anywhere (`input_image`, `input_file`, `input_audio`, `image_url` ...), built-in
 // tool call items and `item_reference` in input, any `include` value other than
 // reasoning.encrypted_content, and any top-level field not listed above. A rejected field sent as
@@ -121,7 +130,30 @@ export const RESPONSES_REJECTED_FIELDS: Readonly<Record<string, string>> = Objec
 });
 
 /** Why parts of accepted fields are refused (messages of the `unsupported_parameter` answers). */
-const WHY_TOOLS = 'only function tools; built-in and custom tools run on the vendor side';
+const WHY_TOOLS = 'send function tools, or namespaces of function tools';
+/**
+ * Tools the vendor runs itself. Named in the refusal: a coding agent's user must learn which of
+ * its tools to turn off (the service runs and bills no server tools).
+ */
+const SERVER_TOOLS: ReadonlySet<string> = new Set([
+  'web_search',
+  'web_search_preview',
+  'web_search_preview_2025_03_11',
+  'web_search_2025_08_26',
+  'file_search',
+  'code_interpreter',
+  'image_generation',
+  'mcp',
+  'computer',
+  'computer_use',
+  'computer_use_preview',
+  'local_shell',
+  'shell',
+  'apply_patch',
+  'tool_search',
+]);
+/** At most this many tool definitions per request, the tools inside namespaces counted. */
+export const MAX_TOOL_DEFINITIONS = 512;
 const WHY_ITEMS = 'text only; built-in tool call items and item references are not offered';
 
 type Obj = Record<string, unknown>;
@@ -187,6 +219,8 @@ const VERBOSITIES: ReadonlySet<string> = new Set(['low', 'medium', 'high']);
 const METADATA_MAX_KEYS = 16;
 const METADATA_MAX_KEY_CHARS = 64;
 const METADATA_MAX_VALUE_CHARS = 512;
+/** client_metadata: forwarded, so bounded in count, length and total size. */
+export const CLIENT_METADATA_LIMITS = Object.freeze({ keys: 16, keyChars: 64, valueChars: 2_048, jsonBytes: 8_192 });
 
 /** Forwarded as sent (after validation), in this order, when present and not null. */
 const FORWARDED: readonly string[] = [
@@ -205,6 +239,7 @@ const FORWARDED: readonly string[] = [
   'truncation',
   'prompt_cache_key',
   'prompt_cache_retention',
+  'client_metadata',
 ];
 
 function fail(code: ErrorCode, param: string, message: string): never {
@@ -284,6 +319,7 @@ export function prepareResponsesRequest(body: Record<string, unknown>, catalog: 
   checkSampling(body);
   checkInclude(body);
   checkCaching(body);
+  checkClientMetadata(body);
   checkUnforwarded(body);
 
   const vendorBody = buildVendorBody(body, model, maxOutputTokens, opts);
@@ -502,6 +538,8 @@ function checkItem(item: unknown, path: string, count: Count): void {
       requireString(item, 'call_id', path);
       const name = requireString(item, 'name', path);
       const args = requireString(item, 'arguments', path);
+      // A call of a function inside a namespace names the namespace too (echoed back as returned).
+      if (typeof item.namespace === 'string') addVerbatim(count, item.namespace);
       addVerbatim(count, name);
       addVerbatim(count, args);
       return;
@@ -559,33 +597,62 @@ function countTextPart(part: unknown, path: string, count: Count, inMessage: boo
 // tools, tool_choice, text, metadata
 
 function checkTools(tools: unknown[], count: Count): void {
-  for (let i = 0; i < tools.length; i++) {
-    const t: unknown = tools[i];
-    const path = `tools.${i}`;
-    if (!isObj(t)) fail('invalid_tool', path, `\`${path}\` must be a tool object.`);
-    if (t.type !== 'function') {
-      if (typeof t.type === 'string') {
-        fail('unsupported_parameter', `${path}.type`, `Tools of type "${t.type.slice(0, 100)}" are not supported in v1: ${WHY_TOOLS}.`);
-      }
-      fail('invalid_tool', `${path}.type`, `\`${path}.type\` must be "function".`);
-    }
-    const name = t.name;
-    if (typeof name !== 'string' || name.length === 0) fail('invalid_tool', `${path}.name`, `\`${path}.name\` must be a non-empty string.`);
-    addVerbatim(count, name);
-    const description = t.description;
-    if (description !== undefined && description !== null) {
-      if (typeof description !== 'string') fail('invalid_type', `${path}.description`, `\`${path}.description\` must be a string.`);
-      addVerbatim(count, description);
-    }
-    const parameters = t.parameters;
-    if (parameters !== undefined && parameters !== null) {
-      if (!isObj(parameters)) fail('invalid_type', `${path}.parameters`, `\`${path}.parameters\` must be a JSON Schema object.`);
-      count.holdTexts.push(JSON.stringify(parameters));
-    }
-    const strict = t.strict;
-    if (strict !== undefined && strict !== null && typeof strict !== 'boolean') fail('invalid_type', `${path}.strict`, `\`${path}.strict\` must be a boolean.`);
-    count.extra += HOLD_TOOL_OVERHEAD_TOKENS;
+  const seen = { definitions: 0 };
+  for (let i = 0; i < tools.length; i++) checkTool(tools[i], `tools.${i}`, count, seen, false);
+}
+
+/** One tool definition: a function tool, or (at the top level only) a namespace of them. */
+function checkTool(t: unknown, path: string, count: Count, seen: { definitions: number }, inNamespace: boolean): void {
+  if (++seen.definitions > MAX_TOOL_DEFINITIONS) fail('too_long', 'tools', `\`tools\` may hold at most ${MAX_TOOL_DEFINITIONS} tool definitions, those inside namespaces counted.`);
+  if (!isObj(t)) fail('invalid_tool', path, `\`${path}\` must be a tool object.`);
+  const type = t.type;
+  if (type === 'namespace' && !inNamespace) {
+    checkNamespace(t, path, count, seen);
+    return;
   }
+  if (type !== 'function') refuseToolType(type, path, inNamespace);
+  const name = t.name;
+  if (typeof name !== 'string' || name.length === 0) fail('invalid_tool', `${path}.name`, `\`${path}.name\` must be a non-empty string.`);
+  addVerbatim(count, name);
+  addDescription(t, path, count);
+  const parameters = t.parameters;
+  if (parameters !== undefined && parameters !== null) {
+    if (!isObj(parameters)) fail('invalid_type', `${path}.parameters`, `\`${path}.parameters\` must be a JSON Schema object.`);
+    count.holdTexts.push(JSON.stringify(parameters));
+  }
+  const strict = t.strict;
+  if (strict !== undefined && strict !== null && typeof strict !== 'boolean') fail('invalid_type', `${path}.strict`, `\`${path}.strict\` must be a boolean.`);
+  count.extra += HOLD_TOOL_OVERHEAD_TOKENS;
+}
+
+/** `{type: "namespace", name, description?, tools}`: client function tools grouped under a name. */
+function checkNamespace(t: Obj, path: string, count: Count, seen: { definitions: number }): void {
+  const name = t.name;
+  if (typeof name !== 'string' || name.length === 0) fail('invalid_tool', `${path}.name`, `\`${path}.name\` must be a non-empty string.`);
+  addVerbatim(count, name);
+  addDescription(t, path, count);
+  const inner = t.tools;
+  if (!Array.isArray(inner) || inner.length === 0) fail('invalid_tool', `${path}.tools`, `\`${path}.tools\` must be a non-empty array of function tools.`);
+  for (let k = 0; k < inner.length; k++) checkTool(inner[k], `${path}.tools.${k}`, count, seen, true);
+  count.extra += HOLD_TOOL_OVERHEAD_TOKENS;
+}
+
+function addDescription(t: Obj, path: string, count: Count): void {
+  const description = t.description;
+  if (description === undefined || description === null) return;
+  if (typeof description !== 'string') fail('invalid_type', `${path}.description`, `\`${path}.description\` must be a string.`);
+  addVerbatim(count, description);
+}
+
+/** A tool type other than function (or namespace at the top level): why it is refused. */
+function refuseToolType(type: unknown, path: string, inNamespace: boolean): never {
+  if (typeof type !== 'string') fail('invalid_tool', `${path}.type`, `\`${path}.type\` must be "function"${inNamespace ? '' : ' or "namespace"'}.`);
+  const shown = JSON.stringify(type.slice(0, 100));
+  if (type === 'namespace') fail('invalid_tool', `${path}.type`, `\`${path}\` is a namespace inside a namespace; namespaces do not nest.`);
+  if (SERVER_TOOLS.has(type)) {
+    fail('unsupported_parameter', `${path}.type`, `The ${shown} tool is a server tool, run by the vendor; this service runs and bills no server tools. Remove ${shown} from \`tools\` (turn it off in your client) and ${WHY_TOOLS}.`);
+  }
+  fail('unsupported_parameter', `${path}.type`, `Tools of type ${shown} are not supported in v1: ${WHY_TOOLS}.`);
 }
 
 function checkToolChoice(tc: unknown): void {
@@ -639,4 +706,21 @@ function checkMetadata(metadata: Obj): void {
     if (typeof v !== 'string') fail('invalid_type', `metadata.${k}`, '`metadata` values must be strings.');
     if (v.length > METADATA_MAX_VALUE_CHARS) fail('too_long', `metadata.${k}`, `\`metadata\` values may be at most ${METADATA_MAX_VALUE_CHARS} characters.`);
   }
+}
+
+/** client_metadata: forwarded as sent, so an object of a few short strings. */
+function checkClientMetadata(body: Obj): void {
+  const cm = optional(body, 'client_metadata');
+  checkField('client_metadata', F.client_metadata, cm);
+  if (cm === undefined) return;
+  const L = CLIENT_METADATA_LIMITS;
+  const keys = Object.keys(cm as Obj);
+  if (keys.length > L.keys) fail('invalid_value', 'client_metadata', `\`client_metadata\` may have at most ${L.keys} keys.`);
+  for (const k of keys) {
+    if (k.length > L.keyChars) fail('too_long', 'client_metadata', `\`client_metadata\` keys may be at most ${L.keyChars} characters.`);
+    const v = (cm as Obj)[k];
+    if (typeof v !== 'string') fail('invalid_type', `client_metadata.${k}`, '`client_metadata` values must be strings.');
+    if (v.length > L.valueChars) fail('too_long', `client_metadata.${k}`, `\`client_metadata\` values may be at most ${L.valueChars} characters.`);
+  }
+  if (Buffer.byteLength(JSON.stringify(cm)) > L.jsonBytes) fail('too_long', 'client_metadata', `\`client_metadata\` may be at most ${L.jsonBytes} bytes as JSON.`);
 }
