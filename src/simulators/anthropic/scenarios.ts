@@ -507,10 +507,16 @@ function sampleValue(name: string, schema: unknown): unknown {
   }
 }
 
+/**
+ * A value for each property a model would fill: the `required` ones when the schema lists them
+ * (models leave optional parameters out, and an agent's tool may refuse a made-up optional value),
+ * every property otherwise.
+ */
 function sampleInput(schema: unknown): Obj {
   const out: Obj = {};
   if (isObj(schema) && isObj(schema.properties)) {
-    for (const [k, v] of Object.entries(schema.properties)) out[k] = sampleValue(k, v);
+    const required = Array.isArray(schema.required) ? new Set(schema.required) : undefined;
+    for (const [k, v] of Object.entries(schema.properties)) if (required === undefined || required.has(k)) out[k] = sampleValue(k, v);
   }
   return out;
 }

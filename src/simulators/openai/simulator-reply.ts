@@ -634,12 +634,16 @@ function splitArgs(args: string): string[] {
   return out;
 }
 
-/** A deterministic arguments object that fits a simple JSON schema. */
+/**
+ * A deterministic arguments object that fits a simple JSON schema: the `required` properties when
+ * the schema lists them (models leave optional parameters out), every property otherwise.
+ */
 function argumentsFor(schema: unknown, depth = 0): Obj {
   const out: Obj = {};
   if (!isObj(schema) || !isObj(schema.properties)) return out;
+  const required = Array.isArray(schema.required) ? new Set(schema.required) : undefined;
   for (const [key, prop] of Object.entries(schema.properties)) {
-    out[key] = sampleValue(prop, depth);
+    if (required === undefined || required.has(key)) out[key] = sampleValue(prop, depth);
   }
   return out;
 }
