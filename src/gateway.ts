@@ -29,6 +29,7 @@ import { KeyAuthenticator } from './auth/authenticate.js';
 import { migrate } from './store/migrate.js';
 import { createPool, type Pool } from './store/pool.js';
 import { createLogger, type Logger } from './util/log.js';
+import { createAccessLog, type AccessLog } from './server/access-log.js';
 import type { Services } from './services.js';
 import { GatewayMetrics } from './metrics/metrics.js';
 import { ReadinessCheck } from './ops/readiness.js';
@@ -95,7 +96,7 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
     const generationDeps = await createGenerationDeps(services, opts.video ?? {});
     cleanups.push(() => generationDeps.close());
     const routes = apiRoutes(services, generationDeps, opts, cleanups);
-    const running = await serveHttp(services, { metrics, keys, clientAddress, generationDeps, routes }, cleanups);
+    const running = await serveHttp(services, { accessLog: opts.log, metrics, keys, clientAddress, generationDeps, routes }, cleanups);
     // Started last and stopped first: no job runs against a closing ledger or pool.
     const engine = startJobEngine(services, generationDeps, opts.video?.engine ?? {});
     cleanups.push(() => engine.stop());
@@ -229,6 +230,8 @@ function apiRoutes(services: Services, generationDeps: GenerationDeps, opts: Gat
 }
 
 interface HttpParts {
+  /** Where access lines go: the injected logger (tests), else a buffered stdout logger of their own. */
+  readonly accessLog: Logger | undefined;
   readonly metrics: GatewayMetrics;
   readonly keys: KeyAuthenticator;
   readonly clientAddress: (ctx: HttpContext) => string;
@@ -244,6 +247,7 @@ async function serveHttp(services: Services, p: HttpParts, cleanups: Cleanups): 
   const media = mediaHostHandler(p.generationDeps);
   const consolePages = consoleHandler({ services, mediaSecret: p.generationDeps.mediaSecret, mediaClock: p.generationDeps.clock, selfUrl: () => selfUrl, routes: () => p.routes });
   const { engine, ...listen } = config.server;
+  const accessLog = startAccessLog(services, p.clientAddress, p.accessLog, cleanups);
   const running = await startServer({
     engine,
     listen,
@@ -256,6 +260,7 @@ async function serveHttp(services: Services, p: HttpParts, cleanups: Cleanups): 
     publicRequestsPerMinute: config.limits.publicRequestsPerMinute,
     log,
     other: (ctx) => consolePages(ctx) || media(ctx),
+    accessLog,
     metrics: { observe: (m, r, s, sec) => p.metrics.http.observe(m, r, s, sec), rateLimited: (scope) => p.metrics.rateLimited(scope) },
     clientAddress: (ctx) => p.clientAddress(ctx),
   });
@@ -265,6 +270,18 @@ async function serveHttp(services: Services, p: HttpParts, cleanups: Cleanups): 
     if (!(await running.close())) log.warn('shutdown: requests still running after the drain period');
   });
   return running;
+}
+
+/**
+ * The access log (server/access-log.ts), when `log.access` is on: into the given logger, else into
+ * a buffered stdout logger of its own, written out when the server has stopped.
+ */
+function startAccessLog(services: Services, clientAddress: (ctx: HttpContext) => string, into: Logger | undefined, cleanups: Cleanups): AccessLog | undefined {
+  const { config } = services;
+  if (!config.log.access) return undefined;
+  const log = into ?? createLogger(config.log.level, undefined, true);
+  if (log.flush) cleanups.push(() => log.flush!());
+  return createAccessLog(log, clientAddress);
 }
 
 /** An instance id nobody else has: host, process and a random part (set ledger.instanceId to keep one across restarts). */

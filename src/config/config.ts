@@ -46,6 +46,8 @@ export const ConfigSchema = Type.Object({
   }),
   log: Type.Object({
     level: Type.Union([Type.Literal('debug'), Type.Literal('info'), Type.Literal('warn'), Type.Literal('error'), Type.Literal('silent')]),
+    /** One `info` line per finished request on the public port (server/access-log.ts). */
+    access: Type.Boolean(),
   }),
   dataDir: Type.String({ minLength: 1 }),
   mediaUrl: NullableString,
@@ -243,7 +245,7 @@ function fromEnv(env: Env): Record<string, unknown> {
       port: int('INKGATE_ADMIN_PORT', env.INKGATE_ADMIN_PORT),
       drainDelayMs: int('INKGATE_DRAIN_DELAY_MS', env.INKGATE_DRAIN_DELAY_MS),
     },
-    log: { level: str(env.INKGATE_LOG_LEVEL) },
+    log: { level: str(env.INKGATE_LOG_LEVEL), access: bool(env.INKGATE_ACCESS_LOG) },
     dataDir: str(env.INKGATE_DATA_DIR),
     mediaUrl: str(env.INKGATE_MEDIA_URL),
     console: { url: str(env.INKGATE_CONSOLE_URL) },
