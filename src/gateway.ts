@@ -64,6 +64,8 @@ export interface GatewayOptions {
   extraRoutes?: (s: Services) => Route[];
   /** Video dependencies (tests inject a clock, fetch allow-list, engine without timers). */
   video?: GenerationDepsOptions & { engine?: JobEngineOptions };
+  /** Where access lines go (the bench); default: `log` when given, else a buffered stdout logger. */
+  accessLog?: Logger;
   /** Skip migrations when the caller already ran them. */
   skipMigrate?: boolean;
   /**
@@ -96,7 +98,7 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
     const generationDeps = await createGenerationDeps(services, opts.video ?? {});
     cleanups.push(() => generationDeps.close());
     const routes = apiRoutes(services, generationDeps, opts, cleanups);
-    const running = await serveHttp(services, { accessLog: opts.log, metrics, keys, clientAddress, generationDeps, routes }, cleanups);
+    const running = await serveHttp(services, { accessLog: opts.accessLog ?? opts.log, metrics, keys, clientAddress, generationDeps, routes }, cleanups);
     // Started last and stopped first: no job runs against a closing ledger or pool.
     const engine = startJobEngine(services, generationDeps, opts.video?.engine ?? {});
     cleanups.push(() => engine.stop());

@@ -37,8 +37,8 @@ function fieldsOut(fields: Record<string, unknown>): Record<string, unknown> {
  * (BUFFERED_MAX_BYTES), and `flush` writes it out at shutdown. Other loggers write each line at
  * once: an error line must not wait.
  */
-export function createLogger(level: LogLevel, write?: (line: string) => void, buffered = false): Logger {
-  const stdout = write ? undefined : pino.destination({ dest: 1, sync: !buffered, ...(buffered ? { maxLength: BUFFERED_MAX_BYTES } : {}) });
+export function createLogger(level: LogLevel, write?: (line: string) => void, buffered = false, fd = 1): Logger {
+  const stdout = write ? undefined : pino.destination({ dest: fd, sync: !buffered, ...(buffered ? { maxLength: BUFFERED_MAX_BYTES } : {}) });
   const destination = write ? { write: (s: string) => write(s.endsWith('\n') ? s.slice(0, -1) : s) } : stdout!;
   const p: PinoLogger = pino(
     {
