@@ -13,6 +13,7 @@ import { Escrow } from './ledger/escrow.js';
 import { Ledger } from './ledger/ledger.js';
 import { UnbilledLedger } from './ledger/unbilled.js';
 import { messagesLane } from './lanes/messages/lane.js';
+import { createCountTokensHandler } from './lanes/messages/count-tokens.js';
 import { responsesLane } from './lanes/responses/lane.js';
 import { createTextHandler } from './lanes/text-proxy.js';
 import { createUpstream, type Upstream } from './vendors/text-upstream.js';
@@ -199,6 +200,8 @@ function apiRoutes(services: Services, generationDeps: GenerationDeps, opts: Gat
   };
   const text = config.limits.textBodyBytes;
   const textLedger = opts.unbilled ? new UnbilledLedger() : escrow;
+  const messages = messagesLane(config, catalog);
+  const anthropic = upstream('anthropic');
   const routes: Route[] = [
     ...catalogRoutes(config, catalog, state),
     ...accountRoutes(pool, escrow),
@@ -209,7 +212,21 @@ function apiRoutes(services: Services, generationDeps: GenerationDeps, opts: Gat
       keyRecheckedByReserve: true,
       requestIdHeader: 'request-id',
       bodyBytes: text,
-      handler: createTextHandler(messagesLane(config, catalog), { services, ledger: textLedger, upstream: upstream('anthropic') }),
+      handler: createTextHandler(messages, { services, ledger: textLedger, upstream: anthropic }),
+    },
+    {
+      // Not billed, so no reserve re-checks the key: it is looked up on every call.
+      method: 'POST',
+      pattern: '/v1/messages/count_tokens',
+      access: 'key',
+      requestIdHeader: 'request-id',
+      bodyBytes: text,
+      rateBucket: {
+        prefix: 'count-tokens:',
+        perMinute: config.limits.countTokensPerMinute,
+        message: `More than ${config.limits.countTokensPerMinute} token counts per minute on this key (the count_tokens limit, apart from the key's other requests).`,
+      },
+      handler: createCountTokensHandler({ services, lane: messages, upstream: anthropic }),
     },
     {
       method: 'POST',

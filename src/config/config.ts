@@ -75,6 +75,8 @@ export const ConfigSchema = Type.Object({
   limits: Type.Object({
     requestsPerMinute: Type.Integer({ minimum: 1, maximum: 1_000_000 }),
     publicRequestsPerMinute: Type.Integer({ minimum: 1, maximum: 1_000_000 }),
+    /** POST /v1/messages/count_tokens per key, in a bucket of its own (counting never uses up the key's requestsPerMinute). */
+    countTokensPerMinute: Type.Integer({ minimum: 1, maximum: 1_000_000 }),
     videoBodyBytes: Type.Integer({ minimum: 1024, maximum: 67_108_864 }),
     textBodyBytes: Type.Integer({ minimum: 1024, maximum: 67_108_864 }),
     publicBodyBytes: Type.Integer({ minimum: 1024, maximum: 67_108_864 }),

@@ -202,7 +202,8 @@ async function run(d: ServerDeps, ctx: HttpContext, r: Route): Promise<void> {
     const authorization = ctx.header('authorization');
     if (authorization === undefined && ctx.header('x-api-key') !== undefined) throw X_API_KEY_REFUSAL;
     ctx.auth = await (r.keyRecheckedByReserve ? d.keys.authenticateCached(authorization) : d.keys.authenticate(authorization));
-    await spend(d, 'key:' + ctx.auth.keyId, d.requestsPerMinute);
+    const b = r.rateBucket;
+    await (b ? spend(d, b.prefix + ctx.auth.keyId, b.perMinute, b.message) : spend(d, 'key:' + ctx.auth.keyId, d.requestsPerMinute));
   }
   if (ctx.aborted) return;
   await r.handler(ctx);
