@@ -13,6 +13,7 @@ import { Escrow } from './ledger/escrow.js';
 import { Ledger } from './ledger/ledger.js';
 import { UnbilledLedger } from './ledger/unbilled.js';
 import { messagesLane } from './lanes/messages/lane.js';
+import { createCountTokensHandler } from './lanes/messages/count-tokens.js';
 import { responsesLane } from './lanes/responses/lane.js';
 import { createTextHandler } from './lanes/text-proxy.js';
 import { createUpstream, type Upstream } from './vendors/text-upstream.js';
@@ -29,6 +30,7 @@ import { KeyAuthenticator } from './auth/authenticate.js';
 import { migrate } from './store/migrate.js';
 import { createPool, type Pool } from './store/pool.js';
 import { createLogger, type Logger } from './util/log.js';
+import { createAccessLog, type AccessLog } from './server/access-log.js';
 import type { Services } from './services.js';
 import { GatewayMetrics } from './metrics/metrics.js';
 import { ReadinessCheck } from './ops/readiness.js';
@@ -63,6 +65,8 @@ export interface GatewayOptions {
   extraRoutes?: (s: Services) => Route[];
   /** Video dependencies (tests inject a clock, fetch allow-list, engine without timers). */
   video?: GenerationDepsOptions & { engine?: JobEngineOptions };
+  /** Where access lines go (the bench); default: `log` when given, else a buffered stdout logger. */
+  accessLog?: Logger;
   /** Skip migrations when the caller already ran them. */
   skipMigrate?: boolean;
   /**
@@ -95,7 +99,7 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
     const generationDeps = await createGenerationDeps(services, opts.video ?? {});
     cleanups.push(() => generationDeps.close());
     const routes = apiRoutes(services, generationDeps, opts, cleanups);
-    const running = await serveHttp(services, { metrics, keys, clientAddress, generationDeps, routes }, cleanups);
+    const running = await serveHttp(services, { accessLog: opts.accessLog ?? opts.log, metrics, keys, clientAddress, generationDeps, routes }, cleanups);
     // Started last and stopped first: no job runs against a closing ledger or pool.
     const engine = startJobEngine(services, generationDeps, opts.video?.engine ?? {});
     cleanups.push(() => engine.stop());
@@ -196,6 +200,8 @@ function apiRoutes(services: Services, generationDeps: GenerationDeps, opts: Gat
   };
   const text = config.limits.textBodyBytes;
   const textLedger = opts.unbilled ? new UnbilledLedger() : escrow;
+  const messages = messagesLane(config, catalog);
+  const anthropic = upstream('anthropic');
   const routes: Route[] = [
     ...catalogRoutes(config, catalog, state),
     ...accountRoutes(pool, escrow),
@@ -206,7 +212,21 @@ function apiRoutes(services: Services, generationDeps: GenerationDeps, opts: Gat
       keyRecheckedByReserve: true,
       requestIdHeader: 'request-id',
       bodyBytes: text,
-      handler: createTextHandler(messagesLane(config, catalog), { services, ledger: textLedger, upstream: upstream('anthropic') }),
+      handler: createTextHandler(messages, { services, ledger: textLedger, upstream: anthropic }),
+    },
+    {
+      // Not billed, so no reserve re-checks the key: it is looked up on every call.
+      method: 'POST',
+      pattern: '/v1/messages/count_tokens',
+      access: 'key',
+      requestIdHeader: 'request-id',
+      bodyBytes: text,
+      rateBucket: {
+        prefix: 'count-tokens:',
+        perMinute: config.limits.countTokensPerMinute,
+        message: `More than ${config.limits.countTokensPerMinute} token counts per minute on this key (the count_tokens limit, apart from the key's other requests).`,
+      },
+      handler: createCountTokensHandler({ services, lane: messages, upstream: anthropic }),
     },
     {
       method: 'POST',
@@ -229,6 +249,8 @@ function apiRoutes(services: Services, generationDeps: GenerationDeps, opts: Gat
 }
 
 interface HttpParts {
+  /** Where access lines go: the injected logger (tests), else a buffered stdout logger of their own. */
+  readonly accessLog: Logger | undefined;
   readonly metrics: GatewayMetrics;
   readonly keys: KeyAuthenticator;
   readonly clientAddress: (ctx: HttpContext) => string;
@@ -244,6 +266,7 @@ async function serveHttp(services: Services, p: HttpParts, cleanups: Cleanups): 
   const media = mediaHostHandler(p.generationDeps);
   const consolePages = consoleHandler({ services, mediaSecret: p.generationDeps.mediaSecret, mediaClock: p.generationDeps.clock, selfUrl: () => selfUrl, routes: () => p.routes });
   const { engine, ...listen } = config.server;
+  const accessLog = startAccessLog(services, p.clientAddress, p.accessLog, cleanups);
   const running = await startServer({
     engine,
     listen,
@@ -256,6 +279,7 @@ async function serveHttp(services: Services, p: HttpParts, cleanups: Cleanups): 
     publicRequestsPerMinute: config.limits.publicRequestsPerMinute,
     log,
     other: (ctx) => consolePages(ctx) || media(ctx),
+    accessLog,
     metrics: { observe: (m, r, s, sec) => p.metrics.http.observe(m, r, s, sec), rateLimited: (scope) => p.metrics.rateLimited(scope) },
     clientAddress: (ctx) => p.clientAddress(ctx),
   });
@@ -265,6 +289,18 @@ async function serveHttp(services: Services, p: HttpParts, cleanups: Cleanups): 
     if (!(await running.close())) log.warn('shutdown: requests still running after the drain period');
   });
   return running;
+}
+
+/**
+ * The access log (server/access-log.ts), when `log.access` is on: into the given logger, else into
+ * a buffered stdout logger of its own, written out when the server has stopped.
+ */
+function startAccessLog(services: Services, clientAddress: (ctx: HttpContext) => string, into: Logger | undefined, cleanups: Cleanups): AccessLog | undefined {
+  const { config } = services;
+  if (!config.log.access) return undefined;
+  const log = into ?? createLogger(config.log.level, undefined, true);
+  if (log.flush) cleanups.push(() => log.flush!());
+  return createAccessLog(log, clientAddress);
 }
 
 /** An instance id nobody else has: host, process and a random part (set ledger.instanceId to keep one across restarts). */

@@ -1,6 +1,6 @@
 // `inkgate bench` arguments: parsed and checked once, every number bounded, so a typo fails at
 // once with one line instead of after minutes of load.
-export const SCENARIOS = ['latency', 'saturation', 'stream-saturation', 'open-loop', 'paced', 'billing', 'many-tenants', 'durability', 'engines'] as const;
+export const SCENARIOS = ['latency', 'saturation', 'stream-saturation', 'open-loop', 'paced', 'billing', 'many-tenants', 'durability', 'engines', 'access-log'] as const;
 export type Scenario = (typeof SCENARIOS)[number];
 export type LaneName = 'messages' | 'responses';
 
@@ -57,10 +57,11 @@ Measures what inkgate adds over calling the vendor directly. With no target name
 on 127.0.0.1, the vendor simulators, inkgate (billing on, and a second one with billing off)
 and a plain node:http + undici pass-through proxy, and stops them all at the end. The engines
 scenario starts one more inkgate per HTTP engine (server.engine uws and node; node only where
-no uWebSockets.js build loads on this Node).
+no uWebSockets.js build loads on this Node); the access-log scenario two more, the same
+gateway with its access log on and off (written, as in a deployment, but into /dev/null).
 
   --scenario LIST        latency,saturation,stream-saturation,open-loop,paced,billing,
-                         many-tenants,durability,engines (default: all)
+                         many-tenants,durability,engines,access-log (default: all)
   --lane L               messages | responses | both (default both)
   --seconds N            measured seconds per run (default 5)
   --warmup-seconds N     unmeasured warm-up before each run (default 1)

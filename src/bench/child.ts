@@ -6,7 +6,7 @@
 // file} take a CPU profile of this process (node:inspector) and answer {type:'prof'}; {op:'stop'}
 // ends it.
 // The parent gone (IPC disconnect) stops it too, so a killed bench leaves no process behind.
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { Session } from 'node:inspector/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -31,6 +31,11 @@ export interface GatewayChildConfig {
   readonly tenants: { readonly accounts: number; readonly keys: number } | null;
   /** The HTTP engine (config server.engine); unset: the configuration's default (auto). */
   readonly engine?: 'auto' | 'uws' | 'node';
+  /**
+   * The access log (config log.access), written as in a deployment (pino, buffered) but into
+   * /dev/null; unset: on, as by default.
+   */
+  readonly accessLog?: boolean;
 }
 
 /** What a gateway's ledger looks like after the load: every hold should have ended, nothing logged. */
@@ -148,9 +153,11 @@ async function startInkgate(c: GatewayChildConfig): Promise<Started> {
       upstream: { connections: c.upstreamConnections },
       ledger: c.ledger,
       demo: { createAccount: false },
+      log: { level: 'info', access: c.accessLog ?? true },
     },
   );
-  const gw = await createGateway(cfg, { log, unbilled: c.unbilled });
+  const accessLog = createLogger('info', undefined, true, openSync('/dev/null', 'w'));
+  const gw = await createGateway(cfg, { log, accessLog, unbilled: c.unbilled });
   const pool = gw.services.pool;
   const dropAll = async () => {
     await pool.query(`DROP SCHEMA IF EXISTS ${c.schema} CASCADE`).catch(() => undefined);

@@ -64,6 +64,7 @@ const PAIRS: ReadonlyArray<readonly [TargetName, TargetName]> = [
   [ENGINE_TARGETS.node, 'plain proxy'],
   [ENGINE_TARGETS.node, ENGINE_TARGETS.uws],
   ['inkgate (many tenants)', 'inkgate (one key)'],
+  ['inkgate (access log)', 'inkgate (no access log)'],
 ];
 
 export function ratios(runs: readonly RunResult[]): Ratio[] {

@@ -6,7 +6,7 @@ import type { BenchOptions, LaneName, Scenario } from './args.js';
 import { distribution, summarize, type LatencySummary } from './histogram.js';
 import { FIRST_DELTA_MARKER } from './lanes.js';
 import { closedLoop, openLoop, pacedWave, type Tally, type Window } from './load.js';
-import { ENGINE_TARGETS, type BenchProcess, type Target, type TargetName, type TargetSet } from './targets.js';
+import { ACCESS_TARGETS, ENGINE_TARGETS, type BenchProcess, type Target, type TargetName, type TargetSet } from './targets.js';
 
 export type RunKind = 'request' | 'stream' | 'open-loop' | 'paced';
 
@@ -85,6 +85,11 @@ const pacedWarmupStreams = (o: BenchOptions) => Math.min(o.streams, 50);
 const PAIRED: Partial<Record<Scenario, { targets: readonly TargetName[]; needs: string; runs: ReadonlyArray<readonly [RunKind, 1 | 'many']> }>> = {
   billing: { targets: ['inkgate', 'inkgate (billing off)'], needs: 'needs the self-started inkgate (billing on and off)', runs: [['request', 1], ['request', 'many']] },
   durability: { targets: ['inkgate', 'inkgate (sync)'], needs: 'needs the self-started inkgate and inkgate (sync)', runs: [['request', 'many'], ['stream', 'many']] },
+  'access-log': {
+    targets: [ACCESS_TARGETS.on, ACCESS_TARGETS.off],
+    needs: 'needs the self-started inkgate with its access log on and off',
+    runs: [['request', 'many'], ['stream', 'many']],
+  },
   'many-tenants': {
     targets: ['inkgate (one key)', 'inkgate (many tenants)'],
     needs: 'needs the self-started inkgate (one key) and inkgate (many tenants)',

@@ -26,10 +26,17 @@ export type TargetName =
   | 'inkgate (uws)'
   | 'inkgate (node)'
   | 'inkgate (one key)'
-  | 'inkgate (many tenants)';
+  | 'inkgate (many tenants)'
+  | 'inkgate (access log)'
+  | 'inkgate (no access log)';
 export const TARGET_ORDER: readonly TargetName[] = [
   'direct', 'plain proxy', 'inkgate', 'inkgate (billing off)', 'inkgate (sync)', 'inkgate (uws)', 'inkgate (node)', 'inkgate (one key)', 'inkgate (many tenants)',
+  'inkgate (access log)', 'inkgate (no access log)',
 ];
+/** The access-log scenario's gateways: the same configuration with the access log on and off. */
+export const ACCESS_TARGETS = { on: 'inkgate (access log)', off: 'inkgate (no access log)' } as const satisfies Record<string, TargetName>;
+/** Scenarios whose gateways are their own: they need neither the shared inkgate nor the one with billing off. */
+const OWN_GATEWAYS: ReadonlySet<string> = new Set(['engines', 'access-log']);
 /** The engines scenario's gateways, one per HTTP engine (config server.engine), billing on. */
 export const ENGINE_TARGETS = { uws: 'inkgate (uws)', node: 'inkgate (node)' } as const satisfies Record<string, TargetName>;
 /** The process of the many-tenants scenario: one gateway, the shared limiter, many funded keys. */
@@ -232,7 +239,8 @@ async function startOwnTargets(o: BenchOptions, dbUrl: string | null, redisUrl: 
   });
   // The durability, many-tenants and engines scenarios need gateways of their own, started only for
   // them; the engines scenario alone needs neither the shared inkgate nor the one with billing off.
-  const wantShared = o.scenarios.some((sc) => sc !== 'engines');
+  const wantShared = o.scenarios.some((sc) => !OWN_GATEWAYS.has(sc));
+  const wantAccess = o.scenarios.includes('access-log');
   const wantSync = o.scenarios.includes('durability');
   const wantTenants = o.scenarios.includes('many-tenants');
   const wantEngines = o.scenarios.includes('engines');
@@ -241,7 +249,7 @@ async function startOwnTargets(o: BenchOptions, dbUrl: string | null, redisUrl: 
   const notes: string[] = [];
   if (uws && !uws.ok) notes.push(`engines: the uws engine cannot run here (${uws.reason}); the scenario runs the node engine only`);
   const engineGw = (engine: 'uws' | 'node') => add(ENGINE_TARGETS[engine], 'gateway', gw(engine, false, { engine }));
-  const [on, off, proxy, sync, tenants, engUws, engNode] = await settled([
+  const [on, off, proxy, sync, tenants, engUws, engNode, accOn, accOff] = await settled([
     wantShared ? add('inkgate', 'gateway', gw('on', false)) : Promise.resolve(null),
     wantShared ? add('inkgate (billing off)', 'gateway', gw('off', true)) : Promise.resolve(null),
     add('plain proxy', 'proxy', {
@@ -255,6 +263,8 @@ async function startOwnTargets(o: BenchOptions, dbUrl: string | null, redisUrl: 
       : Promise.resolve(null),
     uws?.ok ? engineGw('uws') : Promise.resolve(null),
     wantEngines ? engineGw('node') : Promise.resolve(null),
+    wantAccess ? add(ACCESS_TARGETS.on, 'gateway', gw('access', false, { accessLog: true })) : Promise.resolve(null),
+    wantAccess ? add(ACCESS_TARGETS.off, 'gateway', gw('noaccess', false, { accessLog: false })) : Promise.resolve(null),
   ]);
   const engines = (
     [['inkgate', on], ['inkgate (billing off)', off], ['inkgate (sync)', sync], [TENANTS_PROCESS, tenants], [ENGINE_TARGETS.uws, engUws], [ENGINE_TARGETS.node, engNode]] as const
@@ -265,7 +275,7 @@ async function startOwnTargets(o: BenchOptions, dbUrl: string | null, redisUrl: 
   for (const [want, r] of [['uws', engUws], ['node', engNode]] as const) {
     if (r !== null && r.engine !== want) throw new Error(`${ENGINE_TARGETS[want]}: asked for server.engine ${want}, serves with ${String(r.engine)}`);
   }
-  const targets = o.lanes.flatMap((lane) => ownLaneTargets(lane, o, s, { on, off, proxy: proxy!, sync, tenants, engUws, engNode }));
+  const targets = o.lanes.flatMap((lane) => ownLaneTargets(lane, o, s, { on, off, proxy: proxy!, sync, tenants, engUws, engNode, accOn, accOff }));
   return { targets, database, upstreamConnections, tenantsLimiter: tenants ? String(tenants.limiter) : null, engines, notes };
 }
 
@@ -274,7 +284,7 @@ function ownLaneTargets(
   lane: LaneName,
   o: BenchOptions,
   s: SimUrls,
-  p: { on: Ready; off: Ready; proxy: Record<string, unknown>; sync: Ready; tenants: Ready; engUws: Ready; engNode: Ready },
+  p: { on: Ready; off: Ready; proxy: Record<string, unknown>; sync: Ready; tenants: Ready; engUws: Ready; engNode: Ready; accOn: Ready; accOff: Ready },
 ): Target[] {
   const out: Target[] = [];
   const simUrl = lane === 'messages' ? s.anthropic : s.openai;
@@ -287,6 +297,8 @@ function ownLaneTargets(
   own('inkgate (sync)', p.sync);
   own(ENGINE_TARGETS.uws, p.engUws);
   own(ENGINE_TARGETS.node, p.engNode);
+  own(ACCESS_TARGETS.on, p.accOn);
+  own(ACCESS_TARGETS.off, p.accOff);
   if (p.tenants) {
     const one = target('inkgate (one key)', lane, String(p.tenants.url), bearer(p.tenants.key), o.models[lane], o, TENANTS_PROCESS);
     out.push(one);

@@ -46,6 +46,8 @@ export const ConfigSchema = Type.Object({
   }),
   log: Type.Object({
     level: Type.Union([Type.Literal('debug'), Type.Literal('info'), Type.Literal('warn'), Type.Literal('error'), Type.Literal('silent')]),
+    /** One `info` line per finished request on the public port (server/access-log.ts). */
+    access: Type.Boolean(),
   }),
   dataDir: Type.String({ minLength: 1 }),
   mediaUrl: NullableString,
@@ -73,6 +75,8 @@ export const ConfigSchema = Type.Object({
   limits: Type.Object({
     requestsPerMinute: Type.Integer({ minimum: 1, maximum: 1_000_000 }),
     publicRequestsPerMinute: Type.Integer({ minimum: 1, maximum: 1_000_000 }),
+    /** POST /v1/messages/count_tokens per key, in a bucket of its own (counting never uses up the key's requestsPerMinute). */
+    countTokensPerMinute: Type.Integer({ minimum: 1, maximum: 1_000_000 }),
     videoBodyBytes: Type.Integer({ minimum: 1024, maximum: 67_108_864 }),
     textBodyBytes: Type.Integer({ minimum: 1024, maximum: 67_108_864 }),
     publicBodyBytes: Type.Integer({ minimum: 1024, maximum: 67_108_864 }),
@@ -243,7 +247,7 @@ function fromEnv(env: Env): Record<string, unknown> {
       port: int('INKGATE_ADMIN_PORT', env.INKGATE_ADMIN_PORT),
       drainDelayMs: int('INKGATE_DRAIN_DELAY_MS', env.INKGATE_DRAIN_DELAY_MS),
     },
-    log: { level: str(env.INKGATE_LOG_LEVEL) },
+    log: { level: str(env.INKGATE_LOG_LEVEL), access: bool(env.INKGATE_ACCESS_LOG) },
     dataDir: str(env.INKGATE_DATA_DIR),
     mediaUrl: str(env.INKGATE_MEDIA_URL),
     console: { url: str(env.INKGATE_CONSOLE_URL) },

@@ -11,7 +11,7 @@ import type { Catalog } from '../catalog/models.js';
 import { ERRORS, type ErrorCode } from '../errors.js';
 import { IMAGE_REQUEST_FIELDS } from '../generations/images/request-fields.js';
 import { VIDEO_REQUEST_FIELDS } from '../generations/video/request-fields.js';
-import { MESSAGES_FIELDS } from '../lanes/messages/request-fields.js';
+import { COUNT_TOKENS_FIELDS, MESSAGES_FIELDS } from '../lanes/messages/request-fields.js';
 import { RESPONSES_FIELDS } from '../lanes/responses/request-fields.js';
 import { fieldsSchema, type SchemaContext } from '../util/request-fields.js';
 
@@ -96,6 +96,16 @@ export const ENDPOINTS: readonly Endpoint[] = [
     doc: 'docs/api/messages.md',
     curl: `curl $INKGATE_URL/v1/messages -H "Authorization: Bearer $INKGATE_KEY" -H "content-type: application/json" \\\n  -d '{"model":"sonnet","max_tokens":200,"messages":[{"role":"user","content":"Hello"}]}'`,
     sdk: { lang: 'TypeScript (@anthropic-ai/sdk)', code: `import Anthropic from '@anthropic-ai/sdk';\nconst client = new Anthropic({ baseURL: process.env.INKGATE_URL, authToken: process.env.INKGATE_KEY, apiKey: null });\nconst msg = await client.messages.create({ model: 'sonnet', max_tokens: 200, messages: [{ role: 'user', content: 'Hello' }] });\nconsole.log(msg.content);` },
+  },
+  {
+    slug: 'messages-count-tokens', method: 'POST', pattern: '/v1/messages/count_tokens', title: 'Count Messages tokens', auth: 'key',
+    summary: "The vendor's token count of a Messages prompt (model, messages, system, tools, tool_choice, thinking, output_config). Not billed; limited per key apart from its other requests.",
+    body: (c) => fieldsSchema(COUNT_TOKENS_FIELDS, textLaneSchemaContext(c, 'anthropic-messages')),
+    ok: { status: 200, type: 'application/json', schema: obj({ input_tokens: int('Tokens of the whole prompt: messages, system and tools') }, ['input_tokens'], { additionalProperties: true }), description: 'The count, as the vendor gave it.' },
+    errors: [...COMMON, ...VALIDATION, 'missing_messages', 'invalid_message', 'invalid_tool', 'upstream_rejected', 'provider_unavailable', 'provider_error'],
+    doc: 'docs/api/messages.md',
+    curl: `curl $INKGATE_URL/v1/messages/count_tokens -H "Authorization: Bearer $INKGATE_KEY" -H "content-type: application/json" \\\n  -d '{"model":"sonnet","messages":[{"role":"user","content":"Hello"}]}'`,
+    sdk: { lang: 'TypeScript (@anthropic-ai/sdk)', code: `import Anthropic from '@anthropic-ai/sdk';\nconst client = new Anthropic({ baseURL: process.env.INKGATE_URL, authToken: process.env.INKGATE_KEY, apiKey: null });\nconst { input_tokens } = await client.messages.countTokens({ model: 'sonnet', messages: [{ role: 'user', content: 'Hello' }] });\nconsole.log(input_tokens);` },
   },
   {
     slug: 'responses', method: 'POST', pattern: '/v1/responses', title: 'Responses', auth: 'key',

@@ -6,7 +6,7 @@
 import { ApiError } from '../errors.js';
 import { clientAddressResolver } from '../ops/client-address.js';
 import type { HttpContext } from '../server/http-context.js';
-import { toApiError } from '../server/server.js';
+import { toApiError, type OtherAnswer } from '../server/server.js';
 import { PageError, type ConsoleDeps, type PageCtx, type SignedIn } from './context.js';
 import { esc, page, redirect, sendHtml } from './html.js';
 import { keysPage, createKeyAction, revokeKeyAction, limitKeyAction, overviewPage } from './pages-account.js';
@@ -52,21 +52,21 @@ const ROUTES: readonly ConsoleRoute[] = [
   { method: 'GET', re: new RegExp(`^/console/reference/${ID}$`), access: 'public', run: referencePage },
 ];
 
-export function consoleHandler(d: ConsoleDeps): (ctx: HttpContext) => boolean {
-  // The caller as the /v1 limits see it: behind a balancer or the HTTP front the peer is not the caller.
+export function consoleHandler(d: ConsoleDeps): (ctx: HttpContext) => OtherAnswer {
+  // The caller as the /v1 limits see it: behind a balancer the peer is not the caller.
   const clientAddress = clientAddressResolver(d.services.config.server);
+  const answered = (p: Promise<void>): OtherAnswer => ({ route: 'console', answered: p });
   return (ctx) => {
     const path = ctx.path.length > 8 && ctx.path.endsWith('/') ? ctx.path.slice(0, -1) : ctx.path;
     if (path !== '/console' && !path.startsWith('/console/')) return false;
     if (path.startsWith('/console/static/')) {
       serveStatic(ctx, path.slice('/console/static/'.length));
-      return true;
+      return answered(Promise.resolve());
     }
     // uWS wants the body reader attached in this tick.
     if (ctx.method === 'POST') ctx.collectBody(FORM_BODY_BYTES);
-    if (ctx.done) return true;
-    handle(d, ctx, path, clientAddress(ctx)).catch((e: unknown) => failPage(d, ctx, e));
-    return true;
+    if (ctx.done) return answered(Promise.resolve());
+    return answered(handle(d, ctx, path, clientAddress(ctx)).catch((e: unknown) => failPage(d, ctx, e)));
   };
 }
 

@@ -7,6 +7,7 @@ import type { Services } from '../services.js';
 import type { HttpContext } from '../server/http-context.js';
 import { readJsonObject } from '../server/json-body.js';
 import type { Route } from '../server/router.js';
+import type { OtherAnswer } from '../server/server.js';
 import { handleMediaRequest, writeMediaResponse, type Headers as MediaHeaders, type MediaSink } from '../media/media-host.js';
 import { MEDIA_PATH_PREFIX, signedMediaLink, type SignedLink } from '../media/signed-link.js';
 import type { GenerationDeps } from './deps.js';
@@ -108,7 +109,7 @@ export function generationRoutes(services: Services, deps: GenerationDeps, p: Ge
  * The media host for the server's `other` hook (non-/v1 paths): GET (or HEAD) /media/<key>?exp=&sig= served
  * from the media store after the signature check. Returns false for any other path (-> 404).
  */
-export function mediaHostHandler(deps: Pick<GenerationDeps, 'media' | 'mediaSecret' | 'clock'>): (ctx: HttpContext) => boolean {
+export function mediaHostHandler(deps: Pick<GenerationDeps, 'media' | 'mediaSecret' | 'clock'>): (ctx: HttpContext) => OtherAnswer {
   return (ctx) => {
     if (!ctx.path.startsWith(MEDIA_PATH_PREFIX) || (ctx.method !== 'GET' && ctx.method !== 'HEAD')) return false;
     // The context already sends Cache-Control: no-store; uWS frames the body itself (chunked, or
@@ -125,12 +126,12 @@ export function mediaHostHandler(deps: Pick<GenerationDeps, 'media' | 'mediaSecr
         return ctx.aborted;
       },
     };
-    handleMediaRequest({ path: ctx.path, query: ctx.query, requestId: ctx.requestId }, deps.media, deps.mediaSecret, Math.floor(deps.clock() / 1000))
+    const answered = handleMediaRequest({ path: ctx.path, query: ctx.query, requestId: ctx.requestId }, deps.media, deps.mediaSecret, Math.floor(deps.clock() / 1000))
       .then((r) => writeMediaResponse(r, sink))
       .catch(() => {
         if (!ctx.responded) ctx.sendError(new ApiError('not_found', { message: 'There is no media at this link.' }));
         else ctx.end();
       });
-    return true;
+    return { route: 'media', answered };
   };
 }

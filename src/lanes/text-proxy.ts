@@ -88,7 +88,7 @@ const STREAM_HEADERS: ReadonlyArray<readonly [string, string]> = [
 ];
 
 /** undici's own timeouts (headers, body idle) and our total cap. */
-function isTimeout(e: unknown): boolean {
+export function isTimeout(e: unknown): boolean {
   const code = (e as { code?: unknown }).code;
   return code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT' || code === 'UND_ERR_CONNECT_TIMEOUT';
 }
@@ -240,7 +240,7 @@ interface ProxyEnv {
 }
 
 /** Said to whoever calls a closed lane, often someone who just ran `npm start`: what opens it. */
-function closedLaneMessage(lane: TextLane, configured: boolean): string {
+export function closedLaneMessage(lane: TextLane, configured: boolean): string {
   return !configured
     ? `The ${lane.product} lane has no vendor configured on this deployment. An operator sets the vendor's base URL and key, then runs \`inkgate lane enable ${lane.lane}\`; \`npm run demo\` does both against local simulators.`
     : `The ${lane.product} lane is not enabled on this deployment. An operator opens it with \`inkgate lane enable ${lane.lane}\`; \`npm run demo\` runs every lane against local simulators.`;

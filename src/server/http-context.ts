@@ -96,6 +96,8 @@ export abstract class HttpContext {
   admitted = false;
   /** Status sent, for logs and tests. */
   status = 0;
+  /** The error answered, if the answer was one (the access log names its code and param). */
+  error: ApiError | undefined;
   /**
    * Set when the request cannot be served as read: its framing cannot be trusted (framingFault), or
    * the engine refuses it (too many header fields, no Host). Answered, then the connection closed.
@@ -216,6 +218,8 @@ export abstract class HttpContext {
 
   /** The spec's error envelope, with Retry-After on 429/503 and WWW-Authenticate on 401. */
   sendError(err: ApiError, closeConnection = false, more?: HeaderList): void {
+    if (this.done) return;
+    this.error = err;
     const extra: Array<[string, string]> = more ? more.map(([k, v]) => [k, v] as [string, string]) : [];
     if (err.status === 401) extra.push(['WWW-Authenticate', 'Bearer']);
     const after = retryAfter(err);

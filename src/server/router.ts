@@ -21,6 +21,11 @@ export interface Route {
    * reads `x-request-id`, which every response has).
    */
   readonly requestIdHeader?: string;
+  /**
+   * A keyed route limited in a per-key bucket of its own (`prefix` + key id) instead of the key's
+   * main one, so that its calls cannot use up the key's other requests; `message` words its 429.
+   */
+  readonly rateBucket?: { readonly prefix: string; readonly perMinute: number; readonly message: string };
   readonly handler: (ctx: HttpContext) => Promise<void>;
 }
 

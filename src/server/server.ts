@@ -9,12 +9,16 @@ import type { Logger } from '../util/log.js';
 import { HttpContext, type AuthInfo } from './http-context.js';
 import type { Route, Router } from './router.js';
 import { chooseEngine, type EngineChoice, type EngineListener, type EngineName, type EngineOptions } from './engine.js';
+import type { AccessLog } from './access-log.js';
 
 /** The route label of a request no route took (404, API closed, draining, the media host). */
 export const UNMATCHED_ROUTE = 'unmatched';
 
 /** The answer to a request that arrives while the server stops. */
 export const shuttingDown = (): ApiError => new ApiError('provider_unavailable', { message: 'This instance is shutting down; retry.', retryAfterS: 1 });
+
+/** How a part beside /v1 takes a path: false, or its name and the end of its answer. */
+export type OtherAnswer = false | { readonly route: string; readonly answered: Promise<void> };
 
 export interface ServerDeps {
   /** Where and how to listen (server.* settings). */
@@ -29,8 +33,13 @@ export interface ServerDeps {
   readonly keys: KeyCheck;
   readonly publicRequestsPerMinute: number;
   readonly log: Logger;
-  /** Non-/v1 paths (the media host) are handed here; return false for 404. */
-  readonly other?: (ctx: HttpContext) => boolean;
+  /**
+   * Non-/v1 paths (the console, the media host) are handed here: false for 404, else the name the
+   * access log gives the route and a promise settled once the answer has ended.
+   */
+  readonly other?: (ctx: HttpContext) => OtherAnswer;
+  /** One line per finished request (access-log.ts); absent: none. */
+  readonly accessLog?: AccessLog;
   /** Counts each answered request and each 429 (metrics/); absent: nothing is counted. */
   readonly metrics?: ServerMetrics;
   /** The caller's address for the public routes' limit (ops/client-address.ts); absent: the TCP peer. */
@@ -96,8 +105,11 @@ export async function startServer(d: ServerDeps): Promise<RunningServer> {
   const admission: Admission = { draining: false, inFlight: 0, drained: undefined };
   const listener = await engine.listen(d.listen, (ctx) => {
     const startedMs = performance.now();
-    handle(d, admission, ctx, startedMs);
-    if (ctx.responded && d.metrics && !ctx.admitted) d.metrics.observe(ctx.method, UNMATCHED_ROUTE, ctx.status, (performance.now() - startedMs) / 1000);
+    const later = handle(d, admission, ctx, startedMs);
+    if (!later && ctx.responded) {
+      d.metrics?.observe(ctx.method, UNMATCHED_ROUTE, ctx.status, (performance.now() - startedMs) / 1000);
+      d.accessLog?.(ctx, UNMATCHED_ROUTE, startedMs);
+    }
   });
   return {
     port: listener.port,
@@ -172,56 +184,79 @@ async function spendPublic(d: ServerDeps, ctx: HttpContext): Promise<void> {
   if (keyId !== undefined) await spend(d, 'key:' + keyId, d.requestsPerMinute);
 }
 
+/**
+ * A key sent only as `x-api-key` (the Anthropic SDKs' `apiKey`, Claude Code's ANTHROPIC_API_KEY) is
+ * not read: only `Authorization: Bearer` is. The 401 says what to send instead, since those
+ * clients otherwise retry a bare 401 without telling their user why.
+ */
+const X_API_KEY_REFUSAL = new ApiError('invalid_api_key', {
+  message:
+    'No `Authorization: Bearer` key. An `x-api-key` header is not read here: send the key as a bearer token (Anthropic SDKs: `authToken`; Claude Code: ANTHROPIC_AUTH_TOKEN instead of ANTHROPIC_API_KEY).',
+});
+
 /** Limit and authentication, then the route's handler. */
 async function run(d: ServerDeps, ctx: HttpContext, r: Route): Promise<void> {
   if (r.access === 'public') {
     await spendPublic(d, ctx);
   } else {
     const authorization = ctx.header('authorization');
+    if (authorization === undefined && ctx.header('x-api-key') !== undefined) throw X_API_KEY_REFUSAL;
     ctx.auth = await (r.keyRecheckedByReserve ? d.keys.authenticateCached(authorization) : d.keys.authenticate(authorization));
-    await spend(d, 'key:' + ctx.auth.keyId, d.requestsPerMinute);
+    const b = r.rateBucket;
+    await (b ? spend(d, b.prefix + ctx.auth.keyId, b.perMinute, b.message) : spend(d, 'key:' + ctx.auth.keyId, d.requestsPerMinute));
   }
   if (ctx.aborted) return;
   await r.handler(ctx);
 }
 
-/** Answers at once what no route takes (framing error, draining, 404, API closed), else admits the request to its route. */
-function handle(d: ServerDeps, admission: Admission, ctx: HttpContext, startedMs: number): void {
+/**
+ * Answers at once what no route takes (framing error, draining, 404, API closed), else admits the
+ * request to its route. True when the request is counted and logged later, when its answer ends.
+ */
+function handle(d: ServerDeps, admission: Admission, ctx: HttpContext, startedMs: number): boolean {
   const path = ctx.path;
   if (ctx.refusal !== undefined) {
     ctx.sendError(ctx.refusal, true);
-    return;
+    return false;
   }
   if (admission.draining) {
     ctx.sendError(shuttingDown(), true);
-    return;
+    return false;
   }
   if (!(path === '/v1' || path.startsWith('/v1/'))) {
     ctx.holdReading(); // the media host may answer later: no pipelined request read meanwhile
-    if (d.other?.(ctx)) return;
+    const taken = d.other?.(ctx);
+    if (taken) {
+      // Answered later (or already): counted and logged once the answer has ended.
+      void taken.answered.finally(() => {
+        d.metrics?.observe(ctx.method, UNMATCHED_ROUTE, ctx.status, (performance.now() - startedMs) / 1000);
+        d.accessLog?.(ctx, taken.route, startedMs);
+      });
+      return true;
+    }
     ctx.sendError(new ApiError('not_found'));
-    return;
+    return false;
   }
   if (!d.state.current.apiOpen) {
     ctx.sendError(new ApiError('external_api_disabled'));
-    return;
+    return false;
   }
   const m = d.router.match(ctx.method, path);
   if (m === undefined) {
     ctx.sendError(new ApiError('not_found', { message: `No route ${ctx.method} ${path}.` }));
-    return;
+    return false;
   }
   if ('allow' in m) {
     // The spec knows one answer for a path a client cannot use: 404 not_found. Allow says what works.
     ctx.sendError(new ApiError('not_found', { message: `No route ${ctx.method} ${path}; this path takes ${m.allow}.` }), false, [['Allow', m.allow]]);
-    return;
+    return false;
   }
   ctx.params = m.params;
   ctx.requestIdHeader = m.route.requestIdHeader;
   // The body reader is attached in this tick (uWS requires it); auth runs while the body arrives.
   if (m.route.bodyBytes !== undefined) ctx.collectBody(m.route.bodyBytes);
   else ctx.holdReading();
-  if (ctx.done) return;
+  if (ctx.done) return false;
   ctx.admitted = true;
   admission.inFlight++;
   // On uWS, started once it has parsed everything it read with this request: when that held a
@@ -229,6 +264,7 @@ function handle(d: ServerDeps, admission: Admission, ctx: HttpContext, startedMs
   // this request is dropped before anything ran or was charged (uws-context.ts, holdReading).
   if (ctx.admitsAfterParse) setImmediate(admit, d, admission, ctx, m.route, startedMs);
   else admit(d, admission, ctx, m.route, startedMs);
+  return true;
 }
 
 function admit(d: ServerDeps, admission: Admission, ctx: HttpContext, r: Route, startedMs: number): void {
@@ -244,5 +280,6 @@ function admit(d: ServerDeps, admission: Admission, ctx: HttpContext, r: Route, 
 
 function ended(d: ServerDeps, admission: Admission, ctx: HttpContext, r: Route, startedMs: number): void {
   d.metrics?.observe(r.method, r.pattern, ctx.status, (performance.now() - startedMs) / 1000);
+  d.accessLog?.(ctx, r.pattern, startedMs);
   if (--admission.inFlight === 0) admission.drained?.();
 }

@@ -12,7 +12,12 @@ export interface Logger {
   info(msg: string, fields?: Record<string, unknown>): void;
   warn(msg: string, fields?: Record<string, unknown>): void;
   error(msg: string, fields?: Record<string, unknown>): void;
+  /** Writes out what a buffered logger still holds (at shutdown); absent where nothing is held. */
+  flush?(): void;
 }
+
+/** A buffered stdout logger holds at most this much when stdout is slower than the lines (more is dropped). */
+const BUFFERED_MAX_BYTES = 16 * 1024 * 1024;
 
 const liteError = (v: unknown): unknown => (v instanceof Error ? { message: v.message, code: (v as { code?: unknown }).code } : v);
 
@@ -26,12 +31,15 @@ function fieldsOut(fields: Record<string, unknown>): Record<string, unknown> {
 
 /**
  * A logger at `level`. `write` (tests, the bench) receives each line without its newline instead
- * of stdout.
+ * of stdout. `buffered` (the access log: a line per request) writes stdout asynchronously, lines
+ * written together coalescing into one write, so a busy instance does not make a system call per
+ * request nor wait on a slow reader of its stdout; what is held is bounded and dropped beyond
+ * (BUFFERED_MAX_BYTES), and `flush` writes it out at shutdown. Other loggers write each line at
+ * once: an error line must not wait.
  */
-export function createLogger(level: LogLevel, write?: (line: string) => void): Logger {
-  const destination = write
-    ? { write: (s: string) => write(s.endsWith('\n') ? s.slice(0, -1) : s) }
-    : pino.destination({ dest: 1, sync: true });
+export function createLogger(level: LogLevel, write?: (line: string) => void, buffered = false, fd = 1): Logger {
+  const stdout = write ? undefined : pino.destination({ dest: fd, sync: !buffered, ...(buffered ? { maxLength: BUFFERED_MAX_BYTES } : {}) });
+  const destination = write ? { write: (s: string) => write(s.endsWith('\n') ? s.slice(0, -1) : s) } : stdout!;
   const p: PinoLogger = pino(
     {
       level,
@@ -49,7 +57,17 @@ export function createLogger(level: LogLevel, write?: (line: string) => void): L
     if (fields === undefined) fn.call(p, msg);
     else fn.call(p, fieldsOut(fields), msg);
   };
-  return { debug: at(p.debug), info: at(p.info), warn: at(p.warn), error: at(p.error) };
+  const logger: Logger = { debug: at(p.debug), info: at(p.info), warn: at(p.warn), error: at(p.error) };
+  if (buffered && stdout) {
+    logger.flush = () => {
+      try {
+        stdout.flushSync();
+      } catch {
+        /* nothing held, or stdout is gone: nothing more to do at shutdown */
+      }
+    };
+  }
+  return logger;
 }
 
 export const silentLogger: Logger = createLogger('silent');

@@ -5,7 +5,7 @@
 import t, { type Test } from 'tap';
 import { ERRORS, type ErrorCode } from '../../src/errors.js';
 import { setLane } from '../../src/deployment/state.js';
-import { MESSAGES_FIELDS } from '../../src/lanes/messages/request-fields.js';
+import { COUNT_TOKENS_FIELDS, MESSAGES_FIELDS } from '../../src/lanes/messages/request-fields.js';
 import { RESPONSES_FIELDS } from '../../src/lanes/responses/request-fields.js';
 import { startAnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
 import { isJsonType, type FieldRule, type FieldTable } from '../../src/util/request-fields.js';
@@ -58,6 +58,15 @@ t.test('Messages: the field table is the validator and the reference', async (t)
   const k = await g.newKey();
   await g.gw.services.ledger.topUp(k.accountId, 10_000, 'test');
   await checkLane(t, g, k.key, '/v1/messages', MESSAGES_FIELDS, { model: 'sonnet', max_tokens: 100, messages: [{ role: 'user', content: 'hi' }] });
+  await checkLane(t, g, k.key, '/v1/messages/count_tokens', COUNT_TOKENS_FIELDS, { model: 'sonnet', messages: [{ role: 'user', content: 'hi' }] });
+  // What only a reply uses is valid on /v1/messages and refused on the count, naming the field.
+  const replyFields: Record<string, unknown> = { max_tokens: 10, stream: false, metadata: {}, temperature: 0.5, stop_sequences: [] };
+  for (const [field, value] of Object.entries(replyFields)) {
+    t.ok(field in MESSAGES_FIELDS && !(field in COUNT_TOKENS_FIELDS), `${field}: a Messages field the count does not take`);
+    const r = await g.call('POST', '/v1/messages/count_tokens', { key: k.key, body: { model: 'sonnet', messages: [{ role: 'user', content: 'hi' }], [field]: value } });
+    t.equal(r.json?.error?.code, 'unsupported_parameter', `count_tokens refuses ${field}`);
+    t.equal(r.json?.error?.param, field);
+  }
 });
 
 t.test('Responses: the field table is the validator and the reference', async (t) => {

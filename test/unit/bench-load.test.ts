@@ -106,7 +106,7 @@ t.test('SSE event ends and histogram summaries', async (t) => {
 
 t.test('arguments: bounded and checked', async (t) => {
   const o = parseBenchArgs([], false);
-  t.same(o.scenarios, ['latency', 'saturation', 'stream-saturation', 'open-loop', 'paced', 'billing', 'many-tenants', 'durability', 'engines']);
+  t.same(o.scenarios, ['latency', 'saturation', 'stream-saturation', 'open-loop', 'paced', 'billing', 'many-tenants', 'durability', 'engines', 'access-log']);
   t.equal(o.cpuProfDir, null, 'no profile unless asked');
   t.equal(parseBenchArgs(['--cpu-prof', '/tmp/p'], false).cpuProfDir, '/tmp/p');
   t.same([o.tenantAccounts, o.tenantKeys], [100, 1000], 'many tenants: 1,000 keys over 100 accounts');
@@ -156,6 +156,20 @@ t.test('engines scenario: the plain proxy and each engine under load, and the di
   const named = planRuns(o, fakeSet(['direct', 'plain proxy', 'inkgate']));
   t.same(named.runs, [], 'a named gateway: nothing to compare');
   t.match(named.skipped, [{ lane: 'messages', scenario: 'engines', reason: /a gateway per HTTP engine/ }]);
+});
+
+t.test('access-log scenario: the same gateway with its access log on and off, under load, and their ratios', async (t) => {
+  const o = parseBenchArgs(['--scenario', 'access-log', '--lane', 'responses', '--connections', '9'], false);
+  const set = fakeSet(['direct', 'plain proxy', 'inkgate', 'inkgate (access log)', 'inkgate (no access log)']);
+  t.same(planRuns(o, set).runs.map((r) => `${r.kind}/${r.connections}/${r.target.name}`), [
+    'request/9/inkgate (access log)', 'request/9/inkgate (no access log)', 'stream/9/inkgate (access log)', 'stream/9/inkgate (no access log)',
+  ]);
+  t.match(planRuns(o, fakeSet(['direct', 'plain proxy', 'inkgate'])).skipped, [{ scenario: 'access-log', reason: /access log on and off/ }]);
+  const run = (target: TargetName, cpu: number) =>
+    ({ lane: 'responses', scenario: 'access-log', kind: 'request', target, connections: 9, rps: 100, failed: 0, latency: { p50Ms: 1, p99Ms: 2 }, ttft: null, own: { cpuUsPerRequest: cpu } }) as unknown as RunResult;
+  const cpu = ratios([run('inkgate (access log)', 110), run('inkgate (no access log)', 100)]).find((r) => r.metric === 'own.cpuUsPerRequest');
+  t.match(cpu, { of: 'inkgate (access log)', vs: 'inkgate (no access log)', numerator: 110, denominator: 100 });
+  t.ok(Math.abs(cpu!.ratio - 1.1) < 1e-9);
 });
 
 t.test('engines goals: ratios to the plain proxy and added latency less the proxy\'s, from the reported figures', async (t) => {

@@ -88,6 +88,49 @@ t.test('input tokens grow with the prompt (monotone) and count_tokens agrees', a
   t.equal(msg.usage.input_tokens, b, 'count_tokens equals the usage of the same prompt');
 });
 
+t.test('count_tokens: the whole prompt, the vendor refusals of a count, no cache touched', async (t) => {
+  sim.clearCache();
+  const cached = [{ type: 'text' as const, text: 'You are a careful assistant. '.repeat(30), cache_control: { type: 'ephemeral' as const } }];
+  const prompt = {
+    model: MODEL,
+    system: cached,
+    tools: [WEATHER_TOOL],
+    tool_choice: { type: 'auto' as const },
+    thinking: { type: 'enabled' as const, budget_tokens: 1024 },
+    output_config: { effort: 'low' as const },
+    messages: [{ role: 'user' as const, content: 'Weather in Oslo?' }],
+  };
+  const { data: counted, response } = await client.messages.countTokens(prompt).withResponse();
+  t.same(Object.keys(counted), ['input_tokens']);
+  t.match(response.headers.get('request-id'), /^req_011CSim/);
+  const msg = await client.messages.create({ ...prompt, max_tokens: 2000 });
+  t.ok(msg.usage.cache_creation_input_tokens! > 0, 'the count wrote no cache entry: the message is the first to write the prefix');
+  t.equal(msg.usage.input_tokens + msg.usage.cache_creation_input_tokens! + msg.usage.cache_read_input_tokens!, counted.input_tokens, 'uncached + cache writes + cache reads = the count');
+  t.equal((await client.messages.countTokens(prompt)).input_tokens, counted.input_tokens, 'a cached prefix counts the same');
+
+  // The count takes no reply fields: the vendor's "Extra inputs are not permitted".
+  for (const extra of [{ max_tokens: 10 }, { stream: false }, { metadata: { user_id: 'u' } }, { temperature: 0.5 }]) {
+    const err = await client.messages.countTokens({ ...prompt, ...extra } as never).catch((e: unknown) => e);
+    t.ok(err instanceof Anthropic.BadRequestError, `${Object.keys(extra)[0]} refused`);
+    t.equal((err as InstanceType<typeof Anthropic.APIError>).apiMessage, `${Object.keys(extra)[0]}: Extra inputs are not permitted`);
+  }
+  const noModel = await client.messages.countTokens({ messages: prompt.messages } as never).catch((e: unknown) => e);
+  t.ok(noModel instanceof Anthropic.BadRequestError, 'model required');
+  // Directives a count can meet: an error status (with retry-after), a stall; others are ignored.
+  const busy = await client.messages.countTokens({ model: MODEL, messages: [{ role: 'user', content: 'x [[sim:status=529]] [[sim:retry-after=9]]' }] }).catch((e: unknown) => e);
+  t.ok(busy instanceof Anthropic.OverloadedError);
+  t.equal((busy as InstanceType<typeof Anthropic.APIError>).headers?.get('retry-after'), '9');
+  t.ok((await client.messages.countTokens({ model: MODEL, messages: [{ role: 'user', content: 'x [[sim:tokens=3]] [[sim:crlf]]' }] })).input_tokens > 0, 'reply shaping is ignored');
+  const typo = await client.messages.countTokens({ model: MODEL, messages: [{ role: 'user', content: 'x [[sim:stauts=500]]' }] }).catch((e: unknown) => e);
+  t.ok(typo instanceof Anthropic.BadRequestError, 'an unknown directive is refused');
+  const ac = new AbortController();
+  const stalled = client.messages.countTokens({ model: MODEL, messages: [{ role: 'user', content: 'x [[sim:stall-before-headers]]' }] }, { signal: ac.signal }).catch((e: unknown) => e);
+  await sim.waitForRequests(sim.requestCount + 1);
+  t.equal(sim.requests.at(-1)!.end, 'stalled', 'held without an answer');
+  ac.abort();
+  t.ok((await stalled) instanceof Anthropic.APIUserAbortError);
+});
+
 t.test('messages.create({stream: true}): the SDK yields every event but ping', async (t) => {
   const stream = await client.messages.create({ model: MODEL, max_tokens: 100, stream: true, messages: [{ role: 'user', content: 'Say hi [[sim:tokens=3]]' }] });
   const types: string[] = [];

@@ -3,7 +3,7 @@
 // (request.ts) checks the allow-list, types and bounds with this table, and the console's reference
 // and /v1/openapi.json describe the body from it. `null` is no JSON type here: the protocol has no
 // nulls at the top level, so a null field answers `invalid_type` (or the field's own code).
-import { fieldTable } from '../../util/request-fields.js';
+import { fieldTable, type FieldTable } from '../../util/request-fields.js';
 
 const object = { types: ['object'], expect: 'an object' } as const;
 const number = { types: ['number'], expect: 'a number' } as const;
@@ -52,3 +52,21 @@ export const MESSAGES_FIELDS = fieldTable({
 });
 
 export type MessagesField = keyof typeof MESSAGES_FIELDS;
+
+/**
+ * The vendor's count endpoint's top-level fields (it refuses any other, `max_tokens` included, as
+ * "Extra inputs are not permitted"): the prompt of a Messages request and nothing about its reply.
+ */
+const VENDOR_COUNT_TOKENS_FIELDS: readonly string[] = [
+  'model', 'messages', 'system', 'tools', 'tool_choice', 'thinking', 'output_config', 'cache_control', 'speed', 'user_profile_id', 'workspace_id', 'context_management', 'mcp_servers',
+];
+
+/**
+ * POST /v1/messages/count_tokens: the Messages rows the vendor's count endpoint also takes, the
+ * same row objects (so the same rules), in the Messages table's order. A field Messages does not
+ * allow is not allowed here either; one only a reply uses (max_tokens, stream, metadata, sampling)
+ * is not sent to a count.
+ */
+export const COUNT_TOKENS_FIELDS: FieldTable = Object.freeze(
+  Object.fromEntries(Object.entries(MESSAGES_FIELDS).filter(([key]) => VENDOR_COUNT_TOKENS_FIELDS.includes(key))),
+);

@@ -21,11 +21,14 @@
 //   `messages.N.content.M.type` (or `...content.M.content.K.type` inside a tool_result).
 // - Top-level `cache_control` (the protocol's automatic caching) is not on the allow-list, so it
 //   answers `unsupported_parameter`; block-level `cache_control` is passed through.
+// - `POST /v1/messages/count_tokens` takes only the prompt's fields (COUNT_TOKENS_FIELDS) and
+//   checks them with these same functions; with no `max_tokens` there, `thinking.budget_tokens`
+//   is not compared with one.
 import { ApiError } from '../../errors.js';
 import type { Catalog, TextModel } from '../../catalog/models.js';
 import { checkField, checkFieldItem } from '../../util/request-fields.js';
 import { promptTokensLowerBound, promptTokensUpperBound } from './prompt-estimate.js';
-import { MESSAGES_FIELDS as F } from './request-fields.js';
+import { COUNT_TOKENS_FIELDS, MESSAGES_FIELDS as F } from './request-fields.js';
 
 export { promptTokensLowerBound, promptTokensUpperBound } from './prompt-estimate.js';
 
@@ -50,8 +53,9 @@ export interface ParseMessagesOptions {
 type Obj = Record<string, unknown>;
 const isObj = (v: unknown): v is Obj => typeof v === 'object' && v !== null && !Array.isArray(v);
 
-/** The allow-list: the table's fields (request-fields.ts). */
+/** The allow-lists: the tables' fields (request-fields.ts). */
 const ALLOWED_FIELDS: ReadonlySet<string> = new Set(Object.keys(F));
+const COUNT_TOKENS_ALLOWED_FIELDS: ReadonlySet<string> = new Set(Object.keys(COUNT_TOKENS_FIELDS));
 
 /** Protocol blocks v1 does not carry: media and documents (text only) and server-tool traffic. */
 const UNSUPPORTED_BLOCKS: ReadonlySet<string> = new Set([
@@ -110,13 +114,61 @@ interface Walk {
  * Throws ApiError with the contract's code and `param` naming the field as a dotted path.
  */
 export function parseMessagesRequest(body: Record<string, unknown>, catalog: Catalog, opts: ParseMessagesOptions): MessagesRequest {
+  const model = checkTopLevel(body, ALLOWED_FIELDS, catalog, '/v1/messages');
+  const maxTokens = readMaxTokens(body, model);
+  const prompt = checkPrompt(body, model, maxTokens);
+  checkSampling(body);
+  const stream = body.stream;
+  checkField('stream', F.stream, stream);
+  checkField('metadata', F.metadata, body.metadata);
+  const lowerBound = checkLowerBound(prompt.walk, model);
+
+  const vendorBody = JSON.stringify({ ...body, model: model.vendorModel, metadata: { user_id: opts.keyUserId } });
+  const promptTokensEstimate = promptTokensUpperBound(
+    { bodyBytes: Buffer.byteLength(vendorBody, 'utf8'), messages: prompt.walk.messages, blocks: prompt.walk.blocks, tools: prompt.tools, hasOutputFormat: prompt.hasOutputFormat },
+    model.constraints.maxInputTokens,
+  );
+
+  return { model, stream: stream === true, maxTokens, promptTokensEstimate, promptTokensLowerBound: lowerBound, vendorBody };
+}
+
+export interface CountTokensRequest {
+  /** The resolved product model. */
+  model: TextModel;
+  /** JSON for the vendor's count endpoint: the client's fields with `model` replaced. */
+  vendorBody: string;
+}
+
+/**
+ * Validates a parsed JSON body for `POST /v1/messages/count_tokens` with the Messages rules where
+ * the fields overlap (the same checks, in the same order, minus those of the reply's fields) and
+ * builds the vendor's count request. Throws ApiError as parseMessagesRequest does.
+ */
+export function parseCountTokensRequest(body: Record<string, unknown>, catalog: Catalog): CountTokensRequest {
+  const model = checkTopLevel(body, COUNT_TOKENS_ALLOWED_FIELDS, catalog, '/v1/messages/count_tokens');
+  const prompt = checkPrompt(body, model, undefined);
+  checkLowerBound(prompt.walk, model);
+  return { model, vendorBody: JSON.stringify({ ...body, model: model.vendorModel }) };
+}
+
+/** A JSON object whose fields are all on `allowed`, naming a model of the lane; returns the model. */
+function checkTopLevel(body: Record<string, unknown>, allowed: ReadonlySet<string>, catalog: Catalog, route: string): TextModel {
   if (!isObj(body)) fail('invalid_body', 'body', 'The request body must be a JSON object.');
   for (const key of Object.keys(body)) {
-    if (!ALLOWED_FIELDS.has(key)) fail('unsupported_parameter', key, `\`${key}\` is not supported in v1.`);
+    if (!allowed.has(key)) fail('unsupported_parameter', key, route === '/v1/messages' ? `\`${key}\` is not supported in v1.` : `\`${key}\` is not supported on ${route}.`);
   }
-  const model = resolveModel(body, catalog);
-  const maxTokens = readMaxTokens(body, model);
+  return resolveModel(body, catalog, route);
+}
 
+/** What the prompt's walk found, for the bounds on its token count. */
+interface PromptShape {
+  walk: Walk;
+  tools: number;
+  hasOutputFormat: boolean;
+}
+
+/** The prompt's fields, in the documented order; `maxTokens` undefined when the request has none (a count). */
+function checkPrompt(body: Obj, model: TextModel, maxTokens: number | undefined): PromptShape {
   const walk: Walk = { messages: 0, blocks: 0, verbatimChars: 0 };
   checkMessages(body.messages, walk);
   checkField('system', F.system, body.system);
@@ -131,34 +183,28 @@ export function parseMessagesRequest(body: Record<string, unknown>, catalog: Cat
   let hasOutputFormat = false;
   checkField('output_config', F.output_config, body.output_config);
   if (body.output_config !== undefined) hasOutputFormat = checkOutputConfig(body.output_config as Obj);
-  checkSampling(body);
-  const stream = body.stream;
-  checkField('stream', F.stream, stream);
-  checkField('metadata', F.metadata, body.metadata);
+  return { walk, tools, hasOutputFormat };
+}
 
-  // Refuse only what the vendor could never accept (see prompt-estimate.ts for why this floor is
-  // an assumption and why it rarely fires); checked before building the body, which it saves.
+/**
+ * Refuses only what the vendor could never accept (see prompt-estimate.ts for why this floor is an
+ * assumption and why it rarely fires); checked before building the body, which it saves.
+ */
+function checkLowerBound(walk: Walk, model: TextModel): number {
   const lowerBound = promptTokensLowerBound(walk.verbatimChars);
   if (lowerBound > model.constraints.maxInputTokens) {
     fail('payload_too_large', 'messages', `The prompt is above the ${model.constraints.maxInputTokens}-token context of ${model.id}.`);
   }
-
-  const vendorBody = JSON.stringify({ ...body, model: model.vendorModel, metadata: { user_id: opts.keyUserId } });
-  const promptTokensEstimate = promptTokensUpperBound(
-    { bodyBytes: Buffer.byteLength(vendorBody, 'utf8'), messages: walk.messages, blocks: walk.blocks, tools, hasOutputFormat },
-    model.constraints.maxInputTokens,
-  );
-
-  return { model, stream: stream === true, maxTokens, promptTokensEstimate, promptTokensLowerBound: lowerBound, vendorBody };
+  return lowerBound;
 }
 
-function resolveModel(body: Obj, catalog: Catalog): TextModel {
+function resolveModel(body: Obj, catalog: Catalog, route: string): TextModel {
   const modelName = body.model;
   if (modelName === undefined) fail('unknown_model', 'model', '`model` is required: one of assistant-fable-5-1, assistant-opus-5, assistant-sonnet-5 (or fable, opus, sonnet).');
   const model = typeof modelName === 'string' ? catalog.text(modelName, 'anthropic-messages') : undefined;
   if (model === undefined) {
     if (typeof modelName !== 'string') fail('unknown_model', 'model', `\`model\` must be a model id string; got ${describe(modelName)}.`);
-    fail('unknown_model', 'model', `Unknown model ${JSON.stringify(modelName.slice(0, 100))} for /v1/messages.`);
+    fail('unknown_model', 'model', `Unknown model ${JSON.stringify(modelName.slice(0, 100))} for ${route}.`);
   }
   return model;
 }
@@ -342,7 +388,8 @@ function checkToolChoice(choice: Obj): void {
   }
 }
 
-function checkThinking(thinking: Obj, model: TextModel, maxTokens: number): void {
+/** `maxTokens` undefined: a count, which has no reply for the budget to stay below. */
+function checkThinking(thinking: Obj, model: TextModel, maxTokens: number | undefined): void {
   const type = thinking.type;
   if (typeof type !== 'string' || !THINKING_TYPES.has(type)) {
     fail('invalid_enum', 'thinking.type', '`thinking.type` must be one of adaptive, enabled, disabled.');
@@ -357,7 +404,7 @@ function checkThinking(thinking: Obj, model: TextModel, maxTokens: number): void
   if (type === 'enabled') {
     const budget = thinking.budget_tokens;
     if (typeof budget !== 'number' || !Number.isInteger(budget)) fail('invalid_type', 'thinking.budget_tokens', '`thinking.budget_tokens` must be an integer.');
-    if (budget >= maxTokens && !BUDGET_BELOW_MAX_TOKENS_EXEMPT.has(model.id)) {
+    if (maxTokens !== undefined && budget >= maxTokens && !BUDGET_BELOW_MAX_TOKENS_EXEMPT.has(model.id)) {
       fail('too_large', 'thinking.budget_tokens', `\`thinking.budget_tokens\` must be below \`max_tokens\` (${maxTokens}) on ${model.id}.`);
     }
   }

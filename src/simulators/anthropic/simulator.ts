@@ -1,6 +1,6 @@
 // Anthropic Messages API simulator: a real HTTP server (node:http, 127.0.0.1, port 0) that
-// answers `POST /v1/messages` (JSON or SSE) and `POST /v1/messages/count_tokens` in the wire
-// form of the real API (compact JSON, `event:` + `data:` frames, a `ping`
+// answers `POST /v1/messages` (JSON or SSE) and `POST /v1/messages/count_tokens` (planned in
+// count-tokens.ts) in the wire form of the real API (compact JSON, `event:` + `data:` frames, a `ping`
 // after the first content_block_start, `request-id` header, error envelope
 // `{"type":"error","error":{"type","message"},"request_id"}`). It is the vendor in tests, in
 // `npm run demo`, and the "vendor called directly" baseline of the bench, so the per-request
@@ -74,6 +74,7 @@ import {
   type SimDirectives,
 } from './scenarios.js';
 import { readBody } from '../read-json-body.js';
+import { COUNT_TOKENS_PATH, planCountTokens, type CountTokensPlan } from './count-tokens.js';
 
 export const DEFAULT_SIM_API_KEY = 'sk-ant-sim-key-0000';
 const DEFAULT_RETRY_AFTER_S = 12;
@@ -508,14 +509,8 @@ class Sim {
     const { rec, state } = this.record(req, res, requestId, body);
     const b = this.admit(req, res, rec, requestId, path, raw, body);
     if (b === undefined) return;
+    if (path === COUNT_TOKENS_PATH) return this.replyCount(res, rec, requestId, planCountTokens(b, this.scenario));
     const count = countInput(b);
-    if (path === '/v1/messages/count_tokens') {
-      const json = `{"input_tokens":${count.total}}`;
-      res.writeHead(200, { ...JSON_HEADERS, 'request-id': requestId, 'content-length': String(json.length) });
-      res.end(json);
-      rec.end = 'complete';
-      return;
-    }
     const d: SimDirectives = emptyDirectives();
     const turn = lastUserTurn(b);
     const directiveError = (this.scenario !== null ? parseDirectives(this.scenario, d) : undefined) ?? parseDirectives(turn.text, d);
@@ -542,7 +537,7 @@ class Sim {
       return undefined;
     };
     if (raw === null) return fail(413, 'request_too_large', ERROR_MESSAGES.request_too_large!, { connection: 'close' });
-    if (req.method !== 'POST' || (path !== '/v1/messages' && path !== '/v1/messages/count_tokens')) return fail(404, 'not_found_error', 'Not Found');
+    if (req.method !== 'POST' || (path !== '/v1/messages' && path !== COUNT_TOKENS_PATH)) return fail(404, 'not_found_error', 'Not Found');
     const xKey = req.headers['x-api-key'];
     const bearer = req.headers.authorization;
     if (xKey !== undefined && bearer !== undefined) return fail(401, 'authentication_error', 'Provide either an x-api-key header or an Authorization header, not both.');
@@ -552,7 +547,7 @@ class Sim {
     if (!req.headers['anthropic-version']) return fail(400, 'invalid_request_error', 'anthropic-version: header is required');
     if (body === undefined) return fail(400, 'invalid_request_error', 'There was an issue with your request body: it is not valid JSON.');
     try {
-      validateMessagesBody(body, path === '/v1/messages/count_tokens');
+      validateMessagesBody(body, path === COUNT_TOKENS_PATH);
     } catch (e) {
       if (!(e instanceof SimRequestError)) throw e;
       return fail(e.status, e.errorType, e.message);
@@ -569,11 +564,7 @@ class Sim {
       return true; // held open until the client leaves or close()
     }
     if (d.status !== undefined) {
-      const type = errorTypeFor(d.status);
-      const extra: Record<string, string> = {};
-      if (d.status === 429 || d.status === 529) extra['retry-after'] = String(d.retryAfterS ?? DEFAULT_RETRY_AFTER_S);
-      if (d.status === 429) extra['anthropic-ratelimit-requests-remaining'] = '0';
-      this.sendError(res, rec, requestId, d.status, type, ERROR_MESSAGES[type] ?? 'Error', extra);
+      this.sendStatus(res, rec, requestId, d.status, d.retryAfterS);
       return true;
     }
     // The vendor refuses a prompt beyond the context itself, whoever sends it (or on request).
@@ -582,6 +573,28 @@ class Sim {
       return true;
     }
     return false;
+  }
+
+  /** `[[sim:status=N]]`: the vendor's error for N, with `retry-after` where the vendor sends one. */
+  private sendStatus(res: ServerResponse, rec: RecordedRequest, requestId: string, status: number, retryAfterS: number | undefined): void {
+    const type = errorTypeFor(status);
+    const extra: Record<string, string> = {};
+    if (status === 429 || status === 529) extra['retry-after'] = String(retryAfterS ?? DEFAULT_RETRY_AFTER_S);
+    if (status === 429) extra['anthropic-ratelimit-requests-remaining'] = '0';
+    this.sendError(res, rec, requestId, status, type, ERROR_MESSAGES[type] ?? 'Error', extra);
+  }
+
+  /** POST /v1/messages/count_tokens, as count-tokens.ts planned it. */
+  private replyCount(res: ServerResponse, rec: RecordedRequest, requestId: string, plan: CountTokensPlan): void {
+    if (plan.kind === 'invalid') return this.sendError(res, rec, requestId, 400, 'invalid_request_error', plan.message);
+    if (plan.kind === 'status') return this.sendStatus(res, rec, requestId, plan.status, plan.retryAfterS);
+    if (plan.kind === 'stall') {
+      rec.end = 'stalled';
+      return; // held open until the client leaves or close()
+    }
+    res.writeHead(200, { ...JSON_HEADERS, 'request-id': requestId, 'content-length': String(plan.json.length) });
+    res.end(plan.json);
+    rec.end = 'complete';
   }
 
   /** Input usage, with prompt caching (a prefix seen before is read, a new one written). */

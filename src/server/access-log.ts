@@ -1,0 +1,32 @@
+// The access log: one `info` line per finished request on the public port, so an operator sees
+// what each client was answered, and with which code and `param` a request was refused:
+//   {"level":"info","time":"...","msg":"request","method":"POST","route":"/v1/messages",
+//    "status":400,"duration_ms":1.2,"request_id":"req_...",
+//    "key_prefix":"svc_AbCdEfGh","client":"203.0.113.9","code":"invalid_message",
+//    "param":"messages[1].role"}
+// `route` is the route's pattern (`/v1/generations/:id`), `console`, `media` or `unmatched`;
+// `status` 0 means the client went away before any answer. Never the path itself (a client may
+// put anything there, a key included: test/reliability/auth-leaks.test.ts sends one), a query
+// string (signed links carry their signature there), a header value, a key or a body. One object per request and one
+// line through the logger: the bench measures its cost (docs/performance.md).
+import type { Logger } from '../util/log.js';
+import type { HttpContext } from './http-context.js';
+
+export type AccessLog = (ctx: HttpContext, route: string, startedMs: number) => void;
+
+export function createAccessLog(log: Logger, clientAddress: ((ctx: HttpContext) => string) | undefined): AccessLog {
+  return (ctx, route, startedMs) => {
+    const err = ctx.error;
+    log.info('request', {
+      method: ctx.method,
+      route,
+      status: ctx.status,
+      duration_ms: Math.round((performance.now() - startedMs) * 10) / 10,
+      request_id: ctx.requestId,
+      key_prefix: ctx.auth?.keyPrefix ?? null,
+      client: clientAddress ? clientAddress(ctx) : ctx.remoteAddress,
+      ...(err === undefined ? undefined : { code: err.code, param: err.param ?? null }),
+      ...(ctx.aborted && !ctx.responded ? { aborted: true } : undefined),
+    });
+  };
+}
