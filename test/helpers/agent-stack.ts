@@ -172,13 +172,30 @@ function bodyFields(r: TappedRequest): string {
   }
 }
 
-/** One line per request the client sent: method, path, status, header names, body's top-level fields. */
+/**
+ * One line per kind of request the client sent, in order: method, path, status, header names, the
+ * body's top-level fields; a run of identical lines is written once with its count.
+ */
 export function describeTraffic(requests: readonly TappedRequest[]): string[] {
-  return requests.map((r) => {
+  const out: string[] = [];
+  let last = '';
+  let n = 0;
+  const flush = (): void => {
+    if (n > 0) out.push(n > 1 ? `${last} (x${n})` : last);
+  };
+  for (const r of requests) {
     const names = [...new Set(r.rawHeaders.map(([k]) => k.toLowerCase()))].sort().join(',');
     const frame = header(r, 'x-service-usage-frame');
-    return `${r.method} ${r.path} -> ${r.status} | headers: ${names}${frame ? ` (x-service-usage-frame: ${frame})` : ''} | body: ${bodyFields(r)}`;
-  });
+    const line = `${r.method} ${r.path} -> ${r.status} | headers: ${names}${frame ? ` (x-service-usage-frame: ${frame})` : ''} | body: ${bodyFields(r)}`;
+    if (line === last) n++;
+    else {
+      flush();
+      last = line;
+      n = 1;
+    }
+  }
+  flush();
+  return out;
 }
 
 /** The parsed JSON bodies of the requests the client sent to `path` (query string ignored). */
