@@ -95,6 +95,8 @@ export const ConfigSchema = Type.Object({
     headersTimeoutMs: Ms,
     /** A non-streaming text call's wait for the vendor's answer (its headers come with the whole reply). */
     nonStreamTimeoutMs: Ms,
+    /** A token count's whole call (headers and body): a count is small and comes at once. */
+    countTokensTimeoutMs: Ms,
     idleTimeoutMs: Ms,
     streamTotalMs: Ms,
     connections: Type.Integer({ minimum: 1, maximum: 10_000 }),

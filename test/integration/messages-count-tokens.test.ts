@@ -159,7 +159,7 @@ t.test('bad input: the same status, code and param as /v1/messages, before any v
     ['model missing', { messages: user('x') }, 'unknown_model', 'model'],
     ['missing messages', { model: 'sonnet' }, 'missing_messages', 'messages'],
     ['empty messages', { model: 'sonnet', messages: [] }, 'missing_messages', 'messages'],
-    ['a system turn inside messages', { model: 'sonnet', messages: [{ role: 'system', content: 'Be brief.' }, ...user('x')] }, 'invalid_message', 'messages.0.role'],
+    ['a system turn inside messages', { model: 'sonnet', messages: [{ role: 'system', content: 'Be brief.' }, ...user('x')] }, 'invalid_message', 'messages[0].role'],
     ['an unsupported parameter', { model: 'sonnet', messages: user('x'), service_tier: 'auto' }, 'unsupported_parameter', 'service_tier'],
     ['top-level cache_control', { model: 'sonnet', messages: user('x'), cache_control: { type: 'ephemeral' } }, 'unsupported_parameter', 'cache_control'],
     ['an image block', { model: 'sonnet', messages: [{ role: 'user', content: [{ type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'AA==' } }] }] }, 'unsupported_parameter', 'messages.0.content.0.type'],
@@ -249,7 +249,7 @@ t.test("vendor refusals are mapped as the lane maps them; nothing is held", asyn
 });
 
 t.test('a vendor that does not answer the count is cut off by the upstream timeout', async (t) => {
-  const { g, k, invariant } = await setup(t, { config: { upstream: { headersTimeoutMs: 300 } } });
+  const { g, k, invariant } = await setup(t, { config: { upstream: { countTokensTimeoutMs: 300 } } });
   const r = await g.call('POST', COUNT, { key: k.key, body: { model: 'sonnet', messages: user('x [[sim:stall-before-headers]]') } });
   t.equal(r.status, 502);
   t.equal(r.json.error.code, 'provider_error');

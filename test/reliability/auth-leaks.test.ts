@@ -73,6 +73,7 @@ t.test('keys in the query string are ignored on every route', async (t) => {
   const routes: Array<[string, string, unknown]> = [
     ['GET', '/v1/me', undefined],
     ['POST', '/v1/messages', msgBody()],
+    ['POST', '/v1/messages/count_tokens', { model: 'sonnet', messages: [{ role: 'user', content: 'hi' }] }],
     ['POST', '/v1/responses', { model: 'astra', input: 'hi', max_output_tokens: 16 }],
     ['POST', '/v1/video/generations', { model: 'clip-2.0-fast', prompt: 'x' }],
     ['GET', '/v1/video/generations/vgen_abc', undefined],
@@ -156,6 +157,8 @@ t.test('no full key in the logs or the database after successes and every kind o
   calls.push(g.call('GET', '/v1/video/generations/vgen_doesnotexist', { key }));
   // Prompts with a canary, through successes and failures of every lane: no log line may carry one.
   calls.push(g.call('POST', '/v1/messages', { key, body: msgBody(`${PROMPT_CANARY} hello`) }));
+  calls.push(g.call('POST', '/v1/messages/count_tokens', { key, body: { model: 'sonnet', messages: [{ role: 'user', content: `${PROMPT_CANARY} count me` }] } }));
+  calls.push(g.call('POST', '/v1/messages/count_tokens', { key, body: { model: 'sonnet', messages: [{ role: 'user', content: `${PROMPT_CANARY} [[sim:status=500]]` }] } }));
   calls.push(g.call('POST', '/v1/messages', { key, body: msgBody(`${PROMPT_CANARY} [[sim:status=500]]`) }));
   calls.push(g.call('POST', '/v1/messages', { key, body: { ...msgBody(`${PROMPT_CANARY} [[sim:overloaded-midstream]]`), stream: true } }));
   calls.push(g.call('POST', '/v1/responses', { key, body: { model: 'astra', input: `${PROMPT_CANARY} [[sim:status=500]]` } }));

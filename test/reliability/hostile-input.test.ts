@@ -266,11 +266,22 @@ t.test('generated bodies, headers, methods and paths against every route', async
       }),
     },
     {
+      name: 'POST /v1/messages/count_tokens',
+      method: 'POST',
+      path: lit('/v1/messages/count_tokens'),
+      valid: { model: 'sonnet', messages: [{ role: 'user', content: 'Hello' }] },
+      fields: ['model', 'messages', 'system', 'tools', 'tool_choice', 'thinking', 'output_config', 'max_tokens', 'stream'],
+      valids: fc.record({
+        model: fc.constantFrom('sonnet', 'opus', 'fable', 'assistant-sonnet-5'),
+        messages: fc.array(fc.record({ role: fc.constant('user'), content: unicode }), { minLength: 1, maxLength: 2 }),
+      }),
+    },
+    {
       name: 'POST /v1/responses',
       method: 'POST',
       path: lit('/v1/responses'),
       valid: { model: 'astra', input: 'Hello', max_output_tokens: 64 },
-      fields: ['model', 'input', 'instructions', 'max_output_tokens', 'stream', 'temperature', 'top_p', 'tools', 'tool_choice', 'reasoning', 'text', 'include', 'metadata', 'store', 'user', 'previous_response_id', 'truncation'],
+      fields: ['model', 'input', 'instructions', 'max_output_tokens', 'stream', 'temperature', 'top_p', 'tools', 'tool_choice', 'reasoning', 'text', 'include', 'metadata', 'client_metadata', 'store', 'user', 'previous_response_id', 'truncation'],
       valids: fc.record({
         model: fc.constantFrom('astra', 'text-6-astra'),
         input: fc.oneof(unicode, fc.array(fc.record({ role: fc.constantFrom('user', 'system', 'developer'), content: unicode }), { minLength: 1, maxLength: 2 })),

@@ -57,12 +57,12 @@ export function createCountTokensHandler(d: CountTokensDeps): (ctx: HttpContext)
 }
 
 /**
- * One call to the vendor's count endpoint, its answer read whole. The wait is bounded like a
- * stream's first bytes (upstream.headersTimeoutMs), for the headers and again for the body: a
- * count's answer is small and comes at once.
+ * One call to the vendor's count endpoint, its answer read whole. The wait is bounded by
+ * upstream.countTokensTimeoutMs (10 s), for the headers and again for the body: a count's answer
+ * is small and comes at once, and an agent waits on it before it shows its user anything.
  */
 async function askVendor(services: Services, upstream: Upstream, path: string, headers: Readonly<Record<string, string>>, body: string): Promise<{ status: number; text: string; res: Dispatcher.ResponseData }> {
-  const timeoutMs = services.config.upstream.headersTimeoutMs;
+  const timeoutMs = services.config.upstream.countTokensTimeoutMs;
   let res: Dispatcher.ResponseData;
   try {
     res = await upstream.pool.request({ path, method: 'POST', headers, body, headersTimeout: timeoutMs });
