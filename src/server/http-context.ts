@@ -3,6 +3,7 @@
 // an abort signal and the caller's address. Lanes, generations, the media host, the console and
 // the ops code see only this class; nothing above src/server/ knows which engine serves.
 import { randomUUID } from 'node:crypto';
+import type { UsageFrame } from '../accounts/usage-frame.js';
 import { ApiError } from '../errors.js';
 import { BodyCollector, tooLarge } from './body-collector.js';
 
@@ -27,6 +28,8 @@ export interface AuthInfo {
   readonly planId: string;
   /** When the key expires (epoch ms), null: never. A remembered key is checked against it before a hold. */
   readonly expiresAtMs: number | null;
+  /** How the key's streamed text replies carry the usage frame, unless a request's X-Service-Usage-Frame says otherwise. */
+  readonly usageFrame: UsageFrame;
 }
 
 /**
