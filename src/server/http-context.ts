@@ -3,7 +3,6 @@
 // an abort signal and the caller's address. Lanes, generations, the media host, the console and
 // the ops code see only this class; nothing above src/server/ knows which engine serves.
 import { randomUUID } from 'node:crypto';
-import type { UsageFrame } from '../accounts/usage-frame.js';
 import { ApiError } from '../errors.js';
 import { BodyCollector, tooLarge } from './body-collector.js';
 
@@ -28,8 +27,13 @@ export interface AuthInfo {
   readonly planId: string;
   /** When the key expires (epoch ms), null: never. A remembered key is checked against it before a hold. */
   readonly expiresAtMs: number | null;
-  /** How the key's streamed text replies carry the usage frame, unless a request's X-Service-Usage-Frame says otherwise. */
-  readonly usageFrame: UsageFrame;
+  /**
+   * How the key's streamed text replies carry the usage frame, unless a request's
+   * X-Service-Usage-Frame says otherwise. Spelled out rather than imported (UsageFrame in
+   * accounts/usage-frame.ts), since accounts/ builds on server/; a value added there and not
+   * here fails to compile where the key row is turned into this (auth/authenticate.ts).
+   */
+  readonly usageFrame: 'event' | 'comment' | 'none';
 }
 
 /**
