@@ -118,6 +118,16 @@ t.test('Messages: a key left at event, the provider sending X-Service-Usage-Fram
   await assertLedgerInvariant(t, g.db.pool);
 });
 
+t.test('Messages: the key and the frame both in headers, as a config file (opencode) sets them', async (t) => {
+  const { g, key } = await setup(t);
+  const k = await key('event');
+  // apiKey goes out as x-api-key, which the gateway ignores; the key travels in Authorization.
+  const anthropic = createAnthropic({ baseURL: `${g.url}/v1`, apiKey: 'unused', headers: { Authorization: `Bearer ${k.key}`, 'X-Service-Usage-Frame': 'comment' } });
+  const run = await runAgent(anthropic('sonnet'), 'What is the weather in Lisbon? [[sim:tool=weather]]');
+  await assertRoundTrip(t, g, k, run, TOOL_OUTPUT);
+  await assertLedgerInvariant(t, g.db.pool);
+});
+
 t.test('Messages: with the default event frame the provider fails every step', async (t) => {
   const { g, key } = await setup(t);
   const k = await key('event');
