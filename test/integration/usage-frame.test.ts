@@ -215,8 +215,8 @@ t.test('failure frames are sent whatever the setting', async (t) => {
   await assertLedgerInvariant(t, g.db.pool);
 });
 
-t.test('an unknown X-Service-Usage-Frame is a 400 naming the header, refused before any hold', async (t) => {
-  const { g, key, anthropic, openai } = await setup(t);
+eachEngine('an unknown X-Service-Usage-Frame is a 400 naming the header, refused before any hold', async (t, engine) => {
+  const { g, key, anthropic, openai } = await setup(t, engine);
   const k = await key('strict');
   const sent = anthropic.requests.length + openai.requests.length;
   const bodies = {
