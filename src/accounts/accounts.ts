@@ -1,5 +1,6 @@
 // Accounts, plans and keys: the records behind "one key, one wallet".
 import { generateKey, type NewKey as KeyMaterial } from './api-key.js';
+import { DEFAULT_USAGE_FRAME, isUsageFrame, USAGE_FRAME_CHOICES, type UsageFrame } from './usage-frame.js';
 import { newId } from '../util/ids.js';
 import { recallNotifySql } from '../ledger/recalls.js';
 import type { Pool, Queryable } from '../store/pool.js';
@@ -27,6 +28,7 @@ export interface KeyRow {
   expires_at: Date | null;
   revoked_at: Date | null;
   created_at: Date;
+  usage_frame: UsageFrame;
 }
 
 export class AdminError extends Error {}
@@ -63,6 +65,7 @@ export interface CreatedKey {
   name: string;
   ink_limit: number | null;
   expires_at: string | null;
+  usage_frame: UsageFrame;
 }
 
 export interface NewKey {
@@ -70,6 +73,8 @@ export interface NewKey {
   name: string;
   inkLimit?: number | null;
   expiresAt?: Date | null;
+  /** How its streams carry the usage frame (default `event`). */
+  usageFrame?: UsageFrame;
 }
 
 /** Creating a key needs a paid plan or at least one completed top-up (spec, Authentication 2). */
@@ -83,6 +88,8 @@ export async function createKey(pool: Pool, input: NewKey): Promise<CreatedKey> 
  * when the caller derives them (the console's playground key); by default both are random.
  */
 export async function createKeyIn(c: Queryable, input: NewKey, made?: (id: string) => KeyMaterial): Promise<CreatedKey> {
+  const usageFrame = input.usageFrame ?? DEFAULT_USAGE_FRAME;
+  if (!isUsageFrame(usageFrame)) throw new AdminError(`--usage-frame must be ${USAGE_FRAME_CHOICES}`);
   const id = newId('key_');
   const k = made ? made(id) : generateKey();
   const acc = await c.query<{ paid: boolean; topups_completed: number }>(
@@ -96,18 +103,18 @@ export async function createKeyIn(c: Queryable, input: NewKey, made?: (id: strin
     throw new AdminError('creating a key needs a paid plan or at least one completed Ink top-up');
   }
   await c.query(
-    `INSERT INTO api_keys (id, account_id, name, key_hash, prefix, last4, ink_limit, expires_at)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
-    [id, input.accountId, input.name, k.hash, k.prefix, k.last4, input.inkLimit ?? null, input.expiresAt ?? null],
+    `INSERT INTO api_keys (id, account_id, name, key_hash, prefix, last4, ink_limit, expires_at, usage_frame)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+    [id, input.accountId, input.name, k.hash, k.prefix, k.last4, input.inkLimit ?? null, input.expiresAt ?? null, usageFrame],
   );
   return {
     id, key: k.raw, prefix: k.prefix, last4: k.last4, name: input.name,
-    ink_limit: input.inkLimit ?? null, expires_at: input.expiresAt ? input.expiresAt.toISOString() : null,
+    ink_limit: input.inkLimit ?? null, expires_at: input.expiresAt ? input.expiresAt.toISOString() : null, usage_frame: usageFrame,
   };
 }
 
 export async function listKeys(db: Queryable, accountId?: string): Promise<KeyRow[]> {
-  const cols = 'id, account_id, name, prefix, last4, ink_limit, ink_charged, ink_reserved, expires_at, revoked_at, created_at';
+  const cols = 'id, account_id, name, prefix, last4, ink_limit, ink_charged, ink_reserved, expires_at, revoked_at, created_at, usage_frame';
   const r = accountId
     ? await db.query<KeyRow>(`SELECT ${cols} FROM api_keys WHERE account_id = $1 ORDER BY created_at`, [accountId])
     : await db.query<KeyRow>(`SELECT ${cols} FROM api_keys ORDER BY created_at LIMIT 1000`);
@@ -130,8 +137,30 @@ export async function revokeKey(db: Queryable, keyId: string): Promise<void> {
 
 /** Edits a key's lifetime cap (null removes it). Lowering it below what was spent blocks new holds only. */
 export async function setKeyLimit(db: Queryable, keyId: string, inkLimit: number | null): Promise<void> {
-  if (inkLimit !== null && (!Number.isSafeInteger(inkLimit) || inkLimit < 0)) throw new AdminError('--ink-limit must be a whole number of Ink >= 0');
-  const r = await db.query(keyChanged('UPDATE api_keys SET ink_limit = $2 WHERE id = $1'), [keyId, inkLimit]);
+  await updateKey(db, keyId, { inkLimit });
+}
+
+export interface KeyChanges {
+  /** The lifetime cap; null removes it. */
+  readonly inkLimit?: number | null;
+  readonly usageFrame?: UsageFrame;
+}
+
+/**
+ * Edits a key's settings in one statement (all or nothing): its cap and how its streams carry the
+ * usage frame. Every instance hears of it as of a cap edit, and drops the key from its cache.
+ */
+export async function updateKey(db: Queryable, keyId: string, changes: KeyChanges): Promise<void> {
+  const { inkLimit, usageFrame } = changes;
+  if (inkLimit !== undefined && inkLimit !== null && (!Number.isSafeInteger(inkLimit) || inkLimit < 0)) throw new AdminError('--ink-limit must be a whole number of Ink >= 0');
+  if (usageFrame !== undefined && !isUsageFrame(usageFrame)) throw new AdminError(`--usage-frame must be ${USAGE_FRAME_CHOICES}`);
+  if (inkLimit === undefined && usageFrame === undefined) throw new AdminError('nothing to change');
+  // $3/$5 say whether the field is given: a cap of null is a change (no cap), not "leave it".
+  const r = await db.query(
+    keyChanged(`UPDATE api_keys SET ink_limit = CASE WHEN $3 THEN $2::bigint ELSE ink_limit END,
+       usage_frame = CASE WHEN $5 THEN $4::text ELSE usage_frame END WHERE id = $1`),
+    [keyId, inkLimit ?? null, inkLimit !== undefined, usageFrame ?? null, usageFrame !== undefined],
+  );
   if (r.rowCount === 0) throw new AdminError(`unknown key ${keyId}`);
 }
 
@@ -142,9 +171,10 @@ export interface AuthRow {
   prefix: string;
   plan_id: string;
   expires_at: Date | null;
+  usage_frame: UsageFrame;
 }
 
-const LIVE_KEY_COLUMNS = `k.id, k.account_id, k.name, k.prefix, a.plan_id, k.expires_at
+const LIVE_KEY_COLUMNS = `k.id, k.account_id, k.name, k.prefix, a.plan_id, k.expires_at, k.usage_frame
        FROM api_keys k JOIN accounts a ON a.id = k.account_id`;
 const LIVE = `k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now())`;
 // Named (prepared once per connection): every authenticated request runs one of these, and
@@ -166,7 +196,9 @@ export async function findLiveKeys(db: Queryable, hashes: Buffer[]): Promise<Arr
   if (hashes.length === 1) return [await findLiveKey(db, hashes[0]!)];
   const r = await db.query<AuthRow & { key_hash: Buffer }>({ ...FIND_LIVE_KEYS, values: [hashes] });
   const byHash = new Map<string, AuthRow>();
-  for (const row of r.rows) byHash.set(row.key_hash.toString('latin1'), { id: row.id, account_id: row.account_id, name: row.name, prefix: row.prefix, plan_id: row.plan_id, expires_at: row.expires_at });
+  for (const row of r.rows) {
+    byHash.set(row.key_hash.toString('latin1'), { id: row.id, account_id: row.account_id, name: row.name, prefix: row.prefix, plan_id: row.plan_id, expires_at: row.expires_at, usage_frame: row.usage_frame });
+  }
   return hashes.map((h) => byHash.get(h.toString('latin1')));
 }
 

@@ -1,6 +1,7 @@
 // `inkgate <command>`: the operator's tool. It talks to the same database as the gateway.
 // Every command prints a human line or, with --json, one JSON document; errors are one line and exit 1.
-import { createAccount, createKey, listKeys, listPlans, revokeKey, setAccountPlan, setKeyLimit, AdminError } from '../accounts/accounts.js';
+import { createAccount, createKey, listKeys, listPlans, revokeKey, setAccountPlan, setKeyLimit, updateKey, AdminError, type KeyChanges } from '../accounts/accounts.js';
+import { isUsageFrame, USAGE_FRAME_CHOICES, type UsageFrame } from '../accounts/usage-frame.js';
 import { loadCatalog } from '../catalog/models.js';
 import { loadConfig, type Config } from '../config/config.js';
 import { LANES, pauseModel, resumeModel, setApiOpen, setLane, type Lane } from '../deployment/state.js';
@@ -104,6 +105,23 @@ const wholeInk = (v: string, name: string): number => {
   return Number(v);
 };
 
+/** A usage frame flag's value, checked before anything is written. */
+const usageFrameFlag = (v: string): UsageFrame => {
+  if (!isUsageFrame(v)) throw new AdminError(`--usage-frame must be ${USAGE_FRAME_CHOICES}, not ${JSON.stringify(v)}`);
+  return v;
+};
+
+/** `key set`'s changes: only the flags given; at least one. */
+function keyChanges(a: ParsedArgs): KeyChanges {
+  const lim = a.flags['ink-limit'];
+  const frame = a.flags['usage-frame'];
+  if (typeof lim !== 'string' && typeof frame !== 'string') throw new AdminError('key set needs --ink-limit or --usage-frame');
+  return {
+    ...(typeof lim === 'string' ? { inkLimit: lim === 'none' ? null : wholeInk(lim, 'ink-limit') } : {}),
+    ...(typeof frame === 'string' ? { usageFrame: usageFrameFlag(frame) } : {}),
+  };
+}
+
 const lane = (v: string | undefined): Lane => {
   if (!v || !(LANES as readonly string[]).includes(v)) throw new AdminError(`lane must be one of ${LANES.join(', ')}`);
   return v as Lane;
@@ -137,11 +155,13 @@ const coreCommands: Record<string, AdminCommand> = {
     },
   },
   'key create': {
-    usage: 'key create --account A --name N [--ink-limit N] [--expires ISO]',
-    summary: 'create a key; prints the raw key once',
+    usage: 'key create --account A --name N [--ink-limit N] [--expires ISO] [--usage-frame event|comment|none]',
+    summary: 'create a key; prints the raw key once (--usage-frame: how its streams carry the usage frame, default event)',
     run: async (a, ctx) => {
       const lim = a.flags['ink-limit'];
       const exp = a.flags.expires;
+      const frame = a.flags['usage-frame'];
+      const usageFrame = typeof frame === 'string' ? usageFrameFlag(frame) : undefined;
       let expiresAt: Date | null = null;
       if (typeof exp === 'string') {
         expiresAt = new Date(exp);
@@ -152,6 +172,7 @@ const coreCommands: Record<string, AdminCommand> = {
         name: need(a, 'name'),
         inkLimit: typeof lim === 'string' ? wholeInk(lim, 'ink-limit') : null,
         expiresAt,
+        usageFrame,
       });
     },
   },
@@ -180,6 +201,21 @@ const coreCommands: Record<string, AdminCommand> = {
       const limit = v === 'none' ? null : wholeInk(v, 'ink-limit');
       await setKeyLimit(ctx.pool, id, limit);
       return { id, ink_limit: limit };
+    },
+  },
+  'key set': {
+    usage: 'key set KEY_ID [--ink-limit N|none] [--usage-frame event|comment|none]',
+    summary: "edit a key's settings: its lifetime Ink cap, how its streams carry the usage frame (one change, all or nothing)",
+    run: async (a, ctx) => {
+      const id = a.positional[0];
+      if (id === undefined) throw new AdminError('KEY_ID is required');
+      const changes = keyChanges(a);
+      await updateKey(ctx.pool, id, changes);
+      return {
+        id,
+        ...(changes.inkLimit !== undefined ? { ink_limit: changes.inkLimit } : {}),
+        ...(changes.usageFrame !== undefined ? { usage_frame: changes.usageFrame } : {}),
+      };
     },
   },
   'model pause': {

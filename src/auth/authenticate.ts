@@ -3,12 +3,13 @@
 // - `authenticate`: a lookup per request, a statement that starts after the request arrived, so
 //   it sees every revocation committed before.
 // - `authenticateCached` (the text lanes): a key authenticated in the last `keyCacheMs` is taken
-//   from memory. A revoke, expiry or cap edit drops it: the change sends a notification that every
-//   instance hears when it commits, and the Ink lease heartbeat reads it back within a second at
-//   worst (src/ledger/escrow.ts). A hold from a lease reads no key row; an exact-path reserve still
-//   refuses a key revoked or expired since (003_reserve_live_key.sql). A request that fails before
-//   its hold is looked up afresh before it is answered (the server's error path), so a revoked key
-//   still gets 401 rather than, say, a validation error.
+//   from memory. A revoke, expiry or edit of the key (its cap, its usage frame) drops it: the
+//   change sends a notification that every instance hears when it commits, and the Ink lease
+//   heartbeat reads a revoke back within a second at worst (src/ledger/escrow.ts); an edit whose
+//   notification was lost applies when the entry expires. A hold from a lease reads no key row;
+//   an exact-path reserve still refuses a key revoked or expired since (003_reserve_live_key.sql).
+//   A request that fails before its hold is looked up afresh before it is answered (the server's
+//   error path), so a revoked key still gets 401 rather than, say, a validation error.
 import { findLiveKey, findLiveKeys, type AuthRow } from '../accounts/accounts.js';
 import { ApiError, isApiError } from '../errors.js';
 import { GroupCommit, type GroupCommitOptions } from '../store/group-commit.js';
@@ -31,6 +32,7 @@ function authInfo(row: AuthRow | undefined): AuthInfo {
     keyPrefix: row.prefix,
     planId: row.plan_id,
     expiresAtMs: row.expires_at === null ? null : row.expires_at.getTime(),
+    usageFrame: row.usage_frame,
   };
 }
 

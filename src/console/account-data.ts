@@ -1,6 +1,7 @@
 // What the console shows of an account, read straight from the ledger's rows. Every query is
 // bounded by the account id it is given (the session's), so one account never reads another's.
 import { ACCOUNT_INK_COLUMNS, ACCOUNT_INK_JOIN, ACCOUNT_RESERVED_COLUMN, inkFigures, KEY_SPEND_COLUMNS, KEY_SPEND_JOIN, keySpend, type InkFigures, type KeySpend } from '../accounts/ink-figures.js';
+import type { UsageFrame } from '../accounts/usage-frame.js';
 import type { Queryable } from '../store/pool.js';
 
 export interface AccountView {
@@ -48,12 +49,14 @@ export interface KeyView {
   revokedAt: Date | null;
   createdAt: Date;
   playground: boolean;
+  /** How the key's streams carry the usage frame. */
+  usageFrame: UsageFrame;
 }
 
 /** The account's keys, newest first, each with its GET /v1/me spend. At most 500. */
 export async function readKeys(db: Queryable, accountId: string): Promise<KeyView[]> {
   const r = await db.query(
-    `SELECT k.id, k.name, k.prefix, k.last4, k.expires_at, k.revoked_at, k.created_at, ${KEY_SPEND_COLUMNS}, (pk.key_id IS NOT NULL) AS playground
+    `SELECT k.id, k.name, k.prefix, k.last4, k.expires_at, k.revoked_at, k.created_at, k.usage_frame, ${KEY_SPEND_COLUMNS}, (pk.key_id IS NOT NULL) AS playground
        FROM api_keys k
        LEFT JOIN console_playground_keys pk ON pk.key_id = k.id
        ${KEY_SPEND_JOIN}
@@ -62,7 +65,7 @@ export async function readKeys(db: Queryable, accountId: string): Promise<KeyVie
   );
   return r.rows.map((x) => ({
     id: x.id, name: x.name, prefix: x.prefix, last4: x.last4, spend: keySpend(x), expiresAt: x.expires_at, revokedAt: x.revoked_at,
-    createdAt: x.created_at, playground: x.playground,
+    createdAt: x.created_at, playground: x.playground, usageFrame: x.usage_frame,
   }));
 }
 

@@ -9,7 +9,7 @@ import type { HttpContext } from '../server/http-context.js';
 import { toApiError, type OtherAnswer } from '../server/server.js';
 import { PageError, type ConsoleDeps, type PageCtx, type SignedIn } from './context.js';
 import { esc, page, redirect, sendHtml } from './html.js';
-import { keysPage, createKeyAction, revokeKeyAction, limitKeyAction, overviewPage } from './pages-account.js';
+import { keysPage, createKeyAction, revokeKeyAction, limitKeyAction, overviewPage, usageFrameKeyAction } from './pages-account.js';
 import { billingPage } from './pages-billing.js';
 import { playgroundPage, playgroundFormAction, playgroundStreamAction } from './pages-playground.js';
 import { referenceIndexPage, referencePage } from './pages-reference.js';
@@ -40,6 +40,7 @@ const ROUTES: readonly ConsoleRoute[] = [
   { method: 'POST', re: /^\/console\/keys$/, access: 'csrf', run: createKeyAction },
   { method: 'POST', re: new RegExp(`^/console/keys/${ID}/revoke$`), access: 'csrf', run: revokeKeyAction },
   { method: 'POST', re: new RegExp(`^/console/keys/${ID}/limit$`), access: 'csrf', run: limitKeyAction },
+  { method: 'POST', re: new RegExp(`^/console/keys/${ID}/usage-frame$`), access: 'csrf', run: usageFrameKeyAction },
   { method: 'GET', re: /^\/console\/usage$/, access: 'session', run: usagePage },
   { method: 'GET', re: /^\/console\/usage\.csv$/, access: 'session', run: usageCsv },
   { method: 'GET', re: new RegExp(`^/console/requests/${ID}$`), access: 'session', run: requestPage },

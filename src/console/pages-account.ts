@@ -1,5 +1,7 @@
-// Overview (the same figures as GET /v1/me) and API keys (create, list, revoke, edit the cap).
-import { AdminError, createKeyIn, revokeKey, setKeyLimit, type CreatedKey } from '../accounts/accounts.js';
+// Overview (the same figures as GET /v1/me) and API keys (create, list, revoke, edit the cap and
+// the usage frame).
+import { AdminError, createKeyIn, revokeKey, setKeyLimit, updateKey, type CreatedKey } from '../accounts/accounts.js';
+import { DEFAULT_USAGE_FRAME, isUsageFrame, USAGE_FRAMES, type UsageFrame } from '../accounts/usage-frame.js';
 import { inkToUsd } from '../catalog/pricing.js';
 import { withTx } from '../store/pool.js';
 import { keyOfAccount, readAccount, readKeys, type KeyView } from './account-data.js';
@@ -51,6 +53,7 @@ export async function keysPage(p: SignedIn, created?: CreatedKey, problem?: stri
     `<code>${esc(k.prefix)}…${esc(k.last4)}</code>`,
     ink(k.spend.ink_charged),
     `<form method="post" action="/console/keys/${esc(k.id)}/limit" class="inline">${csrf}<label>Limit <input name="ink_limit" inputmode="numeric" size="8" value="${k.spend.ink_limit ?? ''}" placeholder="none" aria-label="Lifetime Ink limit of ${esc(k.name)}"></label> <button type="submit" aria-label="Save the limit of ${esc(k.name)}">Save</button></form>`,
+    k.revokedAt ? esc(k.usageFrame) : frameForm(k, csrf),
     time(k.expiresAt),
     keyState(k),
     k.revokedAt ? '' : `<form method="post" action="/console/keys/${esc(k.id)}/revoke" class="inline">${csrf}<button type="submit" class="danger" aria-label="Revoke ${esc(k.name)}">Revoke</button></form>`,
@@ -61,11 +64,34 @@ export async function keysPage(p: SignedIn, created?: CreatedKey, problem?: stri
 <label>Name <input name="name" required maxlength="200"></label>
 <label>Lifetime Ink limit (optional) <input name="ink_limit" inputmode="numeric" pattern="[0-9]*"></label>
 <label>Expires (optional) <input name="expires" type="date"></label>
+<label>Usage frame ${frameSelect(DEFAULT_USAGE_FRAME)}</label>
 <button type="submit">Create key</button></form>
 <p class="muted">A key needs a paid plan or at least one completed top-up.</p></section>
 <section aria-labelledby="list"><h2 id="list">Keys</h2>
-${table(['Name', 'Key', 'Charged', 'Lifetime limit', 'Expires', 'State', ''], rows, 'Keys')}</section>`;
+${table(['Name', 'Key', 'Charged', 'Lifetime limit', 'Usage frame', 'Expires', 'State', ''], rows, 'Keys')}
+${FRAME_HELP}</section>`;
   sendHtml(p.ctx, created ? 201 : problem ? 400 : 200, page({ title: 'API keys', nav: 'keys', csrf: p.session.csrf, accountName: p.session.accountName, scripts: ['console.js'] }, body));
+}
+
+/** What each usage frame is for, said once under the keys table. */
+const FRAME_HELP = `<p class="muted">Usage frame: how a streamed text reply tells its charge at the end. <strong>event</strong>: a <code>service.usage</code> event (the default); <strong>comment</strong>: the same figures as an SSE comment line, for clients that refuse events they do not know (the Vercel AI SDK, opencode); <strong>none</strong>: no frame (the charge is in the console and <code>GET /v1/me</code>). A request's <code>X-Service-Usage-Frame</code> header overrides it.</p>`;
+
+function frameSelect(selected: UsageFrame, label?: string): string {
+  const options = USAGE_FRAMES.map((f) => `<option value="${f}"${f === selected ? ' selected' : ''}>${f}</option>`).join('');
+  return `<select name="usage_frame"${label ? ` aria-label="${label}"` : ''}>${options}</select>`;
+}
+
+/** A live key's usage frame, editable in place like its limit. */
+function frameForm(k: KeyView, csrf: string): string {
+  return `<form method="post" action="/console/keys/${esc(k.id)}/usage-frame" class="inline">${csrf}${frameSelect(k.usageFrame, `Usage frame of ${esc(k.name)}`)} <button type="submit" aria-label="Save the usage frame of ${esc(k.name)}">Save</button></form>`;
+}
+
+/** One of the usage frames (`ifEmpty` when none is sent); anything else is the person's mistake (a hand-made post). */
+function frameField(v: string | null, ifEmpty?: UsageFrame): UsageFrame {
+  const s = (v ?? '').trim();
+  if (s === '' && ifEmpty !== undefined) return ifEmpty;
+  if (!isUsageFrame(s)) throw new AdminError(`The usage frame must be one of ${USAGE_FRAMES.join(', ')}.`);
+  return s;
 }
 
 /** Whole Ink or empty (none); anything else is the person's mistake. */
@@ -100,7 +126,7 @@ export async function createKeyAction(p: SignedIn): Promise<void> {
 }
 
 /** The form's fields, or the person's mistake as an AdminError. */
-function keyFields(p: SignedIn): { name: string; inkLimit: number | null; expiresAt: Date | null } {
+function keyFields(p: SignedIn): { name: string; inkLimit: number | null; expiresAt: Date | null; usageFrame: UsageFrame } {
   const name = (p.form.get('name') ?? '').trim();
   if (name.length < 1 || name.length > 200) throw new AdminError('A key needs a name of 1 to 200 characters.');
   const inkLimit = limitField(p.form.get('ink_limit'));
@@ -110,7 +136,7 @@ function keyFields(p: SignedIn): { name: string; inkLimit: number | null; expire
     expiresAt = /^\d{4}-\d{2}-\d{2}$/.test(exp) ? new Date(`${exp}T23:59:59Z`) : new Date(NaN);
     if (Number.isNaN(expiresAt.getTime()) || expiresAt.getTime() <= Date.now()) throw new AdminError('The expiry must be a day in the future.');
   }
-  return { name, inkLimit, expiresAt };
+  return { name, inkLimit, expiresAt, usageFrame: frameField(p.form.get('usage_frame'), DEFAULT_USAGE_FRAME) };
 }
 
 /**
@@ -150,5 +176,18 @@ export async function limitKeyAction(p: SignedIn): Promise<void> {
     return keysPage(p, undefined, (e as Error).message);
   }
   await setKeyLimit(p.d.services.pool, id, limit);
+  redirect(p.ctx, '/console/keys');
+}
+
+export async function usageFrameKeyAction(p: SignedIn): Promise<void> {
+  const id = await ownKey(p);
+  let usageFrame: UsageFrame;
+  try {
+    // No default here: the form always sends its choice.
+    usageFrame = frameField(p.form.get('usage_frame'));
+  } catch (e) {
+    return keysPage(p, undefined, (e as Error).message);
+  }
+  await updateKey(p.d.services.pool, id, { usageFrame });
   redirect(p.ctx, '/console/keys');
 }

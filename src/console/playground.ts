@@ -92,7 +92,8 @@ export async function callSelf(base: string, key: string, p: PlaygroundInput, ti
   try {
     const res = await request(`${base}/v1/${p.lane}`, {
       method: 'POST',
-      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      // The page reads the charge from the usage frame: asked for whatever the key's setting is.
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-service-usage-frame': 'event' },
       body: playgroundBody(p),
       headersTimeout: timeoutMs,
       bodyTimeout: timeoutMs,

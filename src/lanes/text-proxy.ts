@@ -8,6 +8,7 @@
 // - Refused before running (vendor 4xx, capacity, never sent): release in full.
 // - After dispatch without a usable receipt: keep the hold; never charge 0 or the hold.
 import type { Dispatcher } from 'undici';
+import type { UsageFrame } from '../accounts/usage-frame.js';
 import type { TextModel } from '../catalog/models.js';
 import type { Lane } from '../deployment/state.js';
 import { ApiError } from '../errors.js';
@@ -18,6 +19,7 @@ import type { Services } from '../services.js';
 import { forEachEvent, modelRewrite, rewriteModels, SseFramer, type ModelRewrite } from './sse-framer.js';
 import { neverSent, type Upstream } from '../vendors/text-upstream.js';
 import { readBounded } from '../vendors/vendor-http.js';
+import { requestedUsageFrame } from './usage-frame.js';
 
 export interface ParsedTextRequest {
   readonly model: TextModel;
@@ -73,10 +75,11 @@ export interface TextLane {
   readonly vendorHeaders: Readonly<Record<string, string>>;
   newTally(req: ParsedTextRequest): StreamTally;
   finishBody(json: unknown, req: ParsedTextRequest): BodyResult;
-  usageFrame(inkCharged: number, requestId: string, tally: StreamTally): string;
+  /** The closing usage frame in the form the request asked for (the lane may map it to one it can send); '' for none. */
+  usageFrame(inkCharged: number, requestId: string, tally: StreamTally, form: UsageFrame): string;
   errorFrame(code: 'usage_unknown' | 'incomplete_stream', message: string, requestId: string, tally: StreamTally): string;
   /** Settles a stream the service stopped at its own cap (Responses); absent when there is none. */
-  cappedFrame?(inkCharged: number, requestId: string, tally: StreamTally): string;
+  cappedFrame?(inkCharged: number, requestId: string, tally: StreamTally, form: UsageFrame): string;
 }
 
 const MAX_VENDOR_BODY_BYTES = 32 * 1024 * 1024;
@@ -263,11 +266,13 @@ export function createTextHandler(lane: TextLane, d: TextProxyDeps): (ctx: HttpC
     if (!env || !snap.lanes[lane.lane]) {
       throw new ApiError('provider_unavailable', { message: closedMessage, retryAfterS: 300 });
     }
+    const auth = ctx.auth!;
+    // Picked once, before the hold: a bad X-Service-Usage-Frame is refused with nothing held.
+    const frame = requestedUsageFrame(ctx, auth.usageFrame);
     const parsed = lane.parse(await readJsonObject(ctx), ctx);
     const req = parsed instanceof Promise ? await parsed : parsed;
     const pausedFor = snap.paused.get(req.model.id);
     if (pausedFor !== undefined) throw new ApiError('provider_unavailable', { message: `${req.model.id} is paused.`, retryAfterS: pausedFor });
-    const auth = ctx.auth!;
     const requestId = ctx.requestId;
     // A hold from a lease does not read the key row: a remembered key that expired since is refused here.
     if (auth.expiresAtMs !== null && auth.expiresAtMs <= Date.now()) throw new ApiError('invalid_api_key', { message: 'The API key has expired.' });
@@ -278,7 +283,7 @@ export function createTextHandler(lane: TextLane, d: TextProxyDeps): (ctx: HttpC
     const res = await dispatch(env, requestId, req);
     if (res.statusCode !== 200) return refuseVendorStatus(env, requestId, res);
     const rw = rewrites.get(req.model.id)!;
-    if (req.stream) return streamThrough(env, ctx, req, res, rw, startedMs);
+    if (req.stream) return streamThrough(env, ctx, req, res, rw, startedMs, frame);
     return answerBody(env, ctx, req, res);
   };
 }
@@ -367,7 +372,7 @@ interface StreamRun {
   relaying: boolean;
 }
 
-async function streamThrough(env: ProxyEnv, ctx: HttpContext, req: ParsedTextRequest, res: Dispatcher.ResponseData, rw: ModelRewrite, startedMs: number): Promise<void> {
+async function streamThrough(env: ProxyEnv, ctx: HttpContext, req: ParsedTextRequest, res: Dispatcher.ResponseData, rw: ModelRewrite, startedMs: number, frame: UsageFrame): Promise<void> {
   const tally = env.lane.newTally(req);
   ctx.startStream(200, [...STREAM_HEADERS, ['X-Service-Request-Id', ctx.requestId]]);
   const run: StreamRun = { failure: undefined, firstByte: true, waiting: false, vendorIdRecorded: false, relaying: true };
@@ -375,7 +380,8 @@ async function streamThrough(env: ProxyEnv, ctx: HttpContext, req: ParsedTextReq
   tally.end();
   const failure = run.failure;
   if (failure) env.services.metrics?.upstreamError(env.vendor, /time/.test(failure.message) ? 'timeout' : 'stream');
-  ctx.end(await settleStream(env, ctx.requestId, req, tally, failure));
+  const last = await settleStream(env, ctx.requestId, req, tally, failure, frame);
+  ctx.end(last === '' ? undefined : last);
 }
 
 /** Reads the vendor's stream to its end (or error, or total time cap), relaying whole events as they come. */
@@ -452,8 +458,11 @@ function createRelay(env: ProxyEnv, ctx: HttpContext, body: Dispatcher.ResponseD
   };
 }
 
-/** Settles a finished stream on what the tally read, and returns the stream's final frame. */
-async function settleStream(env: ProxyEnv, requestId: string, req: ParsedTextRequest, tally: StreamTally, failure: Error | undefined): Promise<string> {
+/**
+ * Settles a finished stream on what the tally read, and returns the stream's final frame: the
+ * usage frame in the request's form ('' for none), or a failure frame, which every form gets.
+ */
+async function settleStream(env: ProxyEnv, requestId: string, req: ParsedTextRequest, tally: StreamTally, failure: Error | undefined, frame: UsageFrame): Promise<string> {
   const { lane, services, ledger } = env;
   const outcome = tally.capped ? 'capped' : tally.outcome();
   const charge = outcome === 'capped' ? req.holdInk : outcome === 'usage_unknown' ? undefined : tally.chargeInk();
@@ -475,6 +484,6 @@ async function settleStream(env: ProxyEnv, requestId: string, req: ParsedTextReq
   if (outcome === 'incomplete_stream') {
     return lane.errorFrame('incomplete_stream', `The stream ended without a terminal event; ${charged} Ink charged for what the vendor reported.`, requestId, tally);
   }
-  if (outcome === 'capped' && lane.cappedFrame) return lane.cappedFrame(charged, requestId, tally);
-  return lane.usageFrame(charged, requestId, tally);
+  if (outcome === 'capped' && lane.cappedFrame) return lane.cappedFrame(charged, requestId, tally, frame);
+  return lane.usageFrame(charged, requestId, tally, frame);
 }

@@ -27,6 +27,13 @@ export interface AuthInfo {
   readonly planId: string;
   /** When the key expires (epoch ms), null: never. A remembered key is checked against it before a hold. */
   readonly expiresAtMs: number | null;
+  /**
+   * How the key's streamed text replies carry the usage frame, unless a request's
+   * X-Service-Usage-Frame says otherwise. Spelled out rather than imported (UsageFrame in
+   * accounts/usage-frame.ts), since accounts/ builds on server/; a value added there and not
+   * here fails to compile where the key row is turned into this (auth/authenticate.ts).
+   */
+  readonly usageFrame: 'event' | 'comment' | 'none';
 }
 
 /**

@@ -36,6 +36,7 @@ CREATE TABLE api_keys (
   created_at timestamp with time zone DEFAULT now() NOT NULL,
   ink_leased bigint DEFAULT 0 NOT NULL,
   lease_pause_until timestamp with time zone,
+  usage_frame text DEFAULT 'event'::text NOT NULL,
   CONSTRAINT api_keys_account_id_fkey FOREIGN KEY (account_id) REFERENCES accounts(id),
   CONSTRAINT api_keys_id_account UNIQUE (id, account_id),
   CONSTRAINT api_keys_id_check CHECK (id ~~ 'key\_%'::text),
@@ -48,7 +49,8 @@ CREATE TABLE api_keys (
   CONSTRAINT api_keys_last4_check CHECK (length(last4) = 4),
   CONSTRAINT api_keys_name_check CHECK (length(name) >= 1 AND length(name) <= 200),
   CONSTRAINT api_keys_pkey PRIMARY KEY (id),
-  CONSTRAINT api_keys_prefix_check CHECK (length(prefix) = 12)
+  CONSTRAINT api_keys_prefix_check CHECK (length(prefix) = 12),
+  CONSTRAINT api_keys_usage_frame_check CHECK (usage_frame = ANY (ARRAY['event'::text, 'comment'::text, 'none'::text]))
 );
 CREATE INDEX api_keys_account ON api_keys USING btree (account_id);
 

@@ -116,6 +116,16 @@ eachEngine('the console end to end in Chromium', async (t, engine) => {
   await page.goto(`${base}/console/keys`);
   t.notOk((await page.content()).includes(raw), 'on the next visit the raw key is gone');
 
+  // The key's usage frame, chosen in its row's menu and saved: its next stream ends with the comment.
+  const frameMenu = page.getByLabel('Usage frame of <img src=x onerror=alert(1)> sdk', { exact: true });
+  t.equal(await frameMenu.inputValue(), 'event', 'a new key starts at event');
+  await frameMenu.selectOption('comment');
+  await page.getByRole('button', { name: 'Save the usage frame of <img src=x onerror=alert(1)> sdk' }).click();
+  await page.waitForURL(`${base}/console/keys`);
+  t.equal(await page.getByLabel('Usage frame of <img src=x onerror=alert(1)> sdk', { exact: true }).inputValue(), 'comment', 'the page shows the saved setting');
+  const framed = await client.messages.create({ model: 'sonnet', max_tokens: 50, stream: true, messages: [{ role: 'user', content: 'Hello again' }] }).asResponse();
+  t.match(await framed.text(), /\n: service\.usage \{[^\n]+\}\n\n$/, 'the key\'s next stream carries the usage comment');
+
   // The call appears in usage with its charge; CSV export has it.
   await page.getByRole('link', { name: 'Usage' }).click();
   const row = page.locator('tr', { hasText: rid });

@@ -4,6 +4,7 @@
 import Anthropic from '@anthropic-ai/sdk';
 import { createHash, randomBytes } from 'node:crypto';
 import t from 'tap';
+import { request } from 'undici';
 import { createAccount, createKey } from '../../src/accounts/accounts.js';
 import { runCli } from '../../src/admin/cli.js';
 import { loadConfig } from '../../src/config/config.js';
@@ -128,6 +129,67 @@ t.test('keys: CSRF, the raw key once, escaping, revoke and limit, other accounts
   t.equal((await postForm(base, `/console/keys/${keyId}/revoke`, { csrf: sess.csrf }, sess.cookie)).status, 303);
   t.equal((await s.g.call('GET', '/v1/me', { key: raw! })).status, 401, 'a revoked key is refused');
   t.match((await getPage(base, '/console/keys', sess.cookie)).text, /revoked/);
+});
+
+t.test('keys: the usage frame shown per key, chosen at creation and edited in place; the playground unaffected', async (t) => {
+  const s = await startConsoleStack(t);
+  const base = s.g.url;
+  const sess = await signInHttp(base, await s.link());
+  const frameOf = async (id: string) => (await s.g.db.pool.query('SELECT usage_frame FROM api_keys WHERE id = $1', [id])).rows[0].usage_frame as string;
+  const streamed = async (key: string) => {
+    const r = await request(`${base}/v1/messages`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'sonnet', max_tokens: 50, stream: true, messages: [{ role: 'user', content: 'hi' }] }),
+    });
+    return r.body.text();
+  };
+  const page = await getPage(base, '/console/keys', sess.cookie);
+  t.match(page.text, /<label>Usage frame <select name="usage_frame"><option value="event" selected>event<\/option><option value="comment">comment<\/option><option value="none">none<\/option><\/select><\/label>/, 'the creation form offers the three, event first');
+  t.match(page.text, /X-Service-Usage-Frame/, 'the page says a request can override it');
+
+  const made = await createKeyHttp(base, sess, { name: 'agent', usage_frame: 'comment' });
+  t.equal(made.status, 201);
+  const raw = /value="(svc_[A-Za-z0-9_-]{43})"/.exec(made.text)![1]!;
+  const keyId = (await s.g.call('GET', '/v1/me', { key: raw })).json.key.id as string;
+  t.equal(await frameOf(keyId), 'comment', 'created with the chosen frame');
+  t.match(made.text, new RegExp(`action="/console/keys/${keyId}/usage-frame"[^]*?<option value="comment" selected>`), "the key's row shows it");
+  t.match(await streamed(raw), /\n: service\.usage \{[^\n]+\}\n\n$/, 'and its streams carry the comment');
+  const plain = await createKeyHttp(base, sess, { name: 'plain' });
+  const plainId = (await s.g.call('GET', '/v1/me', { key: /value="(svc_[A-Za-z0-9_-]{43})"/.exec(plain.text)![1]! })).json.key.id as string;
+  t.equal(await frameOf(plainId), 'event', 'a form without the field (no script, an old page) gets event');
+
+  // Edited in place, with the session's CSRF token like the limit.
+  const edit = (id: string, fields: Record<string, string>, cookie = sess.cookie) => postForm(base, `/console/keys/${id}/usage-frame`, fields, cookie);
+  t.equal((await edit(keyId, { usage_frame: 'none' })).status, 403, 'missing CSRF token');
+  t.equal((await edit(keyId, { csrf: sess.csrf, usage_frame: 'none' })).status, 303);
+  t.equal(await frameOf(keyId), 'none');
+  t.notMatch(await streamed(raw), /service\.usage/, 'the edit applies to the next stream');
+  const bad = await edit(keyId, { csrf: sess.csrf, usage_frame: 'loud' });
+  t.equal(bad.status, 400);
+  t.match(bad.text, /The usage frame must be one of event, comment, none\./);
+  t.equal((await edit(keyId, { csrf: sess.csrf })).status, 400, 'a post without a value is refused too');
+  const badCreate = await createKeyHttp(base, sess, { name: 'loud', usage_frame: 'loud' });
+  t.equal(badCreate.status, 400, 'and at creation');
+  t.equal((await s.g.db.pool.query("SELECT count(*)::int AS n FROM api_keys WHERE name = 'loud'")).rows[0].n, 0, 'no key made');
+  t.equal(await frameOf(keyId), 'none', 'nothing changed by the refusals');
+  const other = await s.otherAccount();
+  const theirs = await createKey(s.g.db.pool, { accountId: other, name: 'theirs' });
+  t.equal((await edit(theirs.id, { csrf: sess.csrf, usage_frame: 'none' })).status, 404, "another account's key answers as unknown");
+  t.equal(await frameOf(theirs.id), 'event');
+
+  // The playground asks for the named event itself: its key's setting does not hide the charge.
+  const pg = await playgroundKey(s.g.db.pool, s.accountId);
+  const pgId = (await s.g.call('GET', '/v1/me', { key: pg })).json.key.id as string;
+  t.equal((await edit(pgId, { csrf: sess.csrf, usage_frame: 'none' })).status, 303);
+  const r = await request(`${base}/console/playground/stream`, {
+    method: 'POST',
+    headers: { cookie: sess.cookie, 'content-type': 'application/json', 'x-csrf-token': sess.csrf },
+    body: JSON.stringify({ model: 'messages:assistant-sonnet-5', prompt: 'Hello', max_tokens: '64' }),
+  });
+  t.equal(r.statusCode, 200);
+  t.match(await r.body.text(), /event: service\.usage\ndata: \{"type":"service\.usage","ink_charged":\d+/, 'the playground stream still ends with the charge');
+  await assertLedgerInvariant(t, s.g.db.pool);
 });
 
 t.test('a free account without a top-up cannot create a key here either', async (t) => {

@@ -3,8 +3,9 @@
 import { vendorUserHash } from '../../accounts/api-key.js';
 import type { Catalog } from '../../catalog/models.js';
 import type { Config } from '../../config/config.js';
-import { inkToUsd, messagesHoldInk, textChargeInk } from '../../catalog/pricing.js';
+import { messagesHoldInk, textChargeInk } from '../../catalog/pricing.js';
 import type { BodyResult, ParsedTextRequest, StreamTally, TextLane } from '../text-proxy.js';
+import { usageFrameText } from '../usage-frame.js';
 import { forwardedBetaHeader, parseMessagesRequest } from './request.js';
 import { MessagesUsageTally, tallyMessageBody, type MessagesUsage } from './usage-tally.js';
 import type { TextModel } from '../../catalog/models.js';
@@ -81,9 +82,9 @@ export function messagesLane(cfg: Config, catalog: Catalog): TextLane {
         clientBody: JSON.stringify(json),
       };
     },
-    usageFrame(inkCharged, requestId) {
-      return sseEvent('service.usage', { type: 'service.usage', ink_charged: inkCharged, usd_payg_charged: inkToUsd(inkCharged), request_id: requestId });
-    },
+    // The form as asked: the named event by default; clients that refuse unknown event types
+    // (the Vercel AI SDK's Anthropic provider) ask for the comment or for none.
+    usageFrame: (inkCharged, requestId, _tally, form) => usageFrameText(form, inkCharged, requestId),
     errorFrame(code, message, requestId, tally) {
       // The protocol's error event shape, with our code and request id inside `error`. A vendor
       // error (e.g. overloaded_error) is passed on here, in the one final error event.

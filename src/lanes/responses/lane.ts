@@ -1,11 +1,14 @@
 // POST /v1/responses: the OpenAI Responses protocol for text-6-astra through the shared text proxy.
 // The usage frame is an SSE comment after the terminal event: the official SDK (6.45+, 7.x) throws
-// on any event type it does not know in responses.stream(), but every version ignores comments.
+// on any event type it does not know in responses.stream(), but every version ignores comments. So
+// a key or request asking for the named event gets the comment here too; `none` omits it.
 import { vendorUserHash } from '../../accounts/api-key.js';
 import type { Catalog, TextModel } from '../../catalog/models.js';
 import type { Config } from '../../config/config.js';
-import { inkToUsd, responsesHoldInk, textChargeInk, textUsageFromResponses } from '../../catalog/pricing.js';
+import type { UsageFrame } from '../../accounts/usage-frame.js';
+import { responsesHoldInk, textChargeInk, textUsageFromResponses } from '../../catalog/pricing.js';
 import type { BodyResult, ParsedTextRequest, StreamTally, TextLane } from '../text-proxy.js';
+import { usageFrameText } from '../usage-frame.js';
 import { finishResponsesRequest, prepareResponsesRequest, type ResponsesRequest } from './request.js';
 import { countRequestTexts } from './token-count-pool.js';
 import { ResponsesUsageTally, tallyResponseBody, type ResponsesUsage } from './usage-tally.js';
@@ -37,8 +40,8 @@ function usageRecord(u: ResponsesUsage): Record<string, number> {
   return r;
 }
 
-const usagePayload = (ink: number, requestId: string) =>
-  JSON.stringify({ type: 'service.usage', ink_charged: ink, usd_payg_charged: inkToUsd(ink), request_id: requestId });
+/** The comment whatever was asked, except none: a named event would stop the OpenAI SDK. */
+const usageComment = (form: UsageFrame, ink: number, requestId: string): string => usageFrameText(form === 'none' ? 'none' : 'comment', ink, requestId);
 
 export function responsesLane(cfg: Config, catalog: Catalog): TextLane {
   const capChars = cfg.responses.visibleOutputCapChars;
@@ -64,9 +67,7 @@ export function responsesLane(cfg: Config, catalog: Catalog): TextLane {
     },
     newTally: (req) => responsesTally(req, capChars),
     finishBody: finishResponsesBody,
-    usageFrame(inkCharged, requestId) {
-      return `: service.usage ${usagePayload(inkCharged, requestId)}\n\n`;
-    },
+    usageFrame: (inkCharged, requestId, _tally, form) => usageComment(form, inkCharged, requestId),
     errorFrame: responsesErrorFrame,
     cappedFrame: responsesCappedFrame,
   };
@@ -135,8 +136,8 @@ function responsesErrorFrame(code: 'usage_unknown' | 'incomplete_stream', messag
   })}\n\n`;
 }
 
-/** Ends a stream the service stopped at its visible-output cap: an `incomplete` response, then the usage comment. */
-function responsesCappedFrame(inkCharged: number, requestId: string, tally: StreamTally): string {
+/** Ends a stream the service stopped at its visible-output cap: an `incomplete` response, then the usage comment (unless none). */
+function responsesCappedFrame(inkCharged: number, requestId: string, tally: StreamTally, form: UsageFrame): string {
   const inner = (tally as unknown as { inner: ResponsesUsageTally; model: string }).inner;
   const seq = inner.maxSequenceNumber + 1;
   // The SDK's final response is this snapshot (it replaces what the deltas built), so it
@@ -161,6 +162,6 @@ function responsesCappedFrame(inkCharged: number, requestId: string, tally: Stre
   };
   return (
     `event: response.incomplete\ndata: ${JSON.stringify({ type: 'response.incomplete', sequence_number: seq, response })}\n\n` +
-    `: service.usage ${usagePayload(inkCharged, requestId)}\n\n`
+    usageComment(form, inkCharged, requestId)
   );
 }
