@@ -26,10 +26,10 @@ export const AGENT_CLIS = {
 
 export type AgentName = keyof typeof AGENT_CLIS;
 
-/** An install of ~400 MB on a slow link: generous, but bounded. */
-const INSTALL_TIMEOUT_MS = 10 * 60_000;
+/** An install of ~400 MB (about 10 s here): generous for a slow link, but bounded. */
+export const INSTALL_TIMEOUT_MS = 5 * 60_000;
 /** Waiting for another test process's install of the same package. */
-const LOCK_WAIT_S = 11 * 60;
+const LOCK_WAIT_S = INSTALL_TIMEOUT_MS / 1000 + 60;
 const VERSION_TIMEOUT_MS = 60_000;
 const MAX_OUTPUT_BYTES = 16 * 1024 * 1024;
 
@@ -50,7 +50,8 @@ function versionOf(binary: string): { ok: boolean; text: string } {
 
 /**
  * Runs in a child under the lock: checks again (another process may have finished while this one
- * waited), installs into a temporary folder, proves the binary runs, renames the folder into place.
+ * waited), installs into a temporary folder (npm under timeout(1), so a hung install ends with its
+ * children), proves the binary runs, renames the folder into place (over a broken one).
  */
 const INSTALL_SCRIPT = `
 set -eu
@@ -58,8 +59,9 @@ set -eu
 rm -rf "$STAGE"
 mkdir -p "$STAGE"
 cd "$STAGE"
-npm install --prefix "$STAGE" --no-save --no-audit --no-fund --loglevel=error "$SPEC"
+timeout -k 5 "$INSTALL_S" npm install --prefix "$STAGE" --no-save --no-audit --no-fund --loglevel=error "$SPEC"
 "$STAGE/node_modules/.bin/$BIN" --version >/dev/null
+rm -rf "$FINAL"
 mv "$STAGE" "$FINAL"
 `;
 
@@ -73,10 +75,10 @@ export function agentBinary(name: AgentName): string {
   const stage = `${dir}.stage-${process.pid}`;
   const r = spawnSync('flock', ['-w', String(LOCK_WAIT_S), `${dir}.lock`, 'sh', '-c', INSTALL_SCRIPT], {
     encoding: 'utf8',
-    timeout: INSTALL_TIMEOUT_MS,
+    timeout: LOCK_WAIT_S * 1000 + INSTALL_TIMEOUT_MS,
     maxBuffer: MAX_OUTPUT_BYTES,
     killSignal: 'SIGKILL',
-    env: { ...process.env, PATH: toolPath(), FINAL: dir, STAGE: stage, BIN: cli.bin, SPEC: `${cli.pkg}@${cli.version}` },
+    env: { ...process.env, PATH: toolPath(), FINAL: dir, STAGE: stage, BIN: cli.bin, SPEC: `${cli.pkg}@${cli.version}`, INSTALL_S: String(INSTALL_TIMEOUT_MS / 1000) },
   });
   if (r.status !== 0 || !existsSync(binary)) {
     rmSync(stage, { recursive: true, force: true });

@@ -7,10 +7,14 @@
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
-import { agentBinary } from '../helpers/agent-clis.js';
-import { assertCleanSession, assertRunOk, baseAgentEnv, runAgent, sentBodies, startAgentStack, type AgentStack } from '../helpers/agent-stack.js';
+import { agentBinary, INSTALL_TIMEOUT_MS } from '../helpers/agent-clis.js';
+import { AGENT_RUN_TIMEOUT_MS, assertCleanSession, assertRunOk, baseAgentEnv, runAgent, sentBodies, startAgentStack, type AgentStack } from '../helpers/agent-stack.js';
 import { docEnv } from '../helpers/clients-doc.js';
 import type { TappedRequest } from '../helpers/header-tap.js';
+
+// A first run installs the CLI into the cache (and may wait for another file's install of it)
+// before its runs, each bounded by AGENT_RUN_TIMEOUT_MS; a cached one takes seconds.
+t.setTimeout(2 * INSTALL_TIMEOUT_MS + 4 * AGENT_RUN_TIMEOUT_MS);
 
 const MODEL = 'assistant-sonnet-5';
 const FILE_TEXT = 'inkgate agent test file';
