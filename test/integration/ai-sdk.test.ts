@@ -138,7 +138,9 @@ t.test('Messages: with the default event frame the provider fails every step', a
     t.match(String(e), /Type validation failed[\s\S]*"type":"service\.usage"[\s\S]*No matching discriminator/, 'each refuses our named event');
   }
   t.ok(run.steps.length > 0);
-  t.same(run.steps.map((s) => s.finishReason), run.steps.map(() => 'error'), 'every step ends in error (an agent such as opencode stops there)');
+  // The SDK reports the refused event on every step (how it goes on depends on its version); an
+  // agent such as opencode treats a reported error as the end of the turn.
+  t.ok(run.errors.length >= run.steps.length, `an error on each of the ${run.steps.length} steps (${run.errors.length} reported)`);
   await assertLedgerInvariant(t, g.db.pool);
 });
 
