@@ -266,7 +266,7 @@ async function serveHttp(services: Services, p: HttpParts, cleanups: Cleanups): 
   const media = mediaHostHandler(p.generationDeps);
   const consolePages = consoleHandler({ services, mediaSecret: p.generationDeps.mediaSecret, mediaClock: p.generationDeps.clock, selfUrl: () => selfUrl, routes: () => p.routes });
   const { engine, ...listen } = config.server;
-  const accessLog = startAccessLog(services, p.clientAddress, p.accessLog, cleanups);
+  const accessLog = startAccessLog(services, p.accessLog, cleanups);
   const running = await startServer({
     engine,
     listen,
@@ -295,12 +295,12 @@ async function serveHttp(services: Services, p: HttpParts, cleanups: Cleanups): 
  * The access log (server/access-log.ts), when `log.access` is on: into the given logger, else into
  * a buffered stdout logger of its own, written out when the server has stopped.
  */
-function startAccessLog(services: Services, clientAddress: (ctx: HttpContext) => string, into: Logger | undefined, cleanups: Cleanups): AccessLog | undefined {
+function startAccessLog(services: Services, into: Logger | undefined, cleanups: Cleanups): AccessLog | undefined {
   const { config } = services;
   if (!config.log.access) return undefined;
   const log = into ?? createLogger(config.log.level, undefined, true);
   if (log.flush) cleanups.push(() => log.flush!());
-  return createAccessLog(log, clientAddress);
+  return createAccessLog(log);
 }
 
 /** An instance id nobody else has: host, process and a random part (set ledger.instanceId to keep one across restarts). */

@@ -14,7 +14,7 @@ import type { HttpContext } from './http-context.js';
 
 export type AccessLog = (ctx: HttpContext, route: string, startedMs: number) => void;
 
-export function createAccessLog(log: Logger, clientAddress: ((ctx: HttpContext) => string) | undefined): AccessLog {
+export function createAccessLog(log: Logger): AccessLog {
   return (ctx, route, startedMs) => {
     const err = ctx.error;
     log.info('request', {
@@ -24,7 +24,7 @@ export function createAccessLog(log: Logger, clientAddress: ((ctx: HttpContext) 
       duration_ms: Math.round((performance.now() - startedMs) * 10) / 10,
       request_id: ctx.requestId,
       key_prefix: ctx.auth?.keyPrefix ?? null,
-      client: clientAddress ? clientAddress(ctx) : ctx.remoteAddress,
+      client: ctx.caller ?? ctx.remoteAddress,
       ...(err === undefined ? undefined : { code: err.code, param: err.param ?? null }),
       ...(ctx.aborted && !ctx.responded ? { aborted: true } : undefined),
     });

@@ -106,6 +106,11 @@ export abstract class HttpContext {
   /** The error answered, if the answer was one (the access log names its code and param). */
   error: ApiError | undefined;
   /**
+   * The caller's address as the server resolved it on arrival, for the access log: read then,
+   * since uWS forbids touching a request once its answer has ended.
+   */
+  caller: string | undefined;
+  /**
    * Set when the request cannot be served as read: its framing cannot be trusted (framingFault), or
    * the engine refuses it (too many header fields, no Host). Answered, then the connection closed.
    */

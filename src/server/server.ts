@@ -105,6 +105,7 @@ export async function startServer(d: ServerDeps): Promise<RunningServer> {
   const admission: Admission = { draining: false, inFlight: 0, drained: undefined };
   const listener = await engine.listen(d.listen, (ctx) => {
     const startedMs = performance.now();
+    if (d.accessLog && d.clientAddress) ctx.caller = d.clientAddress(ctx);
     const later = handle(d, admission, ctx, startedMs);
     if (!later && ctx.responded) {
       d.metrics?.observe(ctx.method, UNMATCHED_ROUTE, ctx.status, (performance.now() - startedMs) / 1000);

@@ -1,0 +1,55 @@
+// The buffered logger (the access log's): lines held in memory are all written by flush, whole and
+// in order, to the file descriptor it was given; an unbuffered logger writes each line at once.
+import t, { type Test } from 'tap';
+import { closeSync, mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createLogger } from '../../src/util/log.js';
+
+function tempFile(t: Test): { path: string; fd: number } {
+  const dir = mkdtempSync(join(tmpdir(), 'inkgate-log-'));
+  const path = join(dir, 'out.log');
+  const fd = openSync(path, 'w');
+  t.teardown(() => {
+    closeSync(fd);
+    rmSync(dir, { recursive: true, force: true });
+  });
+  return { path, fd };
+}
+
+t.test('buffered: held until flush, then every line whole and in order', async (t) => {
+  const { path, fd } = tempFile(t);
+  const log = createLogger('info', undefined, true, fd);
+  for (let i = 0; i < 3; i++) log.info('request', { n: i, route: '/v1/me' });
+  log.debug('below the level', { n: 99 });
+  t.equal(readFileSync(path, 'utf8'), '', 'three short lines are held (below the write size)');
+  t.type(log.flush, 'function');
+  log.flush!();
+  const lines = readFileSync(path, 'utf8').trimEnd().split('\n').map((l) => JSON.parse(l) as { n: number; msg: string; level: string });
+  t.same(lines.map((l) => [l.level, l.msg, l.n]), [['info', 'request', 0], ['info', 'request', 1], ['info', 'request', 2]]);
+});
+
+t.test('buffered: a burst above the write size goes out without a flush', async (t) => {
+  const { path, fd } = tempFile(t);
+  const log = createLogger('info', undefined, true, fd);
+  const n = 200; // ~60 bytes each: three times the 4 KiB write size
+  for (let i = 0; i < n; i++) log.info('request', { n: i });
+  // The writes are asynchronous: wait for the file to hold the first full write (bounded).
+  let text = '';
+  for (let tries = 0; tries < 1000 && text.length < 4096; tries++) {
+    await new Promise((r) => setImmediate(r));
+    text = readFileSync(path, 'utf8');
+  }
+  t.ok(text.length >= 4096, `written before any flush: ${text.length} bytes`);
+  log.flush!();
+  const all = readFileSync(path, 'utf8').trimEnd().split('\n').map((l) => (JSON.parse(l) as { n: number }).n);
+  t.same(all, Array.from({ length: n }, (_, i) => i), 'nothing lost, nothing reordered');
+});
+
+t.test('unbuffered: each line at once, and no flush to call', async (t) => {
+  const { path, fd } = tempFile(t);
+  const log = createLogger('info', undefined, false, fd);
+  log.warn('now', { a: 1 });
+  t.match(JSON.parse(readFileSync(path, 'utf8')), { level: 'warn', msg: 'now', a: 1 });
+  t.equal(log.flush, undefined);
+});
