@@ -6,29 +6,16 @@ import t, { type Test } from 'tap';
 import { pauseModel, setLane } from '../../src/deployment/state.js';
 import type { Config, DeepPartial } from '../../src/config/config.js';
 import type { EngineName } from '../../src/server/engine.js';
-import { startAnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
 import { eachEngine } from '../helpers/engines.js';
 import { journalWritten, startTestGateway, testRedisUrl, type Reply, type TestGateway } from '../helpers/gateway.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
+import { ANTHROPIC_VENDOR_KEY, startMessagesStack } from '../helpers/messages-stack.js';
 
-const VENDOR_KEY = 'sk-ant-test-vendor';
+const VENDOR_KEY = ANTHROPIC_VENDOR_KEY;
 const COUNT = '/v1/messages/count_tokens';
 
 async function setup(t: Test, opts: { enable?: boolean; engine?: EngineName; config?: DeepPartial<Config> } = {}) {
-  const sim = await startAnthropicSimulator({ apiKey: VENDOR_KEY });
-  t.teardown(() => sim.close());
-  const g = await startTestGateway(t, {
-    ...opts.config,
-    vendors: { anthropic: { baseUrl: sim.url, apiKey: VENDOR_KEY } },
-    ...(opts.engine ? { server: { engine: opts.engine } } : {}),
-  });
-  if (opts.enable !== false) {
-    await setLane(g.db.pool, 'messages', true);
-    await g.gw.services.state.refresh();
-  }
-  const k = await g.newKey();
-  await g.gw.services.ledger.topUp(k.accountId, 10_000, 'test');
-  const client = new Anthropic({ baseURL: g.url, authToken: k.key, apiKey: null, maxRetries: 0 });
+  const { sim, g, k, client } = await startMessagesStack(t, opts);
   // The simulator asked directly, as the gateway asks it (our vendor key, the vendor's model ids).
   const direct = new Anthropic({ baseURL: sim.url, apiKey: VENDOR_KEY, maxRetries: 0 });
   return { sim, g, k, client, direct, invariant: () => assertLedgerInvariant(t, g.db.pool) };

@@ -3,30 +3,15 @@
 import Anthropic from '@anthropic-ai/sdk';
 import t, { type Test } from "tap";
 import { request } from 'undici';
-import { setLane } from '../../src/deployment/state.js';
 import { textChargeInk } from '../../src/catalog/pricing.js';
-import { startAnthropicSimulator, type AnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
-import { startTestGateway, writtenRequest, type TestGateway } from '../helpers/gateway.js';
-import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
+import { writtenRequest, type TestGateway } from '../helpers/gateway.js';
 import { parseSse } from '../helpers/sse.js';
 import { eachEngine } from '../helpers/engines.js';
+import { ANTHROPIC_VENDOR_KEY, startMessagesStack } from '../helpers/messages-stack.js';
 import type { EngineName } from '../../src/server/engine.js';
 
-const VENDOR_KEY = 'sk-ant-test-vendor';
-
-async function setup(t: Test, opts: { enable?: boolean; engine?: EngineName } = {}) {
-  const sim = await startAnthropicSimulator({ apiKey: VENDOR_KEY });
-  t.teardown(() => sim.close());
-  const g = await startTestGateway(t, { vendors: { anthropic: { baseUrl: sim.url, apiKey: VENDOR_KEY } }, ...(opts.engine ? { server: { engine: opts.engine } } : {}) });
-  if (opts.enable !== false) {
-    await setLane(g.db.pool, 'messages', true);
-    await g.gw.services.state.refresh();
-  }
-  const k = await g.newKey();
-  await g.gw.services.ledger.topUp(k.accountId, 10_000, 'test');
-  const client = new Anthropic({ baseURL: g.url, authToken: k.key, apiKey: null, maxRetries: 0 });
-  return { sim, g, k, client, invariant: () => assertLedgerInvariant(t, g.db.pool) };
-}
+const VENDOR_KEY = ANTHROPIC_VENDOR_KEY;
+const setup = (t: Test, opts: { enable?: boolean; engine?: EngineName } = {}) => startMessagesStack(t, opts);
 
 const me = async (g: TestGateway, key: string) => (await g.call('GET', '/v1/me', { key })).json;
 const post = (g: TestGateway, key: string, body: unknown, headers: Record<string, string> = {}) =>

@@ -14,6 +14,7 @@ import { startOpenAISimulator } from '../../src/simulators/openai/simulator.js';
 import { eachEngine } from '../helpers/engines.js';
 import { startTestGateway, writtenRequest, type TestGateway } from '../helpers/gateway.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
+import { messagesStreamCharge } from '../helpers/messages-stack.js';
 import { parseSse, sseComments, type SseEvent } from '../helpers/sse.js';
 
 const ANTHROPIC_KEY = 'sk-ant-frame';
@@ -74,17 +75,7 @@ async function stream(g: TestGateway, path: '/v1/messages' | '/v1/responses', ke
   return { status: r.statusCode, requestId: String(r.headers['x-service-request-id']), text, events: parseSse(text), usageComments };
 }
 
-/** What the vendor's receipt in a Messages stream prices to. */
-function messagesCharge(events: SseEvent[]): number {
-  const start = JSON.parse(events.find((e) => e.event === 'message_start')!.data).message.usage;
-  const delta = JSON.parse(events.find((e) => e.event === 'message_delta')!.data).usage;
-  return textChargeInk('assistant-sonnet-5', {
-    inputTokens: start.input_tokens,
-    outputTokens: delta.output_tokens,
-    cacheReadTokens: start.cache_read_input_tokens ?? 0,
-    cacheWriteTokens: start.cache_creation_input_tokens ?? 0,
-  });
-}
+const messagesCharge = (events: SseEvent[]): number => messagesStreamCharge(events);
 
 function responsesCharge(events: SseEvent[]): number {
   const u = JSON.parse(events.find((e) => e.event === 'response.completed')!.data).response.usage;

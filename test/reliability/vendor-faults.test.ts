@@ -17,6 +17,7 @@ import { startOpenAISimulator } from '../../src/simulators/openai/simulator.js';
 import { cutAt, startFaultProxy, type Fault, type FaultProxy } from '../helpers/fault-proxy.js';
 import { journalWritten, startTestGateway, type TestGateway } from '../helpers/gateway.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
+import { messagesStreamCharge } from '../helpers/messages-stack.js';
 import { parseSse, sseComments } from '../helpers/sse.js';
 
 const HEADERS_TIMEOUT_MS = 400;
@@ -56,17 +57,7 @@ const MESSAGES: LaneSpec = {
       cacheReadTokens: j.usage.cache_read_input_tokens ?? 0,
       cacheWriteTokens: j.usage.cache_creation_input_tokens ?? 0,
     }),
-  chargeOfStream: (text) => {
-    const evs = parseSse(text);
-    const start = JSON.parse(evs.find((e) => e.event === 'message_start')!.data).message.usage;
-    const delta = JSON.parse(evs.find((e) => e.event === 'message_delta')!.data).usage;
-    return textChargeInk('assistant-sonnet-5', {
-      inputTokens: start.input_tokens,
-      outputTokens: delta.output_tokens,
-      cacheReadTokens: start.cache_read_input_tokens ?? 0,
-      cacheWriteTokens: start.cache_creation_input_tokens ?? 0,
-    });
-  },
+  chargeOfStream: (text) => messagesStreamCharge(parseSse(text)),
   frameCharge: (text) => {
     const last = parseSse(text).at(-1);
     return last?.event === 'service.usage' ? JSON.parse(last.data).ink_charged : undefined;
