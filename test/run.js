@@ -1,9 +1,10 @@
 #!/usr/bin/env node
 // `npm test`: typecheck, build, pick the stores, run every test with tap, print one closing line.
+// `npm run test:quick` (--quick): typecheck, then only the files test/quick-tier.txt lists, no build.
 // Stores: the machine's PostgreSQL (127.0.0.1:5432, database test) and Redis (127.0.0.1:6379) when
 // they answer, otherwise an embedded PostgreSQL and the in-process limiter. It says which it used.
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { delimiter, join, dirname } from 'node:path';
@@ -45,8 +46,12 @@ const pgProbe = Buffer.from([0, 0, 0, 8, 4, 210, 22, 47]); // SSLRequest: a Post
 const isPg = (d) => d.length >= 1 && (d[0] === 0x53 || d[0] === 0x4e);
 const isRedis = (d) => d.toString().startsWith('+PONG');
 
+const args = process.argv.slice(2);
+const quick = args[0] === '--quick';
+if (quick) args.shift();
+
 step('typecheck (tsc --noEmit)', bin('tsc'), ['-p', 'tsconfig.json', '--noEmit']);
-step('build (tsc -> dist/)', bin('tsc'), ['-p', 'tsconfig.build.json']);
+if (!quick) step('build (tsc -> dist/)', bin('tsc'), ['-p', 'tsconfig.build.json']);
 
 const env = { ...process.env, PATH: nodePath };
 let embedded;
@@ -85,7 +90,12 @@ function testFiles(dir) {
   }
   return out.sort();
 }
-const files = process.argv.length > 2 ? process.argv.slice(2) : testFiles('test');
+/** The quick tier's files: test/quick-tier.txt, a file or a folder per line, # comments. */
+function quickFiles() {
+  const lines = readFileSync(join(root, 'test', 'quick-tier.txt'), 'utf8').split('\n').map((l) => l.trim()).filter((l) => l !== '' && !l.startsWith('#'));
+  return lines.flatMap((l) => (l.endsWith('/') ? testFiles(l.slice(0, -1)) : [l]));
+}
+const files = args.length > 0 ? args : quick ? quickFiles() : testFiles('test');
 const child = spawn(process.execPath, [bin('tap'), '--reporter=tap', ...files], { cwd: root, env, stdio: ['ignore', 'pipe', 'inherit'] });
 let pass = 0;
 let fail = 0;
