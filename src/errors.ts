@@ -115,7 +115,7 @@ export class ApiError extends Error {
     this.retryAfterS = opts.retryAfterS ?? DEFAULT_RETRY_AFTER_S[code];
   }
 
-  /** The body the spec's "Error object" describes. */
+  /** The error object's body (docs/api/errors.md). */
   toBody(requestId: string): { error: Record<string, unknown> } {
     const error: Record<string, unknown> = { type: this.type, code: this.code, message: this.message };
     if (this.param !== undefined) error.param = this.param;

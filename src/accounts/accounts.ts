@@ -77,7 +77,7 @@ export interface NewKey {
   usageFrame?: UsageFrame;
 }
 
-/** Creating a key needs a paid plan or at least one completed top-up (spec, Authentication 2). */
+/** Creating a key needs a paid plan or at least one completed top-up (docs/api/authentication.md). */
 export async function createKey(pool: Pool, input: NewKey): Promise<CreatedKey> {
   return withTx(pool, (c) => createKeyIn(c, input));
 }

@@ -1,4 +1,4 @@
-// GET /v1/me: the account object of the spec's "Account" table, straight from the ledger's rows.
+// GET /v1/me: the account object of docs/api/me.md, straight from the ledger's rows.
 import { ApiError } from '../errors.js';
 import type { Route } from '../server/router.js';
 import type { Escrow } from '../ledger/escrow.js';
@@ -12,7 +12,7 @@ interface MeRow extends AccountInkRow, KeySpendRow {
   name: string;
 }
 
-/** The spec's account object (GET /v1/me). */
+/** The account object (GET /v1/me, docs/api/me.md). */
 export interface AccountObject {
   readonly object: 'account';
   readonly user_id: string;

@@ -1,4 +1,4 @@
-// Public model cards (`GET /v1/models`, `GET /v1/models/{id}`), shaped as the spec's card tables.
+// Public model cards (`GET /v1/models`, `GET /v1/models/{id}`), shaped as docs/api/models.md's card tables.
 // Everything but `available` is computed once per price set when the builder is made; a request
 // only copies the precomputed parts into a fresh top-level object with the live `available` flag.
 import type { Catalog, CatalogModel, ImageModel, TextModel, TextRates, VideoModel, VideoPriceSet, VideoResolution } from './models.js';
@@ -124,7 +124,7 @@ function videoStatic(m: VideoModel, priceSet: VideoPriceSet): Omit<VideoCard, 'a
     usdPerSecond[res] = Math.round(display * 10) / 1000;
     clip[res] = videoClipInk(m, res, 5, priceSet);
   }
-  // The spec's field order: a ceiling, when the model has one, sits between aspect_ratios and duration_seconds.
+  // The cards' field order (docs/api/models.md): a ceiling, when the model has one, sits between aspect_ratios and duration_seconds.
   const constraints: VideoCard['constraints'] = {
     resolutions: [...m.resolutions],
     aspect_ratios: [...m.aspectRatios],
@@ -216,7 +216,7 @@ function deepFreeze<T>(o: T): T {
   return o;
 }
 
-/** Places `available` where the spec's tables put it (after endpoint / protocol), on a fresh object. */
+/** Places `available` where docs/api/models.md's tables put it (after endpoint / protocol), on a fresh object. */
 function withAvailable(card: StaticCard, available: boolean): ModelCard {
   const { pricing, constraints, ...head } = card;
   return { ...head, available, pricing, constraints } as ModelCard;

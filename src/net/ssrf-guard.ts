@@ -209,7 +209,7 @@ export function urlProblem(url: URL, hostRuleExempt = false): string | undefined
   return hostRuleExempt ? undefined : hostProblem(url.hostname);
 }
 
-/** urlProblem as an ApiError: `too_long` for length (spec error table), `invalid_url` otherwise. */
+/** urlProblem as an ApiError: `too_long` for length (docs/api/errors.md), `invalid_url` otherwise. */
 export function checkFetchUrl(url: URL, param: string, hostRuleExempt = false): void {
   if (url.href.length > MAX_URL_CHARS) throw new ApiError('too_long', { param, message: `\`${param}\` is longer than ${MAX_URL_CHARS} characters.` });
   const p = urlProblem(url, hostRuleExempt);
@@ -217,7 +217,7 @@ export function checkFetchUrl(url: URL, param: string, hostRuleExempt = false): 
 }
 
 /**
- * Parses a URL from a request body. Too long → `too_long` (spec error table: "a URL above 2,048");
+ * Parses a URL from a request body. Too long → `too_long` (docs/api/errors.md: a URL above 2,048 characters);
  * otherwise any failure → `invalid_url` with `param`. Any port is accepted: protection is by
  * address (every address we connect to is public), and TLS is required on every port.
  */

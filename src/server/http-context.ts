@@ -228,7 +228,7 @@ export abstract class HttpContext {
     this.sendWhole(status, extra, undefined, '', false);
   }
 
-  /** The spec's error envelope, with Retry-After on 429/503 and WWW-Authenticate on 401. */
+  /** The error envelope (docs/api/errors.md), with Retry-After on 429/503 and WWW-Authenticate on 401. */
   sendError(err: ApiError, closeConnection = false, more?: HeaderList): void {
     if (this.done) return;
     this.error = err;

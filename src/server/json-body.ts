@@ -50,7 +50,7 @@ function checkShape(root: unknown): void {
   }
 }
 
-/** Parses a body that must be a JSON object. Throws ApiError with the spec's codes. */
+/** Parses a body that must be a JSON object. Throws ApiError with the codes of docs/api/errors.md. */
 export function parseJsonObject(body: Buffer): Record<string, unknown> {
   let text: string;
   try {

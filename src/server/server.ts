@@ -1,5 +1,5 @@
 // The server: every request, from whichever engine (engine.ts), goes request id -> API open? ->
-// route -> limit/auth -> handler, and every failure leaves as the spec's error envelope. Nothing
+// route -> limit/auth -> handler, and every failure leaves as the error envelope (docs/api/errors.md). Nothing
 // here knows about products, nor which engine serves.
 import type { DeploymentState } from '../deployment/state.js';
 import { ApiError, isApiError } from '../errors.js';
@@ -143,7 +143,7 @@ async function answerFailure(d: ServerDeps, ctx: HttpContext, r: Route, e: unkno
   const keys = d.keys;
   if (r.keyRecheckedByReserve && ctx.auth !== undefined && !ctx.keyConfirmed && keys.caching && !ctx.done && isApiError(e) && e.status < 500 && e.status !== 429) {
     // A remembered key got a client error before its reserve could re-check it (validation,
-    // 415): look it up afresh, so a key revoked since gets its 401 (spec, Authentication 5:
+    // 415): look it up afresh, so a key revoked since gets its 401 (docs/api/authentication.md:
     // refused at once), not the other error. Not for a 503 (a store outage, a paused model: no
     // second wait) nor a 429 (a client over its limit must not buy a lookup per refusal).
     try {
@@ -168,7 +168,7 @@ async function spend(d: ServerDeps, bucket: string, perMinute: number, message?:
 
 /**
  * A public route's limit. Public routes need no key, but a call that carries a valid one counts
- * against that key (spec, Limits: "60 requests per minute per key, every /v1 route counted");
+ * against that key (docs/api/rate-limits.md: "60 requests per minute per key, every /v1 route counted");
  * without one (or with one that does not authenticate, which a public route ignores) it counts
  * against the caller's address. The cached lookup is enough here: no money moves on these routes.
  * A key not remembered is looked up only after the address limit let the call through, so a flood
@@ -248,7 +248,7 @@ function handle(d: ServerDeps, admission: Admission, ctx: HttpContext, startedMs
     return false;
   }
   if ('allow' in m) {
-    // The spec knows one answer for a path a client cannot use: 404 not_found. Allow says what works.
+    // The API knows one answer for a path a client cannot use (docs/api/conventions.md): 404 not_found. Allow says what works.
     ctx.sendError(new ApiError('not_found', { message: `No route ${ctx.method} ${path}; this path takes ${m.allow}.` }), false, [['Allow', m.allow]]);
     return false;
   }

@@ -50,7 +50,7 @@ export function messagesLane(cfg: Config, catalog: Catalog): TextLane {
       // metadata.user_id on the wire: a hash of the key id, stable per key, meaningless outside.
       const keyUserId = vendorUserHash(ctx.auth!.keyId);
       const r = parseMessagesRequest(body, catalog, { keyUserId });
-      // The spec names the header `vendor-beta`; the protocol's own name is `anthropic-beta`.
+      // The interface also names the header `vendor-beta` (docs/api/messages.md); the protocol's own name is `anthropic-beta`.
       const beta = forwardedBetaHeader(ctx.header('anthropic-beta') ?? ctx.header('vendor-beta'));
       return {
         model: r.model,

@@ -13,7 +13,7 @@
 // - `null` for an optional top-level field answers `invalid_type` (the protocol has no nulls
 //   there); it is not read as "absent".
 // - `thinking.budget_tokens` not an integer answers `invalid_type`; on opus and sonnet, not below
-//   `max_tokens` answers `too_large` (the spec's rule; the table's code for a number too big). The
+//   `max_tokens` answers `too_large` (docs/api/messages.md's rule; the table's code for a number too big). The
 //   protocol's own minimum (1,024) is the vendor's to enforce: its refusal is `upstream_rejected`.
 // - `metadata` is always sent as `{ user_id }` (the key hash), whether or not the client sent one,
 //   so every vendor request is attributable to a key.

@@ -37,7 +37,7 @@ export interface MessagesErrorEvent {
 }
 
 /**
- * How a stream ended, for settlement (spec, Events 4):
+ * How a stream ended, for settlement (docs/api/messages.md, streaming failures):
  * - `complete`: `message_stop` was seen and a `message_delta` reported an integer
  *   `usage.output_tokens` (the usage receipt). Settle on `usage()`.
  * - `usage_unknown`: no usage receipt, i.e. no `message_delta` with integer output_tokens,

@@ -105,8 +105,8 @@ function finishResponsesBody(json: unknown, req: ParsedTextRequest): BodyResult 
   const t = tallyResponseBody(json);
   if (json && typeof json === 'object' && 'model' in json) (json as Record<string, unknown>).model = req.model.id;
   // The statuses of the stream's three terminal events: a `failed` response that reports its
-  // usage settles on it, as `response.failed` with usage does on the stream (spec, Errors: "a
-  // text call settles to what the vendor reports"); the client gets the vendor's failed
+  // usage settles on it, as `response.failed` with usage does on the stream (docs/api/billing.md: a
+  // text call settles to what the vendor reports); the client gets the vendor's failed
   // response, as the stream passes `response.failed` on. Other statuses (queued, in_progress,
   // cancelled: background mode, which we refuse) are not a receipt.
   const usable = t.usageUsable && (t.status === 'completed' || t.status === 'incomplete' || t.status === 'failed');
@@ -154,7 +154,7 @@ function responsesCappedFrame(inkCharged: number, requestId: string, tally: Stre
     model: (tally as unknown as { model: string }).model,
     output: kept?.output ?? [],
     // null, not counts: the vendor's receipt never came (we stopped reading), and the charge
-    // is the hold (spec), which is not a token count: it prices the prompt as cache writes and
+    // is the hold (docs/api/responses.md), which is not a token count: it prices the prompt as cache writes and
     // the output at max_output_tokens floored at 32,768. Counts that priced to it would be
     // invented; the request record's usage is empty for the same reason. What was charged is
     // in the service.usage comment that follows.

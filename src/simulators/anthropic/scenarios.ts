@@ -233,7 +233,7 @@ export function validateMessagesBody(body: unknown, countTokensOnly = false): as
     if (!Number.isInteger(thinking.budget_tokens) || thinking.budget_tokens < THINKING_MIN_BUDGET) {
       throw invalid(`thinking.enabled.budget_tokens: Input should be greater than or equal to ${THINKING_MIN_BUDGET}`);
     }
-    // The budget must stay below max_tokens on the opus and sonnet models (spec); fable is exempt.
+    // The budget must stay below max_tokens on the opus and sonnet models (docs/api/messages.md); fable is exempt.
     if (!countTokensOnly && thinking.budget_tokens >= body.max_tokens && !body.model.includes('fable')) {
       throw invalid('`max_tokens` must be greater than `thinking.budget_tokens`. Please consult our documentation at https://docs.claude.com/en/docs/build-with-claude/extended-thinking#max-tokens-and-context-window-size');
     }
