@@ -48,10 +48,6 @@ export async function createAccount(pool: Pool, input: { name: string; planId: s
   });
 }
 
-export async function getAccount(db: Queryable, accountId: string): Promise<{ id: string; name: string; plan_id: string } | undefined> {
-  return (await db.query('SELECT id, name, plan_id FROM accounts WHERE id = $1', [accountId])).rows[0];
-}
-
 export async function setAccountPlan(db: Queryable, accountId: string, planId: string): Promise<void> {
   const r = await db.query('UPDATE accounts SET plan_id = $2 WHERE id = $1', [accountId, planId]);
   if (r.rowCount === 0) throw new AdminError(`unknown account ${accountId}`);

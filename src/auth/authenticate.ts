@@ -47,12 +47,7 @@ export async function authenticate(db: Queryable, authorization: string | undefi
   return authInfo(row);
 }
 
-/**
- * The server's authenticator: lookups that arrive together go to Postgres as one indexed read
- * (group-commit.ts's policy: a lone request waits for nothing, concurrent ones share a statement),
- * which under load saves a round trip and a statement per request. Still no cache: a lookup
- * always runs after its request arrived.
- */
+/** How long, and how many, authenticated keys authenticateCached may remember. */
 export interface KeyCacheOptions {
   /** How long a positive lookup is reused (0: never). */
   readonly keyCacheMs: number;
@@ -65,6 +60,13 @@ interface Cached {
   readonly untilMs: number;
 }
 
+/**
+ * The server's authenticator: lookups that arrive together go to Postgres as one indexed read
+ * (group-commit.ts's policy: a lone request waits for nothing, concurrent ones share a statement),
+ * which under load saves a round trip and a statement per request. `authenticate` always looks the
+ * key up; `authenticateCached` (routes whose reserve re-checks the key) may answer from a short
+ * cache, which a revoke or an edit on any instance clears (`forgetKey`).
+ */
 export class KeyAuthenticator {
   private readonly batch: GroupCommit<Buffer, AuthRow | undefined>;
   /** Key hash (latin1) -> what the lookup found; insertion-ordered, so the first entry is the oldest. */

@@ -82,24 +82,6 @@ export function createRedisClient(cfg: RedisClientConfig): Redis {
   return client;
 }
 
-/** Resolves true once the client is ready, false after timeoutMs (it keeps trying in the background). */
-export function waitForRedisReady(client: Redis, timeoutMs: number): Promise<boolean> {
-  if (client.status === 'ready') return Promise.resolve(true);
-  return new Promise((resolve) => {
-    const done = (ok: boolean) => {
-      clearTimeout(timer);
-      client.off('ready', onReady);
-      client.off('end', onEnd);
-      resolve(ok);
-    };
-    const onReady = () => done(true);
-    const onEnd = () => done(false);
-    const timer = setTimeout(() => done(false), timeoutMs);
-    client.on('ready', onReady);
-    client.on('end', onEnd);
-  });
-}
-
 /** Closes the client: QUIT with a short deadline, then a hard disconnect. Never hangs. */
 export async function closeRedisClient(client: Redis, timeoutMs = 500): Promise<void> {
   if (client.status === 'end') return;
