@@ -1,0 +1,73 @@
+// A real S3-protocol server for tests (s3rver: requests are signed and checked, objects kept in a
+// temp directory), on 127.0.0.1:0, with its bucket created through the S3 API, and a helper to
+// build an S3MediaStore on it.
+import { CreateBucketCommand, S3Client } from '@aws-sdk/client-s3';
+import { mkdtempSync, rmSync } from 'node:fs';
+import type { Server } from 'node:http';
+import { createRequire } from 'node:module';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { Test } from 'tap';
+import { S3MediaStore, type S3MediaStoreOptions } from '../../src/media/s3-media-store.js';
+
+/** s3rver's one account (it refuses any other key pair). */
+export const S3_CREDENTIALS = { accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER' } as const;
+
+interface S3rverInstance {
+  run(): Promise<{ port: number }>;
+  close(): Promise<void>;
+  httpServer?: Server;
+}
+type S3rverClass = new (o: Record<string, unknown>) => S3rverInstance;
+const S3rver = createRequire(import.meta.url)('s3rver') as S3rverClass;
+
+export interface TestS3 {
+  readonly endpoint: string;
+  readonly port: number;
+  /** The directory s3rver keeps buckets in. */
+  readonly dir: string;
+  createBucket(name: string): Promise<void>;
+  /** An S3MediaStore on this server; `over` replaces any option. Closed at the test's end. */
+  store(bucket: string, over?: Partial<S3MediaStoreOptions>): S3MediaStore;
+}
+
+/** Defaults a test store uses: the smallest parts S3 allows, short bounds. */
+export const TEST_STORE_DEFAULTS = Object.freeze({
+  region: 'us-east-1',
+  prefix: 'media/',
+  forcePathStyle: true,
+  timeoutMs: 5_000,
+  idleTimeoutMs: 5_000,
+  uploadPartTimeoutMs: 20_000,
+  partSizeBytes: 5 * 1024 * 1024,
+  uploadQueueSize: 1,
+  maxSockets: 16,
+  maxObjectBytes: 64 * 1024 * 1024,
+});
+
+export async function startS3(t: Test): Promise<TestS3> {
+  const dir = mkdtempSync(join(tmpdir(), 'inkgate-s3-'));
+  const server = new S3rver({ port: 0, address: '127.0.0.1', directory: dir, silent: true });
+  const { port } = await server.run();
+  const endpoint = `http://127.0.0.1:${port}`;
+  const stores: S3MediaStore[] = [];
+  const admin = new S3Client({ region: 'us-east-1', endpoint, forcePathStyle: true, credentials: { ...S3_CREDENTIALS } });
+  t.teardown(async () => {
+    for (const s of stores) await s.close();
+    admin.destroy();
+    server.httpServer?.closeAllConnections();
+    await server.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+  return {
+    endpoint,
+    port,
+    dir,
+    createBucket: async (name) => void (await admin.send(new CreateBucketCommand({ Bucket: name }))),
+    store: (bucket, over = {}) => {
+      const s = new S3MediaStore({ ...TEST_STORE_DEFAULTS, bucket, endpoint, credentials: { ...S3_CREDENTIALS }, ...over });
+      stores.push(s);
+      return s;
+    },
+  };
+}
