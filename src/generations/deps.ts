@@ -63,10 +63,31 @@ export async function loadMediaSecret(q: Queryable): Promise<Buffer> {
 
 const DEFAULT_DOWNLOAD_TIMEOUT_MS = 5 * 60_000;
 
+/** The store config.media.store names. The S3 client is loaded only when used (it is a large module tree). */
+export async function configuredMediaStore(cfg: Services['config']): Promise<MediaStore> {
+  if (cfg.media.store === 'fs') return new FsMediaStore(join(cfg.dataDir, 'media'), { maxObjectBytes: cfg.media.maxResultBytes });
+  const { S3MediaStore } = await import('../media/s3-media-store.js');
+  const s3 = cfg.media.s3;
+  return new S3MediaStore({
+    bucket: s3.bucket!,
+    region: s3.region,
+    endpoint: s3.endpoint ?? undefined,
+    prefix: s3.prefix,
+    forcePathStyle: s3.forcePathStyle,
+    timeoutMs: s3.timeoutMs,
+    idleTimeoutMs: s3.idleTimeoutMs,
+    uploadPartTimeoutMs: s3.uploadPartTimeoutMs,
+    partSizeBytes: s3.partSizeBytes,
+    uploadQueueSize: s3.uploadQueueSize,
+    maxSockets: s3.maxSockets,
+    maxObjectBytes: cfg.media.maxResultBytes,
+  });
+}
+
 export async function createGenerationDeps(services: Services, opts: GenerationDepsOptions = {}): Promise<GenerationDeps> {
   const cfg = services.config;
   const mediaSecret = await loadMediaSecret(services.pool);
-  const media = opts.media ?? new FsMediaStore(join(cfg.dataDir, 'media'), { maxObjectBytes: cfg.media.maxResultBytes });
+  const media = opts.media ?? (await configuredMediaStore(cfg));
   // A client the caller passed is the caller's to close; one built here from config is ours.
   const own = <C>(given: C | undefined, vendor: 'ark' | 'gemini', build: () => C): { client: C | undefined; owned: boolean } =>
     given !== undefined || !vendorConfigured(cfg, vendor) ? { client: given, owned: false } : { client: build(), owned: true };
@@ -99,6 +120,7 @@ export async function createGenerationDeps(services: Services, opts: GenerationD
     close: async () => {
       if (ark.owned) await ark.client?.close();
       if (gemini.owned) await gemini.client?.close();
+      if (opts.media === undefined) await media.close?.();
     },
   };
 }

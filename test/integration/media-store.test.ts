@@ -8,6 +8,7 @@ import { Readable } from 'node:stream';
 import { FsMediaStore, InvalidMediaKeyError, MediaTooLargeError, isValidMediaKey } from '../../src/media/media-store.js';
 import { handleMediaRequest, writeMediaResponse, type MediaSink, type Headers } from '../../src/media/media-host.js';
 import { signMediaPath } from '../../src/media/signed-link.js';
+import { mediaStoreContract } from '../helpers/media-store-contract.js';
 
 const outer = mkdtempSync(join(tmpdir(), 'inkgate-media-'));
 const root = join(outer, 'store');
@@ -115,6 +116,24 @@ t.test('sweepTemp removes only old temp files', async (t) => {
   t.equal(await store.sweepTemp(now, 3_600_000), 1);
   t.same(tempFiles(), ['new.part']);
   rmSync(join(root, '.tmp', 'new.part'));
+});
+
+mediaStoreContract(t, 'fs', () => new FsMediaStore(join(outer, 'contract'), { maxObjectBytes: 4 * 1024 * 1024 }), { maxObjectBytes: 4 * 1024 * 1024, emptyObjectRanges: true });
+
+t.test('a file written before the hash header (version 1) is still served, with ranges and an ETag', async (t) => {
+  mkdirSync(join(root, 'legacy'), { recursive: true });
+  writeFileSync(join(root, 'legacy', 'v1.mp4'), Buffer.concat([Buffer.from('INKMEDIA1\nvideo/mp4\n'), Buffer.from('0123456789')]));
+  const o = (await store.open('legacy/v1.mp4'))!;
+  t.equal(o.contentType, 'video/mp4');
+  t.equal(o.sizeBytes, 10);
+  t.match(o.etag, /^"a-i[0-9a-z]+-m[0-9a-z]+"$/, 'size, inode and mtime');
+  t.equal((await readAll(o.stream)).toString(), '0123456789');
+  const r = (await store.open('legacy/v1.mp4', { suffix: 3 }))!;
+  t.same(r.range, { start: 7, end: 9 });
+  t.equal((await readAll(r.stream)).toString(), '789');
+  t.equal(r.etag, o.etag);
+  writeFileSync(join(root, 'legacy', 'bad.mp4'), 'no header at all');
+  await t.rejects(store.open('legacy/bad.mp4'), /no header/);
 });
 
 // ---- media host ----
