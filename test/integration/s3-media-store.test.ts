@@ -17,6 +17,7 @@ import { FsMediaStore } from '../../src/media/media-store.js';
 import { S3MediaStore } from '../../src/media/s3-media-store.js';
 import { mediaStoreContract, readAll } from '../helpers/media-store-contract.js';
 import { startS3, type TestS3 } from '../helpers/s3-server.js';
+import { startTestGateway } from '../helpers/gateway.js';
 import { startTcpProxy } from '../helpers/tcp-proxy.js';
 
 const MiB = 1024 * 1024;
@@ -157,4 +158,13 @@ t.test('config: INKGATE_MEDIA_STORE=s3 and the INKGATE_S3_* variables build an S
   t.teardown(() => store.close?.());
   t.ok(store instanceof S3MediaStore);
   t.ok((await configuredMediaStore(loadConfig({}))) instanceof FsMediaStore, 'fs stays the default');
+});
+
+t.test('readiness reports the S3 store, and is not ready while its bucket is missing', async (t) => {
+  const ok = await startTestGateway(t, {}, { video: { media: s3.store('inkgate-media') } });
+  t.match(await ok.gw.ops.readiness.check(), { ready: true, mediaStore: 'ok' });
+  const missing = await startTestGateway(t, {}, { video: { media: s3.store('no-such-bucket') } });
+  t.match(await missing.gw.ops.readiness.check(), { ready: false, mediaStore: 'failed', postgres: 'ok' });
+  const local = await startTestGateway(t);
+  t.match(await local.gw.ops.readiness.check(), { ready: true, mediaStore: 'not configured' });
 });
