@@ -138,9 +138,12 @@ export function mediaHostHandler(deps: Pick<GenerationDeps, 'media' | 'mediaSecr
     };
     const answered = handleMediaRequest(req, deps.media, deps.mediaSecret, Math.floor(deps.clock() / 1000))
       .then((r) => writeMediaResponse(r, sink))
-      .catch(() => {
-        if (!ctx.responded) ctx.sendError(new ApiError('not_found', { message: 'There is no media at this link.' }));
-        else ctx.end();
+      .catch((e: unknown) => {
+        // The store failed (a missing object is not an error: that is the 404 above). Not a 404, which
+        // would tell the client the result is gone: a 503 to retry. Mid-body, the connection is cut so
+        // the client sees the body incomplete (and resumes with a Range), never a clean short end.
+        if (!ctx.responded) ctx.sendError(new ApiError('provider_unavailable', { message: 'The media store did not answer; retry shortly.', retryAfterS: 5, cause: e }));
+        else ctx.cutStream();
       });
     return { route: 'media', answered };
   };

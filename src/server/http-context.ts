@@ -267,4 +267,16 @@ export abstract class HttpContext {
 
   /** Ends a started stream, with an optional last chunk. */
   abstract end(last?: Uint8Array | string): void;
+
+  /**
+   * Cuts a started stream whose source failed: the connection is closed without the body's end,
+   * so the client sees the answer incomplete (a chunked body ended cleanly would look whole).
+   */
+  cutStream(): void {
+    if (this.aborted) return;
+    this.markAborted();
+    this.closeConnection();
+  }
+
+  protected abstract closeConnection(): void;
 }

@@ -14,6 +14,7 @@ import type { EngineName } from '../../src/server/engine.js';
 import { eachEngine } from '../helpers/engines.js';
 import { startTestGateway } from '../helpers/gateway.js';
 import { startS3, type TestS3 } from '../helpers/s3-server.js';
+import { startTcpProxy } from '../helpers/tcp-proxy.js';
 
 interface RawReply {
   status: number;
@@ -130,3 +131,49 @@ for (const kind of ['fs', 's3'] as const) {
     t.equal((await raw(link.replace(/sig=[^&]+/, 'sig=' + 'A'.repeat(43)), 'GET', { range: 'bytes=0-9' })).status, 403, 'a range on a bad signature is refused first');
   }, { timeout: 60_000 });
 }
+
+/** Status, then how the body ended: 'end' (complete framing) or 'cut' (the connection closed first), and the bytes seen. */
+function readUntilEndOrCut(url: string, onHead: () => void): Promise<{ status: number; ended: 'end' | 'cut'; bytes: number }> {
+  return new Promise((resolve, reject) => {
+    const req = request(url, { agent: false }, (res) => {
+      let bytes = 0;
+      let settled = false;
+      const done = (ended: 'end' | 'cut') => {
+        if (settled) return;
+        settled = true;
+        resolve({ status: res.statusCode ?? 0, ended, bytes });
+      };
+      onHead();
+      res.on('data', (c: Buffer) => (bytes += c.length));
+      res.on('end', () => done('end'));
+      res.on('error', () => done('cut'));
+      res.on('close', () => done(res.complete ? 'end' : 'cut'));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+eachEngine('a store that stops answering: 503 before the body, a cut connection (never a clean short end) during it', async (t, engine) => {
+  const proxy = await startTcpProxy('127.0.0.1', s3.port);
+  t.teardown(() => proxy.close());
+  const media = s3.store('ranges', { endpoint: proxy.url('http'), timeoutMs: 500, idleTimeoutMs: 400 });
+  const g = await startTestGateway(t, { server: { engine } }, { video: { media } });
+  const deps = g.gw.video.deps;
+  const big = 24 * 1024 * 1024;
+  await media.put('video/big.mp4', Buffer.alloc(big, 7), 'video/mp4');
+  const link = signedMediaLink(deps.mediaSecret, g.url, 'video/big.mp4', deps.clock(), 900).url;
+
+  proxy.freeze();
+  const before = await raw(link, 'GET');
+  t.equal(before.status, 503, 'the store did not answer the open: 503');
+  t.equal(JSON.parse(before.body.toString()).error.code, 'provider_unavailable');
+  t.equal(before.headers['retry-after'], '5');
+  proxy.thaw();
+
+  const during = await readUntilEndOrCut(link, () => proxy.freeze());
+  t.equal(during.status, 200);
+  t.ok(during.bytes < big, `part of the body arrived (${during.bytes} of ${big} bytes)`);
+  t.equal(during.ended, 'cut', 'the connection was cut: the client knows the body is incomplete');
+  proxy.thaw();
+}, { timeout: 60_000 });
