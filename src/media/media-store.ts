@@ -31,6 +31,11 @@ export interface MediaStore {
   open(key: string, range?: RangeSpec): Promise<MediaObject | undefined>;
   /** Idempotent: deleting a missing key is not an error. */
   delete(key: string): Promise<void>;
+  /**
+   * Deletes several keys in as few calls as the store allows (the retention sweep); returns the
+   * keys now gone (a missing key counts as gone). Absent: the caller deletes one by one.
+   */
+  deleteMany?(keys: readonly string[]): Promise<Set<string>>;
   /** Readiness probe of a remote store (rejects when it cannot serve); absent for a local one. */
   check?(): Promise<void>;
   /** Releases connections; absent when there is nothing to release. */

@@ -10,6 +10,7 @@
 // AWS_SECRET_ACCESS_KEY, AWS_PROFILE and the shared files, web identity, the instance role).
 import {
   DeleteObjectCommand,
+  DeleteObjectsCommand,
   GetObjectCommand,
   HeadBucketCommand,
   HeadObjectCommand,
@@ -59,6 +60,8 @@ export class MediaStoreError extends Error {
 
 const CREDENTIAL_CODES = new Set(['InvalidAccessKeyId', 'SignatureDoesNotMatch', 'AccessDenied', 'InvalidToken', 'ExpiredToken', 'CredentialsProviderError']);
 const MISSING_KEY_CODES = new Set(['NoSuchKey', 'NotFound']);
+/** S3's cap on keys per DeleteObjects call. */
+const DELETE_BATCH = 1000;
 
 const codeOf = (e: unknown): string => (e instanceof S3ServiceException ? e.name : ((e as { name?: string; Code?: string } | null)?.Code ?? (e as Error | null)?.name ?? 'Error'));
 const statusOf = (e: unknown): number | undefined => (e as { $metadata?: { httpStatusCode?: number } } | null)?.$metadata?.httpStatusCode;
@@ -227,6 +230,31 @@ export class S3MediaStore implements MediaStore {
     const Key = this.objectKey(key);
     // S3 answers a delete of a missing key with success: idempotent as the interface asks.
     await this.call(`delete ${key}`, (abortSignal) => this.client.send(new DeleteObjectCommand({ Bucket: this.o.bucket, Key }), { abortSignal }));
+  }
+
+  /**
+   * DeleteObjects, up to 1000 keys a call (S3's cap), quiet: only failures are listed. A store that
+   * refuses the batch call itself (some S3-compatible ones lack it) gets one delete per key; a
+   * timeout or refused credentials do not fall back (the next sweep tries again).
+   */
+  async deleteMany(keys: readonly string[]): Promise<Set<string>> {
+    const gone = new Set<string>();
+    for (let i = 0; i < keys.length; i += DELETE_BATCH) {
+      const batch = keys.slice(i, i + DELETE_BATCH);
+      const objects = batch.map((k) => ({ Key: this.objectKey(k) }));
+      try {
+        const r = await this.call(`delete ${batch.length} objects`, (abortSignal) =>
+          this.client.send(new DeleteObjectsCommand({ Bucket: this.o.bucket, Delete: { Objects: objects, Quiet: true } }), { abortSignal }),
+        );
+        const failed = new Set((r.Errors ?? []).map((e) => e.Key));
+        for (const k of batch) if (!failed.has(this.o.prefix + k)) gone.add(k);
+      } catch (e) {
+        const code = (e as MediaStoreError).code;
+        if (code === 'timeout' || CREDENTIAL_CODES.has(code) || code === 'Forbidden' || code === 'NoSuchBucket') throw e;
+        for (const k of batch) await this.delete(k).then(() => gone.add(k), () => undefined);
+      }
+    }
+    return gone;
   }
 
   /** Readiness: the bucket exists and these credentials may use it. */

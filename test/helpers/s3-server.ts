@@ -3,7 +3,8 @@
 // build an S3MediaStore on it.
 import { CreateBucketCommand, S3Client } from '@aws-sdk/client-s3';
 import { mkdtempSync, rmSync } from 'node:fs';
-import type { Server } from 'node:http';
+import { createServer, request as httpRequest, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -70,4 +71,34 @@ export async function startS3(t: Test): Promise<TestS3> {
       return s;
     },
   };
+}
+
+/**
+ * An HTTP proxy on 127.0.0.1:0 in front of the S3 server at `port` that records each request as
+ * `METHOD params` (the query's parameter names, sorted, without the SDK's x-id): what a store sent.
+ * (s3rver sometimes answers a DeleteObjects with a 500 that the SDK's retry then gets through.)
+ */
+export async function recordingProxy(t: Test, port: number): Promise<{ endpoint: string; seen: string[] }> {
+  const seen: string[] = [];
+  const server = createServer((req, res) => {
+    const url = new URL(req.url ?? '/', 'http://x');
+    // One entry per operation: the SDK's own retry of it (attempt=2) is not a second call of ours.
+    const attempt = /attempt=(\d+)/.exec(String(req.headers['amz-sdk-request'] ?? ''))?.[1];
+    if (attempt === undefined || attempt === '1') seen.push(`${req.method} ${[...url.searchParams.keys()].filter((k) => k !== 'x-id').sort().join('&')}`.trim());
+    const up = httpRequest({ host: '127.0.0.1', port, method: req.method, path: req.url, headers: req.headers }, (r) => {
+      res.writeHead(r.statusCode ?? 502, r.headers);
+      r.pipe(res);
+    });
+    up.on('error', () => res.destroy());
+    req.pipe(up);
+  });
+  await new Promise<void>((ok) => server.listen(0, '127.0.0.1', ok));
+  t.teardown(
+    () =>
+      new Promise<void>((ok) => {
+        server.closeAllConnections();
+        server.close(() => ok());
+      }),
+  );
+  return { endpoint: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, seen };
 }

@@ -4,10 +4,8 @@
 // every call bounded when the store stops answering. s3rver checks the access key id but not V4
 // signatures, and answers a range on an empty object with an invented byte: the contract skips
 // that one case here (real S3 answers 416).
-import t, { type Test } from 'tap';
+import t from 'tap';
 import { randomBytes } from 'node:crypto';
-import { createServer, request as httpRequest } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import v8 from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { Readable } from 'node:stream';
@@ -16,7 +14,7 @@ import { configuredMediaStore } from '../../src/generations/deps.js';
 import { FsMediaStore } from '../../src/media/media-store.js';
 import { S3MediaStore } from '../../src/media/s3-media-store.js';
 import { mediaStoreContract, readAll } from '../helpers/media-store-contract.js';
-import { startS3, type TestS3 } from '../helpers/s3-server.js';
+import { recordingProxy, startS3, type TestS3 } from '../helpers/s3-server.js';
 import { startTestGateway } from '../helpers/gateway.js';
 import { startTcpProxy } from '../helpers/tcp-proxy.js';
 
@@ -31,27 +29,8 @@ t.before(async () => {
 const CONTRACT_MAX = 6 * MiB;
 mediaStoreContract(t, 's3', () => s3.store('inkgate-media', { maxObjectBytes: CONTRACT_MAX }), { maxObjectBytes: CONTRACT_MAX, emptyObjectRanges: false });
 
-/** An HTTP proxy in front of s3rver that records each request's method and query (what the store sent). */
-async function recordingProxy(t: Test): Promise<{ endpoint: string; seen: string[] }> {
-  const seen: string[] = [];
-  const server = createServer((req, res) => {
-    const url = new URL(req.url ?? '/', 'http://x');
-    // x-id only names the SDK's operation; the S3 operation is the method and the other parameters.
-    seen.push(`${req.method} ${[...url.searchParams.keys()].filter((k) => k !== 'x-id').sort().join('&')}`.trim());
-    const up = httpRequest({ host: '127.0.0.1', port: s3.port, method: req.method, path: req.url, headers: req.headers }, (r) => {
-      res.writeHead(r.statusCode ?? 502, r.headers);
-      r.pipe(res);
-    });
-    up.on('error', () => res.destroy());
-    req.pipe(up);
-  });
-  await new Promise<void>((ok) => server.listen(0, '127.0.0.1', ok));
-  t.teardown(() => new Promise<void>((ok) => { server.closeAllConnections(); server.close(() => ok()); }));
-  return { endpoint: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, seen };
-}
-
 t.test('multipart: an upload above the part size goes in parts, reads back, and ranges reach into the last part', async (t) => {
-  const proxy = await recordingProxy(t);
+  const proxy = await recordingProxy(t, s3.port);
   const store = s3.store('inkgate-media', { endpoint: proxy.endpoint });
   const parts = Array.from({ length: 12 }, (_, i) => Buffer.alloc(MiB, i + 1));
   t.same(await store.put('video/multi.mp4', Readable.from(parts), 'video/mp4'), { sizeBytes: 12 * MiB });
@@ -69,7 +48,7 @@ t.test('multipart: an upload above the part size goes in parts, reads back, and 
 });
 
 t.test('multipart: a source failing after two parts were sent leaves no object under the key, and the upload is aborted', async (t) => {
-  const proxy = await recordingProxy(t);
+  const proxy = await recordingProxy(t, s3.port);
   const store = s3.store('inkgate-media', { endpoint: proxy.endpoint });
   async function* failing(): AsyncGenerator<Buffer> {
     for (let i = 0; i < 11; i++) yield Buffer.alloc(MiB, i);
