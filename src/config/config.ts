@@ -151,6 +151,8 @@ export const ConfigSchema = Type.Object({
       uploadQueueSize: Type.Integer({ minimum: 1, maximum: 16 }),
       /** Sockets to the store (reads and uploads together). */
       maxSockets: Type.Integer({ minimum: 1, maximum: 4096 }),
+      /** Downloads answer 302 to a presigned GET on the store instead of being streamed by the gateway. */
+      presignedRedirect: Type.Boolean(),
     }),
   }),
   responses: Type.Object({
@@ -285,6 +287,7 @@ function fromEnv(env: Env): Record<string, unknown> {
         region: str(env.INKGATE_S3_REGION),
         prefix: env.INKGATE_S3_PREFIX,
         forcePathStyle: bool(env.INKGATE_S3_FORCE_PATH_STYLE),
+        presignedRedirect: bool(env.INKGATE_S3_PRESIGNED_REDIRECT),
       },
     },
     console: { url: str(env.INKGATE_CONSOLE_URL) },

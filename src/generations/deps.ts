@@ -80,6 +80,7 @@ export async function configuredMediaStore(cfg: Services['config']): Promise<Med
     partSizeBytes: s3.partSizeBytes,
     uploadQueueSize: s3.uploadQueueSize,
     maxSockets: s3.maxSockets,
+    presignedRedirect: s3.presignedRedirect,
     maxObjectBytes: cfg.media.maxResultBytes,
   });
 }

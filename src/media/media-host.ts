@@ -33,6 +33,8 @@ export type MediaResponse =
   | { status: 200 | 206; sizeBytes: number; stream: Readable; headers: Headers }
   /** Not modified: no body; `sizeBytes` is what a 200 would have carried. */
   | { status: 304; sizeBytes: number; headers: Headers }
+  /** The store serves it: a presigned URL in `location`, no body. */
+  | { status: 302; headers: Headers }
   | { status: 403 | 404 | 410 | 416; body: MediaErrorBody; headers: Headers };
 
 type MediaErrorCode = 'invalid_signature' | 'link_expired' | 'not_found' | 'range_not_satisfiable';
@@ -61,8 +63,8 @@ function single(params: URLSearchParams, name: string): string | undefined {
   return all.length === 1 ? all[0] : undefined;
 }
 
-/** The key a signed request names, or the refusal to answer with (signature first, then expiry, then the key's form). */
-function authorise(req: MediaRequest, secret: Buffer, nowS: number): string | MediaResponse {
+/** The key a signed request names and its link's expiry, or the refusal to answer with (signature first, then expiry, then the key's form). */
+function authorise(req: MediaRequest, secret: Buffer, nowS: number): { key: string; expS: number } | MediaResponse {
   if (req.query.length > MAX_QUERY_CHARS) return fail('invalid_signature', req.requestId);
   const params = new URLSearchParams(req.query);
   const exp = single(params, 'exp');
@@ -74,7 +76,14 @@ function authorise(req: MediaRequest, secret: Buffer, nowS: number): string | Me
   if (verdict === 'expired') return fail('link_expired', req.requestId);
   if (!req.path.startsWith(MEDIA_PATH_PREFIX)) return fail('not_found', req.requestId);
   const key = req.path.slice(MEDIA_PATH_PREFIX.length);
-  return isValidMediaKey(key) ? key : fail('not_found', req.requestId);
+  return isValidMediaKey(key) ? { key, expS: Number(exp) } : fail('not_found', req.requestId);
+}
+
+/** A 302 to the store's own presigned URL, valid no longer than the link it replaces. */
+async function redirect(req: MediaRequest, presign: NonNullable<MediaStore['presignedGet']>, key: string, expS: number, nowS: number): Promise<MediaResponse> {
+  const url = await presign(key, expS - nowS, contentDisposition(key));
+  if (url === undefined) return fail('not_found', req.requestId);
+  return { status: 302, headers: [...COMMON_HEADERS, ['location', url]] };
 }
 
 /**
@@ -82,11 +91,14 @@ function authorise(req: MediaRequest, secret: Buffer, nowS: number): string | Me
  * the store. Tampered or unsigned → 403 invalid_signature; expired → 403 link_expired; no object
  * → 404 not_found (the caller may map retention-deleted keys to 410 itself). Then the conditions
  * (RFC 9110 13.2.2 order): If-None-Match naming the ETag → 304; a single satisfiable Range → 206
- * unless If-Range names another validator (→ 200 whole); an unsatisfiable one → 416.
+ * unless If-Range names another validator (→ 200 whole); an unsatisfiable one → 416. A store that
+ * redirects (S3 presigned GETs) gets a 302 instead, and answers ranges and conditions itself.
  */
 export async function handleMediaRequest(req: MediaRequest, store: MediaStore, secret: Buffer, nowS: number): Promise<MediaResponse> {
-  const key = authorise(req, secret, nowS);
-  if (typeof key !== 'string') return key;
+  const auth = authorise(req, secret, nowS);
+  if ('status' in auth) return auth;
+  const key = auth.key;
+  if (store.presignedGet !== undefined) return redirect(req, store.presignedGet.bind(store), key, auth.expS, nowS);
   const spec = req.headOnly === true ? HEAD_PROBE : parseRange(req.range);
   let obj = await store.open(key, spec);
   if (obj === undefined) return fail('not_found', req.requestId);
@@ -160,6 +172,7 @@ export interface MediaSink {
 /** Sends a MediaResponse: JSON for errors, no body for 304, the stream with backpressure for 200 and 206. */
 export async function writeMediaResponse(r: MediaResponse, sink: MediaSink): Promise<void> {
   if (r.status === 304) return sink.endHead(304, r.headers, r.sizeBytes);
+  if (r.status === 302) return sink.endHead(302, r.headers, 0);
   if (!('stream' in r)) {
     const body = JSON.stringify(r.body);
     if (sink.headOnly) return sink.endHead(r.status, r.headers, Buffer.byteLength(body));

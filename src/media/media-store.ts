@@ -36,6 +36,12 @@ export interface MediaStore {
    * keys now gone (a missing key counts as gone). Absent: the caller deletes one by one.
    */
   deleteMany?(keys: readonly string[]): Promise<Set<string>>;
+  /**
+   * Present when downloads are redirected to the store instead of streamed (S3 with
+   * presignedRedirect): a URL the store itself authorises for `expiresInS`, answering with
+   * `contentDisposition`; undefined when there is no object under `key`.
+   */
+  presignedGet?(key: string, expiresInS: number, contentDisposition: string): Promise<string | undefined>;
   /** Readiness probe of a remote store (rejects when it cannot serve); absent for a local one. */
   check?(): Promise<void>;
   /** Releases connections; absent when there is nothing to release. */

@@ -19,6 +19,7 @@ import {
   type GetObjectCommandOutput,
 } from '@aws-sdk/client-s3';
 import { Upload } from '@aws-sdk/lib-storage';
+import { getSignedUrl } from '@aws-sdk/s3-request-presigner';
 import { Agent as HttpAgent } from 'node:http';
 import { Agent as HttpsAgent } from 'node:https';
 import { Readable } from 'node:stream';
@@ -40,6 +41,8 @@ export interface S3MediaStoreOptions {
   readonly uploadQueueSize: number;
   readonly maxSockets: number;
   readonly maxObjectBytes: number;
+  /** Downloads answer 302 to a presigned GET (the store serves the bytes, ranges included). */
+  readonly presignedRedirect?: boolean;
   /** TEST ONLY: fixed credentials (production uses the SDK's default chain). */
   readonly credentials?: { readonly accessKeyId: string; readonly secretAccessKey: string };
 }
@@ -92,6 +95,25 @@ export class S3MediaStore implements MediaStore {
       },
     });
     this.where = `bucket ${JSON.stringify(o.bucket)}${o.endpoint !== undefined ? ` at ${o.endpoint}` : ''}`;
+    if (o.presignedRedirect === true) this.presignedGet = (key, expiresInS, disposition) => this.presign(key, expiresInS, disposition);
+  }
+
+  readonly presignedGet?: (key: string, expiresInS: number, contentDisposition: string) => Promise<string | undefined>;
+
+  /**
+   * A presigned GET of an existing object (one HeadObject first, so a swept result is still our
+   * 404, not the store's XML). The answer is never cached and carries our Content-Disposition.
+   */
+  private async presign(key: string, expiresInS: number, contentDisposition: string): Promise<string | undefined> {
+    const Key = this.objectKey(key);
+    try {
+      await this.call(`head ${key}`, (abortSignal) => this.client.send(new HeadObjectCommand({ Bucket: this.o.bucket, Key }), { abortSignal }));
+    } catch (e) {
+      if (MISSING_KEY_CODES.has((e as MediaStoreError).code)) return undefined;
+      throw e;
+    }
+    const cmd = new GetObjectCommand({ Bucket: this.o.bucket, Key, ResponseContentDisposition: contentDisposition, ResponseCacheControl: 'private, no-store' });
+    return getSignedUrl(this.client, cmd, { expiresIn: Math.max(1, Math.floor(expiresInS)) });
   }
 
   private objectKey(key: string): string {

@@ -177,3 +177,37 @@ eachEngine('a store that stops answering: 503 before the body, a cut connection 
   t.equal(during.ended, 'cut', 'the connection was cut: the client knows the body is incomplete');
   proxy.thaw();
 }, { timeout: 60_000 });
+
+eachEngine('INKGATE_S3_PRESIGNED_REDIRECT: a checked link answers 302 to a presigned GET that serves ranges itself', async (t, engine) => {
+  const media = s3.store('ranges', { presignedRedirect: true });
+  const g = await startTestGateway(t, { server: { engine } }, { video: { media } });
+  const deps = g.gw.video.deps;
+  const data = randomBytes(SIZE);
+  await media.put(KEY, data, 'video/mp4');
+  const link = signedMediaLink(deps.mediaSecret, g.url, KEY, deps.clock(), 900).url;
+
+  const r = await raw(link, 'GET', { range: 'bytes=0-9' });
+  t.equal(r.status, 302);
+  t.equal(r.body.length, 0);
+  const location = new URL(String(r.headers.location));
+  t.equal(location.origin, s3.endpoint, 'to the store');
+  t.equal(location.pathname, `/ranges/media/${KEY}`);
+  const expires = Number(location.searchParams.get('X-Amz-Expires'));
+  t.ok(expires > 0 && expires <= 900, `valid no longer than the link (${expires} s)`);
+  t.equal(location.searchParams.get('response-content-disposition'), 'inline; filename="vgen_rangetest-0123456789ab.mp4"');
+  t.ok(location.searchParams.has('X-Amz-Signature'), 'presigned');
+
+  const whole = await raw(location.href, 'GET');
+  t.equal(whole.status, 200);
+  t.ok(whole.body.equals(data), 'the store serves the bytes');
+  const part = await raw(location.href, 'GET', { range: 'bytes=100-199' });
+  t.equal(part.status, 206, 'and ranges');
+  t.ok(part.body.equals(data.subarray(100, 200)));
+
+  const head = await raw(link, 'HEAD');
+  t.equal(head.status, 302, 'HEAD is redirected too');
+  const gone = await raw(signedMediaLink(deps.mediaSecret, g.url, 'video/none.mp4', deps.clock(), 900).url, 'GET');
+  t.equal(gone.status, 404, 'a missing object is still our 404');
+  t.equal(JSON.parse(gone.body.toString()).error.code, 'not_found');
+  t.equal((await raw(link.replace(/sig=[^&]+/, 'sig=' + 'A'.repeat(43)), 'GET')).status, 403, 'no redirect without a valid signature');
+}, { timeout: 60_000 });

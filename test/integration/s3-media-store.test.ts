@@ -130,12 +130,16 @@ t.test('config: INKGATE_MEDIA_STORE=s3 and the INKGATE_S3_* variables build an S
   t.throws(() => loadConfig({ INKGATE_MEDIA_STORE: 's3', INKGATE_S3_BUCKET: 'b-1', INKGATE_S3_ENDPOINT: 'http://user:pw@127.0.0.1:9000' }), /without credentials/);
   const cfg = loadConfig({
     INKGATE_MEDIA_STORE: 's3', INKGATE_S3_BUCKET: 'inkgate-media', INKGATE_S3_ENDPOINT: s3.endpoint, INKGATE_S3_REGION: 'auto',
-    INKGATE_S3_PREFIX: 'prod/media', INKGATE_S3_FORCE_PATH_STYLE: '1',
+    INKGATE_S3_PREFIX: 'prod/media', INKGATE_S3_FORCE_PATH_STYLE: '1', INKGATE_S3_PRESIGNED_REDIRECT: '1',
   });
-  t.match(cfg.media, { store: 's3', s3: { bucket: 'inkgate-media', endpoint: s3.endpoint, region: 'auto', prefix: 'prod/media/', forcePathStyle: true } });
+  t.match(cfg.media, { store: 's3', s3: { bucket: 'inkgate-media', endpoint: s3.endpoint, region: 'auto', prefix: 'prod/media/', forcePathStyle: true, presignedRedirect: true } });
   const store = await configuredMediaStore(cfg);
   t.teardown(() => store.close?.());
   t.ok(store instanceof S3MediaStore);
+  t.type(store.presignedGet, 'function', 'downloads redirect');
+  const streaming = await configuredMediaStore(loadConfig({ INKGATE_MEDIA_STORE: 's3', INKGATE_S3_BUCKET: 'inkgate-media', INKGATE_S3_ENDPOINT: s3.endpoint }));
+  t.teardown(() => streaming.close?.());
+  t.equal(streaming.presignedGet, undefined, 'by default the gateway streams');
   t.ok((await configuredMediaStore(loadConfig({}))) instanceof FsMediaStore, 'fs stays the default');
 });
 
