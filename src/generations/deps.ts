@@ -3,10 +3,10 @@
 // for client URLs and vendor results (tests add an allow-list for their 127.0.0.1 servers; production never does).
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
-import { join } from 'node:path';
 import type { Services } from '../services.js';
 import { vendorConfigured } from '../catalog/availability.js';
-import { FsMediaStore, type MediaStore } from '../media/media-store.js';
+import { configuredMediaStore } from '../media/configured-store.js';
+import type { MediaStore } from '../media/media-store.js';
 import type { Resolver } from '../net/safe-fetch.js';
 import type { Queryable } from '../store/pool.js';
 import { ArkClient } from '../vendors/ark/client.js';
@@ -62,28 +62,6 @@ export async function loadMediaSecret(q: Queryable): Promise<Buffer> {
 }
 
 const DEFAULT_DOWNLOAD_TIMEOUT_MS = 5 * 60_000;
-
-/** The store config.media.store names. The S3 client is loaded only when used (it is a large module tree). */
-export async function configuredMediaStore(cfg: Services['config']): Promise<MediaStore> {
-  if (cfg.media.store === 'fs') return new FsMediaStore(join(cfg.dataDir, 'media'), { maxObjectBytes: cfg.media.maxResultBytes });
-  const { S3MediaStore } = await import('../media/s3-media-store.js');
-  const s3 = cfg.media.s3;
-  return new S3MediaStore({
-    bucket: s3.bucket!,
-    region: s3.region,
-    endpoint: s3.endpoint ?? undefined,
-    prefix: s3.prefix,
-    forcePathStyle: s3.forcePathStyle,
-    timeoutMs: s3.timeoutMs,
-    idleTimeoutMs: s3.idleTimeoutMs,
-    uploadPartTimeoutMs: s3.uploadPartTimeoutMs,
-    partSizeBytes: s3.partSizeBytes,
-    uploadQueueSize: s3.uploadQueueSize,
-    maxSockets: s3.maxSockets,
-    presignedRedirect: s3.presignedRedirect,
-    maxObjectBytes: cfg.media.maxResultBytes,
-  });
-}
 
 export async function createGenerationDeps(services: Services, opts: GenerationDepsOptions = {}): Promise<GenerationDeps> {
   const cfg = services.config;

@@ -10,7 +10,7 @@ import v8 from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { Readable } from 'node:stream';
 import { loadConfig } from '../../src/config/config.js';
-import { configuredMediaStore } from '../../src/generations/deps.js';
+import { configuredMediaStore } from '../../src/media/configured-store.js';
 import { FsMediaStore } from '../../src/media/media-store.js';
 import { S3MediaStore } from '../../src/media/s3-media-store.js';
 import { mediaStoreContract, readAll } from '../helpers/media-store-contract.js';
