@@ -69,6 +69,15 @@ const DELETE_BATCH = 1000;
 const codeOf = (e: unknown): string => (e instanceof S3ServiceException ? e.name : ((e as { name?: string; Code?: string } | null)?.Code ?? (e as Error | null)?.name ?? 'Error'));
 const statusOf = (e: unknown): number | undefined => (e as { $metadata?: { httpStatusCode?: number } } | null)?.$metadata?.httpStatusCode;
 
+/**
+ * The object's own ETag when it is a strong one; a store that sends none (or a weak one) gets one
+ * made of the size and the modification time, which change whenever the object is written again.
+ */
+function etagOf(etag: string | undefined, sizeBytes: number, lastModified: Date | undefined): string {
+  if (etag !== undefined && /^"[\x21\x23-\x7e]+"$/.test(etag)) return etag;
+  return `"s${sizeBytes.toString(36)}-m${(lastModified?.getTime() ?? 0).toString(36)}"`;
+}
+
 export class S3MediaStore implements MediaStore {
   private readonly client: S3Client;
   private readonly where: string;
@@ -224,7 +233,8 @@ export class S3MediaStore implements MediaStore {
   private async unsatisfiable(key: string, Key: string): Promise<MediaObject | undefined> {
     try {
       const h = await this.call(`head ${key}`, (abortSignal) => this.client.send(new HeadObjectCommand({ Bucket: this.o.bucket, Key }), { abortSignal }));
-      return { stream: emptyStream(), sizeBytes: h.ContentLength ?? 0, contentType: h.ContentType ?? 'application/octet-stream', etag: h.ETag ?? '""', range: 'unsatisfiable' };
+      const sizeBytes = h.ContentLength ?? 0;
+      return { stream: emptyStream(), sizeBytes, contentType: h.ContentType ?? 'application/octet-stream', etag: etagOf(h.ETag, sizeBytes, h.LastModified), range: 'unsatisfiable' };
     } catch (e) {
       if (MISSING_KEY_CODES.has((e as MediaStoreError).code)) return undefined;
       throw e;
@@ -234,10 +244,12 @@ export class S3MediaStore implements MediaStore {
   private toObject(got: GetObjectCommandOutput, range: RangeSpec | undefined): MediaObject {
     const stream = got.Body as Readable;
     const contentType = got.ContentType ?? 'application/octet-stream';
-    const etag = got.ETag ?? '""';
     const cr = parseContentRange(got.ContentRange);
-    if (range !== undefined && cr !== undefined) return { stream, sizeBytes: cr.sizeBytes, contentType, etag, range: { start: cr.start, end: cr.end } };
+    if (range !== undefined && cr !== undefined) {
+      return { stream, sizeBytes: cr.sizeBytes, contentType, etag: etagOf(got.ETag, cr.sizeBytes, got.LastModified), range: { start: cr.start, end: cr.end } };
+    }
     const sizeBytes = got.ContentLength ?? 0;
+    const etag = etagOf(got.ETag, sizeBytes, got.LastModified);
     // The store sent the whole object for a range: it is the range if the range covers it all.
     let r: ByteRange | 'unsatisfiable' | undefined;
     if (range !== undefined) {

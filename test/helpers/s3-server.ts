@@ -15,12 +15,65 @@ import { S3MediaStore, type S3MediaStoreOptions } from '../../src/media/s3-media
 export const S3_CREDENTIALS = { accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER' } as const;
 
 interface S3rverInstance {
+  readonly store: S3rverStore;
   run(): Promise<{ port: number }>;
   close(): Promise<void>;
   httpServer?: Server;
 }
 type S3rverClass = new (o: Record<string, unknown>) => S3rverInstance;
-const S3rver = createRequire(import.meta.url)('s3rver') as S3rverClass;
+const requireHere = createRequire(import.meta.url);
+const S3rver = requireHere('s3rver') as S3rverClass;
+
+// Two races of s3rver's file store, fixed here so tests see what a real store does:
+// - it answers a PUT (object or part) once its bytes went through its hashing stream, before its
+//   file stream has written them, so a GET or a CompleteMultipartUpload right after can read a
+//   short file. Each put now answers once the file it opened is closed: its file streams are
+//   tracked (fs-extra is s3rver's alone in this tree) and its two put methods wait for theirs;
+// - DeleteObjects deletes its keys concurrently, each then removing its emptied directories, and
+//   one can find a directory another just removed (a 500). Once the object's files are gone, a
+//   directory already removed or refilled is not an error.
+type WriteStreamFn = (path: string, o?: unknown) => NodeJS.WritableStream;
+const fsExtra = createRequire(requireHere.resolve('s3rver'))('fs-extra') as { createWriteStream: WriteStreamFn };
+const writing = new Map<string, Promise<void>>();
+const plainCreateWriteStream = fsExtra.createWriteStream;
+fsExtra.createWriteStream = (path, o) => {
+  const ws = plainCreateWriteStream(path, o);
+  writing.set(String(path), new Promise<void>((resolve) => ws.once('close', () => resolve())));
+  return ws;
+};
+async function written(path: string): Promise<void> {
+  const w = writing.get(path);
+  writing.delete(path);
+  await w;
+}
+
+interface S3rverStore {
+  getResourcePath(bucket: string, key: string | undefined, resource: string): string;
+  deleteObject(bucket: string, key: string): Promise<unknown>;
+  putObject(object: { bucket: string; key: string }): Promise<unknown>;
+  putPart(bucket: string, uploadId: string, partNumber: string | number, content: unknown): Promise<unknown>;
+}
+
+function fixRaces(store: S3rverStore): void {
+  const deleteObject = store.deleteObject.bind(store);
+  store.deleteObject = (bucket, key) =>
+    deleteObject(bucket, key).catch((e: unknown) => {
+      const code = (e as { code?: string }).code;
+      if (code !== 'ENOENT' && code !== 'ENOTEMPTY') throw e;
+    });
+  const putObject = store.putObject.bind(store);
+  const putPart = store.putPart.bind(store);
+  store.putObject = async (object) => {
+    const r = await putObject(object);
+    await written(store.getResourcePath(object.bucket, object.key, 'object'));
+    return r;
+  };
+  store.putPart = async (bucket, uploadId, partNumber, content) => {
+    const r = await putPart(bucket, uploadId, partNumber, content);
+    await written(join(store.getResourcePath(bucket, undefined, 'uploads'), uploadId, String(partNumber)));
+    return r;
+  };
+}
 
 export interface TestS3 {
   readonly endpoint: string;
@@ -49,6 +102,7 @@ export const TEST_STORE_DEFAULTS = Object.freeze({
 export async function startS3(t: Test): Promise<TestS3> {
   const dir = mkdtempSync(join(tmpdir(), 'inkgate-s3-'));
   const server = new S3rver({ port: 0, address: '127.0.0.1', directory: dir, silent: true });
+  fixRaces(server.store);
   const { port } = await server.run();
   const endpoint = `http://127.0.0.1:${port}`;
   const stores: S3MediaStore[] = [];
@@ -76,7 +130,6 @@ export async function startS3(t: Test): Promise<TestS3> {
 /**
  * An HTTP proxy on 127.0.0.1:0 in front of the S3 server at `port` that records each request as
  * `METHOD params` (the query's parameter names, sorted, without the SDK's x-id): what a store sent.
- * (s3rver sometimes answers a DeleteObjects with a 500 that the SDK's retry then gets through.)
  */
 export async function recordingProxy(t: Test, port: number): Promise<{ endpoint: string; seen: string[] }> {
   const seen: string[] = [];
