@@ -73,8 +73,9 @@ export class ReadinessCheck {
     if (check === undefined) return 'not configured';
     try {
       return (await bounded(check(), this.d.timeoutMs)) === TIMEOUT ? 'timeout' : 'ok';
-    } catch {
-      return 'failed';
+    } catch (e) {
+      // A check with a deadline of its own (the S3 store's) says so in its error's code.
+      return (e as { code?: unknown } | null)?.code === 'timeout' ? 'timeout' : 'failed';
     }
   }
 }
