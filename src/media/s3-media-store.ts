@@ -3,12 +3,13 @@
 // every result. Uploads stream through @aws-sdk/lib-storage: one PutObject below partSizeBytes, a
 // multipart upload above it, holding at most uploadQueueSize + 1 parts in memory; a failed source
 // or part aborts the multipart upload, and S3 only makes an object visible on a complete one, so
-// nothing appears under the final key. A range is a ranged GET. Bounds: every call has a deadline
+// nothing appears under the final key; put reports the cause (the source's error first). A range is a ranged GET. Bounds: every call has a deadline
 // of its own (timeoutMs, retries included); a connection idle for idleTimeoutMs is cut, which also
 // ends a download whose reader stopped reading (it resumes with a Range); an upload part has
 // uploadPartTimeoutMs. Credentials come only from the AWS SDK's default chain (AWS_ACCESS_KEY_ID /
 // AWS_SECRET_ACCESS_KEY, AWS_PROFILE and the shared files, web identity, the instance role).
 import {
+  AbortMultipartUploadCommand,
   DeleteObjectCommand,
   DeleteObjectsCommand,
   GetObjectCommand,
@@ -186,14 +187,25 @@ export class S3MediaStore implements MediaStore {
       params: { Bucket: this.o.bucket, Key, Body, ContentType: contentType },
       partSize: this.o.partSizeBytes,
       queueSize: this.o.uploadQueueSize,
-      leavePartsOnError: false,
+      // We abort a failed multipart upload ourselves: lib-storage's own abort, when it fails (a
+      // store without AbortMultipartUpload, a store that stopped), throws in place of the cause.
+      leavePartsOnError: true,
     });
     try {
       await upload.done();
     } catch (e) {
+      if (upload.uploadId !== undefined) await this.abortUpload(key, Key, upload.uploadId);
       throw sourceError ?? this.explain(`put ${key}`, e, false);
     }
     return { sizeBytes: Buffer.isBuffer(data) ? data.length : size };
+  }
+
+  /**
+   * Aborts a multipart upload (its parts go, no object appears). Best effort and bounded: the
+   * object never appears either way, and left parts are the bucket lifecycle rule's to clear.
+   */
+  private async abortUpload(key: string, Key: string, UploadId: string): Promise<void> {
+    await this.call(`abort upload of ${key}`, (abortSignal) => this.client.send(new AbortMultipartUploadCommand({ Bucket: this.o.bucket, Key, UploadId }), { abortSignal })).catch(() => undefined);
   }
 
   async open(key: string, range?: RangeSpec): Promise<MediaObject | undefined> {

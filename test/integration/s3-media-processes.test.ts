@@ -39,7 +39,7 @@ t.test('two processes, one bucket: both serve what is in it; readiness follows t
     db: { url: db.url, schema: db.schema },
     admin: { readyTimeoutMs: 500 },
     ledger: { instanceId },
-    media: { store: 's3' as const, s3: { bucket: 'procs', endpoint: proxy.url('http'), forcePathStyle: true, prefix: 'shared/', timeoutMs: 500 } },
+    media: { store: 's3' as const, s3: { bucket: 'procs', endpoint: proxy.url('http'), forcePathStyle: true, prefix: 'shared/', timeoutMs: 5_000 } },
   });
   const [one, two] = await Promise.all([startGatewayProcess(t, config(dirs[0]!, 'p-one')), startGatewayProcess(t, config(dirs[1]!, 'p-two'))]);
 

@@ -111,7 +111,7 @@ t.test('a missing bucket and refused credentials give errors that say so', async
 t.test('a store that stops answering: every call fails within its bound instead of hanging', async (t) => {
   const proxy = await startTcpProxy('127.0.0.1', s3.port);
   t.teardown(() => proxy.close());
-  const store = s3.store('inkgate-media', { endpoint: proxy.url('http'), timeoutMs: 300, idleTimeoutMs: 300, uploadPartTimeoutMs: 600 });
+  const store = s3.store('inkgate-media', { endpoint: proxy.url('http'), timeoutMs: 800, idleTimeoutMs: 800, uploadPartTimeoutMs: 3_000 });
   await store.put('video/frozen.mp4', randomBytes(300_000), 'video/mp4');
   const reading = (await store.open('video/frozen.mp4'))!;
   proxy.freeze();
