@@ -13,7 +13,7 @@ export interface MigrateReport {
   /** Live results whose source object is gone (a file deleted by hand): nothing to copy. */
   missing: number;
   failed: number;
-  bytesCopied: number;
+  copiedBytes: number;
   /** The first failures, with why. */
   failures: Array<{ key: string; error: string }>;
 }
@@ -58,12 +58,12 @@ async function copyOne(from: MediaStore, to: MediaStore, key: string, dryRun: bo
 }
 
 export async function migrateMedia(db: Queryable, from: MediaStore, to: MediaStore, opts: { dryRun?: boolean } = {}): Promise<MigrateReport> {
-  const report: MigrateReport = { copied: 0, skipped: 0, missing: 0, failed: 0, bytesCopied: 0, failures: [] };
+  const report: MigrateReport = { copied: 0, skipped: 0, missing: 0, failed: 0, copiedBytes: 0, failures: [] };
   for await (const key of liveKeys(db)) {
     try {
       const { what, bytes } = await copyOne(from, to, key, opts.dryRun === true);
       report[what]++;
-      report.bytesCopied += bytes;
+      report.copiedBytes += bytes;
     } catch (e) {
       report.failed++;
       if (report.failures.length < MAX_FAILURES_LISTED) report.failures.push({ key, error: (e as Error).message.split('\n')[0] ?? '' });

@@ -55,12 +55,12 @@ t.test('media migrate --to s3 copies live results, skips them the second time, a
 
   const dry = await cli(cfgFor('migrated', 'dry/'), 'media', 'migrate', '--to', 's3', '--dry-run');
   t.equal(dry.code, 0, dry.err);
-  t.match(dry.out, { copied: 2, skipped: 0, missing: 1, failed: 0, bytesCopied: 0, dry_run: true });
+  t.match(dry.out, { copied: 2, skipped: 0, missing: 1, failed: 0, copiedBytes: 0, dry_run: true });
   t.equal(await s3.store('migrated', { prefix: 'dry/' }).open(resultKey(kept1)), undefined, 'a dry run writes nothing');
 
   const first = await cli(cfgFor('migrated'), 'media', 'migrate', '--to', 's3');
   t.equal(first.code, 0, first.err);
-  t.match(first.out, { copied: 2, skipped: 0, missing: 1, failed: 0, bytesCopied: 2 * fixture.length });
+  t.match(first.out, { copied: 2, skipped: 0, missing: 1, failed: 0, copiedBytes: 2 * fixture.length });
   const bucket = s3.store('migrated');
   for (const id of [kept1, kept2]) {
     const o = (await bucket.open(resultKey(id)))!;

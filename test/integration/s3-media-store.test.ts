@@ -26,8 +26,8 @@ t.before(async () => {
   await s3.createBucket('inkgate-media');
 });
 
-const CONTRACT_MAX = 6 * MiB;
-mediaStoreContract(t, 's3', () => s3.store('inkgate-media', { maxObjectBytes: CONTRACT_MAX }), { maxObjectBytes: CONTRACT_MAX, emptyObjectRanges: false });
+const CONTRACT_MAX_BYTES = 6 * MiB;
+mediaStoreContract(t, 's3', () => s3.store('inkgate-media', { maxObjectBytes: CONTRACT_MAX_BYTES }), { maxObjectBytes: CONTRACT_MAX_BYTES, emptyObjectRanges: false });
 
 t.test('multipart: an upload above the part size goes in parts, reads back, and ranges reach into the last part', async (t) => {
   const proxy = await recordingProxy(t, s3.port);
