@@ -60,6 +60,7 @@ const table = {
   request_timeout: { status: 408, type: 'invalid_request_error', message: 'The request head or body arrived too slowly.' },
   payload_too_large: { status: 413, type: 'invalid_request_error', message: 'The request is larger than allowed.' },
   unsupported_media_type: { status: 415, type: 'invalid_request_error', message: 'The body must be application/json.' },
+  range_not_satisfiable: { status: 416, type: 'invalid_request_error', message: 'The requested byte range is outside the file.' },
   too_many_headers: { status: 431, type: 'invalid_request_error', message: 'The request carries more header fields than allowed.' },
   // 429
   rate_limit_exceeded: { status: 429, type: 'rate_limit_error', message: 'More than the allowed requests per minute on this key.' },

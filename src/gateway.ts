@@ -20,6 +20,7 @@ import { createUpstream, type Upstream } from './vendors/text-upstream.js';
 import { startJobEngine, type JobEngine, type JobEngineOptions } from './generations/engine.js';
 import { createGenerationDeps, type GenerationDeps, type GenerationDepsOptions } from './generations/deps.js';
 import { mediaHostHandler } from './generations/routes.js';
+import type { MediaStore } from './media/media-store.js';
 import { videoRoutes } from './generations/video/routes.js';
 import { imageRoutes } from './generations/images/routes.js';
 import { Router, type Route } from './server/router.js';
@@ -95,9 +96,9 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
     const catalog = opts.catalog ?? loadCatalog();
     const { ledger, keys, escrow } = await startLedger(config, config.db.url, pool, state, log, cleanups);
     const services: Services = { config, pool, state, limiter, catalog, ledger, escrow, log, metrics };
-    const readiness = startOps(services, metrics);
     const generationDeps = await createGenerationDeps(services, opts.video ?? {});
     cleanups.push(() => generationDeps.close());
+    const readiness = startOps(services, metrics, generationDeps.media);
     const routes = apiRoutes(services, generationDeps, opts, cleanups);
     const running = await serveHttp(services, { accessLog: opts.accessLog ?? opts.log, metrics, keys, clientAddress, generationDeps, routes }, cleanups);
     // Started last and stopped first: no job runs against a closing ledger or pool.
@@ -176,13 +177,14 @@ async function startLedger(config: Config, dbUrl: string, pool: Pool, state: Dep
 }
 
 /** Metrics fed from the escrow and the store, and the readiness check the admin listener serves. */
-function startOps(s: Services, metrics: GatewayMetrics): ReadinessCheck {
+function startOps(s: Services, metrics: GatewayMetrics, media: MediaStore): ReadinessCheck {
   metrics.attach({ escrow: s.escrow, store: { db: s.pool }, storeScrapeMs: s.config.admin.storeScrapeMs });
   return new ReadinessCheck({
     db: s.pool,
     latestMigration: Math.max(0, ...listMigrations().map((m) => m.version)),
     // A take on a bucket of its own proves the limiter's script runs (a refusal is an answer too).
     redis: s.limiter.kind === 'redis' ? () => s.limiter.take('probe:ready', 1) : undefined,
+    mediaStore: media.check === undefined ? undefined : () => media.check!(),
     timeoutMs: s.config.admin.readyTimeoutMs,
   });
 }

@@ -13,6 +13,7 @@ import type { AdminCommand, AdminContext } from './command.js';
 import { ledgerCommands } from './ledger-commands.js';
 import { parseArgs as nodeParseArgs } from 'node:util';
 import { consoleCommands } from './console-command.js';
+import { mediaCommands } from './media-command.js';
 
 export interface ParsedArgs {
   flags: Record<string, string | true>;
@@ -276,7 +277,7 @@ const coreCommands: Record<string, AdminCommand> = {
   },
 };
 
-export const commands: Readonly<Record<string, AdminCommand>> = Object.freeze({ ...coreCommands, ...ledgerCommands, ...consoleCommands });
+export const commands: Readonly<Record<string, AdminCommand>> = Object.freeze({ ...coreCommands, ...ledgerCommands, ...consoleCommands, ...mediaCommands });
 
 function usage(): string {
   const rows = Object.values(commands).map((c) => `  inkgate ${c.usage}\n      ${c.summary}`);

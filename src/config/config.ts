@@ -127,6 +127,33 @@ export const ConfigSchema = Type.Object({
     referenceMaxBytes: Type.Integer({ minimum: 1024, maximum: 1_073_741_824 }),
     referenceTimeoutMs: Ms,
     referenceMaxRedirects: Type.Integer({ minimum: 0, maximum: 10 }),
+    /** Where results are kept: `fs` under dataDir/media, or `s3` (an S3-compatible bucket: media/s3-media-store.ts). */
+    store: Type.Union([Type.Literal('fs'), Type.Literal('s3')]),
+    s3: Type.Object({
+      /** Required when store is `s3`. */
+      bucket: Type.Union([Type.String({ pattern: '^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$' }), Type.Null()]),
+      /** null: AWS S3 itself (from the region); else the service's URL (R2, MinIO...). */
+      endpoint: NullableString,
+      region: Type.String({ minLength: 1, maxLength: 64 }),
+      /** Prepended to every media key (a trailing `/` is added when missing); empty: the bucket's root. */
+      prefix: Type.String({ pattern: '^$|^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*/?$', maxLength: 200 }),
+      /** Address the bucket in the path (MinIO, most self-hosted stores) instead of the host name. */
+      forcePathStyle: Type.Boolean(),
+      /** Every call (a read until its head, a delete, a probe), retries included, gives up after this. */
+      timeoutMs: Ms,
+      /** A connection with no byte moving this long is cut (an upload part, a download stalled by its reader). */
+      idleTimeoutMs: Ms,
+      /** One upload part (or a whole small upload), sending included. */
+      uploadPartTimeoutMs: Ms,
+      /** Uploads above this go in parts of this size (S3's minimum part is 5 MiB). */
+      partSizeBytes: Type.Integer({ minimum: 5_242_880, maximum: 268_435_456 }),
+      /** Parts of one upload in flight at once: an upload holds at most (this + 1) parts in memory. */
+      uploadQueueSize: Type.Integer({ minimum: 1, maximum: 16 }),
+      /** Sockets to the store (reads and uploads together). */
+      maxSockets: Type.Integer({ minimum: 1, maximum: 4096 }),
+      /** Downloads answer 302 to a presigned GET on the store instead of being streamed by the gateway. */
+      presignedRedirect: Type.Boolean(),
+    }),
   }),
   responses: Type.Object({
     /** The service stops a Responses reply whose visible text passes this many characters; the charge is then the hold. */
@@ -252,6 +279,17 @@ function fromEnv(env: Env): Record<string, unknown> {
     log: { level: str(env.INKGATE_LOG_LEVEL), access: bool(env.INKGATE_ACCESS_LOG) },
     dataDir: str(env.INKGATE_DATA_DIR),
     mediaUrl: str(env.INKGATE_MEDIA_URL),
+    media: {
+      store: str(env.INKGATE_MEDIA_STORE),
+      s3: {
+        bucket: str(env.INKGATE_S3_BUCKET),
+        endpoint: str(env.INKGATE_S3_ENDPOINT),
+        region: str(env.INKGATE_S3_REGION),
+        prefix: env.INKGATE_S3_PREFIX,
+        forcePathStyle: bool(env.INKGATE_S3_FORCE_PATH_STYLE),
+        presignedRedirect: bool(env.INKGATE_S3_PRESIGNED_REDIRECT),
+      },
+    },
     console: { url: str(env.INKGATE_CONSOLE_URL) },
     db: { url: str(env.DATABASE_URL) },
     redis: { url: str(env.REDIS_URL) },
@@ -294,6 +332,7 @@ export function loadConfig(env: Env = process.env, overrides: DeepPartial<Config
   }
   const cfg = merged as Config;
   cfg.dataDir = resolve(cfg.dataDir);
+  checkMediaStore(cfg.media);
   for (const v of VENDORS) {
     const base = cfg.vendors[v].baseUrl;
     if (base !== null) cfg.vendors[v].baseUrl = vendorBaseUrl(v, base);
@@ -302,6 +341,25 @@ export function loadConfig(env: Env = process.env, overrides: DeepPartial<Config
 }
 
 const VENDORS = ['anthropic', 'openai', 'ark', 'gemini'] as const;
+
+/** The S3 settings a bucket store cannot start without; the prefix gets its trailing `/`. */
+function checkMediaStore(media: Config['media']): void {
+  const s3 = media.s3;
+  if (s3.prefix !== '' && !s3.prefix.endsWith('/')) s3.prefix += '/';
+  if (media.store !== 's3') return;
+  if (s3.bucket === null) throw new Error('config: media.store is s3 but media.s3.bucket (INKGATE_S3_BUCKET) is not set');
+  if (s3.endpoint !== null) {
+    let url: URL;
+    try {
+      url = new URL(s3.endpoint);
+    } catch {
+      throw new Error(`config: media.s3.endpoint is not a URL: ${JSON.stringify(s3.endpoint)}`);
+    }
+    if ((url.protocol !== 'http:' && url.protocol !== 'https:') || url.username !== '' || url.password !== '' || url.search !== '') {
+      throw new Error('config: media.s3.endpoint must be an http(s) URL without credentials or query (credentials come from the AWS variables)');
+    }
+  }
+}
 
 /**
  * The API path each vendor's base URL ends in, as its own SDKs write it: Anthropic's base is the

@@ -3,10 +3,10 @@
 // for client URLs and vendor results (tests add an allow-list for their 127.0.0.1 servers; production never does).
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
-import { join } from 'node:path';
 import type { Services } from '../services.js';
 import { vendorConfigured } from '../catalog/availability.js';
-import { FsMediaStore, type MediaStore } from '../media/media-store.js';
+import { configuredMediaStore } from '../media/configured-store.js';
+import type { MediaStore } from '../media/media-store.js';
 import type { Resolver } from '../net/safe-fetch.js';
 import type { Queryable } from '../store/pool.js';
 import { ArkClient } from '../vendors/ark/client.js';
@@ -66,7 +66,7 @@ const DEFAULT_DOWNLOAD_TIMEOUT_MS = 5 * 60_000;
 export async function createGenerationDeps(services: Services, opts: GenerationDepsOptions = {}): Promise<GenerationDeps> {
   const cfg = services.config;
   const mediaSecret = await loadMediaSecret(services.pool);
-  const media = opts.media ?? new FsMediaStore(join(cfg.dataDir, 'media'), { maxObjectBytes: cfg.media.maxResultBytes });
+  const media = opts.media ?? (await configuredMediaStore(cfg));
   // A client the caller passed is the caller's to close; one built here from config is ours.
   const own = <C>(given: C | undefined, vendor: 'ark' | 'gemini', build: () => C): { client: C | undefined; owned: boolean } =>
     given !== undefined || !vendorConfigured(cfg, vendor) ? { client: given, owned: false } : { client: build(), owned: true };
@@ -99,6 +99,7 @@ export async function createGenerationDeps(services: Services, opts: GenerationD
     close: async () => {
       if (ark.owned) await ark.client?.close();
       if (gemini.owned) await gemini.client?.close();
+      if (opts.media === undefined) await media.close?.();
     },
   };
 }

@@ -107,7 +107,8 @@ export function generationRoutes(services: Services, deps: GenerationDeps, p: Ge
 
 /**
  * The media host for the server's `other` hook (non-/v1 paths): GET (or HEAD) /media/<key>?exp=&sig= served
- * from the media store after the signature check. Returns false for any other path (-> 404).
+ * from the media store after the signature check, with single byte ranges and ETag conditions
+ * (media/media-host.ts). Returns false for any other path (-> 404).
  */
 export function mediaHostHandler(deps: Pick<GenerationDeps, 'media' | 'mediaSecret' | 'clock'>): (ctx: HttpContext) => OtherAnswer {
   return (ctx) => {
@@ -126,11 +127,23 @@ export function mediaHostHandler(deps: Pick<GenerationDeps, 'media' | 'mediaSecr
         return ctx.aborted;
       },
     };
-    const answered = handleMediaRequest({ path: ctx.path, query: ctx.query, requestId: ctx.requestId }, deps.media, deps.mediaSecret, Math.floor(deps.clock() / 1000))
+    const req = {
+      path: ctx.path,
+      query: ctx.query,
+      requestId: ctx.requestId,
+      headOnly: ctx.method === 'HEAD',
+      range: ctx.header('range'),
+      ifRange: ctx.header('if-range'),
+      ifNoneMatch: ctx.header('if-none-match'),
+    };
+    const answered = handleMediaRequest(req, deps.media, deps.mediaSecret, Math.floor(deps.clock() / 1000))
       .then((r) => writeMediaResponse(r, sink))
-      .catch(() => {
-        if (!ctx.responded) ctx.sendError(new ApiError('not_found', { message: 'There is no media at this link.' }));
-        else ctx.end();
+      .catch((e: unknown) => {
+        // The store failed (a missing object is not an error: that is the 404 above). Not a 404, which
+        // would tell the client the result is gone: a 503 to retry. Mid-body, the connection is cut so
+        // the client sees the body incomplete (and resumes with a Range), never a clean short end.
+        if (!ctx.responded) ctx.sendError(new ApiError('provider_unavailable', { message: 'The media store did not answer; retry shortly.', retryAfterS: 5, cause: e }));
+        else ctx.cutStream();
       });
     return { route: 'media', answered };
   };

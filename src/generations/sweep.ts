@@ -1,10 +1,11 @@
-// Retention: a succeeded result's file is deleted `retentionDays` after the result was stored
+// Retention: a succeeded result's file (or object: batched on S3) is deleted `retentionDays` after the result was stored
 // (completed_at); the record stays and gains result_expired (GET shows `result_expired: true`,
 // `/content` answers 410). Also drops Idempotency-Key claims older than their 24-hour window.
 import type { Services } from '../services.js';
 import { withTx } from '../store/pool.js';
 import type { GenerationRow } from './store.js';
 import type { GenerationDeps } from './deps.js';
+import type { MediaStore } from '../media/media-store.js';
 import { IDEMPOTENCY_WINDOW_MS } from './idempotency.js';
 
 const BATCH = 100;
@@ -26,6 +27,30 @@ export function withRetention(row: GenerationRow, nowMs: number, retentionDays: 
   return past ? { ...row, result_expired: true } : row;
 }
 
+/** Deletes the rows' results (in batches where the store has them); returns the ids whose result is gone. */
+async function deleteResults(services: Services, media: MediaStore, rows: ReadonlyArray<{ id: string; media_key: string }>): Promise<string[]> {
+  if (media.deleteMany !== undefined && rows.length > 0) {
+    try {
+      const gone = await media.deleteMany(rows.map((r) => r.media_key));
+      for (const r of rows) if (!gone.has(r.media_key)) services.log.warn('media.retention_delete_failed', { generation: r.id, err: 'the store did not delete it' });
+      return rows.filter((r) => gone.has(r.media_key)).map((r) => r.id);
+    } catch (e) {
+      services.log.warn('media.retention_delete_failed', { generations: rows.length, err: (e as Error).message });
+      return [];
+    }
+  }
+  const gone: string[] = [];
+  for (const r of rows) {
+    try {
+      await media.delete(r.media_key);
+      gone.push(r.id);
+    } catch (e) {
+      services.log.warn('media.retention_delete_failed', { generation: r.id, err: (e as Error).message });
+    }
+  }
+  return gone;
+}
+
 export async function sweepRetention(services: Services, deps: Pick<GenerationDeps, 'clock' | 'media'>): Promise<SweepReport> {
   const now = deps.clock();
   const cutoff = new Date(retentionCutoffMs(now, services.config.media.retentionDays));
@@ -40,15 +65,8 @@ export async function sweepRetention(services: Services, deps: Pick<GenerationDe
           [cutoff, BATCH],
         )
       ).rows;
-      const gone: string[] = [];
-      for (const r of rows) {
-        try {
-          await deps.media.delete(r.media_key); // the file first: a record says expired only once its file is gone
-          gone.push(r.id);
-        } catch (e) {
-          services.log.warn('media.retention_delete_failed', { generation: r.id, err: (e as Error).message });
-        }
-      }
+      // The files first: a record says expired only once its file is gone.
+      const gone = await deleteResults(services, deps.media, rows);
       if (gone.length > 0) await c.query('UPDATE generations SET result_expired = true, updated_at = $2 WHERE id = ANY($1)', [gone, new Date(now)]);
       return { seen: rows.length, expired: gone.length };
     });

@@ -1,26 +1,51 @@
 // Where generation results live. The interface is what the job engine and the media host use;
 // FsMediaStore is the local-filesystem default (an S3-compatible store implements the same three
-// calls). Writes go to a temp file that is fsynced and renamed into place, so a crash or a failed
-// source stream never leaves a half file under the final name. The content type travels inside
-// the file as a one-line header, so the data and its type appear in one atomic rename.
-import { randomUUID } from 'node:crypto';
+// calls: s3-media-store.ts). Writes go to a temp file that is fsynced and renamed into place, so a
+// crash or a failed source stream never leaves a half file under the final name. The content type
+// and a SHA-256 of the bytes (computed while writing: the strong ETag) travel inside the file as a
+// short header, so the data, its type and its validator appear in one atomic rename.
+import { createHash, randomUUID } from 'node:crypto';
 import { mkdir, open, readdir, rename, rm, stat, type FileHandle } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
-import type { Readable } from 'node:stream';
+import { Readable } from 'node:stream';
+import { resolveRange, type ByteRange, type RangeSpec } from './byte-range.js';
 
 export interface MediaObject {
-  /** The bytes; the caller must consume or destroy it (it holds an open file). */
+  /** The bytes (all of them, or the range asked for); the caller must consume or destroy it (it holds a file or a connection). */
   readonly stream: Readable;
+  /** The whole object's size, whatever the stream carries. */
   readonly sizeBytes: number;
   readonly contentType: string;
+  /** Strong validator, quoted as the ETag header carries it; changes whenever the bytes may have. */
+  readonly etag: string;
+  /** What the stream carries: undefined, the whole object; a range; or 'unsatisfiable' (the stream is empty). */
+  readonly range: ByteRange | 'unsatisfiable' | undefined;
 }
 
 export interface MediaStore {
   put(key: string, data: Buffer | Readable, contentType: string): Promise<{ sizeBytes: number }>;
-  /** undefined when there is no object under `key`. */
-  open(key: string): Promise<MediaObject | undefined>;
+  /**
+   * undefined when there is no object under `key`. With `range`, only those bytes are read (a
+   * range is never a whole read); size, type and ETag come from the same read as the bytes.
+   */
+  open(key: string, range?: RangeSpec): Promise<MediaObject | undefined>;
   /** Idempotent: deleting a missing key is not an error. */
   delete(key: string): Promise<void>;
+  /**
+   * Deletes several keys in as few calls as the store allows (the retention sweep); returns the
+   * keys now gone (a missing key counts as gone). Absent: the caller deletes one by one.
+   */
+  deleteMany?(keys: readonly string[]): Promise<Set<string>>;
+  /**
+   * Present when downloads are redirected to the store instead of streamed (S3 with
+   * presignedRedirect): a URL the store itself authorises for `expiresInS`, answering with
+   * `contentDisposition`; undefined when there is no object under `key`.
+   */
+  presignedGet?(key: string, expiresInS: number, contentDisposition: string): Promise<string | undefined>;
+  /** Readiness probe of a remote store (rejects when it cannot serve); absent for a local one. */
+  check?(): Promise<void>;
+  /** Releases connections; absent when there is nothing to release. */
+  close?(): Promise<void>;
 }
 
 export const MAX_MEDIA_KEY_CHARS = 256;
@@ -47,9 +72,53 @@ export function isValidMediaKey(key: string): boolean {
 
 const CONTENT_TYPE_RE = /^[A-Za-z0-9!#$&^_.+-]+\/[A-Za-z0-9!#$&^_.+-]+(?:\s*;[\x20-\x7e]*)?$/;
 const MAX_CONTENT_TYPE_CHARS = 200;
-const MAGIC = 'INKMEDIA1\n';
-const HEADER_MAX_BYTES = MAGIC.length + MAX_CONTENT_TYPE_CHARS + 1;
+
+/** Throws unless `contentType` is one media type we would send back as a header (no CR/LF, bounded). */
+export function checkContentType(contentType: string): void {
+  if (contentType.length > MAX_CONTENT_TYPE_CHARS || !CONTENT_TYPE_RE.test(contentType)) throw new Error(`invalid content type ${JSON.stringify(contentType.slice(0, 80))}`);
+}
+
+/** An already-ended stream: what an unsatisfiable range carries. */
+export const emptyStream = (): Readable => Readable.from([]);
+
+// File header. Version 2: magic, the SHA-256 of the bytes (hex, written in place once the bytes are
+// through), the content type. Version 1 files (no hash) are still read.
+const MAGIC_V1 = 'INKMEDIA1\n';
+const MAGIC = 'INKMEDIA2\n';
+const HASH_HEX_CHARS = 64;
+const HEADER_MAX_BYTES = MAGIC.length + HASH_HEX_CHARS + 1 + MAX_CONTENT_TYPE_CHARS + 1;
 const TEMP_DIR = '.tmp';
+const HASH_PLACEHOLDER = '0'.repeat(HASH_HEX_CHARS);
+
+interface FileHeader {
+  readonly contentType: string;
+  readonly headerBytes: number;
+  /** Hex SHA-256 of the bytes; undefined for a version 1 file. */
+  readonly sha256: string | undefined;
+}
+
+function parseHeader(head: Buffer, key: string): FileHeader {
+  const text = head.toString('latin1');
+  if (text.startsWith(MAGIC)) {
+    const hashEnd = MAGIC.length + HASH_HEX_CHARS;
+    const nl = text.indexOf('\n', hashEnd + 1);
+    if (text[hashEnd] === '\n' && nl !== -1) return { sha256: text.slice(MAGIC.length, hashEnd), contentType: text.slice(hashEnd + 1, nl), headerBytes: nl + 1 };
+  } else if (text.startsWith(MAGIC_V1)) {
+    const nl = text.indexOf('\n', MAGIC_V1.length);
+    if (nl !== -1) return { sha256: undefined, contentType: text.slice(MAGIC_V1.length, nl), headerBytes: nl + 1 };
+  }
+  throw new Error(`media file ${key} has no header`);
+}
+
+/**
+ * The strong ETag of a stored file: its size and the first 128 bits of the SHA-256 recorded at put
+ * time. A version 1 file has no hash: size, inode and mtime instead, which change on every put
+ * (a put is a rename of a new file), so the tag still changes whenever the bytes may have.
+ */
+function fileEtag(h: FileHeader, sizeBytes: number, st: { ino: number; mtimeMs: number }): string {
+  if (h.sha256 !== undefined) return `"${sizeBytes.toString(36)}-${h.sha256.slice(0, 32)}"`;
+  return `"${sizeBytes.toString(36)}-i${st.ino.toString(36)}-m${Math.floor(st.mtimeMs).toString(36)}"`;
+}
 
 export interface FsMediaStoreOptions {
   /** Largest object put() accepts. Default 2 GiB. */
@@ -84,7 +153,7 @@ export class FsMediaStore implements MediaStore {
 
   async put(key: string, data: Buffer | Readable, contentType: string): Promise<{ sizeBytes: number }> {
     const finalPath = this.pathOf(key);
-    if (contentType.length > MAX_CONTENT_TYPE_CHARS || !CONTENT_TYPE_RE.test(contentType)) throw new Error(`invalid content type ${JSON.stringify(contentType.slice(0, 80))}`);
+    checkContentType(contentType);
     if (Buffer.isBuffer(data) && data.length > this.maxObjectBytes) throw new MediaTooLargeError(this.maxObjectBytes);
     await mkdir(this.tempDir, { recursive: true });
     const tempPath = join(this.tempDir, `${randomUUID()}.part`);
@@ -92,10 +161,12 @@ export class FsMediaStore implements MediaStore {
     let closed = false;
     let placed = false;
     try {
-      await writeAll(fh, Buffer.from(MAGIC + contentType + '\n', 'latin1'));
+      await writeAll(fh, Buffer.from(MAGIC + HASH_PLACEHOLDER + '\n' + contentType + '\n', 'latin1'));
+      const hash = createHash('sha256');
       let size = 0;
       if (Buffer.isBuffer(data)) {
         await writeAll(fh, data);
+        hash.update(data);
         size = data.length;
       } else {
         for await (const chunk of data as AsyncIterable<Buffer | string>) {
@@ -103,8 +174,11 @@ export class FsMediaStore implements MediaStore {
           size += buf.length;
           if (size > this.maxObjectBytes) throw new MediaTooLargeError(this.maxObjectBytes);
           await writeAll(fh, buf);
+          hash.update(buf);
         }
       }
+      // The hash goes over its placeholder, in place; the file is renamed only after this.
+      await fh.write(Buffer.from(hash.digest('hex'), 'latin1'), 0, HASH_HEX_CHARS, MAGIC.length);
       await fh.sync();
       await fh.close();
       closed = true;
@@ -119,7 +193,7 @@ export class FsMediaStore implements MediaStore {
     }
   }
 
-  async open(key: string): Promise<MediaObject | undefined> {
+  async open(key: string, range?: RangeSpec): Promise<MediaObject | undefined> {
     const path = this.pathOf(key);
     let fh: FileHandle;
     try {
@@ -136,14 +210,19 @@ export class FsMediaStore implements MediaStore {
       }
       const head = Buffer.alloc(HEADER_MAX_BYTES);
       const { bytesRead } = await fh.read(head, 0, HEADER_MAX_BYTES, 0);
-      const text = head.subarray(0, bytesRead).toString('latin1');
-      const nl = text.indexOf('\n', MAGIC.length);
-      if (!text.startsWith(MAGIC) || nl === -1) throw new Error(`media file ${key} has no header`);
-      const contentType = text.slice(MAGIC.length, nl);
-      const headerBytes = nl + 1;
+      const h = parseHeader(head.subarray(0, bytesRead), key);
+      const sizeBytes = st.size - h.headerBytes;
+      const base = { sizeBytes, contentType: h.contentType, etag: fileEtag(h, sizeBytes, st) };
+      const r = range === undefined ? undefined : resolveRange(range, sizeBytes);
+      if (r === 'unsatisfiable') {
+        await fh.close();
+        return { ...base, stream: emptyStream(), range: r };
+      }
       // The same handle serves the stream: a delete after open() cannot cut the download short.
-      const stream = fh.createReadStream({ start: headerBytes, autoClose: true });
-      return { stream, sizeBytes: st.size - headerBytes, contentType };
+      const stream = r === undefined
+        ? fh.createReadStream({ start: h.headerBytes, autoClose: true })
+        : fh.createReadStream({ start: h.headerBytes + r.start, end: h.headerBytes + r.end, autoClose: true });
+      return { ...base, stream, range: r };
     } catch (e) {
       await fh.close().catch(() => undefined);
       throw e;

@@ -1,6 +1,6 @@
 // /readyz: may a balancer send this instance requests? Yes when Postgres answers within the bound
-// and has every migration this build knows, Redis (when configured) answers within the bound, and
-// the instance is not draining. Draining is checked first and needs no store: on SIGTERM the
+// and has every migration this build knows, Redis (when configured) answers within the bound, the
+// S3 media store (when configured) answers for its bucket within the bound, and the instance is not draining. Draining is checked first and needs no store: on SIGTERM the
 // answer turns 503 at once, so the balancer stops sending before the public port stops admitting.
 import type { Queryable } from '../store/pool.js';
 
@@ -10,6 +10,8 @@ export interface ReadinessDeps {
   readonly latestMigration: number;
   /** Asks Redis something when it is configured; undefined: no Redis. Rejects when it cannot answer. */
   readonly redis: (() => Promise<unknown>) | undefined;
+  /** Probes a remote media store (S3); undefined: results are local files, nothing to probe. */
+  readonly mediaStore?: (() => Promise<unknown>) | undefined;
   readonly timeoutMs: number;
 }
 
@@ -21,6 +23,8 @@ export interface Readiness {
   readonly postgres: CheckResult;
   readonly migrations: CheckResult;
   readonly redis: CheckResult;
+  /** The S3 media store: its bucket answers to these credentials ('not configured' for local files). */
+  readonly mediaStore: CheckResult;
 }
 
 const TIMEOUT = Symbol('timeout');
@@ -48,9 +52,10 @@ export class ReadinessCheck {
 
   async check(): Promise<Readiness> {
     const draining = this.draining;
-    const [pg, redis] = await Promise.all([this.postgres(), this.redis()]);
-    const ready = !draining && pg.postgres === 'ok' && pg.migrations === 'ok' && (redis === 'ok' || redis === 'not configured');
-    return { ready, draining, postgres: pg.postgres, migrations: pg.migrations, redis };
+    const [pg, redis, mediaStore] = await Promise.all([this.postgres(), this.probe(this.d.redis), this.probe(this.d.mediaStore)]);
+    const usable = (c: CheckResult) => c === 'ok' || c === 'not configured';
+    const ready = !draining && pg.postgres === 'ok' && pg.migrations === 'ok' && usable(redis) && usable(mediaStore);
+    return { ready, draining, postgres: pg.postgres, migrations: pg.migrations, redis, mediaStore };
   }
 
   private async postgres(): Promise<{ postgres: CheckResult; migrations: CheckResult }> {
@@ -64,12 +69,13 @@ export class ReadinessCheck {
     }
   }
 
-  private async redis(): Promise<CheckResult> {
-    if (this.d.redis === undefined) return 'not configured';
+  private async probe(check: (() => Promise<unknown>) | undefined): Promise<CheckResult> {
+    if (check === undefined) return 'not configured';
     try {
-      return (await bounded(this.d.redis(), this.d.timeoutMs)) === TIMEOUT ? 'timeout' : 'ok';
-    } catch {
-      return 'failed';
+      return (await bounded(check(), this.d.timeoutMs)) === TIMEOUT ? 'timeout' : 'ok';
+    } catch (e) {
+      // A check with a deadline of its own (the S3 store's) says so in its error's code.
+      return (e as { code?: unknown } | null)?.code === 'timeout' ? 'timeout' : 'failed';
     }
   }
 }

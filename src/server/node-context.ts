@@ -120,6 +120,10 @@ export class NodeContext extends HttpContext {
     this.res.writeHead(status, this.headerList(extra));
   }
 
+  protected closeConnection(): void {
+    this.res.destroy();
+  }
+
   write(chunk: Uint8Array | string): boolean {
     if (this.aborted) return true;
     return this.res.write(chunk);

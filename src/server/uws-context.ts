@@ -163,6 +163,10 @@ export class UwsContext extends HttpContext {
     return true;
   };
 
+  protected closeConnection(): void {
+    this.res.close();
+  }
+
   end(last?: Uint8Array | string): void {
     if (this.aborted) return;
     this.res.cork(() => {

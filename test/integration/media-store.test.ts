@@ -8,6 +8,7 @@ import { Readable } from 'node:stream';
 import { FsMediaStore, InvalidMediaKeyError, MediaTooLargeError, isValidMediaKey } from '../../src/media/media-store.js';
 import { handleMediaRequest, writeMediaResponse, type MediaSink, type Headers } from '../../src/media/media-host.js';
 import { signMediaPath } from '../../src/media/signed-link.js';
+import { mediaStoreContract } from '../helpers/media-store-contract.js';
 
 const outer = mkdtempSync(join(tmpdir(), 'inkgate-media-'));
 const root = join(outer, 'store');
@@ -117,6 +118,24 @@ t.test('sweepTemp removes only old temp files', async (t) => {
   rmSync(join(root, '.tmp', 'new.part'));
 });
 
+mediaStoreContract(t, 'fs', () => new FsMediaStore(join(outer, 'contract'), { maxObjectBytes: 4 * 1024 * 1024 }), { maxObjectBytes: 4 * 1024 * 1024, emptyObjectRanges: true });
+
+t.test('a file written before the hash header (version 1) is still served, with ranges and an ETag', async (t) => {
+  mkdirSync(join(root, 'legacy'), { recursive: true });
+  writeFileSync(join(root, 'legacy', 'v1.mp4'), Buffer.concat([Buffer.from('INKMEDIA1\nvideo/mp4\n'), Buffer.from('0123456789')]));
+  const o = (await store.open('legacy/v1.mp4'))!;
+  t.equal(o.contentType, 'video/mp4');
+  t.equal(o.sizeBytes, 10);
+  t.match(o.etag, /^"a-i[0-9a-z]+-m[0-9a-z]+"$/, 'size, inode and mtime');
+  t.equal((await readAll(o.stream)).toString(), '0123456789');
+  const r = (await store.open('legacy/v1.mp4', { suffix: 3 }))!;
+  t.same(r.range, { start: 7, end: 9 });
+  t.equal((await readAll(r.stream)).toString(), '789');
+  t.equal(r.etag, o.etag);
+  writeFileSync(join(root, 'legacy', 'bad.mp4'), 'no header at all');
+  await t.rejects(store.open('legacy/bad.mp4'), /no header/);
+});
+
 // ---- media host ----
 
 const secret = randomBytes(32);
@@ -131,9 +150,13 @@ t.test('media host: a valid link streams the object', async (t) => {
   await store.put('video/gen_9.mp4', data, 'video/mp4');
   const r = await handleMediaRequest(req(signMediaPath(secret, '/media/video/gen_9.mp4', NOW + 900)), store, secret, NOW);
   if (r.status !== 200) return t.fail(`status ${r.status}`);
-  t.equal(r.contentType, 'video/mp4');
   t.equal(r.sizeBytes, 70_000);
-  t.same(Object.fromEntries(r.headers), { 'cache-control': 'private, no-store', 'x-content-type-options': 'nosniff', 'content-type': 'video/mp4', 'content-length': '70000' });
+  const etag = (await store.open('video/gen_9.mp4'))!;
+  etag.stream.destroy();
+  t.same(Object.fromEntries(r.headers), {
+    'cache-control': 'private, no-store', 'x-content-type-options': 'nosniff', 'content-type': 'video/mp4', 'content-length': '70000',
+    'accept-ranges': 'bytes', etag: etag.etag, 'content-disposition': 'inline; filename="gen_9.mp4"',
+  });
   t.ok((await readAll(r.stream)).equals(data));
 });
 
@@ -145,10 +168,10 @@ t.test('media host: refusals', async (t) => {
   const expect = async (label: string, r: { path: string; query: string }, status: number, code: string, nowS = NOW): Promise<void> => {
     const res = await handleMediaRequest({ ...r, requestId: 'req_1' }, store, secret, nowS);
     t.equal(res.status, status, `${label}: status`);
-    if (res.status !== 200) {
+    if ('body' in res) {
       t.equal(res.body.error.code, code, `${label}: code`);
       t.equal(res.body.error.request_id, 'req_1');
-    } else res.stream.destroy();
+    } else if ('stream' in res) res.stream.destroy();
   };
   await expect('expired', good, 403, 'link_expired', NOW + 900);
   await expect('tampered path', { path: '/media/video/gen_8.mp4', query: good.query }, 403, 'invalid_signature');

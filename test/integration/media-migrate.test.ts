@@ -1,0 +1,84 @@
+// `inkgate media migrate --to s3`: the live results of a files deployment copied into a bucket (an
+// S3-protocol server), by the operator CLI in-process against the test schema. Expired results and
+// files gone by hand are not copied; a second run skips what is there; --dry-run writes nothing.
+import { readFileSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import t from 'tap';
+import { runCli } from '../../src/admin/cli.js';
+import { loadConfig, type Config } from '../../src/config/config.js';
+import { resultKey } from '../../src/generations/video/run.js';
+import { SAMPLE_MP4_PATH } from '../../src/simulators/ark/simulator.js';
+import { readAll } from '../helpers/media-store-contract.js';
+import { S3_CREDENTIALS, startS3 } from '../helpers/s3-server.js';
+import { runToEnd, startVideoHarness } from './video-harness.js';
+
+const fixture = readFileSync(SAMPLE_MP4_PATH);
+
+async function cli(cfg: Config, ...argv: string[]): Promise<{ code: number; out: any; err: string }> {
+  let out = '';
+  let err = '';
+  const code = await runCli([...argv, '--json'], (s) => void (out += s), (s) => void (err += s), cfg);
+  return { code, out: out === '' ? undefined : JSON.parse(out), err };
+}
+
+t.test('media migrate --to s3 copies live results, skips them the second time, and --dry-run writes nothing', async (t) => {
+  // The CLI takes its S3 credentials from the AWS SDK's chain, as in production: here, the variables.
+  const saved = { id: process.env.AWS_ACCESS_KEY_ID, secret: process.env.AWS_SECRET_ACCESS_KEY };
+  process.env.AWS_ACCESS_KEY_ID = S3_CREDENTIALS.accessKeyId;
+  process.env.AWS_SECRET_ACCESS_KEY = S3_CREDENTIALS.secretAccessKey;
+  t.teardown(() => {
+    for (const [k, v] of [['AWS_ACCESS_KEY_ID', saved.id], ['AWS_SECRET_ACCESS_KEY', saved.secret]] as const) {
+      if (v === undefined) delete process.env[k];
+      else process.env[k] = v;
+    }
+  });
+  const s3 = await startS3(t);
+  await s3.createBucket('migrated');
+  const h = await startVideoHarness(t);
+  const { key } = await h.funded(5_000);
+  const ids: string[] = [];
+  for (let i = 0; i < 4; i++) {
+    const r = await h.submit(key, { model: 'clip-2.0-fast', prompt: `clip ${i}` });
+    t.equal((await runToEnd(h, key, r.json.id)).status, 'succeeded');
+    ids.push(r.json.id);
+  }
+  const [kept1, kept2, removedByHand, expired] = ids as [string, string, string, string];
+  rmSync(join(h.config.dataDir, 'media', resultKey(removedByHand)));
+  await h.services.pool.query('UPDATE generations SET result_expired = true WHERE id = $1', [expired]);
+
+  const cfgFor = (bucket: string, prefix = 'media/'): Config =>
+    loadConfig({}, {
+      db: { url: h.tg.db.url, schema: h.tg.db.schema },
+      dataDir: h.config.dataDir,
+      media: { s3: { bucket, endpoint: s3.endpoint, forcePathStyle: true, prefix } },
+    });
+
+  const dry = await cli(cfgFor('migrated', 'dry/'), 'media', 'migrate', '--to', 's3', '--dry-run');
+  t.equal(dry.code, 0, dry.err);
+  t.match(dry.out, { copied: 2, skipped: 0, missing: 1, failed: 0, copiedBytes: 0, dry_run: true });
+  t.equal(await s3.store('migrated', { prefix: 'dry/' }).open(resultKey(kept1)), undefined, 'a dry run writes nothing');
+
+  const first = await cli(cfgFor('migrated'), 'media', 'migrate', '--to', 's3');
+  t.equal(first.code, 0, first.err);
+  t.match(first.out, { copied: 2, skipped: 0, missing: 1, failed: 0, copiedBytes: 2 * fixture.length });
+  const bucket = s3.store('migrated');
+  for (const id of [kept1, kept2]) {
+    const o = (await bucket.open(resultKey(id)))!;
+    t.equal(o.contentType, 'video/mp4', `${id}: the content type travels`);
+    t.ok((await readAll(o.stream)).equals(fixture), `${id}: the bytes`);
+  }
+  t.equal(await bucket.open(resultKey(expired)), undefined, 'an expired result is not copied');
+
+  const again = await cli(cfgFor('migrated'), 'media', 'migrate', '--to', 's3');
+  t.match(again.out, { copied: 0, skipped: 2, missing: 1, failed: 0 }, 'a second run copies nothing');
+
+  const wrongTarget = await cli(cfgFor('migrated'), 'media', 'migrate', '--to', 'gcs');
+  t.equal(wrongTarget.code, 1);
+  t.match(wrongTarget.err, /--to must be s3/);
+  const noBucket = await cli(loadConfig({}, { db: { url: h.tg.db.url, schema: h.tg.db.schema }, dataDir: h.config.dataDir }), 'media', 'migrate', '--to', 's3');
+  t.equal(noBucket.code, 1);
+  t.match(noBucket.err, /INKGATE_S3_BUCKET/);
+  const missingBucket = await cli(cfgFor('not-there'), 'media', 'migrate', '--to', 's3');
+  t.equal(missingBucket.code, 1);
+  t.match(missingBucket.err, /"not-there" .* does not exist/, 'checked before any copy');
+});

@@ -1,0 +1,67 @@
+// Two gateway processes configured for the S3 media store the way an operator does it (media.store
+// `s3`, the bucket's settings, credentials from the AWS variables only), each with its own data
+// directory, over one database and one bucket (an S3-protocol server): an object in the bucket is
+// served by both, with ranges, on the shared signed links; /readyz reports the store, and turns
+// 503 while the store does not answer.
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import t from 'tap';
+import { request } from 'undici';
+import { loadMediaSecret } from '../../src/generations/deps.js';
+import { signedMediaLink } from '../../src/media/signed-link.js';
+import { testDb } from '../helpers/db.js';
+import { startGatewayProcess } from '../helpers/gateway-process.js';
+import { S3_CREDENTIALS, startS3 } from '../helpers/s3-server.js';
+import { startTcpProxy } from '../helpers/tcp-proxy.js';
+
+t.test('two processes, one bucket: both serve what is in it; readiness follows the store', async (t) => {
+  // The children inherit the environment: their S3 client finds these in the SDK's chain.
+  const saved = { id: process.env.AWS_ACCESS_KEY_ID, secret: process.env.AWS_SECRET_ACCESS_KEY };
+  process.env.AWS_ACCESS_KEY_ID = S3_CREDENTIALS.accessKeyId;
+  process.env.AWS_SECRET_ACCESS_KEY = S3_CREDENTIALS.secretAccessKey;
+  t.teardown(() => {
+    for (const [k, v] of [['AWS_ACCESS_KEY_ID', saved.id], ['AWS_SECRET_ACCESS_KEY', saved.secret]] as const) {
+      if (v === undefined) delete process.env[k];
+      else process.env[k] = v;
+    }
+  });
+  const s3 = await startS3(t);
+  await s3.createBucket('procs');
+  const proxy = await startTcpProxy('127.0.0.1', s3.port);
+  t.teardown(() => proxy.close());
+  const db = await testDb(t);
+  const dirs = [mkdtempSync(join(tmpdir(), 'inkgate-p1-')), mkdtempSync(join(tmpdir(), 'inkgate-p2-'))];
+  t.teardown(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })));
+  const config = (dataDir: string, instanceId: string) => ({
+    dataDir,
+    server: { host: '127.0.0.1', port: 0 },
+    db: { url: db.url, schema: db.schema },
+    admin: { readyTimeoutMs: 500 },
+    ledger: { instanceId },
+    media: { store: 's3' as const, s3: { bucket: 'procs', endpoint: proxy.url('http'), forcePathStyle: true, prefix: 'shared/', timeoutMs: 5_000 } },
+  });
+  const [one, two] = await Promise.all([startGatewayProcess(t, config(dirs[0]!, 'p-one')), startGatewayProcess(t, config(dirs[1]!, 'p-two'))]);
+
+  const data = Buffer.from('a result every instance must serve, from one bucket');
+  await s3.store('procs', { prefix: 'shared/' }).put('video/vgen_shared-0123456789ab.mp4', data, 'video/mp4');
+  const secret = await loadMediaSecret(db.pool);
+  for (const g of [one, two]) {
+    const link = signedMediaLink(secret, g.url, 'video/vgen_shared-0123456789ab.mp4', Date.now(), 900).url;
+    const whole = await request(link);
+    t.equal(whole.statusCode, 200);
+    t.ok(Buffer.from(await whole.body.arrayBuffer()).equals(data), `${g.url}: the bytes`);
+    const part = await request(link, { headers: { range: 'bytes=2-7' } });
+    t.equal(part.statusCode, 206);
+    t.equal(await part.body.text(), data.subarray(2, 8).toString());
+    const ready = await request(g.adminUrl + '/readyz');
+    t.equal(ready.statusCode, 200);
+    t.match(await ready.body.json(), { ready: true, mediaStore: 'ok' });
+  }
+
+  proxy.freeze();
+  const frozen = await request(one.adminUrl + '/readyz');
+  t.equal(frozen.statusCode, 503, 'not ready while the store does not answer');
+  t.match(await frozen.body.json(), { ready: false, mediaStore: 'timeout', postgres: 'ok' });
+  proxy.thaw();
+});
