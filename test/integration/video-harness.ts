@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import type { Test } from 'tap';
 import type { Config, DeepPartial } from '../../src/config/config.js';
 import type { MediaStore } from '../../src/media/media-store.js';
+import type { Logger } from '../../src/util/log.js';
 import type { Services } from '../../src/services.js';
 import { startJobEngine, type JobEngine } from '../../src/generations/engine.js';
 import { createGenerationDeps as createVideoDeps, type GenerationDeps as VideoDeps } from '../../src/generations/deps.js';
@@ -43,7 +44,7 @@ export const QUEUE_MS = 15_000;
 
 export async function startVideoHarness(
   t: Test,
-  opts: { config?: DeepPartial<Config>; sim?: ArkSimulatorOptions; arkConfigured?: boolean; media?: MediaStore } = {},
+  opts: { config?: DeepPartial<Config>; sim?: ArkSimulatorOptions; arkConfigured?: boolean; media?: MediaStore; log?: Logger } = {},
 ): Promise<VideoHarness> {
   const cert = testCert();
   const sim = await startArkSimulator({ renderMs: RENDER_MS, queueMs: QUEUE_MS, tls: cert, ...(opts.sim ?? {}) });
@@ -76,7 +77,7 @@ export async function startVideoHarness(
       vendors: { ark: arkOn ? { baseUrl: sim.url, apiKey: sim.apiKey } : { baseUrl: null, apiKey: null }, ...(over.vendors ?? {}) },
       jobs: { pollIntervalMs: 5_000, maxPollIntervalMs: 20_000, timeoutMs: 600_000, leaseMs: 30_000, batchSize: 50, ...(over.jobs ?? {}) },
     },
-    { video: { clock: sim.now, fetch, owner: 'test-instance-a', engine: { timers: false }, ...(opts.media !== undefined ? { media: opts.media } : {}) } },
+    { video: { clock: sim.now, fetch, owner: 'test-instance-a', engine: { timers: false }, ...(opts.media !== undefined ? { media: opts.media } : {}) }, ...(opts.log ? { log: opts.log } : {}) },
   );
   const services = tg.gw.services;
   const { deps, engine } = tg.gw.video;
