@@ -70,7 +70,29 @@ t.test('media migrate --to s3 copies live results, skips them the second time, a
   t.equal(await bucket.open(resultKey(expired)), undefined, 'an expired result is not copied');
 
   const again = await cli(cfgFor('migrated'), 'media', 'migrate', '--to', 's3');
-  t.match(again.out, { copied: 0, skipped: 2, missing: 1, failed: 0 }, 'a second run copies nothing');
+  t.match(again.out, { copied: 0, skipped: 2, missing: 1, failed: 0, removed: 0 }, 'a second run copies nothing');
+
+  // A copy damaged in the bucket (same size, other bytes): --remove-local verifies before deleting,
+  // finds it, deletes the bad copy and keeps the local file; the next run copies it again.
+  const damaged = Buffer.from(fixture);
+  damaged[damaged.length >> 1] ^= 0xff;
+  await bucket.put(resultKey(kept2), damaged, 'video/mp4');
+  const local = async (id: string) => {
+    const o = await h.deps.media.open(resultKey(id));
+    return o === undefined ? undefined : readAll(o.stream);
+  };
+  const verify = await cli(cfgFor('migrated'), 'media', 'migrate', '--to', 's3', '--remove-local');
+  t.equal(verify.code, 1, 'a copy that does not verify fails the run');
+  t.match(verify.out, { skipped: 1, failed: 1, removed: 1 });
+  t.match(verify.out.failures, [{ key: resultKey(kept2), error: /did not verify/ }]);
+  t.equal(await bucket.open(resultKey(kept2)), undefined, 'the bad copy is removed at the destination');
+  t.ok((await local(kept2))?.equals(fixture), 'its local file is kept');
+  t.equal(await local(kept1), undefined, 'a verified copy\'s local file is removed');
+  const healed = await cli(cfgFor('migrated'), 'media', 'migrate', '--to', 's3', '--remove-local');
+  t.equal(healed.code, 0, healed.err);
+  t.match(healed.out, { copied: 1, failed: 0, removed: 1, missing: 2 });
+  t.ok((await readAll((await bucket.open(resultKey(kept2)))!.stream)).equals(fixture), 'copied again, whole');
+  t.equal(await local(kept2), undefined);
 
   const wrongTarget = await cli(cfgFor('migrated'), 'media', 'migrate', '--to', 'gcs');
   t.equal(wrongTarget.code, 1);
