@@ -9,7 +9,8 @@ import { createRateLimiter } from './limits/create-rate-limiter.js';
 import type { RateLimiter } from './limits/rate-limiter.js';
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
-import { Escrow } from './ledger/escrow.js';
+import { Escrow, type EscrowFaults } from './ledger/escrow.js';
+import { FailStop } from './ledger/fail-stop.js';
 import { Ledger } from './ledger/ledger.js';
 import { UnbilledLedger } from './ledger/unbilled.js';
 import { messagesLane } from './lanes/messages/lane.js';
@@ -74,6 +75,13 @@ export interface GatewayOptions {
    * purpose, never a configuration setting, so no deployment can serve text for free.
    */
   unbilled?: boolean;
+  /**
+   * How a fail-stop (a broken money rule, ledger/fail-stop.ts) ends the process once the known-good
+   * journal is written; main.ts passes its own. Default: process.exit. Tests inject one to observe it.
+   */
+  exit?: (code: number) => void;
+  /** Test-only: money rules broken on purpose (escrow.ts EscrowFaults). Code-only, never configuration. */
+  ledgerFaults?: EscrowFaults;
 }
 
 /** Shutdown steps, run in reverse order of their push. */
@@ -93,9 +101,12 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
     const state = await openStore(config, pool, opts, cleanups);
     const limiter = await startLimiter(config, log, opts, cleanups);
     const catalog = opts.catalog ?? loadCatalog();
-    const { ledger, keys, escrow } = await startLedger(config, config.db.url, pool, state, log, cleanups);
-    const services: Services = { config, pool, state, limiter, catalog, ledger, escrow, log, metrics };
+    const { failStop, haltSteps } = createFailStop(log, opts);
+    const { ledger, keys, escrow } = await startLedger(config, config.db.url, pool, state, log, { failStop, faults: opts.ledgerFaults }, cleanups);
+    haltSteps.push(() => escrow.halt());
+    const services: Services = { config, pool, state, limiter, catalog, ledger, escrow, failStop, log, metrics };
     const readiness = startOps(services, metrics);
+    haltSteps.unshift(() => readiness.drain()); // a balancer stops sending here first
     const generationDeps = await createGenerationDeps(services, opts.video ?? {});
     cleanups.push(() => generationDeps.close());
     const routes = apiRoutes(services, generationDeps, opts, cleanups);
@@ -153,8 +164,24 @@ async function startLimiter(config: Config, log: Logger, opts: GatewayOptions, c
   return limiter;
 }
 
+/** The one fail-stop handler (ledger/fail-stop.ts); its halt runs `haltSteps` in order. */
+function createFailStop(log: Logger, opts: GatewayOptions): { failStop: FailStop; haltSteps: Array<() => unknown> } {
+  const haltSteps: Array<() => unknown> = [];
+  const failStop = new FailStop({
+    log: (msg, fields) => {
+      log.error(msg, fields);
+      log.flush?.();
+    },
+    halt: async () => {
+      for (const step of haltSteps) await step();
+    },
+    exit: opts.exit ?? ((code) => process.exit(code)),
+  });
+  return { failStop, haltSteps };
+}
+
 /** The ledger, key authentication and the escrow over them. */
-async function startLedger(config: Config, dbUrl: string, pool: Pool, state: DeploymentState, log: Logger, cleanups: Cleanups): Promise<{ ledger: Ledger; keys: KeyAuthenticator; escrow: Escrow }> {
+async function startLedger(config: Config, dbUrl: string, pool: Pool, state: DeploymentState, log: Logger, f: { failStop: FailStop; faults: EscrowFaults | undefined }, cleanups: Cleanups): Promise<{ ledger: Ledger; keys: KeyAuthenticator; escrow: Escrow }> {
   const ledgerLog = (msg: string, fields?: object) => log.warn(msg, fields as Record<string, unknown>);
   const ledger = new Ledger(pool, { log: ledgerLog });
   cleanups.push(() => ledger.close());
@@ -170,6 +197,8 @@ async function startLedger(config: Config, dbUrl: string, pool: Pool, state: Dep
     log: ledgerLog,
     onKeyChanged: (keyId) => keys.forgetKey(keyId),
     onSwitchChanged: () => void state.refresh(),
+    failStop: (err) => f.failStop.trip(err),
+    ...(f.faults ? { faults: f.faults } : {}),
   });
   cleanups.push(() => escrow.close());
   return { ledger, keys, escrow };

@@ -48,7 +48,7 @@ export interface EscrowOptions {
 
 export interface EscrowFaults {
   /** The charge the lease is told for this request in place of the hold's (undefined: the true one). */
-  readonly skewLeaseCharge?: (requestId: string) => number | undefined;
+  readonly skewLeaseCharge?: (requestId: string, chargeInk: number) => number | undefined;
 }
 
 interface KeyState {
@@ -445,8 +445,8 @@ export class Escrow implements TextBilling {
     // Preconditions first, nothing changed yet: the end is a legal move of the hold, and the lease
     // would give back exactly what the hold releases, source by source (lease.end refuses otherwise).
     const o = a.hold.checkEnd(end, chargeInk);
-    const leaseCharge = this.o.faults?.skewLeaseCharge?.(r.requestId) ?? chargeInk;
-    const rest = a.lease.end(r.holdGrantInk, r.holdInk - r.holdGrantInk, leaseCharge, o.releasedGrantInk, o.releasedPaygInk);
+    const leaseCharge = this.o.faults?.skewLeaseCharge?.(r.requestId, chargeInk) ?? chargeInk;
+    const rest = a.lease.end(r.requestId, r.holdGrantInk, r.holdInk - r.holdGrantInk, leaseCharge, o.releasedGrantInk, o.releasedPaygInk);
     if (end === 'settle' && a.hold.state === 'reserved') a.hold.dispatch();
     if (end === 'settle') a.hold.settle(chargeInk);
     else a.hold.release();
@@ -476,7 +476,7 @@ export class Escrow implements TextBilling {
     const requestId = r.requestId;
     const vendorId = details.vendorRequestId === undefined ? undefined : checkVendorRequestId(details.vendorRequestId);
     assertLedger(!a.hold.ended, () => `hold ${requestId}: ended as ${a.hold.state}, cannot be left open`, () => a.hold.figures());
-    a.lease.endKept(r.holdGrantInk, r.holdInk - r.holdGrantInk); // asserts before it changes the lease
+    a.lease.endKept(requestId, r.holdGrantInk, r.holdInk - r.holdGrantInk); // asserts before it changes the lease
     if (a.hold.state === 'reserved') a.hold.dispatch(); // unknown usage is only ever of a request sent
     a.hold.markUnknown();
     r.end = 'unknown';

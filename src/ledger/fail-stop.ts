@@ -10,10 +10,16 @@
 //   5. the process exits non-zero (FAIL_STOP_EXIT_CODE).
 //
 // Operational errors (a database away, a timeout) never come here: they keep their own paths.
+import { ApiError } from '../errors.js';
 import type { LedgerAssertionError } from './assertion.js';
 
 /** EX_SOFTWARE (sysexits.h): an internal software error. A supervisor restarts the process. */
 export const FAIL_STOP_EXIT_CODE = 70;
+
+/** The answer to a billed request once the instance stopped: another instance serves it. */
+export function stoppedAnswer(): ApiError {
+  return new ApiError('provider_unavailable', { message: 'This gateway instance stopped on an internal ledger fault; retry on another instance.', retryAfterS: 1 });
+}
 
 export interface FailStopOptions {
   readonly log: (msg: string, fields: Record<string, unknown>) => void;

@@ -25,8 +25,11 @@ const whole = (n: number): boolean => Number.isSafeInteger(n) && n >= 0;
  *   took (takes and refills, less what was returned) = spare + holds in flight + spent
  *
  * where spent is what ended holds charged or kept (usage unknown: it left as a durable hold), and
- * 0 <= pending <= spare. A broken rule throws LedgerAssertionError with every figure. The checks
- * allocate nothing unless they fail (the hold path runs them per request).
+ * nothing negative. Pending Ink has no upper bound of its own: it may be held, even charged and
+ * given back again, before the first end is written (so it may pass spare and even took); only
+ * spare above pending may be returned, and a write never takes back more than is pending
+ * (`written`). A broken rule throws LedgerAssertionError with every figure. The checks allocate
+ * nothing unless they fail (the hold path runs them per request).
  */
 export class LocalLease {
   private spareG = 0;
@@ -98,10 +101,10 @@ export class LocalLease {
   private assertBounds(move: string): void {
     if (
       this.spareG < 0 || this.spareP < 0 || this.pendingG < 0 || this.pendingP < 0 || this.inFlightG < 0 || this.inFlightP < 0 ||
-      this.holds < 0 || this.records < 0 || this.pendingG > this.spareG || this.pendingP > this.spareP ||
+      this.holds < 0 || this.records < 0 ||
       this.tookG !== this.spareG + this.inFlightG + this.spentG || this.tookP !== this.spareP + this.inFlightP + this.spentP
     ) {
-      throw this.violation(`after ${move}: an amount out of its bounds (0 <= pending <= spare; took = spare + in flight + spent)`);
+      throw this.violation(`after ${move}: an amount out of its bounds (none negative; took = spare + in flight + spent)`);
     }
   }
 
@@ -138,7 +141,7 @@ export class LocalLease {
    * `expectPaygInk` are what the hold says it released: the lease gives back exactly that, source by
    * source, or refuses before changing anything.
    */
-  end(holdGrantInk: number, holdPaygInk: number, chargeInk: number, expectGrantInk: number, expectPaygInk: number): LeaseRest {
+  end(requestId: string, holdGrantInk: number, holdPaygInk: number, chargeInk: number, expectGrantInk: number, expectPaygInk: number): LeaseRest {
     const cg = chargeInk < holdGrantInk ? chargeInk : holdGrantInk;
     const restGrantInk = holdGrantInk - cg;
     const restPaygInk = holdPaygInk - (chargeInk - cg);
@@ -147,7 +150,7 @@ export class LocalLease {
       holdGrantInk > this.inFlightG || holdPaygInk > this.inFlightP || restGrantInk !== expectGrantInk || restPaygInk !== expectPaygInk
     ) {
       throw this.violation(`end: the lease would give back ${restGrantInk} + ${restPaygInk}, the hold released ${expectGrantInk} + ${expectPaygInk}`, {
-        hold_grant_ink: holdGrantInk, hold_payg_ink: holdPaygInk, charge_ink: chargeInk, expect_grant_ink: expectGrantInk, expect_payg_ink: expectPaygInk,
+        request_id: requestId, hold_grant_ink: holdGrantInk, hold_payg_ink: holdPaygInk, charge_ink: chargeInk, expect_grant_ink: expectGrantInk, expect_payg_ink: expectPaygInk,
       });
     }
     this.holds--;
@@ -164,9 +167,9 @@ export class LocalLease {
   }
 
   /** Ends a hold whose usage is unknown: the whole hold leaves the lease as a durable hold, nothing comes back. */
-  endKept(holdGrantInk: number, holdPaygInk: number): LeaseRest {
+  endKept(requestId: string, holdGrantInk: number, holdPaygInk: number): LeaseRest {
     if (this.holds < 1 || !whole(holdGrantInk) || !whole(holdPaygInk) || holdGrantInk > this.inFlightG || holdPaygInk > this.inFlightP) {
-      throw this.violation('endKept: no such hold in flight', { hold_grant_ink: holdGrantInk, hold_payg_ink: holdPaygInk });
+      throw this.violation('endKept: no such hold in flight', { request_id: requestId, hold_grant_ink: holdGrantInk, hold_payg_ink: holdPaygInk });
     }
     this.holds--;
     this.inFlightG -= holdGrantInk;
@@ -190,8 +193,8 @@ export class LocalLease {
 
   /** A return begins: the spare Ink Postgres already sees as spare (spare less pending) leaves; returned to the caller to send. */
   beginReturn(): { grantInk: number; paygInk: number } {
-    const g = this.spareG - this.pendingG, p = this.spareP - this.pendingP;
-    if (g < 0 || p < 0) throw this.violation('beginReturn: pending above spare');
+    const g = this.spareG > this.pendingG ? this.spareG - this.pendingG : 0;
+    const p = this.spareP > this.pendingP ? this.spareP - this.pendingP : 0;
     this.spareG -= g;
     this.spareP -= p;
     this.tookG -= g;
