@@ -138,6 +138,7 @@ t.test('the instance stops on the broken rule and exits non-zero', async (t) => 
   const video = await call(gw1.url, 'POST', '/v1/video/generations', { key: account.key, body: { model: 'veo-fast', prompt: 'a cat' } });
   t.equal(video.status, 503, 'a generation submit is refused too');
   t.equal(video.json?.error?.code ?? video.json?.error?.type, 'provider_unavailable');
+  t.match(await gw1.ops.readiness.check(), { ready: false, draining: true }, 'readiness fails');
   const line = errors.find((e) => e.msg === 'ledger.fail_stop');
   t.ok(line, 'the violation is logged at error level');
   t.match(line?.fields, { figures: { request_id: broken, lease_id: Number, expect_grant_ink: Number, expect_payg_ink: Number, charge_ink: Number } }, 'with its figures');
