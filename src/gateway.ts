@@ -11,6 +11,7 @@ import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import { Escrow, type EscrowFaults } from './ledger/escrow.js';
 import { FailStop } from './ledger/fail-stop.js';
+import { DriftGauge } from './ledger/drift.js';
 import { Ledger } from './ledger/ledger.js';
 import { UnbilledLedger } from './ledger/unbilled.js';
 import { messagesLane } from './lanes/messages/lane.js';
@@ -49,7 +50,7 @@ export interface Gateway {
   /** The generation products' dependencies (video and images; named `video` since it came first) and this instance's job engine. */
   readonly video: { readonly deps: GenerationDeps; readonly engine: JobEngine };
   /** Metrics and readiness, served by the admin listener (ops/serve.ts). */
-  readonly ops: { readonly metrics: GatewayMetrics; readonly readiness: ReadinessCheck };
+  readonly ops: { readonly metrics: GatewayMetrics; readonly readiness: ReadinessCheck; readonly drift: DriftGauge };
   /** Fails readiness at once, then drains and stops everything. */
   /** The /v1 routes served (method and pattern), for the OpenAPI check. */
   readonly routes: ReadonlyArray<{ readonly method: string; readonly pattern: string }>;
@@ -82,7 +83,12 @@ export interface GatewayOptions {
   exit?: (code: number) => void;
   /** Test-only: money rules broken on purpose (escrow.ts EscrowFaults). Code-only, never configuration. */
   ledgerFaults?: EscrowFaults;
+  /** How often the ledger drift gauge runs (default a minute; tests call `ops.drift.checkNow()`). */
+  driftCheckMs?: number;
 }
+
+/** The drift gauge's period: cheap enough every minute, soon enough for an alert. */
+const DRIFT_CHECK_MS = 60_000;
 
 /** Shutdown steps, run in reverse order of their push. */
 type Cleanups = Array<() => Promise<void> | void>;
@@ -105,7 +111,8 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
     const { ledger, keys, escrow } = await startLedger(config, config.db.url, pool, state, log, { failStop, faults: opts.ledgerFaults }, cleanups);
     haltSteps.push(() => escrow.halt());
     const services: Services = { config, pool, state, limiter, catalog, ledger, escrow, failStop, log, metrics };
-    const readiness = startOps(services, metrics);
+    const drift = startDrift(services, opts, cleanups);
+    const readiness = startOps(services, metrics, drift);
     haltSteps.unshift(() => readiness.drain()); // a balancer stops sending here first
     const generationDeps = await createGenerationDeps(services, opts.video ?? {});
     cleanups.push(() => generationDeps.close());
@@ -123,7 +130,7 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
       services,
       video: { deps: generationDeps, engine },
       routes,
-      ops: { metrics, readiness },
+      ops: { metrics, readiness, drift },
       // Once: a second call (a test's teardown after its own shutdown) waits for the first.
       close: () =>
         (closing ??= (async () => {
@@ -205,8 +212,8 @@ async function startLedger(config: Config, dbUrl: string, pool: Pool, state: Dep
 }
 
 /** Metrics fed from the escrow and the store, and the readiness check the admin listener serves. */
-function startOps(s: Services, metrics: GatewayMetrics): ReadinessCheck {
-  metrics.attach({ escrow: s.escrow, store: { db: s.pool }, storeScrapeMs: s.config.admin.storeScrapeMs });
+function startOps(s: Services, metrics: GatewayMetrics, drift: DriftGauge): ReadinessCheck {
+  metrics.attach({ escrow: s.escrow, drift, store: { db: s.pool }, storeScrapeMs: s.config.admin.storeScrapeMs });
   return new ReadinessCheck({
     db: s.pool,
     latestMigration: Math.max(0, ...listMigrations().map((m) => m.version)),
@@ -214,6 +221,14 @@ function startOps(s: Services, metrics: GatewayMetrics): ReadinessCheck {
     redis: s.limiter.kind === 'redis' ? () => s.limiter.take('probe:ready', 1) : undefined,
     timeoutMs: s.config.admin.readyTimeoutMs,
   });
+}
+
+/** The ledger drift gauge (ledger/drift.ts): every instance tries its lock each minute; one runs it. */
+function startDrift(s: Services, opts: GatewayOptions, cleanups: Cleanups): DriftGauge {
+  const drift = new DriftGauge({ pool: s.pool, intervalMs: opts.driftCheckMs ?? DRIFT_CHECK_MS, log: (msg, fields) => s.log.warn(msg, fields) });
+  drift.start();
+  cleanups.push(() => drift.stop());
+  return drift;
 }
 
 /** The /v1 routes: catalogue, account, the text lanes, generations, the OpenAPI document (and a test's extras). */
