@@ -455,7 +455,8 @@ function createRelay(env: ProxyEnv, ctx: HttpContext, body: Dispatcher.ResponseD
       const vendorId = storableId(tally.vendorRequestId());
       if (vendorId !== undefined) {
         run.vendorIdRecorded = true;
-        void moveOrLog(services, requestId, 'setVendorRequestId', ledger.setVendorRequestId(requestId, vendorId));
+        // Not awaited: a broken rule met here already went to the fail-stop (moveOrLog), so its rethrow ends here.
+        moveOrLog(services, requestId, 'setVendorRequestId', ledger.setVendorRequestId(requestId, vendorId)).catch(() => undefined);
       }
     }
     if (tally.capped) {
