@@ -2,18 +2,19 @@
 // advisory lock and runs the checks, the other does not; a wallet row broken on purpose (its
 // balance moved into its leased pool with no lease behind it, which the row's own CHECK allows)
 // is found once the account is touched again, shown on /metrics, counted until it is repaired;
-// a hold open for more than a day is counted as stale.
+// a hold open for more than a day is counted as stale; a live lease long past its expiry too.
 import t from 'tap';
 import { createGateway } from '../../src/gateway.js';
 import { Ledger } from '../../src/ledger/ledger.js';
 import { silentLogger } from '../../src/util/log.js';
 import { fundedKey, startTestGateway } from '../helpers/gateway.js';
-import { newRequestId } from '../helpers/ledger-invariant.js';
+import { assertLedgerInvariant, newRequestId } from '../helpers/ledger-invariant.js';
 import { parseExposition } from '../helpers/prometheus.js';
 
 const DAY_MS = 86_400_000;
 
-const tg = await startTestGateway(t);
+// Heartbeats far apart: a lease expired on purpose below stays unrecovered until the test recovers it.
+const tg = await startTestGateway(t, { ledger: { lease: { heartbeatMs: 600_000 } } });
 const gw1 = tg.gw;
 const gw2 = await createGateway(tg.config, { log: silentLogger, skipMigrate: true });
 t.teardown(() => gw2.close());
@@ -57,7 +58,24 @@ t.test('a hold open for more than a day is stale', async (t) => {
   t.equal((await gw1.ops.drift.checkNow()).staleHolds, 0, 'released: gone');
 });
 
+t.test('a live lease more than a minute past its expiry is counted until it is recovered', async (t) => {
+  const k = await fundedKey(gw1, 'drift lease', 100_000);
+  const escrow = gw1.services.escrow;
+  const requestId = newRequestId();
+  await escrow.reserve({ requestId, accountId: k.accountId, keyId: k.keyId, product: 'messages', model: 'sonnet', holdInk: 50 });
+  await escrow.settle(requestId, 20);
+  await escrow.beforeView(); // the settlement is written: the lease holds only spare Ink
+  const live = await tg.db.pool.query<{ id: number }>(`UPDATE leases SET expires_at = now() - interval '2 minutes' WHERE state = 'live' AND account_id = $1 RETURNING id`, [k.accountId]);
+  t.equal(live.rows.length, 1, 'the lease is there, expired');
+  t.equal((await gw1.ops.drift.checkNow()).expiredLeases, 1, 'counted');
+  t.equal(await gauge('inkgate_ledger_expired_leases'), 1, 'on /metrics');
+  t.equal(await escrow.recoverExpired(), 1, 'recovered');
+  t.equal((await gw1.ops.drift.checkNow()).expiredLeases, 0, 'gone');
+  t.equal((await gw1.ops.drift.checkNow()).driftAccounts, 0, 'and the wallet agrees with its leases');
+});
+
 t.test('the lock passes on when its holder stops', async (t) => {
   await gw1.close();
   t.match(await gw2.ops.drift.checkNow(), { leader: true, driftAccounts: 0 }, 'the second gateway takes over');
+  await assertLedgerInvariant(t, tg.db.pool);
 });
