@@ -9,7 +9,9 @@ import { createRateLimiter } from './limits/create-rate-limiter.js';
 import type { RateLimiter } from './limits/rate-limiter.js';
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
-import { Escrow } from './ledger/escrow.js';
+import { Escrow, type EscrowFaults } from './ledger/escrow.js';
+import { FailStop } from './ledger/fail-stop.js';
+import { DriftGauge } from './ledger/drift.js';
 import { Ledger } from './ledger/ledger.js';
 import { UnbilledLedger } from './ledger/unbilled.js';
 import { messagesLane } from './lanes/messages/lane.js';
@@ -49,7 +51,7 @@ export interface Gateway {
   /** The generation products' dependencies (video and images; named `video` since it came first) and this instance's job engine. */
   readonly video: { readonly deps: GenerationDeps; readonly engine: JobEngine };
   /** Metrics and readiness, served by the admin listener (ops/serve.ts). */
-  readonly ops: { readonly metrics: GatewayMetrics; readonly readiness: ReadinessCheck };
+  readonly ops: { readonly metrics: GatewayMetrics; readonly readiness: ReadinessCheck; readonly drift: DriftGauge };
   /** Fails readiness at once, then drains and stops everything. */
   /** The /v1 routes served (method and pattern), for the OpenAPI check. */
   readonly routes: ReadonlyArray<{ readonly method: string; readonly pattern: string }>;
@@ -75,7 +77,19 @@ export interface GatewayOptions {
    * purpose, never a configuration setting, so no deployment can serve text for free.
    */
   unbilled?: boolean;
+  /**
+   * How a fail-stop (a broken money rule, ledger/fail-stop.ts) ends the process once the known-good
+   * journal is written; main.ts passes its own. Default: process.exit. Tests inject one to observe it.
+   */
+  exit?: (code: number) => void;
+  /** Test-only: money rules broken on purpose (escrow.ts EscrowFaults). Code-only, never configuration. */
+  ledgerFaults?: EscrowFaults;
+  /** How often the ledger drift gauge runs (default a minute; tests call `ops.drift.checkNow()`). */
+  driftCheckMs?: number;
 }
+
+/** The drift gauge's period: cheap enough every minute, soon enough for an alert. */
+const DRIFT_CHECK_MS = 60_000;
 
 /** Shutdown steps, run in reverse order of their push. */
 type Cleanups = Array<() => Promise<void> | void>;
@@ -94,11 +108,15 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
     const state = await openStore(config, pool, opts, cleanups);
     const limiter = await startLimiter(config, log, opts, cleanups);
     const catalog = opts.catalog ?? loadCatalog();
-    const { ledger, keys, escrow } = await startLedger(config, config.db.url, pool, state, log, cleanups);
-    const services: Services = { config, pool, state, limiter, catalog, ledger, escrow, log, metrics };
+    const { failStop, haltSteps } = createFailStop(log, opts);
+    const { ledger, keys, escrow } = await startLedger(config, config.db.url, pool, state, log, { failStop, faults: opts.ledgerFaults }, cleanups);
+    haltSteps.push(() => escrow.halt());
+    const services: Services = { config, pool, state, limiter, catalog, ledger, escrow, failStop, log, metrics };
+    const drift = startDrift(services, opts, cleanups);
     const generationDeps = await createGenerationDeps(services, opts.video ?? {});
     cleanups.push(() => generationDeps.close());
-    const readiness = startOps(services, metrics, generationDeps.media);
+    const readiness = startOps(services, metrics, generationDeps.media, drift);
+    haltSteps.unshift(() => readiness.drain()); // a balancer stops sending here first
     const routes = apiRoutes(services, generationDeps, opts, cleanups);
     const running = await serveHttp(services, { accessLog: opts.accessLog ?? opts.log, metrics, keys, clientAddress, generationDeps, routes }, cleanups);
     // Started last and stopped first: no job runs against a closing ledger or pool.
@@ -113,7 +131,7 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
       services,
       video: { deps: generationDeps, engine },
       routes,
-      ops: { metrics, readiness },
+      ops: { metrics, readiness, drift },
       // Once: a second call (a test's teardown after its own shutdown) waits for the first.
       close: () =>
         (closing ??= (async () => {
@@ -154,8 +172,24 @@ async function startLimiter(config: Config, log: Logger, opts: GatewayOptions, c
   return limiter;
 }
 
+/** The one fail-stop handler (ledger/fail-stop.ts); its halt runs `haltSteps` in order. */
+function createFailStop(log: Logger, opts: GatewayOptions): { failStop: FailStop; haltSteps: Array<() => unknown> } {
+  const haltSteps: Array<() => unknown> = [];
+  const failStop = new FailStop({
+    log: (msg, fields) => {
+      log.error(msg, fields);
+      log.flush?.();
+    },
+    halt: async () => {
+      for (const step of haltSteps) await step();
+    },
+    exit: opts.exit ?? ((code) => process.exit(code)),
+  });
+  return { failStop, haltSteps };
+}
+
 /** The ledger, key authentication and the escrow over them. */
-async function startLedger(config: Config, dbUrl: string, pool: Pool, state: DeploymentState, log: Logger, cleanups: Cleanups): Promise<{ ledger: Ledger; keys: KeyAuthenticator; escrow: Escrow }> {
+async function startLedger(config: Config, dbUrl: string, pool: Pool, state: DeploymentState, log: Logger, f: { failStop: FailStop; faults: EscrowFaults | undefined }, cleanups: Cleanups): Promise<{ ledger: Ledger; keys: KeyAuthenticator; escrow: Escrow }> {
   const ledgerLog = (msg: string, fields?: object) => log.warn(msg, fields as Record<string, unknown>);
   const ledger = new Ledger(pool, { log: ledgerLog });
   cleanups.push(() => ledger.close());
@@ -171,14 +205,16 @@ async function startLedger(config: Config, dbUrl: string, pool: Pool, state: Dep
     log: ledgerLog,
     onKeyChanged: (keyId) => keys.forgetKey(keyId),
     onSwitchChanged: () => void state.refresh(),
+    failStop: (err) => f.failStop.trip(err),
+    ...(f.faults ? { faults: f.faults } : {}),
   });
   cleanups.push(() => escrow.close());
   return { ledger, keys, escrow };
 }
 
 /** Metrics fed from the escrow and the store, and the readiness check the admin listener serves. */
-function startOps(s: Services, metrics: GatewayMetrics, media: MediaStore): ReadinessCheck {
-  metrics.attach({ escrow: s.escrow, store: { db: s.pool }, storeScrapeMs: s.config.admin.storeScrapeMs });
+function startOps(s: Services, metrics: GatewayMetrics, media: MediaStore, drift: DriftGauge): ReadinessCheck {
+  metrics.attach({ escrow: s.escrow, drift, store: { db: s.pool }, storeScrapeMs: s.config.admin.storeScrapeMs });
   return new ReadinessCheck({
     db: s.pool,
     latestMigration: Math.max(0, ...listMigrations().map((m) => m.version)),
@@ -187,6 +223,14 @@ function startOps(s: Services, metrics: GatewayMetrics, media: MediaStore): Read
     mediaStore: media.check === undefined ? undefined : () => media.check!(),
     timeoutMs: s.config.admin.readyTimeoutMs,
   });
+}
+
+/** The ledger drift gauge (ledger/drift.ts): every instance tries its lock each minute; one runs it. */
+function startDrift(s: Services, opts: GatewayOptions, cleanups: Cleanups): DriftGauge {
+  const drift = new DriftGauge({ pool: s.pool, intervalMs: opts.driftCheckMs ?? DRIFT_CHECK_MS, log: (msg, fields) => s.log.warn(msg, fields) });
+  drift.start();
+  cleanups.push(() => drift.stop());
+  return drift;
 }
 
 /** The /v1 routes: catalogue, account, the text lanes, generations, the OpenAPI document (and a test's extras). */

@@ -64,7 +64,7 @@ async function start(argv: string[], up: Startup): Promise<{ db: Database; log: 
   log.info(config.redis.url ? 'limits: Redis (shared by every instance)' : 'limits: in-process (REDIS_URL unset): serves one instance only');
 
   up.step = 'gateway';
-  const gw = await createGateway(config, { log, video: videoFetch ? { fetch: videoFetch } : {} });
+  const gw = await createGateway(config, { log, video: videoFetch ? { fetch: videoFetch } : {}, exit: (code) => void failStopExit(code, db, log) });
   let admin: AdminServer | undefined;
   let announced = false;
   up.stops.push({ what: 'gateway', run: () => drainAndClose(gw, opsConfig(config, db, announced), admin, log) });
@@ -167,6 +167,20 @@ async function runStops(stops: readonly Stop[], log: Logger | undefined, boundMs
       clearTimeout(timer);
     }
   }
+}
+
+/**
+ * A fail-stop (a broken money rule, ledger/fail-stop.ts) ends here, after the known-good journal is
+ * written: no drain, no lease returned (recovery handles them as after a kill). Only the embedded
+ * store is stopped first (bounded), so the next start finds its data directory clean.
+ */
+async function failStopExit(code: number, db: Database, log: Logger): Promise<never> {
+  process.stderr.write('inkgate: stopped on a broken ledger rule (see the ledger.fail_stop log line); restart to recover\n');
+  log.flush?.();
+  if (db.kind !== 'external') {
+    await Promise.race([db.stop().catch(() => undefined), new Promise((r) => setTimeout(r, FAILED_START_STOP_MS))]);
+  }
+  process.exit(code);
 }
 
 /** SIGINT and SIGTERM run the stops once, newest first, then exit. */

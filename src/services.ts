@@ -5,6 +5,7 @@ import type { Catalog } from './catalog/models.js';
 import type { Config } from './config/config.js';
 import type { DeploymentState } from './deployment/state.js';
 import type { Escrow } from './ledger/escrow.js';
+import type { FailStop } from './ledger/fail-stop.js';
 import type { Ledger } from './ledger/ledger.js';
 import type { RateLimiter } from './limits/rate-limiter.js';
 import type { Pool } from './store/pool.js';
@@ -20,6 +21,11 @@ export interface Services {
   readonly ledger: Ledger;
   /** The text lanes' billing: escrow leases over the ledger. */
   readonly escrow: Escrow;
+  /**
+   * The one fail-stop handler: `trip` on any LedgerAssertionError met around a money move (never
+   * catch one to carry on); `stopped` refuses billed admissions. Absent only in hand-built test services.
+   */
+  readonly failStop?: FailStop;
   readonly log: Logger;
   /** Counters the products feed (time to first token, upstream errors, Ink held and charged). */
   readonly metrics?: GatewayMetrics;

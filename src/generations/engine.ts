@@ -5,6 +5,7 @@
 // rows come back when their leases lapse: another instance (or this one after restart) claims them
 // and resumes (poll), restarts (never-called submit) or fails and refunds (a create whose outcome
 // is unknown) them. Nothing here keeps state another instance needs.
+import { isLedgerAssertion } from '../ledger/assertion.js';
 import type { Services } from '../services.js';
 import type { GenerationDeps } from './deps.js';
 import { ImageRunner } from './images/run.js';
@@ -141,6 +142,8 @@ class Engine implements JobEngine {
       if (row.kind === 'video') await this.runners.video.run(row);
       else if (row.kind === 'image') await this.runners.image.run(row);
     } catch (e) {
+      // A broken money rule stops the instance (fail-stop.ts); the row is claimed again elsewhere.
+      if (isLedgerAssertion(e)) services.failStop?.trip(e);
       // The lease stays until it lapses; the row is then claimed again.
       services.log.warn('jobs.row_failed', { generation: row.id, state: row.state, err: (e as Error).message });
     } finally {

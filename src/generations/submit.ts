@@ -19,6 +19,7 @@
 import { unavailability } from '../catalog/availability.js';
 import type { Catalog } from '../catalog/models.js';
 import { ApiError } from '../errors.js';
+import { stoppedAnswer } from '../ledger/fail-stop.js';
 import type { AuthInfo } from '../server/http-context.js';
 import type { Services } from '../services.js';
 import { withTx } from '../store/pool.js';
@@ -64,6 +65,7 @@ export interface SubmitProduct<R, V extends Validated<R>> {
 export async function submitGeneration<R, V extends Validated<R>>(p: SubmitProduct<R, V>, services: Services, deps: GenerationDeps, input: SubmitInput): Promise<SubmitResult> {
   const { config, pool } = services;
   const { auth } = input;
+  if (services.failStop?.stopped) throw stoppedAnswer();
   const idemKey = input.idempotencyKey;
   assertIdempotencyKey(idemKey);
   const keyed = { keyId: auth.keyId, product: p.product, clock: deps.clock, waitMs: config.jobs.idempotencyWaitMs };

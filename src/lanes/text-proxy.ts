@@ -12,6 +12,8 @@ import type { UsageFrame } from '../accounts/usage-frame.js';
 import type { TextModel } from '../catalog/models.js';
 import type { Lane } from '../deployment/state.js';
 import { ApiError } from '../errors.js';
+import { isLedgerAssertion } from '../ledger/assertion.js';
+import { stoppedAnswer } from '../ledger/fail-stop.js';
 import type { TextBilling } from '../ledger/unbilled.js';
 import type { HttpContext } from '../server/http-context.js';
 import { readJsonObject } from '../server/json-body.js';
@@ -195,8 +197,19 @@ async function moveOrLog(services: Services, requestId: string, what: string, mo
   try {
     await move;
   } catch (e) {
+    violation(services, e);
     services.log.error(`ledger ${what} failed; hold left open for reconciliation`, { request_id: requestId, err: e as Error });
   }
+}
+
+/**
+ * A broken money rule is never caught to carry on: it goes to the fail-stop and on up (the request
+ * ends without a billing answer; the instance stops). Any other error is the caller's to handle.
+ */
+function violation(services: Services, e: unknown): void {
+  if (!isLedgerAssertion(e)) return;
+  services.failStop?.trip(e);
+  throw e;
 }
 
 /**
@@ -213,6 +226,7 @@ function holdOpen(services: Services, ledger: TextBilling, requestId: string, in
  * vendor id (best effort), so reconciliation can match it to the vendor's record.
  */
 async function settleFailed(services: Services, ledger: TextBilling, requestId: string, chargeInk: number, usage: object, vendorRequestId: string | undefined, e: unknown): Promise<void> {
+  violation(services, e);
   services.log.error('settle failed; hold left open for reconciliation', {
     request_id: requestId,
     vendor_request_id: vendorRequestId,
@@ -262,6 +276,7 @@ export function createTextHandler(lane: TextLane, d: TextProxyDeps): (ctx: HttpC
 
   return async (ctx) => {
     const startedMs = performance.now();
+    if (services.failStop?.stopped) throw stoppedAnswer();
     const snap = services.state.current;
     if (!env || !snap.lanes[lane.lane]) {
       throw new ApiError('provider_unavailable', { message: closedMessage, retryAfterS: 300 });
@@ -380,7 +395,15 @@ async function streamThrough(env: ProxyEnv, ctx: HttpContext, req: ParsedTextReq
   tally.end();
   const failure = run.failure;
   if (failure) env.services.metrics?.upstreamError(env.vendor, /time/.test(failure.message) ? 'timeout' : 'stream');
-  const last = await settleStream(env, ctx.requestId, req, tally, failure, frame);
+  let last: string;
+  try {
+    last = await settleStream(env, ctx.requestId, req, tally, failure, frame);
+  } catch (e) {
+    // A broken money rule (the fail-stop has it): the stream still ends, with no charge in it, and
+    // the error goes on up. The hold stays open; recovery keeps it for reconciliation.
+    if (isLedgerAssertion(e)) ctx.end(env.lane.errorFrame('usage_unknown', 'An internal ledger fault stopped this gateway instance; the hold is kept until reconciled.', ctx.requestId, tally));
+    throw e;
+  }
   ctx.end(last === '' ? undefined : last);
 }
 
@@ -432,7 +455,8 @@ function createRelay(env: ProxyEnv, ctx: HttpContext, body: Dispatcher.ResponseD
       const vendorId = storableId(tally.vendorRequestId());
       if (vendorId !== undefined) {
         run.vendorIdRecorded = true;
-        void moveOrLog(services, requestId, 'setVendorRequestId', ledger.setVendorRequestId(requestId, vendorId));
+        // Not awaited: a broken rule met here already went to the fail-stop (moveOrLog), so its rethrow ends here.
+        moveOrLog(services, requestId, 'setVendorRequestId', ledger.setVendorRequestId(requestId, vendorId)).catch(() => undefined);
       }
     }
     if (tally.capped) {

@@ -15,7 +15,8 @@
 import { ApiError, isApiError } from '../errors.js';
 import type { Config } from '../config/config.js';
 import { storeError, type Pool } from '../store/pool.js';
-import { assertLedger, CheckedHold } from './hold.js';
+import { assertLedger, isLedgerAssertion, type LedgerAssertionError } from './assertion.js';
+import { CheckedHold } from './hold.js';
 import type { Hold, Ledger, RecordedUsage, ReserveInput, ResolveResult } from './ledger.js';
 import { checkReserveInput, checkVendorRequestId, usageJson, wholeInk } from './ledger.js';
 import { HoldRate, leaseWantInk, LocalLease } from './lease.js';
@@ -39,6 +40,15 @@ export interface EscrowOptions {
   /** An operator switch changed (heard on the bus): the deployment state re-reads them. */
   readonly onSwitchChanged?: () => void;
   readonly now?: () => Date;
+  /** The one fail-stop handler (fail-stop.ts): told of every broken money rule met here. */
+  readonly failStop?: (err: LedgerAssertionError) => void;
+  /** Test-only ways to break a money rule on purpose; code-only, never read from configuration. */
+  readonly faults?: EscrowFaults;
+}
+
+export interface EscrowFaults {
+  /** The charge the lease is told for this request in place of the hold's (undefined: the true one). */
+  readonly skewLeaseCharge?: (requestId: string, chargeInk: number) => number | undefined;
 }
 
 interface KeyState {
@@ -73,6 +83,7 @@ const ORPHAN_AFTER_MS = 30_000;
 const ALREADY_RESOLVED: ResolveResult = Object.freeze({ resolved: false, reason: 'already_resolved' });
 
 const unavailable = (message: string, cause?: unknown) => new ApiError('provider_unavailable', { message, retryAfterS: 1, cause });
+const HALTED_MESSAGE = 'This gateway instance stopped on an internal ledger fault; retry on another instance.';
 
 
 export class Escrow implements TextBilling {
@@ -87,6 +98,8 @@ export class Escrow implements TextBilling {
   /** Leasing on (config) and not superseded by another start under our instance id. */
   private leasing: boolean;
   private closing = false;
+  /** A money rule broke here: no more holds or moves; the leases are left for recovery. */
+  private halted: LedgerAssertionError | undefined;
   /** The live lease of each key (holds come from it). */
   private readonly byKey = new Map<string, LocalLease>();
   /** Every lease not yet closed, live or draining, by id. */
@@ -122,6 +135,7 @@ export class Escrow implements TextBilling {
       now: this.now,
       log: o.log,
       onEndWritten: (r) => this.endWritten(r),
+      onViolation: (e) => this.violated(e),
     });
   }
 
@@ -158,6 +172,7 @@ export class Escrow implements TextBilling {
   // Admission
 
   async reserve(input: ReserveInput): Promise<Hold> {
+    if (this.halted !== undefined) throw unavailable(HALTED_MESSAGE);
     if (this.closing) throw unavailable('The gateway is shutting down; retry on another instance.');
     if (!this.leasing) return this.exact(input);
     // Checked here as the exact path checks its own: a record the flush cannot write would stop every batch behind it.
@@ -268,7 +283,7 @@ export class Escrow implements TextBilling {
         const deadline = sentMs + this.lc.ttlMs - this.lc.deadlineMarginMs;
         if (refill && current.id === row.lease_id) {
           current.add(row.take_grant_ink, row.take_payg_ink);
-          current.deadlineMs = Math.max(current.deadlineMs, deadline);
+          current.extend(deadline);
           this.stats.refills++;
           return current;
         }
@@ -395,6 +410,7 @@ export class Escrow implements TextBilling {
   // Settlement
 
   async settle(requestId: string, chargeInk: number, details: { usage?: RecordedUsage | object; vendorRequestId?: string } = {}): Promise<ResolveResult> {
+    if (this.halted !== undefined) throw unavailable(HALTED_MESSAGE);
     const a = this.active.get(requestId);
     if (a === undefined) return this.ledger.settle(requestId, chargeInk, details);
     if (a.record.end !== null) return ALREADY_RESOLVED;
@@ -405,15 +421,16 @@ export class Escrow implements TextBilling {
     if (chargeInk > r.holdInk) this.log('ledger.charge_above_hold', { requestId, chargeInk, holdInk: r.holdInk, kind: 'settle' });
     r.usage = usage;
     if (vendorId !== undefined) r.vendorRequestId = vendorId;
-    return this.endInLease(a, 'settle', Math.min(chargeInk, r.holdInk));
+    return this.guard(this.endInLease(a, 'settle', Math.min(chargeInk, r.holdInk)));
   }
 
   async release(requestId: string, reason: string): Promise<ResolveResult> {
+    if (this.halted !== undefined) throw unavailable(HALTED_MESSAGE);
     const a = this.active.get(requestId);
     if (a === undefined) return this.ledger.release(requestId, reason);
     if (a.record.end !== null) return ALREADY_RESOLVED;
     a.record.reason = reason.slice(0, 500);
-    return this.endInLease(a, 'release', 0);
+    return this.guard(this.endInLease(a, 'release', 0));
   }
 
   /**
@@ -425,11 +442,14 @@ export class Escrow implements TextBilling {
     const r = a.record;
     // A text lane settles only what it sent (usage exists only for a dispatched request); it does
     // not report the dispatch apart, so a settle of a hold still `reserved` records it first.
+    // Preconditions first, nothing changed yet: the end is a legal move of the hold, and the lease
+    // would give back exactly what the hold releases, source by source (lease.end refuses otherwise).
+    const o = a.hold.checkEnd(end, chargeInk);
+    const leaseCharge = this.o.faults?.skewLeaseCharge?.(r.requestId, chargeInk) ?? chargeInk;
+    const rest = a.lease.end(r.requestId, r.holdGrantInk, r.holdInk - r.holdGrantInk, leaseCharge, o.releasedGrantInk, o.releasedPaygInk);
     if (end === 'settle' && a.hold.state === 'reserved') a.hold.dispatch();
-    const o = end === 'settle' ? a.hold.settle(chargeInk) : a.hold.release();
-    const rest = a.lease.end(r.holdGrantInk, r.holdInk - r.holdGrantInk, chargeInk, false);
-    // Postcondition: the lease gave back exactly what the hold released, source by source.
-    assertLedger(rest.restGrantInk === o.releasedGrantInk && rest.restPaygInk === o.releasedPaygInk, `hold ${r.requestId}: the lease gave back ${rest.restGrantInk} + ${rest.restPaygInk}, the hold released ${o.releasedGrantInk} + ${o.releasedPaygInk}`);
+    if (end === 'settle') a.hold.settle(chargeInk);
+    else a.hold.release();
     r.restGrantInk = rest.restGrantInk;
     r.restPaygInk = rest.restPaygInk;
     r.end = end;
@@ -443,14 +463,22 @@ export class Escrow implements TextBilling {
 
   /** The hold leaves its lease as a durable open hold (usage_unknown), written before this resolves. */
   async markUsageUnknownEventually(requestId: string, details: { vendorRequestId?: string; reason?: string } = {}): Promise<void> {
+    if (this.halted !== undefined) throw unavailable(HALTED_MESSAGE);
     const a = this.active.get(requestId);
     if (a === undefined) return this.ledger.markUsageUnknownEventually(requestId, details);
     if (a.record.end !== null) return;
+    return this.guard(this.keepInLease(a, details));
+  }
+
+  /** The hold leaves its lease whole (usage unknown); its record is written before this resolves. */
+  private async keepInLease(a: ActiveHold, details: { vendorRequestId?: string; reason?: string }): Promise<void> {
     const r = a.record;
+    const requestId = r.requestId;
     const vendorId = details.vendorRequestId === undefined ? undefined : checkVendorRequestId(details.vendorRequestId);
+    assertLedger(!a.hold.ended, () => `hold ${requestId}: ended as ${a.hold.state}, cannot be left open`, () => a.hold.figures());
+    a.lease.endKept(requestId, r.holdGrantInk, r.holdInk - r.holdGrantInk); // asserts before it changes the lease
     if (a.hold.state === 'reserved') a.hold.dispatch(); // unknown usage is only ever of a request sent
     a.hold.markUnknown();
-    a.lease.end(r.holdGrantInk, r.holdInk - r.holdGrantInk, 0, true);
     r.end = 'unknown';
     if (vendorId !== undefined) r.vendorRequestId = vendorId;
     r.reason = (details.reason ?? 'usage unknown').slice(0, 500);
@@ -459,11 +487,52 @@ export class Escrow implements TextBilling {
   }
 
   async setVendorRequestId(requestId: string, vendorRequestId: string): Promise<void> {
+    if (this.halted !== undefined) return; // bookkeeping only; recovery keeps the hold open either way
     const a = this.active.get(requestId);
     if (a === undefined) return this.ledger.setVendorRequestId(requestId, vendorRequestId);
     a.record.vendorRequestId = checkVendorRequestId(vendorRequestId);
     if (a.hold.state === 'reserved') a.hold.dispatch(); // the vendor answered: the request was sent
     this.journal.touch(a.record);
+  }
+
+  /** A broken money rule met in `move` goes to the fail-stop, then on to the caller: never caught to carry on. */
+  private async guard<T>(move: Promise<T>): Promise<T> {
+    try {
+      return await move;
+    } catch (e) {
+      if (isLedgerAssertion(e)) this.violated(e);
+      throw e;
+    }
+  }
+
+  /** The first broken rule halts this escrow at once (no holds, no renewals) and tells the fail-stop. */
+  private violated(e: LedgerAssertionError): void {
+    if (this.halted === undefined) {
+      this.halted = e;
+      if (this.heartbeat) clearInterval(this.heartbeat);
+    }
+    if (this.o.failStop) this.o.failStop(e);
+    else this.log('ledger.assertion_failed', { err: e.message, figures: e.figures, note: 'no fail-stop handler: moves stopped' });
+  }
+
+  /** True once a broken money rule halted this escrow. */
+  get isHalted(): boolean {
+    return this.halted !== undefined;
+  }
+
+  /**
+   * The fail-stop's halt: writes the journal records known good (bounded) and stops, without
+   * returning a lease or recovering one: they expire and are recovered as after a kill.
+   */
+  async halt(): Promise<void> {
+    this.closing = true;
+    if (this.heartbeat) clearInterval(this.heartbeat);
+    await this.ticking;
+    const written = await this.journal.flushAll(CLOSE_FLUSH_MS);
+    if (!written) this.log('ledger.halt_unwritten', { records: this.journal.pending, note: 'left for lease recovery' });
+    this.journal.close();
+    await this.bus?.close();
+    this.bus = undefined;
   }
 
   private async waitWritten(r: JournalRecord): Promise<void> {
@@ -474,11 +543,11 @@ export class Escrow implements TextBilling {
 
   /** A record's end is in Postgres: a draining lease with nothing left in flight can close. */
   private endWritten(r: JournalRecord): void {
+    if (this.halted !== undefined) return; // the halted picture is not trusted: only the journal is written
     // Until now a second end of the same request was answered here; from now on Postgres answers it.
     if (this.active.get(r.requestId)?.record === r) this.active.delete(r.requestId);
     const lease = this.byId.get(r.leaseId);
     if (lease === undefined) return;
-    lease.unwritten--;
     lease.written(r.restGrantInk, r.restPaygInk);
     if (lease.state === 'draining' && lease.inFlight === 0 && lease.unwritten === 0) void this.retire(lease, 'drained');
   }
@@ -501,7 +570,11 @@ export class Escrow implements TextBilling {
    * everything is written. Safe to call again (the heartbeat does, for leases still draining).
    */
   private retire(lease: LocalLease, why: string): Promise<void> {
-    const p = this.retireOnce(lease, why);
+    if (this.halted !== undefined) return Promise.resolve(); // left for recovery
+    const p = this.retireOnce(lease, why).catch((e: unknown) => {
+      if (!isLedgerAssertion(e)) throw e;
+      this.violated(e);
+    });
     this.returns.add(p);
     void p.finally(() => this.returns.delete(p));
     return p;
@@ -520,21 +593,16 @@ export class Escrow implements TextBilling {
 
   private async retireOnce(lease: LocalLease, why: string): Promise<void> {
     if (lease.state === 'closed') return;
-    if (lease.state === 'live') {
-      lease.state = 'draining';
-      if (this.byKey.get(lease.keyId) === lease) this.byKey.delete(lease.keyId);
-    }
+    if (lease.drain() && this.byKey.get(lease.keyId) === lease) this.byKey.delete(lease.keyId);
     if (lease.returning) return;
     lease.returning = true;
     let done!: () => void;
     lease.returnDone = new Promise<void>((r) => (done = r));
     // Only what Postgres already sees as spare leaves: Ink an ended hold gave back stays until its
     // end is written, so write those ends first (a recall must get everything back, not most).
-    if (lease.pendingGrantInk + lease.pendingPaygInk > 0) await this.journal.flushAll(WRITE_WAIT_MS);
-    const g = Math.max(0, lease.spareGrantInk - lease.pendingGrantInk), p = Math.max(0, lease.sparePaygInk - lease.pendingPaygInk);
+    if (lease.pendingInk > 0) await this.journal.flushAll(WRITE_WAIT_MS);
     const close = lease.inFlight === 0 && lease.unwritten === 0;
-    lease.spareGrantInk -= g;
-    lease.sparePaygInk -= p;
+    const { grantInk: g, paygInk: p } = lease.beginReturn();
     try {
       const r = await this.pool.query<{ result: string }>({
         name: 'ledger_lease_return',
@@ -550,8 +618,7 @@ export class Escrow implements TextBilling {
         this.closeLocal(lease);
       }
     } catch (e) {
-      lease.spareGrantInk += g;
-      lease.sparePaygInk += p;
+      lease.undoReturn(g, p);
       this.log('ledger.lease_return_failed', { lease_id: lease.id, why, err: e as Error });
     } finally {
       lease.returning = false;
@@ -561,7 +628,7 @@ export class Escrow implements TextBilling {
   }
 
   private closeLocal(lease: LocalLease): void {
-    lease.state = 'closed';
+    lease.close();
     this.byId.delete(lease.id);
     if (this.byKey.get(lease.keyId) === lease) this.byKey.delete(lease.keyId);
   }
@@ -572,8 +639,8 @@ export class Escrow implements TextBilling {
     this.leasing = false;
     this.log('ledger.instance_superseded', { instance_id: this.instanceId, epoch: this.epoch });
     for (const lease of this.byId.values()) {
-      lease.deadlineMs = 0;
-      if (lease.state === 'live') lease.state = 'draining';
+      lease.expire();
+      lease.drain();
     }
     this.byKey.clear();
   }
@@ -606,7 +673,7 @@ export class Escrow implements TextBilling {
         }
         const lease = row.lease_id === null ? undefined : this.byId.get(row.lease_id);
         if (lease === undefined) continue;
-        lease.deadlineMs = Math.max(lease.deadlineMs, deadline);
+        lease.extend(deadline);
         if (row.give_up !== null) {
           if (row.give_up === 'key_not_live') this.keyChanged(lease.keyId);
           this.keyState(lease.keyId).edgeUntilMs = performance.now() + this.lc.edgeRetryMs;
@@ -660,6 +727,7 @@ export class Escrow implements TextBilling {
    * every lease returned. What cannot be written in time stays for recovery to find.
    */
   async close(): Promise<void> {
+    if (this.halted !== undefined) return this.halt();
     if (this.closing) return;
     this.closing = true;
     if (this.heartbeat) clearInterval(this.heartbeat);

@@ -11,6 +11,7 @@
 // once it is reached `full` is true and the escrow refuses new admissions (503) rather than let
 // the heap grow while Postgres is away.
 import type { Pool } from '../store/pool.js';
+import { isLedgerAssertion, type LedgerAssertionError } from './assertion.js';
 import type { Product } from './ledger.js';
 
 export type EndKind = 'settle' | 'release' | 'unknown';
@@ -56,6 +57,8 @@ export interface WriteBehindOptions {
   readonly log: (msg: string, fields?: Record<string, unknown>) => void;
   /** Told when a record's end is written (the escrow closes drained leases then). */
   readonly onEndWritten: (r: JournalRecord) => void;
+  /** A broken money rule met while taking in a committed batch: the fail-stop, never a retry. */
+  readonly onViolation?: (e: LedgerAssertionError) => void;
 }
 
 const FLUSH_ARGS = `$1::text, $2::bigint, $3::timestamptz, $4::text[], $5::text[], $6::text[],
@@ -265,8 +268,18 @@ export class WriteBehind {
         const w = r.waiters;
         r.waiters = undefined;
         if (w) for (const f of w) f();
-        this.o.onEndWritten(r);
+        this.ended(r);
       }
+    }
+  }
+
+  /** Tells the escrow an end is written; a broken rule there goes to the fail-stop, the batch's other records still count. */
+  private ended(r: JournalRecord): void {
+    try {
+      this.o.onEndWritten(r);
+    } catch (e) {
+      if (!isLedgerAssertion(e) || this.o.onViolation === undefined) throw e;
+      this.o.onViolation(e);
     }
   }
 

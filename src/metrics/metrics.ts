@@ -27,8 +27,14 @@ export interface EscrowFigures {
   };
 }
 
+/** The drift gauge's last run (ledger/drift.ts). */
+export interface DriftSource {
+  readonly figures: { readonly leader: boolean; readonly driftAccounts: number; readonly staleHolds: number; readonly expiredLeases: number; readonly lastCheckS: number };
+}
+
 export interface MetricsSources {
   escrow?: EscrowFigures;
+  drift?: DriftSource;
   store?: StoreFigures;
   /** Reads store-wide figures at most this often (ms). */
   storeScrapeMs?: number;
@@ -74,7 +80,19 @@ export class GatewayMetrics {
       counter('inkgate_ledger_lease_holds_total', 'Holds served from a lease in memory.', () => e.stats.leaseHolds);
       counter('inkgate_ledger_exact_holds_total', 'Holds taken on the exact path (a durable move each: lease off, near the floor or at an edge).', () => e.stats.exactHolds);
     }
+    if (src.drift) this.attachDrift(src.drift);
     if (src.store) for (const m of storeMetrics(src.store, src.storeScrapeMs ?? 5000)) this.registry.registerMetric(m as unknown as Gauge);
+  }
+
+  /** The drift gauge's figures; only the instance with `inkgate_ledger_drift_leader` 1 runs it (alert on the max over instances). */
+  private attachDrift(d: DriftSource): void {
+    const gauge = (name: string, help: string, read: () => number) =>
+      new Gauge({ name, help, registers: [this.registry], collect() { this.set(read()); } });
+    gauge('inkgate_ledger_drift_leader', '1 on the instance that holds the lock and runs the ledger drift checks, else 0.', () => (d.figures.leader ? 1 : 0));
+    gauge('inkgate_ledger_drift_accounts', 'Wallets touched since the previous drift check that break conservation or whose leased or held pools disagree with their leases and holds.', () => d.figures.driftAccounts);
+    gauge('inkgate_ledger_stale_holds', 'Holds open for more than a day (reconciliation owed).', () => d.figures.staleHolds);
+    gauge('inkgate_ledger_expired_leases', 'Live leases more than a minute past their expiry (recovery is not running).', () => d.figures.expiredLeases);
+    gauge('inkgate_ledger_drift_last_check_timestamp_seconds', 'Unix time of the last completed drift check on this instance (0: none).', () => d.figures.lastCheckS);
   }
 
   /** A stream's first byte reached the client. */

@@ -72,6 +72,23 @@ t.test('amounts that break the rules are refused', async (t) => {
 
 t.test('a hold has no way back to reserved: its only moves are dispatch, settle, release and markUnknown', async (t) => {
   const methods = Object.getOwnPropertyNames(CheckedHold.prototype).filter((n) => n !== 'constructor' && typeof Object.getOwnPropertyDescriptor(CheckedHold.prototype, n)?.value === 'function');
-  t.same(methods.filter((n) => !['move', 'outcome'].includes(n)).sort(), ['dispatch', 'markUnknown', 'release', 'settle']);
+  // checkEnd and figures read the hold and move nothing (checked below); assertMove and outcome are private checks.
+  t.same(methods.filter((n) => !['assertMove', 'outcome', 'checkEnd', 'figures'].includes(n)).sort(), ['dispatch', 'markUnknown', 'release', 'settle']);
   for (const from of STATES) t.equal(holdIn(from).state, from, `${from} reached only forwards from reserved`);
+});
+
+t.test('checkEnd asserts an end without making it', async (t) => {
+  for (const from of STATES) {
+    const h = holdIn(from);
+    const legalSettle = from === 'reserved' || from === 'dispatched';
+    if (legalSettle) t.same(h.checkEnd('settle', 3), { chargedInk: 3, releasedInk: 7, chargedGrantInk: 3, releasedGrantInk: 1, releasedPaygInk: 6 });
+    else t.throws(() => h.checkEnd('settle', 3), LedgerAssertionError, `${from}: no settle`);
+    if (LEGAL.has(`${from}>released`)) t.equal(h.checkEnd('release', 0).releasedInk, 10);
+    else t.throws(() => h.checkEnd('release', 0), LedgerAssertionError, `${from}: no release`);
+    t.equal(h.state, from, `${from}: checkEnd moved nothing`);
+  }
+  t.throws(() => holdIn('dispatched').checkEnd('release', 1), LedgerAssertionError, 'a release that charges');
+  t.throws(() => holdIn('dispatched').checkEnd('settle', 11), LedgerAssertionError, 'a charge above the hold');
+  const e = t.throws(() => holdIn('dispatched').checkEnd('settle', 11)) as unknown as LedgerAssertionError;
+  t.match(e.figures, { request_id: 'req_t', hold_ink: 10, charge_ink: 11 }, 'the violation carries its figures');
 });
