@@ -155,3 +155,19 @@ export async function recordingProxy(t: Test, port: number): Promise<{ endpoint:
   );
   return { endpoint: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, seen };
 }
+
+/**
+ * Puts s3rver's key pair in the standard AWS variables for the rest of the test (the CLI and child
+ * gateways take credentials from the SDK's chain, as in production), and restores them after.
+ */
+export function useS3CredentialsInEnv(t: Test): void {
+  const saved = { id: process.env.AWS_ACCESS_KEY_ID, secret: process.env.AWS_SECRET_ACCESS_KEY };
+  process.env.AWS_ACCESS_KEY_ID = S3_CREDENTIALS.accessKeyId;
+  process.env.AWS_SECRET_ACCESS_KEY = S3_CREDENTIALS.secretAccessKey;
+  t.teardown(() => {
+    for (const [k, v] of [['AWS_ACCESS_KEY_ID', saved.id], ['AWS_SECRET_ACCESS_KEY', saved.secret]] as const) {
+      if (v === undefined) delete process.env[k];
+      else process.env[k] = v;
+    }
+  });
+}

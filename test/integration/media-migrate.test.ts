@@ -9,7 +9,7 @@ import { loadConfig, type Config } from '../../src/config/config.js';
 import { resultKey } from '../../src/generations/video/run.js';
 import { SAMPLE_MP4_PATH } from '../../src/simulators/ark/simulator.js';
 import { readAll } from '../helpers/media-store-contract.js';
-import { S3_CREDENTIALS, startS3 } from '../helpers/s3-server.js';
+import { startS3, useS3CredentialsInEnv } from '../helpers/s3-server.js';
 import { runToEnd, startVideoHarness } from './video-harness.js';
 
 const fixture = readFileSync(SAMPLE_MP4_PATH);
@@ -23,15 +23,7 @@ async function cli(cfg: Config, ...argv: string[]): Promise<{ code: number; out:
 
 t.test('media migrate --to s3 copies live results, skips them the second time, and --dry-run writes nothing', async (t) => {
   // The CLI takes its S3 credentials from the AWS SDK's chain, as in production: here, the variables.
-  const saved = { id: process.env.AWS_ACCESS_KEY_ID, secret: process.env.AWS_SECRET_ACCESS_KEY };
-  process.env.AWS_ACCESS_KEY_ID = S3_CREDENTIALS.accessKeyId;
-  process.env.AWS_SECRET_ACCESS_KEY = S3_CREDENTIALS.secretAccessKey;
-  t.teardown(() => {
-    for (const [k, v] of [['AWS_ACCESS_KEY_ID', saved.id], ['AWS_SECRET_ACCESS_KEY', saved.secret]] as const) {
-      if (v === undefined) delete process.env[k];
-      else process.env[k] = v;
-    }
-  });
+  useS3CredentialsInEnv(t);
   const s3 = await startS3(t);
   await s3.createBucket('migrated');
   const h = await startVideoHarness(t);

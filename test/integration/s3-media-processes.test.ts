@@ -17,20 +17,12 @@ import { startGeminiSimulator } from '../../src/simulators/gemini/simulator.js';
 import { signedMediaLink } from '../../src/media/signed-link.js';
 import { testDb } from '../helpers/db.js';
 import { startGatewayProcess } from '../helpers/gateway-process.js';
-import { S3_CREDENTIALS, startS3 } from '../helpers/s3-server.js';
+import { startS3, useS3CredentialsInEnv } from '../helpers/s3-server.js';
 import { startTcpProxy } from '../helpers/tcp-proxy.js';
 
 t.test('two processes, one bucket: both serve what is in it; readiness follows the store', async (t) => {
   // The children inherit the environment: their S3 client finds these in the SDK's chain.
-  const saved = { id: process.env.AWS_ACCESS_KEY_ID, secret: process.env.AWS_SECRET_ACCESS_KEY };
-  process.env.AWS_ACCESS_KEY_ID = S3_CREDENTIALS.accessKeyId;
-  process.env.AWS_SECRET_ACCESS_KEY = S3_CREDENTIALS.secretAccessKey;
-  t.teardown(() => {
-    for (const [k, v] of [['AWS_ACCESS_KEY_ID', saved.id], ['AWS_SECRET_ACCESS_KEY', saved.secret]] as const) {
-      if (v === undefined) delete process.env[k];
-      else process.env[k] = v;
-    }
-  });
+  useS3CredentialsInEnv(t);
   const s3 = await startS3(t);
   await s3.createBucket('procs');
   const proxy = await startTcpProxy('127.0.0.1', s3.port);
@@ -72,15 +64,7 @@ t.test('two processes, one bucket: both serve what is in it; readiness follows t
 });
 
 t.test('two processes, one bucket: an image submitted on one is polled and downloaded, whole and by range, through the other', async (t) => {
-  const saved = { id: process.env.AWS_ACCESS_KEY_ID, secret: process.env.AWS_SECRET_ACCESS_KEY };
-  process.env.AWS_ACCESS_KEY_ID = S3_CREDENTIALS.accessKeyId;
-  process.env.AWS_SECRET_ACCESS_KEY = S3_CREDENTIALS.secretAccessKey;
-  t.teardown(() => {
-    for (const [k, v] of [['AWS_ACCESS_KEY_ID', saved.id], ['AWS_SECRET_ACCESS_KEY', saved.secret]] as const) {
-      if (v === undefined) delete process.env[k];
-      else process.env[k] = v;
-    }
-  });
+  useS3CredentialsInEnv(t);
   const s3 = await startS3(t);
   await s3.createBucket('images');
   const gemini = await startGeminiSimulator();
