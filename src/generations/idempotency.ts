@@ -1,13 +1,13 @@
 // Idempotency-Key claims for asynchronous generation submits (table idempotency_keys, migrations
 // 010 and 013), shared by video and image submits. One claim per (API key, product,
 // Idempotency-Key) within 24 hours. A repeated submit gets the original 202 whatever its body
-// (spec: "returns the original 202 body"; "a new intent needs a new key").
+// (docs/api/video.md: it returns the original 202 body; a new intent needs a new key).
 import { ApiError } from '../errors.js';
 import type { Product } from '../ledger/ledger.js';
 import type { Queryable } from '../store/pool.js';
 import { getGeneration, type GenerationRow } from './store.js';
 
-/** The header's allowed form (spec: 1 to 128 of [A-Za-z0-9._:-]). */
+/** The header's allowed form (docs/api/video.md: 1 to 128 of [A-Za-z0-9._:-]). */
 export const IDEMPOTENCY_KEY_RE = /^[A-Za-z0-9._:-]{1,128}$/;
 
 /** Throws 400 invalid_idempotency_key for a header outside the allowed form. */
@@ -80,7 +80,7 @@ const IN_USE_MAX_PAUSE_MS = 250;
 /**
  * The key's state, waiting while another submit holds it (it is being admitted right now) for up
  * to `waitMs` of real time, so that a duplicate sent during the first one's admission gets the
- * first one's answer (spec: a repeated submit returns the original 202 body) instead of a 409 the
+ * first one's answer (docs/api/video.md: a repeated submit returns the original 202 body) instead of a 409 the
  * client would have to retry. Looks at the key with growing pauses (a few dozen queries at most).
  */
 async function settledKeyState(q: Queryable, keyId: string, product: IdempotencyProduct, idemKey: string, clock: () => number, waitMs: number): Promise<KeyState> {

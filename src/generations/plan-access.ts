@@ -1,5 +1,5 @@
-// Who may submit generations, and how many a day (spec, Authentication 7: "Video requires a paid tier
-// or pay-as-you-go Ink, otherwise 403 tier_gated"). A plan that includes generations uses its own
+// Who may submit generations, and how many a day (docs/api/authentication.md: video
+// requires a paid tier or pay-as-you-go Ink, otherwise 403 tier_gated). A plan that includes generations uses its own
 // daily cap; an account on a plan without them that has completed an Ink top-up (pay-as-you-go)
 // may generate too, up to `jobs.paygDailyCap` a day. Images follow the same access rule.
 import { ApiError } from '../errors.js';

@@ -120,7 +120,7 @@ function retryAfterOf(headers: Dispatcher.ResponseData['headers'], fallbackS: nu
 const PROMPT_TOO_LONG = /prompt is too long|context[_ ]length|maximum context|too many (input )?tokens|input exceeds/i;
 
 /**
- * Maps a vendor refusal to the spec's answer and says whether the hold goes back. `promptParam`
+ * Maps a vendor refusal to the documented answer (docs/api/errors.md) and says whether the hold goes back. `promptParam`
  * names the lane's prompt field for the 413 (`messages`, `input`).
  */
 export function mapVendorStatus(
@@ -130,11 +130,11 @@ export function mapVendorStatus(
   promptParam: string,
 ): { error: ApiError; release: boolean } {
   const msg = vendorMessage(text);
-  // The vendor's own "prompt is too long" is the spec's 413: we never refuse first on a guess.
+  // The vendor's own "prompt is too long" is our 413 (docs/api/errors.md): we never refuse first on a guess.
   if ((status === 400 || status === 422) && PROMPT_TOO_LONG.test(msg)) {
     return { error: new ApiError('payload_too_large', { message: `The prompt is longer than the model's context: ${msg}`, param: promptParam }), release: true };
   }
-  // Its gateway refusing before running (spec: its 400, 404, 413, 415, 422) is the client's to fix.
+  // Its gateway refusing before running (docs/api/errors.md: its 400, 404, 413, 415, 422) is the client's to fix.
   if (status === 400 || status === 404 || status === 413 || status === 415 || status === 422) {
     return { error: new ApiError('upstream_rejected', { message: msg }), release: true };
   }

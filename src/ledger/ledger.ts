@@ -1,6 +1,6 @@
 // The Ink ledger: reserve before a request runs, then settle, release or refund exactly once.
 //
-// Money rules (spec "What the service does" 4-5, "Hold and refund rules"; docs/ledger.md):
+// Money rules (docs/api/billing.md, docs/ledger.md):
 // - Amounts are whole Ink (BIGINT). The ledger never prices anything: callers pass whole-Ink holds
 //   and charges (src/catalog/pricing.ts does the rounding).
 // - Reserve takes from the period grant first, then pay-as-you-go; the hold records its split.
@@ -332,7 +332,7 @@ function returnItem(kind: 'release' | 'refund', requestId: string, reason: strin
 const overloaded = (cause: Error) =>
   new ApiError('provider_unavailable', { message: 'The ledger is overloaded; retry after Retry-After.', retryAfterS: 1, cause });
 
-/** The caller's answer for one reserve row: the hold, or the error the spec names. */
+/** The caller's answer for one reserve row: the hold, or the error docs/api/errors.md names. */
 function reserveOutcome(input: ReserveInput, row: ReserveRow | Error): Hold {
   if (row instanceof Error) {
     if (row.name === 'QueueFullError') throw overloaded(row);

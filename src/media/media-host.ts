@@ -1,5 +1,5 @@
-// The media host: answers GET (and HEAD) /media/<key>?exp=..&n=..&sig=.. (spec: signed links are authenticated by
-// their signature alone, no API key). Transport-free: it returns what to send, and
+// The media host: answers GET (and HEAD) /media/<key>?exp=..&n=..&sig=.. (docs/api/media.md: signed links are
+// authenticated by their signature alone, no API key). Transport-free: it returns what to send, and
 // writeMediaResponse streams it into any sink with backpressure (the server adapts uWS to MediaSink).
 import type { Readable } from 'node:stream';
 import { ERRORS } from '../errors.js';

@@ -1,13 +1,13 @@
-// Signed media links (spec "Authentication" 8: authenticated by their signature alone; "Limits":
-// valid 15 minutes). sig = base64url(HMAC-SHA256(secret, path + '\n' + exp + '\n' + n)), where n
-// is a random nonce, so every read of a generation gives a fresh link (spec: "reading the
-// generation again yields a fresh link"; with exp alone, two reads in the same second gave the
+// Signed media links (docs/api/media.md: authenticated by their signature alone, valid 15
+// minutes). sig = base64url(HMAC-SHA256(secret, path + '\n' + exp + '\n' + n)), where n
+// is a random nonce, so every read of a generation gives a fresh link (docs/api/media.md:
+// reading the generation again yields a fresh link; with exp alone, two reads in the same second gave the
 // same one). A link without n (the form before the nonce) is HMAC(path + '\n' + exp). The newline
 // cannot occur in a path we sign and exp is digits, so no two (path, exp, n) collide. Time is
 // always passed in (no clock read here), so tests and callers control it.
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 
-/** Spec "Limits": a signed link is valid 15 minutes. */
+/** A signed link is valid 15 minutes (docs/api/media.md). */
 export const MEDIA_LINK_TTL_S = 15 * 60;
 /** The media host serves paths under this prefix; the rest of the path is the media-store key. */
 export const MEDIA_PATH_PREFIX = '/media/';

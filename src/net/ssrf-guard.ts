@@ -4,7 +4,7 @@
 import { isIP } from 'node:net';
 import { ApiError } from '../errors.js';
 
-/** Spec "Limits": URLs are at most 2,048 characters. */
+/** URLs are at most 2,048 characters (docs/api/video.md, docs/api/errors.md). */
 export const MAX_URL_CHARS = 2048;
 
 interface Rule {

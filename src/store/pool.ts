@@ -75,7 +75,7 @@ export function isStoreUnavailable(err: unknown): boolean {
   );
 }
 
-/** Maps store outages to the spec's 503 (admission could not be completed); rethrows the rest. */
+/** Maps store outages to the documented 503 (docs/api/errors.md) (admission could not be completed); rethrows the rest. */
 export function storeError(err: unknown): never {
   if (isStoreUnavailable(err)) {
     throw new ApiError('provider_unavailable', {

@@ -1,4 +1,4 @@
-// Request bodies (spec "Conventions" 2), on each HTTP engine: content type, JSON, caps enforced while the body
+// Request bodies (docs/api/conventions.md), on each HTTP engine: content type, JSON, caps enforced while the body
 // streams in, hostile JSON. Driven against a real gateway with a test route that echoes what it parsed.
 import { connect } from 'node:net';
 import { Readable } from 'node:stream';

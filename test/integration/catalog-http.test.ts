@@ -1,4 +1,4 @@
-// GET /v1/models and /v1/models/{id} over HTTP: public, cards per the spec tables, availability
+// GET /v1/models and /v1/models/{id} over HTTP: public, cards per docs/api/models.md's tables, availability
 // following lane, vendor configuration and pauses, both published video price sets.
 import t from 'tap';
 import { pauseModel, resumeModel, setLane } from '../../src/deployment/state.js';

@@ -1,4 +1,4 @@
-// Spec "Conventions shared by all endpoints", "Error object", "Authentication": driven over HTTP.
+// docs/api/conventions.md, the error object (docs/api/errors.md), authentication: driven over HTTP.
 import t, { type Test } from "tap";
 import { Client } from 'undici';
 import { startTestGateway, type Reply } from '../helpers/gateway.js';

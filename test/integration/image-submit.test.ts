@@ -90,7 +90,7 @@ check('Idempotency-Key: a retry replays the same generation; one hold, one vendo
   t.equal(late.json.id, first.json.id, 'a retry after it finished still names the same generation');
   t.equal(late.json.status, 'queued', 'the replay is the original 202 body');
   t.equal((await h.get(key, first.json.id)).json.status, 'succeeded');
-  // Another body under the same key: still the original 202 (spec: a new intent needs a new key).
+  // Another body under the same key: still the original 202 (docs/api/video.md: a new intent needs a new key).
   const other = await h.submit(key, { ...body, prompt: 'another', size: '1K' }, { 'idempotency-key': 'img-1' });
   t.equal(other.status, 202);
   t.equal(other.headers['idempotent-replayed'], 'true');

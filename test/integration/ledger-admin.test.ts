@@ -97,7 +97,7 @@ t.test('reconcile prices token records at the request model, takes charge_ink as
   writeFileSync(
     good,
     [
-      // The spec's worked checks: 10,000 input + 2,000 output is 11 Ink on opus, 5 on sonnet.
+      // The published worked checks (docs/api/billing.md): 10,000 input + 2,000 output is 11 Ink on opus, 5 on sonnet.
       '{"vendor_request_id":"msg_opus","input_tokens":10000,"output_tokens":2000}',
       '',
       '{"vendor_request_id":"msg_sonnet","input_tokens":10000,"output_tokens":2000,"cache_read_tokens":0}',

@@ -1,4 +1,4 @@
-// GET /v1/me: the spec's Account table, and key lifecycle (revocation, expiry) on the very next request.
+// GET /v1/me: the account object of docs/api/me.md, and key lifecycle (revocation, expiry) on the very next request.
 import t from 'tap';
 import { createAccount, createKey, revokeKey } from '../../src/accounts/accounts.js';
 import { startTestGateway } from '../helpers/gateway.js';

@@ -128,7 +128,7 @@ t.test('tool use round trip sends thinking blocks back unchanged', async (t) => 
   await invariant();
 });
 
-t.test('validation answers with the spec codes, before any hold or vendor call', async (t) => {
+t.test('validation answers with the documented codes, before any hold or vendor call', async (t) => {
   const { g, k, sim, invariant } = await setup(t);
   const before = sim.requestCount;
   const cases: Array<[unknown, number, string, string?]> = [
@@ -223,7 +223,7 @@ t.test('vendor refusals: upstream_rejected / 413 release the hold; capacity is 5
   t.equal(huge.json.error.code, 'payload_too_large');
   t.equal(huge.json.error.param, 'messages');
   const gw413 = await post(g, k.key, { model: 'sonnet', max_tokens: 20, messages: user('x [[sim:status=413]]') });
-  t.equal(gw413.status, 400, "the vendor gateway's own 413 is upstream_rejected (spec, Messages codes)");
+  t.equal(gw413.status, 400, "the vendor gateway's own 413 is upstream_rejected (docs/api/messages.md)");
   t.equal(gw413.json.error.code, 'upstream_rejected');
   const billing = await post(g, k.key, { model: 'sonnet', max_tokens: 20, messages: user('x [[sim:status=402]]') });
   t.equal(billing.status, 502, "our vendor account's billing problem is not the client's");

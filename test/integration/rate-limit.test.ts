@@ -1,4 +1,4 @@
-// Spec "Limits": N per minute per key on every /v1 route, 429 with Retry-After; the limiter down
+// docs/api/rate-limits.md: N per minute per key on every /v1 route, 429 with Retry-After; the limiter down
 // answers 503 rate_limiter_unavailable with Retry-After: 5 within 300 ms; public routes per address.
 import t from 'tap';
 import { startTestGateway } from '../helpers/gateway.js';

@@ -15,7 +15,7 @@ import { redisOptions } from '../../src/limits/redis-client.js';
 import { RedisServerMissingError, envRedisUrl, startPrivateRedis, type PrivateRedis } from '../helpers/redis-server.js';
 
 const COMMAND_TIMEOUT_MS = 200; // config/default.json
-const BUDGET_MS = 300; // spec: 503 within 300 ms
+const BUDGET_MS = 300; // docs/api/rate-limits.md: 503 within 300 ms
 
 let server: PrivateRedis | null = null;
 let url = '';

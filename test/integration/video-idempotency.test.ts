@@ -36,7 +36,7 @@ check('same key, same body: the original 202 body with Idempotent-Replayed, no s
   t.equal((await walletOf(h, accountId)).held, first.json.ink_reserved);
 });
 
-check('same key, different body: the original 202 (spec: a new intent needs a new key)', async (t) => {
+check('same key, different body: the original 202 (docs/api/video.md: a new intent needs a new key)', async (t) => {
   const { key, accountId } = await h.funded(1_000);
   const first = await h.submit(key, body, { 'idempotency-key': 'k-1' });
   t.equal(first.status, 202);

@@ -45,7 +45,7 @@ check('submit -> queued -> running -> succeeded: stored, linked, settled', async
   t.same(Object.keys(g), ['id', 'object', 'status', 'model', 'created_at', 'ink_reserved', 'usd_payg_reserved', 'request']);
   t.equal(g.object, 'video.generation');
   t.equal(g.status, 'queued');
-  t.equal(g.ink_reserved, 121, 'clip-2.0-fast, 10 s at 720p: 121 Ink (spec worked check)');
+  t.equal(g.ink_reserved, 121, 'clip-2.0-fast, 10 s at 720p: 121 Ink (the published worked check)');
   t.equal(g.ink_reserved, videoClipInk('clip-2.0-fast', '720p', 10, priceSet));
   t.equal(g.usd_payg_reserved, 1.21);
   t.same(g.request, { model: 'clip-2.0-fast', prompt: 'a red fox in snow', aspect_ratio: '16:9', resolution: '720p', duration: 10, generate_audio: true, metadata: { order: 'A-17', z: 1, a: 2 } });

@@ -1,7 +1,7 @@
 // Hostile input against every route. Part 1 drives generated bodies, headers, methods and
 // paths (fast-check) through a real gateway whose text lanes point at the vendor simulators; part 2
 // abuses the public listener over raw sockets, on each HTTP engine. Invariants: never a 5xx (except the lane-closed 503 of
-// video/images), every error in the spec's envelope, never a hold left open, never Ink moved by a 4xx.
+// video/images), every error in the documented envelope, never a hold left open, never Ink moved by a 4xx.
 import assert from 'node:assert/strict';
 import type { Socket } from 'node:net';
 import fc from 'fast-check';

@@ -1,7 +1,7 @@
 // Vendor faults on the job products, injected by our own HTTP-aware fault proxy
 // (test/helpers/fault-proxy.ts) between inkgate and the Ark (video) and Gemini (image) simulators.
 // The text lanes have their own suite (vendor-faults.test.ts); here each fault hits one of the
-// three vendor calls the job engine makes, and must end in the answer the spec and README give:
+// three vendor calls the job engine makes, and must end in the answer docs/api/ and the README give:
 //
 //   video create (inside POST /v1/video/generations, before the 202)
 //     connection refused, reset, stall, garbage      -> 503 provider_unavailable, hold released, row voided

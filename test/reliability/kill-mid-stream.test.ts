@@ -176,7 +176,7 @@ t.test('SIGKILL mid-stream on both text lanes: holds open after restart, reconci
   // match only if the gateway wrote those ids on the request before it died.
   const first = await cli('reconcile', '--file', file, '--older-than-s', '0');
   t.equal(first.records_read, 2);
-  // What the spec asks (Events 4, Hold and refund rules 6): the vendor's record reconciles the
+  // What docs/api/billing.md asks (unknown usage keeps the hold): the vendor's record reconciles the
   // hold. Checked and reported, but marked TODO until the lane records the vendor id as soon as
   // the stream names it: today src/lanes/text-proxy.ts writes vendor_request_id only when the
   // stream ends (settle / markUsageUnknown), so a killed stream leaves it NULL and no record matches.

@@ -34,7 +34,7 @@ const FUNDS_INK = 20_000;
 /** Per content delta (stream) or per output token before the body (non-stream): the vendor is still busy when we freeze. */
 const PACE_MS = 30;
 const REPLY_TOKENS = 30;
-/** Spec: Redis down answers 503 within 300 ms. */
+/** Redis down answers 503 within 300 ms (docs/api/rate-limits.md). */
 const REDIS_BUDGET_MS = 300;
 const POLL_DEADLINE_MS = 5_000;
 const MODEL = 'assistant-sonnet-5';

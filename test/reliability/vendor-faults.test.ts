@@ -1,6 +1,7 @@
 // Vendor faults on both text lanes, injected by our own HTTP-aware fault proxy between inkgate and
-// the vendor simulators (test/helpers/fault-proxy.ts). Each fault must end in the spec's answer
-// with the right hold outcome (spec "Errors", "Hold and refund rules", "Events" 4):
+// the vendor simulators (test/helpers/fault-proxy.ts). Each fault must end in the documented answer
+// with the right hold outcome (docs/api/errors.md, docs/api/billing.md, the streaming failures of
+// docs/api/messages.md):
 //   refused (never sent)                 -> 503 provider_unavailable, hold released
 //   reset / stall / garbage / truncated  -> 502 provider_error (before the stream's headers), or
 //     after dispatch                        a final `event: error` code usage_unknown (stream);

@@ -1,4 +1,4 @@
-// The catalogue file and the public cards, field by field against the spec's card tables.
+// The catalogue file and the public cards, field by field against docs/api/models.md's card tables.
 import t, { type Test } from 'tap';
 import { readFileSync } from 'node:fs';
 import { createCardBuilder, modelCard, type ImageCard, type TextCard, type VideoCard } from '../../src/catalog/cards.js';
@@ -9,7 +9,7 @@ const catalog = defaultCatalog();
 const allOn = () => true;
 const rawModels = () => JSON.parse(readFileSync(MODELS_FILE, 'utf8')) as Record<string, Record<string, unknown>[]>;
 
-/** interface.md, Pricing and rounding: per-second Ink as published and the 5-second clip. */
+/** The published per-second Ink and the 5-second clip (docs/api/billing.md). */
 const PUBLISHED: Record<VideoPriceSet, Record<string, Record<string, [number, number]>>> = {
   billing: {
     'clip-2.5': { '480p': [10.2, 52], '720p': [22.9, 115], '1080p': [56.8, 284] },
@@ -23,7 +23,7 @@ const PUBLISHED: Record<VideoPriceSet, Record<string, Record<string, [number, nu
   },
 };
 
-/** interface.md, Model card (video): catalogue values per model. */
+/** The published video model cards: catalogue values per model (docs/api/models.md). */
 const VIDEO_VALUES = {
   'clip-2.5': { label: 'Clip 2.5', resolutions: ['480p', '720p', '1080p'], duration: { min: 4, max: 30 }, refs: { total: 50, images: 30, videos: 10, audio: 10 } },
   'clip-2.0': { label: 'Clip 2.0', resolutions: ['480p', '720p', '1080p'], duration: { min: 4, max: 15 }, refs: { total: 12, images: 9, videos: 3, audio: 3 } },
@@ -67,7 +67,7 @@ t.test('the catalogue loads and resolves ids and aliases', async (t) => {
   t.match(catalog.video('clip-2.0')!.vendorModel, /seedance/);
 });
 
-t.test('video cards: every field of the spec table, both price sets', async (t) => {
+t.test('video cards: every field of the published table, both price sets', async (t) => {
   for (const set of ['billing', 'catalogue'] as const) {
     const cards = createCardBuilder(catalog, set);
     for (const [id, want] of Object.entries(VIDEO_VALUES)) {
@@ -110,7 +110,7 @@ t.test('video cards: every field of the spec table, both price sets', async (t) 
   t.match(json, /"usd_payg_per_second":\{"480p":0\.102,"720p":0\.229,"1080p":0\.568\}/);
 });
 
-t.test('text cards: every field of the spec table', async (t) => {
+t.test('text cards: every field of the published table', async (t) => {
   const cards = createCardBuilder(catalog, 'billing');
   for (const [id, want] of Object.entries(TEXT_VALUES)) {
     const card = cards.get(id, allOn) as TextCard;

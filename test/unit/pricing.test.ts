@@ -1,5 +1,5 @@
-// Pricing math against the spec's published figures and worked checks. Expected figures are the
-// spec's (typed in here from interface.md); rates are read from config/models.json, so a changed
+// Pricing math against the published figures and worked checks (docs/api/billing.md,
+// docs/api/models.md), typed in here; rates are read from config/models.json, so a changed
 // rate that no longer reproduces a published figure fails here.
 import t from 'tap';
 import fc from 'fast-check';
@@ -25,7 +25,7 @@ import {
 
 const catalog = defaultCatalog();
 
-/** interface.md, Limits > Pricing and rounding: [per-second Ink as published, 5-second clip Ink]. */
+/** The published per-second Ink and 5-second clip Ink (docs/api/billing.md). */
 const PUBLISHED_VIDEO: Record<VideoPriceSet, Record<string, Partial<Record<VideoResolution, [number, number]>>>> = {
   billing: {
     'clip-2.5': { '480p': [10.2, 52], '720p': [22.9, 115], '1080p': [56.8, 284] },
@@ -39,7 +39,7 @@ const PUBLISHED_VIDEO: Record<VideoPriceSet, Record<string, Partial<Record<Video
   },
 };
 
-/** interface.md text table: Ink per million tokens [input, output, cache read, cache write]. */
+/** The published text prices: Ink per million tokens [input, output, cache read, cache write] (docs/api/models.md). */
 const PUBLISHED_TEXT: Record<string, [number, number, number, number]> = {
   'text-6-astra': [375, 1875, 38, 469],
   'assistant-fable-5-1': [1063, 5313, 27, 2125],
@@ -59,7 +59,7 @@ const textModels = catalog.models.filter((m): m is TextModel => m.type === 'text
 const messagesModels = textModels.filter((m) => m.protocol === 'anthropic-messages');
 const astra = catalog.text('text-6-astra')!;
 
-t.test('spec worked checks', async (t) => {
+t.test('published worked checks', async (t) => {
   t.equal(textChargeInk('text-6-astra', usage(10_000, 2_000)), 8, 'text-6-astra 10k in + 2k out = 8 Ink');
   t.equal(textChargeInk('assistant-opus-5', usage(10_000, 2_000)), 11, 'opus = 11 Ink');
   t.equal(textChargeInk('assistant-sonnet-5', usage(10_000, 2_000)), 5, 'sonnet = 5 Ink');

@@ -1,4 +1,4 @@
-// Video submit validation against the spec's request table and "Video submit codes": every code
+// Video submit validation against docs/api/video.md's request table and submit codes: every code
 // with its `param`, the defaults, the normalised request, and the documented order of checks.
 import t from 'tap';
 import { defaultCatalog } from '../../src/catalog/models.js';

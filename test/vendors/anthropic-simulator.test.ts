@@ -473,7 +473,7 @@ t.test('protocol checks: version header, JSON, required fields, routes, models, 
   const budget = await raw({ model: MODEL, max_tokens: 1024, thinking: { type: 'enabled', budget_tokens: 1024 }, messages: [{ role: 'user', content: 'x' }] });
   t.equal(budget.status, 400, 'budget_tokens must be below max_tokens');
   const fableBudget = await raw({ model: 'claude-fable-5-1', max_tokens: 1024, thinking: { type: 'enabled', budget_tokens: 2048 }, messages: [{ role: 'user', content: 'x' }] });
-  t.equal(fableBudget.status, 200, 'fable is exempt from the budget rule (spec: opus and sonnet)');
+  t.equal(fableBudget.status, 200, 'fable is exempt from the budget rule (docs/api/messages.md: opus and sonnet)');
   await fableBudget.arrayBuffer();
   for (const [field, value] of [['temperature', 1.01], ['temperature', -0.1], ['top_p', 3], ['top_k', -3], ['top_k', 1.5], ['temperature', 'hot']] as const) {
     const r = await raw({ model: MODEL, max_tokens: 10, [field]: value, messages: [{ role: 'user', content: 'x' }] });

@@ -1,7 +1,7 @@
-// Validation of a video submit body (spec "POST /v1/video/generations", "Video submit codes").
+// Validation of a video submit body (docs/api/video.md: the body and its codes).
 // Pure: no I/O (whether each URL is publicly fetchable is checked later, by submit.ts).
 //
-// Order of checks (the spec leaves it open; docs/api/video.md documents it). The first failure answers:
+// Order of checks (our decision, documented in docs/api/video.md). The first failure answers:
 //   1. `model`                                   unknown_model (missing, not a string, unknown)
 //   2. unknown top-level fields, in body order   unsupported_parameter
 //   3. `prompt`                                  invalid_type, too_long (> 4,000 characters)
