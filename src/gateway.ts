@@ -48,8 +48,8 @@ export interface Gateway {
   /** The HTTP engine serving (server/engine.ts). */
   readonly engine: EngineName;
   readonly services: Services;
-  /** The generation products' dependencies (video and images; named `video` since it came first) and this instance's job engine. */
-  readonly video: { readonly deps: GenerationDeps; readonly engine: JobEngine };
+  /** The generation products' (video and images) dependencies and this instance's job engine. */
+  readonly jobs: { readonly deps: GenerationDeps; readonly engine: JobEngine };
   /** Metrics and readiness, served by the admin listener (ops/serve.ts). */
   readonly ops: { readonly metrics: GatewayMetrics; readonly readiness: ReadinessCheck; readonly drift: DriftGauge };
   /** Fails readiness at once, then drains and stops everything. */
@@ -129,7 +129,7 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
       port: running.port,
       engine: running.engine,
       services,
-      video: { deps: generationDeps, engine },
+      jobs: { deps: generationDeps, engine },
       routes,
       ops: { metrics, readiness, drift },
       // Once: a second call (a test's teardown after its own shutdown) waits for the first.

@@ -159,11 +159,6 @@ export async function reschedule(
   return r.rowCount === 1;
 }
 
-/** Lets go of a lease without other change (e.g. the engine is stopping mid-row). */
-export async function releaseLease(q: Queryable, id: string, owner: string): Promise<void> {
-  await q.query('UPDATE generations SET lease_owner = NULL, lease_expires_at = NULL WHERE id = $1 AND lease_owner = $2', [id, owner]);
-}
-
 export interface SuccessUpdate {
   chargedInk: number;
   mediaKey: string;

@@ -14,7 +14,7 @@ import type { Lane } from '../deployment/state.js';
 import { ApiError } from '../errors.js';
 import { isLedgerAssertion } from '../ledger/assertion.js';
 import { stoppedAnswer } from '../ledger/fail-stop.js';
-import type { TextBilling } from '../ledger/unbilled.js';
+import type { TextBilling } from '../ledger/text-billing.js';
 import type { HttpContext } from '../server/http-context.js';
 import { readJsonObject } from '../server/json-body.js';
 import type { Services } from '../services.js';

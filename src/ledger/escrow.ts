@@ -22,7 +22,7 @@ import { checkReserveInput, checkVendorRequestId, usageJson, wholeInk } from './
 import { HoldRate, leaseWantInk, LocalLease } from './lease.js';
 import { createRecallBus, type RecallBus, type RecallScope } from './recalls.js';
 import * as SQL from './statements.js';
-import type { TextBilling } from './unbilled.js';
+import type { TextBilling } from './text-billing.js';
 import { WriteBehind, type JournalRecord } from './write-behind.js';
 
 type LedgerConfig = Config['ledger'];

@@ -1,10 +1,12 @@
-// The ledger's SQL, one constant per statement. Holds move only through four functions
-// (ledger_reserve / ledger_resolve for batches, as migration 007 defines them, and
-// ledger_reserve_one (003) / ledger_resolve_one (002) for a lone move); credits through the single statements / short transaction
-// below. Each writes its journal rows in the same transaction as the balances.
+// The ledger's SQL, one constant per statement. Holds move only through four functions:
+// ledger_reserve / ledger_resolve for batches and ledger_reserve_one / ledger_resolve_one for a
+// lone move. Each is redefined by several migrations (reserve last in 015, resolve last in 007,
+// reserve_one last in 015, resolve_one last in 006); the definition that runs is the one in the
+// generated src/store/schema.sql. Credits move through the single statements and the short
+// transaction below. Each writes its journal rows in the same transaction as the balances.
 import { recallNotifySql } from './recalls.js';
 
-/** Reserve a batch: one row per item, in order. See 002_ledger.sql for the rules. */
+/** Reserve a batch: one row per item, in order (the function's rules: src/store/schema.sql). */
 export const RESERVE = `SELECT item, result, take_grant_ink, take_payg_ink, available_ink, key_room_ink
   FROM ledger_reserve($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::timestamptz, $8::integer)`;
 

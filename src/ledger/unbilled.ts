@@ -1,10 +1,8 @@
-// The text lanes' ledger seen as four moves, and a stand-in that writes nothing, for the bench's
+// A stand-in for the text lanes' ledger (text-billing.ts) that writes nothing, for the bench's
 // "billing off" runs only: it measures what billing costs by taking it away. It is reachable only
 // through `GatewayOptions.unbilled` (code, never configuration), so no deployment can run free.
-import type { Hold, Ledger, ReserveInput, ResolveResult } from './ledger.js';
-
-/** The moves a text request makes. */
-export type TextBilling = Pick<Ledger, 'reserve' | 'settle' | 'release' | 'markUsageUnknownEventually' | 'setVendorRequestId'>;
+import type { Hold, ReserveInput, ResolveResult } from './ledger.js';
+import type { TextBilling } from './text-billing.js';
 
 export class UnbilledLedger implements TextBilling {
   async reserve(input: ReserveInput): Promise<Hold> {

@@ -28,8 +28,8 @@ export function listMigrations(dir = MIGRATIONS_DIR): Migration[] {
     if (!m) continue;
     out.push({ version: Number(m[1]), name: m[2]!, sql: readFileSync(join(dir, f), 'utf8') });
   }
-  // Versions only need to increase (parts of the program own number ranges: 001-009 core and
-  // ledger, 010-019 generations); a duplicate number is a mistake.
+  // Versions only need to increase (gaps are allowed: 008, 009 and 016 were never used); a
+  // duplicate number is a mistake.
   out.forEach((m, i) => {
     if (i > 0 && m.version <= out[i - 1]!.version) throw new Error(`migrations: duplicate or unordered version ${m.version}_${m.name}`);
   });

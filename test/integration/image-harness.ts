@@ -88,7 +88,7 @@ export async function startImageHarness(
     { video: { clock, fetch, owner: 'image-test-a', engine: { timers: false } } },
   );
   const services = tg.gw.services;
-  const { deps, engine } = tg.gw.video;
+  const { deps, engine } = tg.gw.jobs;
   return {
     tg,
     services,

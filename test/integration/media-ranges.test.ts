@@ -62,7 +62,7 @@ async function setup(t: Test, engine: EngineName, kind: 'fs' | 's3') {
   const g = await startTestGateway(t, { server: { engine } }, { video: { media } });
   const data = randomBytes(SIZE);
   await media.put(KEY, data, 'video/mp4');
-  const deps = g.gw.video.deps;
+  const deps = g.gw.jobs.deps;
   const link = signedMediaLink(deps.mediaSecret, g.url, KEY, deps.clock(), 900).url;
   return { link, data };
 }
@@ -159,7 +159,7 @@ eachEngine('a store that stops answering: 503 before the body, a cut connection 
   t.teardown(() => proxy.close());
   const media = s3.store('ranges', { endpoint: proxy.url('http'), timeoutMs: 1_500, idleTimeoutMs: 1_000 });
   const g = await startTestGateway(t, { server: { engine } }, { video: { media } });
-  const deps = g.gw.video.deps;
+  const deps = g.gw.jobs.deps;
   const big = 24 * 1024 * 1024;
   await s3.store('ranges').put('video/big.mp4', Buffer.alloc(big, 7), 'video/mp4'); // stored directly, with the usual bounds
   const link = signedMediaLink(deps.mediaSecret, g.url, 'video/big.mp4', deps.clock(), 900).url;
@@ -181,7 +181,7 @@ eachEngine('a store that stops answering: 503 before the body, a cut connection 
 eachEngine('INKGATE_S3_PRESIGNED_REDIRECT: a checked link answers 302 to a presigned GET that serves ranges itself', async (t, engine) => {
   const media = s3.store('ranges', { presignedRedirect: true });
   const g = await startTestGateway(t, { server: { engine } }, { video: { media } });
-  const deps = g.gw.video.deps;
+  const deps = g.gw.jobs.deps;
   const data = randomBytes(SIZE);
   await media.put(KEY, data, 'video/mp4');
   const link = signedMediaLink(deps.mediaSecret, g.url, KEY, deps.clock(), 900).url;

@@ -80,7 +80,7 @@ export async function startVideoHarness(
     { video: { clock: sim.now, fetch, owner: 'test-instance-a', engine: { timers: false }, ...(opts.media !== undefined ? { media: opts.media } : {}) }, ...(opts.log ? { log: opts.log } : {}) },
   );
   const services = tg.gw.services;
-  const { deps, engine } = tg.gw.video;
+  const { deps, engine } = tg.gw.jobs;
 
   const h: VideoHarness = {
     tg,

@@ -78,7 +78,7 @@ await setLane(g.db.pool, 'video', true);
 await setLane(g.db.pool, 'images', true);
 await g.gw.services.state.refresh();
 const pool = g.db.pool;
-const engine = g.gw.video.engine;
+const engine = g.gw.jobs.engine;
 const h = { services: g.gw.services };
 
 // ---- helpers ------------------------------------------------------------------------------------

@@ -242,14 +242,14 @@ t.test('SIGKILL mid-image: the survivor calls again after the lease lapses and s
   const gw = await restarted(t, () => Date.now() + offsetMs);
   const me = (await call(gw.url, 'GET', '/v1/me', { key: k.key })).json;
   t.equal(me.key.ink_reserved, 4, 'visible as key.ink_reserved after the restart');
-  t.equal(await gw.video.engine.tick(), 0, 'not taken while the lease could still be live');
+  t.equal(await gw.jobs.engine.tick(), 0, 'not taken while the lease could still be live');
   offsetMs = LEASE_MS + 1_000;
-  t.equal(await gw.video.engine.tick(), 1, 'taken once the lease lapsed');
+  t.equal(await gw.jobs.engine.tick(), 1, 'taken once the lease lapsed');
   t.equal(gemini.calls.length, calls + 2, 'the vendor was called again, once');
   const done = (await call(gw.url, 'GET', `/v1/images/generations/${id}`, { key: k.key })).json;
   t.equal(done.status, 'succeeded');
   t.equal(done.ink_charged, 4);
-  t.equal(await gw.video.engine.tick(), 0, 'nothing left to do');
+  t.equal(await gw.jobs.engine.tick(), 0, 'nothing left to do');
   const resolutions = (await db.pool.query(
     `SELECT count(*)::int AS n FROM ledger_journal j JOIN generations g ON g.request_id = j.request_id WHERE g.id = $1 AND j.kind IN ('settle', 'release', 'refund', 'reconcile')`,
     [id],
