@@ -15,6 +15,7 @@
 // Throughput: concurrent reserves (and, separately, resolutions) are grouped into one statement
 // and one commit (group-commit.ts). Each item still gets its whole hold or nothing.
 import { assertLedger } from './hold.js';
+import { stoppedAnswer } from './fail-stop.js';
 import { inkToUsd, type TextUsage } from '../catalog/pricing.js';
 import { ApiError } from '../errors.js';
 import { isStoreUnavailable, storeError, withTx, type Pool, type Queryable } from '../store/pool.js';
@@ -147,6 +148,11 @@ export interface LedgerTx {
 
 export interface LedgerOptions {
   now?: () => Date;
+  /**
+   * True once this instance stopped on a broken money rule (fail-stop.ts): every reserve, direct or
+   * in a caller's transaction, then answers 503 before it touches the store.
+   */
+  stopped?: () => boolean;
   log?: (msg: string, fields?: object) => void;
   /** Group concurrent moves into one statement and one commit (default true). */
   batching?: boolean;
@@ -366,6 +372,7 @@ function reserveOutcome(input: ReserveInput, row: ReserveRow | Error): Hold {
 
 export class Ledger {
   private readonly now: () => Date;
+  private readonly stopped: () => boolean;
   private readonly log: (msg: string, fields?: object) => void;
   private readonly reserveBatch: GroupCommit<ReserveInput, ReserveRow | Error> | undefined;
   private readonly resolveBatch: GroupCommit<ResolveItem, ResolveRow | Error> | undefined;
@@ -383,6 +390,7 @@ export class Ledger {
     opts: LedgerOptions = {},
   ) {
     this.now = opts.now ?? (() => new Date());
+    this.stopped = opts.stopped ?? (() => false);
     this.log = opts.log ?? (() => undefined);
     this.abandonRetryMs = opts.abandonRetryMs ?? [500, 2000, 5000, 15000];
     this.batchLockTimeoutMs = opts.batchLockTimeoutMs ?? 250;
@@ -436,6 +444,7 @@ export class Ledger {
   async reserve(input: ReserveInput): Promise<Hold> {
     checkReserveInput(input);
     if (this.closed) throw new Error('ledger: closed');
+    if (this.stopped()) throw stoppedAnswer();
     let row: ReserveRow | Error;
     try {
       row = this.reserveBatch ? await this.reserveBatch.submit(input) : (await this.runReserve([input]))[0]!;
@@ -582,6 +591,7 @@ export class Ledger {
     return {
       reserve: async (input) => {
         checkReserveInput(input);
+        if (this.stopped()) throw stoppedAnswer();
         return reserveOutcome(input, (await this.runReserve([input], 'first', q))[0]!);
       },
       settle: async (requestId, chargeInk, details = {}) => resolveOn(settleItem(requestId, chargeInk, details)),

@@ -465,3 +465,29 @@ for (const batching of [true, false]) {
     await assertLedgerInvariant(t, pool);
   });
 }
+
+{
+  // The instance stopped on a broken money rule (fail-stop.ts): no reserve, direct or inside a
+  // caller's transaction (a generation submit), touches the store; it answers 503 at once.
+  let stopped = false;
+  ledgerTest(
+    'once the instance is stopped, every reserve answers 503 and moves nothing',
+    async (t, { ledger }) => {
+      const a = await seedAccount(pool, { grantInk: 0, paygInk: 100 });
+      stopped = false;
+      const before = reserveOf(a, 10);
+      await ledger.reserve(before);
+      stopped = true;
+      const direct = reserveOf(a, 10);
+      await t.rejects(ledger.reserve(direct), { code: 'provider_unavailable', status: 503, retryAfterS: 1 });
+      const inTx = reserveOf(a, 10);
+      await t.rejects(ledger.using(pool).reserve(inTx), { code: 'provider_unavailable', status: 503 });
+      t.equal(await requestOf(direct.requestId), undefined, 'no record of the refused reserve');
+      t.equal(await requestOf(inTx.requestId), undefined, 'nor of the one in a transaction');
+      t.match(await walletOf(pool, a.accountId), { payg_ink: 90, held_payg_ink: 10 }, 'only the hold taken before the stop');
+      // Ending what is open stays possible (a running request may still settle before the exit).
+      t.match(await ledger.release(before.requestId, 'test'), { resolved: true });
+    },
+    { stopped: () => stopped },
+  );
+}
