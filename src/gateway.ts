@@ -122,6 +122,8 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
     // Started last and stopped first: no job runs against a closing ledger or pool.
     const engine = startJobEngine(services, generationDeps, opts.video?.engine ?? {});
     cleanups.push(() => engine.stop());
+    // On a fail-stop, no job is claimed any more; one running ends with the exit, recovered as after a kill.
+    haltSteps.push(() => void engine.stop());
     let closing: Promise<void> | undefined;
     const host = config.server.host.includes(':') ? `[${config.server.host}]` : config.server.host;
     return {
