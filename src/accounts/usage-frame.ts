@@ -7,7 +7,7 @@ export const USAGE_FRAMES = ['event', 'comment', 'none'] as const;
 export type UsageFrame = (typeof USAGE_FRAMES)[number];
 export const DEFAULT_USAGE_FRAME: UsageFrame = 'event';
 
-export const isUsageFrame = (v: unknown): v is UsageFrame => v === 'event' || v === 'comment' || v === 'none';
+export const isUsageFrame = (v: unknown): v is UsageFrame => (USAGE_FRAMES as readonly unknown[]).includes(v);
 
 /** The allowed values as an operator or a person reads them in an error: `event, comment or none`. */
-export const USAGE_FRAME_CHOICES = 'event, comment or none';
+export const USAGE_FRAME_CHOICES = `${USAGE_FRAMES.slice(0, -1).join(', ')} or ${USAGE_FRAMES.at(-1)}`;

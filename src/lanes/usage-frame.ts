@@ -3,7 +3,7 @@
 // it for that request. The form is picked once per request, before the hold; the frame is written
 // once, after the last vendor event, so nothing here runs per chunk. Failure frames (`event:
 // error` with usage_unknown or incomplete_stream) are not usage frames: every setting gets them.
-import { USAGE_FRAME_CHOICES, type UsageFrame } from '../accounts/usage-frame.js';
+import { USAGE_FRAME_CHOICES, USAGE_FRAMES, type UsageFrame } from '../accounts/usage-frame.js';
 import { inkToUsd } from '../catalog/pricing.js';
 import { ApiError } from '../errors.js';
 import type { HttpContext } from '../server/http-context.js';
@@ -13,11 +13,7 @@ export const USAGE_FRAME_HEADER = 'X-Service-Usage-Frame';
 const HEADER_KEY = USAGE_FRAME_HEADER.toLowerCase();
 
 /** Header value -> form; matched without regard to case, as HTTP tokens usually are. */
-const BY_VALUE: ReadonlyMap<string, UsageFrame> = new Map([
-  ['event', 'event'],
-  ['comment', 'comment'],
-  ['none', 'none'],
-]);
+const BY_VALUE: ReadonlyMap<string, UsageFrame> = new Map(USAGE_FRAMES.map((f) => [f, f]));
 
 /**
  * The form this request's usage frame takes: the header's when it carries one, else the key's.

@@ -16,6 +16,7 @@ import { ApiError, isApiError } from '../errors.js';
 import type { Config } from '../config/config.js';
 import { storeError, type Pool } from '../store/pool.js';
 import { assertLedger, isLedgerAssertion, type LedgerAssertionError } from './assertion.js';
+import { stoppedAnswer } from './fail-stop.js';
 import { CheckedHold } from './hold.js';
 import type { Hold, Ledger, RecordedUsage, ReserveInput, ResolveResult } from './ledger.js';
 import { checkReserveInput, checkVendorRequestId, usageJson, wholeInk } from './ledger.js';
@@ -83,7 +84,6 @@ const ORPHAN_AFTER_MS = 30_000;
 const ALREADY_RESOLVED: ResolveResult = Object.freeze({ resolved: false, reason: 'already_resolved' });
 
 const unavailable = (message: string, cause?: unknown) => new ApiError('provider_unavailable', { message, retryAfterS: 1, cause });
-const HALTED_MESSAGE = 'This gateway instance stopped on an internal ledger fault; retry on another instance.';
 
 
 export class Escrow implements TextBilling {
@@ -172,7 +172,7 @@ export class Escrow implements TextBilling {
   // Admission
 
   async reserve(input: ReserveInput): Promise<Hold> {
-    if (this.halted !== undefined) throw unavailable(HALTED_MESSAGE);
+    if (this.halted !== undefined) throw stoppedAnswer();
     if (this.closing) throw unavailable('The gateway is shutting down; retry on another instance.');
     if (!this.leasing) return this.exact(input);
     // Checked here as the exact path checks its own: a record the flush cannot write would stop every batch behind it.
@@ -410,7 +410,7 @@ export class Escrow implements TextBilling {
   // Settlement
 
   async settle(requestId: string, chargeInk: number, details: { usage?: RecordedUsage | object; vendorRequestId?: string } = {}): Promise<ResolveResult> {
-    if (this.halted !== undefined) throw unavailable(HALTED_MESSAGE);
+    if (this.halted !== undefined) throw stoppedAnswer();
     const a = this.active.get(requestId);
     if (a === undefined) return this.ledger.settle(requestId, chargeInk, details);
     if (a.record.end !== null) return ALREADY_RESOLVED;
@@ -425,7 +425,7 @@ export class Escrow implements TextBilling {
   }
 
   async release(requestId: string, reason: string): Promise<ResolveResult> {
-    if (this.halted !== undefined) throw unavailable(HALTED_MESSAGE);
+    if (this.halted !== undefined) throw stoppedAnswer();
     const a = this.active.get(requestId);
     if (a === undefined) return this.ledger.release(requestId, reason);
     if (a.record.end !== null) return ALREADY_RESOLVED;
@@ -463,7 +463,7 @@ export class Escrow implements TextBilling {
 
   /** The hold leaves its lease as a durable open hold (usage_unknown), written before this resolves. */
   async markUsageUnknownEventually(requestId: string, details: { vendorRequestId?: string; reason?: string } = {}): Promise<void> {
-    if (this.halted !== undefined) throw unavailable(HALTED_MESSAGE);
+    if (this.halted !== undefined) throw stoppedAnswer();
     const a = this.active.get(requestId);
     if (a === undefined) return this.ledger.markUsageUnknownEventually(requestId, details);
     if (a.record.end !== null) return;

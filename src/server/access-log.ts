@@ -16,8 +16,7 @@ export type AccessLog = (ctx: HttpContext, route: string, startedMs: number) => 
 
 export function createAccessLog(log: Logger): AccessLog {
   return (ctx, route, startedMs) => {
-    const err = ctx.error;
-    log.info('request', {
+    const fields: Record<string, unknown> = {
       method: ctx.method,
       route,
       status: ctx.status,
@@ -25,8 +24,13 @@ export function createAccessLog(log: Logger): AccessLog {
       request_id: ctx.requestId,
       key_prefix: ctx.auth?.keyPrefix ?? null,
       client: ctx.caller ?? ctx.remoteAddress,
-      ...(err === undefined ? undefined : { code: err.code, param: err.param ?? null }),
-      ...(ctx.aborted && !ctx.responded ? { aborted: true } : undefined),
-    });
+    };
+    const err = ctx.error;
+    if (err !== undefined) {
+      fields.code = err.code;
+      fields.param = err.param ?? null;
+    }
+    if (ctx.aborted && !ctx.responded) fields.aborted = true;
+    log.info('request', fields);
   };
 }
