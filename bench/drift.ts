@@ -5,9 +5,9 @@
 // (1,000,000) in bulk (INSERT ... SELECT over generate_series), every one consistent with the
 // ledger's rules, so the gauge must find no drift:
 //   - per account one key, one live lease (50 Ink, expiring in an hour), one top-up;
-//   - each request on the exact path with its reserve journal row; all but the newest one per
-//     account settled (charge 7 of a 10 Ink hold, with its settle row), created over the last
-//     ~23 days; the newest one per account still open (held, created minutes ago, not stale);
+//   - each request on the exact path with its reserve journal row; all but the newest
+//     --open-per-account (1) of each account settled (charge 7 of a 10 Ink hold, with its settle
+//     row), created over the last ~23 days; those newest still open (held, recent, not stale);
 //   - wallets and keys carrying exactly those sums; ANALYZE afterwards, as autovacuum would.
 // Then it times DriftGauge.checkNow() (the public API, through a pool of one connection built
 // like the gateway's: the configured statement and query timeouts apply) in four cases:
@@ -22,8 +22,12 @@
 // --repeat N times each (5): wall time median and max, backend CPU mean and max. --check runs the full ledger invariant
 // (src/ledger/invariant.ts) over the seeded schema once first (slow at this size).
 //
-// Run: npm run bench:drift -- [--accounts 1000] [--requests 1000000] [--repeat 5] [--few 5]
-//        [--query-timeout-ms N] [--statement-timeout-ms N] [--check] [--keep] [--db URL] [--json]
+// The drift query sums each touched wallet's durable open holds; --index-open-holds adds, in the
+// bench schema only, a partial index by account over those holds, to measure what it would change.
+//
+// Run: npm run bench:drift -- [--accounts 1000] [--requests 1000000] [--open-per-account 1]
+//        [--repeat 5] [--few 5] [--query-timeout-ms N] [--statement-timeout-ms N]
+//        [--index-open-holds] [--check] [--keep] [--db URL] [--json]
 // It uses --db, else DATABASE_URL (via loadConfig), else postgres://postgres@127.0.0.1:5432/test;
 // the schema is dropped at the end unless --keep.
 import { randomBytes } from 'node:crypto';
@@ -40,6 +44,10 @@ export interface DriftBenchOptions {
   url: string;
   accounts: number;
   requests: number;
+  /** Open holds per account: the newest requests of each account (1). */
+  openPerAccount: number;
+  /** Add the partial index the drift query could use, to measure what it would change. */
+  indexOpenHolds: boolean;
   repeat: number;
   few: number;
   queryTimeoutMs?: number;
@@ -63,6 +71,8 @@ export interface CaseResult {
 export interface DriftBenchResult {
   accounts: number;
   requests: number;
+  openHolds: number;
+  indexOpenHolds: boolean;
   seedS: number;
   tableMiB: { requests: number; journal: number };
   queryTimeoutMs: number;
@@ -76,9 +86,11 @@ const CHARGE_INK = 7;
 const LEASE_INK = 50;
 const CREDIT_INK = 10_000_000;
 const TICKS_PER_S = 100;
+/** Not in the schema: what --index-open-holds adds, one entry per durable open hold, by account. */
+const OPEN_HOLDS_INDEX = `CREATE INDEX bench_requests_open_unleased_account ON requests (account_id) WHERE hold_state = 'open' AND NOT leased`;
 
 /** Accounts, keys, requests with their journal rows, leases, wallets: in the order the foreign keys ask. */
-function seedStatements(accounts: number, requests: number): string[] {
+function seedStatements(accounts: number, requests: number, openPerAccount: number): string[] {
   const acct = (a: string): string => `'usr_drift' || lpad((${a})::text, 6, '0')`;
   const key = (a: string): string => `'key_drift' || lpad((${a})::text, 6, '0')`;
   return [
@@ -86,14 +98,14 @@ function seedStatements(accounts: number, requests: number): string[] {
     `INSERT INTO api_keys (id, account_id, name, key_hash, prefix, last4)
      SELECT ${key('a')}, ${acct('a')}, 'drift bench', sha256(('drift' || a)::bytea), 'svc_' || lpad(to_hex(a), 8, '0'), 'abcd'
        FROM generate_series(1, ${accounts}) a`,
-    // The newest request of each account (the last `accounts` ids) is still open.
+    // The newest requests of each account (the last `accounts * openPerAccount` ids) are still open.
     `INSERT INTO requests (id, account_id, key_id, product, model, hold_state, status, hold_ink, hold_grant_ink, hold_payg_ink,
                           grant_period, charged_ink, charged_grant_ink, charged_payg_ink, created_at, resolved_at)
      SELECT 'req_drift' || i, ${acct('a')}, ${key('a')}, 'messages', 'sonnet',
             CASE WHEN open THEN 'open' ELSE 'settled' END, CASE WHEN open THEN 'running' ELSE 'settled' END,
             ${HOLD_INK}, 0, ${HOLD_INK}, 0, CASE WHEN open THEN 0 ELSE ${CHARGE_INK} END, 0, CASE WHEN open THEN 0 ELSE ${CHARGE_INK} END,
             now() - (${requests} - i) * interval '2 s', CASE WHEN open THEN NULL ELSE now() - (${requests} - i) * interval '2 s' + interval '1 s' END
-       FROM (SELECT i, (i - 1) % ${accounts} + 1 AS a, i > ${requests - accounts} AS open FROM generate_series(1, ${requests}) i) s`,
+       FROM (SELECT i, (i - 1) % ${accounts} + 1 AS a, i > ${requests - accounts * openPerAccount} AS open FROM generate_series(1, ${requests}) i) s`,
     `INSERT INTO ledger_journal (at, kind, account_id, key_id, request_id, amount_ink, payg_ink, held_payg_ink, charged_ink)
      SELECT created_at, 'reserve', account_id, key_id, id, hold_ink, -hold_payg_ink, hold_payg_ink, 0 FROM requests
      UNION ALL
@@ -122,7 +134,8 @@ async function seed(pool: Pool, o: DriftBenchOptions): Promise<number> {
     // Bulk load: no statement timeout, no waiting for each commit's flush (a bench schema).
     await c.query('SET statement_timeout = 0; SET synchronous_commit = off');
     await c.query('BEGIN');
-    for (const sql of seedStatements(o.accounts, o.requests)) {
+    const extra = o.indexOpenHolds ? [OPEN_HOLDS_INDEX] : [];
+    for (const sql of [...seedStatements(o.accounts, o.requests, o.openPerAccount), ...extra]) {
       const s0 = performance.now();
       const r = await c.query(sql);
       o.log(`  ${sql.trim().split(/\s+/).slice(0, 3).join(' ')}: ${r.rowCount} rows, ${((performance.now() - s0) / 1000).toFixed(1)} s`);
@@ -218,7 +231,8 @@ export async function runDriftBench(o: DriftBenchOptions): Promise<DriftBenchRes
   const pids: number[] = [];
   gaugePool.on('connect', (c) => void pids.push((c as unknown as { processID: number }).processID));
   try {
-    o.log(`schema ${schema}: seeding ${o.accounts} accounts, ${o.requests} requests`);
+    if (o.accounts * o.openPerAccount > o.requests) throw new Error('--requests must be at least --accounts x --open-per-account');
+    o.log(`schema ${schema}: seeding ${o.accounts} accounts, ${o.requests} requests, ${o.openPerAccount} open per account`);
     await migrate(dataPool, schema);
     const seedS = await seed(dataPool, o);
     const tables = { requests: await tableMiB(dataPool, 'requests'), journal: await tableMiB(dataPool, 'ledger_journal') };
@@ -230,7 +244,7 @@ export async function runDriftBench(o: DriftBenchOptions): Promise<DriftBenchRes
       o.log(`full ledger invariant: ${invariantViolations} violations${found.length ? ' ' + JSON.stringify(found) : ''}`);
     }
     const cases = await measure(gaugePool, dataPool, pids, o);
-    return { accounts: o.accounts, requests: o.requests, seedS, tableMiB: tables, queryTimeoutMs: db.queryTimeoutMs, statementTimeoutMs: db.statementTimeoutMs, invariantViolations, cases };
+    return { accounts: o.accounts, requests: o.requests, openHolds: o.accounts * o.openPerAccount, indexOpenHolds: o.indexOpenHolds, seedS, tableMiB: tables, queryTimeoutMs: db.queryTimeoutMs, statementTimeoutMs: db.statementTimeoutMs, invariantViolations, cases };
   } finally {
     await gaugePool.end();
     if (!o.keep) await dataPool.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`).catch(() => undefined);
@@ -242,7 +256,7 @@ const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floo
 
 export function formatDriftBench(r: DriftBenchResult): string {
   const lines = [
-    `${r.accounts} accounts, ${r.requests} requests (requests ${r.tableMiB.requests.toFixed(0)} MiB, journal ${r.tableMiB.journal.toFixed(0)} MiB with indexes), seeded in ${r.seedS.toFixed(0)} s`,
+    `${r.accounts} accounts, ${r.requests} requests of which ${r.openHolds} open${r.indexOpenHolds ? ', with the extra open-holds index' : ''} (requests ${r.tableMiB.requests.toFixed(0)} MiB, journal ${r.tableMiB.journal.toFixed(0)} MiB with indexes), seeded in ${r.seedS.toFixed(0)} s`,
     `pool timeouts: query ${r.queryTimeoutMs} ms (client), statement ${r.statementTimeoutMs} ms (server)` +
       (r.invariantViolations === null ? '' : `; full ledger invariant: ${r.invariantViolations} violations`),
     '',
@@ -283,6 +297,8 @@ if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
     url: flag(argv, 'db') ?? loadConfig().db.url ?? 'postgres://postgres@127.0.0.1:5432/test',
     accounts,
     requests: intFlag(argv, 'requests', 1_000_000, accounts, 50_000_000),
+    openPerAccount: intFlag(argv, 'open-per-account', 1, 1, 1000),
+    indexOpenHolds: argv.includes('--index-open-holds'),
     repeat: intFlag(argv, 'repeat', 5, 1, 50),
     few: intFlag(argv, 'few', 5, 1, accounts),
     queryTimeoutMs: opt('query-timeout-ms'),
