@@ -69,6 +69,7 @@ export interface CaseResult {
 }
 
 export interface DriftBenchResult {
+  schema: string;
   accounts: number;
   requests: number;
   openHolds: number;
@@ -216,6 +217,22 @@ async function measure(gaugePool: Pool, dataPool: Pool, pids: number[], o: Drift
   return cases;
 }
 
+/** A gigabyte of schema: the drop gets its own lock wait, not the pool's half second. */
+async function dropSchema(pool: Pool, schema: string): Promise<void> {
+  const c = await pool.connect();
+  try {
+    await c.query('BEGIN');
+    await c.query('SET LOCAL lock_timeout = 60000');
+    await c.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+    await c.query('COMMIT');
+  } catch (e) {
+    await c.query('ROLLBACK').catch(() => undefined);
+    throw e;
+  } finally {
+    c.release();
+  }
+}
+
 async function tableMiB(pool: Pool, table: string): Promise<number> {
   const r = await pool.query<{ b: string }>(`SELECT pg_total_relation_size($1::regclass)::text AS b`, [table]);
   return Number(r.rows[0]!.b) / 1048576;
@@ -244,10 +261,10 @@ export async function runDriftBench(o: DriftBenchOptions): Promise<DriftBenchRes
       o.log(`full ledger invariant: ${invariantViolations} violations${found.length ? ' ' + JSON.stringify(found) : ''}`);
     }
     const cases = await measure(gaugePool, dataPool, pids, o);
-    return { accounts: o.accounts, requests: o.requests, openHolds: o.accounts * o.openPerAccount, indexOpenHolds: o.indexOpenHolds, seedS, tableMiB: tables, queryTimeoutMs: db.queryTimeoutMs, statementTimeoutMs: db.statementTimeoutMs, invariantViolations, cases };
+    return { schema, accounts: o.accounts, requests: o.requests, openHolds: o.accounts * o.openPerAccount, indexOpenHolds: o.indexOpenHolds, seedS, tableMiB: tables, queryTimeoutMs: db.queryTimeoutMs, statementTimeoutMs: db.statementTimeoutMs, invariantViolations, cases };
   } finally {
     await gaugePool.end();
-    if (!o.keep) await dataPool.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`).catch(() => undefined);
+    if (!o.keep) await dropSchema(dataPool, schema).catch((e: Error) => o.log(`could not drop schema ${schema}: ${e.message}`));
     await dataPool.end();
   }
 }
