@@ -24,7 +24,7 @@ function start(dataDir: string, o: { args?: string[]; configFile?: string; env?:
     }, 90_000);
     const onData = (d: Buffer) => {
       out += d.toString();
-      const m = /inkgate listening on (http:\/\/[^"\s]+)/.exec(out);
+      const m = /"url":"(http:\/\/[^"\s]+)","msg":"gateway\.listening"/.exec(out);
       if (m) {
         clearTimeout(timer);
         resolve({ child, url: m[1]!, output: () => out });
