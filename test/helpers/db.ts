@@ -47,11 +47,12 @@ async function dropAndEnd(pool: Pool, schema: string): Promise<void> {
 }
 
 /**
- * Drops a test schema in one transaction with its own server-side and client-side limits. When the
+ * Drops a test schema in one transaction with its own server-side and client-side limits (a test
+ * that drops one itself uses this too: the pool's hot-path limits are too short for a drop). When the
  * drop fails (a lock it waited for, a timeout), the error names the sessions that still hold locks
  * in the schema, with what they run and since when: the leak to look for.
  */
-async function dropSchema(pool: Pool, schema: string): Promise<void> {
+export async function dropSchema(pool: Pool, schema: string): Promise<void> {
   const client = await pool.connect();
   try {
     await client.query('BEGIN');

@@ -15,7 +15,7 @@ const CHILD = join(root, 'test', 'helpers', 'agent-stack-fault-child.ts');
 // A safety net only: the child is waited for by its exit event. It migrates a schema (seconds on a
 // loaded machine) and, with the leaked lock, waits out the drop's 10 s lock wait; past this it is
 // taken to hang, killed, and the test fails with what the child said was still open.
-const CHILD_BOUND_MS = 90_000;
+const CHILD_BOUND_MS = 120_000;
 /** The leaked session's application_name, which the drop's failure must name. */
 const LEAKED_APP = 'inkgate-leaked-tx';
 
