@@ -194,7 +194,7 @@ function createFailStop(log: Logger, opts: GatewayOptions): { failStop: FailStop
 async function startLedger(config: Config, dbUrl: string, pool: Pool, state: DeploymentState, log: Logger, f: { failStop: FailStop; faults: EscrowFaults | undefined }, cleanups: Cleanups): Promise<{ ledger: Ledger; keys: KeyAuthenticator; escrow: Escrow }> {
   const ledgerLog = (msg: string, fields?: object) => log.warn(msg, fields as Record<string, unknown>);
   // Every reserve, the exact path and the generations' own transactions included, stops with the instance.
-  const ledger = new Ledger(pool, { log: ledgerLog, stopped: () => f.failStop.stopped });
+  const ledger = new Ledger(pool, { log: ledgerLog, stopped: () => f.failStop.stopped, failStop: (err) => f.failStop.trip(err) });
   cleanups.push(() => ledger.close());
   // Key authentication, shared by the server and the escrow (a key changed elsewhere is dropped from its cache).
   const keys = new KeyAuthenticator(pool, config.auth);
