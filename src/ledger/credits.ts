@@ -15,7 +15,7 @@ import type { Queryable } from '../store/pool.js';
 import { assertLedger, wholeNonNegative as whole } from './assertion.js';
 import type { WalletView } from './ledger-types.js';
 import { MAX_REASON_CHARS, text, wholeInk } from './move-input.js';
-import { checkedMove, type MoveContext } from './move-statement.js';
+import { checkedMove, skew, type MoveContext } from './move-statement.js';
 import * as SQL from './statements.js';
 
 const WALLET_FIGURES = ['grant_ink', 'payg_ink', 'held_grant_ink', 'held_payg_ink', 'charged_ink', 'expired_ink', 'credited_ink', 'topups_completed', 'grant_period'] as const;
@@ -62,7 +62,9 @@ async function creditMove<T>(m: MoveContext, what: string, accountId: string, ap
     assertWallet(what, before);
     assertLedger(whole(lock.period_grant_ink) && before.grant_ink === lock.grant_ink, () => `${what} ${accountId}: the locked wallet disagrees with itself`, () => ({ account_id: accountId, grant_ink: lock.grant_ink, view_grant_ink: before.grant_ink, period_grant_ink: lock.period_grant_ink }));
     const moved = await apply(c, lock);
-    return { before, after: await wallet(c, accountId), ...moved };
+    const after = await wallet(c, accountId);
+    if (m.faults !== undefined) after.credited_ink += skew(m, 'credit', accountId);
+    return { before, after, ...moved };
   };
   // On the pool: its own transaction, so the lock holds from the first read to the COMMIT.
   return (await checkedMove(m, m.pool, run, (r) => assertCredited(what, r))).out;

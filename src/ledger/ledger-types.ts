@@ -167,4 +167,16 @@ export interface LedgerOptions {
    * transaction rolled back and before the error goes on to the caller.
    */
   failStop?: (err: LedgerAssertionError) => void;
+  /** Code-only fault injection for tests (never from configuration). */
+  faults?: LedgerFaults;
+}
+
+/**
+ * Test-only faults: Ink added to one figure a durable move's statement answered, inside its
+ * transaction and before that move's check, so the check's rollback and the fail-stop can be
+ * exercised on a real database. `move` names the module; `id` is the request id (reserve, resolve)
+ * or the account id (credit); undefined leaves the figure true.
+ */
+export interface LedgerFaults {
+  readonly skewFigure?: (move: 'reserve' | 'resolve' | 'credit', id: string) => number | undefined;
 }

@@ -60,7 +60,7 @@ export class Ledger {
     this.log = opts.log ?? (() => undefined);
     const batchLockTimeoutMs = opts.batchLockTimeoutMs ?? 250;
     if (!Number.isSafeInteger(batchLockTimeoutMs) || batchLockTimeoutMs < 1) throw new RangeError('ledger: batchLockTimeoutMs must be >= 1');
-    this.m = { pool, batchLockTimeoutMs, functionForSingles: opts.functionForSingles ?? false, nowText: () => now().toISOString(), failStop: opts.failStop };
+    this.m = { pool, batchLockTimeoutMs, functionForSingles: opts.functionForSingles ?? false, nowText: () => now().toISOString(), failStop: opts.failStop, faults: opts.faults };
     this.bg = new BackgroundRetries(opts.abandonRetryMs ?? [500, 2000, 5000, 15000], this.log);
     const batching = opts.batching ?? true;
     const gc = { maxItems: opts.batchMaxItems ?? 128, maxInFlight: opts.batchMaxInFlight ?? 1, maxQueued: opts.batchMaxQueued ?? 10_000 };

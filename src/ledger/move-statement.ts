@@ -5,8 +5,9 @@
 // changed stays), is handed to the fail-stop, then goes on to the caller as LedgerAssertionError;
 // it is never caught to carry on, and never retried.
 import { ApiError } from '../errors.js';
-import { isStoreUnavailable, withTx, type Pool, type Queryable } from '../store/pool.js';
+import { isStoreUnavailable, type Pool, type Queryable } from '../store/pool.js';
 import { isLedgerAssertion, type LedgerAssertionError } from './assertion.js';
+import type { LedgerFaults } from './ledger-types.js';
 
 /**
  * How long a move's statement waits for a locked row: 'first' (a batch waits `batchLockTimeoutMs`,
@@ -32,6 +33,13 @@ export interface MoveContext {
   nowText(): string;
   /** Told of a broken money rule after its transaction rolled back (fail-stop.ts). */
   readonly failStop: ((err: LedgerAssertionError) => void) | undefined;
+  /** Test-only (LedgerOptions.faults). */
+  readonly faults: LedgerFaults | undefined;
+}
+
+/** The test-only skew of one figure (0 unless a fault is injected for this move and id). */
+export function skew(m: MoveContext, move: 'reserve' | 'resolve' | 'credit', id: string): number {
+  return m.faults?.skewFigure?.(move, id) ?? 0;
 }
 
 export function lockTimedOut(err: unknown): boolean {
@@ -97,13 +105,39 @@ export async function checkedMove<R>(m: MoveContext, q: Queryable, run: (c: Quer
       check(out);
       return out;
     }
-    return await withTx(m.pool, async (c) => {
-      const out = await run(c);
-      check(out);
-      return out;
-    });
+    return await ownTransaction(m.pool, run, check);
   } catch (e) {
     if (isLedgerAssertion(e)) m.failStop?.(e);
     throw e;
+  }
+}
+
+/**
+ * BEGIN, the statement, the check, COMMIT on one connection. A check or statement that failed is
+ * rolled back before the error goes on. A store that stopped answering (a timeout, a dropped
+ * connection) gets no ROLLBACK to wait for: the connection is destroyed instead, which ends the
+ * transaction on the server just the same, so an outage is answered within one query timeout.
+ */
+async function ownTransaction<R>(pool: Pool, run: (c: Queryable) => Promise<R>, check: (out: R) => void): Promise<R> {
+  const client = await pool.connect();
+  let broken = false;
+  try {
+    await client.query('BEGIN');
+    const out = await run(client);
+    check(out);
+    await client.query('COMMIT');
+    return out;
+  } catch (e) {
+    broken = outcomeUnknown(e); // no answer: a timeout or a dropped connection (a SQLSTATE means the session is healthy)
+    if (!broken) {
+      try {
+        await client.query('ROLLBACK');
+      } catch {
+        broken = true; // the connection is gone or wedged: do not return it to the pool
+      }
+    }
+    throw e;
+  } finally {
+    client.release(broken);
   }
 }

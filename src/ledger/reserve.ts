@@ -14,7 +14,7 @@ import { ApiError } from '../errors.js';
 import { storeError, type Queryable } from '../store/pool.js';
 import { assertLedger, wholeNonNegative as whole } from './assertion.js';
 import type { Hold, ReserveInput } from './ledger-types.js';
-import { byItem, checkedMove, lockParam, lockTimedOut, overloaded, retryAlone, type LockWait, type MoveContext } from './move-statement.js';
+import { byItem, checkedMove, lockParam, skew, lockTimedOut, overloaded, retryAlone, type LockWait, type MoveContext } from './move-statement.js';
 import * as SQL from './statements.js';
 
 export interface ReserveRow {
@@ -53,6 +53,12 @@ export function assertReserved(items: readonly ReserveInput[], rows: readonly Re
   }
 }
 
+/** The rows as answered, or with a test-only fault's skew (LedgerOptions.faults). */
+function skewed(m: MoveContext, items: readonly ReserveInput[], rows: ReserveRow[]): ReserveRow[] {
+  if (m.faults === undefined) return rows;
+  return rows.map((r, i) => ({ ...r, take_payg_ink: r.take_payg_ink + skew(m, 'reserve', items[i]!.requestId) }));
+}
+
 /** Runs a batch of reserves (or one) as one statement whose answer is asserted before COMMIT. */
 export async function runReserve(m: MoveContext, items: ReserveInput[], wait: LockWait = 'first', q: Queryable = m.pool): Promise<Array<ReserveRow | Error>> {
   const n = items.length;
@@ -70,7 +76,7 @@ export async function runReserve(m: MoveContext, items: ReserveInput[], wait: Lo
   }
   try {
     const values = [ids, accounts, keys, products, models, holds, m.nowText(), lockParam(m, n, wait)];
-    const run = async (c: Queryable) => byItem((await c.query<ReserveRow>({ name: 'ledger_reserve', text: SQL.RESERVE, values })).rows, n);
+    const run = async (c: Queryable) => skewed(m, items, byItem((await c.query<ReserveRow>({ name: 'ledger_reserve', text: SQL.RESERVE, values })).rows, n));
     return await checkedMove(m, q, run, (rows) => assertReserved(items, rows), () => assertReservable(items));
   } catch (e) {
     // One bad item (an id that raced in elsewhere, a wedged wallet) must not fail its neighbours.
@@ -85,7 +91,7 @@ export async function runReserve(m: MoveContext, items: ReserveInput[], wait: Lo
 async function reserveOne(m: MoveContext, it: ReserveInput, q: Queryable): Promise<ReserveRow> {
   const values = [it.requestId, it.accountId, it.keyId, it.product, it.model, it.holdInk, m.nowText()];
   try {
-    const run = async (c: Queryable) => (await c.query<ReserveRow>({ name: 'ledger_reserve_one', text: SQL.RESERVE_ONE, values })).rows[0]!;
+    const run = async (c: Queryable) => skewed(m, [it], (await c.query<ReserveRow>({ name: 'ledger_reserve_one', text: SQL.RESERVE_ONE, values })).rows)[0]!;
     return await checkedMove(m, q, run, (row) => assertReserved([it], [row]), () => assertReservable([it]));
   } catch (e) {
     if (idTaken(e)) return DUPLICATE;

@@ -17,7 +17,7 @@ import { storeError, type Queryable } from '../store/pool.js';
 import { assertLedger, wholeNonNegative as whole } from './assertion.js';
 import type { RecordedUsage, ResolveResult } from './ledger-types.js';
 import { checkRequestId, MAX_REASON_CHARS, text, usageJson, wholeInk } from './move-input.js';
-import { byItem, checkedMove, lockParam, lockTimedOut, overloaded, retryAlone, type LockWait, type MoveContext } from './move-statement.js';
+import { byItem, checkedMove, lockParam, skew, lockTimedOut, overloaded, retryAlone, type LockWait, type MoveContext } from './move-statement.js';
 import * as SQL from './statements.js';
 
 const RESOLVE_KINDS = ['settle', 'release', 'refund', 'reconcile'] as const;
@@ -83,6 +83,12 @@ export function assertResolved(items: readonly ResolveItem[], rows: readonly Res
   }
 }
 
+/** The rows as answered, or with a test-only fault's skew (LedgerOptions.faults). */
+function skewed(m: MoveContext, items: readonly ResolveItem[], rows: ResolveRow[]): ResolveRow[] {
+  if (m.faults === undefined) return rows;
+  return rows.map((r, i) => (r.released_total_ink === null ? r : { ...r, released_total_ink: r.released_total_ink + skew(m, 'resolve', items[i]!.id) }));
+}
+
 /** Runs a batch of resolutions (or one) as one statement whose answer is asserted before COMMIT. */
 export async function runResolve(m: MoveContext, items: ResolveItem[], wait: LockWait = 'first', q: Queryable = m.pool): Promise<Array<ResolveRow | Error>> {
   const n = items.length;
@@ -102,7 +108,7 @@ export async function runResolve(m: MoveContext, items: ResolveItem[], wait: Loc
     const alone = q === m.pool;
     const values = [ids, kinds, amounts, usage, vendorIds, reasons, m.nowText(), lockParam(m, n, wait)];
     const statement = { name: alone ? 'ledger_resolve_async_commit' : 'ledger_resolve', text: alone ? SQL.RESOLVE_ASYNC_COMMIT : SQL.RESOLVE, values };
-    const run = async (c: Queryable) => byItem((await c.query<ResolveRow>(statement)).rows, n);
+    const run = async (c: Queryable) => skewed(m, items, byItem((await c.query<ResolveRow>(statement)).rows, n));
     return await checkedMove(m, q, run, (rows) => assertResolved(items, rows), () => assertResolvable(items));
   } catch (e) {
     if (n > 1 && wait === 'first' && q === m.pool && lockTimedOut(e)) return runResolve(m, items, 'patient', q);
@@ -117,7 +123,7 @@ async function resolveOne(m: MoveContext, it: ResolveItem, q: Queryable): Promis
   const alone = q === m.pool;
   const values = [it.id, it.kind, it.chargeInk, it.usage, it.vendorRequestId, it.reason, m.nowText()];
   const statement = { name: alone ? 'ledger_resolve_one_async_commit' : 'ledger_resolve_one', text: alone ? SQL.RESOLVE_ONE_ASYNC_COMMIT : SQL.RESOLVE_ONE, values };
-  const run = async (c: Queryable) => (await c.query<ResolveRow>(statement)).rows[0]!;
+  const run = async (c: Queryable) => skewed(m, [it], (await c.query<ResolveRow>(statement)).rows)[0]!;
   return checkedMove(m, q, run, (row) => assertResolved([it], [row]), () => assertResolvable([it]));
 }
 
