@@ -52,10 +52,9 @@ export interface EscrowFaults {
   readonly skewLeaseCharge?: (requestId: string, chargeInk: number) => number | undefined;
 }
 
-/** What an end writes on the request record besides its amounts: set only once the end is checked and made. */
+/** What an end writes on the request record besides its amounts (and the vendor's id): set only once the end is checked and made. */
 interface EndFields {
   readonly usage: string | null | undefined;
-  readonly vendorId: string | undefined;
   readonly reason: string | undefined;
 }
 
@@ -426,7 +425,10 @@ export class Escrow implements TextBilling {
     const vendorId = details.vendorRequestId === undefined ? undefined : checkVendorRequestId(details.vendorRequestId);
     const r = a.record;
     if (chargeInk > r.holdInk) this.log('ledger.charge_above_hold', { requestId, chargeInk, holdInk: r.holdInk, kind: 'settle' });
-    return this.guard(this.endInLease(a, 'settle', Math.min(chargeInk, r.holdInk), { usage, vendorId, reason: undefined }));
+    // The vendor's id is bookkeeping, not money: kept even if the end is refused, so that the hold
+    // left open can still be matched by reconciliation.
+    if (vendorId !== undefined) r.vendorRequestId = vendorId;
+    return this.guard(this.endInLease(a, 'settle', Math.min(chargeInk, r.holdInk), { usage, reason: undefined }));
   }
 
   async release(requestId: string, reason: string): Promise<ResolveResult> {
@@ -434,7 +436,7 @@ export class Escrow implements TextBilling {
     const a = this.active.get(requestId);
     if (a === undefined) return this.ledger.release(requestId, reason);
     if (a.record.end !== null) return ALREADY_RESOLVED;
-    return this.guard(this.endInLease(a, 'release', 0, { usage: undefined, vendorId: undefined, reason: reason.slice(0, 500) }));
+    return this.guard(this.endInLease(a, 'release', 0, { usage: undefined, reason: reason.slice(0, 500) }));
   }
 
   /**
@@ -462,7 +464,6 @@ export class Escrow implements TextBilling {
       () => ({ ...a.hold.figures(), charged_ink: done.chargedInk, rest_grant_ink: rest.restGrantInk, rest_payg_ink: rest.restPaygInk }),
     );
     if (fields.usage !== undefined) r.usage = fields.usage;
-    if (fields.vendorId !== undefined) r.vendorRequestId = fields.vendorId;
     if (fields.reason !== undefined) r.reason = fields.reason;
     r.restGrantInk = rest.restGrantInk;
     r.restPaygInk = rest.restPaygInk;
