@@ -331,7 +331,7 @@ export class Escrow implements TextBilling {
     const recalled = new Set<string>();
     for (;;) {
       try {
-        return await this.ledger.reserve(input);
+        return await this.guard(this.ledger.reserve(input)); // a broken rule halts this escrow too
       } catch (e) {
         if (!this.leasing || !isApiError(e) || (e.code !== 'insufficient_ink' && e.code !== 'key_ink_limit_reached')) throw e;
         if (recalled.has(e.code)) throw e;
@@ -418,7 +418,7 @@ export class Escrow implements TextBilling {
   async settle(requestId: string, chargeInk: number, details: { usage?: RecordedUsage | object; vendorRequestId?: string } = {}): Promise<ResolveResult> {
     if (this.halted !== undefined) throw stoppedAnswer();
     const a = this.active.get(requestId);
-    if (a === undefined) return this.ledger.settle(requestId, chargeInk, details);
+    if (a === undefined) return this.guard(this.ledger.settle(requestId, chargeInk, details)); // a durable hold: the ledger's own checked move
     if (a.record.end !== null) return ALREADY_RESOLVED;
     wholeInk('chargeInk', chargeInk);
     const usage = usageJson(details.usage);
@@ -434,7 +434,7 @@ export class Escrow implements TextBilling {
   async release(requestId: string, reason: string): Promise<ResolveResult> {
     if (this.halted !== undefined) throw stoppedAnswer();
     const a = this.active.get(requestId);
-    if (a === undefined) return this.ledger.release(requestId, reason);
+    if (a === undefined) return this.guard(this.ledger.release(requestId, reason));
     if (a.record.end !== null) return ALREADY_RESOLVED;
     return this.guard(this.endInLease(a, 'release', 0, { usage: undefined, reason: reason.slice(0, 500) }));
   }
