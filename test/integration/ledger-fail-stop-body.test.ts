@@ -12,9 +12,10 @@ import { createGateway, type Gateway } from '../../src/gateway.js';
 import { FAIL_STOP_EXIT_CODE } from '../../src/ledger/fail-stop.js';
 import { checkLedger } from '../../src/ledger/invariant.js';
 import { startAnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
-import type { Logger } from '../../src/util/log.js';
+import { silentLogger } from '../../src/util/log.js';
 import { testDb } from '../helpers/db.js';
 import { fundedKey } from '../helpers/gateway.js';
+import { recordingLogger } from '../helpers/log-lines.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
 import { messagesProbe } from '../helpers/messages-probe.js';
 
@@ -36,8 +37,8 @@ const config: Config = loadConfig(
   },
 );
 
-const errors: Array<{ msg: string; fields: Record<string, unknown> | undefined }> = [];
-const log: Logger = { debug: () => undefined, info: () => undefined, warn: () => undefined, error: (msg, fields) => void errors.push({ msg, fields }) };
+/** A logger that keeps the error and fatal lines (the fail-stop's report). */
+const { log, lines: errors } = recordingLogger('error');
 
 let broken: string | undefined;
 const exits: number[] = [];
@@ -76,7 +77,7 @@ t.test('a non-streaming settle that breaks a money rule answers the fail-stop 50
   t.same(exits, [FAIL_STOP_EXIT_CODE], 'the instance exits 70, once');
   t.ok(gw.services.failStop!.stopped);
   t.equal(gw.services.failStop!.violation?.figures.request_id, broken, 'the violation kept is the settle that broke');
-  t.ok(errors.some((e) => e.msg === 'ledger.fail_stop'), 'logged at error level');
+  t.match(errors.find((e) => e.msg === 'ledger.fail_stop'), { level: 'fatal', component: 'fail_stop' }, 'logged at fatal level');
 
   const after = await probe.send(gw.url, account.key, probe.body(false, 'after the stop'));
   t.equal(after.status, 503, 'a new request is refused');
@@ -85,7 +86,7 @@ t.test('a non-streaming settle that breaks a money rule answers the fail-stop 50
 
 t.test('the hold of the request that broke is never charged', async (t) => {
   await gw.close(); // what a kill would leave; recovery turns the lease's holds into open holds
-  const gw2 = await createGateway(config, { log: { ...log, error: () => undefined }, skipMigrate: true, exit: (code) => t.fail(`the restart exited ${code}`) });
+  const gw2 = await createGateway(config, { log: silentLogger, skipMigrate: true, exit: (code) => t.fail(`the restart exited ${code}`) });
   t.teardown(() => gw2.close());
   const row = (await db.pool.query<{ hold_state: string; charged_ink: number }>('SELECT hold_state, charged_ink FROM requests WHERE id = $1', [broken])).rows[0];
   t.ok(row === undefined || (row.hold_state === 'open' && Number(row.charged_ink) === 0), 'open for reconciliation (or never written), not charged');
