@@ -197,7 +197,7 @@ async function startLedger(config: Config, dbUrl: string, pool: Pool, state: Dep
   // The ledger's (msg, fields) callbacks: each event at the level log-events.ts gives it.
   const ledgerLog = eventSink(log.child({ component: 'ledger' }));
   // Every reserve, the exact path and the generations' own transactions included, stops with the instance.
-  const ledger = new Ledger(pool, { log: ledgerLog, stopped: () => f.failStop.stopped });
+  const ledger = new Ledger(pool, { log: ledgerLog, stopped: () => f.failStop.stopped, failStop: (err) => f.failStop.trip(err) });
   cleanups.push(() => ledger.close());
   // Key authentication, shared by the server and the escrow (a key changed elsewhere is dropped from its cache).
   const keys = new KeyAuthenticator(pool, config.auth);

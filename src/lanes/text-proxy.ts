@@ -216,6 +216,24 @@ function violation(services: Services, e: unknown): void {
 }
 
 /**
+ * Before a response has started, a broken money rule met by a request's move (reserve, release,
+ * settle, an unknown-usage mark) is answered with the fail-stop's own 503 (`stoppedAnswer`:
+ * provider_unavailable, Retry-After; docs/api/errors.md), never a generic 500: the instance is
+ * stopping and the client's retry belongs on another one. The rule reaches the fail-stop first
+ * (tripping is idempotent): it is handed on, never caught to carry on. A stream that has started
+ * keeps its own ending (streamThrough); any other error passes through unchanged.
+ */
+async function answeredByFailStop<T>(services: Services, move: Promise<T>): Promise<T> {
+  try {
+    return await move;
+  } catch (e) {
+    if (!isLedgerAssertion(e)) throw e;
+    services.failStop?.trip(e);
+    throw stoppedAnswer();
+  }
+}
+
+/**
  * Leaves the hold open for reconciliation (usage_unknown) and says so in the log, with why and the
  * vendor's request id when there is one: an operator reconciling sees every open hold explained.
  */
@@ -288,15 +306,15 @@ export function createTextHandler(lane: TextLane, d: TextProxyDeps): (ctx: HttpC
     const requestId = ctx.requestId;
     // A hold from a lease does not read the key row: a remembered key that expired since is refused here.
     if (auth.expiresAtMs !== null && auth.expiresAtMs <= Date.now()) throw new ApiError('invalid_api_key', { message: 'The API key has expired.' });
-    await ledger.reserve({ requestId, accountId: auth.accountId, keyId: auth.keyId, product: lane.product, model: req.model.id, holdInk: req.holdInk });
+    await answeredByFailStop(services, ledger.reserve({ requestId, accountId: auth.accountId, keyId: auth.keyId, product: lane.product, model: req.model.id, holdInk: req.holdInk }));
     ctx.keyConfirmed = true;
     services.metrics?.inkHeld(lane.product, req.model.id, req.holdInk);
 
-    const res = await dispatch(env, ctx, req);
-    if (res.statusCode !== 200) return refuseVendorStatus(env, ctx, res);
+    const res = await answeredByFailStop(services, dispatch(env, ctx, req));
+    if (res.statusCode !== 200) return answeredByFailStop(services, refuseVendorStatus(env, ctx, res));
     const rw = rewrites.get(req.model.id)!;
     if (req.stream) return streamThrough(env, ctx, req, res, rw, startedMs, frame);
-    return answerBody(env, ctx, req, res);
+    return answeredByFailStop(services, answerBody(env, ctx, req, res));
   };
 }
 

@@ -19,7 +19,7 @@ import { assertLedger, isLedgerAssertion, type LedgerAssertionError } from './as
 import { stoppedAnswer } from './fail-stop.js';
 import { CheckedHold } from './hold.js';
 import type { Hold, Ledger, RecordedUsage, ReserveInput, ResolveResult } from './ledger.js';
-import { checkReserveInput, checkVendorRequestId, usageJson, wholeInk } from './ledger.js';
+import { checkReserveInput, checkVendorRequestId, usageJson, wholeInk } from './move-input.js';
 import { HoldRate, leaseWantInk, LocalLease } from './lease.js';
 import { createRecallBus, type RecallBus, type RecallScope } from './recalls.js';
 import * as SQL from './statements.js';
@@ -50,6 +50,12 @@ export interface EscrowOptions {
 export interface EscrowFaults {
   /** The charge the lease is told for this request in place of the hold's (undefined: the true one). */
   readonly skewLeaseCharge?: (requestId: string, chargeInk: number) => number | undefined;
+}
+
+/** What an end writes on the request record besides its amounts (and the vendor's id): set only once the end is checked and made. */
+interface EndFields {
+  readonly usage: string | null | undefined;
+  readonly reason: string | undefined;
 }
 
 interface KeyState {
@@ -325,7 +331,7 @@ export class Escrow implements TextBilling {
     const recalled = new Set<string>();
     for (;;) {
       try {
-        return await this.ledger.reserve(input);
+        return await this.guard(this.ledger.reserve(input)); // a broken rule halts this escrow too
       } catch (e) {
         if (!this.leasing || !isApiError(e) || (e.code !== 'insufficient_ink' && e.code !== 'key_ink_limit_reached')) throw e;
         if (recalled.has(e.code)) throw e;
@@ -412,25 +418,25 @@ export class Escrow implements TextBilling {
   async settle(requestId: string, chargeInk: number, details: { usage?: RecordedUsage | object; vendorRequestId?: string } = {}): Promise<ResolveResult> {
     if (this.halted !== undefined) throw stoppedAnswer();
     const a = this.active.get(requestId);
-    if (a === undefined) return this.ledger.settle(requestId, chargeInk, details);
+    if (a === undefined) return this.guard(this.ledger.settle(requestId, chargeInk, details)); // a durable hold: the ledger's own checked move
     if (a.record.end !== null) return ALREADY_RESOLVED;
     wholeInk('chargeInk', chargeInk);
     const usage = usageJson(details.usage);
     const vendorId = details.vendorRequestId === undefined ? undefined : checkVendorRequestId(details.vendorRequestId);
     const r = a.record;
     if (chargeInk > r.holdInk) this.log('ledger.charge_above_hold', { requestId, chargeInk, holdInk: r.holdInk, kind: 'settle' });
-    r.usage = usage;
+    // The vendor's id is bookkeeping, not money: kept even if the end is refused, so that the hold
+    // left open can still be matched by reconciliation.
     if (vendorId !== undefined) r.vendorRequestId = vendorId;
-    return this.guard(this.endInLease(a, 'settle', Math.min(chargeInk, r.holdInk)));
+    return this.guard(this.endInLease(a, 'settle', Math.min(chargeInk, r.holdInk), { usage, reason: undefined }));
   }
 
   async release(requestId: string, reason: string): Promise<ResolveResult> {
     if (this.halted !== undefined) throw stoppedAnswer();
     const a = this.active.get(requestId);
-    if (a === undefined) return this.ledger.release(requestId, reason);
+    if (a === undefined) return this.guard(this.ledger.release(requestId, reason));
     if (a.record.end !== null) return ALREADY_RESOLVED;
-    a.record.reason = reason.slice(0, 500);
-    return this.guard(this.endInLease(a, 'release', 0));
+    return this.guard(this.endInLease(a, 'release', 0, { usage: undefined, reason: reason.slice(0, 500) }));
   }
 
   /**
@@ -438,18 +444,27 @@ export class Escrow implements TextBilling {
    * the lease, the record joins the journal. Answered at once, except when its lease was recalled
    * (the freed Ink goes back to the wallet first) or in sync mode (after the write).
    */
-  private async endInLease(a: ActiveHold, end: 'settle' | 'release', chargeInk: number): Promise<ResolveResult> {
+  private async endInLease(a: ActiveHold, end: 'settle' | 'release', chargeInk: number, fields: EndFields): Promise<ResolveResult> {
     const r = a.record;
     // A text lane settles only what it sent (usage exists only for a dispatched request); it does
     // not report the dispatch apart, so a settle of a hold still `reserved` records it first.
-    // Preconditions first, nothing changed yet: the end is a legal move of the hold, and the lease
-    // would give back exactly what the hold releases, source by source (lease.end refuses otherwise).
+    // Preconditions first, nothing changed yet (not the hold, the lease, nor the record): the end
+    // is a legal move of the hold, the record's split is the hold's, and the lease would give back
+    // exactly what the hold releases, source by source (lease.end refuses before it changes).
     const o = a.hold.checkEnd(end, chargeInk);
+    assertLedger(r.holdInk === a.hold.holdInk && r.holdGrantInk === a.hold.grantInk && r.end === null, () => `hold ${r.requestId}: its record (${r.holdInk}, grant ${r.holdGrantInk}, end ${r.end}) is not the hold's`, () => a.hold.figures());
     const leaseCharge = this.o.faults?.skewLeaseCharge?.(r.requestId, chargeInk) ?? chargeInk;
     const rest = a.lease.end(r.requestId, r.holdGrantInk, r.holdInk - r.holdGrantInk, leaseCharge, o.releasedGrantInk, o.releasedPaygInk);
     if (end === 'settle' && a.hold.state === 'reserved') a.hold.dispatch();
-    if (end === 'settle') a.hold.settle(chargeInk);
-    else a.hold.release();
+    const done = end === 'settle' ? a.hold.settle(chargeInk) : a.hold.release();
+    // Postconditions: the hold moved exactly what was checked, and the lease took back exactly what it released.
+    assertLedger(
+      done.chargedInk === o.chargedInk && done.chargedInk + done.releasedInk === r.holdInk && done.releasedGrantInk === rest.restGrantInk && done.releasedPaygInk === rest.restPaygInk,
+      () => `hold ${r.requestId}: ended charging ${done.chargedInk} and releasing ${done.releasedGrantInk} + ${done.releasedPaygInk}, the lease took back ${rest.restGrantInk} + ${rest.restPaygInk}`,
+      () => ({ ...a.hold.figures(), charged_ink: done.chargedInk, rest_grant_ink: rest.restGrantInk, rest_payg_ink: rest.restPaygInk }),
+    );
+    if (fields.usage !== undefined) r.usage = fields.usage;
+    if (fields.reason !== undefined) r.reason = fields.reason;
     r.restGrantInk = rest.restGrantInk;
     r.restPaygInk = rest.restPaygInk;
     r.end = end;

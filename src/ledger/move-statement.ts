@@ -1,0 +1,143 @@
+// How a durable money move's statement runs, shared by reserve.ts and resolve.ts: which errors
+// re-run a batch item by item, how long a batch waits for a locked row, what an unknown outcome
+// is, and the one rule this module keeps for both: a move's figures are asserted *inside* its
+// transaction, before COMMIT (`checkedMove`). A broken figure rolls the move back (nothing it
+// changed stays), is handed to the fail-stop, then goes on to the caller as LedgerAssertionError;
+// it is never caught to carry on, and never retried.
+import { ApiError } from '../errors.js';
+import { isStoreUnavailable, type Pool, type Queryable } from '../store/pool.js';
+import { isLedgerAssertion, type LedgerAssertionError } from './assertion.js';
+import type { LedgerFaults } from './ledger-types.js';
+
+/**
+ * How long a move's statement waits for a locked row: 'first' (a batch waits `batchLockTimeoutMs`,
+ * a lone move the session's lock_timeout), 'patient' (the session's lock_timeout), or a number of
+ * ms (the single moves a batch was split into).
+ *
+ * A batch that timed out waiting for a row lock is retried once whole, waiting the session's
+ * longer lock_timeout, before it is split into single moves. Why: under a burst on one busy
+ * account the batches queue for the same wallet row, and splitting a batch there turns one
+ * statement into a hundred that queue for the same row and the same connections (measured: 1,000
+ * streams opened at once on one key got 503s). Splitting stays for what it is for: one wedged row
+ * (held by a long transaction elsewhere) that would otherwise fail its neighbours.
+ */
+export type LockWait = 'first' | 'patient' | number;
+
+/** What a move's statement needs from the ledger that runs it. */
+export interface MoveContext {
+  readonly pool: Pool;
+  readonly batchLockTimeoutMs: number;
+  /** Send a lone move through the batch function too (tests: both paths agree on every rule). */
+  readonly functionForSingles: boolean;
+  /** The clock as ISO-8601 text (pg's own Date formatting showed up in the gateway's CPU profile). */
+  nowText(): string;
+  /** Told of a broken money rule after its transaction rolled back (fail-stop.ts). */
+  readonly failStop: ((err: LedgerAssertionError) => void) | undefined;
+  /** Test-only (LedgerOptions.faults). */
+  readonly faults: LedgerFaults | undefined;
+}
+
+/** The test-only skew of one figure (0 unless a fault is injected for this move and id). */
+export function skew(m: MoveContext, move: 'reserve' | 'resolve' | 'credit', id: string): number {
+  return m.faults?.skewFigure?.(move, id) ?? 0;
+}
+
+export function lockTimedOut(err: unknown): boolean {
+  return (err as { code?: unknown }).code === '55P03';
+}
+
+/**
+ * Errors after which a batch is re-run item by item: not an outage, or one wedged row's lock. A
+ * broken money rule is neither: it stops the instance, and re-running its items would move Ink on
+ * the picture that broke.
+ */
+export function retryAlone(err: unknown): boolean {
+  if (isLedgerAssertion(err)) return false;
+  return !isStoreUnavailable(err) || lockTimedOut(err);
+}
+
+/** The batch functions' lock-timeout argument for `wait` (null: the session's lock_timeout). */
+export function lockParam(m: MoveContext, n: number, wait: LockWait): number | null {
+  if (wait === 'patient') return null;
+  if (wait === 'first') return n > 1 ? m.batchLockTimeoutMs : null;
+  return wait;
+}
+
+/**
+ * True when a statement may have committed although we got no answer (read timeout, connection
+ * dropped after sending). A server-side error (a SQLSTATE) means it rolled back; a failure to
+ * connect means it was never sent.
+ */
+export function outcomeUnknown(err: unknown): boolean {
+  if (!isStoreUnavailable(err)) return false;
+  const code = (err as { code?: unknown }).code;
+  if (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code)) return false;
+  if (code === 'ECONNREFUSED' || code === 'ENOTFOUND' || code === 'EHOSTUNREACH') return false;
+  const m = (err as Error).message;
+  if (m.includes('trying to connect') || m.includes('connection timeout')) return false;
+  return true;
+}
+
+export const overloaded = (cause: Error): ApiError =>
+  new ApiError('provider_unavailable', { message: 'The ledger is overloaded; retry after Retry-After.', retryAfterS: 1, cause });
+
+/** Rows of a batch function, indexed by their 1-based item number. */
+export function byItem<R extends { item: number }>(rows: R[], n: number): R[] {
+  if (rows.length !== n) throw new Error(`ledger: ${rows.length} results for ${n} items`);
+  const out = new Array<R>(n);
+  for (const r of rows) out[r.item - 1] = r;
+  return out;
+}
+
+/**
+ * Runs a move's statement and asserts what it answers before the move commits (and `before`, the
+ * move's preconditions, before anything is sent). On the pool the
+ * move gets its own transaction: BEGIN, the statement, `check`, COMMIT; a broken check rolls it
+ * back. In a caller's transaction (`q` is not the pool) `check` runs right after the statement and
+ * the error rolls the caller's transaction back. Either way the fail-stop hears of it first.
+ * Cost: two more round trips per statement on the pool (one per batch under group commit).
+ */
+export async function checkedMove<R>(m: MoveContext, q: Queryable, run: (c: Queryable) => Promise<R>, check: (out: R) => void, before?: () => void): Promise<R> {
+  try {
+    before?.(); // preconditions: nothing is sent when one is broken
+    if (q !== m.pool) {
+      const out = await run(q);
+      check(out);
+      return out;
+    }
+    return await ownTransaction(m.pool, run, check);
+  } catch (e) {
+    if (isLedgerAssertion(e)) m.failStop?.(e);
+    throw e;
+  }
+}
+
+/**
+ * BEGIN, the statement, the check, COMMIT on one connection. A check or statement that failed is
+ * rolled back before the error goes on. A store that stopped answering (a timeout, a dropped
+ * connection) gets no ROLLBACK to wait for: the connection is destroyed instead, which ends the
+ * transaction on the server just the same, so an outage is answered within one query timeout.
+ */
+async function ownTransaction<R>(pool: Pool, run: (c: Queryable) => Promise<R>, check: (out: R) => void): Promise<R> {
+  const client = await pool.connect();
+  let broken = false;
+  try {
+    await client.query('BEGIN');
+    const out = await run(client);
+    check(out);
+    await client.query('COMMIT');
+    return out;
+  } catch (e) {
+    broken = outcomeUnknown(e); // no answer: a timeout or a dropped connection (a SQLSTATE means the session is healthy)
+    if (!broken) {
+      try {
+        await client.query('ROLLBACK');
+      } catch {
+        broken = true; // the connection is gone or wedged: do not return it to the pool
+      }
+    }
+    throw e;
+  } finally {
+    client.release(broken);
+  }
+}

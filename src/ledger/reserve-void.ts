@@ -1,0 +1,39 @@
+// Tombstones: a reserve whose outcome the caller could not learn (the statement timed out or the
+// connection dropped mid-flight) may still commit on the server, leaving a hold nobody knows about.
+// Its id is claimed with a `void` request row (hold 0: no Ink moves), so a reserve still running
+// finds the id taken and takes nothing; when the reserve got there first, its hold is released.
+//
+// Money rules kept here: a tombstone moves no Ink (VOID_REQUEST writes a zero hold, in
+// statements.ts); a hold the lost reserve did take is released whole, through runResolve
+// (resolve.ts), which asserts its preconditions before the statement and its figures before COMMIT.
+import type { BackgroundRetries } from './background.js';
+import type { ReserveInput } from './ledger-types.js';
+import type { MoveContext } from './move-statement.js';
+import { runResolve } from './resolve.js';
+import * as SQL from './statements.js';
+
+export type VoidOutcome = 'voided' | 'released' | 'already_resolved' | 'no_account';
+
+/** Claims the id of a reservation whose outcome is unknown, or releases the hold if it was taken; retried in the background. */
+export function abandonReserve(m: MoveContext, bg: BackgroundRetries, input: ReserveInput, now: () => Date, log: (msg: string, fields?: object) => void): void {
+  const requestId = input.requestId;
+  const tryVoid = () => voidReservation(m, input, now).then((outcome) => log('ledger.reserve_abandoned', { requestId, outcome }));
+  bg.track(tryVoid().catch((e: unknown) => bg.failed(e, 'ledger.reserve_abandon_failed', requestId, tryVoid)));
+}
+
+export async function voidReservation(m: MoveContext, input: ReserveInput, now: () => Date): Promise<VoidOutcome> {
+  try {
+    const r = await m.pool.query(SQL.VOID_REQUEST, [
+      input.requestId, input.accountId, input.keyId, input.product, input.model, 'reserve_abandoned', now(),
+    ]);
+    if (r.rowCount === 1) return 'voided';
+  } catch (e) {
+    if ((e as { code?: unknown }).code === '23503') return 'no_account'; // unknown account/key: nothing could be held
+    throw e;
+  }
+  const [row] = await runResolve(m, [
+    { id: input.requestId, kind: 'release', chargeInk: 0, usage: null, vendorRequestId: null, reason: 'reserve_abandoned' },
+  ]);
+  if (row instanceof Error) throw row;
+  return row!.result === 'ok' ? 'released' : 'already_resolved';
+}
