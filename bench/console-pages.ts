@@ -12,7 +12,7 @@ const PAGES = ['/console', '/console/keys', '/console/usage', '/console/billing'
 
 async function main(): Promise<void> {
   const link = process.argv[2];
-  if (!link || !link.includes('/console/signin?token=')) throw new Error('usage: bench:console <sign-in link>');
+  if (!link?.includes('/console/signin?token=')) throw new Error('usage: bench:console <sign-in link>');
   const base = new URL(link).origin;
   const profile = mkdtempSync(join(tmpdir(), 'inkgate-bench-chromium-'));
   const ctx = await chromium.launchPersistentContext(profile, {

@@ -15,7 +15,6 @@ import { loadConfig } from '../src/config/config.js';
 import { isApiError } from '../src/errors.js';
 import { createGateway } from '../src/gateway.js';
 import { createRateLimiter } from '../src/limits/create-rate-limiter.js';
-import { openDatabase } from '../src/store/connect.js';
 import { silentLogger } from '../src/util/log.js';
 import { benchDatabaseUrl } from './lib/env.js';
 

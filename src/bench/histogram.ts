@@ -13,7 +13,7 @@ export function newHistogram(): Histogram {
 /** Records a duration given in milliseconds (performance.now() differences). */
 export function recordMs(h: Histogram, ms: number): void {
   const us = Math.round(ms * 1000);
-  h.recordValue(us < 1 ? 1 : us > MAX_TRACKABLE_US ? MAX_TRACKABLE_US : us);
+  h.recordValue(us < 1 ? 1 : Math.min(us, MAX_TRACKABLE_US));
 }
 
 export interface LatencySummary {
@@ -59,7 +59,7 @@ export function distribution(h: Histogram, points = 48): Array<[number, number]>
   const maxNines = Math.max(1, Math.min(5, Math.log10(h.totalCount)));
   for (let i = 0; i <= points; i++) {
     const nines = (i / points) * maxNines;
-    const p = i === points ? 100 : 100 * (1 - Math.pow(10, -nines));
+    const p = i === points ? 100 : 100 * (1 - 10 ** -nines);
     out.push([p, ms(p === 100 ? h.maxValue : at(h, p))]);
   }
   return out;

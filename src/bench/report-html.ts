@@ -36,7 +36,7 @@ export function svgPlot(title: string, series: readonly Series[]): string {
   parts.push(`<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 ${W} ${H}" width="${W}" height="${H}" role="img" aria-label="${esc(title)}">`);
   parts.push(`<text x="${M.l}" y="16" font-size="13" font-weight="bold">${esc(title)}</text>`);
   for (let i = 0; i <= maxX; i++) {
-    const label = i === 0 ? '0%' : `${(100 - Math.pow(10, 2 - i)).toFixed(Math.max(0, i - 2))}%`;
+    const label = i === 0 ? '0%' : `${(100 - 10 ** (2 - i)).toFixed(Math.max(0, i - 2))}%`;
     parts.push(`<line x1="${sx(i)}" y1="${M.t}" x2="${sx(i)}" y2="${H - M.b}" stroke="#ddd"/><text x="${sx(i)}" y="${H - M.b + 14}" font-size="10" text-anchor="middle">${label}</text>`);
   }
   for (let i = 0; i <= 4; i++) {

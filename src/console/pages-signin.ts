@@ -33,7 +33,7 @@ export async function signOutAction(p: SignedIn): Promise<void> {
 /** Secure cookies when the console is reached over https (its configured URL, or a TLS-terminating proxy). */
 function secure(p: PageCtx): boolean {
   const url = p.d.services.config.console.url;
-  return (url !== null && url.startsWith('https:')) || p.ctx.header('x-forwarded-proto') === 'https';
+  return url?.startsWith('https:') || p.ctx.header('x-forwarded-proto') === 'https';
 }
 
 

@@ -44,7 +44,7 @@ export const givenIn =
  */
 export function requireModel<M extends { readonly listed: boolean }>(raw: unknown, lookup: (id: string) => M | undefined, name: string, pick: string): M {
   const model = typeof raw === 'string' ? lookup(raw) : undefined;
-  if (model !== undefined && model.listed) return model;
+  if (model?.listed) return model;
   throw bad('unknown_model', 'model', typeof raw === 'string'
     ? `Unknown ${name} ${JSON.stringify(raw.slice(0, 100))}; use ${pick} of GET /v1/models.`
     : `\`model\` is required: ${pick} of GET /v1/models.`);

@@ -37,7 +37,7 @@ export function secondsUntilUtcMidnight(nowMs: number): number {
 /** The account's access, or 403 tier_gated. */
 export async function requireAccess(q: Queryable, accountId: string, lock: boolean, paygDailyCap: number, kind: GenerationKind): Promise<GenerationAccess> {
   const row = await generationAccess(q, accountId, lock, paygDailyCap);
-  if (!row || !row.allowed) {
+  if (!row?.allowed) {
     throw new ApiError('tier_gated', { message: `${kind === 'video' ? 'Video' : 'Image generation'} needs a paid plan or pay-as-you-go Ink: upgrade, or top up the wallet.` });
   }
   return row;

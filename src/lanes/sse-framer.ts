@@ -66,7 +66,7 @@ function scan(buf: Buffer, s: ScanState, onBoundary?: (end: number) => void): nu
   while (i < n) {
     if (lf !== -1 && lf < i) lf = buf.indexOf(LF, i);
     if (cr !== -1 && cr < i) cr = buf.indexOf(CR, i);
-    const t = lf === -1 ? cr : cr === -1 ? lf : lf < cr ? lf : cr;
+    const t = lf === -1 ? cr : cr === -1 ? lf : Math.min(lf, cr);
     if (t === -1) {
       lineStart = false;
       break;

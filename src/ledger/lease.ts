@@ -123,7 +123,7 @@ export class LocalLease {
   take(holdInk: number, nowMs: number): { grantInk: number; paygInk: number } | undefined {
     if (this.current !== 'live' || nowMs >= this.deadline || this.spareG + this.spareP < holdInk) return undefined;
     if (!whole(holdInk)) throw this.violation('take: the hold is not whole Ink', { hold_ink: holdInk });
-    const g = this.spareG < holdInk ? this.spareG : holdInk;
+    const g = Math.min(this.spareG, holdInk);
     this.spareG -= g;
     this.spareP -= holdInk - g;
     this.inFlightG += g;
@@ -142,7 +142,7 @@ export class LocalLease {
    * source, or refuses before changing anything.
    */
   end(requestId: string, holdGrantInk: number, holdPaygInk: number, chargeInk: number, expectGrantInk: number, expectPaygInk: number): LeaseRest {
-    const cg = chargeInk < holdGrantInk ? chargeInk : holdGrantInk;
+    const cg = Math.min(chargeInk, holdGrantInk);
     const restGrantInk = holdGrantInk - cg;
     const restPaygInk = holdPaygInk - (chargeInk - cg);
     if (

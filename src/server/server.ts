@@ -6,7 +6,7 @@ import { ApiError, isApiError } from '../errors.js';
 import type { RateLimiter } from '../limits/rate-limiter.js';
 import { isStoreUnavailable, storeError, type Queryable } from '../store/pool.js';
 import type { Logger } from '../util/log.js';
-import { HttpContext, type AuthInfo } from './http-context.js';
+import type { HttpContext, AuthInfo } from './http-context.js';
 import type { Route, Router } from './router.js';
 import { chooseEngine, type EngineChoice, type EngineListener, type EngineName, type EngineOptions } from './engine.js';
 import type { AccessLog } from './access-log.js';

@@ -8,7 +8,7 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:f
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { chromium, type BrowserContext, type Page } from 'playwright-core';
-import t, { type Test } from 'tap';
+import type { Test } from 'tap';
 import { PROJECT_ROOT } from '../../src/config/config.js';
 import { startConsoleStack } from '../helpers/console-stack.js';
 import { eachEngine } from '../helpers/engines.js';

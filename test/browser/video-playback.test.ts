@@ -62,7 +62,7 @@ async function playsThroughRanges(t: Test, engine: EngineName, store: 'fs' | 's3
   t.teardown(() => page.close());
   const seen: Seen[] = [];
   page.on('response', (r) => {
-    if (r.url().includes('/media/')) seen.push({ status: r.status(), range: r.request().headers()['range'] });
+    if (r.url().includes('/media/')) seen.push({ status: r.status(), range: r.request().headers().range });
   });
   await page.setContent(`<video id="v" muted preload="auto" src="${url}"></video>`);
   const loaded = await page.waitForFunction(() => {

@@ -18,8 +18,12 @@ const SIGNATURE = Buffer.from([0x0d, 0x0a, 0x0d, 0x0a, 0x00, 0x0d, 0x0a, 0x51, 0
 /** PROXY v2, PROXY command, TCP over IPv4, from the client's address and port to ours. */
 export function proxyV2Header(srcIp: string, srcPort: number, dstIp: string, dstPort: number): Buffer {
   const body = Buffer.alloc(12);
-  srcIp.split('.').forEach((o, i) => body.writeUInt8(Number(o), i));
-  dstIp.split('.').forEach((o, i) => body.writeUInt8(Number(o), 4 + i));
+  srcIp.split('.').forEach((o, i) => {
+    body.writeUInt8(Number(o), i);
+  });
+  dstIp.split('.').forEach((o, i) => {
+    body.writeUInt8(Number(o), 4 + i);
+  });
   body.writeUInt16BE(srcPort, 8);
   body.writeUInt16BE(dstPort, 10);
   return Buffer.concat([SIGNATURE, Buffer.from([0x21, 0x11, 0x00, 12]), body]);

@@ -458,7 +458,7 @@ export async function runSoak(stack: SoakStack, o: SoakOptions): Promise<SoakRep
     const bound = peer === 'postgres' ? cfg.db.poolMax + 1 : cfg.upstream.connections;
     if (n > bound) failures.push(`${n} sockets to ${peer}, above its pool bound ${bound}`);
   }
-  if (!finalSample || finalSample.clientFds !== 0) failures.push(`the gateway still holds ${finalSample?.clientFds ?? '?'} client sockets 15 s after the client closed its connections`);
+  if (finalSample?.clientFds !== 0) failures.push(`the gateway still holds ${finalSample?.clientFds ?? '?'} client sockets 15 s after the client closed its connections`);
   if (!(finalOwnFds <= ownFds.secondQuarterMedian + fdSlack)) failures.push(`open fds after the run: ${finalOwnFds}, second-quarter median under load ${ownFds.secondQuarterMedian} (allowed +${fdSlack})`);
   if (gatewayGone) failures.push('the gateway process went away during the soak');
   if (!rssMb.flat) failures.push(`RSS not flat: second-quarter median ${rssMb.secondQuarterMedian.toFixed(1)} MB, last-quarter ${rssMb.lastQuarterMedian.toFixed(1)} MB (allowed +${((o.rssSlack ?? 0.2) * 100).toFixed(0)}%, ${rssMb.samples} samples)`);

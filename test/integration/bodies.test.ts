@@ -2,7 +2,6 @@
 // streams in, hostile JSON. Driven against a real gateway with a test route that echoes what it parsed.
 import { connect } from 'node:net';
 import { Readable } from 'node:stream';
-import t from 'tap';
 import { request } from 'undici';
 import { readJsonObject } from '../../src/server/json-body.js';
 import { startTestGateway } from '../helpers/gateway.js';

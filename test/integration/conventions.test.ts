@@ -1,5 +1,5 @@
 // docs/api/conventions.md, the error object (docs/api/errors.md), authentication: driven over HTTP.
-import t, { type Test } from "tap";
+import type { Test } from "tap";
 import { Client } from 'undici';
 import { startTestGateway, type Reply } from '../helpers/gateway.js';
 import { eachEngine } from '../helpers/engines.js';

@@ -1,7 +1,6 @@
 // HTTP/1.0 clients on each engine, with a billed streaming call: node serves it with HTTP/1.0
 // framing (no chunked encoding, the stream ended by the close) and charges it once; uWS leaves it
 // unanswered until its idle timeout and nothing is held or charged.
-import t from 'tap';
 import { setLane } from '../../src/deployment/state.js';
 import { startAnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
 import { eachEngine } from '../helpers/engines.js';

@@ -13,7 +13,7 @@ import type { GenerationDeps as VideoDeps } from '../../src/generations/deps.js'
 import { solidPng } from '../../src/simulators/gemini/png.js';
 import { startGeminiSimulator, type GeminiSimulator } from '../../src/simulators/gemini/simulator.js';
 import { startTestGateway, type Reply, type TestGateway } from '../helpers/gateway.js';
-import { startHttpsServer, testCert, type TestHttpsServer } from '../helpers/https-server.js';
+import { startHttpsServer, type TestHttpsServer } from '../helpers/https-server.js';
 
 export interface ImageHarness {
   readonly tg: TestGateway;

@@ -2,7 +2,7 @@
 // way the gateway can run them (grouped into batches, one statement each, two gateway processes
 // with their own pools racing). Exactness: the number that fit is the number that succeed.
 import t, { type Test } from 'tap';
-import { ApiError } from '../../src/errors.js';
+import type { ApiError } from '../../src/errors.js';
 import { Ledger, type LedgerOptions } from '../../src/ledger/ledger.js';
 import { createPool, type Pool } from '../../src/store/pool.js';
 import { testDb } from '../helpers/db.js';

@@ -1,6 +1,5 @@
 // 1,000 clients that disconnect mid-stream: the vendor is never aborted, every hold is settled for
 // what the vendor produced, and no socket or hold is left behind.
-import t from 'tap';
 import { request, Agent } from 'undici';
 import { setLane } from '../../src/deployment/state.js';
 import { startAnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';

@@ -29,7 +29,9 @@ t.test('two processes, one bucket: both serve what is in it; readiness follows t
   t.teardown(() => proxy.close());
   const db = await testDb(t);
   const dirs = [mkdtempSync(join(tmpdir(), 'inkgate-p1-')), mkdtempSync(join(tmpdir(), 'inkgate-p2-'))];
-  t.teardown(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })));
+  t.teardown(() => {
+    for (const d of dirs) rmSync(d, { recursive: true, force: true });
+  });
   const config = (dataDir: string, instanceId: string) => ({
     dataDir,
     server: { host: '127.0.0.1', port: 0 },
@@ -72,7 +74,9 @@ t.test('two processes, one bucket: an image submitted on one is polled and downl
   const db = await testDb(t);
   await setLane(db.pool, 'images', true);
   const dirs = [mkdtempSync(join(tmpdir(), 'inkgate-i1-')), mkdtempSync(join(tmpdir(), 'inkgate-i2-'))];
-  t.teardown(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })));
+  t.teardown(() => {
+    for (const d of dirs) rmSync(d, { recursive: true, force: true });
+  });
   const config = (dataDir: string, instanceId: string) => ({
     dataDir,
     server: { host: '127.0.0.1', port: 0 },

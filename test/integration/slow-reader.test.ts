@@ -4,7 +4,6 @@
 import { once } from 'node:events';
 import { createServer, type Server } from 'node:http';
 import { connect, type Socket } from 'node:net';
-import t from 'tap';
 import { setLane } from '../../src/deployment/state.js';
 import { eachEngine } from '../helpers/engines.js';
 import { startTestGateway } from '../helpers/gateway.js';

@@ -215,7 +215,6 @@ t.test('Postgres paused 5 s (SIGSTOP, whole cluster): a leased key keeps being s
   const pidsPaused = pg.pids();
   pg.pause();
   const pausedAt = performance.now();
-  const pausedWall = new Date();
   let resumedAt = Number.NaN;
   closers.push(() => {
     if (Number.isNaN(resumedAt)) pg.resume(); // a failed assertion must not leave it stopped

@@ -10,7 +10,7 @@ import { request, Agent, type Dispatcher } from 'undici';
 import { setLane } from '../../src/deployment/state.js';
 import { startAnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
 import { startOpenAISimulator } from '../../src/simulators/openai/simulator.js';
-import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
+import { startTestGateway } from '../helpers/gateway.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
 import { rawExchange as exchange } from '../helpers/raw-socket.js';
 import { eachEngine } from '../helpers/engines.js';

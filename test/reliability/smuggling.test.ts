@@ -10,7 +10,7 @@
 //                      the vendor's own host, and not one byte of what the client smuggled
 //   toward the client  only our headers: no vendor `set-cookie`, auth, CORS, cache or id header,
 //                      on success, on streams and on vendor errors alike
-import t, { type Test } from 'tap';
+import type { Test } from 'tap';
 import { request } from 'undici';
 import { setLane } from '../../src/deployment/state.js';
 import { startAnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';

@@ -9,7 +9,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import t, { type Test } from 'tap';
+import t from 'tap';
 import { request } from 'undici';
 import { loadConfig, type Config, type DeepPartial } from '../../src/config/config.js';
 import { startAnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
@@ -92,7 +92,7 @@ async function burst(n: number, key: string, text: string): Promise<Record<strin
   return out;
 }
 
-async function account(t: Test, name: string, ink: number, inkLimit?: number): Promise<{ accountId: string; keyId: string; key: string }> {
+async function account(name: string, ink: number, inkLimit?: number): Promise<{ accountId: string; keyId: string; key: string }> {
   // The free plan has no grant: the balance is exactly the top-up.
   const acc = await cli('account', 'create', '--name', name, '--plan', 'free');
   await cli('topup', '--account', acc.id, '--usd', (ink / 100).toFixed(2));
@@ -101,7 +101,7 @@ async function account(t: Test, name: string, ink: number, inkLimit?: number): P
 }
 
 t.test('the wallet edge is exact across three processes', async (t) => {
-  const a = await account(t, 'three edge', 33 * HOLD_INK + Math.floor(HOLD_INK / 2));
+  const a = await account('three edge', 33 * HOLD_INK + Math.floor(HOLD_INK / 2));
   t.same(await burst(60, a.key, `edge ${LONG}`), { '200': 33, '402 insufficient_ink': 27 }, 'exactly 33 of 60 admitted');
   const leases = await db.pool.query<{ n: string; i: string }>('SELECT count(*) AS n, count(DISTINCT instance_id) AS i FROM leases WHERE account_id = $1', [a.accountId]);
   t.ok(Number(leases.rows[0]!.n) > 0, `leases served part of it (${leases.rows[0]!.n} leases on ${leases.rows[0]!.i} processes), recalled at the edge`);
@@ -109,13 +109,13 @@ t.test('the wallet edge is exact across three processes', async (t) => {
 });
 
 t.test('a key cap is exact across three processes', async (t) => {
-  const a = await account(t, 'three cap', 1_000 * HOLD_INK, 13 * HOLD_INK + Math.floor(HOLD_INK / 2));
+  const a = await account('three cap', 1_000 * HOLD_INK, 13 * HOLD_INK + Math.floor(HOLD_INK / 2));
   t.same(await burst(30, a.key, `cap ${LONG}`), { '200': 13, '402 key_ink_limit_reached': 17 }, 'exactly 13 of 30 admitted under the cap');
   await assertLedgerInvariant(t, db.pool);
 });
 
 t.test('the rate limit is shared by the three processes', async (t) => {
-  const a = await account(t, 'three rate', 100_000);
+  const a = await account('three rate', 100_000);
   const rs = await Promise.all(Array.from({ length: RATE_PER_MINUTE + 30 }, (_, i) => send(gateways[i % 3]!, a.key, body('rate', false))));
   await Promise.all(rs.map((r) => r.done));
   const ok = rs.filter((r) => r.status === 200).length;
@@ -125,7 +125,7 @@ t.test('the rate limit is shared by the three processes', async (t) => {
 });
 
 t.test('a revoked key is refused by every process within one second', async (t) => {
-  const a = await account(t, 'three revoke', 100_000);
+  const a = await account('three revoke', 100_000);
   // Each process has seen the key (cached, with a lease of its own) before the revoke.
   for (const g of gateways) t.equal((await send(g, a.key, body('before', false))).status, 200);
   await cli('key', 'revoke', a.keyId);

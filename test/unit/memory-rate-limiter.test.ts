@@ -13,8 +13,6 @@ function clocked(opts: { windowMs?: number; maxBuckets?: number } = {}) {
   return { clock, limiter };
 }
 
-const allowed = (d: RateDecision): boolean => d.allowed;
-
 t.test('60 allowed, the 61st denied with the time until the oldest leaves the window', async (t) => {
   const { clock, limiter } = clocked();
   const remaining: number[] = [];

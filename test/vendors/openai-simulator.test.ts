@@ -150,7 +150,7 @@ t.test('input token formula: instructions, items, tools; cached with prompt_cach
 
   const cached = await client.responses.create({ model: MODEL, input: 'Hello [[sim:cached=3]] [[sim:cache-write=2]]' });
   t.equal(cached.usage?.input_tokens_details.cached_tokens, 3);
-  t.equal((cached.usage?.input_tokens_details as unknown as Record<string, unknown>).cache_write_tokens, 2);
+  t.equal((cached.usage!.input_tokens_details as unknown as Record<string, unknown>).cache_write_tokens, 2);
 });
 
 t.test('stream: true iterated with the SDK', async (t) => {

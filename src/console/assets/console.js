@@ -1,8 +1,9 @@
 // The console's only script: copy buttons, and the playground's streamed reply. Every page works
 // without it (the playground then answers in one piece). It never reads or stores a key.
+// biome-ignore lint/suspicious/noRedundantUseStrict: loaded by a classic <script defer>, not as a module
 'use strict';
 document.addEventListener('click', (e) => {
-  const b = e.target.closest && e.target.closest('button[data-copy]');
+  const b = e.target.closest?.('button[data-copy]');
   if (!b) return;
   const field = document.getElementById(b.getAttribute('data-copy'));
   if (!field) return;

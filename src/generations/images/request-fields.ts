@@ -6,7 +6,7 @@
 // chosen model (its sizes, aspect ratios, reference cap) is the model card's.
 import { IMAGE_SIZES } from '../../catalog/models.js';
 import { MAX_URL_CHARS } from '../../net/ssrf-guard.js';
-import { fieldTable, type FieldRule } from '../../util/request-fields.js';
+import { fieldTable } from '../../util/request-fields.js';
 import { MAX_METADATA_BYTES, MAX_SEED, MIN_SEED } from '../fields.js';
 
 /** Gemini takes ~65k input tokens; 8,000 characters keeps a prompt far inside that with 14 references. */

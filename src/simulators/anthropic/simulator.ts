@@ -541,7 +541,7 @@ class Sim {
     const xKey = req.headers['x-api-key'];
     const bearer = req.headers.authorization;
     if (xKey !== undefined && bearer !== undefined) return fail(401, 'authentication_error', 'Provide either an x-api-key header or an Authorization header, not both.');
-    if ((xKey !== undefined ? xKey : bearer !== undefined && bearer.startsWith('Bearer ') ? bearer.slice(7) : undefined) !== this.apiKey) {
+    if ((xKey !== undefined ? xKey : bearer?.startsWith('Bearer ') ? bearer.slice(7) : undefined) !== this.apiKey) {
       return fail(401, 'authentication_error', xKey !== undefined ? 'invalid x-api-key' : 'Invalid bearer token');
     }
     if (!req.headers['anthropic-version']) return fail(400, 'invalid_request_error', 'anthropic-version: header is required');

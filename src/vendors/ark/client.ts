@@ -3,7 +3,7 @@
 // we send: nothing the client wrote reaches the vendor except through the mapping below.
 // Wire shapes: the Ark video-task API (create, get, and the task JSON), as the simulator speaks it.
 import { readBounded, readVendorJson, retryAfterSeconds, vendorAgent } from '../vendor-http.js';
-import { Agent, request, type Dispatcher } from 'undici';
+import { type Agent, request, type Dispatcher } from 'undici';
 
 /** What we ask Ark for: built from a validated, normalised request only. */
 export interface ArkCreateInput {

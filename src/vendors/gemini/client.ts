@@ -4,7 +4,7 @@
 // vendor except through the mapping below.
 // Wire shapes: the Gemini generateContent API for images, as the simulator speaks it.
 import { readVendorJson, retryAfterSeconds, vendorAgent } from '../vendor-http.js';
-import { Agent, request, type Dispatcher } from 'undici';
+import { type Agent, request, type Dispatcher } from 'undici';
 
 export const GEMINI_IMAGE_SIZES = ['1K', '2K', '4K'] as const;
 
