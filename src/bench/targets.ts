@@ -29,10 +29,6 @@ export type TargetName =
   | 'inkgate (many tenants)'
   | 'inkgate (access log)'
   | 'inkgate (no access log)';
-export const TARGET_ORDER: readonly TargetName[] = [
-  'direct', 'plain proxy', 'inkgate', 'inkgate (billing off)', 'inkgate (sync)', 'inkgate (uws)', 'inkgate (node)', 'inkgate (one key)', 'inkgate (many tenants)',
-  'inkgate (access log)', 'inkgate (no access log)',
-];
 /** The access-log scenario's gateways: the same configuration with the access log on and off. */
 export const ACCESS_TARGETS = { on: 'inkgate (access log)', off: 'inkgate (no access log)' } as const satisfies Record<string, TargetName>;
 /** Scenarios whose gateways are their own: they need neither the shared inkgate nor the one with billing off. */

@@ -391,9 +391,3 @@ export function vendorBaseUrl(vendor: (typeof VENDORS)[number], raw: string): st
   else if (path === '') path = apiPath;
   return url.origin + path;
 }
-
-/** The rest of process.env that parts of the program are allowed to see, read here only. */
-export const runtimeEnv = Object.freeze({
-  isCi: process.env.CI === 'true',
-  nodeEnv: process.env.NODE_ENV ?? 'development',
-});

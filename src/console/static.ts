@@ -28,12 +28,6 @@ function load(): Map<string, Asset> {
   return m;
 }
 
-/** Sizes of the static files (the page-weight figure in the docs). */
-export function assetBytes(): Record<string, number> {
-  assets ??= load();
-  return Object.fromEntries([...assets].map(([k, a]) => [k, a.body.length]));
-}
-
 export function serveStatic(ctx: HttpContext, name: string): void {
   assets ??= load();
   const a = assets.get(name);

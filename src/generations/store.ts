@@ -5,7 +5,6 @@
 import type { Queryable } from '../store/pool.js';
 
 export type GenerationState = 'submitting' | 'creating' | 'queued' | 'running' | 'succeeded' | 'failed' | 'voided';
-export const ACTIVE_STATES: readonly GenerationState[] = ['submitting', 'creating', 'queued', 'running'];
 export type FailureCode = 'provider_failed' | 'timeout' | 'result_persistence_failed' | 'content_policy';
 
 export interface GenerationRow {

@@ -5,7 +5,7 @@
 // (the escrow's and journal's counters, the limiter) is read when Prometheus scrapes.
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { CounterCells, HistogramCells } from './cells.js';
-import { RequestMetrics, type CustomMetric } from './request-metrics.js';
+import { RequestMetrics } from './request-metrics.js';
 import { storeMetrics, type StoreFigures } from './store-metrics.js';
 
 /** Seconds to a stream's first relayed byte. */
@@ -121,5 +121,3 @@ export class GatewayMetrics {
     return { body: await this.registry.metrics(), contentType: this.registry.contentType };
   }
 }
-
-export type { CustomMetric };

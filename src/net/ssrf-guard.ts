@@ -165,8 +165,6 @@ export function sameAddress(a: string, b: string): boolean {
   return true;
 }
 
-export const isPublicAddress = (ip: string): boolean => classifyAddress(ip) === 'public';
-
 // Names that never lead to a public host: RFC 6761/6762 special-use, RFC 8375, and the cloud
 // "internal" zones (metadata.google.internal). DNS would usually catch them too; this says why early.
 const BLOCKED_SUFFIXES = ['.localhost', '.local', '.localdomain', '.internal', '.home.arpa', '.onion', '.test', '.invalid', '.example'];

@@ -8,7 +8,6 @@ import type * as UwsTypes from '@trufflesuite/uws-js-unofficial';
 
 const require = createRequire(import.meta.url);
 
-export type TemplatedApp = UwsTypes.TemplatedApp;
 export type HttpResponse = UwsTypes.HttpResponse;
 export type HttpRequest = UwsTypes.HttpRequest;
 export type UsListenSocket = UwsTypes.us_listen_socket;

@@ -16,9 +16,9 @@
 // An error on a list element names the element in `param` (`reference_image_urls[2]`).
 import type { Catalog, ImageModel, ImageSize } from '../../catalog/models.js';
 import { bad, givenIn, parseMetadata, parseModelChoice, parsePrompt, parseSeed, parseUrlList, refuseUnknownFields, requireModel, type CheckedUrl, type Validated, type ValidateOptions } from '../fields.js';
-import { IMAGE_REQUEST_FIELDS as F, MAX_IMAGE_PROMPT_CHARS, MAX_IMAGE_REFERENCES } from './request-fields.js';
+import { IMAGE_REQUEST_FIELDS as F, MAX_IMAGE_PROMPT_CHARS } from './request-fields.js';
 
-export { MAX_IMAGE_PROMPT_CHARS, MAX_IMAGE_REFERENCES };
+export { MAX_IMAGE_PROMPT_CHARS };
 
 /** The fields of the table (request-fields.ts); any other is refused. */
 const KNOWN: ReadonlySet<string> = new Set(Object.keys(F));

@@ -25,9 +25,8 @@ import {
   bad, givenIn, parseMetadata, parseModelChoice, parsePrompt, parseSeed, parseUrlField, parseUrlList, refuseUnknownFields, requireModel,
   type CheckedUrl, type Validated, type ValidateOptions,
 } from '../fields.js';
-import { MAX_PROMPT_CHARS, VIDEO_REQUEST_FIELDS as F } from './request-fields.js';
+import { VIDEO_REQUEST_FIELDS as F } from './request-fields.js';
 
-export { MAX_PROMPT_CHARS };
 export const DEFAULT_ASPECT_RATIO: VideoAspectRatio = '16:9';
 export const DEFAULT_RESOLUTION: VideoResolution = '720p';
 export const DEFAULT_DURATION_S = 5;

@@ -51,8 +51,6 @@ export const MESSAGES_FIELDS = fieldTable({
   metadata: object,
 });
 
-export type MessagesField = keyof typeof MESSAGES_FIELDS;
-
 /**
  * The vendor's count endpoint's top-level fields (it refuses any other, `max_tokens` included, as
  * "Extra inputs are not permitted"): the prompt of a Messages request and nothing about its reply.

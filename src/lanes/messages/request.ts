@@ -30,7 +30,7 @@ import { checkField, checkFieldItem } from '../../util/request-fields.js';
 import { promptTokensLowerBound, promptTokensUpperBound } from './prompt-estimate.js';
 import { COUNT_TOKENS_FIELDS, MESSAGES_FIELDS as F } from './request-fields.js';
 
-export { promptTokensLowerBound, promptTokensUpperBound } from './prompt-estimate.js';
+export { promptTokensLowerBound } from './prompt-estimate.js';
 
 export interface MessagesRequest {
   /** The resolved product model. */

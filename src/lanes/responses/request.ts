@@ -76,8 +76,6 @@ import { checkField, checkFieldItem } from '../../util/request-fields.js';
 import { RESPONSES_FIELDS as F } from './request-fields.js';
 import { countTexts, type TextCounts } from './token-count.js';
 
-export { countO200kTokens } from './token-count.js';
-
 export interface ResponsesRequest {
   /** The resolved product model. */
   model: TextModel;

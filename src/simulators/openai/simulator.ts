@@ -64,7 +64,7 @@ import { setImmediate as tick, setTimeout as sleep } from 'node:timers/promises'
 import { IdSource, planReply, readRequestFacts, type ReplyPlan, type SimDirectives } from './simulator-reply.js';
 import { readBody } from '../read-json-body.js';
 
-export { simulatedInputTokens, DEFAULT_REPLY_TOKENS, MAX_SIM_TOKENS } from './simulator-reply.js';
+export { simulatedInputTokens, DEFAULT_REPLY_TOKENS } from './simulator-reply.js';
 
 export interface OpenAISimulatorOptions {
   apiKey?: string;

@@ -6,8 +6,6 @@
 import { readVendorJson, retryAfterSeconds, vendorAgent } from '../vendor-http.js';
 import { type Agent, request, type Dispatcher } from 'undici';
 
-export const GEMINI_IMAGE_SIZES = ['1K', '2K', '4K'] as const;
-
 /** A reference image, already downloaded by us (Gemini takes references inline). */
 export interface GeminiInlineImage {
   readonly mimeType: string;
