@@ -55,8 +55,7 @@ async function start(argv: string[], up: Startup): Promise<{ db: Database; log: 
   let videoFetch: { allowList: ReadonlySet<string>; ca: string } | undefined;
   if (demo) ({ config, videoFetch } = await startDemo(log, up));
   up.step = 'store';
-  // The store reports embedded PostgreSQL steps as prose: one event, the prose in `detail`.
-  const db = await openDatabase(config, { share: true, log: (m) => log.info({ detail: m }, 'store.embedded_postgres') });
+  const db = await openDatabase(config, { share: true, log: (event, fields) => log.info(fields, event) });
   up.stops.push({ what: 'store', run: () => db.stop() });
   up.step = 'configuration';
   // undefined: loadConfig reads the environment itself (src/config is the one place that does).

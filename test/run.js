@@ -65,7 +65,7 @@ if (env.DATABASE_URL) {
 } else {
   tmp = mkdtempSync(join(tmpdir(), 'inkgate-test-'));
   const { startEmbeddedPostgres } = await import(join(root, 'dist', 'store', 'embedded.js'));
-  embedded = await startEmbeddedPostgres(tmp, (m) => console.log(`# ${m}`));
+  embedded = await startEmbeddedPostgres(tmp, (event, fields) => console.log(`# ${event} ${JSON.stringify(fields)}`));
   env.TEST_DATABASE_URL = embedded.url;
   console.log('# stores: embedded PostgreSQL (127.0.0.1:5432 did not answer)');
 }

@@ -67,7 +67,7 @@ export function consoleHandler(d: ConsoleDeps): (ctx: HttpContext) => OtherAnswe
     // uWS wants the body reader attached in this tick.
     if (ctx.method === 'POST') ctx.collectBody(FORM_BODY_BYTES);
     if (ctx.done) return answered(Promise.resolve());
-    return answered(handle(d, ctx, path, clientAddress(ctx)).catch((e: unknown) => failPage(d, ctx, e)));
+    return answered(handle(d, ctx, path, clientAddress(ctx)).catch((e: unknown) => failPage(ctx, e)));
   };
 }
 
@@ -142,7 +142,7 @@ async function readForm(ctx: HttpContext): Promise<URLSearchParams> {
   throw new PageError(415, 'Forms must be sent as application/x-www-form-urlencoded.');
 }
 
-function failPage(d: ConsoleDeps, ctx: HttpContext, e: unknown): void {
+function failPage(ctx: HttpContext, e: unknown): void {
   // Mid-stream (the playground's relay ends its own answer) there is nothing left to say.
   if (ctx.done) return;
   let status: number;

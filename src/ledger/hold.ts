@@ -21,7 +21,7 @@ const NEXT: Readonly<Record<HoldState, readonly HoldState[]>> = Object.freeze({
   unknown: [],
 });
 
-export { assertLedger, LedgerAssertionError } from './assertion.js';
+export { LedgerAssertionError } from './assertion.js';
 
 /** What an end moved, split by source: charged + released = hold, and grant + payg of each part adds up. */
 export interface HoldOutcome {

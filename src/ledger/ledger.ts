@@ -35,10 +35,7 @@ import { abandonReserve } from './reserve-void.js';
 import { reserveOutcome, runReserve, type ReserveRow } from './reserve.js';
 import { resolveOutcome, returnItem, runResolve, settleItem, type ResolveItem, type ResolveRow } from './resolve.js';
 
-export { PRODUCTS } from './ledger-types.js';
 export type * from './ledger-types.js';
-export { checkReserveInput, checkVendorRequestId, MAX_MOVE_INK, usageJson, wholeInk } from './move-input.js';
-export { outcomeUnknown } from './move-statement.js';
 
 export class Ledger {
   private readonly now: () => Date;

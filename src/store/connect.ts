@@ -4,7 +4,7 @@
 import { readFileSync, rmSync, writeFileSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Config } from '../config/config.js';
-import { startEmbeddedPostgres } from './embedded.js';
+import { startEmbeddedPostgres, type EmbeddedLog } from './embedded.js';
 
 export interface Database {
   readonly url: string;
@@ -35,7 +35,7 @@ function liveRecord(cfg: Config): { url: string; pid: number } | undefined {
   return undefined;
 }
 
-export async function openDatabase(cfg: Config, opts: { share: boolean; log: (m: string) => void }): Promise<Database> {
+export async function openDatabase(cfg: Config, opts: { share: boolean; log: EmbeddedLog }): Promise<Database> {
   if (cfg.db.url !== null) return { url: cfg.db.url, kind: 'external', stop: async () => undefined };
   const running = liveRecord(cfg);
   if (!opts.share && running) return { url: running.url, kind: 'embedded-shared', stop: async () => undefined };

@@ -25,16 +25,19 @@ export const EMBEDDED_FLAGS = Object.freeze({
   postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', '-c', 'max_connections=200'],
 });
 
+/** How the embedded PostgreSQL reports its start-up steps: an event id and its figures. */
+export type EmbeddedLog = (event: 'store.embedded_initialising' | 'store.embedded_orphan_stopped', fields: Record<string, unknown>) => void;
+
 /**
  * A killed gateway (SIGKILL) leaves its postmaster running with the data dir locked.
  * Stop it (fast shutdown) and wait for it to go, so this start owns the directory.
  */
-async function stopOrphan(dir: string, log: (m: string) => void): Promise<void> {
+async function stopOrphan(dir: string, log: EmbeddedLog): Promise<void> {
   const pidFile = join(dir, 'postmaster.pid');
   if (!existsSync(pidFile)) return;
   const pid = Number.parseInt(readFileSync(pidFile, 'utf8').split('\n')[0] ?? '', 10);
   if (!Number.isInteger(pid) || pid <= 0 || !pidAlive(pid)) return; // stale file: postgres itself clears it
-  log(`embedded postgres: stopping orphaned postmaster pid ${pid}`);
+  log('store.embedded_orphan_stopped', { pid, dir });
   process.kill(pid, 'SIGINT');
   const deadline = Date.now() + 15_000;
   while (pidAlive(pid)) {
@@ -65,7 +68,7 @@ function ensureReachableByPostgresUser(dataDir: string): void {
   }
 }
 
-export async function startEmbeddedPostgres(dataDir: string, log: (m: string) => void): Promise<EmbeddedHandle> {
+export async function startEmbeddedPostgres(dataDir: string, log: EmbeddedLog): Promise<EmbeddedHandle> {
   const dir = join(dataDir, 'pg');
   mkdirSync(dataDir, { recursive: true });
   await stopOrphan(dir, log);
@@ -91,7 +94,7 @@ export async function startEmbeddedPostgres(dataDir: string, log: (m: string) =>
   });
   // initdb refuses a non-empty directory: only initialise a fresh one.
   if (!existsSync(join(dir, 'PG_VERSION'))) {
-    log(`embedded postgres: initialising ${dir}`);
+    log('store.embedded_initialising', { dir });
     await ep.initialise();
   }
   try {
