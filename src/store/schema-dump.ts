@@ -1,8 +1,9 @@
 // The schema the migrations and function files build, written out as one readable file
 // (src/store/schema.sql), so the current definition of a table is read in one place instead of
 // replayed across migrations (a function's is also its own file in src/store/functions/). It is
-// read from the catalogs (pg_get_*def), not from pg_dump: that needs no external binary, and pg_dump refuses a server newer than itself (the machine's Postgres and the
-// embedded fallback are different major versions).
+// read from the catalogs (pg_get_*def), not from pg_dump: that needs no external binary, and
+// pg_dump refuses a server newer than itself (the machine's Postgres and the embedded fallback are
+// different major versions).
 //
 // The text must not depend on the schema the migrations ran in (tests use one per file, the
 // product its configured one), so names are printed unqualified, and on nothing but the
