@@ -7,6 +7,8 @@
 -- the late path one by one: a settle charges the durable hold recovery made, or, if the start was
 -- never flushed, the wallet directly (never below zero); a start alone waits for its end.
 -- Per record: ok | late | deferred.
+-- The batch comes as parallel arrays, one per column: one jsonb argument decoded into the same
+-- arrays measured slower (docs/performance.md, What a write-behind flush costs Postgres).
 CREATE OR REPLACE FUNCTION ledger_flush(p_instance text, p_epoch bigint, p_now timestamp with time zone, p_ids text[], p_accounts text[], p_keys text[], p_products text[], p_models text[], p_leases bigint[], p_holds bigint[], p_hold_grants bigint[], p_periods integer[], p_created timestamp with time zone[], p_vendor_ids text[], p_ends text[], p_charges bigint[], p_usage jsonb[], p_reasons text[], p_resolved timestamp with time zone[])
  RETURNS TABLE(item integer, result text)
  LANGUAGE plpgsql
