@@ -32,7 +32,7 @@ import type { HttpContext } from './server/http-context.js';
 import { KeyAuthenticator } from './auth/authenticate.js';
 import { migrate } from './store/migrate.js';
 import { createPool, type Pool } from './store/pool.js';
-import { createLogger, type Logger } from './util/log.js';
+import { createLogger, eventSink, type Logger } from './util/log.js';
 import { createAccessLog, type AccessLog } from './server/access-log.js';
 import type { Services } from './services.js';
 import { GatewayMetrics } from './metrics/metrics.js';
@@ -66,8 +66,8 @@ export interface GatewayOptions {
   limiter?: RateLimiter;
   /** More routes (tests of the server layer). */
   extraRoutes?: (s: Services) => Route[];
-  /** Video dependencies (tests inject a clock, fetch allow-list, engine without timers). */
-  video?: GenerationDepsOptions & { engine?: JobEngineOptions };
+  /** The generation jobs' (video and images) dependencies and engine (tests inject a clock, fetch allow-list, engine without timers). */
+  jobs?: GenerationDepsOptions & { engine?: JobEngineOptions };
   /** Where access lines go (the bench); default: `log` when given, else a buffered stdout logger. */
   accessLog?: Logger;
   /** Skip migrations when the caller already ran them. */
@@ -113,14 +113,14 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
     haltSteps.push(() => escrow.halt());
     const services: Services = { config, pool, state, limiter, catalog, ledger, escrow, failStop, log, metrics };
     const drift = startDrift(services, opts, cleanups);
-    const generationDeps = await createGenerationDeps(services, opts.video ?? {});
+    const generationDeps = await createGenerationDeps(services, opts.jobs ?? {});
     cleanups.push(() => generationDeps.close());
     const readiness = startOps(services, metrics, generationDeps.media, drift);
     haltSteps.unshift(() => readiness.drain()); // a balancer stops sending here first
     const routes = apiRoutes(services, generationDeps, opts, cleanups);
     const running = await serveHttp(services, { accessLog: opts.accessLog ?? opts.log, metrics, keys, clientAddress, generationDeps, routes }, cleanups);
     // Started last and stopped first: no job runs against a closing ledger or pool.
-    const engine = startJobEngine(services, generationDeps, opts.video?.engine ?? {});
+    const engine = startJobEngine(services, generationDeps, opts.jobs?.engine ?? {});
     cleanups.push(() => engine.stop());
     // On a fail-stop, no job is claimed any more; one running ends with the exit, recovered as after a kill.
     haltSteps.push(() => void engine.stop());
@@ -163,13 +163,13 @@ async function startLimiter(config: Config, log: Logger, opts: GatewayOptions, c
     createRateLimiter({
       redisUrl: config.redis.url,
       redis: config.redis,
-      onRedisError: (e) => log.warn('redis unavailable', { err: e.message }),
+      onRedisError: (e) => log.warn({ err: e.message }, 'limits.redis_unavailable'),
     });
   if (!opts.limiter) cleanups.push(() => limiter.close());
   // Listen only once the limiter can answer (bounded): otherwise the first requests after
   // start-up would meet a Redis connection still opening and get 503s.
   if (!(await limiter.waitReady(config.redis.connectTimeoutMs * 2))) {
-    log.warn('rate limiter not ready; starting anyway, limited routes answer 503 until it is', { kind: limiter.kind });
+    log.warn({ kind: limiter.kind }, 'limits.not_ready');
   }
   return limiter;
 }
@@ -177,9 +177,11 @@ async function startLimiter(config: Config, log: Logger, opts: GatewayOptions, c
 /** The one fail-stop handler (ledger/fail-stop.ts); its halt runs `haltSteps` in order. */
 function createFailStop(log: Logger, opts: GatewayOptions): { failStop: FailStop; haltSteps: Array<() => unknown> } {
   const haltSteps: Array<() => unknown> = [];
+  const sink = eventSink(log.child({ component: 'fail_stop' }));
   const failStop = new FailStop({
+    // Each event at its table level (ledger.fail_stop is fatal), written out before the exit.
     log: (msg, fields) => {
-      log.error(msg, fields);
+      sink(msg, fields);
       log.flush?.();
     },
     halt: async () => {
@@ -192,7 +194,8 @@ function createFailStop(log: Logger, opts: GatewayOptions): { failStop: FailStop
 
 /** The ledger, key authentication and the escrow over them. */
 async function startLedger(config: Config, dbUrl: string, pool: Pool, state: DeploymentState, log: Logger, f: { failStop: FailStop; faults: EscrowFaults | undefined }, cleanups: Cleanups): Promise<{ ledger: Ledger; keys: KeyAuthenticator; escrow: Escrow }> {
-  const ledgerLog = (msg: string, fields?: object) => log.warn(msg, fields as Record<string, unknown>);
+  // The ledger's (msg, fields) callbacks: each event at the level log-events.ts gives it.
+  const ledgerLog = eventSink(log.child({ component: 'ledger' }));
   // Every reserve, the exact path and the generations' own transactions included, stops with the instance.
   const ledger = new Ledger(pool, { log: ledgerLog, stopped: () => f.failStop.stopped });
   cleanups.push(() => ledger.close());
@@ -230,7 +233,7 @@ function startOps(s: Services, metrics: GatewayMetrics, media: MediaStore, drift
 
 /** The ledger drift gauge (ledger/drift.ts): every instance tries its lock each minute; one runs it. */
 function startDrift(s: Services, opts: GatewayOptions, cleanups: Cleanups): DriftGauge {
-  const drift = new DriftGauge({ pool: s.pool, intervalMs: opts.driftCheckMs ?? DRIFT_CHECK_MS, log: (msg, fields) => s.log.warn(msg, fields) });
+  const drift = new DriftGauge({ pool: s.pool, intervalMs: opts.driftCheckMs ?? DRIFT_CHECK_MS, log: eventSink(s.log.child({ component: 'drift' })) });
   drift.start();
   cleanups.push(() => drift.stop());
   return drift;
@@ -332,10 +335,10 @@ async function serveHttp(services: Services, p: HttpParts, cleanups: Cleanups): 
     metrics: { observe: (m, r, s, sec) => p.metrics.http.observe(m, r, s, sec), rateLimited: (scope) => p.metrics.rateLimited(scope) },
     clientAddress: (ctx) => p.clientAddress(ctx),
   });
-  log.info(`http engine: ${running.engine} (${running.engineReason})`, { engine: running.engine });
+  log.info({ engine: running.engine, reason: running.engineReason }, 'http.engine_chosen');
   selfUrl = selfBaseUrl(config.server.host, running.port);
   cleanups.push(async () => {
-    if (!(await running.close())) log.warn('shutdown: requests still running after the drain period');
+    if (!(await running.close())) log.warn('http.drain_timed_out');
   });
   return running;
 }

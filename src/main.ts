@@ -55,22 +55,23 @@ async function start(argv: string[], up: Startup): Promise<{ db: Database; log: 
   let videoFetch: { allowList: ReadonlySet<string>; ca: string } | undefined;
   if (demo) ({ config, videoFetch } = await startDemo(log, up));
   up.step = 'store';
-  const db = await openDatabase(config, { share: true, log: (m) => log.info(m) });
+  // The store reports embedded PostgreSQL steps as prose: one event, the prose in `detail`.
+  const db = await openDatabase(config, { share: true, log: (m) => log.info({ detail: m }, 'store.embedded_postgres') });
   up.stops.push({ what: 'store', run: () => db.stop() });
   up.step = 'configuration';
   // undefined: loadConfig reads the environment itself (src/config is the one place that does).
   config = loadConfig(undefined, { db: { url: db.url }, ...(demo ? { vendors: config.vendors } : {}) });
-  log.info(db.kind === 'external' ? 'store: PostgreSQL from DATABASE_URL' : `store: embedded PostgreSQL in ${config.dataDir}/pg`);
-  log.info(config.redis.url ? 'limits: Redis (shared by every instance)' : 'limits: in-process (REDIS_URL unset): serves one instance only');
+  log.info(db.kind === 'external' ? { kind: 'external' } : { kind: 'embedded', dir: `${config.dataDir}/pg` }, 'store.opened');
+  log.info({ kind: config.redis.url ? 'redis' : 'memory' }, 'limits.backend');
 
   up.step = 'gateway';
-  const gw = await createGateway(config, { log, video: videoFetch ? { fetch: videoFetch } : {}, exit: (code) => void failStopExit(code, db, log) });
+  const gw = await createGateway(config, { log, jobs: videoFetch ? { fetch: videoFetch } : {}, exit: (code) => void failStopExit(code, db, log) });
   let admin: AdminServer | undefined;
   let announced = false;
   up.stops.push({ what: 'gateway', run: () => drainAndClose(gw, opsConfig(config, db, announced), admin, log) });
   up.step = 'admin listener';
   admin = await serveAdmin(gw, config, log);
-  log.info(`admin listener (/metrics, /healthz, /readyz) on ${admin.url}`, { url: admin.url });
+  log.info({ url: admin.url }, 'ops.admin_listening');
   up.step = 'demo lanes';
   if (demo) await enableDemoLanes(config, db, gw);
   up.step = 'demo account';
@@ -94,7 +95,7 @@ function announce(config: Config, db: Database, gw: Gateway, log: Logger, o: { d
   if (o.key) {
     process.stdout.write(`\nDemo account created. Its API key (shown once, also in ${demoKeyPath(config)}):\n\n  ${o.key}\n\n`);
   }
-  log.info(`inkgate listening on ${gw.url}`, { url: gw.url });
+  log.info({ url: gw.url }, 'gateway.listening');
   if (o.consoleLink) process.stdout.write(`Console (one-time sign-in link, 15 minutes; more with \`inkgate console link --account usr_...\`):\n\n  ${o.consoleLink}\n\n`);
   if (db.kind !== 'external' || o.demo) {
     if (hasDemoKey(config)) process.stdout.write(`Try: curl -H "Authorization: Bearer $(cat ${demoKeyPath(config)})" ${gw.url}/v1/me\n`);
@@ -109,7 +110,7 @@ async function startDemo(log: Logger, up: Startup): Promise<{ config: Config; vi
   up.step = 'configuration';
   const config = loadConfig(undefined, { vendors: vendors.config });
   // Every simulator the demo started, from the same table the gateway is configured with.
-  log.info('demo: vendor simulators started', Object.fromEntries(Object.entries(vendors.config).map(([name, v]) => [name, v.baseUrl])));
+  log.info(Object.fromEntries(Object.entries(vendors.config).map(([name, v]) => [name, v.baseUrl])), 'demo.vendors_started');
   return { config, videoFetch: vendors.videoFetch };
 }
 
@@ -144,7 +145,7 @@ async function prepareDemoAccount(config: Config, db: Database, gw: Gateway, dem
  */
 async function failedStart(up: Startup, e: unknown): Promise<never> {
   const err = e instanceof Error ? e : new Error(String(e));
-  up.log?.error('start failed: stopping what had started', { step: up.step, err, started: up.stops.map((s) => s.what) });
+  up.log?.fatal({ step: up.step, err, started: up.stops.map((s) => s.what) }, 'gateway.start_failed');
   await runStops(up.stops, up.log, FAILED_START_STOP_MS);
   const cause = err.message.replace(/\s+/g, ' ').trim() || err.name;
   const line = cause.length > ERROR_LINE_CHARS ? `${cause.slice(0, ERROR_LINE_CHARS)}...` : cause;
@@ -162,7 +163,7 @@ async function runStops(stops: readonly Stop[], log: Logger | undefined, boundMs
     try {
       await Promise.race([s.run(), overdue]);
     } catch (e) {
-      log?.warn('shutdown step failed', { step: s.what, err: (e as Error).message });
+      log?.warn({ step: s.what, err: (e as Error).message }, 'gateway.shutdown_step_failed');
     } finally {
       clearTimeout(timer);
     }
@@ -189,7 +190,7 @@ function stopOnSignals(db: Database, stops: readonly Stop[], log: Logger): void 
   const stop = async (sig: string) => {
     if (stopping) return;
     stopping = true;
-    log.info(`${sig}: shutting down`);
+    log.info({ signal: sig }, 'gateway.shutting_down');
     await runStops(stops, log);
     process.exit(0);
   };

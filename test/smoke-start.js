@@ -81,7 +81,7 @@ function gatewayEnv(dataDir, port, adminPort) {
   return { ...env, INKGATE_DATA_DIR: dataDir, INKGATE_HOST: '127.0.0.1', INKGATE_PORT: String(port), INKGATE_ADMIN_PORT: String(adminPort) };
 }
 
-/** Resolves with the gateway's URL once it logs "listening" and its admin /readyz says ready. */
+/** Resolves with the gateway's URL once it logs gateway.listening and its admin /readyz says ready. */
 async function waitReady(child, output, adminPort) {
   const deadline = Date.now() + START_DEADLINE_MS;
   let exited = null;
@@ -89,7 +89,7 @@ async function waitReady(child, output, adminPort) {
   let url;
   while (Date.now() < deadline) {
     if (exited) throw new Error(`the gateway ${exited} before it was ready`);
-    url ??= /inkgate listening on (http:\/\/[^"\s]+)/.exec(output())?.[1];
+    url ??= /"url":"(http:\/\/[^"\s]+)","msg":"gateway\.listening"/.exec(output())?.[1];
     if (url) {
       const r = await fetch(`http://127.0.0.1:${adminPort}/readyz`, { signal: AbortSignal.timeout(2000) }).catch(() => undefined);
       const body = r ? await r.json().catch(() => ({})) : {};

@@ -281,7 +281,7 @@ export const commands: Readonly<Record<string, AdminCommand>> = Object.freeze({ 
 
 function usage(): string {
   const rows = Object.values(commands).map((c) => `  inkgate ${c.usage}\n      ${c.summary}`);
-  rows.push('  inkgate bench [--help]\n      measure what a gateway adds over its vendor (latency, throughput, CPU, memory; see docs/performance.md)');
+  rows.push('  inkgate bench [--help]\n      measure what a gateway adds over its vendor (latency, throughput, CPU, memory; see docs/bench.md)');
   return `usage: inkgate <command> [--json]\n\n${rows.join('\n')}\n`;
 }
 

@@ -53,6 +53,8 @@ export interface KeyCacheOptions {
   readonly keyCacheMs: number;
   /** Most keys remembered; the oldest entry goes first. */
   readonly keyCacheEntries: number;
+  /** The clock the cache's lifetimes are read on (monotonic ms); tests step a clock of their own. */
+  readonly nowMs?: () => number;
 }
 
 interface Cached {
@@ -71,6 +73,7 @@ export class KeyAuthenticator {
   private readonly batch: GroupCommit<Buffer, AuthRow | undefined>;
   /** Key hash (latin1) -> what the lookup found; insertion-ordered, so the first entry is the oldest. */
   private readonly cache = new Map<string, Cached>();
+  private readonly nowMs: () => number;
 
   constructor(
     db: Queryable,
@@ -78,6 +81,7 @@ export class KeyAuthenticator {
     opts: GroupCommitOptions = { maxItems: 128, maxInFlight: 2, maxQueued: 10_000 },
   ) {
     this.batch = new GroupCommit('key lookup', (hashes) => lookup(db, hashes), opts);
+    this.nowMs = cacheOpts.nowMs ?? (() => performance.now());
   }
 
   async authenticate(authorization: string | undefined): Promise<AuthInfo> {
@@ -93,7 +97,7 @@ export class KeyAuthenticator {
     if (this.cacheOpts.keyCacheMs === 0) return this.lookupHash(hash);
     const id = hash.toString('latin1');
     const hit = this.cache.get(id);
-    const nowMs = performance.now();
+    const nowMs = this.nowMs();
     if (hit !== undefined && hit.untilMs > nowMs) return hit.info;
     let info: AuthInfo;
     try {
@@ -117,7 +121,7 @@ export class KeyAuthenticator {
     const token = bearerToken(authorization);
     if (token === undefined || !isWellFormedKey(token)) return undefined;
     const hit = this.cache.get(hashKey(token).toString('latin1'));
-    return hit !== undefined && hit.untilMs > performance.now() ? hit.info : undefined;
+    return hit !== undefined && hit.untilMs > this.nowMs() ? hit.info : undefined;
   }
 
   /** True when positive lookups are remembered (`keyCacheMs` > 0). */

@@ -133,11 +133,11 @@ async function startInkgate(c: GatewayChildConfig): Promise<Started> {
   // Nothing is printed, but error lines are counted: a failed settle under load is a finding.
   let errorsLogged = 0;
   const firstErrors: string[] = [];
-  const errors = createLogger('error', (line) => {
+  // At `error`: error and fatal lines are written (and counted), the rest dropped by the level.
+  const log: Logger = createLogger('error', (line) => {
     errorsLogged++;
     if (firstErrors.length < FIRST_ERRORS) firstErrors.push(line.slice(0, 500));
   });
-  const log: Logger = { debug: () => undefined, warn: () => undefined, info: () => undefined, error: errors.error };
   // A private data dir (media store) and schema: nothing of the operator's is read or written.
   const dataDir = mkdtempSync(join(tmpdir(), 'inkgate-bench-gw-'));
   // Empty environment on purpose: the operator's INKGATE_* variables must not reshape the target.

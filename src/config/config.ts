@@ -260,7 +260,7 @@ const str = (v: string | undefined): string | undefined => (v === undefined || v
 const list = (v: string | undefined): string[] | undefined => (v === undefined || v.trim() === '' ? undefined : v.split(',').map((x) => x.trim()).filter((x) => x !== ''));
 const bool = (v: string | undefined): boolean | undefined => (v === undefined || v === '' ? undefined : v === '1' || v === 'true');
 
-/** The environment's part of the configuration (these names are part of the interface: docs/operations.md). */
+/** The environment's part of the configuration (these names are part of the interface: docs/configuration.md). */
 function fromEnv(env: Env): Record<string, unknown> {
   const vendor = (p: string) => ({ baseUrl: str(env[`INKGATE_${p}_BASE_URL`]), apiKey: str(env[`INKGATE_${p}_API_KEY`]) });
   return {

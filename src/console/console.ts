@@ -151,7 +151,7 @@ function failPage(d: ConsoleDeps, ctx: HttpContext, e: unknown): void {
     status = e.status;
     message = e.message;
   } else {
-    const err = e instanceof ApiError ? e : toApiError(e, d.services.log, ctx);
+    const err = e instanceof ApiError ? e : toApiError(e, ctx);
     status = err.status;
     message = err.message;
   }

@@ -7,6 +7,7 @@
 // is unknown) them. Nothing here keeps state another instance needs.
 import { isLedgerAssertion } from '../ledger/assertion.js';
 import type { Services } from '../services.js';
+import type { Logger } from '../util/log.js';
 import type { GenerationDeps } from './deps.js';
 import { ImageRunner } from './images/run.js';
 import { claimDue, renewLease, type GenerationRow } from './store.js';
@@ -47,18 +48,21 @@ class Engine implements JobEngine {
   private inHand = 0;
   private claiming: Promise<unknown> | undefined;
   private claimAgain = false;
+  /** The engine's own lines; each row's carry its generation and request too (work). */
+  private readonly log: Logger;
 
   constructor(
     private readonly services: Services,
     private readonly deps: GenerationDeps,
     private readonly timersOn: boolean,
   ) {
+    this.log = services.log.child({ component: 'jobs' });
     this.runners = { video: new VideoRunner(services, deps), image: new ImageRunner(services, deps) };
     if (!timersOn) return;
     const jobs = services.config.jobs;
     const t = setInterval(() => this.refill(), jobs.tickMs);
     const s = setInterval(() => {
-      if (!this.stopped) this.sweep().catch((e: unknown) => services.log.warn('jobs.sweep_failed', { err: (e as Error).message }));
+      if (!this.stopped) this.sweep().catch((e: unknown) => this.log.warn({ err: (e as Error).message }, 'jobs.sweep_failed'));
     }, jobs.sweepIntervalMs);
     for (const x of [t, s]) {
       x.unref();
@@ -123,7 +127,7 @@ class Engine implements JobEngine {
     }
     this.claimAgain = false;
     this.claiming = this.track(this.claim())
-      .catch((e: unknown) => this.services.log.warn('jobs.claim_failed', { err: (e as Error).message }))
+      .catch((e: unknown) => this.log.warn({ err: (e as Error).message }, 'jobs.claim_failed'))
       .finally(() => {
         this.claiming = undefined;
         if (this.claimAgain) this.refill();
@@ -133,19 +137,21 @@ class Engine implements JobEngine {
   private async work(row: GenerationRow): Promise<void> {
     const { services, deps } = this;
     const leaseMs = services.config.jobs.leaseMs;
+    // One child per row worked: its lines name the generation and the request that bought it.
+    const log = this.log.child({ generation: row.id, request_id: row.request_id });
     // Renew while we work (a long download or vendor call), so no other instance takes the row from under us.
     const timer = setInterval(() => {
       renewLease(services.pool, row.id, deps.owner, deps.clock(), leaseMs).catch(() => undefined);
     }, Math.max(50, Math.floor(leaseMs / 3)));
     timer.unref();
     try {
-      if (row.kind === 'video') await this.runners.video.run(row);
-      else if (row.kind === 'image') await this.runners.image.run(row);
+      if (row.kind === 'video') await this.runners.video.run(row, log);
+      else if (row.kind === 'image') await this.runners.image.run(row, log);
     } catch (e) {
       // A broken money rule stops the instance (fail-stop.ts); the row is claimed again elsewhere.
       if (isLedgerAssertion(e)) services.failStop?.trip(e);
       // The lease stays until it lapses; the row is then claimed again.
-      services.log.warn('jobs.row_failed', { generation: row.id, state: row.state, err: (e as Error).message });
+      log.warn({ state: row.state, err: (e as Error).message }, 'jobs.row_failed');
     } finally {
       clearInterval(timer);
     }

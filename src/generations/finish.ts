@@ -4,6 +4,7 @@
 // the media key of a result.
 import { createHash } from 'node:crypto';
 import type { Services } from '../services.js';
+import type { Logger } from '../util/log.js';
 import { withTx } from '../store/pool.js';
 import type { GenerationDeps } from './deps.js';
 import { markFailed, markSucceeded, type FailureCode, type GenerationRow, type SuccessUpdate } from './store.js';
@@ -33,12 +34,12 @@ export async function boundToKey(services: Services, id: string): Promise<boolea
   return (r.rowCount ?? 0) > 0;
 }
 
-/** Any active state -> failed, with the whole hold refunded, in one transaction. `tag` prefixes log events. */
-export async function failGeneration(services: Services, deps: GenerationDeps, tag: string, row: GenerationRow, code: FailureCode, message: string): Promise<void> {
+/** Any active state -> failed, with the whole hold refunded, in one transaction. `tag` names the product in the log events. */
+export async function failGeneration(services: Services, deps: GenerationDeps, log: Logger, tag: 'video' | 'images', row: GenerationRow, code: FailureCode, message: string): Promise<void> {
   await withTx(services.pool, async (c) => {
     if (!(await markFailed(c, row.id, deps.owner, code, message, deps.clock()))) return;
     const r = await services.ledger.using(c).refund(row.request_id, code);
-    if (!r.resolved) services.log.error(`${tag}.refund_not_open`, { generation: row.id, request: row.request_id, reason: r.reason });
+    if (!r.resolved) log.error({ reason: r.reason }, tag === 'video' ? 'video.refund_not_open' : 'images.refund_not_open');
   });
 }
 
@@ -46,7 +47,8 @@ export async function failGeneration(services: Services, deps: GenerationDeps, t
 export async function succeedGeneration(
   services: Services,
   deps: GenerationDeps,
-  tag: string,
+  log: Logger,
+  tag: 'video' | 'images',
   row: GenerationRow,
   s: SuccessUpdate,
   settle: { usage: object; vendorRequestId?: string },
@@ -54,7 +56,7 @@ export async function succeedGeneration(
   const chargedInk = await withTx(services.pool, async (c) => {
     if (!(await markSucceeded(c, row.id, deps.owner, s))) return undefined; // lost the lease: whoever holds the row now finishes it
     const r = await services.ledger.using(c).settle(row.request_id, s.chargedInk, settle);
-    if (!r.resolved) services.log.error(`${tag}.settle_not_open`, { generation: row.id, request: row.request_id, reason: r.reason });
+    if (!r.resolved) log.error({ reason: r.reason }, tag === 'video' ? 'video.settle_not_open' : 'images.settle_not_open');
     return r.resolved ? r.chargedInk : undefined;
   });
   // Counted once committed, under the ledger's product name, like the text lanes' charges.

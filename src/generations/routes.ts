@@ -77,7 +77,7 @@ export function generationRoutes(services: Services, deps: GenerationDeps, p: Ge
       bodyBytes: p.bodyBytes,
       handler: async (ctx) => {
         const body = await readJsonObject(ctx);
-        const r = await p.submit(services, deps, { auth: ctx.auth!, requestId: ctx.requestId, body, idempotencyKey: ctx.header('idempotency-key') });
+        const r = await p.submit(services, deps, { auth: ctx.auth!, requestId: ctx.requestId, body, idempotencyKey: ctx.header('idempotency-key'), log: ctx.log });
         ctx.sendJson(202, r.body, r.replayed ? [['Idempotent-Replayed', 'true']] : undefined);
       },
     },

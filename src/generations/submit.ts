@@ -30,6 +30,7 @@ import { assertIdempotencyKey, claimOrAnswer, dropClaim, priorAnswer, type Idemp
 import { checkAdmissionCounts, requireAccess, utcDayStartMs, type GenerationKind } from './plan-access.js';
 import { admissionCounts, insertGeneration, type GenerationRow } from './store.js';
 import { checkUrlsFetchable, claimTtlMs } from './url-check.js';
+import type { Logger } from '../util/log.js';
 
 export interface SubmitInput {
   readonly auth: AuthInfo;
@@ -38,6 +39,8 @@ export interface SubmitInput {
   readonly body: Record<string, unknown>;
   /** The raw Idempotency-Key header, if any. */
   readonly idempotencyKey: string | undefined;
+  /** The request's logger (its request_id and key prefix bound). */
+  readonly log: Logger;
 }
 
 export interface SubmitResult {
@@ -59,7 +62,7 @@ export interface SubmitProduct<R, V extends Validated<R>> {
   price(v: V, services: Services): { holdInk: number; priceSet: string };
   presentAccepted(row: GenerationRow): Record<string, unknown>;
   /** Work after the admission committed (the row is a recovery point from then on); may throw. */
-  afterCommit(services: Services, deps: GenerationDeps, row: GenerationRow, v: V): Promise<void>;
+  afterCommit(services: Services, deps: GenerationDeps, log: Logger, row: GenerationRow, v: V): Promise<void>;
 }
 
 export async function submitGeneration<R, V extends Validated<R>>(p: SubmitProduct<R, V>, services: Services, deps: GenerationDeps, input: SubmitInput): Promise<SubmitResult> {
@@ -96,7 +99,8 @@ export async function submitGeneration<R, V extends Validated<R>>(p: SubmitProdu
     if (idemKey !== undefined) await dropClaim(pool, auth.keyId, p.product, idemKey, id).catch(() => undefined);
     throw e;
   }
-  await p.afterCommit(services, deps, row, v);
+  // From here on the lines are about this generation too.
+  await p.afterCommit(services, deps, input.log.child({ generation: row.id }), row, v);
   return { body: p.presentAccepted(row), replayed: false };
 }
 
@@ -114,7 +118,7 @@ async function admit<R, V extends Validated<R>>(
   const maxRunning = config.jobs.maxRunningPerAccount;
   // A cheap look first, so a submit that will be refused fetches nothing.
   checkAdmissionCounts(a.plan, await admissionCounts(pool, auth.accountId, utcDayStartMs(deps.clock()), p.kind), maxRunning, deps.clock(), p.kind);
-  await checkUrlsFetchable(v.urls, services, deps);
+  await checkUrlsFetchable(v.urls, services, deps, input.log);
   // The authoritative admission: the account row lock serialises admissions of one account, and the
   // counts are read by a later statement, so they see every admission committed before the lock.
   const row = await withTx(pool, async (c) => {

@@ -2,6 +2,7 @@
 // (completed_at); the record stays and gains result_expired (GET shows `result_expired: true`,
 // `/content` answers 410). Also drops Idempotency-Key claims older than their 24-hour window.
 import type { Services } from '../services.js';
+import type { Logger } from '../util/log.js';
 import { withTx } from '../store/pool.js';
 import type { GenerationRow } from './store.js';
 import type { GenerationDeps } from './deps.js';
@@ -28,14 +29,14 @@ export function withRetention(row: GenerationRow, nowMs: number, retentionDays: 
 }
 
 /** Deletes the rows' results (in batches where the store has them); returns the ids whose result is gone. */
-async function deleteResults(services: Services, media: MediaStore, rows: ReadonlyArray<{ id: string; media_key: string }>): Promise<string[]> {
+async function deleteResults(log: Logger, media: MediaStore, rows: ReadonlyArray<{ id: string; media_key: string }>): Promise<string[]> {
   if (media.deleteMany !== undefined && rows.length > 0) {
     try {
       const gone = await media.deleteMany(rows.map((r) => r.media_key));
-      for (const r of rows) if (!gone.has(r.media_key)) services.log.warn('media.retention_delete_failed', { generation: r.id, err: 'the store did not delete it' });
+      for (const r of rows) if (!gone.has(r.media_key)) log.warn({ generation: r.id, err: 'the store did not delete it' }, 'media.retention_delete_failed');
       return rows.filter((r) => gone.has(r.media_key)).map((r) => r.id);
     } catch (e) {
-      services.log.warn('media.retention_delete_failed', { generations: rows.length, err: (e as Error).message });
+      log.warn({ generations: rows.length, err: (e as Error).message }, 'media.retention_delete_failed');
       return [];
     }
   }
@@ -45,7 +46,7 @@ async function deleteResults(services: Services, media: MediaStore, rows: Readon
       await media.delete(r.media_key);
       gone.push(r.id);
     } catch (e) {
-      services.log.warn('media.retention_delete_failed', { generation: r.id, err: (e as Error).message });
+      log.warn({ generation: r.id, err: (e as Error).message }, 'media.retention_delete_failed');
     }
   }
   return gone;
@@ -53,6 +54,7 @@ async function deleteResults(services: Services, media: MediaStore, rows: Readon
 
 export async function sweepRetention(services: Services, deps: Pick<GenerationDeps, 'clock' | 'media'>): Promise<SweepReport> {
   const now = deps.clock();
+  const log = services.log.child({ component: 'sweep' });
   const cutoff = new Date(retentionCutoffMs(now, services.config.media.retentionDays));
   let expired = 0;
   for (let i = 0; i < MAX_BATCHES; i++) {
@@ -66,7 +68,7 @@ export async function sweepRetention(services: Services, deps: Pick<GenerationDe
         )
       ).rows;
       // The files first: a record says expired only once its file is gone.
-      const gone = await deleteResults(services, deps.media, rows);
+      const gone = await deleteResults(log, deps.media, rows);
       if (gone.length > 0) await c.query('UPDATE generations SET result_expired = true, updated_at = $2 WHERE id = ANY($1)', [gone, new Date(now)]);
       return { seen: rows.length, expired: gone.length };
     });

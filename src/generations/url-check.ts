@@ -3,6 +3,8 @@
 // job runs. Why a fetch failed goes to the log, never to the client (see FetchRefusal).
 import { ApiError } from '../errors.js';
 import type { Services } from '../services.js';
+import type { Logger } from '../util/log.js';
+import type { LogEvent } from '../util/log-events.js';
 import { FetchRefusal, safeFetch, type SafeFetchOptions, type SafeFetchResult } from '../net/safe-fetch.js';
 import type { GenerationDeps } from './deps.js';
 import type { CheckedUrl } from './fields.js';
@@ -20,9 +22,10 @@ export function claimTtlMs(services: Services, urlCount: number): number {
 export async function fetchClientUrl(
   services: Services,
   deps: GenerationDeps,
+  log: Logger,
   url: URL,
   o: Pick<SafeFetchOptions, 'param' | 'method' | 'accept'> & { maxBytes?: number },
-  event: string,
+  event: LogEvent,
 ): Promise<SafeFetchResult> {
   const m = services.config.media;
   try {
@@ -36,21 +39,21 @@ export async function fetchClientUrl(
       ca: deps.fetch.ca,
     });
   } catch (e) {
-    if (e instanceof FetchRefusal) services.log.info(event, { param: o.param, method: o.method, host: url.host, detail: e.detail });
+    if (e instanceof FetchRefusal) log.info({ param: o.param, method: o.method, host: url.host, detail: e.detail }, event);
     throw e;
   }
 }
 
 /** One URL: HEAD, and one GET when the server refuses HEAD (signed object-store URLs answer 403/405). */
-async function checkOne(services: Services, deps: GenerationDeps, u: CheckedUrl): Promise<ApiError | null> {
+async function checkOne(services: Services, deps: GenerationDeps, log: Logger, u: CheckedUrl): Promise<ApiError | null> {
   try {
-    await fetchClientUrl(services, deps, u.url, { param: u.param, method: 'HEAD' }, 'generations.url_refused');
+    await fetchClientUrl(services, deps, log, u.url, { param: u.param, method: 'HEAD' }, 'generations.url_refused');
     return null;
   } catch (e) {
     if (!(e instanceof FetchRefusal) || e.answeredStatus === undefined) return e instanceof ApiError ? e : new ApiError('invalid_url', { param: u.param });
   }
   try {
-    await fetchClientUrl(services, deps, u.url, { param: u.param, method: 'GET' }, 'generations.url_refused');
+    await fetchClientUrl(services, deps, log, u.url, { param: u.param, method: 'GET' }, 'generations.url_refused');
     return null;
   } catch (e) {
     return e instanceof ApiError ? e : new ApiError('invalid_url', { param: u.param });
@@ -58,14 +61,14 @@ async function checkOne(services: Services, deps: GenerationDeps, u: CheckedUrl)
 }
 
 /** Fetches each distinct URL once. First failure in field order wins. */
-export async function checkUrlsFetchable(urls: readonly CheckedUrl[], services: Services, deps: GenerationDeps): Promise<void> {
+export async function checkUrlsFetchable(urls: readonly CheckedUrl[], services: Services, deps: GenerationDeps, log: Logger): Promise<void> {
   if (urls.length === 0) return;
   const distinct = new Map<string, CheckedUrl>();
   for (const u of urls) if (!distinct.has(u.url.href)) distinct.set(u.url.href, u);
   const results = new Map<string, ApiError | null>();
   const queue = [...distinct.values()];
   const workers = Array.from({ length: Math.min(URL_CHECK_CONCURRENCY, queue.length) }, async () => {
-    for (let u = queue.shift(); u !== undefined; u = queue.shift()) results.set(u.url.href, await checkOne(services, deps, u));
+    for (let u = queue.shift(); u !== undefined; u = queue.shift()) results.set(u.url.href, await checkOne(services, deps, log, u));
   });
   await Promise.all(workers);
   for (const u of urls) {

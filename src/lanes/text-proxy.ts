@@ -189,16 +189,19 @@ function headerValue(headers: Dispatcher.ResponseData['headers'], names: readonl
 /** A vendor id the ledger can store (1 to 256 characters); another one is dropped, never fatal to a move. */
 const storableId = (v: string | undefined): string | undefined => (v !== undefined && v.length >= 1 && v.length <= 256 ? v : undefined);
 
+/** The request a billing line is about: its id (the hold's) and its logger, read only when a line is written. */
+type RequestScope = Pick<HttpContext, 'requestId' | 'log'>;
+
 /**
  * A ledger move on a failure path must not replace the answer the client is owed: if it fails, it
  * is logged and the hold stays open, listed by reconciliation.
  */
-async function moveOrLog(services: Services, requestId: string, what: string, move: Promise<unknown>): Promise<void> {
+async function moveOrLog(services: Services, r: RequestScope, what: string, move: Promise<unknown>): Promise<void> {
   try {
     await move;
   } catch (e) {
     violation(services, e);
-    services.log.error(`ledger ${what} failed; hold left open for reconciliation`, { request_id: requestId, err: e as Error });
+    r.log.error({ move: what, err: e as Error }, 'text.ledger_move_failed');
   }
 }
 
@@ -216,25 +219,19 @@ function violation(services: Services, e: unknown): void {
  * Leaves the hold open for reconciliation (usage_unknown) and says so in the log, with why and the
  * vendor's request id when there is one: an operator reconciling sees every open hold explained.
  */
-function holdOpen(services: Services, ledger: TextBilling, requestId: string, info: { vendorRequestId?: string; reason: string }): Promise<void> {
-  services.log.warn('hold left open for reconciliation', { request_id: requestId, vendor_request_id: info.vendorRequestId ?? null, reason: info.reason });
-  return moveOrLog(services, requestId, 'markUsageUnknown', ledger.markUsageUnknownEventually(requestId, info));
+function holdOpen(services: Services, ledger: TextBilling, r: RequestScope, info: { vendorRequestId?: string; reason: string }): Promise<void> {
+  r.log.warn({ vendor_request_id: info.vendorRequestId ?? null, reason: info.reason }, 'text.hold_left_open');
+  return moveOrLog(services, r, 'markUsageUnknown', ledger.markUsageUnknownEventually(r.requestId, info));
 }
 
 /**
  * A settle that could not be written leaves a charge we know: mark the hold usage_unknown with the
  * vendor id (best effort), so reconciliation can match it to the vendor's record.
  */
-async function settleFailed(services: Services, ledger: TextBilling, requestId: string, chargeInk: number, usage: object, vendorRequestId: string | undefined, e: unknown): Promise<void> {
+async function settleFailed(services: Services, ledger: TextBilling, r: RequestScope, chargeInk: number, usage: object, vendorRequestId: string | undefined, e: unknown): Promise<void> {
   violation(services, e);
-  services.log.error('settle failed; hold left open for reconciliation', {
-    request_id: requestId,
-    vendor_request_id: vendorRequestId,
-    charge_ink: chargeInk,
-    usage,
-    err: e as Error,
-  });
-  await holdOpen(services, ledger, requestId, { vendorRequestId, reason: 'settle failed' });
+  r.log.error({ vendor_request_id: vendorRequestId, charge_ink: chargeInk, usage, err: e as Error }, 'text.settle_failed');
+  await holdOpen(services, ledger, r, { vendorRequestId, reason: 'settle failed' });
 }
 
 export interface TextProxyDeps {
@@ -295,8 +292,8 @@ export function createTextHandler(lane: TextLane, d: TextProxyDeps): (ctx: HttpC
     ctx.keyConfirmed = true;
     services.metrics?.inkHeld(lane.product, req.model.id, req.holdInk);
 
-    const res = await dispatch(env, requestId, req);
-    if (res.statusCode !== 200) return refuseVendorStatus(env, requestId, res);
+    const res = await dispatch(env, ctx, req);
+    if (res.statusCode !== 200) return refuseVendorStatus(env, ctx, res);
     const rw = rewrites.get(req.model.id)!;
     if (req.stream) return streamThrough(env, ctx, req, res, rw, startedMs, frame);
     return answerBody(env, ctx, req, res);
@@ -304,7 +301,7 @@ export function createTextHandler(lane: TextLane, d: TextProxyDeps): (ctx: HttpC
 }
 
 /** Sends the request to the vendor; a failure to send releases the hold, one after sending keeps it. */
-async function dispatch(env: ProxyEnv, requestId: string, req: ParsedTextRequest): Promise<Dispatcher.ResponseData> {
+async function dispatch(env: ProxyEnv, r: RequestScope, req: ParsedTextRequest): Promise<Dispatcher.ResponseData> {
   const { lane, services, ledger, upstream } = env;
   const cfg = services.config;
   try {
@@ -320,16 +317,16 @@ async function dispatch(env: ProxyEnv, requestId: string, req: ParsedTextRequest
   } catch (e) {
     services.metrics?.upstreamError(env.vendor, neverSent(e) ? 'connect' : isTimeout(e) ? 'timeout' : 'dispatch');
     if (neverSent(e)) {
-      await moveOrLog(services, requestId, 'release', ledger.release(requestId, 'vendor unreachable before the request was sent'));
+      await moveOrLog(services, r, 'release', ledger.release(r.requestId, 'vendor unreachable before the request was sent'));
       throw new ApiError('provider_unavailable', { message: 'The vendor is unreachable.', retryAfterS: 30, cause: e });
     }
-    await holdOpen(services, ledger, requestId, { reason: `dispatch failed: ${(e as Error).message.slice(0, 200)}` });
+    await holdOpen(services, ledger, r, { reason: `dispatch failed: ${(e as Error).message.slice(0, 200)}` });
     throw new ApiError('provider_error', { message: 'The vendor failed after the request was sent; the hold is kept until reconciled.', cause: e });
   }
 }
 
 /** A vendor answer other than 200: release or keep the hold as the status says, then throw the mapped error. */
-async function refuseVendorStatus(env: ProxyEnv, requestId: string, res: Dispatcher.ResponseData): Promise<never> {
+async function refuseVendorStatus(env: ProxyEnv, r: RequestScope, res: Dispatcher.ResponseData): Promise<never> {
   const { services, ledger } = env;
   let text = '';
   try {
@@ -339,8 +336,8 @@ async function refuseVendorStatus(env: ProxyEnv, requestId: string, res: Dispatc
   }
   services.metrics?.upstreamError(env.vendor, res.statusCode === 429 ? 'rate_limited' : res.statusCode < 500 ? 'status_4xx' : 'status_5xx');
   const mapped = mapVendorStatus(res.statusCode, text, res.headers, env.lane.promptParam);
-  if (mapped.release) await moveOrLog(services, requestId, 'release', ledger.release(requestId, `vendor ${res.statusCode}`));
-  else await holdOpen(services, ledger, requestId, { vendorRequestId: storableId(headerValue(res.headers, VENDOR_ID_HEADERS)), reason: `vendor ${res.statusCode}` });
+  if (mapped.release) await moveOrLog(services, r, 'release', ledger.release(r.requestId, `vendor ${res.statusCode}`));
+  else await holdOpen(services, ledger, r, { vendorRequestId: storableId(headerValue(res.headers, VENDOR_ID_HEADERS)), reason: `vendor ${res.statusCode}` });
   throw mapped.error;
 }
 
@@ -354,11 +351,11 @@ async function answerBody(env: ProxyEnv, ctx: HttpContext, req: ParsedTextReques
     result = lane.finishBody(JSON.parse(buf.toString('utf8')), req);
   } catch (e) {
     services.metrics?.upstreamError(env.vendor, 'body');
-    await holdOpen(services, ledger, requestId, { vendorRequestId: storableId(headerValue(res.headers, VENDOR_ID_HEADERS)), reason: `unreadable vendor body: ${(e as Error).message.slice(0, 200)}` });
+    await holdOpen(services, ledger, ctx, { vendorRequestId: storableId(headerValue(res.headers, VENDOR_ID_HEADERS)), reason: `unreadable vendor body: ${(e as Error).message.slice(0, 200)}` });
     throw new ApiError('provider_error', { message: 'The vendor answer could not be read; the hold is kept until reconciled.', cause: e });
   }
   if (result.chargeInk === undefined) {
-    await holdOpen(services, ledger, requestId, { vendorRequestId: storableId(result.vendorRequestId), reason: 'no usable usage receipt' });
+    await holdOpen(services, ledger, ctx, { vendorRequestId: storableId(result.vendorRequestId), reason: 'no usable usage receipt' });
     throw new ApiError('provider_error', { message: 'The vendor answered without a usable usage receipt; the hold is kept until reconciled.' });
   }
   const headers: Array<[string, string]> = [['X-Service-Request-Id', requestId]];
@@ -370,7 +367,7 @@ async function answerBody(env: ProxyEnv, ctx: HttpContext, req: ParsedTextReques
     }
   } catch (e) {
     // The vendor ran and we hold the answer: deliver it. The hold stays open for reconciliation.
-    await settleFailed(services, ledger, requestId, result.chargeInk, result.usage, storableId(result.vendorRequestId), e);
+    await settleFailed(services, ledger, ctx, result.chargeInk, result.usage, storableId(result.vendorRequestId), e);
   }
   ctx.sendJson(200, result.clientBody, headers);
 }
@@ -397,7 +394,7 @@ async function streamThrough(env: ProxyEnv, ctx: HttpContext, req: ParsedTextReq
   if (failure) env.services.metrics?.upstreamError(env.vendor, /time/.test(failure.message) ? 'timeout' : 'stream');
   let last: string;
   try {
-    last = await settleStream(env, ctx.requestId, req, tally, failure, frame);
+    last = await settleStream(env, ctx, req, tally, failure, frame);
   } catch (e) {
     // A broken money rule (the fail-stop has it): the stream still ends, with no charge in it, and
     // the error goes on up. The hold stays open; recovery keeps it for reconciliation.
@@ -456,7 +453,7 @@ function createRelay(env: ProxyEnv, ctx: HttpContext, body: Dispatcher.ResponseD
       if (vendorId !== undefined) {
         run.vendorIdRecorded = true;
         // Not awaited: a broken rule met here already went to the fail-stop (moveOrLog), so its rethrow ends here.
-        moveOrLog(services, requestId, 'setVendorRequestId', ledger.setVendorRequestId(requestId, vendorId)).catch(() => undefined);
+        moveOrLog(services, ctx, 'setVendorRequestId', ledger.setVendorRequestId(requestId, vendorId)).catch(() => undefined);
       }
     }
     if (tally.capped) {
@@ -486,12 +483,13 @@ function createRelay(env: ProxyEnv, ctx: HttpContext, body: Dispatcher.ResponseD
  * Settles a finished stream on what the tally read, and returns the stream's final frame: the
  * usage frame in the request's form ('' for none), or a failure frame, which every form gets.
  */
-async function settleStream(env: ProxyEnv, requestId: string, req: ParsedTextRequest, tally: StreamTally, failure: Error | undefined, frame: UsageFrame): Promise<string> {
+async function settleStream(env: ProxyEnv, r: RequestScope, req: ParsedTextRequest, tally: StreamTally, failure: Error | undefined, frame: UsageFrame): Promise<string> {
   const { lane, services, ledger } = env;
+  const requestId = r.requestId;
   const outcome = tally.capped ? 'capped' : tally.outcome();
   const charge = outcome === 'capped' ? req.holdInk : outcome === 'usage_unknown' ? undefined : tally.chargeInk();
   if (charge === undefined) {
-    await holdOpen(services, ledger, requestId, { vendorRequestId: storableId(tally.vendorRequestId()), reason: failure ? `stream failed: ${failure.message.slice(0, 200)}` : 'no usage receipt' });
+    await holdOpen(services, ledger, r, { vendorRequestId: storableId(tally.vendorRequestId()), reason: failure ? `stream failed: ${failure.message.slice(0, 200)}` : 'no usage receipt' });
     return lane.errorFrame('usage_unknown', 'The stream ended without a usage receipt; the hold is kept until the vendor record reconciles it.', requestId, tally);
   }
   let charged: number | undefined;
@@ -502,7 +500,7 @@ async function settleStream(env: ProxyEnv, requestId: string, req: ParsedTextReq
     charged = s.resolved ? s.chargedInk : undefined;
     if (charged !== undefined) services.metrics?.inkCharged(lane.product, req.model.id, charged);
   } catch (e) {
-    await settleFailed(services, ledger, requestId, charge, usage, vendorId, e);
+    await settleFailed(services, ledger, r, charge, usage, vendorId, e);
   }
   if (charged === undefined) return lane.errorFrame('usage_unknown', 'The charge could not be recorded; the hold is kept until reconciled.', requestId, tally);
   if (outcome === 'incomplete_stream') {

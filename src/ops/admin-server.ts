@@ -46,7 +46,7 @@ export function startAdminServer(d: AdminServerDeps): Promise<AdminServer> {
       void d.metrics.scrape().then(
         (m) => send(res, req, 200, m.contentType, m.body),
         (e: unknown) => {
-          d.log.error('metrics scrape failed', { err: e as Error });
+          d.log.error({ err: e as Error }, 'ops.metrics_scrape_failed');
           send(res, req, 500, 'text/plain', 'scrape failed\n');
         },
       );

@@ -22,7 +22,7 @@ export function serveAdmin(gw: Operated, cfg: Config, log: Logger): Promise<Admi
 export async function drainAndClose(gw: Operated, cfg: Config, admin: AdminServer | undefined, log: Logger): Promise<void> {
   gw.ops.readiness.drain();
   if (cfg.admin.drainDelayMs > 0) {
-    log.info('draining: readiness fails; still admitting while the balancer notices', { drain_delay_ms: cfg.admin.drainDelayMs });
+    log.info({ drain_delay_ms: cfg.admin.drainDelayMs }, 'ops.draining');
     await new Promise((r) => setTimeout(r, cfg.admin.drainDelayMs));
   }
   await gw.close();

@@ -1,14 +1,15 @@
 // The access log: one `info` line per finished request on the public port, so an operator sees
 // what each client was answered, and with which code and `param` a request was refused:
-//   {"level":"info","time":"...","msg":"request","method":"POST","route":"/v1/messages",
-//    "status":400,"duration_ms":1.2,"request_id":"req_...",
-//    "key_prefix":"svc_AbCdEfGh","client":"203.0.113.9","code":"invalid_message",
-//    "param":"messages[1].role"}
+//   {"level":"info","time":"...","request_id":"req_...","key_prefix":"svc_AbCdEfGh",
+//    "method":"POST","route":"/v1/messages","status":400,"duration_ms":1.2,
+//    "client":"203.0.113.9","code":"invalid_message","param":"messages[1].role","msg":"http.request"}
 // `route` is the route's pattern (`/v1/generations/:id`), `console`, `media` or `unmatched`;
 // `status` 0 means the client went away before any answer. Never the path itself (a client may
 // put anything there, a key included: test/reliability/auth-leaks.test.ts sends one), a query
-// string (signed links carry their signature there), a header value, a key or a body. One object per request and one
-// line through the logger: the bench measures its cost (docs/performance.md).
+// string (signed links carry their signature there), a header value, a key or a body. Written
+// through the request's own child of the access logger (request_id, key_prefix: the bindings
+// every request-scoped line has), one fields object and one line per request: the bench measures
+// its cost (docs/performance.md).
 import type { Logger } from '../util/log.js';
 import type { HttpContext } from './http-context.js';
 
@@ -21,8 +22,6 @@ export function createAccessLog(log: Logger): AccessLog {
       route,
       status: ctx.status,
       duration_ms: Math.round((performance.now() - startedMs) * 10) / 10,
-      request_id: ctx.requestId,
-      key_prefix: ctx.auth?.keyPrefix ?? null,
       client: ctx.caller ?? ctx.remoteAddress,
     };
     const err = ctx.error;
@@ -31,6 +30,6 @@ export function createAccessLog(log: Logger): AccessLog {
       fields.param = err.param ?? null;
     }
     if (ctx.aborted && !ctx.responded) fields.aborted = true;
-    log.info('request', fields);
+    log.child({ request_id: ctx.requestId, key_prefix: ctx.auth?.keyPrefix ?? null }).info(fields, 'http.request');
   };
 }

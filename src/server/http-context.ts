@@ -4,6 +4,7 @@
 // the ops code see only this class; nothing above src/server/ knows which engine serves.
 import { randomUUID } from 'node:crypto';
 import { ApiError } from '../errors.js';
+import { silentLogger, type Logger } from '../util/log.js';
 import { BodyCollector, tooLarge } from './body-collector.js';
 
 const STATUS_LINES: Record<number, string> = {
@@ -115,6 +116,10 @@ export abstract class HttpContext {
    * the engine refuses it (too many header fields, no Host). Answered, then the connection closed.
    */
   readonly refusal: ApiError | undefined;
+  /** The server's logger, set on arrival; `log` is this request's child of it. */
+  serverLog: Logger = silentLogger;
+  private scopedLog: Logger | undefined;
+  private scopedKeyed = false;
   private abortHandlers: Array<() => void> = [];
   protected body: BodyCollector | undefined;
 
@@ -131,6 +136,23 @@ export abstract class HttpContext {
 
   header(name: string): string | undefined {
     return this.headers[name];
+  }
+
+  /**
+   * This request's logger: every line carries its `request_id` and, once the key is known, its
+   * `key_prefix`. Made on first use (most requests write no line but the access log's), and made
+   * again once if the key became known after a first line.
+   */
+  get log(): Logger {
+    const prefix = this.auth?.keyPrefix;
+    if (this.scopedLog === undefined) {
+      this.scopedLog = this.serverLog.child(prefix === undefined ? { request_id: this.requestId } : { request_id: this.requestId, key_prefix: prefix });
+      this.scopedKeyed = prefix !== undefined;
+    } else if (!this.scopedKeyed && prefix !== undefined) {
+      this.scopedLog = this.scopedLog.child({ key_prefix: prefix });
+      this.scopedKeyed = true;
+    }
+    return this.scopedLog;
   }
 
   /** The PROXY protocol v2 header's source address, '' when the connection sent none (ops/client-address.ts). */

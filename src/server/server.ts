@@ -79,7 +79,7 @@ export interface RunningServer {
   close(drainMs?: number): Promise<boolean>;
 }
 
-export function toApiError(e: unknown, log: Logger, ctx: HttpContext): ApiError {
+export function toApiError(e: unknown, ctx: HttpContext): ApiError {
   if (isApiError(e)) return e;
   if (isStoreUnavailable(e)) {
     try {
@@ -88,7 +88,7 @@ export function toApiError(e: unknown, log: Logger, ctx: HttpContext): ApiError 
       return mapped as ApiError;
     }
   }
-  log.error('unhandled error', { request_id: ctx.requestId, path: ctx.path, err: e instanceof Error ? e.stack : String(e) });
+  ctx.log.error({ path: ctx.path, err: e instanceof Error ? e.stack : String(e) }, 'http.unhandled_error');
   return new ApiError('internal_error', { message: `The service failed; quote request id ${ctx.requestId}.` });
 }
 
@@ -105,6 +105,7 @@ export async function startServer(d: ServerDeps): Promise<RunningServer> {
   const admission: Admission = { draining: false, inFlight: 0, drained: undefined };
   const listener = await engine.listen(d.listen, (ctx) => {
     const startedMs = performance.now();
+    ctx.serverLog = d.log;
     if (d.accessLog && d.clientAddress) ctx.caller = d.clientAddress(ctx);
     const later = handle(d, admission, ctx, startedMs);
     if (!later && ctx.responded) {
@@ -155,7 +156,7 @@ async function answerFailure(d: ServerDeps, ctx: HttpContext, r: Route, e: unkno
   // The key is revoked or expired (found by its reserve or just now): forget it, so the next request looks it up.
   if (r.keyRecheckedByReserve && isApiError(e) && e.code === 'invalid_api_key') keys.forget(ctx.header('authorization'));
   if (ctx.done) return;
-  ctx.sendError(toApiError(e, d.log, ctx));
+  ctx.sendError(toApiError(e, ctx));
 }
 
 /** Takes one request from `bucket`'s per-minute budget, or throws the 429. */
@@ -275,7 +276,7 @@ function admit(d: ServerDeps, admission: Admission, ctx: HttpContext, r: Route, 
   }
   void run(d, ctx, r)
     .catch((e: unknown) => answerFailure(d, ctx, r, e))
-    .catch((e: unknown) => d.log.error('error answer failed', { request_id: ctx.requestId, err: e as Error }))
+    .catch((e: unknown) => ctx.log.error({ err: e as Error }, 'http.error_answer_failed'))
     .finally(() => ended(d, admission, ctx, r, startedMs));
 }
 

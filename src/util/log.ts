@@ -1,17 +1,31 @@
-// JSON-lines logs on stdout, written by pino: {"level":"info","time":"<ISO>","msg":"...", fields}.
-// Never log a raw key, a prompt, a completion or a vendor key (test/reliability/auth-leaks.test.ts
+// JSON-lines logs on stdout, written by pino: {"level":"info","time":"<ISO>", bindings, fields, "msg":"<event id>"}.
+// Called in pino's order, `log.warn({ fields }, 'area.event_name')`: the message is always a stable
+// event id from log-events.ts (the compiler checks it), and the why goes in the fields. A request
+// or a background part logs through a child (`log.child({ request_id })`, `{ component }`), so
+// its lines carry the binding without each call passing it. Never log a raw key, a prompt, a completion or a vendor key (test/reliability/auth-leaks.test.ts
 // scans a debug-level log of every kind of request for them); lines about one request carry its
 // request_id. An Error in the fields is written as its message and code only: a stack or a cause
 // chain can quote what a vendor or a client sent.
 import { pino, type Logger as PinoLogger } from 'pino';
+import { levelOf, type LogEvent } from './log-events.js';
 
-export type LogLevel = 'debug' | 'info' | 'warn' | 'error' | 'silent';
+export type LogLevel = 'debug' | 'info' | 'warn' | 'error' | 'fatal' | 'silent';
+export type LogFields = Record<string, unknown>;
+
+/** pino's order: fields first, then the event id (log-events.ts); or the event id alone. */
+export interface LogFn {
+  (fields: LogFields, msg: LogEvent): void;
+  (msg: LogEvent): void;
+}
 
 export interface Logger {
-  debug(msg: string, fields?: Record<string, unknown>): void;
-  info(msg: string, fields?: Record<string, unknown>): void;
-  warn(msg: string, fields?: Record<string, unknown>): void;
-  error(msg: string, fields?: Record<string, unknown>): void;
+  readonly debug: LogFn;
+  readonly info: LogFn;
+  readonly warn: LogFn;
+  readonly error: LogFn;
+  readonly fatal: LogFn;
+  /** A logger whose every line also carries `bindings` (a request's `request_id`, a part's `component`). */
+  child(bindings: LogFields): Logger;
   /** Writes out what a buffered logger still holds (at shutdown); absent where nothing is held. */
   flush?(): void;
 }
@@ -59,11 +73,7 @@ export function createLogger(level: LogLevel, write?: (line: string) => void, bu
     },
     destination,
   );
-  const at = (fn: PinoLogger['info']) => (msg: string, fields?: Record<string, unknown>) => {
-    if (fields === undefined) fn.call(p, msg);
-    else fn.call(p, fieldsOut(fields), msg);
-  };
-  const logger: Logger = { debug: at(p.debug), info: at(p.info), warn: at(p.warn), error: at(p.error) };
+  const logger: Logger = new PinoWrap(p);
   if (buffered && stdout) {
     // What is held goes out within a second on a quiet instance; the timer keeps no process alive.
     const timer = setInterval(() => {
@@ -84,6 +94,50 @@ export function createLogger(level: LogLevel, write?: (line: string) => void, bu
     };
   }
   return logger;
+}
+
+/**
+ * Our Logger over a pino logger. A class, so a child costs pino's own child and one small object:
+ * no closures per child (a request gets one).
+ */
+class PinoWrap implements Logger {
+  constructor(private readonly p: PinoLogger) {}
+  debug(a: LogFields | LogEvent, msg?: LogEvent): void {
+    write(this.p, 'debug', a, msg);
+  }
+  info(a: LogFields | LogEvent, msg?: LogEvent): void {
+    write(this.p, 'info', a, msg);
+  }
+  warn(a: LogFields | LogEvent, msg?: LogEvent): void {
+    write(this.p, 'warn', a, msg);
+  }
+  error(a: LogFields | LogEvent, msg?: LogEvent): void {
+    write(this.p, 'error', a, msg);
+  }
+  fatal(a: LogFields | LogEvent, msg?: LogEvent): void {
+    write(this.p, 'fatal', a, msg);
+  }
+  child(bindings: LogFields): Logger {
+    return new PinoWrap(this.p.child(fieldsOut(bindings)));
+  }
+}
+
+function write(p: PinoLogger, level: 'debug' | 'info' | 'warn' | 'error' | 'fatal', a: LogFields | LogEvent, msg: LogEvent | undefined): void {
+  if (typeof a === 'string') p[level](a);
+  else p[level](fieldsOut(a), msg);
+}
+
+/**
+ * A `(msg, fields)` callback (the ledger's and the store's `log` option) that writes each event at
+ * the level log-events.ts gives it. An id missing from the table is still written, at `error`, so
+ * a new event is never lost: the unit test over src/ fails until it is added.
+ */
+export function eventSink(log: Logger): (msg: string, fields?: object) => void {
+  return (msg, fields) => {
+    const level = levelOf(msg) ?? 'error';
+    if (fields === undefined) log[level](msg as LogEvent);
+    else log[level](fields as LogFields, msg as LogEvent);
+  };
 }
 
 export const silentLogger: Logger = createLogger('silent');

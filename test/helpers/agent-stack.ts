@@ -13,10 +13,11 @@ import type { Test } from 'tap';
 import { setLane } from '../../src/deployment/state.js';
 import { startAnthropicSimulator, type AnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
 import { startOpenAISimulator, type OpenAISimulator } from '../../src/simulators/openai/simulator.js';
-import { journalWritten, startTestGateway, type TestGateway } from './gateway.js';
+import { journalWritten, setUp, startTestGateway, type TestGateway } from './gateway.js';
 import { startHeaderTap, type HeaderTap, type TappedRequest } from './header-tap.js';
 import { assertLedgerInvariant } from './ledger-invariant.js';
 import { startRefusingProxy, type RefusingProxy } from './refusing-proxy.js';
+import { boundedTeardown } from './teardown.js';
 
 const ANTHROPIC_VENDOR_KEY = 'sk-ant-agents-vendor';
 const OPENAI_VENDOR_KEY = 'sk-openai-agents-vendor';
@@ -40,23 +41,58 @@ export interface AgentStack {
   readonly workspace: string;
 }
 
-export async function startAgentStack(t: Test): Promise<AgentStack> {
+/** How long each close of the stack may take; more is a leak, reported as the test's failure. */
+const CLOSE_MS = 10_000;
+/** Set-up steps, by name, so a failure says where; `fault` lets a test make one of them fail. */
+export type AgentStackStep = 'simulators' | 'gateway' | 'lanes' | 'key' | 'tap' | 'proxy' | 'folders';
+
+/**
+ * Starts the stack. Everything it starts is closed by a bounded teardown registered as soon as it
+ * exists, so a set-up that fails part way (a store that does not answer, say) closes what it made
+ * and the test ends at once with the step and the cause, instead of a file that hangs on the
+ * handles left open. Each step is bounded by its own timeouts (the pool's, the migration's), not
+ * by one over the whole: a set-up abandoned by a timer would go on registering teardowns after
+ * the test ended, and those would never run.
+ */
+export async function startAgentStack(t: Test, o: { fault?: (step: AgentStackStep, g?: TestGateway) => Promise<void> } = {}): Promise<AgentStack> {
+  let at: AgentStackStep = 'simulators';
+  const step = async (name: AgentStackStep, g?: TestGateway): Promise<void> => {
+    at = name;
+    await o.fault?.(name, g);
+  };
+  try {
+    return await buildAgentStack(t, step);
+  } catch (e) {
+    throw new Error(`agent stack set-up failed at step "${at}": ${(e as Error).message}`, { cause: e });
+  }
+}
+
+async function buildAgentStack(t: Test, step: (name: AgentStackStep, g?: TestGateway) => Promise<void>): Promise<AgentStack> {
+  await step('simulators');
   const anthropic = await startAnthropicSimulator({ apiKey: ANTHROPIC_VENDOR_KEY });
-  t.teardown(() => anthropic.close());
+  boundedTeardown(t, 'anthropic simulator close', () => anthropic.close(), CLOSE_MS);
   const openai = await startOpenAISimulator({ apiKey: OPENAI_VENDOR_KEY });
-  t.teardown(() => openai.close());
+  boundedTeardown(t, 'openai simulator close', () => openai.close(), CLOSE_MS);
+  await step('gateway');
   const g = await startTestGateway(t, {
     vendors: { anthropic: { baseUrl: anthropic.url, apiKey: ANTHROPIC_VENDOR_KEY }, openai: { baseUrl: openai.url, apiKey: OPENAI_VENDOR_KEY } },
   });
-  await setLane(g.db.pool, 'messages', true);
-  await setLane(g.db.pool, 'responses', true);
-  await g.gw.services.state.refresh();
+  await step('lanes', g);
+  await setUp('open the text lanes', async () => {
+    await setLane(g.db.pool, 'messages', true);
+    await setLane(g.db.pool, 'responses', true);
+    await g.gw.services.state.refresh();
+  });
+  await step('key', g);
   const key = await g.newKey({ name: 'agent key' });
-  await g.gw.services.ledger.topUp(key.accountId, WALLET_INK, 'agent test');
+  await setUp('top up the key', () => g.gw.services.ledger.topUp(key.accountId, WALLET_INK, 'agent test'));
+  await step('tap', g);
   const tap = await startHeaderTap(g.url);
-  t.teardown(() => tap.close());
+  boundedTeardown(t, 'header tap close', () => tap.close(), CLOSE_MS);
+  await step('proxy', g);
   const proxy = await startRefusingProxy();
-  t.teardown(() => proxy.close());
+  boundedTeardown(t, 'refusing proxy close', () => proxy.close(), CLOSE_MS);
+  await step('folders', g);
   const root = mkdtempSync(join(tmpdir(), 'inkgate-agent-'));
   t.teardown(() => rmSync(root, { recursive: true, force: true }));
   const home = join(root, 'home');

@@ -4,9 +4,14 @@ import { request, type Dispatcher } from 'undici';
 import { createAccount, createKey } from '../../src/accounts/accounts.js';
 import { loadConfig, type Config, type DeepPartial } from '../../src/config/config.js';
 import { createGateway, type Gateway, type GatewayOptions } from '../../src/gateway.js';
+import { isStoreUnavailable } from '../../src/store/pool.js';
 import { silentLogger } from '../../src/util/log.js';
 import { testDb, type TestDb } from './db.js';
 import { testRedisUrl } from './env.js';
+import { boundedTeardown } from './teardown.js';
+
+/** A gateway's close waits up to its 30 s drain for requests still running, then ends its pools. */
+const GATEWAY_CLOSE_MS = 45_000;
 
 export interface TestGateway {
   readonly gw: Gateway;
@@ -42,20 +47,46 @@ export async function startTestGateway(
     },
   );
   const gw = await createGateway(config, { log: silentLogger, skipMigrate: true, ...opts });
-  t.teardown(() => gw.close());
+  boundedTeardown(t, 'gateway close', () => gw.close(), GATEWAY_CLOSE_MS);
   const tg: TestGateway = {
     gw,
     url: gw.url,
     db,
     config,
-    async newKey(o = {}) {
-      const acc = await createAccount(db.pool, { name: 'test', planId: o.plan ?? 'pro' });
-      const k = await createKey(db.pool, { accountId: acc.id, name: o.name ?? 'test key', inkLimit: o.inkLimit ?? null });
-      return { accountId: acc.id, keyId: k.id, key: k.key };
-    },
+    newKey: (o = {}) =>
+      setUp('newKey', async () => {
+        const acc = await createAccount(db.pool, { name: 'test', planId: o.plan ?? 'pro' });
+        const k = await createKey(db.pool, { accountId: acc.id, name: o.name ?? 'test key', inkLimit: o.inkLimit ?? null });
+        return { accountId: acc.id, keyId: k.id, key: k.key };
+      }),
     call: (method, path, o = {}) => call(gw.url, method, path, o),
   };
   return tg;
+}
+
+/** Attempts a set-up step gets when the store does not answer in time. */
+const SET_UP_ATTEMPTS = 3;
+
+/**
+ * Runs a set-up step (making accounts, keys, switching lanes) on the test's pool, whose limits are
+ * the hot path's (a 900 ms query timeout). A set-up is not the behaviour under test: when the
+ * machine's Postgres is slow to commit (another file's bulk writes hold the WAL, seen as
+ * LWLock:WALWrite and IO waits, which no lock_timeout covers), the step is tried again, and after
+ * SET_UP_ATTEMPTS it fails with a message saying it was the set-up. Retrying may leave an extra
+ * account behind when a timed-out commit did land: harmless, every step makes fresh rows.
+ */
+export async function setUp<T>(what: string, fn: () => Promise<T>): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await fn();
+    } catch (e) {
+      // The ledger maps an outage to its 503 ApiError and keeps the store's error as the cause.
+      if (!isStoreUnavailable(e) && !isStoreUnavailable((e as Error | undefined)?.cause)) throw e;
+      if (attempt >= SET_UP_ATTEMPTS) {
+        throw new Error(`set-up step ${what}: the store did not answer in time ${SET_UP_ATTEMPTS} times (last: ${(e as Error).message})`, { cause: e });
+      }
+    }
+  }
 }
 
 /**

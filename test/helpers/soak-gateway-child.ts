@@ -13,7 +13,7 @@ const cfg = loadConfig({}, arg.config);
 const gw = await createGateway(cfg, {
   skipMigrate: true,
   log: createLogger('error', (l) => process.stderr.write(l + '\n')),
-  video: { owner: 'soak-gateway', fetch: { allowList: new Set(arg.allowList), ca: arg.ca }, engine: { timers: true } },
+  jobs: { owner: 'soak-gateway', fetch: { allowList: new Set(arg.allowList), ca: arg.ca }, engine: { timers: true } },
 });
 process.stdout.write(`READY ${gw.url}\n`);
 // The loop's worst delay each second: a stall longer than Redis's 200 ms command timeout turns a

@@ -58,7 +58,7 @@ const cfg = loadConfig({}, arg.config);
 const gw = await createGateway(cfg, {
   skipMigrate: true,
   log: createLogger('error', (l) => process.stderr.write(l + '\\n')),
-  video: { owner: 'soak-gateway', fetch: { allowList: new Set(arg.allowList), ca: arg.ca }, engine: { timers: true } },
+  jobs: { owner: 'soak-gateway', fetch: { allowList: new Set(arg.allowList), ca: arg.ca }, engine: { timers: true } },
 });
 process.stdout.write('READY ' + gw.url + '\\n');
 const { monitorEventLoopDelay } = await import('node:perf_hooks');

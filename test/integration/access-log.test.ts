@@ -39,7 +39,7 @@ async function setup(t: Test, engine: EngineName, access = true) {
   await g.gw.services.state.refresh();
   const k = await g.newKey();
   await g.gw.services.ledger.topUp(k.accountId, 10_000, 'test');
-  const requests = (): Line[] => lines.map((l) => JSON.parse(l) as Line).filter((l) => l.msg === 'request');
+  const requests = (): Line[] => lines.map((l) => JSON.parse(l) as Line).filter((l) => l.msg === 'http.request');
   /** The line of the request whose id the answer carried (waits for it: a line is written when the answer has ended). */
   const lineOf = async (requestId: string): Promise<Line> => {
     for (let i = 0; i < 200; i++) {

@@ -47,6 +47,7 @@ t.test('paced streams and the open loop on the responses lane', async (t) => {
     t.equal(r.requests, 20, `${r.target}: every paced stream measured`);
     t.equal(r.paced!.failures, 0);
     t.ok(r.paced!.maxGapMs > 0 && r.paced!.maxGapMs <= r.latency.maxMs, `${r.target}: longest gap within the longest stream`);
+    // Time is the behaviour: a paced stream lasts its deltas times the pace. A lower bound only.
     t.ok(r.latency.p50Ms >= 9 * 10 * 0.9, `${r.target}: a stream lasts about deltas x pace (${r.latency.p50Ms} ms)`);
     t.ok(r.own!.cpuUsPerChunk! > 0);
   }

@@ -452,13 +452,18 @@ t.test('inkgate console link prints a link that signs in once; an unknown accoun
   const stale = [randomBytes(32), randomBytes(32)];
   await db.query("INSERT INTO console_links (token_hash, account_id, expires_at) VALUES ($1, $3, now() - interval '2 days'), ($2, $3, now() - interval '1 hour')", [...stale, s.accountId]);
   await db.query("INSERT INTO console_sessions (id_hash, account_id, expires_at) VALUES ($1, $3, now() - interval '2 days'), ($2, $3, now() - interval '1 hour')", [...stale, s.accountId]);
+  const before = Date.now();
   const ok = await run('console', 'link', '--account', s.accountId);
+  const after = Date.now();
   t.equal(ok.code, 0);
   t.same((await db.query('SELECT count(*)::int AS n FROM console_links WHERE token_hash = ANY($1)', [stale])).rows[0].n, 1, 'the link two days past its end is gone');
   t.same((await db.query('SELECT count(*)::int AS n FROM console_sessions WHERE id_hash = ANY($1)', [stale])).rows[0].n, 1, 'the session two days past its end is gone');
   const printed = JSON.parse(ok.out);
   t.match(printed.url, new RegExp(`^${s.g.url}/console/signin\\?token=[A-Za-z0-9_-]{43}$`));
-  t.ok(Date.parse(printed.expires_at) - Date.now() <= 900_000 && Date.parse(printed.expires_at) - Date.now() > 800_000, 'valid for 15 minutes');
+  // The link is made while the command runs, so its end lies 15 minutes after a moment between
+  // `before` and `after` (1 ms either side for rounding), however long the command took.
+  const expiresMs = Date.parse(printed.expires_at);
+  t.ok(expiresMs >= before + 900_000 - 1 && expiresMs <= after + 900_000 + 1, `valid for 15 minutes (${printed.expires_at})`);
   const sess = await signInHttp(s.g.url, printed.url);
   t.equal((await getPage(s.g.url, '/console', sess.cookie)).status, 200);
   const twice = await postForm(s.g.url, '/console/signin', { token: new URL(printed.url).searchParams.get('token')! });

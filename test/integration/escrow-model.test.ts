@@ -28,7 +28,8 @@
 //
 // Replay: ESCROW_MODEL_SEED=<seed> ESCROW_MODEL_PATH=<path> (as fast-check prints them);
 // ESCROW_MODEL_RUNS overrides the number of runs, ESCROW_MODEL_BUDGET_S each property's time budget
-// (past it, further runs and shrinks pass at once).
+// (past it, further runs and shrinks are skipped, and the property then fails: a cut run count is
+// not a pass).
 import { randomBytes } from 'node:crypto';
 import fc from 'fast-check';
 import t, { type Test } from 'tap';
@@ -40,8 +41,10 @@ import { Ledger, type Hold, type ResolveResult } from '../../src/ledger/ledger.j
 import { encodeRecall, recallChannel } from '../../src/ledger/recalls.js';
 import { migrate } from '../../src/store/migrate.js';
 import { createPool, type Pool } from '../../src/store/pool.js';
+import { dropSchema } from '../helpers/db.js';
 import { testDatabaseUrl } from '../helpers/env.js';
 import { ledgerViolations, newRequestId, seedAccount, walletOf } from '../helpers/ledger-invariant.js';
+import { propertyBudget } from '../helpers/property-budget.js';
 
 const TTL_MS = 60_000;
 const GRACE_MS = 1000;
@@ -917,7 +920,7 @@ async function freshSchema(): Promise<{ schema: string; pool: Pool; drop: () => 
     pool,
     drop: async () => {
       try {
-        await pool.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+        await dropSchema(pool, schema);
       } finally {
         await pool.end();
       }
@@ -941,34 +944,26 @@ async function oneRun(s: Setup, steps: Op[], kills: boolean, checkEachStep = tru
 }
 
 /**
- * Runs the property. Past `budgetMs` further runs are not run (so a shrink ends with what it has),
- * and a property that passed with runs left unrun FAILS: its runs are its strength, and a budget
- * that silently cut them would report a weaker test as passing. The budgets are set for the shared
- * two-core machine under the whole suite's load (about 0.9 s a run there).
+ * Runs the property under a time budget (test/helpers/property-budget.ts: runs the budget cut make
+ * it fail, not pass early). The budgets are set for the shared two-core machine under the whole
+ * suite's load (about 0.9 s a run there).
  */
 async function property(t: Test, kills: boolean, numRuns: number, maxSteps: number, budgetMs: number): Promise<void> {
-  const budget = BUDGET_S === undefined ? budgetMs : BUDGET_S * 1000;
-  const until = performance.now() + budget;
-  let skipped = 0;
+  const budget = propertyBudget(BUDGET_S === undefined ? budgetMs : BUDGET_S * 1000);
+  const label = `${kills ? 'with' : 'without'} kills`;
   try {
     await fc.assert(
       fc.asyncProperty(setupArb(kills), fc.array(opArb(kills), { minLength: 1, maxLength: maxSteps, size: 'max' }), async (s, steps) => {
-        if (performance.now() > until) {
-          skipped++;
-          return;
-        }
+        if (budget.spent()) return;
         await oneRun(s, steps, kills);
       }),
       { numRuns: RUNS ?? numRuns, seed: SEED, path: PATH },
     );
-    const runs = RUNS ?? numRuns;
-    if (skipped > 0) t.fail(`${kills ? 'with' : 'without'} kills: only ${runs - skipped} of ${runs} runs within the ${budget / 1000} s budget`);
-    else t.pass(`${kills ? 'with' : 'without'} kills: every property held, ${runs} runs`);
+    budget.check(t, label, RUNS ?? numRuns);
   } catch (e) {
     const cause = (e as Error).cause;
     t.fail(`${(e as Error).message}\n${cause instanceof Error ? cause.message : ''}`);
   }
-
 }
 
 // ---------------------------------------------------------------------------------------------

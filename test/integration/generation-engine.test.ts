@@ -7,10 +7,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
 import { request } from 'undici';
-import type { Logger } from '../../src/util/log.js';
 import { solidPng } from '../../src/simulators/gemini/png.js';
 import { startGeminiSimulator } from '../../src/simulators/gemini/simulator.js';
 import { startTestGateway } from '../helpers/gateway.js';
+import { recordingLogger } from '../helpers/log-lines.js';
 import { startHttpsServer } from '../helpers/https-server.js';
 
 const sim = await startGeminiSimulator();
@@ -24,9 +24,7 @@ t.teardown(() => refs.close());
 const dataDir = mkdtempSync(join(tmpdir(), 'inkgate-engine-'));
 t.teardown(() => rmSync(dataDir, { recursive: true, force: true }));
 
-const logged: Array<{ msg: string; fields: Record<string, unknown> | undefined }> = [];
-const keep = (msg: string, fields?: Record<string, unknown>) => void logged.push({ msg, fields });
-const log: Logger = { debug: keep, info: keep, warn: keep, error: keep };
+const { log, lines: logged } = recordingLogger('debug');
 // No DNS from a test: one name "resolves" to a private address, every other name does not resolve.
 const resolver = async (host: string): Promise<string[]> => {
   if (host === 'intranet.example.com') return ['10.1.2.3'];
@@ -39,7 +37,7 @@ const tg = await startTestGateway(
     vendors: { gemini: { baseUrl: sim.url, apiKey: sim.apiKey } },
     jobs: { tickMs: 50, batchSize: 4, maxRunningPerAccount: 10, leaseMs: 30_000, pollIntervalMs: 1_000, maxPollIntervalMs: 2_000, timeoutMs: 600_000 },
   },
-  { log, video: { fetch: { allowList: new Set([`127.0.0.1:${refs.port}`]), ca: refs.ca, resolver }, owner: 'engine-test' } },
+  { log, jobs: { fetch: { allowList: new Set([`127.0.0.1:${refs.port}`]), ca: refs.ca, resolver }, owner: 'engine-test' } },
 );
 const { key, accountId } = await tg.newKey({ plan: 'pro', inkLimit: null });
 await tg.gw.services.ledger.topUp(accountId, 1_000);
@@ -104,7 +102,7 @@ t.test('a URL that cannot be fetched gets one message whatever the reason; the r
     t.same([r.status, r.json.error.code, r.json.error.param], [400, 'invalid_url', 'reference_image_urls[1]'], url);
     t.notMatch(r.json.error.message, /resolve|blocked|private|loopback|404|answered|TLS|CERT/i, `${url}: the message says nothing of the network`);
     messages.push(r.json.error.message);
-    t.ok(logged.some((l) => l.msg === 'generations.url_refused' && reason.test(String(l.fields?.detail))), `${url}: the reason is in the log`);
+    t.ok(logged.some((l) => l.msg === 'generations.url_refused' && l.level === 'info' && typeof l.request_id === 'string' && reason.test(String(l.detail))), `${url}: the reason is in the log`);
   }
   t.equal(new Set(messages).size, 1, 'the same message for a name that does not resolve, one that resolves privately, and a 404');
 });

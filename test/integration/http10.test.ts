@@ -10,7 +10,7 @@ import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
 import { rawExchange } from '../helpers/raw-socket.js';
 import { parseSse } from '../helpers/sse.js';
 
-/** uWS's fixed ~10 s idle timeout, checked on a 4 s timer. */
+/** uWS's fixed ~10 s idle timeout, checked on a 4 s timer (time is the behaviour: who closes). */
 const IDLE_BOUND_MS = 16_000;
 
 eachEngine('an HTTP/1.0 client streams a billed Messages call', async (t, engine) => {

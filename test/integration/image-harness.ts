@@ -85,7 +85,7 @@ export async function startImageHarness(
       vendors: { gemini: on ? { baseUrl: sim.url, apiKey: sim.apiKey } : { baseUrl: null, apiKey: null }, ...(over.vendors ?? {}) },
       jobs: { pollIntervalMs: 5_000, maxPollIntervalMs: 20_000, timeoutMs: 600_000, leaseMs: 30_000, batchSize: 50, ...(over.jobs ?? {}) },
     },
-    { video: { clock, fetch, owner: 'image-test-a', engine: { timers: false } } },
+    { jobs: { clock, fetch, owner: 'image-test-a', engine: { timers: false } } },
   );
   const services = tg.gw.services;
   const { deps, engine } = tg.gw.jobs;

@@ -4,7 +4,7 @@
 // anything moves. Then:
 //   - the instance stops admitting: 503 provider_unavailable with Retry-After, on text and on a
 //     generation submit, and its readiness fails;
-//   - the violation is logged at error level with its figures;
+//   - the violation is logged at fatal level with its figures;
 //   - the injected exit is called once, with a non-zero code, after the known-good journal is
 //     written; the instance's leases are NOT returned (still live in Postgres);
 //   - a restart under the same instance id recovers them; the ledger checker finds nothing wrong;
@@ -17,9 +17,10 @@ import { createGateway, type Gateway } from '../../src/gateway.js';
 import { FAIL_STOP_EXIT_CODE } from '../../src/ledger/fail-stop.js';
 import { checkLedger } from '../../src/ledger/invariant.js';
 import { startAnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
-import type { Logger } from '../../src/util/log.js';
+import { silentLogger } from '../../src/util/log.js';
 import { testDb } from '../helpers/db.js';
 import { call, fundedKey } from '../helpers/gateway.js';
+import { recordingLogger } from '../helpers/log-lines.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
 import { messagesProbe } from '../helpers/messages-probe.js';
 import { parseSse } from '../helpers/sse.js';
@@ -48,14 +49,8 @@ const config: Config = loadConfig(
   },
 );
 
-/** A logger that keeps the error lines (the fail-stop's report). */
-const errors: Array<{ msg: string; fields: Record<string, unknown> | undefined }> = [];
-const log: Logger = {
-  debug: () => undefined,
-  info: () => undefined,
-  warn: () => undefined,
-  error: (msg, fields) => void errors.push({ msg, fields }),
-};
+/** A logger that keeps the error and fatal lines (the fail-stop's report). */
+const { log, lines: errors } = recordingLogger('error');
 
 let ends = 0;
 let broken: string | undefined;
@@ -140,15 +135,16 @@ t.test('the instance stops on the broken rule and exits non-zero', async (t) => 
   t.equal(video.json?.error?.code ?? video.json?.error?.type, 'provider_unavailable');
   t.match(await gw1.ops.readiness.check(), { ready: false, draining: true }, 'readiness fails');
   const line = errors.find((e) => e.msg === 'ledger.fail_stop');
-  t.ok(line, 'the violation is logged at error level');
-  t.match(line?.fields, { figures: { request_id: broken, lease_id: Number, expect_grant_ink: Number, expect_payg_ink: Number, charge_ink: Number } }, 'with its figures');
+  t.ok(line, 'the violation is logged');
+  t.match(line, { level: 'fatal', component: 'fail_stop' }, 'at fatal level (docs/operations.md#logs), from the fail-stop');
+  t.match(line, { figures: { request_id: broken, lease_id: Number, expect_grant_ink: Number, expect_payg_ink: Number, charge_ink: Number } }, 'with its figures');
   const live = await db.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM leases WHERE state = 'live' AND instance_id = $1 AND epoch = $2`, [INSTANCE_ID, epoch1]);
   t.ok(live.rows[0]!.n >= 1, 'its leases were not returned');
 });
 
 t.test('a restart recovers the leases; nothing charged twice or above its hold', async (t) => {
   await gw1.close(); // what a kill would leave: the halted escrow returns nothing
-  const gw2 = await createGateway(config, { log: { ...log, error: () => undefined }, skipMigrate: true, exit: (code) => t.fail(`the restart exited ${code}`) });
+  const gw2 = await createGateway(config, { log: silentLogger, skipMigrate: true, exit: (code) => t.fail(`the restart exited ${code}`) });
   t.teardown(() => gw2.close());
   const live = await db.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM leases WHERE state = 'live' AND instance_id = $1 AND epoch = $2`, [INSTANCE_ID, epoch1]);
   t.equal(live.rows[0]!.n, 0, 'the restart recovered every lease of the stopped start');

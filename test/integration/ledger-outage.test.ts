@@ -23,6 +23,11 @@ const input = (a: { accountId: string; keyIds: string[] }, holdInk = 30) => ({
   holdInk,
 });
 
+/**
+ * Times one ledger call. Time is the behaviour in this file: an outage must be answered within the
+ * pool's own limits (lock_timeout, connection and query timeouts, all under a second) rather than
+ * the 5 s statement timeout or never. The bounds (1.2 to 1.5 s) stay below that next limit.
+ */
 async function timed<T>(p: Promise<T>): Promise<{ ms: number; value?: T; error?: unknown }> {
   const t0 = performance.now();
   try {

@@ -59,7 +59,7 @@ const stores: Record<'fs' | 's3', () => MediaStore> = {
 
 async function setup(t: Test, engine: EngineName, kind: 'fs' | 's3') {
   const media = stores[kind]();
-  const g = await startTestGateway(t, { server: { engine } }, { video: { media } });
+  const g = await startTestGateway(t, { server: { engine } }, { jobs: { media } });
   const data = randomBytes(SIZE);
   await media.put(KEY, data, 'video/mp4');
   const deps = g.gw.jobs.deps;
@@ -158,7 +158,7 @@ eachEngine('a store that stops answering: 503 before the body, a cut connection 
   const proxy = await startTcpProxy('127.0.0.1', s3.port);
   t.teardown(() => proxy.close());
   const media = s3.store('ranges', { endpoint: proxy.url('http'), timeoutMs: 1_500, idleTimeoutMs: 1_000 });
-  const g = await startTestGateway(t, { server: { engine } }, { video: { media } });
+  const g = await startTestGateway(t, { server: { engine } }, { jobs: { media } });
   const deps = g.gw.jobs.deps;
   const big = 24 * 1024 * 1024;
   await s3.store('ranges').put('video/big.mp4', Buffer.alloc(big, 7), 'video/mp4'); // stored directly, with the usual bounds
@@ -180,7 +180,7 @@ eachEngine('a store that stops answering: 503 before the body, a cut connection 
 
 eachEngine('INKGATE_S3_PRESIGNED_REDIRECT: a checked link answers 302 to a presigned GET that serves ranges itself', async (t, engine) => {
   const media = s3.store('ranges', { presignedRedirect: true });
-  const g = await startTestGateway(t, { server: { engine } }, { video: { media } });
+  const g = await startTestGateway(t, { server: { engine } }, { jobs: { media } });
   const deps = g.gw.jobs.deps;
   const data = randomBytes(SIZE);
   await media.put(KEY, data, 'video/mp4');

@@ -114,7 +114,9 @@ t.test('/readyz fails within its bound while Postgres is frozen, and recovers', 
   const ms = performance.now() - t0;
   t.equal(frozen.status, 503);
   t.match(JSON.parse(frozen.text), { ready: false, postgres: 'timeout' });
-  t.ok(ms < 2000, `answered in ${ms.toFixed(0)} ms (bound ${cfg.admin.readyTimeoutMs} ms)`);
+  // Time is the behaviour: readiness answers within its own timeout while the store hangs (a
+  // frozen proxy answers nothing, ever). Generous for a loaded machine.
+  t.ok(ms < 4 * cfg.admin.readyTimeoutMs, `answered in ${ms.toFixed(0)} ms (bound ${cfg.admin.readyTimeoutMs} ms)`);
   t.equal((await get(admin.url + '/healthz')).status, 200, 'alive while the store is away');
 
   proxy.cut();

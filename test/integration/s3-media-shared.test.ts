@@ -36,7 +36,7 @@ t.test('one bucket, two gateways: stored by one, served by the other, swept in b
   const b = await createGateway(cfgB, {
     log: silentLogger,
     skipMigrate: true,
-    video: { clock: h.sim.now, owner: 'test-instance-b', engine: { timers: false }, media: s3.store('shared-media', { endpoint: viaB.endpoint }) },
+    jobs: { clock: h.sim.now, owner: 'test-instance-b', engine: { timers: false }, media: s3.store('shared-media', { endpoint: viaB.endpoint }) },
   });
   t.teardown(() => b.close());
 

@@ -164,9 +164,9 @@ t.test('config: INKGATE_MEDIA_STORE=s3 and the INKGATE_S3_* variables build an S
 });
 
 t.test('readiness reports the S3 store, and is not ready while its bucket is missing', async (t) => {
-  const ok = await startTestGateway(t, {}, { video: { media: s3.store('inkgate-media') } });
+  const ok = await startTestGateway(t, {}, { jobs: { media: s3.store('inkgate-media') } });
   t.match(await ok.gw.ops.readiness.check(), { ready: true, mediaStore: 'ok' });
-  const missing = await startTestGateway(t, {}, { video: { media: s3.store('no-such-bucket') } });
+  const missing = await startTestGateway(t, {}, { jobs: { media: s3.store('no-such-bucket') } });
   t.match(await missing.gw.ops.readiness.check(), { ready: false, mediaStore: 'failed', postgres: 'ok' });
   const local = await startTestGateway(t);
   t.match(await local.gw.ops.readiness.check(), { ready: true, mediaStore: 'not configured' });

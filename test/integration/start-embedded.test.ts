@@ -24,7 +24,7 @@ function start(dataDir: string, o: { args?: string[]; configFile?: string; env?:
     }, 90_000);
     const onData = (d: Buffer) => {
       out += d.toString();
-      const m = /inkgate listening on (http:\/\/[^"\s]+)/.exec(out);
+      const m = /"url":"(http:\/\/[^"\s]+)","msg":"gateway\.listening"/.exec(out);
       if (m) {
         clearTimeout(timer);
         resolve({ child, url: m[1]!, output: () => out });
@@ -50,8 +50,8 @@ t.test('npm start on a fresh machine, then after a SIGKILL', { timeout: 240_000 
     a.child.kill('SIGTERM');
     await bye;
   });
-  t.match(a.output(), /store: embedded PostgreSQL/);
-  t.match(a.output(), /limits: in-process/);
+  t.match(a.output(), /"kind":"embedded","dir":"[^"]+","msg":"store\.opened"/);
+  t.match(a.output(), /"kind":"memory","msg":"limits\.backend"/);
   const keyFile = join(dir, 'demo-key');
   t.equal(statSync(keyFile).mode & 0o777, 0o600, 'demo-key is 0600');
   const key = readFileSync(keyFile, 'utf8').trim();
@@ -90,7 +90,7 @@ t.test('SIGTERM with the embedded Postgres: the journal is written before the cl
   const configFile = join(dir, 'config.json');
   writeFileSync(configFile, JSON.stringify({ ledger: { flushMs: 10_000 } }));
   const a = await start(dir, { args: ['--demo'], configFile });
-  const started = a.output().split('\n').find((l) => l.includes('demo: vendor simulators started')) ?? '';
+  const started = a.output().split('\n').find((l) => l.includes('"msg":"demo.vendors_started"')) ?? '';
   for (const sim of ['anthropic', 'openai', 'ark', 'gemini']) t.match(started, new RegExp(`"${sim}":"http`), `the demo's start-up log lists the ${sim} simulator`);
   const key = readFileSync(join(dir, 'demo-key'), 'utf8').trim();
   const r = await call(a.url, 'POST', '/v1/messages', { key, body: { model: 'sonnet', max_tokens: 50, messages: [{ role: 'user', content: 'hello' }] } });

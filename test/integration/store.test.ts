@@ -1,5 +1,5 @@
 import t from 'tap';
-import { testDb } from '../helpers/db.js';
+import { dropSchema, testDb } from '../helpers/db.js';
 import { listMigrations, migrate } from '../../src/store/migrate.js';
 import { createPool } from '../../src/store/pool.js';
 
@@ -13,7 +13,7 @@ t.test('migrations apply once, and a second run applies nothing', async (t) => {
 
 t.test('two instances migrating at once are serialised by the advisory lock', async (t) => {
   const db = await testDb(t);
-  await db.pool.query(`DROP SCHEMA ${db.schema} CASCADE`);
+  await dropSchema(db.pool, db.schema);
   const [a, b] = await Promise.all([migrate(db.pool, db.schema), migrate(db.pool, db.schema)]);
   t.ok((a.length === 0) !== (b.length === 0), 'exactly one of them applied the migrations');
   t.same([...a, ...b].sort((x, y) => x - y), listMigrations().map((m) => m.version), 'every migration applied exactly once');
@@ -29,7 +29,7 @@ t.test('the wallet invariant is a constraint the database enforces', async (t) =
 
 t.test("migrating leaves no connection with the migration's timeouts in the pool", async (t) => {
   const db = await testDb(t);
-  await db.pool.query(`DROP SCHEMA ${db.schema} CASCADE`);
+  await dropSchema(db.pool, db.schema);
   await migrate(db.pool, db.schema);
   // Check every connection the pool holds (as many as it has opened, all checked out at once).
   const clients = await Promise.all(Array.from({ length: Math.max(db.pool.totalCount, 1) }, () => db.pool.connect()));
@@ -53,7 +53,7 @@ t.test("migrations are not cut by the pool's hot-path query timeout", async (t) 
   const tight = createPool({ ...db.dbConfig, url: db.url, queryTimeoutMs: 5 });
   t.teardown(() => tight.end());
   const schema = db.schema + '_tight';
-  t.teardown(() => db.pool.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`));
+  t.teardown(() => dropSchema(db.pool, schema));
   const applied = await migrate(tight, schema);
   t.same(applied, listMigrations().map((m) => m.version), 'every migration applied');
   // The pool's own queries keep its tight timeout: one that sleeps is cut.

@@ -21,7 +21,7 @@ import { createGateway } from '${src('gateway.js')}';
 import { silentLogger } from '${src('util/log.js')}';
 const cfg = loadConfig({}, JSON.parse(process.env.CHILD_CONFIG));
 const fetch = { allowList: new Set(JSON.parse(process.env.CHILD_ALLOW)), ca: process.env.CHILD_CA };
-const gw = await createGateway(cfg, { skipMigrate: true, log: silentLogger, video: { owner: 'child-instance', fetch, engine: { timers: true } } });
+const gw = await createGateway(cfg, { skipMigrate: true, log: silentLogger, jobs: { owner: 'child-instance', fetch, engine: { timers: true } } });
 process.stdout.write('READY ' + gw.url + '\\n');
 `;
 

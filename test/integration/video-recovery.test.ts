@@ -4,6 +4,7 @@
 // restarted, or failed and refunded, never left holding Ink, and the concurrency slot freed.
 import { randomBytes } from 'node:crypto';
 import t, { type Test } from 'tap';
+import { silentLogger } from '../../src/util/log.js';
 import { withTx } from '../../src/store/pool.js';
 import { insertGeneration, type GenerationState } from '../../src/generations/store.js';
 import { resultKey, VideoRunner } from '../../src/generations/video/run.js';
@@ -203,7 +204,7 @@ check('a move by an instance that lost its lease changes nothing (no refund, no 
   t.equal(await b.engine.tick(), 1);
   await pool.query(`UPDATE generations SET lease_owner = 'test-instance-d', lease_expires_at = $2 WHERE id = $1`, [p.id, new Date(h.sim.now() + LEASE_MS)]);
   const late = new VideoRunner(h.services, { ...h.deps, owner: 'dead-instance' });
-  await late.fail(stale as never, 'provider_failed', 'late move');
+  await late.fail(silentLogger, stale as never, 'provider_failed', 'late move');
   const row = await rowOf(h, p.id);
   t.equal(row.state, 'running', 'still the state instance d recorded, not failed');
   t.equal(row.error_code, null);

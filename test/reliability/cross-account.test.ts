@@ -26,7 +26,7 @@ const g = await startTestGateway(
     vendors: { ark: { baseUrl: ark.url, apiKey: ark.apiKey }, gemini: { baseUrl: gem.url, apiKey: gem.apiKey } },
     jobs: { pollIntervalMs: 5_000, maxPollIntervalMs: 20_000, timeoutMs: 600_000, leaseMs: 30_000 },
   },
-  { video: { clock: ark.now, fetch: { allowList: new Set([ark.contentHostPort]), ca: cert.cert }, engine: { timers: false } } },
+  { jobs: { clock: ark.now, fetch: { allowList: new Set([ark.contentHostPort]), ca: cert.cert }, engine: { timers: false } } },
 );
 await setLane(g.db.pool, 'video', true);
 await setLane(g.db.pool, 'images', true);

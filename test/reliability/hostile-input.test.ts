@@ -428,7 +428,7 @@ eachEngine('raw-socket HTTP abuse against the public listener', async (t, engine
   interface Case {
     name: string;
     write: (s: Socket) => Promise<void> | void;
-    /** Per engine: what the case must see (docs/operations.md, "HTTP engines", says the same). */
+    /** Per engine: what the case must see (docs/deployment.md, "HTTP engines", says the same). */
     expect: Record<'uws' | 'node', Expect>;
     check?: (r: RawResult) => void;
   }

@@ -65,7 +65,7 @@ const g: TestGateway = await startTestGateway(
     jobs: { pollIntervalMs: POLL_MS, maxPollIntervalMs: 20_000, timeoutMs: JOB_TIMEOUT_MS, leaseMs: LEASE_MS, batchSize: 50 },
   },
   {
-    video: {
+    jobs: {
       clock: ark.now,
       gemini,
       fetch: { allowList: new Set([ark.contentHostPort]), ca: cert.cert },

@@ -67,7 +67,7 @@ const { cli, operatorKey: newOperatorKey } = operatorCli(cliConfig);
 const operatorKey = (ink: number) => newOperatorKey('kill test', ink / 100);
 
 /** The doomed instance: a real gateway process on the shared schema, with a job engine on real timers. */
-const startChild = (t: Test) => startGatewayProcess(t, shared, { video: { owner: 'doomed-instance', engine: { timers: true } } });
+const startChild = (t: Test) => startGatewayProcess(t, shared, { jobs: { owner: 'doomed-instance', engine: { timers: true } } });
 
 /** Starts a stream and resolves once `deltas` content deltas have arrived; the rest of the body keeps flowing into `text`. */
 async function openStream(url: string, path: string, key: string, body: unknown, deltaEvent: string, deltas: number) {
@@ -97,7 +97,7 @@ async function openStream(url: string, path: string, key: string, body: unknown,
 /** A fresh gateway on the same schema: the restarted instance. */
 async function restarted(t: Test, clock?: () => number): Promise<Gateway> {
   const cfg = loadConfig({}, shared);
-  const gw = await createGateway(cfg, { skipMigrate: true, log: silentLogger, video: { owner: 'restarted-instance', clock, engine: { timers: false } } });
+  const gw = await createGateway(cfg, { skipMigrate: true, log: silentLogger, jobs: { owner: 'restarted-instance', clock, engine: { timers: false } } });
   t.teardown(() => gw.close());
   return gw;
 }

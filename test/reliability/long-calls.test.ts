@@ -59,7 +59,7 @@ t.test('a call longer than nonStreamTimeoutMs: 502, its hold kept and logged wit
   const requestId = r.json.error.request_id as string;
   const rec = await writtenRequest(g, requestId);
   t.equal(rec?.hold_state, 'open', 'the hold is kept for reconciliation');
-  const logged = lines.map((l) => JSON.parse(l) as Record<string, unknown>).filter((l) => l.msg === 'hold left open for reconciliation');
+  const logged = lines.map((l) => JSON.parse(l) as Record<string, unknown>).filter((l) => l.msg === 'text.hold_left_open');
   t.equal(logged.length, 1, 'one log line for the open hold');
   t.equal(logged[0]?.request_id, requestId, 'naming the request');
   t.match(String(logged[0]?.reason), /dispatch failed: .*timeout/i, `saying why (${String(logged[0]?.reason)})`);

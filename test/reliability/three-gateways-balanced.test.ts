@@ -29,6 +29,8 @@ import { startBalancer } from '../helpers/round-robin-balancer.js';
 
 const ANTHROPIC_KEY = 'sk-ant-balanced';
 const RATE_PER_MINUTE = 60;
+// Time is the behaviour: docs/reliability.md promises every process sees a switch within one second
+// (measured 7-180 ms, the switch's NOTIFY); the documented second is kept as the bound.
 const SWITCH_WITHIN_MS = 1000;
 
 const db = await testDb(t);

@@ -23,6 +23,8 @@ import { sharedRedisUrl } from '../helpers/redis-server.js';
 
 const ANTHROPIC_KEY = 'sk-ant-three';
 const RATE_PER_MINUTE = 100;
+// Time is the behaviour: docs/ledger.md promises a revoked key is refused on every instance within
+// one second (measured 4-8 ms, the revoke's NOTIFY); the documented second is kept as the bound.
 const REVOKE_WITHIN_MS = 1000;
 // Streams that stay open (40 deltas 50 ms apart, about 2 s) while every other one is admitted or
 // refused: each admitted one keeps its hold for the whole test of the edge.

@@ -47,6 +47,8 @@ t.test('open loop: a single 200 ms stall shows in p99 and max from the scheduled
   t.same(r.statuses, { 200: 200 });
   const corrected = summarize(r.latency);
   const naive = summarize(r.serviceTime);
+  // Time is the behaviour: the generator's latency figures must show the target's real 200 ms
+  // stall. Lower bounds only: a slower machine makes them larger, never smaller.
   t.ok(corrected.maxMs >= 190, `max from schedule includes the stall: ${corrected.maxMs} ms`);
   t.ok(corrected.p99Ms >= 150, `p99 from schedule shows the stall: ${corrected.p99Ms} ms`);
   t.ok(corrected.p90Ms >= 20, `the sends held back during the stall are about 20% of the run: p90 ${corrected.p90Ms} ms`);
@@ -65,7 +67,12 @@ t.test('open loop: a target that keeps up has no late sends and the schedule hol
   t.equal(r.requests, 50);
   // Late means more than one 10 ms interval behind: a busy machine's timers alone make a few late.
   t.ok(r.lateSends <= r.scheduled / 2, `most sends on time on an idle target: ${r.lateSends} late of ${r.scheduled}`);
-  t.ok(summarize(r.latency).p50Ms < 20);
+  // The schedule holds: measured from the scheduled time, the median adds less than one 10 ms
+  // interval to the service time of the same run (so a busy machine, every answer slower, does not
+  // decide it, as a fixed bound would).
+  const fromSchedule = summarize(r.latency).p50Ms;
+  const service = summarize(r.serviceTime).p50Ms;
+  t.ok(fromSchedule <= service + 10, `median from the schedule ${fromSchedule} ms, service time ${service} ms`);
 });
 
 t.test('closed loop: counts only the measured window, statuses and SSE events', async (t) => {

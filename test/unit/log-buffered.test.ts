@@ -20,20 +20,20 @@ function tempFile(t: Test): { path: string; fd: number } {
 t.test('buffered: held until flush, then every line whole and in order', async (t) => {
   const { path, fd } = tempFile(t);
   const log = createLogger('info', undefined, true, fd);
-  for (let i = 0; i < 3; i++) log.info('request', { n: i, route: '/v1/me' });
-  log.debug('below the level', { n: 99 });
+  for (let i = 0; i < 3; i++) log.info({ n: i, route: '/v1/me' }, 'http.request');
+  log.debug({ n: 99 }, 'http.request');
   t.equal(readFileSync(path, 'utf8'), '', 'three short lines are held (below the write size)');
   t.type(log.flush, 'function');
   log.flush!();
   const lines = readFileSync(path, 'utf8').trimEnd().split('\n').map((l) => JSON.parse(l) as { n: number; msg: string; level: string });
-  t.same(lines.map((l) => [l.level, l.msg, l.n]), [['info', 'request', 0], ['info', 'request', 1], ['info', 'request', 2]]);
+  t.same(lines.map((l) => [l.level, l.msg, l.n]), [['info', 'http.request', 0], ['info', 'http.request', 1], ['info', 'http.request', 2]]);
 });
 
 t.test('buffered: a burst above the write size goes out without a flush', async (t) => {
   const { path, fd } = tempFile(t);
   const log = createLogger('info', undefined, true, fd);
   const n = 200; // ~60 bytes each: three times the 4 KiB write size
-  for (let i = 0; i < n; i++) log.info('request', { n: i });
+  for (let i = 0; i < n; i++) log.info({ n: i }, 'http.request');
   // The writes are asynchronous: wait for the file to hold the first full write (bounded).
   let text = '';
   for (let tries = 0; tries < 1000 && text.length < 4096; tries++) {
@@ -49,7 +49,7 @@ t.test('buffered: a burst above the write size goes out without a flush', async 
 t.test('unbuffered: each line at once, and no flush to call', async (t) => {
   const { path, fd } = tempFile(t);
   const log = createLogger('info', undefined, false, fd);
-  log.warn('now', { a: 1 });
-  t.match(JSON.parse(readFileSync(path, 'utf8')), { level: 'warn', msg: 'now', a: 1 });
+  log.warn({ a: 1 }, 'jobs.claim_failed');
+  t.match(JSON.parse(readFileSync(path, 'utf8')), { level: 'warn', msg: 'jobs.claim_failed', a: 1 });
   t.equal(log.flush, undefined);
 });

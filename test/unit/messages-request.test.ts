@@ -580,5 +580,7 @@ t.test('one request of ~2.7 MB in 2,000 turns parses quickly', async (tt) => {
   const r = parse(body);
   const ms = Number(process.hrtime.bigint() - start) / 1e6;
   tt.ok(r.vendorBody.length > 2_500_000, `body of ${r.vendorBody.length} chars`);
-  tt.ok(ms < 2_000, `parsed in ${ms.toFixed(1)} ms`);
+  // Time is the behaviour: the parse stays linear in the body. A parse that went quadratic in its
+  // 2,000 turns would take minutes; the bound is far above a loaded two-core machine's figure.
+  tt.ok(ms < 10_000, `parsed in ${ms.toFixed(1)} ms`);
 });

@@ -10,6 +10,7 @@
 // after submit (then `timeout`). Vendor refused or answered nonsense: `provider_failed`. A safety
 // refusal (IMAGE_SAFETY, promptFeedback.blockReason): `content_policy`. Every failure refunds in full.
 import type { Services } from '../../services.js';
+import type { Logger } from '../../util/log.js';
 import { GeminiError, type GeminiImageResult, type GeminiInlineImage } from '../../vendors/gemini/client.js';
 import type { GenerationDeps } from '../deps.js';
 import { boundToKey, failGeneration, mediaKeyFor, pollDelayMs, succeedGeneration } from '../finish.js';
@@ -41,35 +42,36 @@ export class ImageRunner {
     return this.services.config.jobs;
   }
 
-  async run(row: GenerationRow): Promise<void> {
+  /** Works one claimed row; `log` is the engine's child for it (generation, request_id). */
+  async run(row: GenerationRow, log: Logger): Promise<void> {
     switch (row.state) {
       case 'submitting': {
-        if (!(await boundToKey(this.services, row.id))) return this.fail(row, 'provider_failed', 'The generation was interrupted before it was started; the hold was refunded.');
-        return this.generate(row);
+        if (!(await boundToKey(this.services, row.id))) return this.fail(log, row, 'provider_failed', 'The generation was interrupted before it was started; the hold was refunded.');
+        return this.generate(log, row);
       }
       case 'queued':
       case 'running':
-        return this.generate(row);
+        return this.generate(log, row);
       default:
         return;
     }
   }
 
-  private async generate(row: GenerationRow): Promise<void> {
+  private async generate(log: Logger, row: GenerationRow): Promise<void> {
     const { deps, services } = this;
     const now = deps.clock();
-    if (now >= row.created_at.getTime() + this.jobs.timeoutMs) return this.fail(row, 'timeout', 'No image arrived in time; the hold was refunded.');
-    if (row.polls >= MAX_VENDOR_CALLS) return this.fail(row, 'provider_failed', `The vendor did not deliver the image in ${MAX_VENDOR_CALLS} calls; the hold was refunded.`);
+    if (now >= row.created_at.getTime() + this.jobs.timeoutMs) return this.fail(log, row, 'timeout', 'No image arrived in time; the hold was refunded.');
+    if (row.polls >= MAX_VENDOR_CALLS) return this.fail(log, row, 'provider_failed', `The vendor did not deliver the image in ${MAX_VENDOR_CALLS} calls; the hold was refunded.`);
     const model = services.catalog.image(row.model);
     if (deps.gemini === undefined || model === undefined) {
-      return this.later(row, 'The image vendor is not configured.');
+      return this.later(log, row, 'The image vendor is not configured.');
     }
     const req = row.request as unknown as NormalisedImageRequest;
     let references: GeminiInlineImage[];
     try {
-      references = await this.fetchReferences(req);
+      references = await this.fetchReferences(log, req);
     } catch (e) {
-      if (e instanceof ReferenceFetchError) return this.fail(row, 'provider_failed', `${e.message}; the hold was refunded.`);
+      if (e instanceof ReferenceFetchError) return this.fail(log, row, 'provider_failed', `${e.message}; the hold was refunded.`);
       throw e;
     }
     if (!(await markImageRunning(services.pool, row.id, deps.owner, deps.clock(), this.jobs.leaseMs))) return; // lost the lease
@@ -85,29 +87,29 @@ export class ImageRunner {
       });
     } catch (e) {
       const msg = (e as Error).message.slice(0, 300);
-      services.log.warn('images.vendor_failed', { generation: row.id, call: row.polls + 1, err: msg });
-      if (e instanceof GeminiError && e.kind === 'unavailable') return this.later({ ...row, polls: row.polls + 1 }, msg);
-      return this.fail(row, 'provider_failed', `The vendor did not make the image (${msg}); the hold was refunded.`);
+      log.warn({ call: row.polls + 1, err: msg }, 'images.vendor_failed');
+      if (e instanceof GeminiError && e.kind === 'unavailable') return this.later(log, { ...row, polls: row.polls + 1 }, msg);
+      return this.fail(log, row, 'provider_failed', `The vendor did not make the image (${msg}); the hold was refunded.`);
     }
     if (result.kind === 'blocked') {
       const why = result.message ? `${result.reason}: ${result.message}` : result.reason;
-      return this.fail(row, 'content_policy', `The vendor refused to make this image on safety grounds (${why.slice(0, 600)}); the hold was refunded.`);
+      return this.fail(log, row, 'content_policy', `The vendor refused to make this image on safety grounds (${why.slice(0, 600)}); the hold was refunded.`);
     }
     if (result.kind === 'no_image') {
-      return this.fail(row, 'provider_failed', `The vendor finished (${result.reason}) without an image; the hold was refunded.`);
+      return this.fail(log, row, 'provider_failed', `The vendor finished (${result.reason}) without an image; the hold was refunded.`);
     }
-    return this.persist(row, req, result);
+    return this.persist(log, row, req, result);
   }
 
   /** Downloads each reference once, in order; Gemini takes them inline. */
-  private async fetchReferences(req: NormalisedImageRequest): Promise<GeminiInlineImage[]> {
+  private async fetchReferences(log: Logger, req: NormalisedImageRequest): Promise<GeminiInlineImage[]> {
     const urls = req.reference_image_urls ?? [];
     const out: GeminiInlineImage[] = [];
     const seen = new Map<string, GeminiInlineImage>();
     let total = 0;
     for (let i = 0; i < urls.length; i++) {
       const href = urls[i]!;
-      const img = seen.get(href) ?? (await this.fetchReference(href, `reference_image_urls[${i}]`));
+      const img = seen.get(href) ?? (await this.fetchReference(log, href, `reference_image_urls[${i}]`));
       seen.set(href, img);
       total += img.data.length;
       if (total > MAX_INLINE_REFERENCE_BYTES) throw new ReferenceFetchError(`the reference images add up to more than ${MAX_INLINE_REFERENCE_BYTES} bytes`);
@@ -117,12 +119,12 @@ export class ImageRunner {
   }
 
   /** One reference image; why a download failed goes to the log only (the message is the client's). */
-  private async fetchReference(href: string, param: string): Promise<GeminiInlineImage> {
+  private async fetchReference(log: Logger, href: string, param: string): Promise<GeminiInlineImage> {
     const maxBytes = Math.min(this.services.config.media.referenceMaxBytes, MAX_INLINE_REFERENCE_BYTES);
     let bytes: Buffer;
     let declared: string;
     try {
-      const res = await fetchClientUrl(this.services, this.deps, new URL(href), { param, method: 'GET', maxBytes, accept: 'image/*' }, 'images.reference_refused');
+      const res = await fetchClientUrl(this.services, this.deps, log, new URL(href), { param, method: 'GET', maxBytes, accept: 'image/*' }, 'images.reference_refused');
       bytes = res.bytes ?? Buffer.alloc(0);
       declared = res.contentType.split(';')[0]!.trim().toLowerCase();
     } catch {
@@ -134,7 +136,7 @@ export class ImageRunner {
     return { mimeType, data: bytes };
   }
 
-  private async persist(row: GenerationRow, req: NormalisedImageRequest, result: Extract<GeminiImageResult, { kind: 'image' }>): Promise<void> {
+  private async persist(log: Logger, row: GenerationRow, req: NormalisedImageRequest, result: Extract<GeminiImageResult, { kind: 'image' }>): Promise<void> {
     const { deps, services } = this;
     const pixels = imagePixelSize(result.bytes);
     const contentType = pixels?.contentType ?? (/^image\/[a-z0-9.+-]{1,60}$/.test(result.mimeType) ? result.mimeType : 'image/png');
@@ -145,13 +147,13 @@ export class ImageRunner {
       sizeBytes = (await deps.media.put(key, result.bytes, contentType)).sizeBytes;
     } catch (e) {
       const reason = (e as Error).message.slice(0, 300);
-      services.log.warn('images.persist_failed', { generation: row.id, err: reason });
+      log.warn({ err: reason }, 'images.persist_failed');
       await deps.media.delete(key).catch(() => undefined);
-      return this.fail(row, 'result_persistence_failed', `The image could not be stored (${reason}); the hold was refunded.`);
+      return this.fail(log, row, 'result_persistence_failed', `The image could not be stored (${reason}); the hold was refunded.`);
     }
     // One image at a fixed price per size: the charge is the hold.
     const charge = Number(row.hold_ink);
-    await succeedGeneration(services, deps, 'images', row, {
+    await succeedGeneration(services, deps, log, 'images', row, {
       chargedInk: charge,
       mediaKey: key,
       contentType,
@@ -179,17 +181,17 @@ export class ImageRunner {
   }
 
   /** Vendor unavailable: back to `queued`, retried after the back-off (or failed once past the deadline / call budget). */
-  private async later(row: GenerationRow, why: string): Promise<void> {
+  private async later(log: Logger, row: GenerationRow, why: string): Promise<void> {
     const now = this.deps.clock();
     const deadline = row.created_at.getTime() + this.jobs.timeoutMs;
-    if (row.polls >= MAX_VENDOR_CALLS) return this.fail(row, 'provider_failed', `The vendor was unavailable for ${MAX_VENDOR_CALLS} calls (${why.slice(0, 200)}); the hold was refunded.`);
+    if (row.polls >= MAX_VENDOR_CALLS) return this.fail(log, row, 'provider_failed', `The vendor was unavailable for ${MAX_VENDOR_CALLS} calls (${why.slice(0, 200)}); the hold was refunded.`);
     const delay = pollDelayMs(Math.max(0, row.polls - 1), this.jobs.pollIntervalMs, this.jobs.maxPollIntervalMs);
-    if (now + delay >= deadline) return this.fail(row, 'timeout', 'No image arrived in time; the hold was refunded.');
+    if (now + delay >= deadline) return this.fail(log, row, 'timeout', 'No image arrived in time; the hold was refunded.');
     await rescheduleImage(this.services.pool, row.id, this.deps.owner, now + delay, now);
   }
 
   /** Any active state -> failed, with the whole hold refunded, in one transaction. */
-  fail(row: GenerationRow, code: FailureCode, message: string): Promise<void> {
-    return failGeneration(this.services, this.deps, 'images', row, code, message);
+  fail(log: Logger, row: GenerationRow, code: FailureCode, message: string): Promise<void> {
+    return failGeneration(this.services, this.deps, log, 'images', row, code, message);
   }
 }

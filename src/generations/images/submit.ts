@@ -4,6 +4,7 @@
 // it and the client polls. Image counts (daily cap, concurrency) are kept apart from video's.
 import { imageInk } from '../../catalog/pricing.js';
 import type { Services } from '../../services.js';
+import type { Logger } from '../../util/log.js';
 import type { GenerationDeps } from '../deps.js';
 import { markImageQueued, type GenerationRow } from '../store.js';
 import { submitGeneration, type SubmitInput, type SubmitProduct, type SubmitResult } from '../submit.js';
@@ -17,9 +18,9 @@ export const IMAGE_PRICE_SET = 'per_image';
  * Committed. Hand the row to the engine. If this fails the row stays `submitting` under our lease;
  * when the lease lapses the engine runs it (Idempotency-Key bound) or refunds it (nobody has its id).
  */
-async function handOver(services: Services, deps: GenerationDeps, row: GenerationRow): Promise<void> {
+async function handOver(services: Services, deps: GenerationDeps, log: Logger, row: GenerationRow): Promise<void> {
   await markImageQueued(services.pool, row.id, deps.owner, deps.clock()).catch((e: unknown) => {
-    services.log.warn('images.queue_failed', { generation: row.id, err: (e as Error).message });
+    log.warn({ err: (e as Error).message }, 'images.queue_failed');
   });
 }
 

@@ -7,6 +7,7 @@
 //               under a key derived from the id (a retry overwrites the same key), then settle on the
 //               delivered seconds and mark succeeded in one transaction; on failure refund in one transaction.
 import type { Services } from '../../services.js';
+import type { Logger } from '../../util/log.js';
 import { videoSettleInk } from '../../catalog/pricing.js';
 import type { VideoPriceSet, VideoResolution } from '../../catalog/models.js';
 import { FetchRefusal, safeFetch } from '../../net/safe-fetch.js';
@@ -35,15 +36,16 @@ export class VideoRunner {
     private readonly deps: GenerationDeps,
   ) {}
 
-  async run(row: GenerationRow): Promise<void> {
+  /** Works one claimed row; `log` is the engine's child for it (generation, request_id). */
+  async run(row: GenerationRow, log: Logger): Promise<void> {
     switch (row.state) {
       case 'submitting':
-        return this.resubmit(row);
+        return this.resubmit(log, row);
       case 'creating':
-        return this.fail(row, 'provider_failed', 'The generation was interrupted while its vendor task was being created; the hold was refunded.');
+        return this.fail(log, row, 'provider_failed', 'The generation was interrupted while its vendor task was being created; the hold was refunded.');
       case 'queued':
       case 'running':
-        return this.poll(row);
+        return this.poll(log, row);
       default:
         return;
     }
@@ -53,29 +55,29 @@ export class VideoRunner {
     return this.services.config.jobs;
   }
 
-  private async resubmit(row: GenerationRow): Promise<void> {
+  private async resubmit(log: Logger, row: GenerationRow): Promise<void> {
     const { deps } = this;
     // The submit died before its 202 went out. Only a client that sent an Idempotency-Key can find
     // this generation (its retry replays it), so only then is it worth starting; otherwise nobody
     // knows the id, and a video nobody can find must not be charged: refund it.
     if (!(await boundToKey(this.services, row.id))) {
-      return this.fail(row, 'provider_failed', 'The generation was interrupted before it was started; the hold was refunded.');
+      return this.fail(log, row, 'provider_failed', 'The generation was interrupted before it was started; the hold was refunded.');
     }
     const model = this.services.catalog.video(row.model);
     if (deps.ark === undefined || model === undefined) {
-      return this.fail(row, 'provider_failed', 'The generation could not be started: the video vendor is not configured.');
+      return this.fail(log, row, 'provider_failed', 'The generation could not be started: the video vendor is not configured.');
     }
-    await startTask(this.services, deps, row, arkInput(row.request as unknown as NormalisedVideoRequest, model.vendorModel), (e) =>
-      this.fail(row, 'provider_failed', `The vendor did not start the generation: ${(e as Error).message.slice(0, 300)}`),
+    await startTask(this.services, deps, log, row, arkInput(row.request as unknown as NormalisedVideoRequest, model.vendorModel), (e) =>
+      this.fail(log, row, 'provider_failed', `The vendor did not start the generation: ${(e as Error).message.slice(0, 300)}`),
     );
   }
 
-  private async poll(row: GenerationRow): Promise<void> {
+  private async poll(log: Logger, row: GenerationRow): Promise<void> {
     const { deps } = this;
     const now = deps.clock();
     const pastDeadline = now >= row.created_at.getTime() + this.jobs.timeoutMs;
     if (deps.ark === undefined || row.vendor_task_id === null) {
-      if (pastDeadline) return this.fail(row, 'timeout', 'No result arrived in time; the hold was refunded.');
+      if (pastDeadline) return this.fail(log, row, 'timeout', 'No result arrived in time; the hold was refunded.');
       return this.later(row, row.state as 'queued' | 'running', null, true);
     }
     let task: ArkTask;
@@ -83,9 +85,9 @@ export class VideoRunner {
       task = await deps.ark.getTask(row.vendor_task_id);
     } catch (e) {
       if (e instanceof ArkError && e.kind === 'not_found') {
-        return this.fail(row, 'provider_failed', 'The vendor no longer knows the task; the hold was refunded.');
+        return this.fail(log, row, 'provider_failed', 'The vendor no longer knows the task; the hold was refunded.');
       }
-      if (pastDeadline) return this.fail(row, 'timeout', 'No result arrived in time; the hold was refunded.');
+      if (pastDeadline) return this.fail(log, row, 'timeout', 'No result arrived in time; the hold was refunded.');
       return this.later(row, row.state as 'queued' | 'running', null, true);
     }
     switch (task.status) {
@@ -93,7 +95,7 @@ export class VideoRunner {
       case 'running':
         if (pastDeadline) {
           deps.ark.cancelTask(task.id).catch(() => undefined); // only a queued task can be cancelled
-          return this.fail(row, 'timeout', `No result within ${Math.round(this.jobs.timeoutMs / 1000)} s; the hold was refunded.`);
+          return this.fail(log, row, 'timeout', `No result within ${Math.round(this.jobs.timeoutMs / 1000)} s; the hold was refunded.`);
         }
         // The vendor's word moves queued -> running (never back).
         return this.later(row, task.status === 'running' || row.state === 'running' ? 'running' : 'queued', task.progress ?? null, false);
@@ -101,10 +103,10 @@ export class VideoRunner {
       case 'cancelled':
       case 'expired': {
         const why = task.error ? `${task.error.code}: ${task.error.message}` : `the task ended ${task.status}`;
-        return this.fail(row, 'provider_failed', `The vendor did not deliver the video (${why.slice(0, 400)}); the hold was refunded.`);
+        return this.fail(log, row, 'provider_failed', `The vendor did not deliver the video (${why.slice(0, 400)}); the hold was refunded.`);
       }
       case 'succeeded':
-        return this.persist(row, task);
+        return this.persist(log, row, task);
     }
   }
 
@@ -114,28 +116,28 @@ export class VideoRunner {
     await reschedule(this.services.pool, row.id, this.deps.owner, { state, progress, nextPollMs: now + delay, nowMs: now, pollError, persistFailed });
   }
 
-  private async persist(row: GenerationRow, task: ArkTask): Promise<void> {
+  private async persist(log: Logger, row: GenerationRow, task: ArkTask): Promise<void> {
     const { deps, services } = this;
     if (task.videoUrl === undefined) {
-      return this.fail(row, 'provider_failed', 'The vendor reported success without a video; the hold was refunded.');
+      return this.fail(log, row, 'provider_failed', 'The vendor reported success without a video; the hold was refunded.');
     }
     const key = resultKey(row.id);
     let stored: { sizeBytes: number; contentType: string };
     try {
-      stored = await this.download(task.videoUrl, key);
+      stored = await this.download(log, task.videoUrl, key);
     } catch (e) {
       const reason = (e as Error).message.slice(0, 300);
-      services.log.warn('video.persist_failed', { generation: row.id, attempt: row.persist_attempts + 1, err: reason });
+      log.warn({ attempt: row.persist_attempts + 1, err: reason }, 'video.persist_failed');
       if (row.persist_attempts + 1 >= MAX_PERSIST_ATTEMPTS) {
         await deps.media.delete(key).catch(() => undefined);
-        return this.fail(row, 'result_persistence_failed', `The video could not be downloaded or stored (${reason}); the hold was refunded.`);
+        return this.fail(log, row, 'result_persistence_failed', `The video could not be downloaded or stored (${reason}); the hold was refunded.`);
       }
       return this.later(row, 'running', null, false, true);
     }
     const req = row.request as unknown as NormalisedVideoRequest;
     const billed = billedSeconds(req.duration, task.durationS);
-    const charge = this.charge(row, req, billed);
-    await succeedGeneration(services, deps, 'video', row, {
+    const charge = this.charge(log, row, req, billed);
+    await succeedGeneration(services, deps, log, 'video', row, {
       chargedInk: charge,
       mediaKey: key,
       contentType: stored.contentType,
@@ -153,7 +155,7 @@ export class VideoRunner {
   }
 
   /** Downloads the vendor's result and stores it under `key`. */
-  private async download(videoUrl: string, key: string): Promise<{ sizeBytes: number; contentType: string }> {
+  private async download(log: Logger, videoUrl: string, key: string): Promise<{ sizeBytes: number; contentType: string }> {
     const { deps, services } = this;
     let url: URL;
     try {
@@ -175,7 +177,7 @@ export class VideoRunner {
         ca: deps.fetch.ca,
       }).catch((e: unknown) => {
         // The reason stays in the log: the failure message is shown to the client.
-        if (e instanceof FetchRefusal) services.log.warn('video.result_fetch_refused', { host: url.host, detail: e.detail });
+        if (e instanceof FetchRefusal) log.warn({ host: url.host, detail: e.detail }, 'video.result_fetch_refused');
         throw e;
       }));
     const declared = res.contentType.split(';')[0]!.trim();
@@ -185,7 +187,7 @@ export class VideoRunner {
   }
 
   /** The charge for `billed` seconds at the row's price set, never above the hold. */
-  private charge(row: GenerationRow, req: NormalisedVideoRequest, billed: number): number {
+  private charge(log: Logger, row: GenerationRow, req: NormalisedVideoRequest, billed: number): number {
     const model = this.services.catalog.video(row.model);
     let charge: number;
     try {
@@ -194,14 +196,14 @@ export class VideoRunner {
         : Math.ceil((row.hold_ink * billed) / Math.max(1, req.duration));
     } catch (e) {
       // The row's price set no longer prices this clip: charge what was held (never more), and say so.
-      this.services.log.error('video.price_failed', { generation: row.id, priceSet: row.price_set, err: (e as Error).message });
+      log.error({ price_set: row.price_set, err: (e as Error).message }, 'video.price_failed');
       charge = row.hold_ink;
     }
     return Math.min(charge, row.hold_ink);
   }
 
   /** Any active state -> failed, with the whole hold refunded, in one transaction. */
-  fail(row: GenerationRow, code: FailureCode, message: string): Promise<void> {
-    return failGeneration(this.services, this.deps, 'video', row, code, message);
+  fail(log: Logger, row: GenerationRow, code: FailureCode, message: string): Promise<void> {
+    return failGeneration(this.services, this.deps, log, 'video', row, code, message);
   }
 }

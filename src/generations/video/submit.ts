@@ -5,6 +5,7 @@
 import { videoClipInk } from '../../catalog/pricing.js';
 import { ApiError } from '../../errors.js';
 import type { Services } from '../../services.js';
+import type { Logger } from '../../util/log.js';
 import { isStoreUnavailable, withTx } from '../../store/pool.js';
 import { ArkError, type ArkCreateInput } from '../../vendors/ark/client.js';
 import type { GenerationDeps } from '../deps.js';
@@ -31,17 +32,17 @@ export function arkInput(req: NormalisedVideoRequest, vendorModel: string): ArkC
 }
 
 /** The vendor refused or could not be reached at submit: release the hold and void the row, in one transaction. */
-async function voidSubmit(services: Services, deps: GenerationDeps, row: GenerationRow, err: ApiError): Promise<void> {
+async function voidSubmit(services: Services, deps: GenerationDeps, log: Logger, row: GenerationRow, err: ApiError): Promise<void> {
   const code = err.code === 'provider_error' ? 'provider_error' : 'provider_unavailable';
   try {
     await withTx(services.pool, async (c) => {
       if (!(await markVoided(c, row.id, deps.owner, code, err.message, deps.clock()))) return; // recovery took it: it refunds
       const r = await services.ledger.using(c).release(row.request_id, `vendor_${code}`);
-      if (!r.resolved) services.log.error('video.release_not_open', { generation: row.id, request: row.request_id, reason: r.reason });
+      if (!r.resolved) log.error({ reason: r.reason }, 'video.release_not_open');
     });
   } catch (e) {
     // The row stays `creating` under our lease; when the lease lapses the engine fails and refunds it.
-    services.log.warn('video.void_failed', { generation: row.id, err: (e as Error).message });
+    log.warn({ err: (e as Error).message }, 'video.void_failed');
   }
 }
 
@@ -69,8 +70,9 @@ async function retryStore<T>(fn: () => Promise<T>, tries = 3): Promise<T> {
  * submitting -> creating -> (vendor create) -> queued, for a submit and for the engine's restart of
  * one that died before calling the vendor. `refused` ends the row when the create fails. A task that
  * cannot be recorded because another instance took the row is an orphan we pay for: cancelled.
+ * `log` has the generation bound (the submit's child, or the engine's for the row).
  */
-export async function startTask(services: Services, deps: GenerationDeps, row: GenerationRow, input: ArkCreateInput, refused: (e: unknown) => Promise<void>): Promise<void> {
+export async function startTask(services: Services, deps: GenerationDeps, log: Logger, row: GenerationRow, input: ArkCreateInput, refused: (e: unknown) => Promise<void>): Promise<void> {
   const { pool, config } = services;
   const ark = deps.ark!;
   if (!(await markCreating(pool, row.id, deps.owner, deps.clock(), config.jobs.leaseMs))) return; // recovery already took it over (we stalled past the lease)
@@ -83,17 +85,17 @@ export async function startTask(services: Services, deps: GenerationDeps, row: G
   // If this cannot be recorded at all, the row stays `creating` and recovery refunds it (the task is then an orphan we pay for).
   if (!(await retryStore(() => markQueued(pool, row.id, deps.owner, taskId, deps.clock(), config.jobs.pollIntervalMs)))) {
     // Recovery failed the row (and refunded it) while the create was in flight: the task is an orphan.
-    services.log.warn('video.task_orphaned', { generation: row.id, task: taskId });
+    log.warn({ task: taskId }, 'video.task_orphaned');
     ark.cancelTask(taskId).catch(() => undefined);
   }
 }
 
 /** Committed: from here on the row is a recovery point. A vendor that refuses voids the row and answers the client. */
-function createTask(services: Services, deps: GenerationDeps, row: GenerationRow, v: ValidatedVideo): Promise<void> {
-  return startTask(services, deps, row, arkInput(v.request, v.model.vendorModel), async (e) => {
+function createTask(services: Services, deps: GenerationDeps, log: Logger, row: GenerationRow, v: ValidatedVideo): Promise<void> {
+  return startTask(services, deps, log, row, arkInput(v.request, v.model.vendorModel), async (e) => {
     const err = vendorError(e);
-    services.log.warn('video.vendor_create_failed', { generation: row.id, err: (e as Error).message });
-    await voidSubmit(services, deps, row, err);
+    log.warn({ err: (e as Error).message }, 'video.vendor_create_failed');
+    await voidSubmit(services, deps, log, row, err);
     throw err;
   });
 }
