@@ -315,7 +315,7 @@ export class WriteBehind {
     this.queue = this.queue.filter((r) => !this.refused.has(r));
     this.stats.violations++;
     if (this.o.onViolation) this.o.onViolation(violation);
-    else this.o.log('ledger.flush_violation', { err: violation.message, figures: violation.figures, note: 'no fail-stop handler: the batch is not retried' });
+    else this.o.log('ledger.assertion_failed', { err: violation.message, figures: violation.figures, note: 'no fail-stop handler: the batch is not retried' });
   }
 
   /** Tells the escrow an end is written; a broken rule there goes to the fail-stop, the batch's other records still count. */
