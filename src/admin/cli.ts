@@ -7,7 +7,7 @@ import { loadConfig, type Config } from '../config/config.js';
 import { LANES, pauseModel, resumeModel, setApiOpen, setLane, type Lane } from '../deployment/state.js';
 import { Ledger } from '../ledger/ledger.js';
 import { openDatabase } from '../store/connect.js';
-import { migrate } from '../store/migrate.js';
+import { migrate, migrateAll } from '../store/migrate.js';
 import { createPool } from '../store/pool.js';
 import type { AdminCommand, AdminContext } from './command.js';
 import { ledgerCommands } from './ledger-commands.js';
@@ -131,8 +131,8 @@ const lane = (v: string | undefined): Lane => {
 const coreCommands: Record<string, AdminCommand> = {
   migrate: {
     usage: 'migrate',
-    summary: 'apply pending database migrations',
-    run: async (_a, ctx) => ({ applied: await migrate(ctx.pool, ctx.config.db.schema) }),
+    summary: 'apply pending database migrations, then changed SQL function files',
+    run: async (_a, ctx) => migrateAll(ctx.pool, ctx.config.db.schema),
   },
   'plan list': {
     usage: 'plan list',

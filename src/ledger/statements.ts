@@ -1,12 +1,12 @@
 // The ledger's SQL, one constant per statement. Holds move only through four functions:
 // ledger_reserve / ledger_resolve for batches and ledger_reserve_one / ledger_resolve_one for a
-// lone move. Each is redefined by several migrations (reserve last in 015, resolve last in 007,
-// reserve_one last in 015, resolve_one last in 006); the definition that runs is the one in the
-// generated src/store/schema.sql. Credits move through the single statements and the short
-// transaction below. Each writes its journal rows in the same transaction as the balances.
+// lone move. Each function's current definition is its own file in src/store/functions/ (e.g.
+// ledger_reserve.sql), applied by migrate when it changes. Credits move through the single
+// statements and the short transaction below. Each writes its journal rows in the same
+// transaction as the balances.
 import { recallNotifySql } from './recalls.js';
 
-/** Reserve a batch: one row per item, in order (the function's rules: src/store/schema.sql). */
+/** Reserve a batch: one row per item, in order (the function's rules: src/store/functions/ledger_reserve.sql). */
 export const RESERVE = `SELECT item, result, take_grant_ink, take_payg_ink, available_ink, key_room_ink
   FROM ledger_reserve($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::timestamptz, $8::integer)`;
 

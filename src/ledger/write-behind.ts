@@ -10,8 +10,13 @@
 // Bounded: `journalMaxRecords` counts every record not yet fully written, waiting or in flight;
 // once it is reached `full` is true and the escrow refuses new admissions (503) rather than let
 // the heap grow while Postgres is away.
+//
+// A failed flush is an outage (connection refused, timeout, the server restarting) and is retried,
+// except an integrity violation (SQLSTATE class 23: a CHECK, foreign key, unique or not-null rule of
+// the schema refused the batch). That is a broken money rule, the same batch would be refused
+// forever: it goes to the fail-stop as a LedgerAssertionError, and its records are never sent again.
 import type { Pool } from '../store/pool.js';
-import { isLedgerAssertion, type LedgerAssertionError } from './assertion.js';
+import { isLedgerAssertion, LedgerAssertionError } from './assertion.js';
 import type { Product } from './ledger.js';
 
 export type EndKind = 'settle' | 'release' | 'unknown';
@@ -76,6 +81,25 @@ const FLUSH = `SELECT item, result FROM ledger_flush(${FLUSH_ARGS})`;
 const FLUSH_ASYNC_COMMIT = `SELECT f.item, f.result FROM set_config('synchronous_commit', 'off', true) AS async_commit,
   LATERAL ledger_flush(${FLUSH_ARGS}) AS f`;
 
+/**
+ * The LedgerAssertionError for a flush the schema refused (SQLSTATE class 23, from pg's
+ * DatabaseError), or undefined for any other failure (an outage: retried).
+ */
+export function flushViolation(e: unknown, batch: readonly JournalRecord[]): LedgerAssertionError | undefined {
+  const err = e as { code?: unknown; message?: unknown; constraint?: unknown; table?: unknown } | null;
+  const code = err?.code;
+  if (typeof code !== 'string' || !/^23[0-9A-Z]{3}$/.test(code)) return undefined;
+  const text = (v: unknown) => (typeof v === 'string' ? v : null);
+  return new LedgerAssertionError(`ledger_flush broke an integrity rule of the schema: ${text(err!.message) ?? code}`, {
+    sqlstate: code,
+    constraint: text(err!.constraint),
+    table: text(err!.table),
+    records: batch.length,
+    first_request_id: batch[0]?.requestId ?? null,
+    first_lease_id: batch[0]?.leaseId ?? null,
+  });
+}
+
 /** Back-off between failed flushes: the store is away; try again soon, never in a tight loop. */
 const RETRY_MS = [10, 25, 50, 100, 250, 500, 1000] as const;
 
@@ -105,8 +129,11 @@ export class WriteBehind {
   private timer: NodeJS.Timeout | undefined;
   private failures = 0;
   private closed = false;
-  /** Flushes committed, and records they carried (for the bench and tests). */
-  readonly stats = { flushes: 0, records: 0, failures: 0, late: 0 };
+  /** Records of a batch the schema refused: never sent again (left for lease recovery, as after a kill). */
+  private readonly refused = new WeakSet<JournalRecord>();
+  private refusedCount = 0;
+  /** Flushes committed, and records they carried; failures retried; batches refused by the schema (for the bench and tests). */
+  readonly stats = { flushes: 0, records: 0, failures: 0, late: 0, violations: 0 };
   /** Told each committed flush's duration (the metrics' flush histogram). */
   onFlushed: ((seconds: number, records: number) => void) | undefined;
 
@@ -152,7 +179,10 @@ export class WriteBehind {
     });
   }
 
-  /** Writes everything waiting now; resolves when the queue it saw is written (or `timeoutMs` passed: false). */
+  /**
+   * Writes everything waiting now; resolves when the queue it saw is written (or `timeoutMs`
+   * passed, or a batch was refused by the schema: false).
+   */
   async flushAll(timeoutMs: number): Promise<boolean> {
     const until = performance.now() + timeoutMs;
     while (this.queue.length > 0 || this.flushing) {
@@ -164,10 +194,11 @@ export class WriteBehind {
         await new Promise((r) => setTimeout(r, RETRY_MS[Math.min(this.failures - 1, RETRY_MS.length - 1)]));
       }
     }
-    return true;
+    return this.refusedCount === 0;
   }
 
   private enqueue(r: JournalRecord): void {
+    if (this.refused.has(r)) return;
     if (!r.queued) {
       r.queued = true;
       this.queue.push(r);
@@ -239,6 +270,8 @@ export class WriteBehind {
       });
       results = resultsByItem(res.rows, n);
     } catch (e) {
+      const violation = flushViolation(e, batch);
+      if (violation) return this.refuse(batch, violation);
       this.failures++;
       this.stats.failures++;
       if (this.failures === 1 || this.failures % 100 === 0) this.o.log('ledger.flush_failed', { records: n, failures: this.failures, err: e as Error });
@@ -271,6 +304,18 @@ export class WriteBehind {
         this.ended(r);
       }
     }
+  }
+
+  /** A batch the schema refused: its records leave the queue for good, and the violation goes to the fail-stop. */
+  private refuse(batch: readonly JournalRecord[], violation: LedgerAssertionError): void {
+    for (const r of batch) {
+      if (!this.refused.has(r)) this.refusedCount++;
+      this.refused.add(r);
+    }
+    this.queue = this.queue.filter((r) => !this.refused.has(r));
+    this.stats.violations++;
+    if (this.o.onViolation) this.o.onViolation(violation);
+    else this.o.log('ledger.assertion_failed', { err: violation.message, figures: violation.figures, note: 'no fail-stop handler: the batch is not retried' });
   }
 
   /** Tells the escrow an end is written; a broken rule there goes to the fail-stop, the batch's other records still count. */

@@ -1,8 +1,9 @@
-// The schema the migrations build, written out as one readable file (src/store/schema.sql), so the
-// current definition of a table or of ledger_reserve is read in one place instead of replayed
-// across migrations. It is read from the catalogs (pg_get_*def), not from pg_dump: that needs no
-// external binary, and pg_dump refuses a server newer than itself (the machine's Postgres and the
-// embedded fallback are different major versions).
+// The schema the migrations and function files build, written out as one readable file
+// (src/store/schema.sql), so the current definition of a table is read in one place instead of
+// replayed across migrations (a function's is also its own file in src/store/functions/). It is
+// read from the catalogs (pg_get_*def), not from pg_dump: that needs no external binary, and
+// pg_dump refuses a server newer than itself (the machine's Postgres and the embedded fallback are
+// different major versions).
 //
 // The text must not depend on the schema the migrations ran in (tests use one per file, the
 // product its configured one), so names are printed unqualified, and on nothing but the
@@ -24,14 +25,15 @@ import { createPool, type Pool } from './pool.js';
 export const SCHEMA_FILE = join(PROJECT_ROOT, 'src', 'store', 'schema.sql');
 export const REGENERATE_COMMAND = 'npm run schema:dump';
 
-const HEADER = `-- GENERATED from the migrations in src/store/migrations/ by src/store/schema-dump.ts: do not edit
--- by hand. Change the schema with a new migration, then regenerate this file with:
+const HEADER = `-- GENERATED from the migrations in src/store/migrations/ and the function files in
+-- src/store/functions/ by src/store/schema-dump.ts: do not edit by hand. Change a table with a new
+-- migration, a function by editing its file, then regenerate this file with:
 --   ${REGENERATE_COMMAND}
 -- test/integration/schema-file.test.ts fails while this file and the migrations disagree.
 --
 -- Every table (columns in their order, then constraints), its indexes and triggers, every view and
--- function, as the migrations leave them; tables and functions sorted by name. Meant to be read:
--- databases are built by the migrations (src/store/migrate.ts), never from this file. The rows the
+-- function, as migrate leaves them; tables and functions sorted by name. Meant to be read:
+-- databases are built by src/store/migrate.ts, never from this file. The rows the
 -- migrations insert (plans, lanes, deployment) are data, not schema, and are not shown here.
 `;
 

@@ -1,11 +1,12 @@
--- GENERATED from the migrations in src/store/migrations/ by src/store/schema-dump.ts: do not edit
--- by hand. Change the schema with a new migration, then regenerate this file with:
+-- GENERATED from the migrations in src/store/migrations/ and the function files in
+-- src/store/functions/ by src/store/schema-dump.ts: do not edit by hand. Change a table with a new
+-- migration, a function by editing its file, then regenerate this file with:
 --   npm run schema:dump
 -- test/integration/schema-file.test.ts fails while this file and the migrations disagree.
 --
 -- Every table (columns in their order, then constraints), its indexes and triggers, every view and
--- function, as the migrations leave them; tables and functions sorted by name. Meant to be read:
--- databases are built by the migrations (src/store/migrate.ts), never from this file. The rows the
+-- function, as migrate leaves them; tables and functions sorted by name. Meant to be read:
+-- databases are built by src/store/migrate.ts, never from this file. The rows the
 -- migrations insert (plans, lanes, deployment) are data, not schema, and are not shown here.
 
 -- Tables: columns in their order, then constraints; then indexes and triggers
@@ -384,6 +385,13 @@ CREATE INDEX requests_account_created ON requests USING btree (account_id, creat
 CREATE INDEX requests_leased ON requests USING btree (lease_id) WHERE leased;
 CREATE INDEX requests_open_created ON requests USING btree (created_at) WHERE hold_state = 'open'::text;
 CREATE INDEX requests_vendor_request ON requests USING btree (vendor_request_id) WHERE vendor_request_id IS NOT NULL;
+
+CREATE TABLE schema_functions (
+  name text NOT NULL,
+  sha256 text NOT NULL,
+  applied_at timestamp with time zone DEFAULT now() NOT NULL,
+  CONSTRAINT schema_functions_pkey PRIMARY KEY (name)
+);
 
 CREATE TABLE schema_migrations (
   version integer NOT NULL,

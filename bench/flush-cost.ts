@@ -1,0 +1,115 @@
+// Where the write-behind flush's Postgres CPU goes, per request record, from one backend (its own
+// /proc times only, so other work on a shared machine does not count): ledger_flush at several
+// batch sizes (fixed cost per flush vs cost per record), then the `requests` row insert alone, with
+// every index of the table, with its primary key only (its CHECKs and foreign key kept), and into
+// tables without the foreign key: no index and no CHECK (what an append-only request log would
+// cost), the CHECKs, the CHECKs and the primary key; last, ledger_flush on a `requests` without its
+// foreign key and with the vendor id indexed on open holds only. Records are what a leased request sends under load: its
+// start and its settle in one record. Asynchronous commit, as the write-behind's batches.
+//   TS_NODE_TRANSPILE_ONLY=1 node --import ./node_modules/@tapjs/typescript/dist/esm/import.mjs bench/flush-cost.ts
+import { readFileSync } from 'node:fs';
+import { createAccount, createKey } from '../src/accounts/accounts.js';
+import { Ledger } from '../src/ledger/ledger.js';
+import { WriteBehind, type JournalRecord } from '../src/ledger/write-behind.js';
+import { newRequestId } from '../src/server/http-context.js';
+import { migrate } from '../src/store/migrate.js';
+import { createPool } from '../src/store/pool.js';
+import { benchDatabaseUrl } from './lib/env.js';
+
+const RECORDS = Number(process.env.FLUSH_COST_RECORDS ?? 20_000);
+const db = await benchDatabaseUrl();
+const schema = 'bench_flush_' + process.pid;
+const pool = createPool({ url: db.url, schema, poolMax: 1, connectionTimeoutMs: 5000, queryTimeoutMs: 30_000, lockTimeoutMs: 5000, statementTimeoutMs: 30_000 });
+await migrate(pool, schema);
+const acc = await createAccount(pool, { name: 'b', planId: 'pro' });
+const ledger = new Ledger(pool);
+await ledger.topUp(acc.id, 1_000_000_000, 'b');
+await ledger.close();
+const key = await createKey(pool, { accountId: acc.id, name: 'b' });
+const epoch = Number((await pool.query('SELECT ledger_instance_start($1, now(), 0) AS e', ['bench'])).rows[0].e);
+const take = (await pool.query(
+  `SELECT * FROM ledger_lease_take(NULL, $1, $2, 'bench', $3, 1, 500000000, 0, 1000, 1000, 3600000, now())`,
+  [acc.id, key.id, epoch],
+)).rows[0] as { result: string; lease_id: string; take_grant_ink: string; grant_period: number };
+if (take.result !== 'ok') throw new Error(`lease take: ${take.result}`);
+const leaseId = Number(take.lease_id);
+const pid = (await pool.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
+
+/** The backend's user + system CPU, µs (/proc ticks of 10 ms). */
+const cpuUs = (): number => {
+  const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+  return (Number(f[11]) + Number(f[12])) * 10_000;
+};
+
+const wb = new WriteBehind(pool, {
+  instanceId: 'bench', epoch: () => epoch, flushMs: 60_000, flushMaxRecords: 100_000, journalMaxRecords: 10_000_000,
+  asyncCommit: true, now: () => new Date(), log: (m, f) => console.error(m, f), onEndWritten: () => undefined,
+});
+
+const record = (): JournalRecord => {
+  const now = new Date().toISOString();
+  return {
+    requestId: newRequestId(), accountId: acc.id, keyId: key.id, product: 'messages', model: 'sonnet', leaseId,
+    holdInk: 100, holdGrantInk: 0, grantPeriod: take.grant_period, createdAt: now, vendorRequestId: 'msg_0123456789abcdef',
+    end: 'settle', chargeInk: 10, restGrantInk: 0, restPaygInk: 90, usage: '{"input_tokens":10,"output_tokens":20}',
+    reason: null, resolvedAt: now, queued: false, endWritten: false, waiters: undefined,
+  };
+};
+
+/** Small batches cost a round trip each: at most 2,000 of them (still hundreds of /proc ticks). */
+const roundsFor = (batch: number): number => Math.min(2000, Math.max(1, Math.round(RECORDS / batch)));
+
+async function flushes(batch: number): Promise<number> {
+  const rounds = roundsFor(batch);
+  const t0 = cpuUs();
+  for (let i = 0; i < rounds; i++) {
+    for (let j = 0; j < batch; j++) wb.start(record());
+    if (!(await wb.flushAll(30_000))) throw new Error('flush failed');
+  }
+  return (cpuUs() - t0) / (rounds * batch);
+}
+
+const INSERT = `INSERT INTO %T (id, account_id, key_id, product, model, hold_state, status, hold_ink, hold_grant_ink, hold_payg_ink,
+    grant_period, charged_ink, charged_grant_ink, charged_payg_ink, usage, vendor_request_id, created_at, resolved_at, lease_id, leased)
+  SELECT u.id, $2, $3, 'messages', 'sonnet', 'settled', 'settled', 100, 0, 100, $4, 10, 0, 10,
+         '{"input_tokens":10,"output_tokens":20}'::jsonb, 'msg_0123456789abcdef', now(), now(), $5, false
+    FROM set_config('synchronous_commit', 'off', true) AS async_commit, unnest($1::text[]) AS u(id)`;
+
+async function inserts(table: string, batch: number): Promise<number> {
+  const rounds = roundsFor(batch);
+  const text = INSERT.replace('%T', table);
+  const t0 = cpuUs();
+  for (let i = 0; i < rounds; i++) {
+    const ids = Array.from({ length: batch }, () => newRequestId());
+    await pool.query(text, [ids, acc.id, key.id, take.grant_period, leaseId]);
+  }
+  return (cpuUs() - t0) / (rounds * batch);
+}
+
+const out: Array<[string, number]> = [];
+await flushes(50); // warm-up: plans cached, pages in memory
+for (const b of [1, 10, 50, 160, 200]) out.push([`ledger_flush, ${b} records per flush`, await flushes(b)]);
+out.push(['requests insert alone (every index), 50 per statement', await inserts('requests', 50)]);
+await pool.query('CREATE TABLE request_log (LIKE requests INCLUDING DEFAULTS)');
+out.push(['insert into a table with no index, 50 per statement', await inserts('request_log', 50)]);
+await pool.query('CREATE TABLE request_checked (LIKE requests INCLUDING DEFAULTS INCLUDING CONSTRAINTS)');
+out.push(['... with the requests CHECKs, 50 per statement', await inserts('request_checked', 50)]);
+await pool.query('ALTER TABLE request_checked ADD PRIMARY KEY (id)');
+out.push(['... with the CHECKs and the primary key, 50 per statement', await inserts('request_checked', 50)]);
+await pool.query('DROP INDEX requests_account_created, requests_leased, requests_open_created, requests_vendor_request');
+out.push(['requests insert alone (primary key only), 50 per statement', await inserts('requests', 50)]);
+out.push(['ledger_flush, 50 per flush, requests with its primary key only', await flushes(50)]);
+// A cheaper request row with the same indexes for what reads them: no foreign key (the flush locks
+// the key row it writes for), the vendor id indexed on open holds only (what reconciliation reads).
+await pool.query(`CREATE INDEX requests_account_created ON requests (account_id, created_at DESC, id DESC);
+  CREATE INDEX requests_leased ON requests (lease_id) WHERE leased;
+  CREATE INDEX requests_open_created ON requests (created_at) WHERE hold_state = 'open';
+  CREATE INDEX requests_vendor_request ON requests (vendor_request_id) WHERE hold_state = 'open' AND vendor_request_id IS NOT NULL;
+  ALTER TABLE requests DROP CONSTRAINT request_key_of_account`);
+for (const b of [50, 160]) out.push([`ledger_flush, ${b} per flush, no foreign key, vendor index on open holds`, await flushes(b)]);
+for (const [label, us] of out) console.log(`${label.padEnd(66)} ${us.toFixed(1)} µs/record`);
+console.log(`(up to ${RECORDS} records per line, backend CPU from /proc, ${db.kind})`);
+wb.close();
+await pool.query(`DROP SCHEMA ${schema} CASCADE`);
+await pool.end();
+await db.stop();
