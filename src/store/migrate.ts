@@ -1,4 +1,4 @@
-// The database schema in two kinds of file, applied under one advisory lock so instances starting
+// The database schema in two kinds of file, applied under one advisory lock per schema so instances starting
 // together are safe:
 // - Numbered migrations (src/store/migrations/NNN_name.sql): schema changes only (tables, columns,
 //   constraints, indexes, triggers, data). Each is applied once, in order, in its own transaction,
@@ -21,6 +21,11 @@ import type { Pool } from './pool.js';
 // The .sql files are read from src/ in both the TS and the compiled (dist/) run: src/ ships with the package.
 export const MIGRATIONS_DIR = join(PROJECT_ROOT, 'src', 'store', 'migrations');
 export const FUNCTIONS_DIR = join(PROJECT_ROOT, 'src', 'store', 'functions');
+/**
+ * The advisory lock is (this key, the schema's hash): instances of one deployment share a schema
+ * and take turns; deployments (or test files) in other schemas of the same database do not queue
+ * behind each other, as nothing a migration writes lies outside its own schema.
+ */
 const LOCK_KEY = 0x1a7e_9a7e; // arbitrary, fixed: "inkgate migrate"
 /**
  * Migrations may take longer than a request's budget: on the server (statement_timeout,
@@ -149,7 +154,7 @@ export async function migrateAll(pool: Pool, schema: string, opts: MigrateOption
     const q: Q = <R extends QueryResultRow = QueryResultRow>(text: string, values?: unknown[]) =>
       client.query<R>({ text, values, query_timeout: MIGRATION_TIMEOUT_MS } as QueryConfig);
     await q(`SET statement_timeout = ${MIGRATION_TIMEOUT_MS}; SET lock_timeout = ${MIGRATION_TIMEOUT_MS}`);
-    await q('SELECT pg_advisory_lock($1)', [LOCK_KEY]);
+    await q('SELECT pg_advisory_lock($1, hashtext($2))', [LOCK_KEY, schema]);
     try {
       await q(`CREATE SCHEMA IF NOT EXISTS ${client.escapeIdentifier(schema)}`);
       await q(`SET search_path = ${client.escapeIdentifier(schema)}, public`);
@@ -157,7 +162,7 @@ export async function migrateAll(pool: Pool, schema: string, opts: MigrateOption
       const functions = ahead ? [] : await applyFunctions(q, opts.functionsDir ?? FUNCTIONS_DIR);
       return { migrations: applied, functions, functionsSkipped: ahead };
     } finally {
-      await q('SELECT pg_advisory_unlock($1)', [LOCK_KEY]);
+      await q('SELECT pg_advisory_unlock($1, hashtext($2))', [LOCK_KEY, schema]);
     }
   } finally {
     // The session was given migration-sized timeouts and its own search_path: close it rather
