@@ -14,6 +14,7 @@ import { monitorEventLoopDelay } from 'node:perf_hooks';
 import type { LaneName } from './args.js';
 import type { ProxyUpstream } from './plain-proxy.js';
 import type { Logger } from '../util/log.js';
+import type { Config, DeepPartial } from '../config/config.js';
 
 export type ChildRole = 'sims' | 'gateway' | 'proxy' | 'db';
 
@@ -124,6 +125,22 @@ async function startSims(c: SimsChildConfig): Promise<Started> {
   return { ready: { anthropic: a.url, openai: o.url }, stop: async () => void (await Promise.all([a.close(), o.close()])) };
 }
 
+/** The bench gateway's whole configuration beyond the defaults: its own schema, data dir, simulators and limits. */
+function gatewayOverrides(c: GatewayChildConfig, dataDir: string): DeepPartial<Config> {
+  return {
+    server: { host: '127.0.0.1', port: 0, ...(c.engine === undefined ? {} : { engine: c.engine }) },
+    dataDir,
+    db: { url: c.dbUrl, schema: c.schema, poolMax: 32 },
+    redis: { url: c.redisUrl },
+    limits: { requestsPerMinute: 1_000_000, publicRequestsPerMinute: 1_000_000 },
+    vendors: { anthropic: { baseUrl: c.sims.anthropic, apiKey: c.simKeys.anthropic }, openai: { baseUrl: c.sims.openai, apiKey: c.simKeys.openai } },
+    upstream: { connections: c.upstreamConnections },
+    ledger: c.ledger,
+    demo: { createAccount: false },
+    log: { level: 'info', access: c.accessLog ?? true },
+  };
+}
+
 async function startInkgate(c: GatewayChildConfig): Promise<Started> {
   const { loadConfig } = await import('../config/config.js');
   const { createGateway } = await import('../gateway.js');
@@ -141,21 +158,7 @@ async function startInkgate(c: GatewayChildConfig): Promise<Started> {
   // A private data dir (media store) and schema: nothing of the operator's is read or written.
   const dataDir = mkdtempSync(join(tmpdir(), 'inkgate-bench-gw-'));
   // Empty environment on purpose: the operator's INKGATE_* variables must not reshape the target.
-  const cfg = loadConfig(
-    {},
-    {
-      server: { host: '127.0.0.1', port: 0, ...(c.engine === undefined ? {} : { engine: c.engine }) },
-      dataDir,
-      db: { url: c.dbUrl, schema: c.schema, poolMax: 32 },
-      redis: { url: c.redisUrl },
-      limits: { requestsPerMinute: 1_000_000, publicRequestsPerMinute: 1_000_000 },
-      vendors: { anthropic: { baseUrl: c.sims.anthropic, apiKey: c.simKeys.anthropic }, openai: { baseUrl: c.sims.openai, apiKey: c.simKeys.openai } },
-      upstream: { connections: c.upstreamConnections },
-      ledger: c.ledger,
-      demo: { createAccount: false },
-      log: { level: 'info', access: c.accessLog ?? true },
-    },
-  );
+  const cfg = loadConfig({}, gatewayOverrides(c, dataDir));
   const accessLog = createLogger('info', undefined, true, openSync('/dev/null', 'w'));
   const gw = await createGateway(cfg, { log, accessLog, unbilled: c.unbilled });
   const pool = gw.services.pool;

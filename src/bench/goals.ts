@@ -87,6 +87,20 @@ export function ratios(runs: readonly RunResult[]): Ratio[] {
 
 type GoalLine = (goal: string, value: number | null, op: Goal['op'], limit: number | null, unit: string, from: string) => void;
 
+/** `metric` of run `a` over the same of run `b`; null when either run or figure is missing, or `b`'s is 0. */
+function quotient(a: RunResult | undefined, b: RunResult | undefined, metric: string): number | null {
+  const x = a ? figure(a, metric) : null;
+  const y = b ? figure(b, metric) : null;
+  return x === null || y === null || y === 0 ? null : x / y;
+}
+
+/** `metric` of run `a` less the same of run `b`; null when either run or figure is missing. */
+function difference(a: RunResult | undefined, b: RunResult | undefined, metric: string): number | null {
+  const x = a ? figure(a, metric) : null;
+  const y = b ? figure(b, metric) : null;
+  return x === null || y === null ? null : x - y;
+}
+
 /**
  * The engines scenario: each engine against the plain proxy in the same run. Under load (its most
  * connections) requests per second and gateway CPU per request, non-streaming and streaming; at
@@ -98,16 +112,8 @@ function engineGoals(runs: readonly RunResult[], lane: LaneName, g: GoalLine): v
     runs
       .filter((r) => r.lane === lane && r.scenario === 'engines' && r.kind === kind && r.target === t && (c1 ? r.connections === 1 : r.connections > 1))
       .sort((a, b) => b.connections - a.connections)[0];
-  const q = (a: RunResult | undefined, b: RunResult | undefined, metric: string) => {
-    const x = a ? figure(a, metric) : null;
-    const y = b ? figure(b, metric) : null;
-    return x === null || y === null || y === 0 ? null : x / y;
-  };
-  const d = (a: RunResult | undefined, b: RunResult | undefined, metric: string) => {
-    const x = a ? figure(a, metric) : null;
-    const y = b ? figure(b, metric) : null;
-    return x === null || y === null ? null : x - y;
-  };
+  const q = quotient;
+  const d = difference;
   const proxy = 'plain proxy';
   for (const [kind, mode] of [['request', 'non-streaming'], ['stream', 'streaming']] as const) {
     const load = (t: TargetName) => of(kind, false, t);
@@ -124,59 +130,63 @@ function engineGoals(runs: readonly RunResult[], lane: LaneName, g: GoalLine): v
   g('engines: failed requests, every run', engineRuns.length ? engineRuns.reduce((n, r) => n + r.failed, 0) : null, '<=', 0, '', 'engines: answers other than 200 and transport errors, every target');
 }
 
+/** Concurrency 1 (added latency and time to first token) and saturation, requests and streams, billing on against off and the plain proxy. */
+function loadGoals(runs: readonly RunResult[], lane: LaneName, g: GoalLine): void {
+  const diff = difference;
+  const q = quotient;
+  const c1 = (t: TargetName) => find(runs, lane, 'latency', 'request', t);
+  const s1 = (t: TargetName) => find(runs, lane, 'latency', 'stream', t);
+  const sat = (t: TargetName) => find(runs, lane, 'saturation', 'request', t);
+  // The billing scenario's closed-loop run (its most connections), not its concurrency-1 one.
+  const billing = (t: TargetName) =>
+    runs.filter((r) => r.lane === lane && r.scenario === 'billing' && r.kind === 'request' && r.target === t).sort((a, b) => b.connections - a.connections)[0];
+  const billingOn = billing('inkgate') ?? sat('inkgate');
+  g('added latency c=1 p50 (non-streaming)', diff(c1('inkgate'), c1('direct'), 'latency.p50Ms'), '<=', 0.5, 'ms', 'latency: inkgate - direct');
+  g('added time to first token c=1 p50', diff(s1('inkgate'), s1('direct'), 'ttft.p50Ms'), '<=', 0.5, 'ms', 'latency stream: inkgate - direct');
+  g('added latency c=1 p99 (non-streaming)', diff(c1('inkgate'), c1('direct'), 'latency.p99Ms'), '<=', 2.0, 'ms', 'latency: inkgate - direct');
+  g('added time to first token c=1 p99', diff(s1('inkgate'), s1('direct'), 'ttft.p99Ms'), '<=', 2.0, 'ms', 'latency stream: inkgate - direct');
+  g('saturation: billing on vs billing off', q(billing('inkgate'), billing('inkgate (billing off)'), 'rps'), '>=', 0.9, 'x', 'billing, 50 connections: rps on / off');
+  g('saturation: billing on vs plain proxy', q(sat('inkgate'), sat('plain proxy'), 'rps'), '>=', 1.3, 'x', 'saturation: rps inkgate / plain proxy');
+  const pg = billingOn?.processes.find((p) => p.name === POSTGRES_SERVER);
+  g('Postgres CPU per billed request (saturation)', pg ? pg.cpuUsPerRequest : null, '<=', 25, 'µs', 'Postgres server processes\' CPU / inkgate requests');
+  g('failed requests under saturation', billingOn ? billingOn.failed : null, '<=', 0, '', 'billing run: answers other than 200');
+  const ss = (t: TargetName) => find(runs, lane, 'stream-saturation', 'stream', t);
+  g('stream saturation: billing on vs billing off', q(ss('inkgate'), ss('inkgate (billing off)'), 'rps'), '>=', 0.9, 'x', 'stream-saturation: streams/s on / off');
+  g('stream saturation: billing on vs plain proxy', q(ss('inkgate'), ss('plain proxy'), 'rps'), '>=', 1.3, 'x', 'stream-saturation: streams/s inkgate / plain proxy');
+  const pgs = ss('inkgate')?.processes.find((p) => p.name === POSTGRES_SERVER);
+  g('Postgres CPU per billed stream (saturation)', pgs ? pgs.cpuUsPerRequest : null, '<=', 25, 'µs', 'Postgres server processes\' CPU / inkgate streams');
+}
+
+/** Many tenants against one key, failed requests of every billed run, and the paced streams (CPU per chunk, throughput, memory, gaps). */
+function tenantAndPacedGoals(runs: readonly RunResult[], lane: LaneName, paceMs: number, g: GoalLine): void {
+  const q = quotient;
+  const billed = (t: TargetName) => t !== 'direct' && t !== 'plain proxy' && t !== 'inkgate (billing off)';
+  const s1 = (t: TargetName) => find(runs, lane, 'latency', 'stream', t);
+  const paced = (t: TargetName) => find(runs, lane, 'paced', 'paced', t);
+  const mt = (kind: RunKind, t: TargetName) => find(runs, lane, 'many-tenants', kind, t);
+  g('many tenants vs one key (non-streaming)', q(mt('request', 'inkgate (many tenants)'), mt('request', 'inkgate (one key)'), 'rps'), '>=', 0.8, 'x', 'many-tenants: rps over all keys / one key');
+  g('many tenants vs one key (streaming)', q(mt('stream', 'inkgate (many tenants)'), mt('stream', 'inkgate (one key)'), 'rps'), '>=', 0.8, 'x', 'many-tenants: streams/s over all keys / one key');
+  const billedRuns = runs.filter((r) => r.lane === lane && billed(r.target));
+  g('failed requests, every billed run', billedRuns.length ? billedRuns.reduce((n, r) => n + r.failed, 0) : null, '<=', 0, '', 'all runs of a billing inkgate: answers other than 200');
+  const chunkRun = paced('inkgate') ?? s1('inkgate');
+  g('CPU per relayed SSE chunk', chunkRun ? figure(chunkRun, 'own.cpuUsPerChunk') : null, '<=', 40, 'µs', chunkRun ? `${chunkRun.scenario}: gateway CPU / SSE events relayed` : 'paced or latency stream');
+  g('paced streams: throughput vs direct', q(paced('inkgate'), paced('direct'), 'paced.streamsPerS'), '>=', 0.95, 'x', 'paced: streams/s inkgate / direct');
+  g('paced streams: p99 vs direct', q(paced('inkgate'), paced('direct'), 'latency.p99Ms'), '<=', 1.2, 'x', 'paced: stream duration p99 inkgate / direct');
+  const rss = paced('inkgate')?.own?.peakRssMb;
+  g('paced streams: gateway peak RSS', rss ?? null, '<=', 300, 'MB', 'paced: gateway process, sampled every 50 ms');
+  const gap = paced('inkgate') ? figure(paced('inkgate')!, 'paced.maxGapMs') : null;
+  g('paced streams: longest gap between chunks', gap, '<=', paceMs > 0 ? 10 * paceMs : null, 'ms', `paced: 10 chunk intervals of ${paceMs} ms`);
+}
+
 export function goals(runs: readonly RunResult[], lanes: readonly LaneName[], paceMs: number, audits: readonly AuditResult[] = []): Goal[] {
   const out: Goal[] = [];
-  const billed = (t: TargetName) => t !== 'direct' && t !== 'plain proxy' && t !== 'inkgate (billing off)';
   for (const lane of lanes) {
-    const g = (goal: string, value: number | null, op: Goal['op'], limit: number | null, unit: string, from: string) => {
+    const g: GoalLine = (goal, value, op, limit, unit, from) => {
       const pass = value === null || limit === null ? null : op === '<=' ? value <= limit : value >= limit;
       out.push({ lane, goal, value, op, limit, unit, pass, from });
     };
-    const diff = (a: RunResult | undefined, b: RunResult | undefined, metric: string) => {
-      const x = a && figure(a, metric);
-      const y = b && figure(b, metric);
-      return x === undefined || y === undefined || x === null || y === null ? null : x - y;
-    };
-    const q = (a: RunResult | undefined, b: RunResult | undefined, metric: string) => {
-      const x = a && figure(a, metric);
-      const y = b && figure(b, metric);
-      return x === undefined || y === undefined || x === null || y === null || y === 0 ? null : x / y;
-    };
-    const c1 = (t: TargetName) => find(runs, lane, 'latency', 'request', t);
-    const s1 = (t: TargetName) => find(runs, lane, 'latency', 'stream', t);
-    const sat = (t: TargetName) => find(runs, lane, 'saturation', 'request', t);
-    const paced = (t: TargetName) => find(runs, lane, 'paced', 'paced', t);
-    // The billing scenario's closed-loop run (its most connections), not its concurrency-1 one.
-    const billing = (t: TargetName) =>
-      runs.filter((r) => r.lane === lane && r.scenario === 'billing' && r.kind === 'request' && r.target === t).sort((a, b) => b.connections - a.connections)[0];
-    const billingOn = billing('inkgate') ?? sat('inkgate');
-    g('added latency c=1 p50 (non-streaming)', diff(c1('inkgate'), c1('direct'), 'latency.p50Ms'), '<=', 0.5, 'ms', 'latency: inkgate - direct');
-    g('added time to first token c=1 p50', diff(s1('inkgate'), s1('direct'), 'ttft.p50Ms'), '<=', 0.5, 'ms', 'latency stream: inkgate - direct');
-    g('added latency c=1 p99 (non-streaming)', diff(c1('inkgate'), c1('direct'), 'latency.p99Ms'), '<=', 2.0, 'ms', 'latency: inkgate - direct');
-    g('added time to first token c=1 p99', diff(s1('inkgate'), s1('direct'), 'ttft.p99Ms'), '<=', 2.0, 'ms', 'latency stream: inkgate - direct');
-    g('saturation: billing on vs billing off', q(billing('inkgate'), billing('inkgate (billing off)'), 'rps'), '>=', 0.9, 'x', 'billing, 50 connections: rps on / off');
-    g('saturation: billing on vs plain proxy', q(sat('inkgate'), sat('plain proxy'), 'rps'), '>=', 1.3, 'x', 'saturation: rps inkgate / plain proxy');
-    const pg = billingOn?.processes.find((p) => p.name === POSTGRES_SERVER);
-    g('Postgres CPU per billed request (saturation)', pg ? pg.cpuUsPerRequest : null, '<=', 25, 'µs', 'Postgres server processes\' CPU / inkgate requests');
-    g('failed requests under saturation', billingOn ? billingOn.failed : null, '<=', 0, '', 'billing run: answers other than 200');
-    const ss = (t: TargetName) => find(runs, lane, 'stream-saturation', 'stream', t);
-    g('stream saturation: billing on vs billing off', q(ss('inkgate'), ss('inkgate (billing off)'), 'rps'), '>=', 0.9, 'x', 'stream-saturation: streams/s on / off');
-    g('stream saturation: billing on vs plain proxy', q(ss('inkgate'), ss('plain proxy'), 'rps'), '>=', 1.3, 'x', 'stream-saturation: streams/s inkgate / plain proxy');
-    const pgs = ss('inkgate')?.processes.find((p) => p.name === POSTGRES_SERVER);
-    g('Postgres CPU per billed stream (saturation)', pgs ? pgs.cpuUsPerRequest : null, '<=', 25, 'µs', 'Postgres server processes\' CPU / inkgate streams');
-    const mt = (kind: RunKind, t: TargetName) => find(runs, lane, 'many-tenants', kind, t);
-    g('many tenants vs one key (non-streaming)', q(mt('request', 'inkgate (many tenants)'), mt('request', 'inkgate (one key)'), 'rps'), '>=', 0.8, 'x', 'many-tenants: rps over all keys / one key');
-    g('many tenants vs one key (streaming)', q(mt('stream', 'inkgate (many tenants)'), mt('stream', 'inkgate (one key)'), 'rps'), '>=', 0.8, 'x', 'many-tenants: streams/s over all keys / one key');
-    const billedRuns = runs.filter((r) => r.lane === lane && billed(r.target));
-    g('failed requests, every billed run', billedRuns.length ? billedRuns.reduce((n, r) => n + r.failed, 0) : null, '<=', 0, '', 'all runs of a billing inkgate: answers other than 200');
-    const chunkRun = paced('inkgate') ?? s1('inkgate');
-    g('CPU per relayed SSE chunk', chunkRun ? figure(chunkRun, 'own.cpuUsPerChunk') : null, '<=', 40, 'µs', chunkRun ? `${chunkRun.scenario}: gateway CPU / SSE events relayed` : 'paced or latency stream');
-    g('paced streams: throughput vs direct', q(paced('inkgate'), paced('direct'), 'paced.streamsPerS'), '>=', 0.95, 'x', 'paced: streams/s inkgate / direct');
-    g('paced streams: p99 vs direct', q(paced('inkgate'), paced('direct'), 'latency.p99Ms'), '<=', 1.2, 'x', 'paced: stream duration p99 inkgate / direct');
-    const rss = paced('inkgate')?.own?.peakRssMb;
-    g('paced streams: gateway peak RSS', rss ?? null, '<=', 300, 'MB', 'paced: gateway process, sampled every 50 ms');
-    const gap = paced('inkgate') ? figure(paced('inkgate')!, 'paced.maxGapMs') : null;
-    g('paced streams: longest gap between chunks', gap, '<=', paceMs > 0 ? 10 * paceMs : null, 'ms', `paced: 10 chunk intervals of ${paceMs} ms`);
+    loadGoals(runs, lane, g);
+    tenantAndPacedGoals(runs, lane, paceMs, g);
     engineGoals(runs, lane, g);
   }
   // The ledger after the load, per gateway (not per lane: a gateway serves both).

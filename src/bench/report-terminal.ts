@@ -34,37 +34,61 @@ function ratioLines(rs: readonly Ratio[]): string {
   return [...groups.entries()].map(([k, list]) => `  ${k}: ${list.map((r) => `${LABEL[r.metric] ?? r.metric} ${r.ratio.toFixed(2)}x`).join(', ')}`).join('\n');
 }
 
+interface SectionView {
+  readonly title: string;
+  readonly body: string;
+}
+
+/** Requests, one row per target: latency percentiles, CPU and memory. */
+function requestSection(r0: RunResult, runs: RunResult[]): SectionView {
+  return {
+    title: `${r0.scenario === 'billing' ? 'billing on vs off' : r0.scenario}, ${r0.connections === 1 ? 'concurrency 1, non-streaming' : `closed loop, ${r0.connections} connections`}`,
+    body: table(
+      ['target', 'requests', 'req/s', 'p50 ms', 'p90 ms', 'p99 ms', 'max ms', 'CPU µs/req', 'peak RSS MB', 'loop delay p99 ms', 'failed'],
+      runs.map((r) => [r.target, String(r.requests), n0(r.rps), f(r.latency.p50Ms), f(r.latency.p90Ms), f(r.latency.p99Ms), f(r.latency.maxMs), n0(r.own?.cpuUsPerRequest), mb(r), f(r.own?.eldP99Ms, 1), String(r.failed)]),
+    ),
+  };
+}
+
+/** Streams, one row per target: time to first token and to the last byte, SSE events, CPU per chunk. */
+function streamSection(r0: RunResult, runs: RunResult[]): SectionView {
+  return {
+    title: `${r0.scenario}, ${r0.connections === 1 ? 'concurrency 1' : `closed loop, ${r0.connections} connections`}, streaming`,
+    body: table(
+      ['target', 'streams', 'streams/s', 'TTFT p50 ms', 'TTFT p99 ms', 'last byte p50 ms', 'last byte p99 ms', 'SSE events', 'CPU µs/req', 'CPU µs/chunk', 'failed'],
+      runs.map((r) => [r.target, String(r.requests), n0(r.rps), f(r.ttft?.p50Ms), f(r.ttft?.p99Ms), f(r.latency.p50Ms), f(r.latency.p99Ms), String(r.chunks ?? '-'), n0(r.own?.cpuUsPerRequest), f(r.own?.cpuUsPerChunk, 1), String(r.failed)]),
+    ),
+  };
+}
+
+/** The open-loop run: latency from each request's scheduled send, and how many sends were late. */
+function openLoopSection(r0: RunResult, runs: RunResult[]): SectionView {
+  return {
+    title: `open loop, ${r0.openLoop!.rate} req/s, latency from the scheduled send (at most ${r0.connections} out at once)`,
+    body: table(
+      ['target', 'sent', `late (> ${f(r0.openLoop!.lateMs, 1)} ms)`, 'p50 ms', 'p90 ms', 'p99 ms', 'max ms', 'uncorrected p99 ms', 'CPU µs/req', 'failed'],
+      runs.map((r) => [r.target, String(r.openLoop!.scheduled), String(r.openLoop!.lateSends), f(r.latency.p50Ms), f(r.latency.p90Ms), f(r.latency.p99Ms), f(r.latency.maxMs), f(r.openLoop!.serviceTime.p99Ms), n0(r.own?.cpuUsPerRequest), String(r.failed)]),
+    ),
+  };
+}
+
+/** Paced streams: throughput, duration, the longest gap between chunks, memory. */
+function pacedSection(r0: RunResult, runs: RunResult[]): SectionView {
+  const p = r0.paced!;
+  return {
+    title: `${p.streams} paced streams at once, ${p.deltas} deltas ${p.paceMs} ms apart`,
+    body: table(
+      ['target', 'streams/s', 'TTFT p50 ms', 'duration p50 ms', 'duration p99 ms', 'longest gap ms', 'CPU µs/chunk', 'peak RSS MB', 'loop delay p99 ms', 'failed'],
+      runs.map((r) => [r.target, f(r.paced!.streamsPerS, 1), f(r.ttft?.p50Ms, 1), f(r.latency.p50Ms, 1), f(r.latency.p99Ms, 1), f(r.paced!.maxGapMs, 1), f(r.own?.cpuUsPerChunk, 1), mb(r), f(r.own?.eldP99Ms, 1), String(r.failed)]),
+    ),
+  };
+}
+
 function section(rep: BenchReport, runs: RunResult[]): string {
   const r0 = runs[0]!;
   const rs = rep.ratios.filter((x) => x.lane === r0.lane && x.scenario === r0.scenario && x.kind === r0.kind && x.connections === r0.connections);
-  let title: string;
-  let body: string;
-  if (r0.kind === 'request') {
-    title = `${r0.scenario === 'billing' ? 'billing on vs off' : r0.scenario}, ${r0.connections === 1 ? 'concurrency 1, non-streaming' : `closed loop, ${r0.connections} connections`}`;
-    body = table(
-      ['target', 'requests', 'req/s', 'p50 ms', 'p90 ms', 'p99 ms', 'max ms', 'CPU µs/req', 'peak RSS MB', 'loop delay p99 ms', 'failed'],
-      runs.map((r) => [r.target, String(r.requests), n0(r.rps), f(r.latency.p50Ms), f(r.latency.p90Ms), f(r.latency.p99Ms), f(r.latency.maxMs), n0(r.own?.cpuUsPerRequest), mb(r), f(r.own?.eldP99Ms, 1), String(r.failed)]),
-    );
-  } else if (r0.kind === 'stream') {
-    title = `${r0.scenario}, ${r0.connections === 1 ? 'concurrency 1' : `closed loop, ${r0.connections} connections`}, streaming`;
-    body = table(
-      ['target', 'streams', 'streams/s', 'TTFT p50 ms', 'TTFT p99 ms', 'last byte p50 ms', 'last byte p99 ms', 'SSE events', 'CPU µs/req', 'CPU µs/chunk', 'failed'],
-      runs.map((r) => [r.target, String(r.requests), n0(r.rps), f(r.ttft?.p50Ms), f(r.ttft?.p99Ms), f(r.latency.p50Ms), f(r.latency.p99Ms), String(r.chunks ?? '-'), n0(r.own?.cpuUsPerRequest), f(r.own?.cpuUsPerChunk, 1), String(r.failed)]),
-    );
-  } else if (r0.kind === 'open-loop') {
-    title = `open loop, ${r0.openLoop!.rate} req/s, latency from the scheduled send (at most ${r0.connections} out at once)`;
-    body = table(
-      ['target', 'sent', `late (> ${f(r0.openLoop!.lateMs, 1)} ms)`, 'p50 ms', 'p90 ms', 'p99 ms', 'max ms', 'uncorrected p99 ms', 'CPU µs/req', 'failed'],
-      runs.map((r) => [r.target, String(r.openLoop!.scheduled), String(r.openLoop!.lateSends), f(r.latency.p50Ms), f(r.latency.p90Ms), f(r.latency.p99Ms), f(r.latency.maxMs), f(r.openLoop!.serviceTime.p99Ms), n0(r.own?.cpuUsPerRequest), String(r.failed)]),
-    );
-  } else {
-    const p = r0.paced!;
-    title = `${p.streams} paced streams at once, ${p.deltas} deltas ${p.paceMs} ms apart`;
-    body = table(
-      ['target', 'streams/s', 'TTFT p50 ms', 'duration p50 ms', 'duration p99 ms', 'longest gap ms', 'CPU µs/chunk', 'peak RSS MB', 'loop delay p99 ms', 'failed'],
-      runs.map((r) => [r.target, f(r.paced!.streamsPerS, 1), f(r.ttft?.p50Ms, 1), f(r.latency.p50Ms, 1), f(r.latency.p99Ms, 1), f(r.paced!.maxGapMs, 1), f(r.own?.cpuUsPerChunk, 1), mb(r), f(r.own?.eldP99Ms, 1), String(r.failed)]),
-    );
-  }
+  const view = r0.kind === 'request' ? requestSection : r0.kind === 'stream' ? streamSection : r0.kind === 'open-loop' ? openLoopSection : pacedSection;
+  const { title, body } = view(r0, runs);
   const ratiosText = rs.length ? `\n${ratioLines(rs)}` : '';
   const errs = runs.filter((r) => r.failed > 0).map((r) => `  ${r.target} failures: statuses ${JSON.stringify(r.statuses)} errors ${JSON.stringify(r.errors)}${r.failureSamples.map((f) => `\n    ${f}`).join('')}`);
   return `\n## ${r0.lane}: ${title}\n${body}${ratiosText}${errs.length ? '\n' + errs.join('\n') : ''}`;

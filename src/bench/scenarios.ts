@@ -200,20 +200,19 @@ export function profileFile(dir: string, run: Pick<PlannedRun, 'lane' | 'scenari
   return join(dir, `${run.lane}-${run.scenario}-${run.kind}-c${run.connections}-${slug}.cpuprofile`);
 }
 
-export async function executeRun(run: PlannedRun, o: BenchOptions, processes: readonly BenchProcess[]): Promise<RunResult> {
+/** Drives the run's kind of load at its target; the open-loop or paced figures when the run is one of those. */
+async function driveLoad(
+  run: PlannedRun,
+  o: BenchOptions,
+  win: ReturnType<typeof processWindow>,
+): Promise<{ tally: Tally; openLoopInfo: RunResult['openLoop']; pacedInfo: RunResult['paced'] }> {
   const t = run.target;
-  const profiled = o.cpuProfDir === null ? undefined : processes.find((p) => p.name === t.processName && p.profile !== undefined);
-  const profile = profiled ? { process: profiled, file: profileFile(o.cpuProfDir!, run, t.name) } : null;
-  const win = processWindow(processes, profile);
   const warmupMs = o.warmupSeconds * 1000;
   const durationMs = o.seconds * 1000;
   const marker = FIRST_DELTA_MARKER[run.lane];
-  let tally: Tally;
-  let openLoopInfo: RunResult['openLoop'] = null;
-  let pacedInfo: RunResult['paced'] = null;
   if (run.kind === 'request' || run.kind === 'stream') {
     const stream = run.kind === 'stream';
-    tally = await closedLoop({
+    const tally = await closedLoop({
       request: { ...t.request, body: stream ? t.bodies.stream : t.bodies.plain },
       connections: run.connections,
       warmupMs,
@@ -222,22 +221,30 @@ export async function executeRun(run: PlannedRun, o: BenchOptions, processes: re
       marker: stream ? marker : null,
       window: win,
     });
-  } else if (run.kind === 'open-loop') {
-    const ol = await openLoop({ request: { ...t.request, body: t.bodies.plain }, rate: o.rate, maxInFlight: run.connections, warmupMs, durationMs, maxRequests: o.maxRequests, window: win });
-    tally = ol;
-    openLoopInfo = { rate: o.rate, scheduled: ol.scheduled, lateSends: ol.lateSends, lateMs: ol.lateMs, serviceTime: summarize(ol.serviceTime) };
-  } else {
-    const pw = await pacedWave({
-      request: { ...t.request, body: t.bodies.paced },
-      streams: o.streams,
-      warmupStreams: pacedWarmupStreams(o),
-      deadlineMs: Math.max(60_000, 10 * pacedWaveSeconds(o) * 1000),
-      marker,
-      window: win,
-    });
-    tally = pw;
-    pacedInfo = { streams: o.streams, paceMs: o.paceMs, deltas: o.deltas, streamsPerS: pw.requests / pw.seconds, failures: pw.failures, maxGapMs: pw.maxGapMs };
+    return { tally, openLoopInfo: null, pacedInfo: null };
   }
+  if (run.kind === 'open-loop') {
+    const ol = await openLoop({ request: { ...t.request, body: t.bodies.plain }, rate: o.rate, maxInFlight: run.connections, warmupMs, durationMs, maxRequests: o.maxRequests, window: win });
+    return { tally: ol, openLoopInfo: { rate: o.rate, scheduled: ol.scheduled, lateSends: ol.lateSends, lateMs: ol.lateMs, serviceTime: summarize(ol.serviceTime) }, pacedInfo: null };
+  }
+  const pw = await pacedWave({
+    request: { ...t.request, body: t.bodies.paced },
+    streams: o.streams,
+    warmupStreams: pacedWarmupStreams(o),
+    deadlineMs: Math.max(60_000, 10 * pacedWaveSeconds(o) * 1000),
+    marker,
+    window: win,
+  });
+  const pacedInfo = { streams: o.streams, paceMs: o.paceMs, deltas: o.deltas, streamsPerS: pw.requests / pw.seconds, failures: pw.failures, maxGapMs: pw.maxGapMs };
+  return { tally: pw, openLoopInfo: null, pacedInfo };
+}
+
+export async function executeRun(run: PlannedRun, o: BenchOptions, processes: readonly BenchProcess[]): Promise<RunResult> {
+  const t = run.target;
+  const profiled = o.cpuProfDir === null ? undefined : processes.find((p) => p.name === t.processName && p.profile !== undefined);
+  const profile = profiled ? { process: profiled, file: profileFile(o.cpuProfDir!, run, t.name) } : null;
+  const win = processWindow(processes, profile);
+  const { tally, openLoopInfo, pacedInfo } = await driveLoad(run, o, win);
   const streaming = run.kind === 'stream' || run.kind === 'paced';
   const uses = win.uses(tally.requests, streaming ? tally.chunks : null);
   const non200 = Object.entries(tally.statuses).filter(([s]) => s !== '200').reduce((n, [, c]) => n + c, 0);

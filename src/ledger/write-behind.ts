@@ -122,6 +122,34 @@ export function resultsByItem(rows: ReadonlyArray<{ item: number; result: FlushR
   return out;
 }
 
+/**
+ * The flush statement's column arrays, one entry per record, and whether any record ends with
+ * unknown usage (its commit is then durable whatever the configuration). Marks each record as no
+ * longer queued: a change after this point queues it again.
+ */
+function flushColumns(batch: JournalRecord[]) {
+  const n = batch.length;
+  const ends = new Array<EndKind | null>(n);
+  let anyUnknown = false;
+  const cols = {
+    ids: new Array<string>(n), accounts: new Array<string>(n), keys: new Array<string>(n), products: new Array<string>(n),
+    models: new Array<string>(n), leases: new Array<number>(n), holds: new Array<number>(n), holdGrants: new Array<number>(n),
+    periods: new Array<number>(n), created: new Array<string>(n), vids: new Array<string | null>(n), charges: new Array<number>(n),
+    usage: new Array<string | null>(n), reasons: new Array<string | null>(n), resolved: new Array<string | null>(n),
+  };
+  for (let i = 0; i < n; i++) {
+    const r = batch[i]!;
+    r.queued = false;
+    ends[i] = r.end;
+    if (r.end === 'unknown') anyUnknown = true;
+    cols.ids[i] = r.requestId; cols.accounts[i] = r.accountId; cols.keys[i] = r.keyId; cols.products[i] = r.product;
+    cols.models[i] = r.model; cols.leases[i] = r.leaseId; cols.holds[i] = r.holdInk; cols.holdGrants[i] = r.holdGrantInk;
+    cols.periods[i] = r.grantPeriod; cols.created[i] = r.createdAt; cols.vids[i] = r.vendorRequestId; cols.charges[i] = r.chargeInk;
+    cols.usage[i] = r.usage; cols.reasons[i] = r.reason; cols.resolved[i] = r.resolvedAt;
+  }
+  return { cols, ends, anyUnknown };
+}
+
 export class WriteBehind {
   private queue: JournalRecord[] = [];
   private live = 0;
@@ -238,24 +266,8 @@ export class WriteBehind {
 
   private async write(batch: JournalRecord[]): Promise<void> {
     const n = batch.length;
-    const ends = new Array<EndKind | null>(n);
-    let durable = !this.o.asyncCommit;
-    const cols = {
-      ids: new Array<string>(n), accounts: new Array<string>(n), keys: new Array<string>(n), products: new Array<string>(n),
-      models: new Array<string>(n), leases: new Array<number>(n), holds: new Array<number>(n), holdGrants: new Array<number>(n),
-      periods: new Array<number>(n), created: new Array<string>(n), vids: new Array<string | null>(n), charges: new Array<number>(n),
-      usage: new Array<string | null>(n), reasons: new Array<string | null>(n), resolved: new Array<string | null>(n),
-    };
-    for (let i = 0; i < n; i++) {
-      const r = batch[i]!;
-      r.queued = false;
-      ends[i] = r.end;
-      if (r.end === 'unknown') durable = true;
-      cols.ids[i] = r.requestId; cols.accounts[i] = r.accountId; cols.keys[i] = r.keyId; cols.products[i] = r.product;
-      cols.models[i] = r.model; cols.leases[i] = r.leaseId; cols.holds[i] = r.holdInk; cols.holdGrants[i] = r.holdGrantInk;
-      cols.periods[i] = r.grantPeriod; cols.created[i] = r.createdAt; cols.vids[i] = r.vendorRequestId; cols.charges[i] = r.chargeInk;
-      cols.usage[i] = r.usage; cols.reasons[i] = r.reason; cols.resolved[i] = r.resolvedAt;
-    }
+    const { cols, ends, anyUnknown } = flushColumns(batch);
+    const durable = anyUnknown || !this.o.asyncCommit;
     let results: Array<'ok' | 'late' | 'deferred'>;
     const startedMs = performance.now();
     try {
@@ -285,7 +297,12 @@ export class WriteBehind {
     this.stats.flushes++;
     this.stats.records += n;
     this.onFlushed?.((performance.now() - startedMs) / 1000, n);
-    for (let i = 0; i < n; i++) {
+    this.afterFlush(batch, results, ends);
+  }
+
+  /** Counts each written record and, on its first written end, wakes its waiters and hands it to the lease. */
+  private afterFlush(batch: JournalRecord[], results: FlushResult[], ends: Array<EndKind | null>): void {
+    for (let i = 0; i < batch.length; i++) {
       const r = batch[i]!;
       const result = results[i]!;
       if (result === 'deferred') continue; // its lease was recovered: the start waits for its end (late path)
