@@ -16,8 +16,17 @@ async function main(): Promise<void> {
   const base = new URL(link).origin;
   const profile = mkdtempSync(join(tmpdir(), 'inkgate-bench-chromium-'));
   const ctx = await chromium.launchPersistentContext(profile, {
-    executablePath: '/usr/bin/chromium', headless: true,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+    executablePath: '/usr/bin/chromium',
+    headless: true,
+    args: [
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+    ],
   });
   try {
     const page = ctx.pages()[0] ?? (await ctx.newPage());

@@ -40,7 +40,12 @@ export function shortUrl(url: string): string {
 export function area(f: CallFrame): string {
   if (f.url === '') return f.functionName.startsWith('(') ? f.functionName : '(native)';
   const s = shortUrl(f.url);
-  if (s.startsWith('node:')) return s.replace(/^node:internal\/(deps\/)?/, 'node:').split('/').slice(0, 2).join('/');
+  if (s.startsWith('node:'))
+    return s
+      .replace(/^node:internal\/(deps\/)?/, 'node:')
+      .split('/')
+      .slice(0, 2)
+      .join('/');
   if (f.url.includes('/node_modules/')) return s.startsWith('@') ? s.split('/').slice(0, 2).join('/') : s.split('/')[0]!;
   return s;
 }
@@ -58,8 +63,6 @@ export interface Summary {
   /** Self time of the functions matching `callers`, by the frames above them (nearest first). */
   readonly callers: ReadonlyArray<{ readonly key: string; readonly ms: number }>;
 }
-
-
 
 /** Self time per sample is the delta to the next sample (as DevTools counts it). */
 export function summarise(p: CpuProfile, patterns: readonly RegExp[] = [], callers: RegExp | null = null, depth = 5): Summary {
@@ -130,7 +133,15 @@ export function summarise(p: CpuProfile, patterns: readonly RegExp[] = [], calle
     }
   }
   const sorted = (m: Map<string, number>) => [...m].map(([key, us]) => ({ key, ms: us / 1000 })).sort((a, b) => b.ms - a.ms);
-  return { totalMs: total / 1000, idleMs: idle / 1000, busyMs: (total - idle) / 1000, functions: sorted(fn), areas: sorted(ar), matches, callers: sorted(paths) };
+  return {
+    totalMs: total / 1000,
+    idleMs: idle / 1000,
+    busyMs: (total - idle) / 1000,
+    functions: sorted(fn),
+    areas: sorted(ar),
+    matches,
+    callers: sorted(paths),
+  };
 }
 
 function render(name: string, s: Summary, top: number): string {
@@ -149,7 +160,12 @@ function render(name: string, s: Summary, top: number): string {
   ];
   if (s.callers.length > 0) out.push('', '| self ms | of busy | reached by (nearest frame first) |', '|---|---|---|', ...rows(s.callers));
   if (s.matches.length > 0) {
-    out.push('', '| inclusive ms | of busy | on the stack |', '|---|---|---|', ...s.matches.map((m) => `| ${m.ms.toFixed(1)} | ${pct(m.ms)} | /${m.pattern}/ |`));
+    out.push(
+      '',
+      '| inclusive ms | of busy | on the stack |',
+      '|---|---|---|',
+      ...s.matches.map((m) => `| ${m.ms.toFixed(1)} | ${pct(m.ms)} | /${m.pattern}/ |`),
+    );
   }
   return out.join('\n') + '\n';
 }
@@ -175,7 +191,8 @@ function main(argv: readonly string[]): number {
     process.stderr.write('usage: bench/cpuprofile-top.ts [--top N] [--match REGEX]... [--callers REGEX [--depth N]] FILE.cpuprofile...\n');
     return 1;
   }
-  for (const f of files) process.stdout.write(render(basename(f), summarise(JSON.parse(readFileSync(f, 'utf8')) as CpuProfile, patterns, callers, depth), top) + '\n');
+  for (const f of files)
+    process.stdout.write(render(basename(f), summarise(JSON.parse(readFileSync(f, 'utf8')) as CpuProfile, patterns, callers, depth), top) + '\n');
   return 0;
 }
 

@@ -241,7 +241,12 @@ async function tableMiB(pool: Pool, table: string): Promise<number> {
 export async function runDriftBench(o: DriftBenchOptions): Promise<DriftBenchResult> {
   const schema = `bench_drift_${randomBytes(4).toString('hex')}`;
   const base = loadConfig({}, { db: { schema } }).db;
-  const db = { ...base, url: o.url, queryTimeoutMs: o.queryTimeoutMs ?? base.queryTimeoutMs, statementTimeoutMs: o.statementTimeoutMs ?? base.statementTimeoutMs };
+  const db = {
+    ...base,
+    url: o.url,
+    queryTimeoutMs: o.queryTimeoutMs ?? base.queryTimeoutMs,
+    statementTimeoutMs: o.statementTimeoutMs ?? base.statementTimeoutMs,
+  };
   const dataPool = createPool({ ...db, poolMax: 2, queryTimeoutMs: 0, statementTimeoutMs: 0 });
   // The gauge's pool is one connection, as timed as the gateway's: its backend is the one measured.
   const gaugePool = createPool({ ...db, poolMax: 1 });
@@ -261,7 +266,19 @@ export async function runDriftBench(o: DriftBenchOptions): Promise<DriftBenchRes
       o.log(`full ledger invariant: ${invariantViolations} violations${found.length ? ' ' + JSON.stringify(found) : ''}`);
     }
     const cases = await measure(gaugePool, dataPool, pids, o);
-    return { schema, accounts: o.accounts, requests: o.requests, openHolds: o.accounts * o.openPerAccount, indexOpenHolds: o.indexOpenHolds, seedS, tableMiB: tables, queryTimeoutMs: db.queryTimeoutMs, statementTimeoutMs: db.statementTimeoutMs, invariantViolations, cases };
+    return {
+      schema,
+      accounts: o.accounts,
+      requests: o.requests,
+      openHolds: o.accounts * o.openPerAccount,
+      indexOpenHolds: o.indexOpenHolds,
+      seedS,
+      tableMiB: tables,
+      queryTimeoutMs: db.queryTimeoutMs,
+      statementTimeoutMs: db.statementTimeoutMs,
+      invariantViolations,
+      cases,
+    };
   } finally {
     await gaugePool.end();
     if (!o.keep) await dropSchema(dataPool, schema).catch((e: Error) => o.log(`could not drop schema ${schema}: ${e.message}`));

@@ -19,7 +19,15 @@ import { benchDatabaseUrl } from './lib/env.js';
 const RECORDS = Number(process.env.FLUSH_COST_RECORDS ?? 20_000);
 const db = await benchDatabaseUrl();
 const schema = 'bench_flush_' + process.pid;
-const pool = createPool({ url: db.url, schema, poolMax: 1, connectionTimeoutMs: 5000, queryTimeoutMs: 30_000, lockTimeoutMs: 5000, statementTimeoutMs: 30_000 });
+const pool = createPool({
+  url: db.url,
+  schema,
+  poolMax: 1,
+  connectionTimeoutMs: 5000,
+  queryTimeoutMs: 30_000,
+  lockTimeoutMs: 5000,
+  statementTimeoutMs: 30_000,
+});
 await migrate(pool, schema);
 const acc = await createAccount(pool, { name: 'b', planId: 'pro' });
 const ledger = new Ledger(pool);
@@ -27,10 +35,9 @@ await ledger.topUp(acc.id, 1_000_000_000, 'b');
 await ledger.close();
 const key = await createKey(pool, { accountId: acc.id, name: 'b' });
 const epoch = Number((await pool.query('SELECT ledger_instance_start($1, now(), 0) AS e', ['bench'])).rows[0].e);
-const take = (await pool.query(
-  `SELECT * FROM ledger_lease_take(NULL, $1, $2, 'bench', $3, 1, 500000000, 0, 1000, 1000, 3600000, now())`,
-  [acc.id, key.id, epoch],
-)).rows[0] as { result: string; lease_id: string; take_grant_ink: string; grant_period: number };
+const take = (
+  await pool.query(`SELECT * FROM ledger_lease_take(NULL, $1, $2, 'bench', $3, 1, 500000000, 0, 1000, 1000, 3600000, now())`, [acc.id, key.id, epoch])
+).rows[0] as { result: string; lease_id: string; take_grant_ink: string; grant_period: number };
 if (take.result !== 'ok') throw new Error(`lease take: ${take.result}`);
 const leaseId = Number(take.lease_id);
 const pid = (await pool.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
@@ -42,17 +49,41 @@ const cpuUs = (): number => {
 };
 
 const wb = new WriteBehind(pool, {
-  instanceId: 'bench', epoch: () => epoch, flushMs: 60_000, flushMaxRecords: 100_000, journalMaxRecords: 10_000_000,
-  asyncCommit: true, now: () => new Date(), log: (m, f) => console.error(m, f), onEndWritten: () => undefined,
+  instanceId: 'bench',
+  epoch: () => epoch,
+  flushMs: 60_000,
+  flushMaxRecords: 100_000,
+  journalMaxRecords: 10_000_000,
+  asyncCommit: true,
+  now: () => new Date(),
+  log: (m, f) => console.error(m, f),
+  onEndWritten: () => undefined,
 });
 
 const record = (): JournalRecord => {
   const now = new Date().toISOString();
   return {
-    requestId: newRequestId(), accountId: acc.id, keyId: key.id, product: 'messages', model: 'sonnet', leaseId,
-    holdInk: 100, holdGrantInk: 0, grantPeriod: take.grant_period, createdAt: now, vendorRequestId: 'msg_0123456789abcdef',
-    end: 'settle', chargeInk: 10, restGrantInk: 0, restPaygInk: 90, usage: '{"input_tokens":10,"output_tokens":20}',
-    reason: null, resolvedAt: now, queued: false, endWritten: false, waiters: undefined,
+    requestId: newRequestId(),
+    accountId: acc.id,
+    keyId: key.id,
+    product: 'messages',
+    model: 'sonnet',
+    leaseId,
+    holdInk: 100,
+    holdGrantInk: 0,
+    grantPeriod: take.grant_period,
+    createdAt: now,
+    vendorRequestId: 'msg_0123456789abcdef',
+    end: 'settle',
+    chargeInk: 10,
+    restGrantInk: 0,
+    restPaygInk: 90,
+    usage: '{"input_tokens":10,"output_tokens":20}',
+    reason: null,
+    resolvedAt: now,
+    queued: false,
+    endWritten: false,
+    waiters: undefined,
   };
 };
 

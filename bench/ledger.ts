@@ -92,7 +92,10 @@ async function seed(pool: Pool, schema: string): Promise<Seeded> {
   const keys = accounts.map((_, i) => `key_b${tag}_${i}`);
   const payg = 1_000_000_000_000;
   await pool.query(`INSERT INTO ${schema}.accounts (id, name, plan_id) SELECT unnest($1::text[]), 'bench', 'pro'`, [accounts]);
-  await pool.query(`INSERT INTO ${schema}.wallets (account_id, payg_ink, credited_ink, topups_completed) SELECT unnest($1::text[]), $2, $2, 1`, [accounts, payg]);
+  await pool.query(`INSERT INTO ${schema}.wallets (account_id, payg_ink, credited_ink, topups_completed) SELECT unnest($1::text[]), $2, $2, 1`, [
+    accounts,
+    payg,
+  ]);
   await pool.query(
     `INSERT INTO ${schema}.ledger_journal (at, kind, account_id, amount_ink, payg_ink, credited_ink, note)
      SELECT now(), 'topup', unnest($1::text[]), $2, $2, $2, 'bench seed'`,
@@ -140,7 +143,14 @@ function baseline(pool: Pool, schema: string, accounts: string[]): Impl {
 function ledgerImpl(ledger: Ledger, s: Seeded): Impl {
   return {
     reserve: async (requestId, account) => {
-      await ledger.reserve({ requestId, accountId: s.accounts[account]!, keyId: s.keys[account]!, product: 'messages', model: 'assistant-sonnet-5', holdInk: HOLD_INK });
+      await ledger.reserve({
+        requestId,
+        accountId: s.accounts[account]!,
+        keyId: s.keys[account]!,
+        product: 'messages',
+        model: 'assistant-sonnet-5',
+        holdInk: HOLD_INK,
+      });
     },
     settle: async (requestId, _account, charge) => {
       const r = await ledger.settle(requestId, charge);
@@ -252,7 +262,8 @@ export async function runLedgerBench(opts: BenchOptions): Promise<{ settings: Re
       for (const shape of ['hot', 'spread'] as const) {
         for (const inFlight of opts.inFlight) {
           for (const impl of IMPLS) {
-            const ledger = impl === 'baseline' ? undefined : new Ledger(pool, impl === 'batched' ? { batchMaxInFlight: opts.batchInFlight } : { batching: false });
+            const ledger =
+              impl === 'baseline' ? undefined : new Ledger(pool, impl === 'batched' ? { batchMaxInFlight: opts.batchInFlight } : { batching: false });
             const run = await runScenario(
               ledger ? ledgerImpl(ledger, seeded.ledger) : baseline(pool, schemas.baseline, seeded.baseline.accounts),
               shape,
@@ -340,10 +351,26 @@ if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
   const repeat = Number(flag(argv, 'repeat') ?? 3);
   const poolMax = Number(flag(argv, 'pool') ?? 24);
   const batchInFlight = flag(argv, 'batch-in-flight') === undefined ? undefined : Number(flag(argv, 'batch-in-flight'));
-  if (!(seconds > 0 && seconds <= 600) || !Number.isInteger(repeat) || repeat < 1 || repeat > 20 || !Number.isInteger(poolMax) || poolMax < 1 || poolMax > 200) {
+  if (
+    !(seconds > 0 && seconds <= 600) ||
+    !Number.isInteger(repeat) ||
+    repeat < 1 ||
+    repeat > 20 ||
+    !Number.isInteger(poolMax) ||
+    poolMax < 1 ||
+    poolMax > 200
+  ) {
     process.stderr.write('usage: bench/ledger.ts [--seconds 0.1..600] [--repeat 1..20] [--pool 1..200] [--db URL] [--json]\n');
     process.exit(2);
   }
-  const out = await runLedgerBench({ url, seconds, repeat, poolMax, batchInFlight, inFlight: [1, 8, 64], log: (l) => (json ? undefined : process.stdout.write(l + '\n')) });
+  const out = await runLedgerBench({
+    url,
+    seconds,
+    repeat,
+    poolMax,
+    batchInFlight,
+    inFlight: [1, 8, 64],
+    log: (l) => (json ? undefined : process.stdout.write(l + '\n')),
+  });
   if (json) process.stdout.write(JSON.stringify(out, null, 2) + '\n');
 }

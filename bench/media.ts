@@ -93,14 +93,36 @@ async function serveMediaHost(role: 'fs' | 's3', c: Record<string, string>): Pro
   const media =
     role === 'fs'
       ? new FsMediaStore(c.dir!)
-      : new S3MediaStore({ bucket: BUCKET, region: 'us-east-1', endpoint: c.endpoint, prefix: '', forcePathStyle: true, timeoutMs: 30_000, idleTimeoutMs: 30_000, uploadPartTimeoutMs: 60_000, partSizeBytes: 8 * MiB, uploadQueueSize: 2, maxSockets: 16, maxObjectBytes: 2 * 1024 * MiB, credentials: S3_KEYS });
+      : new S3MediaStore({
+          bucket: BUCKET,
+          region: 'us-east-1',
+          endpoint: c.endpoint,
+          prefix: '',
+          forcePathStyle: true,
+          timeoutMs: 30_000,
+          idleTimeoutMs: 30_000,
+          uploadPartTimeoutMs: 60_000,
+          partSizeBytes: 8 * MiB,
+          uploadQueueSize: 2,
+          maxSockets: 16,
+          maxObjectBytes: 2 * 1024 * MiB,
+          credentials: S3_KEYS,
+        });
   await media.put(KEY, createReadStream(c.file!), 'video/mp4');
   const secret = randomBytes(32);
   const clock = () => Date.now();
   const noDb = { query: () => Promise.reject(new Error('the media bench has no database')) };
   const srv = await startServer({
     engine: (c.engine ?? 'auto') as 'auto' | 'uws' | 'node',
-    listen: { host: '127.0.0.1', port: 0, proxyProtocol: false, keepAliveTimeoutMs: 10_000, headersTimeoutMs: 10_000, requestTimeoutMs: 600_000, maxHeaderBytes: 65_536 },
+    listen: {
+      host: '127.0.0.1',
+      port: 0,
+      proxyProtocol: false,
+      keepAliveTimeoutMs: 10_000,
+      headersTimeoutMs: 10_000,
+      requestTimeoutMs: 600_000,
+      maxHeaderBytes: 65_536,
+    },
     router: new Router([]),
     state: { current: { apiOpen: true } } as never,
     limiter: new MemoryRateLimiter(),
@@ -158,7 +180,8 @@ async function main(): Promise<void> {
       console.log('| served by | MiB/s | server CPU ms per MiB | vs direct (CPU) |');
       console.log('|---|---|---|---|');
       const base = results[0]!.serverCpuMsPerMiB;
-      for (const r of results) console.log(`| ${r.target} | ${r.mibPerS.toFixed(0)} | ${r.serverCpuMsPerMiB.toFixed(2)} | ${(r.serverCpuMsPerMiB / base).toFixed(2)}x |`);
+      for (const r of results)
+        console.log(`| ${r.target} | ${r.mibPerS.toFixed(0)} | ${r.serverCpuMsPerMiB.toFixed(2)} | ${(r.serverCpuMsPerMiB / base).toFixed(2)}x |`);
     }
   } finally {
     for (const c of children) c.kill();

@@ -24,7 +24,13 @@ const N = arg('n', 2_000_000);
 const REPEAT = arg('repeat', 5);
 const JSON_OUT = argv.includes('--json');
 
-const ROUTES: ReadonlyArray<readonly [string, string]> = [['POST', '/v1/messages'], ['POST', '/v1/responses'], ['GET', '/v1/models'], ['GET', '/v1/me'], ['GET', '/v1/video/generations/:id']];
+const ROUTES: ReadonlyArray<readonly [string, string]> = [
+  ['POST', '/v1/messages'],
+  ['POST', '/v1/responses'],
+  ['GET', '/v1/models'],
+  ['GET', '/v1/me'],
+  ['GET', '/v1/video/generations/:id'],
+];
 const STATUSES = [200, 200, 200, 200, 402, 429, 200, 503];
 const SECONDS = [0.0004, 0.003, 0.02, 0.4, 1.7, 0.0009, 12, 0.05];
 
@@ -56,7 +62,13 @@ const cases: Record<string, (i: number) => void> = {
 };
 const reg = new Registry();
 const pc = new Counter({ name: 'pc_requests_total', help: 'x', labelNames: ['route', 'method', 'status_class'], registers: [reg] });
-const ph = new Histogram({ name: 'pc_duration_seconds', help: 'x', labelNames: ['route', 'method', 'status_class'], buckets: [...DURATION_BUCKETS_S], registers: [reg] });
+const ph = new Histogram({
+  name: 'pc_duration_seconds',
+  help: 'x',
+  labelNames: ['route', 'method', 'status_class'],
+  buckets: [...DURATION_BUCKETS_S],
+  registers: [reg],
+});
 const CLASSES = ['1xx', '2xx', '3xx', '4xx', '5xx'];
 cases['prom-client'] = (i) => {
   const started = performance.now();

@@ -52,25 +52,39 @@ await time('reserve (one)', async () => {
   await ledger.reserve(input(id));
 });
 const open: string[] = [];
-await time('reserve (one), kept for settle', async () => {
-  const i = newRequestId();
-  open.push(i);
-  await ledger.reserve(input(i));
-}, 3000);
+await time(
+  'reserve (one), kept for settle',
+  async () => {
+    const i = newRequestId();
+    open.push(i);
+    await ledger.reserve(input(i));
+  },
+  3000,
+);
 let k = 0;
 await time('settle (one)', () => ledger.settle(open[k++]!, 10, { usage: { inputTokens: 10, outputTokens: 20 } }), 3000);
 for (const batch of [10, 30]) {
   const ids: string[] = [];
-  await time(`reserve x${batch} (group commit)`, async () => {
-    const b = Array.from({ length: batch }, () => newRequestId());
-    ids.push(...b);
-    await Promise.all(b.map((x) => ledger.reserve(input(x))));
-  }, 300, batch);
+  await time(
+    `reserve x${batch} (group commit)`,
+    async () => {
+      const b = Array.from({ length: batch }, () => newRequestId());
+      ids.push(...b);
+      await Promise.all(b.map((x) => ledger.reserve(input(x))));
+    },
+    300,
+    batch,
+  );
   let j = 0;
-  await time(`settle x${batch} (group commit)`, async () => {
-    await Promise.all(ids.slice(j, j + batch).map((x) => ledger.settle(x, 10, { usage: { inputTokens: 10, outputTokens: 20 } })));
-    j += batch;
-  }, 300, batch);
+  await time(
+    `settle x${batch} (group commit)`,
+    async () => {
+      await Promise.all(ids.slice(j, j + batch).map((x) => ledger.settle(x, 10, { usage: { inputTokens: 10, outputTokens: 20 } })));
+      j += batch;
+    },
+    300,
+    batch,
+  );
 }
 console.log('batches', JSON.stringify(ledger.batchStats()));
 await ledger.close();

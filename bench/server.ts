@@ -23,7 +23,10 @@ const seconds = Number(process.argv[process.argv.indexOf('--seconds') + 1]) || 5
 async function serve(): Promise<void> {
   const schema = 'bench_' + process.pid;
   const url = await benchDatabaseUrl();
-  const cfg = loadConfig({}, { server: { port: 0 }, db: { url: url.url, schema }, limits: { requestsPerMinute: 1_000_000, publicRequestsPerMinute: 1_000_000 } });
+  const cfg = loadConfig(
+    {},
+    { server: { port: 0 }, db: { url: url.url, schema }, limits: { requestsPerMinute: 1_000_000, publicRequestsPerMinute: 1_000_000 } },
+  );
   const gw = await createGateway(cfg, { log: silentLogger });
   const pool = gw.services.pool;
   const acc = await createAccount(pool, { name: 'bench', planId: 'pro' });
@@ -67,7 +70,10 @@ async function main(): Promise<void> {
   console.log(`# bench/server.ts: ${seconds}s per run, database ${info.db}, in-process limiter, Node ${process.version}`);
   const auth = { authorization: `Bearer ${info.key}` };
   const results: string[] = [];
-  for (const [path, headers] of [['/v1/me', auth], ['/v1/models', {}]] as const) {
+  for (const [path, headers] of [
+    ['/v1/me', auth],
+    ['/v1/models', {}],
+  ] as const) {
     for (const connections of [1, 50]) {
       const plain = await runLoad({ label: `node:http ${path} c=${connections}`, url: info.plain, path, headers, connections, durationMs: seconds * 1000 });
       const gw = await runLoad({ label: `inkgate ${path} c=${connections}`, url: info.gateway, path, headers, connections, durationMs: seconds * 1000 });

@@ -49,7 +49,7 @@ async function main(): Promise<void> {
   let recording = false;
   const sqlLabel = (a: unknown[]) => {
     const q = a[0] as string | { name?: string; text: string };
-    const t = typeof q === 'string' ? q : q.name ?? q.text;
+    const t = typeof q === 'string' ? q : (q.name ?? q.text);
     return 'pg ' + t.replace(/\s+/g, ' ').slice(0, 50);
   };
   wrap(pool, 'query', (a) => (recording ? sqlLabel(a) : 'warm'));
@@ -103,9 +103,13 @@ async function main(): Promise<void> {
   const cpu0 = process.cpuUsage();
   if (loadChild) {
     recording = true;
-    const c = fork(fileURLToPath(import.meta.url), ['--role', 'load', '--url', gw.url, '--path', path, '--body', body, '--key', stack.key, '--n', String(n), '--conns', String(conns)], {
-      execArgv: process.execArgv.filter((a) => !a.startsWith('--cpu-prof')),
-    });
+    const c = fork(
+      fileURLToPath(import.meta.url),
+      ['--role', 'load', '--url', gw.url, '--path', path, '--body', body, '--key', stack.key, '--n', String(n), '--conns', String(conns)],
+      {
+        execArgv: process.execArgv.filter((a) => !a.startsWith('--cpu-prof')),
+      },
+    );
     total.push(...(await new Promise<number[]>((r) => c.once('message', r as never))));
   } else await Promise.all(Array.from({ length: conns }, worker));
   const cpu = process.cpuUsage(cpu0);
@@ -113,7 +117,9 @@ async function main(): Promise<void> {
   const pgUs = ((await pgTicks()) - pg0) * 10_000;
   note('end-to-end', 0);
   samples.set('end-to-end', total);
-  console.log(`# ${lane}${stream ? ' stream' : ''} c=${conns}: ${(total.length / secs).toFixed(0)} req/s, ${((cpu.user + cpu.system) / total.length).toFixed(0)} µs CPU/req (${loadChild ? 'gateway alone' : 'gateway + client in this process'}), Postgres backends ${(pgUs / (loadChild ? n : n + 300)).toFixed(0)} µs/req`);
+  console.log(
+    `# ${lane}${stream ? ' stream' : ''} c=${conns}: ${(total.length / secs).toFixed(0)} req/s, ${((cpu.user + cpu.system) / total.length).toFixed(0)} µs CPU/req (${loadChild ? 'gateway alone' : 'gateway + client in this process'}), Postgres backends ${(pgUs / (loadChild ? n : n + 300)).toFixed(0)} µs/req`,
+  );
   console.log('| step | count | p50 ms | p90 ms | p99 ms |');
   console.log('|---|---|---|---|---|');
   for (const [k, a] of samples) {
@@ -131,7 +137,8 @@ async function main(): Promise<void> {
 async function load(): Promise<void> {
   const client = new Pool(arg('--url', ''), { connections: conns });
   const headers = { 'content-type': 'application/json', authorization: `Bearer ${arg('--key', '')}` };
-  const path = arg('--path', ''), body = arg('--body', '');
+  const path = arg('--path', ''),
+    body = arg('--body', '');
   const total: number[] = [];
   let done = 0;
   const worker = async () => {

@@ -39,7 +39,11 @@ const table = {
   conflicting_references: { status: 400, type: 'invalid_request_error', message: 'Frames and reference lists cannot be combined.' },
   missing_first_frame: { status: 400, type: 'invalid_request_error', message: '`last_frame_url` requires `first_frame_url`.' },
   reference_limit: { status: 400, type: 'invalid_request_error', message: 'The references break the total cap or the audio-anchor rule.' },
-  missing_prompt: { status: 400, type: 'invalid_request_error', message: 'A prompt is required unless a frame or an image or video reference carries the intent.' },
+  missing_prompt: {
+    status: 400,
+    type: 'invalid_request_error',
+    message: 'A prompt is required unless a frame or an image or video reference carries the intent.',
+  },
   invalid_idempotency_key: { status: 400, type: 'invalid_request_error', message: '`Idempotency-Key` must be 1 to 128 characters of [A-Za-z0-9._:-].' },
   // 401-403
   invalid_api_key: { status: 401, type: 'authentication_error', message: 'Invalid API key.' },

@@ -193,7 +193,15 @@ function createFailStop(log: Logger, opts: GatewayOptions): { failStop: FailStop
 }
 
 /** The ledger, key authentication and the escrow over them. */
-async function startLedger(config: Config, dbUrl: string, pool: Pool, state: DeploymentState, log: Logger, f: { failStop: FailStop; faults: EscrowFaults | undefined }, cleanups: Cleanups): Promise<{ ledger: Ledger; keys: KeyAuthenticator; escrow: Escrow }> {
+async function startLedger(
+  config: Config,
+  dbUrl: string,
+  pool: Pool,
+  state: DeploymentState,
+  log: Logger,
+  f: { failStop: FailStop; faults: EscrowFaults | undefined },
+  cleanups: Cleanups,
+): Promise<{ ledger: Ledger; keys: KeyAuthenticator; escrow: Escrow }> {
   // The ledger's (msg, fields) callbacks: each event at the level log-events.ts gives it.
   const ledgerLog = eventSink(log.child({ component: 'ledger' }));
   // Every reserve, the exact path and the generations' own transactions included, stops with the instance.
@@ -316,7 +324,13 @@ async function serveHttp(services: Services, p: HttpParts, cleanups: Cleanups): 
   // The console (src/console) is served beside the media host; its playground calls our own /v1.
   let selfUrl = '';
   const media = mediaHostHandler(p.generationDeps);
-  const consolePages = consoleHandler({ services, mediaSecret: p.generationDeps.mediaSecret, mediaClock: p.generationDeps.clock, selfUrl: () => selfUrl, routes: () => p.routes });
+  const consolePages = consoleHandler({
+    services,
+    mediaSecret: p.generationDeps.mediaSecret,
+    mediaClock: p.generationDeps.clock,
+    selfUrl: () => selfUrl,
+    routes: () => p.routes,
+  });
   const { engine, ...listen } = config.server;
   const accessLog = startAccessLog(services, p.accessLog, cleanups);
   const running = await startServer({

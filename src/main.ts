@@ -90,12 +90,19 @@ function opsConfig(config: Config, db: Database, announced: boolean): Config {
 }
 
 /** The listening line, and for a newcomer the demo key, the console link and a first call to try. */
-function announce(config: Config, db: Database, gw: Gateway, log: Logger, o: { demo: boolean; key?: string | undefined; consoleLink?: string | undefined }): void {
+function announce(
+  config: Config,
+  db: Database,
+  gw: Gateway,
+  log: Logger,
+  o: { demo: boolean; key?: string | undefined; consoleLink?: string | undefined },
+): void {
   if (o.key) {
     process.stdout.write(`\nDemo account created. Its API key (shown once, also in ${demoKeyPath(config)}):\n\n  ${o.key}\n\n`);
   }
   log.info({ url: gw.url }, 'gateway.listening');
-  if (o.consoleLink) process.stdout.write(`Console (one-time sign-in link, 15 minutes; more with \`inkgate console link --account usr_...\`):\n\n  ${o.consoleLink}\n\n`);
+  if (o.consoleLink)
+    process.stdout.write(`Console (one-time sign-in link, 15 minutes; more with \`inkgate console link --account usr_...\`):\n\n  ${o.consoleLink}\n\n`);
   if (db.kind !== 'external' || o.demo) {
     if (hasDemoKey(config)) process.stdout.write(`Try: curl -H "Authorization: Bearer $(cat ${demoKeyPath(config)})" ${gw.url}/v1/me\n`);
   }

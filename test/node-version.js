@@ -115,7 +115,10 @@ function main() {
     if (existsSync(p)) continue;
     const npmBin = machineNpmDir();
     if (!npmBin) fail(`no npm found on PATH to run under ${version}`);
-    writeFileSync(p, `#!/bin/sh\n# the machine's npm, run on the node beside this file\nexec "$(dirname "$0")/node" "${join(npmBin, `${tool}-cli.js`)}" "$@"\n`);
+    writeFileSync(
+      p,
+      `#!/bin/sh\n# the machine's npm, run on the node beside this file\nexec "$(dirname "$0")/node" "${join(npmBin, `${tool}-cli.js`)}" "$@"\n`,
+    );
     chmodSync(p, 0o755);
   }
 

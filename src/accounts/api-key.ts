@@ -34,7 +34,10 @@ export function hashKey(raw: string): Buffer {
  * Responses `safety_identifier`): derived from the key id, never from the key itself.
  */
 export function vendorUserHash(keyId: string): string {
-  return createHash('sha256').update('inkgate:' + keyId).digest('hex').slice(0, 32);
+  return createHash('sha256')
+    .update('inkgate:' + keyId)
+    .digest('hex')
+    .slice(0, 32);
 }
 
 /** The bearer token from an Authorization header value, or undefined. Only `Bearer` is read. */

@@ -3,7 +3,18 @@ import { ApiError } from '../errors.js';
 import type { Route } from '../server/router.js';
 import type { Escrow } from '../ledger/escrow.js';
 import type { Queryable } from '../store/pool.js';
-import { ACCOUNT_INK_COLUMNS, ACCOUNT_INK_JOIN, inkFigures, KEY_SPEND_COLUMNS, KEY_SPEND_JOIN, keySpend, type AccountInkRow, type InkFigures, type KeySpend, type KeySpendRow } from './ink-figures.js';
+import {
+  ACCOUNT_INK_COLUMNS,
+  ACCOUNT_INK_JOIN,
+  inkFigures,
+  KEY_SPEND_COLUMNS,
+  KEY_SPEND_JOIN,
+  keySpend,
+  type AccountInkRow,
+  type InkFigures,
+  type KeySpend,
+  type KeySpendRow,
+} from './ink-figures.js';
 
 interface MeRow extends AccountInkRow, KeySpendRow {
   user_id: string;

@@ -1,6 +1,17 @@
 // `inkgate <command>`: the operator's tool. It talks to the same database as the gateway.
 // Every command prints a human line or, with --json, one JSON document; errors are one line and exit 1.
-import { createAccount, createKey, listKeys, listPlans, revokeKey, setAccountPlan, setKeyLimit, updateKey, AdminError, type KeyChanges } from '../accounts/accounts.js';
+import {
+  createAccount,
+  createKey,
+  listKeys,
+  listPlans,
+  revokeKey,
+  setAccountPlan,
+  setKeyLimit,
+  updateKey,
+  AdminError,
+  type KeyChanges,
+} from '../accounts/accounts.js';
 import { isUsageFrame, USAGE_FRAME_CHOICES, type UsageFrame } from '../accounts/usage-frame.js';
 import { loadCatalog } from '../catalog/models.js';
 import { loadConfig, type Config } from '../config/config.js';
@@ -304,7 +315,12 @@ function human(v: unknown): string {
   return String(v);
 }
 
-export async function runCli(argv: string[], out: (s: string) => unknown = (s) => process.stdout.write(s), err: (s: string) => unknown = (s) => process.stderr.write(s), config?: Config): Promise<number> {
+export async function runCli(
+  argv: string[],
+  out: (s: string) => unknown = (s) => process.stdout.write(s),
+  err: (s: string) => unknown = (s) => process.stderr.write(s),
+  config?: Config,
+): Promise<number> {
   // The bench measures targets, not the database: it never opens the operator's (src/bench).
   if (argv[0] === 'bench') return (await import('../bench/cli.js')).runBench(argv.slice(1), out, err);
   const found = findCommand(commandWords(argv));

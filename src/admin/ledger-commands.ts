@@ -205,7 +205,11 @@ export const ledgerCommands: Record<string, AdminCommand> = {
       const reason = typeof a.flags.reason === 'string' ? a.flags.reason : 'released by operator';
       const r = await ctx.ledger.release(id, reason);
       if (!r.resolved) {
-        const why = { unknown_request: 'no such request', already_resolved: 'the hold is already resolved', in_lease: 'the request is still running in a gateway instance (its hold is in that instance\'s Ink lease)' };
+        const why = {
+          unknown_request: 'no such request',
+          already_resolved: 'the hold is already resolved',
+          in_lease: "the request is still running in a gateway instance (its hold is in that instance's Ink lease)",
+        };
         throw new Error(`${id}: ${why[r.reason]}`);
       }
       return { request: id, released_ink: r.releasedInk, expired_ink: r.expiredInk };

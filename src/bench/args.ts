@@ -1,6 +1,17 @@
 // `inkgate bench` arguments: parsed and checked once, every number bounded, so a typo fails at
 // once with one line instead of after minutes of load.
-export const SCENARIOS = ['latency', 'saturation', 'stream-saturation', 'open-loop', 'paced', 'billing', 'many-tenants', 'durability', 'engines', 'access-log'] as const;
+export const SCENARIOS = [
+  'latency',
+  'saturation',
+  'stream-saturation',
+  'open-loop',
+  'paced',
+  'billing',
+  'many-tenants',
+  'durability',
+  'engines',
+  'access-log',
+] as const;
 export type Scenario = (typeof SCENARIOS)[number];
 export type LaneName = 'messages' | 'responses';
 
@@ -94,10 +105,35 @@ gateway with its access log on and off (written, as in a deployment, but into /d
 
 const BOOLEAN = new Set(['json', 'progress', 'no-plain-proxy', 'help']);
 const VALUED = new Set([
-  'scenario', 'lane', 'seconds', 'warmup-seconds', 'max-requests', 'max-total-seconds', 'connections', 'rate', 'streams', 'pace-ms', 'deltas',
-  'upstream-connections', 'gateway', 'key', 'direct', 'direct-key', 'direct-responses', 'direct-responses-key', 'model-messages',
-  'model-responses', 'direct-model-messages', 'direct-model-responses', 'anthropic-version', 'report', 'durability', 'flush-ms',
-  'tenant-accounts', 'tenant-keys', 'cpu-prof',
+  'scenario',
+  'lane',
+  'seconds',
+  'warmup-seconds',
+  'max-requests',
+  'max-total-seconds',
+  'connections',
+  'rate',
+  'streams',
+  'pace-ms',
+  'deltas',
+  'upstream-connections',
+  'gateway',
+  'key',
+  'direct',
+  'direct-key',
+  'direct-responses',
+  'direct-responses-key',
+  'model-messages',
+  'model-responses',
+  'direct-model-messages',
+  'direct-model-responses',
+  'anthropic-version',
+  'report',
+  'durability',
+  'flush-ms',
+  'tenant-accounts',
+  'tenant-keys',
+  'cpu-prof',
 ]);
 
 function num(flags: Map<string, string>, name: string, dflt: number, min: number, max: number, integer = true): number {
@@ -142,7 +178,10 @@ function readFlags(argv: readonly string[]): { flags: Map<string, string>; bools
 
 export function parseBenchArgs(argv: readonly string[], stderrIsTty: boolean): BenchOptions {
   const { flags, bools } = readFlags(argv);
-  const scenarioList = (flags.get('scenario') ?? SCENARIOS.join(',')).split(',').map((s) => s.trim()).filter(Boolean);
+  const scenarioList = (flags.get('scenario') ?? SCENARIOS.join(','))
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
   for (const s of scenarioList) {
     if (!(SCENARIOS as readonly string[]).includes(s)) throw new BenchUsageError(`unknown scenario ${JSON.stringify(s)}; one of ${SCENARIOS.join(', ')}`);
   }

@@ -175,7 +175,15 @@ async function startInkgate(c: GatewayChildConfig): Promise<Started> {
     );
     const row = r.rows[0]!;
     const invariantViolations = (await checkLedger(pool)).reduce((n, v) => n + v.count, 0);
-    return { invariantViolations, openHolds: Number(row.open), usageUnknown: Number(row.unknown), requests: Number(row.n), keysUsed: Number(row.keys), errorsLogged, firstErrors };
+    return {
+      invariantViolations,
+      openHolds: Number(row.open),
+      usageUnknown: Number(row.unknown),
+      requests: Number(row.n),
+      keysUsed: Number(row.keys),
+      errorsLogged,
+      firstErrors,
+    };
   };
   try {
     const key = await prepareBenchGateway(gw);
@@ -261,10 +269,13 @@ function main(): void {
     if (m.op === 'start') {
       const role = m.role!;
       const started =
-        role === 'sims' ? startSims(m.config as SimsChildConfig)
-        : role === 'gateway' ? startInkgate(m.config as GatewayChildConfig)
-        : role === 'proxy' ? startProxy(m.config as ProxyChildConfig)
-        : startDb();
+        role === 'sims'
+          ? startSims(m.config as SimsChildConfig)
+          : role === 'gateway'
+            ? startInkgate(m.config as GatewayChildConfig)
+            : role === 'proxy'
+              ? startProxy(m.config as ProxyChildConfig)
+              : startDb();
       started.then(
         (s) => {
           stop = s.stop;
@@ -280,11 +291,19 @@ function main(): void {
     else if (m.op === 'read') process.send?.({ type: 'stats', id: m.id, ...p.read() });
     else if (m.op === 'audit') {
       const reply = (a: LedgerAudit | null, error?: string) => process.send?.({ type: 'audit', id: m.id, audit: a, error });
-      if (!audit) reply(null); // not a billing gateway: nothing to audit
-      else audit().then((a) => reply(a), (e: unknown) => reply(null, e instanceof Error ? e.message : String(e)));
+      if (!audit)
+        reply(null); // not a billing gateway: nothing to audit
+      else
+        audit().then(
+          (a) => reply(a),
+          (e: unknown) => reply(null, e instanceof Error ? e.message : String(e)),
+        );
     } else if (m.op === 'prof-start' || m.op === 'prof-stop') {
       const reply = (error?: string) => process.send?.({ type: 'prof', id: m.id, error });
-      (m.op === 'prof-start' ? prof.start() : prof.stop(m.file!)).then(() => reply(), (e: unknown) => reply(e instanceof Error ? e.message : String(e)));
+      (m.op === 'prof-start' ? prof.start() : prof.stop(m.file!)).then(
+        () => reply(),
+        (e: unknown) => reply(e instanceof Error ? e.message : String(e)),
+      );
     } else if (m.op === 'stop') void end(0).then(undefined, () => process.exit(1));
   });
 }

@@ -39,7 +39,7 @@ async function measure(o: BenchOptions, err: Write): Promise<BenchReport> {
   try {
     set = await startTargets(o, dbUrl, redisUrl, (s) => progress.update(s, 0));
     const { results, skipped } = await runPlanned(o, set, started, progress);
-    progress.update('reading the gateways\' ledgers', 1);
+    progress.update("reading the gateways' ledgers", 1);
     const audits = await auditLedgers(set.processes);
     progress.update('stopping the processes it started', 1);
     measured = { results, skipped, audits };
@@ -127,7 +127,11 @@ function benchReport(o: BenchOptions, set: TargetSet, started: number, m: Measur
   };
 }
 
-export async function runBench(argv: readonly string[], out: Write = (s) => process.stdout.write(s), err: Write = (s) => process.stderr.write(s)): Promise<number> {
+export async function runBench(
+  argv: readonly string[],
+  out: Write = (s) => process.stdout.write(s),
+  err: Write = (s) => process.stderr.write(s),
+): Promise<number> {
   let o: BenchOptions;
   try {
     o = parseBenchArgs(argv, process.stderr.isTTY === true);

@@ -115,19 +115,64 @@ function engineGoals(runs: readonly RunResult[], lane: LaneName, g: GoalLine): v
   const q = quotient;
   const d = difference;
   const proxy = 'plain proxy';
-  for (const [kind, mode] of [['request', 'non-streaming'], ['stream', 'streaming']] as const) {
+  for (const [kind, mode] of [
+    ['request', 'non-streaming'],
+    ['stream', 'streaming'],
+  ] as const) {
     const load = (t: TargetName) => of(kind, false, t);
-    g(`engines: node rps vs plain proxy (${mode}, under load)`, q(load(ENGINE_TARGETS.node), load(proxy), 'rps'), '>=', 1.0, 'x', 'engines: rps inkgate (node) / plain proxy');
-    g(`engines: node CPU per request vs plain proxy (${mode}, under load)`, q(load(ENGINE_TARGETS.node), load(proxy), 'own.cpuUsPerRequest'), '<=', 1.1, 'x', 'engines: CPU µs/req inkgate (node) / plain proxy');
-    g(`engines: uws rps vs plain proxy (${mode}, under load)`, q(load(ENGINE_TARGETS.uws), load(proxy), 'rps'), '>=', 1.3, 'x', 'engines: rps inkgate (uws) / plain proxy');
+    g(
+      `engines: node rps vs plain proxy (${mode}, under load)`,
+      q(load(ENGINE_TARGETS.node), load(proxy), 'rps'),
+      '>=',
+      1.0,
+      'x',
+      'engines: rps inkgate (node) / plain proxy',
+    );
+    g(
+      `engines: node CPU per request vs plain proxy (${mode}, under load)`,
+      q(load(ENGINE_TARGETS.node), load(proxy), 'own.cpuUsPerRequest'),
+      '<=',
+      1.1,
+      'x',
+      'engines: CPU µs/req inkgate (node) / plain proxy',
+    );
+    g(
+      `engines: uws rps vs plain proxy (${mode}, under load)`,
+      q(load(ENGINE_TARGETS.uws), load(proxy), 'rps'),
+      '>=',
+      1.3,
+      'x',
+      'engines: rps inkgate (uws) / plain proxy',
+    );
   }
   for (const engine of ['uws', 'node'] as const) {
     const t = ENGINE_TARGETS[engine];
-    g(`engines: ${engine} added latency c=1 p50 over the plain proxy's (non-streaming)`, d(of('request', true, t), of('request', true, proxy), 'latency.p50Ms'), '<=', 0.1, 'ms', `engines c=1: (${t} - direct) - (plain proxy - direct), p50`);
-    g(`engines: ${engine} added time to first token c=1 p50 over the plain proxy's`, d(of('stream', true, t), of('stream', true, proxy), 'ttft.p50Ms'), '<=', 0.1, 'ms', `engines c=1 stream: (${t} - direct) - (plain proxy - direct), TTFT p50`);
+    g(
+      `engines: ${engine} added latency c=1 p50 over the plain proxy's (non-streaming)`,
+      d(of('request', true, t), of('request', true, proxy), 'latency.p50Ms'),
+      '<=',
+      0.1,
+      'ms',
+      `engines c=1: (${t} - direct) - (plain proxy - direct), p50`,
+    );
+    g(
+      `engines: ${engine} added time to first token c=1 p50 over the plain proxy's`,
+      d(of('stream', true, t), of('stream', true, proxy), 'ttft.p50Ms'),
+      '<=',
+      0.1,
+      'ms',
+      `engines c=1 stream: (${t} - direct) - (plain proxy - direct), TTFT p50`,
+    );
   }
   const engineRuns = runs.filter((r) => r.lane === lane && r.scenario === 'engines');
-  g('engines: failed requests, every run', engineRuns.length ? engineRuns.reduce((n, r) => n + r.failed, 0) : null, '<=', 0, '', 'engines: answers other than 200 and transport errors, every target');
+  g(
+    'engines: failed requests, every run',
+    engineRuns.length ? engineRuns.reduce((n, r) => n + r.failed, 0) : null,
+    '<=',
+    0,
+    '',
+    'engines: answers other than 200 and transport errors, every target',
+  );
 }
 
 /** Concurrency 1 (added latency and time to first token) and saturation, requests and streams, billing on against off and the plain proxy. */
@@ -145,16 +190,37 @@ function loadGoals(runs: readonly RunResult[], lane: LaneName, g: GoalLine): voi
   g('added time to first token c=1 p50', diff(s1('inkgate'), s1('direct'), 'ttft.p50Ms'), '<=', 0.5, 'ms', 'latency stream: inkgate - direct');
   g('added latency c=1 p99 (non-streaming)', diff(c1('inkgate'), c1('direct'), 'latency.p99Ms'), '<=', 2.0, 'ms', 'latency: inkgate - direct');
   g('added time to first token c=1 p99', diff(s1('inkgate'), s1('direct'), 'ttft.p99Ms'), '<=', 2.0, 'ms', 'latency stream: inkgate - direct');
-  g('saturation: billing on vs billing off', q(billing('inkgate'), billing('inkgate (billing off)'), 'rps'), '>=', 0.9, 'x', 'billing, 50 connections: rps on / off');
+  g(
+    'saturation: billing on vs billing off',
+    q(billing('inkgate'), billing('inkgate (billing off)'), 'rps'),
+    '>=',
+    0.9,
+    'x',
+    'billing, 50 connections: rps on / off',
+  );
   g('saturation: billing on vs plain proxy', q(sat('inkgate'), sat('plain proxy'), 'rps'), '>=', 1.3, 'x', 'saturation: rps inkgate / plain proxy');
   const pg = billingOn?.processes.find((p) => p.name === POSTGRES_SERVER);
-  g('Postgres CPU per billed request (saturation)', pg ? pg.cpuUsPerRequest : null, '<=', 25, 'µs', 'Postgres server processes\' CPU / inkgate requests');
+  g('Postgres CPU per billed request (saturation)', pg ? pg.cpuUsPerRequest : null, '<=', 25, 'µs', "Postgres server processes' CPU / inkgate requests");
   g('failed requests under saturation', billingOn ? billingOn.failed : null, '<=', 0, '', 'billing run: answers other than 200');
   const ss = (t: TargetName) => find(runs, lane, 'stream-saturation', 'stream', t);
-  g('stream saturation: billing on vs billing off', q(ss('inkgate'), ss('inkgate (billing off)'), 'rps'), '>=', 0.9, 'x', 'stream-saturation: streams/s on / off');
-  g('stream saturation: billing on vs plain proxy', q(ss('inkgate'), ss('plain proxy'), 'rps'), '>=', 1.3, 'x', 'stream-saturation: streams/s inkgate / plain proxy');
+  g(
+    'stream saturation: billing on vs billing off',
+    q(ss('inkgate'), ss('inkgate (billing off)'), 'rps'),
+    '>=',
+    0.9,
+    'x',
+    'stream-saturation: streams/s on / off',
+  );
+  g(
+    'stream saturation: billing on vs plain proxy',
+    q(ss('inkgate'), ss('plain proxy'), 'rps'),
+    '>=',
+    1.3,
+    'x',
+    'stream-saturation: streams/s inkgate / plain proxy',
+  );
   const pgs = ss('inkgate')?.processes.find((p) => p.name === POSTGRES_SERVER);
-  g('Postgres CPU per billed stream (saturation)', pgs ? pgs.cpuUsPerRequest : null, '<=', 25, 'µs', 'Postgres server processes\' CPU / inkgate streams');
+  g('Postgres CPU per billed stream (saturation)', pgs ? pgs.cpuUsPerRequest : null, '<=', 25, 'µs', "Postgres server processes' CPU / inkgate streams");
 }
 
 /** Many tenants against one key, failed requests of every billed run, and the paced streams (CPU per chunk, throughput, memory, gaps). */
@@ -164,12 +230,40 @@ function tenantAndPacedGoals(runs: readonly RunResult[], lane: LaneName, paceMs:
   const s1 = (t: TargetName) => find(runs, lane, 'latency', 'stream', t);
   const paced = (t: TargetName) => find(runs, lane, 'paced', 'paced', t);
   const mt = (kind: RunKind, t: TargetName) => find(runs, lane, 'many-tenants', kind, t);
-  g('many tenants vs one key (non-streaming)', q(mt('request', 'inkgate (many tenants)'), mt('request', 'inkgate (one key)'), 'rps'), '>=', 0.8, 'x', 'many-tenants: rps over all keys / one key');
-  g('many tenants vs one key (streaming)', q(mt('stream', 'inkgate (many tenants)'), mt('stream', 'inkgate (one key)'), 'rps'), '>=', 0.8, 'x', 'many-tenants: streams/s over all keys / one key');
+  g(
+    'many tenants vs one key (non-streaming)',
+    q(mt('request', 'inkgate (many tenants)'), mt('request', 'inkgate (one key)'), 'rps'),
+    '>=',
+    0.8,
+    'x',
+    'many-tenants: rps over all keys / one key',
+  );
+  g(
+    'many tenants vs one key (streaming)',
+    q(mt('stream', 'inkgate (many tenants)'), mt('stream', 'inkgate (one key)'), 'rps'),
+    '>=',
+    0.8,
+    'x',
+    'many-tenants: streams/s over all keys / one key',
+  );
   const billedRuns = runs.filter((r) => r.lane === lane && billed(r.target));
-  g('failed requests, every billed run', billedRuns.length ? billedRuns.reduce((n, r) => n + r.failed, 0) : null, '<=', 0, '', 'all runs of a billing inkgate: answers other than 200');
+  g(
+    'failed requests, every billed run',
+    billedRuns.length ? billedRuns.reduce((n, r) => n + r.failed, 0) : null,
+    '<=',
+    0,
+    '',
+    'all runs of a billing inkgate: answers other than 200',
+  );
   const chunkRun = paced('inkgate') ?? s1('inkgate');
-  g('CPU per relayed SSE chunk', chunkRun ? figure(chunkRun, 'own.cpuUsPerChunk') : null, '<=', 40, 'µs', chunkRun ? `${chunkRun.scenario}: gateway CPU / SSE events relayed` : 'paced or latency stream');
+  g(
+    'CPU per relayed SSE chunk',
+    chunkRun ? figure(chunkRun, 'own.cpuUsPerChunk') : null,
+    '<=',
+    40,
+    'µs',
+    chunkRun ? `${chunkRun.scenario}: gateway CPU / SSE events relayed` : 'paced or latency stream',
+  );
   g('paced streams: throughput vs direct', q(paced('inkgate'), paced('direct'), 'paced.streamsPerS'), '>=', 0.95, 'x', 'paced: streams/s inkgate / direct');
   g('paced streams: p99 vs direct', q(paced('inkgate'), paced('direct'), 'latency.p99Ms'), '<=', 1.2, 'x', 'paced: stream duration p99 inkgate / direct');
   const rss = paced('inkgate')?.own?.peakRssMb;
@@ -191,7 +285,8 @@ export function goals(runs: readonly RunResult[], lanes: readonly LaneName[], pa
   }
   // The ledger after the load, per gateway (not per lane: a gateway serves both).
   for (const a of audits) {
-    const g = (goal: string, value: number, from: string) => out.push({ lane: 'all', goal: `${a.process}: ${goal}`, value, op: '<=', limit: 0, unit: '', pass: value <= 0, from });
+    const g = (goal: string, value: number, from: string) =>
+      out.push({ lane: 'all', goal: `${a.process}: ${goal}`, value, op: '<=', limit: 0, unit: '', pass: value <= 0, from });
     g('ledger invariant violations', a.invariantViolations, 'rows breaking a ledger rule once the journal is written (inkgate ledger check)');
     g('holds left open after the bench', a.openHolds, 'requests with an open hold once the journal is written');
     g('errors logged (failed settles and moves)', a.errorsLogged, 'error lines the gateway logged');

@@ -38,6 +38,7 @@ export function laneBodies(lane: LaneName, model: string, paceMs: number, deltas
       JSON.stringify({ model, max_tokens: maxTokens, ...(stream ? { stream: true } : {}), messages: [{ role: 'user', content: text }] });
     return { plain: b(false, PROMPT, 256), stream: b(true, PROMPT, 256), paced: b(true, paced, Math.max(256, deltas * 2)) };
   }
-  const b = (stream: boolean, text: string, maxTokens: number) => JSON.stringify({ model, max_output_tokens: maxTokens, ...(stream ? { stream: true } : {}), input: text });
+  const b = (stream: boolean, text: string, maxTokens: number) =>
+    JSON.stringify({ model, max_output_tokens: maxTokens, ...(stream ? { stream: true } : {}), input: text });
   return { plain: b(false, PROMPT, 256), stream: b(true, PROMPT, 256), paced: b(true, paced, Math.max(256, deltas * 2)) };
 }

@@ -41,7 +41,16 @@ export interface Tally {
   readonly ttft: Histogram;
 }
 
-const newTally = (): Tally => ({ requests: 0, statuses: {}, errors: {}, failureSamples: [], chunks: 0, seconds: 0, latency: newHistogram(), ttft: newHistogram() });
+const newTally = (): Tally => ({
+  requests: 0,
+  statuses: {},
+  errors: {},
+  failureSamples: [],
+  chunks: 0,
+  seconds: 0,
+  latency: newHistogram(),
+  ttft: newHistogram(),
+});
 
 /** Every wait on a target is bounded: a target that hangs fails the request, not the bench. */
 const TARGET_TIMEOUT_MS = 60_000;
@@ -72,7 +81,13 @@ export async function within(p: Promise<unknown>, ms: number): Promise<boolean> 
   let timer: NodeJS.Timeout | undefined;
   const late = new Promise<boolean>((r) => (timer = setTimeout(() => r(false), ms)));
   try {
-    return await Promise.race([p.then(() => true, () => true), late]);
+    return await Promise.race([
+      p.then(
+        () => true,
+        () => true,
+      ),
+      late,
+    ]);
   } finally {
     clearTimeout(timer);
   }

@@ -27,7 +27,9 @@ interface Series {
 }
 
 export function svgPlot(title: string, series: readonly Series[]): string {
-  const all = series.flatMap((s) => s.points.map(([p, v]) => [Number.isNaN(nines(p)) ? NaN : nines(p), v] as const)).filter(([x, v]) => Number.isFinite(x) && Number.isFinite(v));
+  const all = series
+    .flatMap((s) => s.points.map(([p, v]) => [Number.isNaN(nines(p)) ? NaN : nines(p), v] as const))
+    .filter(([x, v]) => Number.isFinite(x) && Number.isFinite(v));
   const maxX = Math.max(2, Math.ceil(Math.max(0, ...all.map(([x]) => x))));
   const maxV = Math.max(0.001, ...series.flatMap((s) => s.points.map(([, v]) => v)).filter(Number.isFinite));
   const sx = (x: number) => M.l + (x / maxX) * (W - M.l - M.r);
@@ -37,11 +39,15 @@ export function svgPlot(title: string, series: readonly Series[]): string {
   parts.push(`<text x="${M.l}" y="16" font-size="13" font-weight="bold">${esc(title)}</text>`);
   for (let i = 0; i <= maxX; i++) {
     const label = i === 0 ? '0%' : `${(100 - 10 ** (2 - i)).toFixed(Math.max(0, i - 2))}%`;
-    parts.push(`<line x1="${sx(i)}" y1="${M.t}" x2="${sx(i)}" y2="${H - M.b}" stroke="#ddd"/><text x="${sx(i)}" y="${H - M.b + 14}" font-size="10" text-anchor="middle">${label}</text>`);
+    parts.push(
+      `<line x1="${sx(i)}" y1="${M.t}" x2="${sx(i)}" y2="${H - M.b}" stroke="#ddd"/><text x="${sx(i)}" y="${H - M.b + 14}" font-size="10" text-anchor="middle">${label}</text>`,
+    );
   }
   for (let i = 0; i <= 4; i++) {
     const v = (maxV * i) / 4;
-    parts.push(`<line x1="${M.l}" y1="${sy(v)}" x2="${W - M.r}" y2="${sy(v)}" stroke="#eee"/><text x="${M.l - 4}" y="${sy(v) + 3}" font-size="10" text-anchor="end">${v.toPrecision(3)}</text>`);
+    parts.push(
+      `<line x1="${M.l}" y1="${sy(v)}" x2="${W - M.r}" y2="${sy(v)}" stroke="#eee"/><text x="${M.l - 4}" y="${sy(v) + 3}" font-size="10" text-anchor="end">${v.toPrecision(3)}</text>`,
+    );
   }
   parts.push(`<text x="${(W + M.l) / 2}" y="${H - 6}" font-size="11" text-anchor="middle">percentile</text>`);
   parts.push(`<text x="12" y="${(H - M.b + M.t) / 2}" font-size="11" transform="rotate(-90 12 ${(H - M.b + M.t) / 2})" text-anchor="middle">latency ms</text>`);
@@ -51,7 +57,9 @@ export function svgPlot(title: string, series: readonly Series[]): string {
     if (pts.length) parts.push(`<polyline fill="none" stroke="${color}" stroke-width="2" points="${pts.join(' ')}"><title>${esc(s.name)}</title></polyline>`);
     const max = s.points.find(([p]) => p >= 100);
     if (max) parts.push(`<circle cx="${sx(maxX)}" cy="${sy(max[1])}" r="3" fill="${color}"><title>${esc(s.name)} max ${max[1].toFixed(3)} ms</title></circle>`);
-    parts.push(`<rect x="${M.l + 8}" y="${M.t + 6 + i * 14}" width="10" height="10" fill="${color}"/><text x="${M.l + 22}" y="${M.t + 15 + i * 14}" font-size="11">${esc(s.name)}</text>`);
+    parts.push(
+      `<rect x="${M.l + 8}" y="${M.t + 6 + i * 14}" width="10" height="10" fill="${color}"/><text x="${M.l + 22}" y="${M.t + 15 + i * 14}" font-size="11">${esc(s.name)}</text>`,
+    );
   });
   parts.push('</svg>');
   return parts.join('');
@@ -59,10 +67,14 @@ export function svgPlot(title: string, series: readonly Series[]): string {
 
 const kindTitle = (r: RunResult) =>
   r.kind === 'request'
-    ? r.connections === 1 ? 'concurrency 1, non-streaming' : `${r.connections} connections`
-    : r.kind === 'stream' ? 'concurrency 1, streaming (to last byte)'
-    : r.kind === 'open-loop' ? `open loop ${r.openLoop?.rate} req/s, from scheduled send`
-    : `${r.paced?.streams} paced streams (stream duration)`;
+    ? r.connections === 1
+      ? 'concurrency 1, non-streaming'
+      : `${r.connections} connections`
+    : r.kind === 'stream'
+      ? 'concurrency 1, streaming (to last byte)'
+      : r.kind === 'open-loop'
+        ? `open loop ${r.openLoop?.rate} req/s, from scheduled send`
+        : `${r.paced?.streams} paced streams (stream duration)`;
 
 export function renderHtml(rep: BenchReport): string {
   const groups = new Map<string, RunResult[]>();
@@ -74,8 +86,19 @@ export function renderHtml(rep: BenchReport): string {
   for (const runs of groups.values()) {
     const r0 = runs[0]!;
     const title = `${r0.lane} · ${r0.scenario} · ${kindTitle(r0)}`;
-    plots.push(`<figure>${svgPlot(title, runs.map((r) => ({ name: r.target, points: r.plot })))}</figure>`);
-    if (r0.ttftPlot) plots.push(`<figure>${svgPlot(`${r0.lane} · ${r0.scenario} · time to first token`, runs.map((r) => ({ name: r.target, points: r.ttftPlot ?? [] })))}</figure>`);
+    plots.push(
+      `<figure>${svgPlot(
+        title,
+        runs.map((r) => ({ name: r.target, points: r.plot })),
+      )}</figure>`,
+    );
+    if (r0.ttftPlot)
+      plots.push(
+        `<figure>${svgPlot(
+          `${r0.lane} · ${r0.scenario} · time to first token`,
+          runs.map((r) => ({ name: r.target, points: r.ttftPlot ?? [] })),
+        )}</figure>`,
+      );
   }
   return `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>inkgate bench ${esc(rep.startedAt)}</title>

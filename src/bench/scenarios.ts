@@ -44,8 +44,21 @@ export interface RunResult {
   readonly latency: LatencySummary;
   readonly ttft: LatencySummary | null;
   readonly chunks: number | null;
-  readonly openLoop: { readonly rate: number; readonly scheduled: number; readonly lateSends: number; readonly lateMs: number; readonly serviceTime: LatencySummary } | null;
-  readonly paced: { readonly streams: number; readonly paceMs: number; readonly deltas: number; readonly streamsPerS: number; readonly failures: number; readonly maxGapMs: number } | null;
+  readonly openLoop: {
+    readonly rate: number;
+    readonly scheduled: number;
+    readonly lateSends: number;
+    readonly lateMs: number;
+    readonly serviceTime: LatencySummary;
+  } | null;
+  readonly paced: {
+    readonly streams: number;
+    readonly paceMs: number;
+    readonly deltas: number;
+    readonly streamsPerS: number;
+    readonly failures: number;
+    readonly maxGapMs: number;
+  } | null;
   readonly processes: readonly ProcessUse[];
   /** The target's own process figures (a shortcut into `processes`), null for a named target. */
   readonly own: ProcessUse | null;
@@ -83,17 +96,37 @@ const pacedWarmupStreams = (o: BenchOptions) => Math.min(o.streams, 50);
 
 /** Scenarios that compare two self-started gateways: which two, and the runs each gets (1 or --connections). */
 const PAIRED: Partial<Record<Scenario, { targets: readonly TargetName[]; needs: string; runs: ReadonlyArray<readonly [RunKind, 1 | 'many']> }>> = {
-  billing: { targets: ['inkgate', 'inkgate (billing off)'], needs: 'needs the self-started inkgate (billing on and off)', runs: [['request', 1], ['request', 'many']] },
-  durability: { targets: ['inkgate', 'inkgate (sync)'], needs: 'needs the self-started inkgate and inkgate (sync)', runs: [['request', 'many'], ['stream', 'many']] },
+  billing: {
+    targets: ['inkgate', 'inkgate (billing off)'],
+    needs: 'needs the self-started inkgate (billing on and off)',
+    runs: [
+      ['request', 1],
+      ['request', 'many'],
+    ],
+  },
+  durability: {
+    targets: ['inkgate', 'inkgate (sync)'],
+    needs: 'needs the self-started inkgate and inkgate (sync)',
+    runs: [
+      ['request', 'many'],
+      ['stream', 'many'],
+    ],
+  },
   'access-log': {
     targets: [ACCESS_TARGETS.on, ACCESS_TARGETS.off],
     needs: 'needs the self-started inkgate with its access log on and off',
-    runs: [['request', 'many'], ['stream', 'many']],
+    runs: [
+      ['request', 'many'],
+      ['stream', 'many'],
+    ],
   },
   'many-tenants': {
     targets: ['inkgate (one key)', 'inkgate (many tenants)'],
     needs: 'needs the self-started inkgate (one key) and inkgate (many tenants)',
-    runs: [['request', 'many'], ['stream', 'many']],
+    runs: [
+      ['request', 'many'],
+      ['stream', 'many'],
+    ],
   },
 };
 
@@ -224,8 +257,20 @@ async function driveLoad(
     return { tally, openLoopInfo: null, pacedInfo: null };
   }
   if (run.kind === 'open-loop') {
-    const ol = await openLoop({ request: { ...t.request, body: t.bodies.plain }, rate: o.rate, maxInFlight: run.connections, warmupMs, durationMs, maxRequests: o.maxRequests, window: win });
-    return { tally: ol, openLoopInfo: { rate: o.rate, scheduled: ol.scheduled, lateSends: ol.lateSends, lateMs: ol.lateMs, serviceTime: summarize(ol.serviceTime) }, pacedInfo: null };
+    const ol = await openLoop({
+      request: { ...t.request, body: t.bodies.plain },
+      rate: o.rate,
+      maxInFlight: run.connections,
+      warmupMs,
+      durationMs,
+      maxRequests: o.maxRequests,
+      window: win,
+    });
+    return {
+      tally: ol,
+      openLoopInfo: { rate: o.rate, scheduled: ol.scheduled, lateSends: ol.lateSends, lateMs: ol.lateMs, serviceTime: summarize(ol.serviceTime) },
+      pacedInfo: null,
+    };
   }
   const pw = await pacedWave({
     request: { ...t.request, body: t.bodies.paced },
@@ -235,7 +280,14 @@ async function driveLoad(
     marker,
     window: win,
   });
-  const pacedInfo = { streams: o.streams, paceMs: o.paceMs, deltas: o.deltas, streamsPerS: pw.requests / pw.seconds, failures: pw.failures, maxGapMs: pw.maxGapMs };
+  const pacedInfo = {
+    streams: o.streams,
+    paceMs: o.paceMs,
+    deltas: o.deltas,
+    streamsPerS: pw.requests / pw.seconds,
+    failures: pw.failures,
+    maxGapMs: pw.maxGapMs,
+  };
   return { tally: pw, openLoopInfo: null, pacedInfo };
 }
 
@@ -247,7 +299,9 @@ export async function executeRun(run: PlannedRun, o: BenchOptions, processes: re
   const { tally, openLoopInfo, pacedInfo } = await driveLoad(run, o, win);
   const streaming = run.kind === 'stream' || run.kind === 'paced';
   const uses = win.uses(tally.requests, streaming ? tally.chunks : null);
-  const non200 = Object.entries(tally.statuses).filter(([s]) => s !== '200').reduce((n, [, c]) => n + c, 0);
+  const non200 = Object.entries(tally.statuses)
+    .filter(([s]) => s !== '200')
+    .reduce((n, [, c]) => n + c, 0);
   const result: RunResult = {
     id: `${run.lane}/${run.scenario}/${run.kind}/c${run.connections}/${t.name}`,
     lane: run.lane,

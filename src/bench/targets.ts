@@ -47,7 +47,6 @@ export interface Target {
   readonly processName: string | null;
 }
 
-
 export interface TargetSet {
   readonly targets: readonly Target[];
   readonly processes: readonly BenchProcess[];
@@ -106,8 +105,8 @@ async function spawnChild(name: string, role: ChildRole, config: unknown): Promi
   const ready = new Promise<Record<string, unknown>>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`${name}: not ready after ${START_TIMEOUT_MS / 1000} s\n${tail}`)), START_TIMEOUT_MS);
     cp.on('message', (m: { type: string; id?: number; message?: string } & Record<string, unknown>) => {
-      if (m.type === 'ready') (clearTimeout(timer), resolve(m));
-      else if (m.type === 'error') (clearTimeout(timer), reject(new Error(`${name}: ${m.message}`)));
+      if (m.type === 'ready') clearTimeout(timer), resolve(m);
+      else if (m.type === 'error') clearTimeout(timer), reject(new Error(`${name}: ${m.message}`));
       else if (m.id !== undefined) {
         pending.get(m.id)?.(m);
         pending.delete(m.id);
@@ -166,7 +165,15 @@ async function settled<T>(ps: Array<Promise<T>>): Promise<T[]> {
   return rs.map((r) => (r as PromiseFulfilledResult<T>).value);
 }
 
-function target(name: TargetName, lane: LaneName, baseUrl: string, headers: Record<string, string>, model: string, o: BenchOptions, processName: string | null): Target {
+function target(
+  name: TargetName,
+  lane: LaneName,
+  baseUrl: string,
+  headers: Record<string, string>,
+  model: string,
+  o: BenchOptions,
+  processName: string | null,
+): Target {
   const ep = laneEndpoint(lane, baseUrl);
   return {
     name,
@@ -263,12 +270,22 @@ async function startOwnTargets(o: BenchOptions, dbUrl: string | null, redisUrl: 
     wantAccess ? add(ACCESS_TARGETS.off, 'gateway', gw('noaccess', false, { accessLog: false })) : Promise.resolve(null),
   ]);
   const engines = (
-    [['inkgate', on], ['inkgate (billing off)', off], ['inkgate (sync)', sync], [TENANTS_PROCESS, tenants], [ENGINE_TARGETS.uws, engUws], [ENGINE_TARGETS.node, engNode]] as const
+    [
+      ['inkgate', on],
+      ['inkgate (billing off)', off],
+      ['inkgate (sync)', sync],
+      [TENANTS_PROCESS, tenants],
+      [ENGINE_TARGETS.uws, engUws],
+      [ENGINE_TARGETS.node, engNode],
+    ] as const
   )
     .filter(([, r]) => r !== null)
     .map(([process, r]) => ({ process, engine: typeof r!.engine === 'string' ? r!.engine : null }));
   // A gateway that asked for an engine must serve with it, or its figures are another engine's.
-  for (const [want, r] of [['uws', engUws], ['node', engNode]] as const) {
+  for (const [want, r] of [
+    ['uws', engUws],
+    ['node', engNode],
+  ] as const) {
     if (r !== null && r.engine !== want) throw new Error(`${ENGINE_TARGETS[want]}: asked for server.engine ${want}, serves with ${String(r.engine)}`);
   }
   const targets = o.lanes.flatMap((lane) => ownLaneTargets(lane, o, s, { on, off, proxy: proxy!, sync, tenants, engUws, engNode, accOn, accOff }));
@@ -312,7 +329,9 @@ async function startNamedTargets(o: BenchOptions, upstreamConnections: number, a
   if (named.length > 0 && o.plainProxy) {
     const upstreams: ProxyChildConfig['upstreams'] = {};
     for (const l of named) upstreams[l] = o.direct[l]!;
-    proxyUrl = String((await add('plain proxy', 'proxy', { upstreams, anthropicVersion: o.anthropicVersion, connections: upstreamConnections } satisfies ProxyChildConfig)).url);
+    proxyUrl = String(
+      (await add('plain proxy', 'proxy', { upstreams, anthropicVersion: o.anthropicVersion, connections: upstreamConnections } satisfies ProxyChildConfig)).url,
+    );
   }
   for (const lane of o.lanes) {
     const d = o.direct[lane];

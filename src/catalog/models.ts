@@ -51,10 +51,7 @@ const Size = Type.Union([Type.Literal('1K'), Type.Literal('2K'), Type.Literal('4
 const Count = (max: number) => Type.Integer({ minimum: 0, maximum: max });
 const Strict = { additionalProperties: false } as const;
 
-const ResolutionRates = Type.Object(
-  { '480p': Type.Optional(Decimal), '720p': Type.Optional(Decimal), '1080p': Type.Optional(Decimal) },
-  Strict,
-);
+const ResolutionRates = Type.Object({ '480p': Type.Optional(Decimal), '720p': Type.Optional(Decimal), '1080p': Type.Optional(Decimal) }, Strict);
 
 const VideoEntry = Type.Object(
   {
@@ -66,9 +63,7 @@ const VideoEntry = Type.Object(
     endpoint: Type.Literal('/v1/video/generations'),
     resolutions: Type.Array(Resolution, { minItems: 1, maxItems: 3, uniqueItems: true }),
     aspect_ratios: Type.Array(Aspect, { minItems: 1, maxItems: 7, uniqueItems: true }),
-    resolution_ceiling_by_aspect: Type.Optional(
-      Type.Object(Object.fromEntries(VIDEO_ASPECT_RATIOS.map((a) => [a, Type.Optional(Resolution)])), Strict),
-    ),
+    resolution_ceiling_by_aspect: Type.Optional(Type.Object(Object.fromEntries(VIDEO_ASPECT_RATIOS.map((a) => [a, Type.Optional(Resolution)])), Strict)),
     duration_seconds: Type.Object({ min: Count(3600), max: Count(3600) }, Strict),
     references: Type.Object({ total: Count(1000), images: Count(1000), videos: Count(1000), audio: Count(1000) }, Strict),
     audio_needs_visual_reference: Type.Boolean(),
@@ -92,9 +87,7 @@ const TextEntry = Type.Object(
     endpoint: Type.Union([Type.Literal('/v1/responses'), Type.Literal('/v1/messages')]),
     protocol: Type.Union([Type.Literal('openai-responses'), Type.Literal('anthropic-messages')]),
     ink_per_million_tokens: TextRatesEntry,
-    long_context: Type.Optional(
-      Type.Object({ above_input_tokens: Count(100_000_000), ink_per_million_tokens: TextRatesEntry }, Strict),
-    ),
+    long_context: Type.Optional(Type.Object({ above_input_tokens: Count(100_000_000), ink_per_million_tokens: TextRatesEntry }, Strict)),
     hold_output_floor_tokens: Count(10_000_000),
     constraints: Type.Object(
       {
@@ -124,10 +117,7 @@ const ImageEntry = Type.Object(
     aspect_ratios: Type.Array(Type.String({ pattern: '^[0-9]{1,2}:[0-9]{1,2}$' }), { minItems: 1, maxItems: 32, uniqueItems: true }),
     default_aspect_ratio: Type.String({ minLength: 1 }),
     max_reference_images: Count(100),
-    ink_per_image: Type.Object(
-      { '1K': Type.Optional(Count(1_000_000)), '2K': Type.Optional(Count(1_000_000)), '4K': Type.Optional(Count(1_000_000)) },
-      Strict,
-    ),
+    ink_per_image: Type.Object({ '1K': Type.Optional(Count(1_000_000)), '2K': Type.Optional(Count(1_000_000)), '4K': Type.Optional(Count(1_000_000)) }, Strict),
   },
   Strict,
 );
@@ -293,7 +283,15 @@ export function parseCatalog(raw: unknown, source = 'models.json'): Catalog {
 }
 
 /** The fields every product's entry maps the same way (a video entry has no aliases). */
-function entryHead<V extends string, P extends string>(e: { id: string; aliases?: readonly string[]; label: string; listed: boolean; vendor: V; vendor_model: string; endpoint: P }) {
+function entryHead<V extends string, P extends string>(e: {
+  id: string;
+  aliases?: readonly string[];
+  label: string;
+  listed: boolean;
+  vendor: V;
+  vendor_model: string;
+  endpoint: P;
+}) {
   return { id: e.id, aliases: [...(e.aliases ?? [])], label: e.label, listed: e.listed, vendor: e.vendor, vendorModel: e.vendor_model, endpoint: e.endpoint };
 }
 
@@ -341,12 +339,14 @@ function videoModel(v: ModelsFile['video'][number], at: string, problems: string
 
 /** A text entry of the file as a model; what is wrong with it is pushed onto `problems`. */
 function textModel(t: ModelsFile['text'][number], at: string, problems: string[]): TextModel {
-  if (PROTOCOL_ENDPOINT[t.protocol] !== t.endpoint) problems.push(`${at} protocol ${t.protocol} is served on ${PROTOCOL_ENDPOINT[t.protocol]}, not ${t.endpoint}`);
+  if (PROTOCOL_ENDPOINT[t.protocol] !== t.endpoint)
+    problems.push(`${at} protocol ${t.protocol} is served on ${PROTOCOL_ENDPOINT[t.protocol]}, not ${t.endpoint}`);
   const rates = textRates(t.ink_per_million_tokens);
   // Holds count the whole prompt at the cache-write rate; that covers any split of the prompt
   // into input / cache read / cache write only if cache write is the dearest prompt bucket.
   const checkHoldable = (r: TextRates, where: string) => {
-    if (r.cacheWrite < r.input || r.cacheWrite < r.cacheRead) problems.push(`${at} ${where}: cache_write must be the highest prompt rate (holds count the prompt as cache writes)`);
+    if (r.cacheWrite < r.input || r.cacheWrite < r.cacheRead)
+      problems.push(`${at} ${where}: cache_write must be the highest prompt rate (holds count the prompt as cache writes)`);
   };
   checkHoldable(rates, 'ink_per_million_tokens');
   let longContext: TextModel['longContext'] = null;
@@ -356,11 +356,13 @@ function textModel(t: ModelsFile['text'][number], at: string, problems: string[]
     if (lr.input < rates.input || lr.output < rates.output || lr.cacheRead < rates.cacheRead || lr.cacheWrite < rates.cacheWrite) {
       problems.push(`${at} long_context rates must not be below the base rates (a hold priced at the lower tier must cover the charge)`);
     }
-    if (t.long_context.above_input_tokens >= t.constraints.max_input_tokens) problems.push(`${at} long_context.above_input_tokens must be below max_input_tokens`);
+    if (t.long_context.above_input_tokens >= t.constraints.max_input_tokens)
+      problems.push(`${at} long_context.above_input_tokens must be below max_input_tokens`);
     longContext = { aboveInputTokens: t.long_context.above_input_tokens, rates: lr };
   }
   const c = t.constraints;
-  if (c.default_max_output_tokens !== null && c.default_max_output_tokens > c.max_output_tokens) problems.push(`${at} default_max_output_tokens above max_output_tokens`);
+  if (c.default_max_output_tokens !== null && c.default_max_output_tokens > c.max_output_tokens)
+    problems.push(`${at} default_max_output_tokens above max_output_tokens`);
   if (t.hold_output_floor_tokens > c.max_output_tokens) problems.push(`${at} hold_output_floor_tokens above max_output_tokens`);
   return {
     type: 'text',

@@ -84,14 +84,10 @@ export function promptTokensOf(usage: TextUsage): number {
  * breakdown (then every input token bills at the input rate). Throws RangeError when the parts
  * exceed the total: an inconsistent receipt is not a usable one.
  */
-export function textUsageFromResponses(u: {
-  inputTokens: number;
-  cachedTokens: number;
-  cacheWriteTokens: number;
-  outputTokens: number;
-}): TextUsage {
+export function textUsageFromResponses(u: { inputTokens: number; cachedTokens: number; cacheWriteTokens: number; outputTokens: number }): TextUsage {
   const uncached = tokens('inputTokens', u.inputTokens) - tokens('cachedTokens', u.cachedTokens) - tokens('cacheWriteTokens', u.cacheWriteTokens);
-  if (uncached < 0) throw new RangeError(`pricing: cached (${u.cachedTokens}) + cache-write (${u.cacheWriteTokens}) tokens exceed input_tokens (${u.inputTokens})`);
+  if (uncached < 0)
+    throw new RangeError(`pricing: cached (${u.cachedTokens}) + cache-write (${u.cacheWriteTokens}) tokens exceed input_tokens (${u.inputTokens})`);
   return { inputTokens: uncached, outputTokens: u.outputTokens, cacheReadTokens: u.cachedTokens, cacheWriteTokens: u.cacheWriteTokens };
 }
 
@@ -164,7 +160,8 @@ export function videoMicroInkPerSecond(model: VideoModel | string, resolution: V
 }
 
 function seconds(name: string, s: number): number {
-  if (!Number.isSafeInteger(s) || s < 0 || s > MAX_VIDEO_SECONDS) throw new RangeError(`pricing: ${name} must be whole seconds from 0 to ${MAX_VIDEO_SECONDS}, got ${s}`);
+  if (!Number.isSafeInteger(s) || s < 0 || s > MAX_VIDEO_SECONDS)
+    throw new RangeError(`pricing: ${name} must be whole seconds from 0 to ${MAX_VIDEO_SECONDS}, got ${s}`);
   return s;
 }
 

@@ -257,7 +257,13 @@ const int = (name: string, v: string | undefined): number | undefined => {
   return n;
 };
 const str = (v: string | undefined): string | undefined => (v === undefined || v === '' ? undefined : v);
-const list = (v: string | undefined): string[] | undefined => (v === undefined || v.trim() === '' ? undefined : v.split(',').map((x) => x.trim()).filter((x) => x !== ''));
+const list = (v: string | undefined): string[] | undefined =>
+  v === undefined || v.trim() === ''
+    ? undefined
+    : v
+        .split(',')
+        .map((x) => x.trim())
+        .filter((x) => x !== '');
 const bool = (v: string | undefined): boolean | undefined => (v === undefined || v === '' ? undefined : v === '1' || v === 'true');
 
 /** The environment's part of the configuration (these names are part of the interface: docs/configuration.md). */

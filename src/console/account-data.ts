@@ -1,6 +1,16 @@
 // What the console shows of an account, read straight from the ledger's rows. Every query is
 // bounded by the account id it is given (the session's), so one account never reads another's.
-import { ACCOUNT_INK_COLUMNS, ACCOUNT_INK_JOIN, ACCOUNT_RESERVED_COLUMN, inkFigures, KEY_SPEND_COLUMNS, KEY_SPEND_JOIN, keySpend, type InkFigures, type KeySpend } from '../accounts/ink-figures.js';
+import {
+  ACCOUNT_INK_COLUMNS,
+  ACCOUNT_INK_JOIN,
+  ACCOUNT_RESERVED_COLUMN,
+  inkFigures,
+  KEY_SPEND_COLUMNS,
+  KEY_SPEND_JOIN,
+  keySpend,
+  type InkFigures,
+  type KeySpend,
+} from '../accounts/ink-figures.js';
 import type { UsageFrame } from '../accounts/usage-frame.js';
 import type { Queryable } from '../store/pool.js';
 
@@ -32,9 +42,17 @@ export async function readAccount(db: Queryable, accountId: string): Promise<Acc
   const x = r.rows[0];
   if (!x) return undefined;
   return {
-    name: x.name, planId: x.plan_id, planLabel: x.label, paid: x.paid, periodGrantInk: Number(x.period_grant_ink),
-    periodDays: x.period_days, periodStartedAt: x.period_started_at, topupsCompleted: x.topups_completed,
-    ink: inkFigures(x), reservedInk: Number(x.reserved_ink), chargedInk: Number(x.charged_ink),
+    name: x.name,
+    planId: x.plan_id,
+    planLabel: x.label,
+    paid: x.paid,
+    periodGrantInk: Number(x.period_grant_ink),
+    periodDays: x.period_days,
+    periodStartedAt: x.period_started_at,
+    topupsCompleted: x.topups_completed,
+    ink: inkFigures(x),
+    reservedInk: Number(x.reserved_ink),
+    chargedInk: Number(x.charged_ink),
   };
 }
 
@@ -64,8 +82,16 @@ export async function readKeys(db: Queryable, accountId: string): Promise<KeyVie
     [accountId],
   );
   return r.rows.map((x) => ({
-    id: x.id, name: x.name, prefix: x.prefix, last4: x.last4, spend: keySpend(x), expiresAt: x.expires_at, revokedAt: x.revoked_at,
-    createdAt: x.created_at, playground: x.playground, usageFrame: x.usage_frame,
+    id: x.id,
+    name: x.name,
+    prefix: x.prefix,
+    last4: x.last4,
+    spend: keySpend(x),
+    expiresAt: x.expires_at,
+    revokedAt: x.revoked_at,
+    createdAt: x.created_at,
+    playground: x.playground,
+    usageFrame: x.usage_frame,
   }));
 }
 
@@ -105,8 +131,15 @@ export async function readRequests(db: Queryable, accountId: string, f: UsageFil
     [accountId, f.keyId ?? null, f.model ?? null, f.day ?? null, limit],
   );
   return r.rows.map((x) => ({
-    id: x.id, keyId: x.key_id, product: x.product, model: x.model, status: x.status, holdInk: Number(x.hold_ink),
-    chargedInk: Number(x.charged_ink), usage: x.usage, createdAt: x.created_at,
+    id: x.id,
+    keyId: x.key_id,
+    product: x.product,
+    model: x.model,
+    status: x.status,
+    holdInk: Number(x.hold_ink),
+    chargedInk: Number(x.charged_ink),
+    usage: x.usage,
+    createdAt: x.created_at,
   }));
 }
 
@@ -139,8 +172,14 @@ export async function readGenerations(db: Queryable, accountId: string, limit: n
     [accountId, limit],
   );
   return r.rows.map((x) => ({
-    id: x.id, kind: x.kind, model: x.model, state: x.state, chargedInk: x.charged_ink === null ? null : Number(x.charged_ink),
-    hasMedia: x.media_key !== null, expired: x.result_expired, createdAt: x.created_at,
+    id: x.id,
+    kind: x.kind,
+    model: x.model,
+    state: x.state,
+    chargedInk: x.charged_ink === null ? null : Number(x.charged_ink),
+    hasMedia: x.media_key !== null,
+    expired: x.result_expired,
+    createdAt: x.created_at,
   }));
 }
 
@@ -163,7 +202,12 @@ export interface JournalView {
  * counted back from the wallet in the same statement (one snapshot: the figures agree with the
  * ledger even while requests settle). `balanceInk` is the wallet's unspent Ink in that snapshot.
  */
-export async function readJournal(db: Queryable, accountId: string, beforeId: number | undefined, limit: number): Promise<{ rows: JournalView[]; balanceInk: number }> {
+export async function readJournal(
+  db: Queryable,
+  accountId: string,
+  beforeId: number | undefined,
+  limit: number,
+): Promise<{ rows: JournalView[]; balanceInk: number }> {
   const r = await db.query(
     `WITH w AS (SELECT credited_ink - charged_ink - expired_ink AS total FROM wallets WHERE account_id = $1),
           newer AS (SELECT coalesce(sum(credited_ink - charged_ink - expired_ink), 0)::bigint AS d FROM ledger_journal
@@ -181,8 +225,15 @@ export async function readJournal(db: Queryable, accountId: string, beforeId: nu
   const rows: JournalView[] = [];
   for (const x of entries) {
     const v: JournalView = {
-      id: Number(x.id), at: x.at, kind: x.kind, requestId: x.request_id, note: x.note, creditedInk: Number(x.credited_ink),
-      chargedInk: Number(x.charged_ink), expiredInk: Number(x.expired_ink), balanceAfterInk: balance,
+      id: Number(x.id),
+      at: x.at,
+      kind: x.kind,
+      requestId: x.request_id,
+      note: x.note,
+      creditedInk: Number(x.credited_ink),
+      chargedInk: Number(x.charged_ink),
+      expiredInk: Number(x.expired_ink),
+      balanceAfterInk: balance,
     };
     rows.push(v);
     balance -= v.creditedInk - v.chargedInk - v.expiredInk;

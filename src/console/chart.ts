@@ -15,7 +15,11 @@ export function dailyInkChart(points: ReadonlyArray<{ day: string; model: string
     byDay.set(p.day, m);
   }
   const max = Math.max(1, ...dayList.map((d) => [...(byDay.get(d)?.values() ?? [])].reduce((a, b) => a + b, 0)));
-  const W = 720, H = 200, left = 48, bottom = 24, barW = (W - left) / days;
+  const W = 720,
+    H = 200,
+    left = 48,
+    bottom = 24,
+    barW = (W - left) / days;
   const bars: string[] = [];
   dayList.forEach((d, i) => {
     let y = H - bottom;
@@ -24,12 +28,20 @@ export function dailyInkChart(points: ReadonlyArray<{ day: string; model: string
       if (v === 0) return;
       const h = Math.max(1, ((H - bottom - 8) * v) / max);
       y -= h;
-      bars.push(`<rect x="${(left + i * barW + 1).toFixed(1)}" y="${y.toFixed(1)}" width="${Math.max(1, barW - 2).toFixed(1)}" height="${h.toFixed(1)}" fill="${COLOURS[mi % COLOURS.length]}"><title>${esc(d)} ${esc(m)}: ${v} Ink</title></rect>`);
+      bars.push(
+        `<rect x="${(left + i * barW + 1).toFixed(1)}" y="${y.toFixed(1)}" width="${Math.max(1, barW - 2).toFixed(1)}" height="${h.toFixed(1)}" fill="${COLOURS[mi % COLOURS.length]}"><title>${esc(d)} ${esc(m)}: ${v} Ink</title></rect>`,
+      );
     });
   });
-  const labels = [0, Math.floor(days / 2), days - 1].map((i, n) =>
-    `<text x="${(n === 2 ? W : left + i * barW).toFixed(1)}" y="${H - 6}" font-size="11"${n === 2 ? ' text-anchor="end"' : ''}>${esc(dayList[i]!.slice(5))}</text>`);
-  const legend = models.map((m, i) => `<li><svg width="12" height="12" aria-hidden="true"><rect width="12" height="12" fill="${COLOURS[i % COLOURS.length]}"/></svg> ${esc(m)}</li>`).join('');
+  const labels = [0, Math.floor(days / 2), days - 1].map(
+    (i, n) =>
+      `<text x="${(n === 2 ? W : left + i * barW).toFixed(1)}" y="${H - 6}" font-size="11"${n === 2 ? ' text-anchor="end"' : ''}>${esc(dayList[i]!.slice(5))}</text>`,
+  );
+  const legend = models
+    .map(
+      (m, i) => `<li><svg width="12" height="12" aria-hidden="true"><rect width="12" height="12" fill="${COLOURS[i % COLOURS.length]}"/></svg> ${esc(m)}</li>`,
+    )
+    .join('');
   return `<figure><svg role="img" aria-label="Ink charged per day by model, last ${days} days" viewBox="0 0 ${W} ${H}" width="100%" preserveAspectRatio="xMinYMin meet">
 <line x1="${left}" y1="${H - bottom}" x2="${W}" y2="${H - bottom}" stroke="#555"/><text x="0" y="14" font-size="11">${max} Ink</text>${bars.join('')}${labels.join('')}</svg>
 <figcaption>Ink charged per day by model (UTC days)</figcaption>${models.length ? `<ul class="legend">${legend}</ul>` : '<p class="empty">No charges in this period.</p>'}</figure>`;

@@ -156,7 +156,14 @@ function failPage(ctx: HttpContext, e: unknown): void {
     message = err.message;
   }
   const back = status === 401 ? '<p><a href="/console/signin">Sign in</a></p>' : '<p><a href="/console">Back to the console</a></p>';
-  sendHtml(ctx, status, page({ title: status === 404 ? 'Not found' : 'Something went wrong' }, `<p role="alert">${esc(message)}</p><p class="muted">Request id ${esc(ctx.requestId)}</p>${back}`));
+  sendHtml(
+    ctx,
+    status,
+    page(
+      { title: status === 404 ? 'Not found' : 'Something went wrong' },
+      `<p role="alert">${esc(message)}</p><p class="muted">Request id ${esc(ctx.requestId)}</p>${back}`,
+    ),
+  );
 }
 
 /** Where this process reaches its own /v1 (the playground's calls): a wildcard listen address on loopback. */

@@ -32,7 +32,10 @@ export interface SignedIn extends PageCtx {
 
 /** A page that refuses with an HTTP status and a message shown to the person. */
 export class PageError extends Error {
-  constructor(readonly status: number, message: string) {
+  constructor(
+    readonly status: number,
+    message: string,
+  ) {
     super(message);
   }
 }

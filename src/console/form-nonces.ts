@@ -12,10 +12,7 @@ import { newToken, sha256, TOKEN_RE } from './sessions.js';
  */
 export const NONCES_PER_SESSION = 64;
 
-export type NonceClaim =
-  | { readonly state: 'claimed' }
-  | { readonly state: 'used'; readonly keyId: string | null }
-  | { readonly state: 'unknown' };
+export type NonceClaim = { readonly state: 'claimed' } | { readonly state: 'used'; readonly keyId: string | null } | { readonly state: 'unknown' };
 
 /** A fresh nonce for one form of `sessionId`; it lives as long as the session. */
 export async function issueFormNonce(db: Queryable, sessionId: string): Promise<string> {

@@ -49,9 +49,10 @@ const NAV: ReadonlyArray<readonly [string, string]> = [
 const navHref = (id: string): string => (id === 'overview' ? '/console' : `/console/${id}`);
 
 export function page(o: PageOptions, body: string): string {
-  const nav = o.csrf === undefined
-    ? ''
-    : `<nav aria-label="Console"><ul>${NAV.map(([id, label]) => `<li><a href="${navHref(id)}"${o.nav === id ? ' aria-current="page"' : ''}>${label}</a></li>`).join('')}</ul>
+  const nav =
+    o.csrf === undefined
+      ? ''
+      : `<nav aria-label="Console"><ul>${NAV.map(([id, label]) => `<li><a href="${navHref(id)}"${o.nav === id ? ' aria-current="page"' : ''}>${label}</a></li>`).join('')}</ul>
 <form method="post" action="/console/signout" class="signout">${csrfField(o.csrf)}<span>${esc(o.accountName)}</span> <button type="submit">Sign out</button></form></nav>`;
   const scripts = (o.scripts ?? []).map((s) => `<script src="/console/static/${s}" defer></script>`).join('');
   return `<!doctype html>
@@ -66,7 +67,8 @@ export const csrfField = (token: string): string => `<input type="hidden" name="
 /** Ink with thousands separators (a figure, not a string with units). */
 export const ink = (n: number | string | null | undefined): string => (n === null || n === undefined ? '—' : Number(n).toLocaleString('en-US'));
 
-export const time = (d: Date | null | undefined): string => (d ? `<time datetime="${d.toISOString()}">${d.toISOString().slice(0, 19).replace('T', ' ')}</time>` : '—');
+export const time = (d: Date | null | undefined): string =>
+  d ? `<time datetime="${d.toISOString()}">${d.toISOString().slice(0, 19).replace('T', ' ')}</time>` : '—';
 
 export function table(head: readonly string[], rows: readonly string[][], caption?: string): string {
   if (rows.length === 0) return `<p class="empty">${esc(caption ? `No ${caption.toLowerCase()} yet.` : 'Nothing yet.')}</p>`;

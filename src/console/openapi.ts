@@ -15,7 +15,13 @@ const errorBody = {
     error: {
       type: 'object',
       required: ['type', 'code', 'message', 'request_id'],
-      properties: { type: { type: 'string' }, code: { type: 'string' }, message: { type: 'string' }, param: { type: 'string' }, request_id: { type: 'string', pattern: '^req_' } },
+      properties: {
+        type: { type: 'string' },
+        code: { type: 'string' },
+        message: { type: 'string' },
+        param: { type: 'string' },
+        request_id: { type: 'string', pattern: '^req_' },
+      },
     },
   },
 };
@@ -27,7 +33,10 @@ function operation(e: Endpoint, c: Catalog): Record<string, unknown> {
   const byStatus = new Map<number, string[]>();
   for (const er of endpointErrors(e)) byStatus.set(er.status, [...(byStatus.get(er.status) ?? []), er.code]);
   for (const [status, codes] of byStatus) {
-    responses[String(status)] = { description: `Error codes: ${codes.join(', ')}`, content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } } };
+    responses[String(status)] = {
+      description: `Error codes: ${codes.join(', ')}`,
+      content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } },
+    };
   }
   const params = [...e.pattern.matchAll(/:([a-z_]+)/g)].map((m) => ({ name: m[1], in: 'path', required: true, schema: { type: 'string' } }));
   return {

@@ -29,7 +29,18 @@ export async function overviewPage(p: SignedIn): Promise<void> {
 <p><strong>${esc(a.planLabel)}</strong> (${a.paid ? 'paid' : 'free'}): ${ink(a.periodGrantInk)} Ink granted every ${a.periodDays} days; this period ends ${time(periodEnds)}. Completed top-ups: ${a.topupsCompleted}.</p>
 <p class="muted">1 Ink = 0.01 USD. These are the figures <code>GET /v1/me</code> answers with.</p></section>
 <section aria-labelledby="spend"><h2 id="spend">Spend per key</h2>
-${table(['Key', 'Prefix', 'Charged', 'Reserved', 'Limit', 'State'], keys.map((k) => [esc(k.name), `<code>${esc(k.prefix)}…${esc(k.last4)}</code>`, ink(k.spend.ink_charged), ink(k.spend.ink_reserved), k.spend.ink_limit === null ? 'none' : ink(k.spend.ink_limit), keyState(k)]), 'Keys')}
+${table(
+  ['Key', 'Prefix', 'Charged', 'Reserved', 'Limit', 'State'],
+  keys.map((k) => [
+    esc(k.name),
+    `<code>${esc(k.prefix)}…${esc(k.last4)}</code>`,
+    ink(k.spend.ink_charged),
+    ink(k.spend.ink_reserved),
+    k.spend.ink_limit === null ? 'none' : ink(k.spend.ink_limit),
+    keyState(k),
+  ]),
+  'Keys',
+)}
 </section>`;
   sendHtml(p.ctx, 200, page({ title: 'Overview', nav: 'overview', csrf: p.session.csrf, accountName: p.session.accountName }, body));
 }
@@ -56,7 +67,9 @@ export async function keysPage(p: SignedIn, created?: CreatedKey, problem?: stri
     k.revokedAt ? esc(k.usageFrame) : frameForm(k, csrf),
     time(k.expiresAt),
     keyState(k),
-    k.revokedAt ? '' : `<form method="post" action="/console/keys/${esc(k.id)}/revoke" class="inline">${csrf}<button type="submit" class="danger" aria-label="Revoke ${esc(k.name)}">Revoke</button></form>`,
+    k.revokedAt
+      ? ''
+      : `<form method="post" action="/console/keys/${esc(k.id)}/revoke" class="inline">${csrf}<button type="submit" class="danger" aria-label="Revoke ${esc(k.name)}">Revoke</button></form>`,
   ]);
   const body = `${problem ? `<p role="alert" class="problem">${esc(problem)}</p>` : ''}${shown}
 <section aria-labelledby="create"><h2 id="create">Create a key</h2>
@@ -70,7 +83,11 @@ export async function keysPage(p: SignedIn, created?: CreatedKey, problem?: stri
 <section aria-labelledby="list"><h2 id="list">Keys</h2>
 ${table(['Name', 'Key', 'Charged', 'Lifetime limit', 'Usage frame', 'Expires', 'State', ''], rows, 'Keys')}
 ${FRAME_HELP}</section>`;
-  sendHtml(p.ctx, created ? 201 : problem ? 400 : 200, page({ title: 'API keys', nav: 'keys', csrf: p.session.csrf, accountName: p.session.accountName, scripts: ['console.js'] }, body));
+  sendHtml(
+    p.ctx,
+    created ? 201 : problem ? 400 : 200,
+    page({ title: 'API keys', nav: 'keys', csrf: p.session.csrf, accountName: p.session.accountName, scripts: ['console.js'] }, body),
+  );
 }
 
 /** What each usage frame is for, said once under the keys table. */
@@ -115,7 +132,11 @@ export async function createKeyAction(p: SignedIn): Promise<void> {
       await recordNonceKey(c, nonce, created.id);
       return { state: 'created' as const, created };
     });
-    if (outcome.state === 'unknown') throw new PageError(403, 'This form is no longer valid (it belongs to another session, expired, or was replaced by newer ones). Open the keys page again and create the key from there.');
+    if (outcome.state === 'unknown')
+      throw new PageError(
+        403,
+        'This form is no longer valid (it belongs to another session, expired, or was replaced by newer ones). Open the keys page again and create the key from there.',
+      );
     if (outcome.state === 'used') return alreadyCreatedPage(p, outcome.keyId);
     // Answered with the page itself (not a redirect): the raw key exists only in this one answer.
     await keysPage(p, outcome.created);

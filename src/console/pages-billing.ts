@@ -40,10 +40,16 @@ export async function billingPage(p: SignedIn): Promise<void> {
   const { rows, balanceInk } = await readJournal(p.d.services.pool, p.session.accountId, before, PAGE_ROWS);
   const visible = showHolds ? rows : rows.filter((j) => j.creditedInk || j.chargedInk || j.expiredInk);
   const out = visible.map((j) => [
-    time(j.at), esc(WORDS[j.kind] ?? j.kind), j.requestId ? `<a href="/console/requests/${esc(j.requestId)}"><code>${esc(j.requestId)}</code></a>` : esc(j.note ?? ''),
-    moved(j), `<span data-balance>${ink(j.balanceAfterInk)}</span>`,
+    time(j.at),
+    esc(WORDS[j.kind] ?? j.kind),
+    j.requestId ? `<a href="/console/requests/${esc(j.requestId)}"><code>${esc(j.requestId)}</code></a>` : esc(j.note ?? ''),
+    moved(j),
+    `<span data-balance>${ink(j.balanceAfterInk)}</span>`,
   ]);
-  const older = rows.length === PAGE_ROWS ? `<p><a href="/console/billing?before=${rows[rows.length - 1]!.id}${showHolds ? '&amp;holds=1' : ''}">Older entries</a></p>` : '';
+  const older =
+    rows.length === PAGE_ROWS
+      ? `<p><a href="/console/billing?before=${rows[rows.length - 1]!.id}${showHolds ? '&amp;holds=1' : ''}">Older entries</a></p>`
+      : '';
   const body = `<p>Unspent Ink now (available and reserved): <strong data-figure="unspent">${ink(balanceInk)} Ink</strong>.</p>
 <p>${showHolds ? '<a href="/console/billing">Hide holds and internal moves</a>' : '<a href="/console/billing?holds=1">Show holds and internal moves too</a>'}</p>
 ${table(['Time (UTC)', 'Entry', 'Request or note', 'Ink', 'Unspent after'], out, 'Journal entries')}${older}`;

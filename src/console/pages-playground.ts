@@ -17,7 +17,8 @@ function input(p: SignedIn, stream: boolean): PlaygroundInput {
   const m = models(p).find((x) => `${laneOf(x)}:${x.id}` === choice);
   if (!m) throw new PageError(400, 'Pick a model from the list.');
   const prompt = p.form.get('prompt') ?? '';
-  if (prompt.trim() === '' || prompt.length > PLAYGROUND_PROMPT_CHARS) throw new PageError(400, `The prompt must be 1 to ${PLAYGROUND_PROMPT_CHARS} characters.`);
+  if (prompt.trim() === '' || prompt.length > PLAYGROUND_PROMPT_CHARS)
+    throw new PageError(400, `The prompt must be 1 to ${PLAYGROUND_PROMPT_CHARS} characters.`);
   const mt = Number(p.form.get('max_tokens') ?? '512');
   if (!Number.isInteger(mt) || mt < 1 || mt > Math.min(PLAYGROUND_MAX_TOKENS, m.constraints.maxOutputTokens)) {
     throw new PageError(400, `Max tokens must be a whole number from 1 to ${Math.min(PLAYGROUND_MAX_TOKENS, m.constraints.maxOutputTokens)}.`);
@@ -79,13 +80,18 @@ export async function playgroundFormAction(p: SignedIn): Promise<void> {
   const h = (n: string) => (typeof r.headers[n] === 'string' ? (r.headers[n] as string) : null);
   const text = r.statusCode === 200 ? replyText(inp.lane, json) : '';
   const error = r.statusCode === 200 ? undefined : `${json?.error?.code ?? 'error'}: ${json?.error?.message ?? ''}`;
-  const body = form(p, { model: `${inp.lane}:${inp.model}`, prompt: inp.prompt, maxTokens: inp.maxTokens }) +
+  const body =
+    form(p, { model: `${inp.lane}:${inp.model}`, prompt: inp.prompt, maxTokens: inp.maxTokens }) +
     result({ text, status: r.statusCode, charged: h('x-service-ink-charged'), requestId: h('x-service-request-id') ?? h('x-request-id'), error });
   sendHtml(p.ctx, 200, playgroundHtml(p, body));
 }
 
 function replyText(lane: 'messages' | 'responses', j: any): string {
-  if (lane === 'messages') return (Array.isArray(j?.content) ? j.content : []).filter((b: any) => b?.type === 'text').map((b: any) => String(b.text)).join('');
+  if (lane === 'messages')
+    return (Array.isArray(j?.content) ? j.content : [])
+      .filter((b: any) => b?.type === 'text')
+      .map((b: any) => String(b.text))
+      .join('');
   const out: string[] = [];
   for (const item of Array.isArray(j?.output) ? j.output : []) {
     for (const c of Array.isArray(item?.content) ? item.content : []) if (c?.type === 'output_text') out.push(String(c.text));

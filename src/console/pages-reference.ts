@@ -22,13 +22,22 @@ function rules(s: JsonSchema): string {
 function fields(schema: JsonSchema): string {
   const props = (schema.properties ?? {}) as Record<string, JsonSchema>;
   const req = new Set((schema.required ?? []) as string[]);
-  return table(['Field', 'Type', 'Required', 'Rules'], Object.entries(props).map(([k, s]) => [`<code>${esc(k)}</code>`, esc(typeOf(s)), req.has(k) ? 'yes' : '', rules(s)]), 'Fields');
+  return table(
+    ['Field', 'Type', 'Required', 'Rules'],
+    Object.entries(props).map(([k, s]) => [`<code>${esc(k)}</code>`, esc(typeOf(s)), req.has(k) ? 'yes' : '', rules(s)]),
+    'Fields',
+  );
 }
 
 const head = (p: PageCtx, title: string) => ({ title, nav: 'reference', csrf: p.session?.csrf, accountName: p.session?.accountName });
 
 export async function referenceIndexPage(p: PageCtx): Promise<void> {
-  const rows = ENDPOINTS.map((e) => [`<a href="/console/reference/${esc(e.slug)}">${esc(e.title)}</a>`, `<code>${e.method} ${esc(openApiPath(e.pattern))}</code>`, e.auth === 'key' ? 'API key' : 'none', esc(e.summary)]);
+  const rows = ENDPOINTS.map((e) => [
+    `<a href="/console/reference/${esc(e.slug)}">${esc(e.title)}</a>`,
+    `<code>${e.method} ${esc(openApiPath(e.pattern))}</code>`,
+    e.auth === 'key' ? 'API key' : 'none',
+    esc(e.summary),
+  ]);
   const body = `<p>Every endpoint of the API. The same descriptions make the OpenAPI 3.1 document at <a href="/v1/openapi.json"><code>/v1/openapi.json</code></a>.</p>
 ${table(['Endpoint', 'Method and path', 'Key', 'What it does'], rows, 'Endpoints')}`;
   sendHtml(p.ctx, 200, page(head(p, 'API reference'), body));

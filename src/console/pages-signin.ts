@@ -9,11 +9,12 @@ import { endSession, redeemSignInLink, sessionCookie } from './sessions.js';
 export async function signInPage(p: PageCtx): Promise<void> {
   const token = p.query.get('token');
   if (p.session && token === null) return redirect(p.ctx, '/console');
-  const body = token === null
-    ? `<p>Sign-in is by one-time link. Ask the operator of this gateway to run:</p>
+  const body =
+    token === null
+      ? `<p>Sign-in is by one-time link. Ask the operator of this gateway to run:</p>
 <pre><code>inkgate console link --account usr_…</code></pre>
 <p>and open the address it prints within 15 minutes. A link works once.</p>`
-    : `<p>Continue to sign in to the inkgate console in this browser.</p>
+      : `<p>Continue to sign in to the inkgate console in this browser.</p>
 <form method="post" action="/console/signin"><input type="hidden" name="token" value="${esc(token)}"><button type="submit" autofocus>Sign in</button></form>`;
   sendHtml(p.ctx, 200, page({ title: 'Sign in' }, body));
 }
@@ -35,5 +36,3 @@ function secure(p: PageCtx): boolean {
   const url = p.d.services.config.console.url;
   return url?.startsWith('https:') || p.ctx.header('x-forwarded-proto') === 'https';
 }
-
-

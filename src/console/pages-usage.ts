@@ -45,12 +45,25 @@ export async function usagePage(p: SignedIn): Promise<void> {
 <button type="submit">Filter</button> <a href="/console/usage.csv${qs.toString() ? '?' + esc(qs.toString()) : ''}" download>Export CSV</a></form>`;
   const keyName = new Map(keys.map((k) => [k.id, k.name]));
   const reqRows = rows.map((r) => [
-    `<a href="/console/requests/${esc(r.id)}"><code>${esc(r.id)}</code></a>`, esc(keyName.get(r.keyId) ?? r.keyId), esc(r.model),
-    bucket(r.usage, 'input_tokens'), bucket(r.usage, 'output_tokens'), bucket(r.usage, 'cache_read_tokens'), bucket(r.usage, 'cache_write_tokens'),
-    ink(r.holdInk), ink(r.chargedInk), esc(r.status), time(r.createdAt),
+    `<a href="/console/requests/${esc(r.id)}"><code>${esc(r.id)}</code></a>`,
+    esc(keyName.get(r.keyId) ?? r.keyId),
+    esc(r.model),
+    bucket(r.usage, 'input_tokens'),
+    bucket(r.usage, 'output_tokens'),
+    bucket(r.usage, 'cache_read_tokens'),
+    bucket(r.usage, 'cache_write_tokens'),
+    ink(r.holdInk),
+    ink(r.chargedInk),
+    esc(r.status),
+    time(r.createdAt),
   ]);
   const genRows = gens.map((g) => [
-    `<code>${esc(g.id)}</code>`, esc(g.kind), esc(g.model), esc(g.state), g.chargedInk === null ? '—' : ink(g.chargedInk), time(g.createdAt),
+    `<code>${esc(g.id)}</code>`,
+    esc(g.kind),
+    esc(g.model),
+    esc(g.state),
+    g.chargedInk === null ? '—' : ink(g.chargedInk),
+    time(g.createdAt),
     g.hasMedia && !g.expired ? `<a href="${esc(mediaLink(p, g.id))}">Download</a>` : g.expired ? 'expired' : '—',
   ]);
   const body = `${dailyInkChart(daily, CHART_DAYS, new Date())}
@@ -72,7 +85,8 @@ export async function generationDownload(p: SignedIn): Promise<void> {
   );
   const g = r.rows[0];
   if (!g) throw new PageError(404, 'There is no such generation on this account.');
-  if (g.media_key === null || g.result_expired) throw new PageError(404, 'This generation has no result to download (not finished, failed, or past its retention).');
+  if (g.media_key === null || g.result_expired)
+    throw new PageError(404, 'This generation has no result to download (not finished, failed, or past its retention).');
   const cfg = p.d.services.config;
   // Same origin unless the deployment serves media elsewhere (config.mediaUrl), as the API's links.
   const link = signedMediaLink(p.d.mediaSecret, cfg.mediaUrl ?? '', g.media_key, p.d.mediaClock(), cfg.media.linkTtlS);
@@ -90,14 +104,41 @@ function csvCell(v: unknown): string {
 
 export function usageCsvText(rows: readonly RequestView[]): string {
   const u = (r: RequestView, k: string) => (r.usage && typeof r.usage[k] === 'number' ? r.usage[k] : '');
-  return CSV_HEAD + rows.map((r) => [r.id, r.keyId, r.product, r.model, u(r, 'input_tokens'), u(r, 'output_tokens'), u(r, 'cache_read_tokens'), u(r, 'cache_write_tokens'), r.holdInk, r.chargedInk, r.status, r.createdAt.toISOString()].map(csvCell).join(',')).join('\n') + (rows.length ? '\n' : '');
+  return (
+    CSV_HEAD +
+    rows
+      .map((r) =>
+        [
+          r.id,
+          r.keyId,
+          r.product,
+          r.model,
+          u(r, 'input_tokens'),
+          u(r, 'output_tokens'),
+          u(r, 'cache_read_tokens'),
+          u(r, 'cache_write_tokens'),
+          r.holdInk,
+          r.chargedInk,
+          r.status,
+          r.createdAt.toISOString(),
+        ]
+          .map(csvCell)
+          .join(','),
+      )
+      .join('\n') +
+    (rows.length ? '\n' : '')
+  );
 }
 
 export async function usageCsv(p: SignedIn): Promise<void> {
   await p.d.services.escrow.beforeView();
   const rows = await readRequests(p.d.services.pool, p.session.accountId, filterOf(p.query), CSV_MAX_ROWS);
   const text = usageCsvText(rows);
-  const headers = [...SECURITY_HEADERS, ['Content-Type', 'text/csv; charset=utf-8'] as const, ['Content-Disposition', 'attachment; filename="inkgate-usage.csv"'] as const];
+  const headers = [
+    ...SECURITY_HEADERS,
+    ['Content-Type', 'text/csv; charset=utf-8'] as const,
+    ['Content-Disposition', 'attachment; filename="inkgate-usage.csv"'] as const,
+  ];
   if (p.ctx.method === 'HEAD') return p.ctx.sendHead(200, headers, Buffer.byteLength(text));
   p.ctx.startStream(200, headers);
   p.ctx.end(text);
@@ -115,10 +156,17 @@ export async function requestPage(p: SignedIn): Promise<void> {
   // Another account's request id answers exactly like an unknown one.
   if (!x) throw new PageError(404, 'There is no such request on this account.');
   const rows: Array<[string, string]> = [
-    ['Request id', `<code>${esc(x.id)}</code>`], ['Key', `<code>${esc(x.key_id)}</code>`], ['Product', esc(x.product)], ['Model', esc(x.model)],
-    ['Status', esc(x.status)], ['Hold', `${ink(x.hold_ink)} Ink`], ['Charged', `${ink(x.charged_ink)} Ink`],
-    ['Usage', x.usage ? `<code>${esc(JSON.stringify(x.usage))}</code>` : '—'], ['Reason', esc(x.reason ?? '—')],
-    ['Started', time(x.created_at)], ['Resolved', time(x.resolved_at)],
+    ['Request id', `<code>${esc(x.id)}</code>`],
+    ['Key', `<code>${esc(x.key_id)}</code>`],
+    ['Product', esc(x.product)],
+    ['Model', esc(x.model)],
+    ['Status', esc(x.status)],
+    ['Hold', `${ink(x.hold_ink)} Ink`],
+    ['Charged', `${ink(x.charged_ink)} Ink`],
+    ['Usage', x.usage ? `<code>${esc(JSON.stringify(x.usage))}</code>` : '—'],
+    ['Reason', esc(x.reason ?? '—')],
+    ['Started', time(x.created_at)],
+    ['Resolved', time(x.resolved_at)],
   ];
   const body = `<dl class="detail">${rows.map(([k, v]) => `<div><dt>${k}</dt><dd>${v}</dd></div>`).join('')}</dl><p><a href="/console/usage">Back to usage</a></p>`;
   sendHtml(p.ctx, 200, page({ title: 'Request', nav: 'usage', csrf: p.session.csrf, accountName: p.session.accountName }, body));

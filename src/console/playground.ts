@@ -32,7 +32,11 @@ export function consoleSecret(db: Queryable): Promise<Buffer> {
   return p;
 }
 
-const rawKeyFor = (secret: Buffer, keyId: string): string => KEY_PREFIX + createHmac('sha256', secret).update('playground:' + keyId).digest('base64url');
+const rawKeyFor = (secret: Buffer, keyId: string): string =>
+  KEY_PREFIX +
+  createHmac('sha256', secret)
+    .update('playground:' + keyId)
+    .digest('base64url');
 
 /**
  * The account's live playground key as a raw bearer token: the recorded one when it is still live,
@@ -84,7 +88,13 @@ export function playgroundBody(p: PlaygroundInput): string {
  * calls `done`. The whole exchange is cut after `timeoutMs`, or when the browser leaves: `onAbort`
  * is handed the abort before the call starts, so leaving while the answer is awaited cuts it too.
  */
-export async function callSelf(base: string, key: string, p: PlaygroundInput, timeoutMs: number, onAbort: (abort: () => void) => void): Promise<{ res: Dispatcher.ResponseData; done: () => void }> {
+export async function callSelf(
+  base: string,
+  key: string,
+  p: PlaygroundInput,
+  timeoutMs: number,
+  onAbort: (abort: () => void) => void,
+): Promise<{ res: Dispatcher.ResponseData; done: () => void }> {
   const ac = new AbortController();
   const abort = () => ac.abort();
   onAbort(abort);

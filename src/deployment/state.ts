@@ -43,7 +43,10 @@ export class DeploymentState {
   private timer: NodeJS.Timeout | undefined;
   private loaded = false;
 
-  constructor(private readonly db: Queryable, private readonly refreshMs = 1000) {}
+  constructor(
+    private readonly db: Queryable,
+    private readonly refreshMs = 1000,
+  ) {}
 
   get current(): Snapshot {
     return this.snap;
@@ -77,11 +80,17 @@ export class DeploymentState {
 const SWITCH_NOTIFY = SWITCH_NOTIFY_SQL;
 
 export async function setApiOpen(db: Queryable, open: boolean): Promise<void> {
-  await db.query(`WITH changed AS (UPDATE deployment SET api_open = $1, updated_at = now() RETURNING 1) SELECT ${SWITCH_NOTIFY} FROM (SELECT count(*) FROM changed) c`, [open]);
+  await db.query(
+    `WITH changed AS (UPDATE deployment SET api_open = $1, updated_at = now() RETURNING 1) SELECT ${SWITCH_NOTIFY} FROM (SELECT count(*) FROM changed) c`,
+    [open],
+  );
 }
 
 export async function setLane(db: Queryable, lane: Lane, enabled: boolean): Promise<void> {
-  await db.query(`WITH changed AS (UPDATE lanes SET enabled = $2, updated_at = now() WHERE lane = $1 RETURNING 1) SELECT ${SWITCH_NOTIFY} FROM (SELECT count(*) FROM changed) c`, [lane, enabled]);
+  await db.query(
+    `WITH changed AS (UPDATE lanes SET enabled = $2, updated_at = now() WHERE lane = $1 RETURNING 1) SELECT ${SWITCH_NOTIFY} FROM (SELECT count(*) FROM changed) c`,
+    [lane, enabled],
+  );
 }
 
 export async function pauseModel(db: Queryable, modelId: string, retryAfterS: number): Promise<void> {
@@ -95,5 +104,7 @@ export async function pauseModel(db: Queryable, modelId: string, retryAfterS: nu
 }
 
 export async function resumeModel(db: Queryable, modelId: string): Promise<void> {
-  await db.query(`WITH changed AS (DELETE FROM model_pauses WHERE model_id = $1 RETURNING 1) SELECT ${SWITCH_NOTIFY} FROM (SELECT count(*) FROM changed) c`, [modelId]);
+  await db.query(`WITH changed AS (DELETE FROM model_pauses WHERE model_id = $1 RETURNING 1) SELECT ${SWITCH_NOTIFY} FROM (SELECT count(*) FROM changed) c`, [
+    modelId,
+  ]);
 }

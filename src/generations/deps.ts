@@ -70,22 +70,32 @@ export async function createGenerationDeps(services: Services, opts: GenerationD
   // A client the caller passed is the caller's to close; one built here from config is ours.
   const own = <C>(given: C | undefined, vendor: 'ark' | 'gemini', build: () => C): { client: C | undefined; owned: boolean } =>
     given !== undefined || !vendorConfigured(cfg, vendor) ? { client: given, owned: false } : { client: build(), owned: true };
-  const ark = own(opts.ark, 'ark', () => new ArkClient({
-    baseUrl: cfg.vendors.ark.baseUrl!,
-    apiKey: cfg.vendors.ark.apiKey!,
-    connectTimeoutMs: cfg.upstream.connectTimeoutMs,
-    // A create must be answered well inside the submit's lease, or recovery would race it.
-    timeoutMs: Math.max(1000, Math.min(20_000, Math.floor(cfg.jobs.leaseMs / 2))),
-  }));
-  const gemini = own(opts.gemini, 'gemini', () => new GeminiClient({
-    baseUrl: cfg.vendors.gemini.baseUrl!,
-    apiKey: cfg.vendors.gemini.apiKey!,
-    connectTimeoutMs: cfg.upstream.connectTimeoutMs,
-    // The call is the whole generation (a 4K image with thinking): the engine renews the lease meanwhile.
-    timeoutMs: cfg.jobs.imageCallTimeoutMs,
-    // The image comes back base64-encoded inside the JSON (4/3 of its size), beside thought parts.
-    maxResponseBytes: Math.min(2 ** 31 - 1, Math.ceil((cfg.media.maxResultBytes * 4) / 3) + 4 * 1024 * 1024),
-  }));
+  const ark = own(
+    opts.ark,
+    'ark',
+    () =>
+      new ArkClient({
+        baseUrl: cfg.vendors.ark.baseUrl!,
+        apiKey: cfg.vendors.ark.apiKey!,
+        connectTimeoutMs: cfg.upstream.connectTimeoutMs,
+        // A create must be answered well inside the submit's lease, or recovery would race it.
+        timeoutMs: Math.max(1000, Math.min(20_000, Math.floor(cfg.jobs.leaseMs / 2))),
+      }),
+  );
+  const gemini = own(
+    opts.gemini,
+    'gemini',
+    () =>
+      new GeminiClient({
+        baseUrl: cfg.vendors.gemini.baseUrl!,
+        apiKey: cfg.vendors.gemini.apiKey!,
+        connectTimeoutMs: cfg.upstream.connectTimeoutMs,
+        // The call is the whole generation (a 4K image with thinking): the engine renews the lease meanwhile.
+        timeoutMs: cfg.jobs.imageCallTimeoutMs,
+        // The image comes back base64-encoded inside the JSON (4/3 of its size), beside thought parts.
+        maxResponseBytes: Math.min(2 ** 31 - 1, Math.ceil((cfg.media.maxResultBytes * 4) / 3) + 4 * 1024 * 1024),
+      }),
+  );
   return {
     clock: opts.clock ?? Date.now,
     media,

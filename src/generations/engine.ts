@@ -140,9 +140,12 @@ class Engine implements JobEngine {
     // One child per row worked: its lines name the generation and the request that bought it.
     const log = this.log.child({ generation: row.id, request_id: row.request_id });
     // Renew while we work (a long download or vendor call), so no other instance takes the row from under us.
-    const timer = setInterval(() => {
-      renewLease(services.pool, row.id, deps.owner, deps.clock(), leaseMs).catch(() => undefined);
-    }, Math.max(50, Math.floor(leaseMs / 3)));
+    const timer = setInterval(
+      () => {
+        renewLease(services.pool, row.id, deps.owner, deps.clock(), leaseMs).catch(() => undefined);
+      },
+      Math.max(50, Math.floor(leaseMs / 3)),
+    );
     timer.unref();
     try {
       if (row.kind === 'video') await this.runners.video.run(row, log);

@@ -45,9 +45,13 @@ export const givenIn =
 export function requireModel<M extends { readonly listed: boolean }>(raw: unknown, lookup: (id: string) => M | undefined, name: string, pick: string): M {
   const model = typeof raw === 'string' ? lookup(raw) : undefined;
   if (model?.listed) return model;
-  throw bad('unknown_model', 'model', typeof raw === 'string'
-    ? `Unknown ${name} ${JSON.stringify(raw.slice(0, 100))}; use ${pick} of GET /v1/models.`
-    : `\`model\` is required: ${pick} of GET /v1/models.`);
+  throw bad(
+    'unknown_model',
+    'model',
+    typeof raw === 'string'
+      ? `Unknown ${name} ${JSON.stringify(raw.slice(0, 100))}; use ${pick} of GET /v1/models.`
+      : `\`model\` is required: ${pick} of GET /v1/models.`,
+  );
 }
 
 /** 400 unsupported_parameter for the first field (in body order) outside `known`. */
@@ -121,7 +125,15 @@ function allowListed(raw: string, allowList: ReadonlySet<string>): URL | undefin
  * maxItems bounds it too; `capOwner` names whose cap): each element parsed, pushed onto `urls` (to
  * be fetched before admission), and returned normalised. An empty list is the same as none.
  */
-export function parseUrlList(v: unknown, field: string, rule: FieldRule, cap: number, capOwner: string, allowList: ReadonlySet<string> | undefined, urls: CheckedUrl[]): string[] | undefined {
+export function parseUrlList(
+  v: unknown,
+  field: string,
+  rule: FieldRule,
+  cap: number,
+  capOwner: string,
+  allowList: ReadonlySet<string> | undefined,
+  urls: CheckedUrl[],
+): string[] | undefined {
   if (v === undefined) return undefined;
   checkField(field, rule, v);
   const list = v as unknown[];

@@ -35,7 +35,15 @@ export async function boundToKey(services: Services, id: string): Promise<boolea
 }
 
 /** Any active state -> failed, with the whole hold refunded, in one transaction. `tag` names the product in the log events. */
-export async function failGeneration(services: Services, deps: GenerationDeps, log: Logger, tag: 'video' | 'images', row: GenerationRow, code: FailureCode, message: string): Promise<void> {
+export async function failGeneration(
+  services: Services,
+  deps: GenerationDeps,
+  log: Logger,
+  tag: 'video' | 'images',
+  row: GenerationRow,
+  code: FailureCode,
+  message: string,
+): Promise<void> {
   await withTx(services.pool, async (c) => {
     if (!(await markFailed(c, row.id, deps.owner, code, message, deps.clock()))) return;
     const r = await services.ledger.using(c).refund(row.request_id, code);

@@ -40,14 +40,23 @@ export async function keyState(q: Queryable, keyId: string, product: Idempotency
   const k = r.rows[0];
   if (k === undefined || k.created_at.getTime() <= nowMs - IDEMPOTENCY_WINDOW_MS) return { kind: 'free' };
   const accepted = k.g_state !== null && ['queued', 'running', 'succeeded', 'failed'].includes(k.g_state);
-  const inFlight = k.g_state === 'submitting' || k.g_state === 'creating' || ((k.g_state === null || k.g_state === 'voided') && k.claimed_until.getTime() > nowMs);
+  const inFlight =
+    k.g_state === 'submitting' || k.g_state === 'creating' || ((k.g_state === null || k.g_state === 'voided') && k.claimed_until.getTime() > nowMs);
   if (!accepted && !inFlight) return { kind: 'free' };
   if (inFlight) return { kind: 'in_use' };
   const row = await getGeneration(q, k.generation_id);
   return row ? { kind: 'replay', row } : { kind: 'in_use' };
 }
 
-export async function claimKey(q: Queryable, keyId: string, product: IdempotencyProduct, idemKey: string, generationId: string, nowMs: number, ttlMs: number): Promise<boolean> {
+export async function claimKey(
+  q: Queryable,
+  keyId: string,
+  product: IdempotencyProduct,
+  idemKey: string,
+  generationId: string,
+  nowMs: number,
+  ttlMs: number,
+): Promise<boolean> {
   const r = await q.query(
     `INSERT INTO idempotency_keys AS k (key_id, product, idem_key, generation_id, claimed_until, created_at)
      VALUES ($1, $2, $3, $4, $5, $6)
@@ -64,13 +73,24 @@ export async function claimKey(q: Queryable, keyId: string, product: Idempotency
 }
 
 export async function dropClaim(q: Queryable, keyId: string, product: IdempotencyProduct, idemKey: string, generationId: string): Promise<void> {
-  await q.query('DELETE FROM idempotency_keys WHERE key_id = $1 AND product = $2 AND idem_key = $3 AND generation_id = $4', [keyId, product, idemKey, generationId]);
+  await q.query('DELETE FROM idempotency_keys WHERE key_id = $1 AND product = $2 AND idem_key = $3 AND generation_id = $4', [
+    keyId,
+    product,
+    idemKey,
+    generationId,
+  ]);
 }
 
 /** The answer for a key already taken: the replayed 202 body (rendered by `present`), or 409. */
-export function answerForKey(state: Exclude<KeyState, { kind: 'free' }>, present: (row: GenerationRow) => Record<string, unknown>): { body: Record<string, unknown>; replayed: true } {
+export function answerForKey(
+  state: Exclude<KeyState, { kind: 'free' }>,
+  present: (row: GenerationRow) => Record<string, unknown>,
+): { body: Record<string, unknown>; replayed: true } {
   if (state.kind === 'replay') return { body: present(state.row), replayed: true };
-  throw new ApiError('idempotency_key_in_use', { param: 'Idempotency-Key', message: 'A submit with this Idempotency-Key is still being admitted; retry shortly to get its answer.' });
+  throw new ApiError('idempotency_key_in_use', {
+    param: 'Idempotency-Key',
+    message: 'A submit with this Idempotency-Key is still being admitted; retry shortly to get its answer.',
+  });
 }
 
 /** First and longest pause between two looks at a key held by a submit still being admitted. */
@@ -83,7 +103,14 @@ const IN_USE_MAX_PAUSE_MS = 250;
  * first one's answer (docs/api/video.md: a repeated submit returns the original 202 body) instead of a 409 the
  * client would have to retry. Looks at the key with growing pauses (a few dozen queries at most).
  */
-async function settledKeyState(q: Queryable, keyId: string, product: IdempotencyProduct, idemKey: string, clock: () => number, waitMs: number): Promise<KeyState> {
+async function settledKeyState(
+  q: Queryable,
+  keyId: string,
+  product: IdempotencyProduct,
+  idemKey: string,
+  clock: () => number,
+  waitMs: number,
+): Promise<KeyState> {
   const deadline = performance.now() + waitMs;
   let pauseMs = IN_USE_FIRST_PAUSE_MS;
   for (;;) {

@@ -38,7 +38,9 @@ export function secondsUntilUtcMidnight(nowMs: number): number {
 export async function requireAccess(q: Queryable, accountId: string, lock: boolean, paygDailyCap: number, kind: GenerationKind): Promise<GenerationAccess> {
   const row = await generationAccess(q, accountId, lock, paygDailyCap);
   if (!row?.allowed) {
-    throw new ApiError('tier_gated', { message: `${kind === 'video' ? 'Video' : 'Image generation'} needs a paid plan or pay-as-you-go Ink: upgrade, or top up the wallet.` });
+    throw new ApiError('tier_gated', {
+      message: `${kind === 'video' ? 'Video' : 'Image generation'} needs a paid plan or pay-as-you-go Ink: upgrade, or top up the wallet.`,
+    });
   }
   return row;
 }

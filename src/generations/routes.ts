@@ -77,7 +77,13 @@ export function generationRoutes(services: Services, deps: GenerationDeps, p: Ge
       bodyBytes: p.bodyBytes,
       handler: async (ctx) => {
         const body = await readJsonObject(ctx);
-        const r = await p.submit(services, deps, { auth: ctx.auth!, requestId: ctx.requestId, body, idempotencyKey: ctx.header('idempotency-key'), log: ctx.log });
+        const r = await p.submit(services, deps, {
+          auth: ctx.auth!,
+          requestId: ctx.requestId,
+          body,
+          idempotencyKey: ctx.header('idempotency-key'),
+          log: ctx.log,
+        });
         ctx.sendJson(202, r.body, r.replayed ? [['Idempotent-Replayed', 'true']] : undefined);
       },
     },
@@ -97,8 +103,10 @@ export function generationRoutes(services: Services, deps: GenerationDeps, p: Ge
       handler: async (ctx) => {
         const row = await own(ctx);
         if (row.state === 'failed') throw new ApiError('result_unavailable', { message: 'The generation failed; there is no result to download.' });
-        if (row.state !== 'succeeded') throw new ApiError('generation_not_ready', { message: 'The generation has not finished; poll it until `status` is `succeeded`.' });
-        if (row.result_expired || row.media_key === null) throw new ApiError('result_expired', { message: 'The result is past its 7-day retention and was deleted.' });
+        if (row.state !== 'succeeded')
+          throw new ApiError('generation_not_ready', { message: 'The generation has not finished; poll it until `status` is `succeeded`.' });
+        if (row.result_expired || row.media_key === null)
+          throw new ApiError('result_expired', { message: 'The result is past its 7-day retention and was deleted.' });
         ctx.sendEmpty(302, [['Location', linker(ctx, row)(row.media_key).url]]);
       },
     },
@@ -142,7 +150,8 @@ export function mediaHostHandler(deps: Pick<GenerationDeps, 'media' | 'mediaSecr
         // The store failed (a missing object is not an error: that is the 404 above). Not a 404, which
         // would tell the client the result is gone: a 503 to retry. Mid-body, the connection is cut so
         // the client sees the body incomplete (and resumes with a Range), never a clean short end.
-        if (!ctx.responded) ctx.sendError(new ApiError('provider_unavailable', { message: 'The media store did not answer; retry shortly.', retryAfterS: 5, cause: e }));
+        if (!ctx.responded)
+          ctx.sendError(new ApiError('provider_unavailable', { message: 'The media store did not answer; retry shortly.', retryAfterS: 5, cause: e }));
         else ctx.cutStream();
       });
     return { route: 'media', answered };

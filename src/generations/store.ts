@@ -71,8 +71,7 @@ export async function insertGeneration(q: Queryable, g: NewGeneration): Promise<
                               created_at, updated_at, lease_owner, lease_expires_at, next_poll_at)
      VALUES ($1, $2, $3, $4, $5, $6, 'submitting', $7, $8, $9, $10, $10, $11, $12, $12)
      RETURNING *`,
-    [g.id, g.kind, g.accountId, g.keyId, g.requestId, g.model, JSON.stringify(g.request), g.priceSet, g.holdInk,
-      d(g.nowMs), g.owner, d(g.nowMs + g.leaseMs)],
+    [g.id, g.kind, g.accountId, g.keyId, g.requestId, g.model, JSON.stringify(g.request), g.priceSet, g.holdInk, d(g.nowMs), g.owner, d(g.nowMs + g.leaseMs)],
   );
   return r.rows[0]!;
 }
@@ -103,7 +102,14 @@ export async function markQueued(q: Queryable, id: string, owner: string, taskId
 }
 
 /** submitting|creating -> voided (refused at submit): run with the ledger's release in one transaction. */
-export async function markVoided(q: Queryable, id: string, owner: string, code: 'provider_error' | 'provider_unavailable', message: string, nowMs: number): Promise<boolean> {
+export async function markVoided(
+  q: Queryable,
+  id: string,
+  owner: string,
+  code: 'provider_error' | 'provider_unavailable',
+  message: string,
+  nowMs: number,
+): Promise<boolean> {
   const r = await q.query(
     `UPDATE generations SET state = 'voided', error_code = $3, error_message = $4, charged_ink = 0, completed_at = $5, updated_at = $5,
             lease_owner = NULL, lease_expires_at = NULL
@@ -137,7 +143,11 @@ export async function claimDue(q: Queryable, kinds: readonly string[], owner: st
 }
 
 export async function renewLease(q: Queryable, id: string, owner: string, nowMs: number, leaseMs: number): Promise<boolean> {
-  const r = await q.query('UPDATE generations SET lease_expires_at = $3 WHERE id = $1 AND lease_owner = $2 AND state IN ' + ACTIVE_SQL, [id, owner, d(nowMs + leaseMs)]);
+  const r = await q.query('UPDATE generations SET lease_expires_at = $3 WHERE id = $1 AND lease_owner = $2 AND state IN ' + ACTIVE_SQL, [
+    id,
+    owner,
+    d(nowMs + leaseMs),
+  ]);
   return r.rowCount === 1;
 }
 
@@ -182,8 +192,22 @@ export async function markSucceeded(q: Queryable, id: string, owner: string, s: 
             completed_at = $11, updated_at = $11, lease_owner = NULL, lease_expires_at = NULL,
             vendor_task_id = coalesce($12, vendor_task_id), result_width = $13, result_height = $14
       WHERE id = $1 AND lease_owner = $2 AND state IN ('queued', 'running')`,
-    [id, owner, s.chargedInk, s.mediaKey, s.contentType, s.sizeBytes, s.durationS, s.resolution, s.aspectRatio, s.seed, d(s.nowMs),
-      s.vendorTaskId ?? null, s.width ?? null, s.height ?? null],
+    [
+      id,
+      owner,
+      s.chargedInk,
+      s.mediaKey,
+      s.contentType,
+      s.sizeBytes,
+      s.durationS,
+      s.resolution,
+      s.aspectRatio,
+      s.seed,
+      d(s.nowMs),
+      s.vendorTaskId ?? null,
+      s.width ?? null,
+      s.height ?? null,
+    ],
   );
   return r.rowCount === 1;
 }
@@ -203,7 +227,12 @@ export async function markFailed(q: Queryable, id: string, owner: string, code: 
  * Admission counts for one account and one kind: generations in flight, and those accepted since
  * `dayStartMs`. Video and images are counted apart: each has its own concurrency slots and daily count.
  */
-export async function admissionCounts(q: Queryable, accountId: string, dayStartMs: number, kind: 'video' | 'image' = 'video'): Promise<{ active: number; today: number }> {
+export async function admissionCounts(
+  q: Queryable,
+  accountId: string,
+  dayStartMs: number,
+  kind: 'video' | 'image' = 'video',
+): Promise<{ active: number; today: number }> {
   const r = await q.query<{ active: number; today: number }>(
     `SELECT (SELECT count(*) FROM generations WHERE account_id = $1 AND kind = $3 AND state IN ${ACTIVE_SQL})::int AS active,
             (SELECT count(*) FROM generations WHERE account_id = $1 AND kind = $3 AND created_at >= $2 AND state <> 'voided')::int AS today`,

@@ -65,7 +65,12 @@ export interface SubmitProduct<R, V extends Validated<R>> {
   afterCommit(services: Services, deps: GenerationDeps, log: Logger, row: GenerationRow, v: V): Promise<void>;
 }
 
-export async function submitGeneration<R, V extends Validated<R>>(p: SubmitProduct<R, V>, services: Services, deps: GenerationDeps, input: SubmitInput): Promise<SubmitResult> {
+export async function submitGeneration<R, V extends Validated<R>>(
+  p: SubmitProduct<R, V>,
+  services: Services,
+  deps: GenerationDeps,
+  input: SubmitInput,
+): Promise<SubmitResult> {
   const { config, pool } = services;
   const { auth } = input;
   if (services.failStop?.stopped) throw stoppedAnswer();
@@ -125,10 +130,22 @@ async function admit<R, V extends Validated<R>>(
     const locked = await requireAccess(c, auth.accountId, true, config.jobs.paygDailyCap, p.kind);
     const nowMs = deps.clock();
     checkAdmissionCounts(locked, await admissionCounts(c, auth.accountId, utcDayStartMs(nowMs), p.kind), maxRunning, nowMs, p.kind);
-    await ledger.using(c).reserve({ requestId: input.requestId, accountId: auth.accountId, keyId: auth.keyId, product: p.product, model: v.model.id, holdInk: a.holdInk });
+    await ledger
+      .using(c)
+      .reserve({ requestId: input.requestId, accountId: auth.accountId, keyId: auth.keyId, product: p.product, model: v.model.id, holdInk: a.holdInk });
     return insertGeneration(c, {
-      id: a.id, kind: p.kind, accountId: auth.accountId, keyId: auth.keyId, requestId: input.requestId, model: v.model.id,
-      request: v.request as unknown as Record<string, unknown>, priceSet: a.priceSet, holdInk: a.holdInk, nowMs, owner: deps.owner, leaseMs: config.jobs.leaseMs,
+      id: a.id,
+      kind: p.kind,
+      accountId: auth.accountId,
+      keyId: auth.keyId,
+      requestId: input.requestId,
+      model: v.model.id,
+      request: v.request as unknown as Record<string, unknown>,
+      priceSet: a.priceSet,
+      holdInk: a.holdInk,
+      nowMs,
+      owner: deps.owner,
+      leaseMs: config.jobs.leaseMs,
     });
   });
   services.metrics?.inkHeld(p.product, v.model.id, a.holdInk); // once committed

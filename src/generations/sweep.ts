@@ -24,7 +24,8 @@ export function retentionCutoffMs(nowMs: number, retentionDays: number): number 
 
 /** The row as clients see it: a succeeded result past its retention is expired, swept or not. */
 export function withRetention(row: GenerationRow, nowMs: number, retentionDays: number): GenerationRow {
-  const past = row.state === 'succeeded' && !row.result_expired && row.completed_at !== null && row.completed_at.getTime() <= retentionCutoffMs(nowMs, retentionDays);
+  const past =
+    row.state === 'succeeded' && !row.result_expired && row.completed_at !== null && row.completed_at.getTime() <= retentionCutoffMs(nowMs, retentionDays);
   return past ? { ...row, result_expired: true } : row;
 }
 

@@ -132,14 +132,20 @@ export function mapVendorStatus(
   const msg = vendorMessage(text);
   // The vendor's own "prompt is too long" is our 413 (docs/api/errors.md): we never refuse first on a guess.
   if ((status === 400 || status === 422) && PROMPT_TOO_LONG.test(msg)) {
-    return { error: new ApiError('payload_too_large', { message: `The prompt is longer than the model's context: ${msg}`, param: promptParam }), release: true };
+    return {
+      error: new ApiError('payload_too_large', { message: `The prompt is longer than the model's context: ${msg}`, param: promptParam }),
+      release: true,
+    };
   }
   // Its gateway refusing before running (docs/api/errors.md: its 400, 404, 413, 415, 422) is the client's to fix.
   if (status === 400 || status === 404 || status === 413 || status === 415 || status === 422) {
     return { error: new ApiError('upstream_rejected', { message: msg }), release: true };
   }
   if (status === 429 || status === 529 || status === 503) {
-    return { error: new ApiError('provider_unavailable', { message: `The vendor is at capacity or rate-limiting: ${msg}`, retryAfterS: retryAfterOf(headers, 30) }), release: true };
+    return {
+      error: new ApiError('provider_unavailable', { message: `The vendor is at capacity or rate-limiting: ${msg}`, retryAfterS: retryAfterOf(headers, 30) }),
+      release: true,
+    };
   }
   if (status === 401 || status === 402 || status === 403) {
     // Our vendor account was refused (credentials, billing): nothing ran, and it is not the
@@ -148,7 +154,10 @@ export function mapVendorStatus(
   }
   // Other 4xx are the vendor refusing before running; 5xx may have run: keep the hold.
   if (status < 500) return { error: new ApiError('upstream_rejected', { message: msg }), release: true };
-  return { error: new ApiError('provider_error', { message: `The vendor failed (${status}); the hold is kept until the vendor's record reconciles it.` }), release: false };
+  return {
+    error: new ApiError('provider_error', { message: `The vendor failed (${status}); the hold is kept until the vendor's record reconciles it.` }),
+    release: false,
+  };
 }
 
 /** `event: error` at an event's start or on one of its lines. */
@@ -246,7 +255,15 @@ function holdOpen(services: Services, ledger: TextBilling, r: RequestScope, info
  * A settle that could not be written leaves a charge we know: mark the hold usage_unknown with the
  * vendor id (best effort), so reconciliation can match it to the vendor's record.
  */
-async function settleFailed(services: Services, ledger: TextBilling, r: RequestScope, chargeInk: number, usage: object, vendorRequestId: string | undefined, e: unknown): Promise<void> {
+async function settleFailed(
+  services: Services,
+  ledger: TextBilling,
+  r: RequestScope,
+  chargeInk: number,
+  usage: object,
+  vendorRequestId: string | undefined,
+  e: unknown,
+): Promise<void> {
   violation(services, e);
   r.log.error({ vendor_request_id: vendorRequestId, charge_ink: chargeInk, usage, err: e as Error }, 'text.settle_failed');
   await holdOpen(services, ledger, r, { vendorRequestId, reason: 'settle failed' });
@@ -306,7 +323,10 @@ export function createTextHandler(lane: TextLane, d: TextProxyDeps): (ctx: HttpC
     const requestId = ctx.requestId;
     // A hold from a lease does not read the key row: a remembered key that expired since is refused here.
     if (auth.expiresAtMs !== null && auth.expiresAtMs <= Date.now()) throw new ApiError('invalid_api_key', { message: 'The API key has expired.' });
-    await answeredByFailStop(services, ledger.reserve({ requestId, accountId: auth.accountId, keyId: auth.keyId, product: lane.product, model: req.model.id, holdInk: req.holdInk }));
+    await answeredByFailStop(
+      services,
+      ledger.reserve({ requestId, accountId: auth.accountId, keyId: auth.keyId, product: lane.product, model: req.model.id, holdInk: req.holdInk }),
+    );
     ctx.keyConfirmed = true;
     services.metrics?.inkHeld(lane.product, req.model.id, req.holdInk);
 
@@ -369,7 +389,10 @@ async function answerBody(env: ProxyEnv, ctx: HttpContext, req: ParsedTextReques
     result = lane.finishBody(JSON.parse(buf.toString('utf8')), req);
   } catch (e) {
     services.metrics?.upstreamError(env.vendor, 'body');
-    await holdOpen(services, ledger, ctx, { vendorRequestId: storableId(headerValue(res.headers, VENDOR_ID_HEADERS)), reason: `unreadable vendor body: ${(e as Error).message.slice(0, 200)}` });
+    await holdOpen(services, ledger, ctx, {
+      vendorRequestId: storableId(headerValue(res.headers, VENDOR_ID_HEADERS)),
+      reason: `unreadable vendor body: ${(e as Error).message.slice(0, 200)}`,
+    });
     throw new ApiError('provider_error', { message: 'The vendor answer could not be read; the hold is kept until reconciled.', cause: e });
   }
   if (result.chargeInk === undefined) {
@@ -402,7 +425,15 @@ interface StreamRun {
   relaying: boolean;
 }
 
-async function streamThrough(env: ProxyEnv, ctx: HttpContext, req: ParsedTextRequest, res: Dispatcher.ResponseData, rw: ModelRewrite, startedMs: number, frame: UsageFrame): Promise<void> {
+async function streamThrough(
+  env: ProxyEnv,
+  ctx: HttpContext,
+  req: ParsedTextRequest,
+  res: Dispatcher.ResponseData,
+  rw: ModelRewrite,
+  startedMs: number,
+  frame: UsageFrame,
+): Promise<void> {
   const tally = env.lane.newTally(req);
   ctx.startStream(200, [...STREAM_HEADERS, ['X-Service-Request-Id', ctx.requestId]]);
   const run: StreamRun = { failure: undefined, firstByte: true, waiting: false, vendorIdRecorded: false, relaying: true };
@@ -416,14 +447,30 @@ async function streamThrough(env: ProxyEnv, ctx: HttpContext, req: ParsedTextReq
   } catch (e) {
     // A broken money rule (the fail-stop has it): the stream still ends, with no charge in it, and
     // the error goes on up. The hold stays open; recovery keeps it for reconciliation.
-    if (isLedgerAssertion(e)) ctx.end(env.lane.errorFrame('usage_unknown', 'An internal ledger fault stopped this gateway instance; the hold is kept until reconciled.', ctx.requestId, tally));
+    if (isLedgerAssertion(e))
+      ctx.end(
+        env.lane.errorFrame(
+          'usage_unknown',
+          'An internal ledger fault stopped this gateway instance; the hold is kept until reconciled.',
+          ctx.requestId,
+          tally,
+        ),
+      );
     throw e;
   }
   ctx.end(last === '' ? undefined : last);
 }
 
 /** Reads the vendor's stream to its end (or error, or total time cap), relaying whole events as they come. */
-function pumpStream(env: ProxyEnv, ctx: HttpContext, body: Dispatcher.ResponseData['body'], rw: ModelRewrite, tally: StreamTally, run: StreamRun, startedMs: number): Promise<void> {
+function pumpStream(
+  env: ProxyEnv,
+  ctx: HttpContext,
+  body: Dispatcher.ResponseData['body'],
+  rw: ModelRewrite,
+  tally: StreamTally,
+  run: StreamRun,
+  startedMs: number,
+): Promise<void> {
   const framer = new SseFramer(MAX_PENDING_EVENT_BYTES);
   const relay = createRelay(env, ctx, body, tally, run, startedMs);
   const relayEach = (ev: Buffer): void => {
@@ -455,7 +502,14 @@ function pumpStream(env: ProxyEnv, ctx: HttpContext, body: Dispatcher.ResponseDa
 }
 
 /** The per-request relay: tallies and writes whole events; false once the lane's cap stopped the stream. */
-function createRelay(env: ProxyEnv, ctx: HttpContext, body: Dispatcher.ResponseData['body'], tally: StreamTally, run: StreamRun, startedMs: number): (events: Buffer) => boolean {
+function createRelay(
+  env: ProxyEnv,
+  ctx: HttpContext,
+  body: Dispatcher.ResponseData['body'],
+  tally: StreamTally,
+  run: StreamRun,
+  startedMs: number,
+): (events: Buffer) => boolean {
   const { services, ledger, lane } = env;
   const requestId = ctx.requestId;
   const resume = () => {
@@ -501,14 +555,29 @@ function createRelay(env: ProxyEnv, ctx: HttpContext, body: Dispatcher.ResponseD
  * Settles a finished stream on what the tally read, and returns the stream's final frame: the
  * usage frame in the request's form ('' for none), or a failure frame, which every form gets.
  */
-async function settleStream(env: ProxyEnv, r: RequestScope, req: ParsedTextRequest, tally: StreamTally, failure: Error | undefined, frame: UsageFrame): Promise<string> {
+async function settleStream(
+  env: ProxyEnv,
+  r: RequestScope,
+  req: ParsedTextRequest,
+  tally: StreamTally,
+  failure: Error | undefined,
+  frame: UsageFrame,
+): Promise<string> {
   const { lane, services, ledger } = env;
   const requestId = r.requestId;
   const outcome = tally.capped ? 'capped' : tally.outcome();
   const charge = outcome === 'capped' ? req.holdInk : outcome === 'usage_unknown' ? undefined : tally.chargeInk();
   if (charge === undefined) {
-    await holdOpen(services, ledger, r, { vendorRequestId: storableId(tally.vendorRequestId()), reason: failure ? `stream failed: ${failure.message.slice(0, 200)}` : 'no usage receipt' });
-    return lane.errorFrame('usage_unknown', 'The stream ended without a usage receipt; the hold is kept until the vendor record reconciles it.', requestId, tally);
+    await holdOpen(services, ledger, r, {
+      vendorRequestId: storableId(tally.vendorRequestId()),
+      reason: failure ? `stream failed: ${failure.message.slice(0, 200)}` : 'no usage receipt',
+    });
+    return lane.errorFrame(
+      'usage_unknown',
+      'The stream ended without a usage receipt; the hold is kept until the vendor record reconciles it.',
+      requestId,
+      tally,
+    );
   }
   let charged: number | undefined;
   const usage = tally.usage();
@@ -522,7 +591,12 @@ async function settleStream(env: ProxyEnv, r: RequestScope, req: ParsedTextReque
   }
   if (charged === undefined) return lane.errorFrame('usage_unknown', 'The charge could not be recorded; the hold is kept until reconciled.', requestId, tally);
   if (outcome === 'incomplete_stream') {
-    return lane.errorFrame('incomplete_stream', `The stream ended without a terminal event; ${charged} Ink charged for what the vendor reported.`, requestId, tally);
+    return lane.errorFrame(
+      'incomplete_stream',
+      `The stream ended without a terminal event; ${charged} Ink charged for what the vendor reported.`,
+      requestId,
+      tally,
+    );
   }
   if (outcome === 'capped' && lane.cappedFrame) return lane.cappedFrame(charged, requestId, tally, frame);
   return lane.usageFrame(charged, requestId, tally, frame);

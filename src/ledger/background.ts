@@ -35,7 +35,12 @@ export class BackgroundRetries {
     }
     const t = setTimeout(() => {
       this.timers.delete(t);
-      this.track(attempt().then(() => undefined, (e: unknown) => this.failed(e, gaveUp, requestId, attempt, n + 1)));
+      this.track(
+        attempt().then(
+          () => undefined,
+          (e: unknown) => this.failed(e, gaveUp, requestId, attempt, n + 1),
+        ),
+      );
     }, delay);
     t.unref();
     this.timers.add(t);

@@ -18,7 +18,17 @@ import { MAX_REASON_CHARS, text, wholeInk } from './move-input.js';
 import { checkedMove, skew, type MoveContext } from './move-statement.js';
 import * as SQL from './statements.js';
 
-const WALLET_FIGURES = ['grant_ink', 'payg_ink', 'held_grant_ink', 'held_payg_ink', 'charged_ink', 'expired_ink', 'credited_ink', 'topups_completed', 'grant_period'] as const;
+const WALLET_FIGURES = [
+  'grant_ink',
+  'payg_ink',
+  'held_grant_ink',
+  'held_payg_ink',
+  'charged_ink',
+  'expired_ink',
+  'credited_ink',
+  'topups_completed',
+  'grant_period',
+] as const;
 type WalletFigure = (typeof WALLET_FIGURES)[number];
 type Delta = Partial<Record<WalletFigure, number>>;
 
@@ -35,15 +45,28 @@ export function assertCredited(what: string, c: Credited): void {
   const { before, after } = c;
   for (const f of WALLET_FIGURES) {
     const want = f === 'grant_ink' && c.grantTo !== undefined ? c.grantTo : before[f] + (c.delta[f] ?? 0);
-    assertLedger(whole(after[f]) && after[f] === want, () => `${what} ${before.account_id}: ${f} is ${after[f]}, expected ${want}`, () => ({
-      account_id: before.account_id, figure: f, before: before[f], after: after[f], expected: want,
-    }));
+    assertLedger(
+      whole(after[f]) && after[f] === want,
+      () => `${what} ${before.account_id}: ${f} is ${after[f]}, expected ${want}`,
+      () => ({
+        account_id: before.account_id,
+        figure: f,
+        before: before[f],
+        after: after[f],
+        expected: want,
+      }),
+    );
   }
 }
 
 /** Preconditions of a credit: the wallet as read under its lock is whole Ink everywhere. */
 function assertWallet(what: string, w: WalletView): void {
-  for (const f of WALLET_FIGURES) assertLedger(whole(w[f]), () => `${what} ${w.account_id}: ${f} is ${w[f]}, not whole`, () => ({ account_id: w.account_id, figure: f, value: w[f] }));
+  for (const f of WALLET_FIGURES)
+    assertLedger(
+      whole(w[f]),
+      () => `${what} ${w.account_id}: ${f} is ${w[f]}, not whole`,
+      () => ({ account_id: w.account_id, figure: f, value: w[f] }),
+    );
 }
 
 async function wallet(c: Queryable, accountId: string): Promise<WalletView> {
@@ -54,13 +77,22 @@ async function wallet(c: Queryable, accountId: string): Promise<WalletView> {
  * One credit in one transaction: lock the wallet, read it, check it, `apply`, read it again and
  * assert exactly the expected figures moved, then COMMIT (checkedMove rolls back otherwise).
  */
-async function creditMove<T>(m: MoveContext, what: string, accountId: string, apply: (c: Queryable, lock: { grant_ink: number; period_grant_ink: number }) => Promise<{ delta: Delta; grantTo?: number; out: T }>): Promise<T> {
+async function creditMove<T>(
+  m: MoveContext,
+  what: string,
+  accountId: string,
+  apply: (c: Queryable, lock: { grant_ink: number; period_grant_ink: number }) => Promise<{ delta: Delta; grantTo?: number; out: T }>,
+): Promise<T> {
   const run = async (c: Queryable): Promise<Credited & { out: T }> => {
     const lock = (await c.query<{ grant_ink: number; period_grant_ink: number }>(SQL.ROLL_LOCK, [accountId])).rows[0];
     if (!lock) throw new Error(`unknown account ${accountId} (no wallet)`);
     const before = await wallet(c, accountId);
     assertWallet(what, before);
-    assertLedger(whole(lock.period_grant_ink) && before.grant_ink === lock.grant_ink, () => `${what} ${accountId}: the locked wallet disagrees with itself`, () => ({ account_id: accountId, grant_ink: lock.grant_ink, view_grant_ink: before.grant_ink, period_grant_ink: lock.period_grant_ink }));
+    assertLedger(
+      whole(lock.period_grant_ink) && before.grant_ink === lock.grant_ink,
+      () => `${what} ${accountId}: the locked wallet disagrees with itself`,
+      () => ({ account_id: accountId, grant_ink: lock.grant_ink, view_grant_ink: before.grant_ink, period_grant_ink: lock.period_grant_ink }),
+    );
     const moved = await apply(c, lock);
     const after = await wallet(c, accountId);
     if (m.faults !== undefined) after.credited_ink += skew(m, 'credit', accountId);

@@ -106,9 +106,19 @@ export class DriftGauge {
       // A drifted account stays counted until it is found clean: it is checked again next run too.
       this.watermark = mark;
       this.suspects = drifted.rows.slice(0, MAX_SUSPECTS).map((r) => r.account_id);
-      this.last = { leader: true, driftAccounts: drifted.rows.length, staleHolds: stale.rows[0]!.n, expiredLeases: expired.rows[0]!.n, lastCheckS: Math.floor(nowMs / 1000) };
+      this.last = {
+        leader: true,
+        driftAccounts: drifted.rows.length,
+        staleHolds: stale.rows[0]!.n,
+        expiredLeases: expired.rows[0]!.n,
+        lastCheckS: Math.floor(nowMs / 1000),
+      };
       if (drifted.rows.length > 0) {
-        this.o.log('ledger.drift', { accounts: drifted.rows.length, sample: drifted.rows.slice(0, SAMPLE_ACCOUNTS).map((r) => r.account_id), note: 'run `inkgate ledger check`' });
+        this.o.log('ledger.drift', {
+          accounts: drifted.rows.length,
+          sample: drifted.rows.slice(0, SAMPLE_ACCOUNTS).map((r) => r.account_id),
+          note: 'run `inkgate ledger check`',
+        });
       }
       return this.last;
     } catch (e) {

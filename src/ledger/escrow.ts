@@ -91,7 +91,6 @@ const ALREADY_RESOLVED: ResolveResult = Object.freeze({ resolved: false, reason:
 
 const unavailable = (message: string, cause?: unknown) => new ApiError('provider_unavailable', { message, retryAfterS: 1, cause });
 
-
 export class Escrow implements TextBilling {
   private readonly pool: Pool;
   private readonly ledger: Ledger;
@@ -233,7 +232,8 @@ export class Escrow implements TextBilling {
     this.active.set(input.requestId, { record, lease, hold: new CheckedHold(input.requestId, input.holdInk, split.grantInk, split.paygInk) });
     this.journal.start(record);
     this.stats.leaseHolds++;
-    if (lease.wantsRefill(this.lc.refillBelowPermille) && ks.acquiring === undefined) void this.acquire(ks, lease.accountId, lease.keyId, input.holdInk).catch(() => undefined);
+    if (lease.wantsRefill(this.lc.refillBelowPermille) && ks.acquiring === undefined)
+      void this.acquire(ks, lease.accountId, lease.keyId, input.holdInk).catch(() => undefined);
     return { requestId: input.requestId, holdInk: input.holdInk, grantInk: split.grantInk, paygInk: split.paygInk };
   }
 
@@ -275,8 +275,18 @@ export class Escrow implements TextBilling {
         name: 'ledger_lease_take',
         text: SQL.LEASE_TAKE,
         values: [
-          refill ? current.id : null, accountId, keyId, this.instanceId, this.epoch, refill ? 1 : holdInk, want, this.lc.floorInk,
-          this.lc.walletPermille, this.lc.keyPermille, this.lc.ttlMs, this.now(),
+          refill ? current.id : null,
+          accountId,
+          keyId,
+          this.instanceId,
+          this.epoch,
+          refill ? 1 : holdInk,
+          want,
+          this.lc.floorInk,
+          this.lc.walletPermille,
+          this.lc.keyPermille,
+          this.lc.ttlMs,
+          this.now(),
         ],
       });
       row = r.rows[0]!;
@@ -350,7 +360,8 @@ export class Escrow implements TextBilling {
    * answering; its lease expires and is recovered).
    */
   async recallAndWait(scope: { accountId?: string; keyId?: string }): Promise<boolean> {
-    const a = scope.accountId ?? null, k = scope.keyId ?? null;
+    const a = scope.accountId ?? null,
+      k = scope.keyId ?? null;
     const until = performance.now() + this.lc.recallWaitMs;
     let first = true;
     for (;;) {
@@ -452,15 +463,23 @@ export class Escrow implements TextBilling {
     // is a legal move of the hold, the record's split is the hold's, and the lease would give back
     // exactly what the hold releases, source by source (lease.end refuses before it changes).
     const o = a.hold.checkEnd(end, chargeInk);
-    assertLedger(r.holdInk === a.hold.holdInk && r.holdGrantInk === a.hold.grantInk && r.end === null, () => `hold ${r.requestId}: its record (${r.holdInk}, grant ${r.holdGrantInk}, end ${r.end}) is not the hold's`, () => a.hold.figures());
+    assertLedger(
+      r.holdInk === a.hold.holdInk && r.holdGrantInk === a.hold.grantInk && r.end === null,
+      () => `hold ${r.requestId}: its record (${r.holdInk}, grant ${r.holdGrantInk}, end ${r.end}) is not the hold's`,
+      () => a.hold.figures(),
+    );
     const leaseCharge = this.o.faults?.skewLeaseCharge?.(r.requestId, chargeInk) ?? chargeInk;
     const rest = a.lease.end(r.requestId, r.holdGrantInk, r.holdInk - r.holdGrantInk, leaseCharge, o.releasedGrantInk, o.releasedPaygInk);
     if (end === 'settle' && a.hold.state === 'reserved') a.hold.dispatch();
     const done = end === 'settle' ? a.hold.settle(chargeInk) : a.hold.release();
     // Postconditions: the hold moved exactly what was checked, and the lease took back exactly what it released.
     assertLedger(
-      done.chargedInk === o.chargedInk && done.chargedInk + done.releasedInk === r.holdInk && done.releasedGrantInk === rest.restGrantInk && done.releasedPaygInk === rest.restPaygInk,
-      () => `hold ${r.requestId}: ended charging ${done.chargedInk} and releasing ${done.releasedGrantInk} + ${done.releasedPaygInk}, the lease took back ${rest.restGrantInk} + ${rest.restPaygInk}`,
+      done.chargedInk === o.chargedInk &&
+        done.chargedInk + done.releasedInk === r.holdInk &&
+        done.releasedGrantInk === rest.restGrantInk &&
+        done.releasedPaygInk === rest.restPaygInk,
+      () =>
+        `hold ${r.requestId}: ended charging ${done.chargedInk} and releasing ${done.releasedGrantInk} + ${done.releasedPaygInk}, the lease took back ${rest.restGrantInk} + ${rest.restPaygInk}`,
       () => ({ ...a.hold.figures(), charged_ink: done.chargedInk, rest_grant_ink: rest.restGrantInk, rest_payg_ink: rest.restPaygInk }),
     );
     if (fields.usage !== undefined) r.usage = fields.usage;
@@ -490,7 +509,11 @@ export class Escrow implements TextBilling {
     const r = a.record;
     const requestId = r.requestId;
     const vendorId = details.vendorRequestId === undefined ? undefined : checkVendorRequestId(details.vendorRequestId);
-    assertLedger(!a.hold.ended, () => `hold ${requestId}: ended as ${a.hold.state}, cannot be left open`, () => a.hold.figures());
+    assertLedger(
+      !a.hold.ended,
+      () => `hold ${requestId}: ended as ${a.hold.state}, cannot be left open`,
+      () => a.hold.figures(),
+    );
     a.lease.endKept(requestId, r.holdGrantInk, r.holdInk - r.holdGrantInk); // asserts before it changes the lease
     if (a.hold.state === 'reserved') a.hold.dispatch(); // unknown usage is only ever of a request sent
     a.hold.markUnknown();

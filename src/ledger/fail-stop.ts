@@ -18,7 +18,10 @@ export const FAIL_STOP_EXIT_CODE = 70;
 
 /** The answer to a billed request once the instance stopped: another instance serves it. */
 export function stoppedAnswer(): ApiError {
-  return new ApiError('provider_unavailable', { message: 'This gateway instance stopped on an internal ledger fault; retry on another instance.', retryAfterS: 1 });
+  return new ApiError('provider_unavailable', {
+    message: 'This gateway instance stopped on an internal ledger fault; retry on another instance.',
+    retryAfterS: 1,
+  });
 }
 
 export interface FailStopOptions {

@@ -46,8 +46,16 @@ export class CheckedHold {
     readonly grantInk: number,
     readonly paygInk: number,
   ) {
-    assertLedger(whole(holdInk) && whole(grantInk) && whole(paygInk), () => `hold ${requestId}: amounts must be whole Ink (${holdInk} = ${grantInk} + ${paygInk})`, () => this.figures());
-    assertLedger(grantInk + paygInk === holdInk, () => `hold ${requestId}: grant part ${grantInk} + payg part ${paygInk} != hold ${holdInk}`, () => this.figures());
+    assertLedger(
+      whole(holdInk) && whole(grantInk) && whole(paygInk),
+      () => `hold ${requestId}: amounts must be whole Ink (${holdInk} = ${grantInk} + ${paygInk})`,
+      () => this.figures(),
+    );
+    assertLedger(
+      grantInk + paygInk === holdInk,
+      () => `hold ${requestId}: grant part ${grantInk} + payg part ${paygInk} != hold ${holdInk}`,
+      () => this.figures(),
+    );
   }
 
   get state(): HoldState {
@@ -65,7 +73,11 @@ export class CheckedHold {
   }
 
   private assertMove(to: HoldState): void {
-    assertLedger(NEXT[this.current].includes(to), () => `hold ${this.requestId}: ${this.current} -> ${to} is not a transition`, () => ({ ...this.figures(), to }));
+    assertLedger(
+      NEXT[this.current].includes(to),
+      () => `hold ${this.requestId}: ${this.current} -> ${to} is not a transition`,
+      () => ({ ...this.figures(), to }),
+    );
   }
 
   /** The request went to the vendor: from now on it may cost something. */
@@ -80,10 +92,22 @@ export class CheckedHold {
    */
   checkEnd(end: 'settle' | 'release', chargeInk: number): HoldOutcome {
     if (end === 'settle') {
-      assertLedger(whole(chargeInk) && chargeInk <= this.holdInk, () => `hold ${this.requestId}: charge ${chargeInk} is not whole Ink within the hold ${this.holdInk}`, () => ({ ...this.figures(), charge_ink: chargeInk }));
-      assertLedger(this.current === 'reserved' || NEXT[this.current].includes('settled'), () => `hold ${this.requestId}: ${this.current} -> settled is not a transition`, () => this.figures());
+      assertLedger(
+        whole(chargeInk) && chargeInk <= this.holdInk,
+        () => `hold ${this.requestId}: charge ${chargeInk} is not whole Ink within the hold ${this.holdInk}`,
+        () => ({ ...this.figures(), charge_ink: chargeInk }),
+      );
+      assertLedger(
+        this.current === 'reserved' || NEXT[this.current].includes('settled'),
+        () => `hold ${this.requestId}: ${this.current} -> settled is not a transition`,
+        () => this.figures(),
+      );
     } else {
-      assertLedger(chargeInk === 0, () => `hold ${this.requestId}: a release charges nothing, not ${chargeInk}`, () => ({ ...this.figures(), charge_ink: chargeInk }));
+      assertLedger(
+        chargeInk === 0,
+        () => `hold ${this.requestId}: a release charges nothing, not ${chargeInk}`,
+        () => ({ ...this.figures(), charge_ink: chargeInk }),
+      );
       this.assertMove('released');
     }
     return this.outcome(chargeInk);
@@ -91,7 +115,11 @@ export class CheckedHold {
 
   /** Charges `chargeInk` (whole, at most the hold), grant first; the rest is released. */
   settle(chargeInk: number): HoldOutcome {
-    assertLedger(this.current === 'dispatched', () => `hold ${this.requestId}: ${this.current} -> settled is not a transition`, () => this.figures());
+    assertLedger(
+      this.current === 'dispatched',
+      () => `hold ${this.requestId}: ${this.current} -> settled is not a transition`,
+      () => this.figures(),
+    );
     const o = this.checkEnd('settle', chargeInk);
     this.current = 'settled';
     return o;
@@ -119,8 +147,16 @@ export class CheckedHold {
       releasedGrantInk: this.grantInk - chargedGrantInk,
       releasedPaygInk: this.paygInk - (chargedInk - chargedGrantInk),
     };
-    assertLedger(o.chargedInk + o.releasedInk === this.holdInk, () => `hold ${this.requestId}: charged ${o.chargedInk} + released ${o.releasedInk} != hold ${this.holdInk}`, () => ({ ...this.figures(), charged_ink: o.chargedInk, released_ink: o.releasedInk }));
-    assertLedger(o.releasedGrantInk + o.releasedPaygInk === o.releasedInk && o.releasedGrantInk >= 0 && o.releasedPaygInk >= 0, () => `hold ${this.requestId}: released parts do not add up`, () => ({ ...this.figures(), released_grant_ink: o.releasedGrantInk, released_payg_ink: o.releasedPaygInk }));
+    assertLedger(
+      o.chargedInk + o.releasedInk === this.holdInk,
+      () => `hold ${this.requestId}: charged ${o.chargedInk} + released ${o.releasedInk} != hold ${this.holdInk}`,
+      () => ({ ...this.figures(), charged_ink: o.chargedInk, released_ink: o.releasedInk }),
+    );
+    assertLedger(
+      o.releasedGrantInk + o.releasedPaygInk === o.releasedInk && o.releasedGrantInk >= 0 && o.releasedPaygInk >= 0,
+      () => `hold ${this.requestId}: released parts do not add up`,
+      () => ({ ...this.figures(), released_grant_ink: o.releasedGrantInk, released_payg_ink: o.releasedPaygInk }),
+    );
     return o;
   }
 }

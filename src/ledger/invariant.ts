@@ -144,10 +144,7 @@ const CHECKS: ReadonlyArray<readonly [rule: string, sql: string]> = [
          OR (j.request_id IS NOT NULL AND (r.id IS NULL OR r.account_id <> j.account_id OR r.key_id <> j.key_id))
          OR (j.lease_id IS NOT NULL AND j.kind <> 'late_charge' AND (l.id IS NULL OR l.account_id <> j.account_id OR l.key_id <> j.key_id))`,
   ],
-  [
-    'a request spends its own account through its own key',
-    `SELECT r.id FROM requests r JOIN api_keys k ON k.id = r.key_id WHERE k.account_id <> r.account_id`,
-  ],
+  ['a request spends its own account through its own key', `SELECT r.id FROM requests r JOIN api_keys k ON k.id = r.key_id WHERE k.account_id <> r.account_id`],
 ];
 
 export interface Violation {

@@ -70,26 +70,56 @@ export class LocalLease {
     this.lastHold = performance.now();
   }
 
-  get spareGrantInk(): number { return this.spareG; }
-  get sparePaygInk(): number { return this.spareP; }
-  get spareInk(): number { return this.spareG + this.spareP; }
-  get pendingInk(): number { return this.pendingG + this.pendingP; }
+  get spareGrantInk(): number {
+    return this.spareG;
+  }
+  get sparePaygInk(): number {
+    return this.spareP;
+  }
+  get spareInk(): number {
+    return this.spareG + this.spareP;
+  }
+  get pendingInk(): number {
+    return this.pendingG + this.pendingP;
+  }
   /** Holds taken and not yet ended. */
-  get inFlight(): number { return this.holds; }
+  get inFlight(): number {
+    return this.holds;
+  }
   /** Records of this lease whose end is not yet written (the lease closes only at zero). */
-  get unwritten(): number { return this.records; }
+  get unwritten(): number {
+    return this.records;
+  }
   /** performance.now() after which no hold may come from it (renewed by take, refill and heartbeat). */
-  get deadlineMs(): number { return this.deadline; }
-  get lastHoldMs(): number { return this.lastHold; }
-  get state(): LeaseState { return this.current; }
+  get deadlineMs(): number {
+    return this.deadline;
+  }
+  get lastHoldMs(): number {
+    return this.lastHold;
+  }
+  get state(): LeaseState {
+    return this.current;
+  }
 
   /** Every figure of the lease, for a violation report. */
   figures(): Record<string, number | string> {
     return {
-      lease_id: this.id, account_id: this.accountId, key_id: this.keyId, lease_state: this.current,
-      spare_grant_ink: this.spareG, spare_payg_ink: this.spareP, pending_grant_ink: this.pendingG, pending_payg_ink: this.pendingP,
-      in_flight_grant_ink: this.inFlightG, in_flight_payg_ink: this.inFlightP, holds_in_flight: this.holds,
-      took_grant_ink: this.tookG, took_payg_ink: this.tookP, spent_grant_ink: this.spentG, spent_payg_ink: this.spentP, unwritten: this.records,
+      lease_id: this.id,
+      account_id: this.accountId,
+      key_id: this.keyId,
+      lease_state: this.current,
+      spare_grant_ink: this.spareG,
+      spare_payg_ink: this.spareP,
+      pending_grant_ink: this.pendingG,
+      pending_payg_ink: this.pendingP,
+      in_flight_grant_ink: this.inFlightG,
+      in_flight_payg_ink: this.inFlightP,
+      holds_in_flight: this.holds,
+      took_grant_ink: this.tookG,
+      took_payg_ink: this.tookP,
+      spent_grant_ink: this.spentG,
+      spent_payg_ink: this.spentP,
+      unwritten: this.records,
     };
   }
 
@@ -100,9 +130,16 @@ export class LocalLease {
   /** The postcondition of every move: each amount in its bounds, and conservation per source. */
   private assertBounds(move: string): void {
     if (
-      this.spareG < 0 || this.spareP < 0 || this.pendingG < 0 || this.pendingP < 0 || this.inFlightG < 0 || this.inFlightP < 0 ||
-      this.holds < 0 || this.records < 0 ||
-      this.tookG !== this.spareG + this.inFlightG + this.spentG || this.tookP !== this.spareP + this.inFlightP + this.spentP
+      this.spareG < 0 ||
+      this.spareP < 0 ||
+      this.pendingG < 0 ||
+      this.pendingP < 0 ||
+      this.inFlightG < 0 ||
+      this.inFlightP < 0 ||
+      this.holds < 0 ||
+      this.records < 0 ||
+      this.tookG !== this.spareG + this.inFlightG + this.spentG ||
+      this.tookP !== this.spareP + this.inFlightP + this.spentP
     ) {
       throw this.violation(`after ${move}: an amount out of its bounds (none negative; took = spare + in flight + spent)`);
     }
@@ -110,7 +147,8 @@ export class LocalLease {
 
   /** Adds a take or refill (grant and pay-as-you-go parts as the database split them). */
   add(grantInk: number, paygInk: number): void {
-    if (!whole(grantInk) || !whole(paygInk) || this.current === 'closed') throw this.violation('add: not whole Ink, or the lease is closed', { grant_ink: grantInk, payg_ink: paygInk });
+    if (!whole(grantInk) || !whole(paygInk) || this.current === 'closed')
+      throw this.violation('add: not whole Ink, or the lease is closed', { grant_ink: grantInk, payg_ink: paygInk });
     this.spareG += grantInk;
     this.spareP += paygInk;
     this.tookG += grantInk;
@@ -146,11 +184,23 @@ export class LocalLease {
     const restGrantInk = holdGrantInk - cg;
     const restPaygInk = holdPaygInk - (chargeInk - cg);
     if (
-      this.holds < 1 || !whole(holdGrantInk) || !whole(holdPaygInk) || !whole(chargeInk) || chargeInk > holdGrantInk + holdPaygInk ||
-      holdGrantInk > this.inFlightG || holdPaygInk > this.inFlightP || restGrantInk !== expectGrantInk || restPaygInk !== expectPaygInk
+      this.holds < 1 ||
+      !whole(holdGrantInk) ||
+      !whole(holdPaygInk) ||
+      !whole(chargeInk) ||
+      chargeInk > holdGrantInk + holdPaygInk ||
+      holdGrantInk > this.inFlightG ||
+      holdPaygInk > this.inFlightP ||
+      restGrantInk !== expectGrantInk ||
+      restPaygInk !== expectPaygInk
     ) {
       throw this.violation(`end: the lease would give back ${restGrantInk} + ${restPaygInk}, the hold released ${expectGrantInk} + ${expectPaygInk}`, {
-        request_id: requestId, hold_grant_ink: holdGrantInk, hold_payg_ink: holdPaygInk, charge_ink: chargeInk, expect_grant_ink: expectGrantInk, expect_payg_ink: expectPaygInk,
+        request_id: requestId,
+        hold_grant_ink: holdGrantInk,
+        hold_payg_ink: holdPaygInk,
+        charge_ink: chargeInk,
+        expect_grant_ink: expectGrantInk,
+        expect_payg_ink: expectPaygInk,
       });
     }
     this.holds--;

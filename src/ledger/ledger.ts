@@ -25,7 +25,17 @@ import { BackgroundRetries } from './background.js';
 import { grant, rollPeriod, topUp } from './credits.js';
 import { stoppedAnswer } from './fail-stop.js';
 import type {
-  Hold, LedgerOptions, LedgerTx, ReconcileOptions, ReconcileReport, RecordedUsage, RequestRecord, ReserveInput, ResolveResult, VendorUsageRecord, WalletView,
+  Hold,
+  LedgerOptions,
+  LedgerTx,
+  ReconcileOptions,
+  ReconcileReport,
+  RecordedUsage,
+  RequestRecord,
+  ReserveInput,
+  ResolveResult,
+  VendorUsageRecord,
+  WalletView,
 } from './ledger-types.js';
 import { checkReserveInput } from './move-input.js';
 import { outcomeUnknown, type MoveContext } from './move-statement.js';
@@ -57,7 +67,14 @@ export class Ledger {
     this.log = opts.log ?? (() => undefined);
     const batchLockTimeoutMs = opts.batchLockTimeoutMs ?? 250;
     if (!Number.isSafeInteger(batchLockTimeoutMs) || batchLockTimeoutMs < 1) throw new RangeError('ledger: batchLockTimeoutMs must be >= 1');
-    this.m = { pool, batchLockTimeoutMs, functionForSingles: opts.functionForSingles ?? false, nowText: () => now().toISOString(), failStop: opts.failStop, faults: opts.faults };
+    this.m = {
+      pool,
+      batchLockTimeoutMs,
+      functionForSingles: opts.functionForSingles ?? false,
+      nowText: () => now().toISOString(),
+      failStop: opts.failStop,
+      faults: opts.faults,
+    };
     this.bg = new BackgroundRetries(opts.abandonRetryMs ?? [500, 2000, 5000, 15000], this.log);
     const batching = opts.batching ?? true;
     const gc = { maxItems: opts.batchMaxItems ?? 128, maxInFlight: opts.batchMaxInFlight ?? 1, maxQueued: opts.batchMaxQueued ?? 10_000 };
@@ -71,7 +88,8 @@ export class Ledger {
   /** Group-commit counters: statements sent and moves they carried, per kind (undefined when batching is off). */
   batchStats(): { reserve: { batches: number; items: number }; resolve: { batches: number; items: number } } | undefined {
     if (!this.reserveBatch || !this.resolveBatch) return undefined;
-    const r = this.reserveBatch.stats, s = this.resolveBatch.stats;
+    const r = this.reserveBatch.stats,
+      s = this.resolveBatch.stats;
     return { reserve: { batches: r.batches, items: r.items }, resolve: { batches: s.batches, items: s.items } };
   }
 

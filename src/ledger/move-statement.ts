@@ -97,7 +97,13 @@ export function byItem<R extends { item: number }>(rows: R[], n: number): R[] {
  * the error rolls the caller's transaction back. Either way the fail-stop hears of it first.
  * Cost: two more round trips per statement on the pool (one per batch under group commit).
  */
-export async function checkedMove<R>(m: MoveContext, q: Queryable, run: (c: Queryable) => Promise<R>, check: (out: R) => void, before?: () => void): Promise<R> {
+export async function checkedMove<R>(
+  m: MoveContext,
+  q: Queryable,
+  run: (c: Queryable) => Promise<R>,
+  check: (out: R) => void,
+  before?: () => void,
+): Promise<R> {
   try {
     before?.(); // preconditions: nothing is sent when one is broken
     if (q !== m.pool) {

@@ -90,7 +90,6 @@ export function createRecallBus(o: RecallBusOptions): RecallBus {
   };
 }
 
-
 class PostgresRecallBus implements RecallBus {
   readonly kind = 'postgres' as const;
   private client: pg.Client | undefined;
@@ -106,17 +105,25 @@ class PostgresRecallBus implements RecallBus {
 
   private connect(): void {
     if (this.closed) return;
-    const c = new pg.Client({ connectionString: this.o.dbUrl, connectionTimeoutMillis: this.o.connectTimeoutMs, keepAlive: true, application_name: 'inkgate-recalls' });
+    const c = new pg.Client({
+      connectionString: this.o.dbUrl,
+      connectionTimeoutMillis: this.o.connectTimeoutMs,
+      keepAlive: true,
+      application_name: 'inkgate-recalls',
+    });
     this.client = c;
     const retry = (e: Error) => {
       this.o.onError?.(e);
       void c.end().catch(() => undefined);
       if (this.client === c) this.client = undefined;
       if (this.closed || this.timer) return;
-      this.timer = setTimeout(() => {
-        this.timer = undefined;
-        this.connect();
-      }, reconnectDelayMs(this.attempt++, 1000));
+      this.timer = setTimeout(
+        () => {
+          this.timer = undefined;
+          this.connect();
+        },
+        reconnectDelayMs(this.attempt++, 1000),
+      );
       this.timer.unref();
     };
     c.on('error', retry);

@@ -38,7 +38,13 @@ interface Run {
  * min(chargeFor(req, record), hold); 0 releases. Lists open holds older than `olderThanMs` that
  * no record named; those are never charged.
  */
-export async function reconcile(m: MoveContext, now: Date, log: Run['log'], records: Iterable<VendorUsageRecord> | AsyncIterable<VendorUsageRecord>, opts: ReconcileOptions): Promise<ReconcileReport> {
+export async function reconcile(
+  m: MoveContext,
+  now: Date,
+  log: Run['log'],
+  records: Iterable<VendorUsageRecord> | AsyncIterable<VendorUsageRecord>,
+  opts: ReconcileOptions,
+): Promise<ReconcileReport> {
   if (!Number.isSafeInteger(opts.olderThanMs) || opts.olderThanMs < 0) throw new RangeError('ledger: olderThanMs must be a whole number >= 0');
   const listLimit = opts.listLimit ?? 1000;
   const cutoff = new Date(now.getTime() - opts.olderThanMs);
@@ -141,8 +147,12 @@ async function reconcileChunk(run: Run, chunk: VendorUsageRecord[]): Promise<voi
       continue;
     }
     const entry: ReconciledHold = {
-      requestId: req.id, vendorRequestId: vid, holdInk: req.hold_ink,
-      chargedInk: res.chargedInk, releasedInk: res.releasedInk, expiredInk: res.expiredInk,
+      requestId: req.id,
+      vendorRequestId: vid,
+      holdInk: req.hold_ink,
+      chargedInk: res.chargedInk,
+      releasedInk: res.releasedInk,
+      expiredInk: res.expiredInk,
     };
     push(res.chargedInk > 0 ? report.settled : report.released, entry);
   }

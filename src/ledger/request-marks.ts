@@ -74,7 +74,8 @@ export class RequestMarks {
   }
 
   private async runSetVendorIds(items: Array<readonly [string, string]>): Promise<void[]> {
-    const ids = new Array<string>(items.length), vids = new Array<string>(items.length);
+    const ids = new Array<string>(items.length),
+      vids = new Array<string>(items.length);
     for (let i = 0; i < items.length; i++) [ids[i], vids[i]] = items[i]!;
     await this.pool.query({ name: 'ledger_set_vendor_request_ids', text: SQL.SET_VENDOR_REQUEST_IDS, values: [ids, vids] });
     return new Array<void>(items.length);

@@ -38,18 +38,33 @@ const DUPLICATE: ReserveRow = Object.freeze({ item: 1, result: 'duplicate', take
 
 /** Preconditions, before the statement is sent: each hold is whole Ink. */
 export function assertReservable(items: readonly ReserveInput[]): void {
-  for (const it of items) assertLedger(whole(it.holdInk), () => `reserve ${it.requestId}: hold ${it.holdInk} is not whole Ink`, () => ({ request_id: it.requestId, hold_ink: it.holdInk }));
+  for (const it of items)
+    assertLedger(
+      whole(it.holdInk),
+      () => `reserve ${it.requestId}: hold ${it.holdInk} is not whole Ink`,
+      () => ({ request_id: it.requestId, hold_ink: it.holdInk }),
+    );
 }
 
 /** Postconditions of a reserve statement, asserted before its COMMIT: each item took its whole hold, split, or nothing. */
 export function assertReserved(items: readonly ReserveInput[], rows: readonly ReserveRow[]): void {
   for (let i = 0; i < rows.length; i++) {
-    const row = rows[i]!, input = items[i]!;
-    const g = row.take_grant_ink ?? 0, p = row.take_payg_ink ?? 0;
+    const row = rows[i]!,
+      input = items[i]!;
+    const g = row.take_grant_ink ?? 0,
+      p = row.take_payg_ink ?? 0;
     const want = row.result === 'ok' ? input.holdInk : 0;
-    assertLedger(whole(g) && whole(p) && g + p === want, () => `reserve ${input.requestId} (${row.result}): grant ${g} + payg ${p} != ${want}`, () => ({
-      request_id: input.requestId, result: row.result, hold_ink: input.holdInk, take_grant_ink: g, take_payg_ink: p,
-    }));
+    assertLedger(
+      whole(g) && whole(p) && g + p === want,
+      () => `reserve ${input.requestId} (${row.result}): grant ${g} + payg ${p} != ${want}`,
+      () => ({
+        request_id: input.requestId,
+        result: row.result,
+        hold_ink: input.holdInk,
+        take_grant_ink: g,
+        take_payg_ink: p,
+      }),
+    );
   }
 }
 
@@ -63,8 +78,12 @@ function skewed(m: MoveContext, items: readonly ReserveInput[], rows: ReserveRow
 export async function runReserve(m: MoveContext, items: ReserveInput[], wait: LockWait = 'first', q: Queryable = m.pool): Promise<Array<ReserveRow | Error>> {
   const n = items.length;
   if (n === 1 && wait === 'first' && !m.functionForSingles) return [await reserveOne(m, items[0]!, q).catch((e: Error) => e)];
-  const ids = new Array<string>(n), accounts = new Array<string>(n), keys = new Array<string>(n);
-  const products = new Array<string>(n), models = new Array<string>(n), holds = new Array<number>(n);
+  const ids = new Array<string>(n),
+    accounts = new Array<string>(n),
+    keys = new Array<string>(n);
+  const products = new Array<string>(n),
+    models = new Array<string>(n),
+    holds = new Array<number>(n);
   for (let i = 0; i < n; i++) {
     const it = items[i]!;
     ids[i] = it.requestId;
@@ -77,7 +96,13 @@ export async function runReserve(m: MoveContext, items: ReserveInput[], wait: Lo
   try {
     const values = [ids, accounts, keys, products, models, holds, m.nowText(), lockParam(m, n, wait)];
     const run = async (c: Queryable) => skewed(m, items, byItem((await c.query<ReserveRow>({ name: 'ledger_reserve', text: SQL.RESERVE, values })).rows, n));
-    return await checkedMove(m, q, run, (rows) => assertReserved(items, rows), () => assertReservable(items));
+    return await checkedMove(
+      m,
+      q,
+      run,
+      (rows) => assertReserved(items, rows),
+      () => assertReservable(items),
+    );
   } catch (e) {
     // One bad item (an id that raced in elsewhere, a wedged wallet) must not fail its neighbours.
     if (n > 1 && wait === 'first' && q === m.pool && lockTimedOut(e)) return runReserve(m, items, 'patient', q);
@@ -92,7 +117,13 @@ async function reserveOne(m: MoveContext, it: ReserveInput, q: Queryable): Promi
   const values = [it.requestId, it.accountId, it.keyId, it.product, it.model, it.holdInk, m.nowText()];
   try {
     const run = async (c: Queryable) => skewed(m, [it], (await c.query<ReserveRow>({ name: 'ledger_reserve_one', text: SQL.RESERVE_ONE, values })).rows)[0]!;
-    return await checkedMove(m, q, run, (row) => assertReserved([it], [row]), () => assertReservable([it]));
+    return await checkedMove(
+      m,
+      q,
+      run,
+      (row) => assertReserved([it], [row]),
+      () => assertReservable([it]),
+    );
   } catch (e) {
     if (idTaken(e)) return DUPLICATE;
     throw e;

@@ -64,22 +64,42 @@ const charges = (kind: ResolveKind): boolean => kind === 'settle' || kind === 'r
 /** Preconditions, before the statement is sent: a known kind, whole Ink, a return that charges nothing. */
 export function assertResolvable(items: readonly ResolveItem[]): void {
   for (const it of items) {
-    assertLedger(RESOLVE_KINDS.includes(it.kind) && whole(it.chargeInk) && (charges(it.kind) || it.chargeInk === 0), () => `resolve ${it.id}: ${it.kind} of ${it.chargeInk} Ink is not a move`, () => ({
-      request_id: it.id, kind: it.kind, charge_ink: it.chargeInk,
-    }));
+    assertLedger(
+      RESOLVE_KINDS.includes(it.kind) && whole(it.chargeInk) && (charges(it.kind) || it.chargeInk === 0),
+      () => `resolve ${it.id}: ${it.kind} of ${it.chargeInk} Ink is not a move`,
+      () => ({
+        request_id: it.id,
+        kind: it.kind,
+        charge_ink: it.chargeInk,
+      }),
+    );
   }
 }
 
 /** Postconditions of a resolve statement, asserted before its COMMIT: every Ink of each hold went somewhere, and no more was charged than asked. */
 export function assertResolved(items: readonly ResolveItem[], rows: readonly ResolveRow[]): void {
   for (let i = 0; i < rows.length; i++) {
-    const row = rows[i]!, it = items[i]!;
+    const row = rows[i]!,
+      it = items[i]!;
     if (row.result !== 'ok') continue;
-    const held = row.held_total_ink ?? 0, c = row.charged_total_ink ?? 0, r = row.released_total_ink ?? 0, x = row.expired_total_ink ?? 0;
+    const held = row.held_total_ink ?? 0,
+      c = row.charged_total_ink ?? 0,
+      r = row.released_total_ink ?? 0,
+      x = row.expired_total_ink ?? 0;
     const want = charges(it.kind) ? Math.min(it.chargeInk, held) : 0;
-    assertLedger(whole(held) && whole(c) && whole(r) && whole(x) && c === want && c + r + x === held, () => `resolve ${it.id} (${it.kind}): charged ${c} (asked ${it.chargeInk}) + released ${r} + expired ${x} != hold ${held}`, () => ({
-      request_id: it.id, kind: it.kind, charge_ink: it.chargeInk, hold_ink: held, charged_ink: c, released_ink: r, expired_ink: x,
-    }));
+    assertLedger(
+      whole(held) && whole(c) && whole(r) && whole(x) && c === want && c + r + x === held,
+      () => `resolve ${it.id} (${it.kind}): charged ${c} (asked ${it.chargeInk}) + released ${r} + expired ${x} != hold ${held}`,
+      () => ({
+        request_id: it.id,
+        kind: it.kind,
+        charge_ink: it.chargeInk,
+        hold_ink: held,
+        charged_ink: c,
+        released_ink: r,
+        expired_ink: x,
+      }),
+    );
   }
 }
 
@@ -93,8 +113,12 @@ function skewed(m: MoveContext, items: readonly ResolveItem[], rows: ResolveRow[
 export async function runResolve(m: MoveContext, items: ResolveItem[], wait: LockWait = 'first', q: Queryable = m.pool): Promise<Array<ResolveRow | Error>> {
   const n = items.length;
   if (n === 1 && wait === 'first' && !m.functionForSingles) return [await resolveOne(m, items[0]!, q).catch((e: Error) => e)];
-  const ids = new Array<string>(n), kinds = new Array<string>(n), amounts = new Array<number>(n);
-  const usage = new Array<string | null>(n), vendorIds = new Array<string | null>(n), reasons = new Array<string | null>(n);
+  const ids = new Array<string>(n),
+    kinds = new Array<string>(n),
+    amounts = new Array<number>(n);
+  const usage = new Array<string | null>(n),
+    vendorIds = new Array<string | null>(n),
+    reasons = new Array<string | null>(n);
   for (let i = 0; i < n; i++) {
     const it = items[i]!;
     ids[i] = it.id;
@@ -109,7 +133,13 @@ export async function runResolve(m: MoveContext, items: ResolveItem[], wait: Loc
     const values = [ids, kinds, amounts, usage, vendorIds, reasons, m.nowText(), lockParam(m, n, wait)];
     const statement = { name: alone ? 'ledger_resolve_async_commit' : 'ledger_resolve', text: alone ? SQL.RESOLVE_ASYNC_COMMIT : SQL.RESOLVE, values };
     const run = async (c: Queryable) => skewed(m, items, byItem((await c.query<ResolveRow>(statement)).rows, n));
-    return await checkedMove(m, q, run, (rows) => assertResolved(items, rows), () => assertResolvable(items));
+    return await checkedMove(
+      m,
+      q,
+      run,
+      (rows) => assertResolved(items, rows),
+      () => assertResolvable(items),
+    );
   } catch (e) {
     if (n > 1 && wait === 'first' && q === m.pool && lockTimedOut(e)) return runResolve(m, items, 'patient', q);
     if (n > 1 && retryAlone(e)) return Promise.all(items.map((it) => runResolve(m, [it], m.batchLockTimeoutMs).then((o) => o[0]!)));
@@ -122,9 +152,19 @@ export async function runResolve(m: MoveContext, items: ResolveItem[], wait: Loc
 async function resolveOne(m: MoveContext, it: ResolveItem, q: Queryable): Promise<ResolveRow> {
   const alone = q === m.pool;
   const values = [it.id, it.kind, it.chargeInk, it.usage, it.vendorRequestId, it.reason, m.nowText()];
-  const statement = { name: alone ? 'ledger_resolve_one_async_commit' : 'ledger_resolve_one', text: alone ? SQL.RESOLVE_ONE_ASYNC_COMMIT : SQL.RESOLVE_ONE, values };
+  const statement = {
+    name: alone ? 'ledger_resolve_one_async_commit' : 'ledger_resolve_one',
+    text: alone ? SQL.RESOLVE_ONE_ASYNC_COMMIT : SQL.RESOLVE_ONE,
+    values,
+  };
   const run = async (c: Queryable) => skewed(m, [it], (await c.query<ResolveRow>(statement)).rows)[0]!;
-  return checkedMove(m, q, run, (row) => assertResolved([it], [row]), () => assertResolvable([it]));
+  return checkedMove(
+    m,
+    q,
+    run,
+    (row) => assertResolved([it], [row]),
+    () => assertResolvable([it]),
+  );
 }
 
 /** The caller's answer for one resolve row (a broken rule or an outage is thrown). */

@@ -132,20 +132,42 @@ function flushColumns(batch: JournalRecord[]) {
   const ends = new Array<EndKind | null>(n);
   let anyUnknown = false;
   const cols = {
-    ids: new Array<string>(n), accounts: new Array<string>(n), keys: new Array<string>(n), products: new Array<string>(n),
-    models: new Array<string>(n), leases: new Array<number>(n), holds: new Array<number>(n), holdGrants: new Array<number>(n),
-    periods: new Array<number>(n), created: new Array<string>(n), vids: new Array<string | null>(n), charges: new Array<number>(n),
-    usage: new Array<string | null>(n), reasons: new Array<string | null>(n), resolved: new Array<string | null>(n),
+    ids: new Array<string>(n),
+    accounts: new Array<string>(n),
+    keys: new Array<string>(n),
+    products: new Array<string>(n),
+    models: new Array<string>(n),
+    leases: new Array<number>(n),
+    holds: new Array<number>(n),
+    holdGrants: new Array<number>(n),
+    periods: new Array<number>(n),
+    created: new Array<string>(n),
+    vids: new Array<string | null>(n),
+    charges: new Array<number>(n),
+    usage: new Array<string | null>(n),
+    reasons: new Array<string | null>(n),
+    resolved: new Array<string | null>(n),
   };
   for (let i = 0; i < n; i++) {
     const r = batch[i]!;
     r.queued = false;
     ends[i] = r.end;
     if (r.end === 'unknown') anyUnknown = true;
-    cols.ids[i] = r.requestId; cols.accounts[i] = r.accountId; cols.keys[i] = r.keyId; cols.products[i] = r.product;
-    cols.models[i] = r.model; cols.leases[i] = r.leaseId; cols.holds[i] = r.holdInk; cols.holdGrants[i] = r.holdGrantInk;
-    cols.periods[i] = r.grantPeriod; cols.created[i] = r.createdAt; cols.vids[i] = r.vendorRequestId; cols.charges[i] = r.chargeInk;
-    cols.usage[i] = r.usage; cols.reasons[i] = r.reason; cols.resolved[i] = r.resolvedAt;
+    cols.ids[i] = r.requestId;
+    cols.accounts[i] = r.accountId;
+    cols.keys[i] = r.keyId;
+    cols.products[i] = r.product;
+    cols.models[i] = r.model;
+    cols.leases[i] = r.leaseId;
+    cols.holds[i] = r.holdInk;
+    cols.holdGrants[i] = r.holdGrantInk;
+    cols.periods[i] = r.grantPeriod;
+    cols.created[i] = r.createdAt;
+    cols.vids[i] = r.vendorRequestId;
+    cols.charges[i] = r.chargeInk;
+    cols.usage[i] = r.usage;
+    cols.reasons[i] = r.reason;
+    cols.resolved[i] = r.resolvedAt;
   }
   return { cols, ends, anyUnknown };
 }
@@ -275,9 +297,25 @@ export class WriteBehind {
         name: durable ? 'ledger_flush' : 'ledger_flush_async_commit',
         text: durable ? FLUSH : FLUSH_ASYNC_COMMIT,
         values: [
-          this.o.instanceId, this.o.epoch(), this.o.now().toISOString(), cols.ids, cols.accounts, cols.keys, cols.products,
-          cols.models, cols.leases, cols.holds, cols.holdGrants, cols.periods, cols.created, cols.vids, ends, cols.charges,
-          cols.usage, cols.reasons, cols.resolved,
+          this.o.instanceId,
+          this.o.epoch(),
+          this.o.now().toISOString(),
+          cols.ids,
+          cols.accounts,
+          cols.keys,
+          cols.products,
+          cols.models,
+          cols.leases,
+          cols.holds,
+          cols.holdGrants,
+          cols.periods,
+          cols.created,
+          cols.vids,
+          ends,
+          cols.charges,
+          cols.usage,
+          cols.reasons,
+          cols.resolved,
         ],
       });
       results = resultsByItem(res.rows, n);

@@ -14,12 +14,7 @@ import { createHash } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import type { Redis } from 'ioredis';
 import { ApiError } from '../errors.js';
-import {
-  DEFAULT_WINDOW_MS,
-  checkTakeArgs,
-  checkWindowMs,
-  retryAfterSeconds,
-} from './memory-rate-limiter.js';
+import { DEFAULT_WINDOW_MS, checkTakeArgs, checkWindowMs, retryAfterSeconds } from './memory-rate-limiter.js';
 import type { RateDecision, RateLimiter } from './rate-limiter.js';
 import { closeRedisClient, createRedisClient, type RedisClientConfig } from './redis-client.js';
 
@@ -140,10 +135,7 @@ export class RedisRateLimiter implements RateLimiter {
     if (this.client.status !== 'ready' || this.inFlight >= this.maxInFlight) throw unavailable();
     this.inFlight++;
     const sentAt = performance.now();
-    const deadline =
-      this.offsetMs === null || this.commandTimeoutMs === 0
-        ? 0
-        : Math.floor(sentAt + this.offsetMs) + this.commandTimeoutMs;
+    const deadline = this.offsetMs === null || this.commandTimeoutMs === 0 ? 0 : Math.floor(sentAt + this.offsetMs) + this.commandTimeoutMs;
     const key = bucketKey(bucket);
     let reply: unknown;
     try {

@@ -124,7 +124,12 @@ export async function handleMediaRequest(req: MediaRequest, store: MediaStore, s
   }
   const { start, end } = obj.range;
   const length = end - start + 1;
-  return { status: 206, sizeBytes: length, stream: obj.stream, headers: [...whole, ['content-range', `bytes ${start}-${end}/${obj.sizeBytes}`], ['content-length', String(length)]] };
+  return {
+    status: 206,
+    sizeBytes: length,
+    stream: obj.stream,
+    headers: [...whole, ['content-range', `bytes ${start}-${end}/${obj.sizeBytes}`], ['content-length', String(length)]],
+  };
 }
 
 /** `inline` (a player or an <img> shows it), named after the key's last segment, which isValidMediaKey keeps to [a-z0-9_.-]. */

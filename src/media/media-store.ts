@@ -75,7 +75,8 @@ const MAX_CONTENT_TYPE_CHARS = 200;
 
 /** Throws unless `contentType` is one media type we would send back as a header (no CR/LF, bounded). */
 export function checkContentType(contentType: string): void {
-  if (contentType.length > MAX_CONTENT_TYPE_CHARS || !CONTENT_TYPE_RE.test(contentType)) throw new Error(`invalid content type ${JSON.stringify(contentType.slice(0, 80))}`);
+  if (contentType.length > MAX_CONTENT_TYPE_CHARS || !CONTENT_TYPE_RE.test(contentType))
+    throw new Error(`invalid content type ${JSON.stringify(contentType.slice(0, 80))}`);
 }
 
 /** An already-ended stream: what an unsatisfiable range carries. */
@@ -102,7 +103,8 @@ function parseHeader(head: Buffer, key: string): FileHeader {
   if (text.startsWith(MAGIC)) {
     const hashEnd = MAGIC.length + HASH_HEX_CHARS;
     const nl = text.indexOf('\n', hashEnd + 1);
-    if (text[hashEnd] === '\n' && nl !== -1) return { sha256: text.slice(MAGIC.length, hashEnd), contentType: text.slice(hashEnd + 1, nl), headerBytes: nl + 1 };
+    if (text[hashEnd] === '\n' && nl !== -1)
+      return { sha256: text.slice(MAGIC.length, hashEnd), contentType: text.slice(hashEnd + 1, nl), headerBytes: nl + 1 };
   } else if (text.startsWith(MAGIC_V1)) {
     const nl = text.indexOf('\n', MAGIC_V1.length);
     if (nl !== -1) return { sha256: undefined, contentType: text.slice(MAGIC_V1.length, nl), headerBytes: nl + 1 };
@@ -219,9 +221,10 @@ export class FsMediaStore implements MediaStore {
         return { ...base, stream: emptyStream(), range: r };
       }
       // The same handle serves the stream: a delete after open() cannot cut the download short.
-      const stream = r === undefined
-        ? fh.createReadStream({ start: h.headerBytes, autoClose: true })
-        : fh.createReadStream({ start: h.headerBytes + r.start, end: h.headerBytes + r.end, autoClose: true });
+      const stream =
+        r === undefined
+          ? fh.createReadStream({ start: h.headerBytes, autoClose: true })
+          : fh.createReadStream({ start: h.headerBytes + r.start, end: h.headerBytes + r.end, autoClose: true });
       return { ...base, stream, range: r };
     } catch (e) {
       await fh.close().catch(() => undefined);

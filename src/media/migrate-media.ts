@@ -66,13 +66,20 @@ async function verifyCopy(to: MediaStore, key: string, want: { sha256: string; s
   const got = back === undefined ? undefined : await digestOf(back.stream);
   if (got !== undefined && got.sha256 === want.sha256 && got.sizeBytes === want.sizeBytes) return;
   await to.delete(key);
-  throw new Error(`the copy of ${key} did not verify (${got === undefined ? 'not found' : `${got.sizeBytes} bytes, sha256 ${got.sha256.slice(0, 12)}`} against ${want.sizeBytes} bytes, sha256 ${want.sha256.slice(0, 12)}); removed at the destination`);
+  throw new Error(
+    `the copy of ${key} did not verify (${got === undefined ? 'not found' : `${got.sizeBytes} bytes, sha256 ${got.sha256.slice(0, 12)}`} against ${want.sizeBytes} bytes, sha256 ${want.sha256.slice(0, 12)}); removed at the destination`,
+  );
 }
 
 type Outcome = 'copied' | 'skipped' | 'missing';
 
 /** Copies one key (verified), or skips it when already there; what happened, and the bytes written. */
-async function copyOne(from: MediaStore, to: MediaStore, key: string, o: { dryRun: boolean; removeSource: boolean }): Promise<{ what: Outcome; bytes: number; removed: boolean }> {
+async function copyOne(
+  from: MediaStore,
+  to: MediaStore,
+  key: string,
+  o: { dryRun: boolean; removeSource: boolean },
+): Promise<{ what: Outcome; bytes: number; removed: boolean }> {
   const src = await from.open(key);
   if (src === undefined) return { what: 'missing', bytes: 0, removed: false };
   let what: Outcome = 'copied';
@@ -107,7 +114,12 @@ async function copyOne(from: MediaStore, to: MediaStore, key: string, o: { dryRu
   return { what, bytes, removed: o.removeSource };
 }
 
-export async function migrateMedia(db: Queryable, from: MediaStore, to: MediaStore, opts: { dryRun?: boolean; removeSource?: boolean } = {}): Promise<MigrateReport> {
+export async function migrateMedia(
+  db: Queryable,
+  from: MediaStore,
+  to: MediaStore,
+  opts: { dryRun?: boolean; removeSource?: boolean } = {},
+): Promise<MigrateReport> {
   const report: MigrateReport = { copied: 0, removed: 0, skipped: 0, missing: 0, failed: 0, copiedBytes: 0, failures: [] };
   const o = { dryRun: opts.dryRun === true, removeSource: opts.removeSource === true };
   for await (const key of liveKeys(db)) {

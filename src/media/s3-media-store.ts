@@ -67,7 +67,8 @@ const MISSING_KEY_CODES = new Set(['NoSuchKey', 'NotFound']);
 /** S3's cap on keys per DeleteObjects call. */
 const DELETE_BATCH = 1000;
 
-const codeOf = (e: unknown): string => (e instanceof S3ServiceException ? e.name : ((e as { name?: string; Code?: string } | null)?.Code ?? (e as Error | null)?.name ?? 'Error'));
+const codeOf = (e: unknown): string =>
+  e instanceof S3ServiceException ? e.name : ((e as { name?: string; Code?: string } | null)?.Code ?? (e as Error | null)?.name ?? 'Error');
 const statusOf = (e: unknown): number | undefined => (e as { $metadata?: { httpStatusCode?: number } } | null)?.$metadata?.httpStatusCode;
 
 /**
@@ -149,12 +150,18 @@ export class S3MediaStore implements MediaStore {
     if (e instanceof MediaTooLargeError || e instanceof MediaStoreError) return e;
     const code = codeOf(e);
     const status = statusOf(e);
-    if (timedOut || code === 'TimeoutError' || code === 'AbortError') return new MediaStoreError(`media store: ${what} on ${this.where} got no answer in time`, 'timeout');
+    if (timedOut || code === 'TimeoutError' || code === 'AbortError')
+      return new MediaStoreError(`media store: ${what} on ${this.where} got no answer in time`, 'timeout');
     // A HEAD has no body to name the error: a 404 on the bucket itself means the bucket.
-    if (code === 'NoSuchBucket' || (what === 'head bucket' && status === 404)) return new MediaStoreError(`media store: ${this.where} does not exist (${what})`, 'NoSuchBucket', status);
+    if (code === 'NoSuchBucket' || (what === 'head bucket' && status === 404))
+      return new MediaStoreError(`media store: ${this.where} does not exist (${what})`, 'NoSuchBucket', status);
     if (CREDENTIAL_CODES.has(code) || status === 403) {
       const named = code === 'Unknown' ? 'Forbidden' : code; // a HEAD's 403 has no body to name it
-      return new MediaStoreError(`media store: ${this.where} refused the credentials (${named}) for ${what}; check the AWS credentials and the bucket's policy`, named, status);
+      return new MediaStoreError(
+        `media store: ${this.where} refused the credentials (${named}) for ${what}; check the AWS credentials and the bucket's policy`,
+        named,
+        status,
+      );
     }
     return new MediaStoreError(`media store: ${what} on ${this.where} failed: ${code}: ${(e as Error)?.message ?? String(e)}`, code, status);
   }
@@ -205,7 +212,9 @@ export class S3MediaStore implements MediaStore {
    * object never appears either way, and left parts are the bucket lifecycle rule's to clear.
    */
   private async abortUpload(key: string, Key: string, UploadId: string): Promise<void> {
-    await this.call(`abort upload of ${key}`, (abortSignal) => this.client.send(new AbortMultipartUploadCommand({ Bucket: this.o.bucket, Key, UploadId }), { abortSignal })).catch(() => undefined);
+    await this.call(`abort upload of ${key}`, (abortSignal) =>
+      this.client.send(new AbortMultipartUploadCommand({ Bucket: this.o.bucket, Key, UploadId }), { abortSignal }),
+    ).catch(() => undefined);
   }
 
   async open(key: string, range?: RangeSpec): Promise<MediaObject | undefined> {
@@ -230,7 +239,15 @@ export class S3MediaStore implements MediaStore {
   private async get(key: string, Key: string, range: string | undefined, ifMatch?: string): Promise<GetObjectCommandOutput | 'unsatisfiable' | undefined> {
     try {
       return await this.call(`get ${key}`, (abortSignal) =>
-        this.client.send(new GetObjectCommand({ Bucket: this.o.bucket, Key, ...(range !== undefined ? { Range: range } : {}), ...(ifMatch !== undefined ? { IfMatch: ifMatch } : {}) }), { abortSignal }),
+        this.client.send(
+          new GetObjectCommand({
+            Bucket: this.o.bucket,
+            Key,
+            ...(range !== undefined ? { Range: range } : {}),
+            ...(ifMatch !== undefined ? { IfMatch: ifMatch } : {}),
+          }),
+          { abortSignal },
+        ),
       );
     } catch (e) {
       const err = e as MediaStoreError;
@@ -246,7 +263,13 @@ export class S3MediaStore implements MediaStore {
     try {
       const h = await this.call(`head ${key}`, (abortSignal) => this.client.send(new HeadObjectCommand({ Bucket: this.o.bucket, Key }), { abortSignal }));
       const sizeBytes = h.ContentLength ?? 0;
-      return { stream: emptyStream(), sizeBytes, contentType: h.ContentType ?? 'application/octet-stream', etag: etagOf(h.ETag, sizeBytes, h.LastModified), range: 'unsatisfiable' };
+      return {
+        stream: emptyStream(),
+        sizeBytes,
+        contentType: h.ContentType ?? 'application/octet-stream',
+        etag: etagOf(h.ETag, sizeBytes, h.LastModified),
+        range: 'unsatisfiable',
+      };
     } catch (e) {
       if (MISSING_KEY_CODES.has((e as MediaStoreError).code)) return undefined;
       throw e;
@@ -297,7 +320,11 @@ export class S3MediaStore implements MediaStore {
       } catch (e) {
         const code = (e as MediaStoreError).code;
         if (code === 'timeout' || CREDENTIAL_CODES.has(code) || code === 'Forbidden' || code === 'NoSuchBucket') throw e;
-        for (const k of batch) await this.delete(k).then(() => gone.add(k), () => undefined);
+        for (const k of batch)
+          await this.delete(k).then(
+            () => gone.add(k),
+            () => undefined,
+          );
       }
     }
     return gone;

@@ -40,7 +40,11 @@ class Cells<C> {
 export class CounterCells {
   private readonly cells: Cells<{ labels: Labels; value: number }>;
 
-  constructor(readonly name: string, readonly help: string, labelNames: readonly string[]) {
+  constructor(
+    readonly name: string,
+    readonly help: string,
+    labelNames: readonly string[],
+  ) {
     this.cells = new Cells((a, b) => ({ labels: labelsOf(labelNames, a, b), value: 0 }));
   }
 
@@ -64,7 +68,12 @@ export class HistogramCells {
   private readonly bounds: Float64Array;
   private readonly cells: Cells<{ labels: Labels; buckets: Float64Array; count: number; sum: number }>;
 
-  constructor(readonly name: string, readonly help: string, labelNames: readonly string[], bounds: readonly number[]) {
+  constructor(
+    readonly name: string,
+    readonly help: string,
+    labelNames: readonly string[],
+    bounds: readonly number[],
+  ) {
     this.bounds = Float64Array.from(bounds);
     this.cells = new Cells((a, b) => ({ labels: labelsOf(labelNames, a, b), buckets: new Float64Array(bounds.length), count: 0, sum: 0 }));
   }

@@ -29,7 +29,13 @@ export interface EscrowFigures {
 
 /** The drift gauge's last run (ledger/drift.ts). */
 export interface DriftSource {
-  readonly figures: { readonly leader: boolean; readonly driftAccounts: number; readonly staleHolds: number; readonly expiredLeases: number; readonly lastCheckS: number };
+  readonly figures: {
+    readonly leader: boolean;
+    readonly driftAccounts: number;
+    readonly staleHolds: number;
+    readonly expiredLeases: number;
+    readonly lastCheckS: number;
+  };
 }
 
 export interface MetricsSources {
@@ -43,18 +49,44 @@ export interface MetricsSources {
 export class GatewayMetrics {
   readonly registry = new Registry();
   readonly http = new RequestMetrics();
-  private readonly ttft = new HistogramCells('inkgate_time_to_first_token_seconds', 'From the request line to the first streamed byte relayed to the client, by text lane.', ['lane'], TTFT_BUCKETS_S);
-  private readonly upstreamErrors = new CounterCells('inkgate_upstream_errors_total', 'Vendor calls that failed, by vendor and kind (connect, dispatch, rate_limited, status_4xx, status_5xx, body, stream, timeout).', ['vendor', 'kind']);
-  private readonly refusals = new CounterCells('inkgate_rate_limit_refusals_total', 'Requests refused 429 by the per-minute limit, by bucket scope (key or address).', ['scope']);
-  private readonly charged = new CounterCells('inkgate_ink_charged_total', 'Ink charged by settled requests (text, video, images) on this instance, by product and model.', ['product', 'model']);
-  private readonly held = new CounterCells('inkgate_ink_held_total', 'Ink put on hold by admitted requests (text, video, images) on this instance, by product and model.', ['product', 'model']);
+  private readonly ttft = new HistogramCells(
+    'inkgate_time_to_first_token_seconds',
+    'From the request line to the first streamed byte relayed to the client, by text lane.',
+    ['lane'],
+    TTFT_BUCKETS_S,
+  );
+  private readonly upstreamErrors = new CounterCells(
+    'inkgate_upstream_errors_total',
+    'Vendor calls that failed, by vendor and kind (connect, dispatch, rate_limited, status_4xx, status_5xx, body, stream, timeout).',
+    ['vendor', 'kind'],
+  );
+  private readonly refusals = new CounterCells(
+    'inkgate_rate_limit_refusals_total',
+    'Requests refused 429 by the per-minute limit, by bucket scope (key or address).',
+    ['scope'],
+  );
+  private readonly charged = new CounterCells(
+    'inkgate_ink_charged_total',
+    'Ink charged by settled requests (text, video, images) on this instance, by product and model.',
+    ['product', 'model'],
+  );
+  private readonly held = new CounterCells(
+    'inkgate_ink_held_total',
+    'Ink put on hold by admitted requests (text, video, images) on this instance, by product and model.',
+    ['product', 'model'],
+  );
   private readonly flush: Histogram<string>;
 
   constructor() {
     collectDefaultMetrics({ register: this.registry, eventLoopMonitoringPrecision: 20 });
     for (const m of this.http.promMetrics()) this.registry.registerMetric(m as unknown as Gauge);
     for (const c of [this.ttft, this.upstreamErrors, this.refusals, this.charged, this.held]) this.registry.registerMetric(c.metric() as unknown as Gauge);
-    this.flush = new Histogram({ name: 'inkgate_ledger_flush_duration_seconds', help: 'One committed group flush of the ledger journal.', buckets: FLUSH_BUCKETS_S, registers: [this.registry] });
+    this.flush = new Histogram({
+      name: 'inkgate_ledger_flush_duration_seconds',
+      help: 'One committed group flush of the ledger journal.',
+      buckets: FLUSH_BUCKETS_S,
+      registers: [this.registry],
+    });
     // Present from the first scrape, so a rate() over them has a starting point.
     for (const scope of ['key', 'address'] as const) this.refusals.inc(scope, '', 0);
   }
@@ -66,19 +98,46 @@ export class GatewayMetrics {
     if (e) {
       e.journal.onFlushed = (s) => this.flush.observe(s);
       const gauge = (name: string, help: string, read: () => number) =>
-        new Gauge({ name, help, registers: r, collect() { this.set(read()); } });
+        new Gauge({
+          name,
+          help,
+          registers: r,
+          collect() {
+            this.set(read());
+          },
+        });
       const counter = (name: string, help: string, read: () => number) =>
-        new Counter({ name, help, registers: r, collect() { this.reset(); this.inc(read()); } });
+        new Counter({
+          name,
+          help,
+          registers: r,
+          collect() {
+            this.reset();
+            this.inc(read());
+          },
+        });
       gauge('inkgate_ledger_open_leases', 'Escrow leases this instance holds now.', () => e.openLeases);
       gauge('inkgate_ledger_journal_queue_depth', 'Journal records waiting for the next flush.', () => e.journal.pending);
-      gauge('inkgate_ledger_unflushed_records', 'Request records not fully written to Postgres (waiting, in flight, or started and not yet ended).', () => e.journal.size);
+      gauge(
+        'inkgate_ledger_unflushed_records',
+        'Request records not fully written to Postgres (waiting, in flight, or started and not yet ended).',
+        () => e.journal.size,
+      );
       counter('inkgate_ledger_flushes_total', 'Committed journal flushes.', () => e.journal.stats.flushes);
       counter('inkgate_ledger_flush_failures_total', 'Journal flushes that failed (retried).', () => e.journal.stats.failures);
       counter('inkgate_ledger_late_records_total', 'Records written after their lease was recovered by another instance.', () => e.journal.stats.late);
-      counter('inkgate_ledger_recalls_total', 'Lease recalls this instance sent: a hold at the edge of a wallet or key cap needed the spare Ink of leases.', () => e.stats.recalls);
+      counter(
+        'inkgate_ledger_recalls_total',
+        'Lease recalls this instance sent: a hold at the edge of a wallet or key cap needed the spare Ink of leases.',
+        () => e.stats.recalls,
+      );
       counter('inkgate_ledger_recovered_leases_total', 'Expired leases this instance recovered.', () => e.stats.recovered);
       counter('inkgate_ledger_lease_holds_total', 'Holds served from a lease in memory.', () => e.stats.leaseHolds);
-      counter('inkgate_ledger_exact_holds_total', 'Holds taken on the exact path (a durable move each: lease off, near the floor or at an edge).', () => e.stats.exactHolds);
+      counter(
+        'inkgate_ledger_exact_holds_total',
+        'Holds taken on the exact path (a durable move each: lease off, near the floor or at an edge).',
+        () => e.stats.exactHolds,
+      );
     }
     if (src.drift) this.attachDrift(src.drift);
     if (src.store) for (const m of storeMetrics(src.store, src.storeScrapeMs ?? 5000)) this.registry.registerMetric(m as unknown as Gauge);
@@ -87,12 +146,27 @@ export class GatewayMetrics {
   /** The drift gauge's figures; only the instance with `inkgate_ledger_drift_leader` 1 runs it (alert on the max over instances). */
   private attachDrift(d: DriftSource): void {
     const gauge = (name: string, help: string, read: () => number) =>
-      new Gauge({ name, help, registers: [this.registry], collect() { this.set(read()); } });
+      new Gauge({
+        name,
+        help,
+        registers: [this.registry],
+        collect() {
+          this.set(read());
+        },
+      });
     gauge('inkgate_ledger_drift_leader', '1 on the instance that holds the lock and runs the ledger drift checks, else 0.', () => (d.figures.leader ? 1 : 0));
-    gauge('inkgate_ledger_drift_accounts', 'Wallets touched since the previous drift check that break conservation or whose leased or held pools disagree with their leases and holds.', () => d.figures.driftAccounts);
+    gauge(
+      'inkgate_ledger_drift_accounts',
+      'Wallets touched since the previous drift check that break conservation or whose leased or held pools disagree with their leases and holds.',
+      () => d.figures.driftAccounts,
+    );
     gauge('inkgate_ledger_stale_holds', 'Holds open for more than a day (reconciliation owed).', () => d.figures.staleHolds);
     gauge('inkgate_ledger_expired_leases', 'Live leases more than a minute past their expiry (recovery is not running).', () => d.figures.expiredLeases);
-    gauge('inkgate_ledger_drift_last_check_timestamp_seconds', 'Unix time of the last completed drift check on this instance (0: none).', () => d.figures.lastCheckS);
+    gauge(
+      'inkgate_ledger_drift_last_check_timestamp_seconds',
+      'Unix time of the last completed drift check on this instance (0: none).',
+      () => d.figures.lastCheckS,
+    );
   }
 
   /** A stream's first byte reached the client. */

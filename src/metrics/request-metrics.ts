@@ -11,7 +11,13 @@ export interface CustomMetric {
   readonly help: string;
   readonly type: 'counter' | 'gauge' | 'histogram';
   readonly aggregator: 'sum';
-  get(): { name: string; help: string; type: string; aggregator: string; values: Array<{ metricName?: string; labels: Record<string, string | number>; value: number }> };
+  get(): {
+    name: string;
+    help: string;
+    type: string;
+    aggregator: string;
+    values: Array<{ metricName?: string; labels: Record<string, string | number>; value: number }>;
+  };
 }
 
 /** Seconds. From a cached 404 to a long completion stream. */

@@ -59,14 +59,20 @@ export function storeMetrics(src: StoreFigures, everyMs: number): CustomMetric[]
     return { ...m, get: (async () => (await refresh(), m.get())) as unknown as CustomMetric['get'] };
   };
   return [
-    metric('inkgate_store_scrape_ok', 'Whether the last read of the store-wide figures below succeeded (1) or they are stale (0).', () => [{ labels: {}, value: snap.ok }]),
+    metric('inkgate_store_scrape_ok', 'Whether the last read of the store-wide figures below succeeded (1) or they are stale (0).', () => [
+      { labels: {}, value: snap.ok },
+    ]),
     metric('inkgate_open_holds', 'Open holds in the ledger (every instance), by status: running, or usage_unknown (waiting for reconciliation).', () =>
-      ['running', 'usage_unknown'].map((status) => ({ labels: { status }, value: snap.holds.find((h) => h.status === status)?.n ?? 0 }))),
+      ['running', 'usage_unknown'].map((status) => ({ labels: { status }, value: snap.holds.find((h) => h.status === status)?.n ?? 0 })),
+    ),
     metric('inkgate_open_holds_ink', 'Ink on open holds in the ledger (every instance), by status.', () =>
-      ['running', 'usage_unknown'].map((status) => ({ labels: { status }, value: snap.holds.find((h) => h.status === status)?.ink ?? 0 }))),
+      ['running', 'usage_unknown'].map((status) => ({ labels: { status }, value: snap.holds.find((h) => h.status === status)?.ink ?? 0 })),
+    ),
     metric('inkgate_generations', 'Video and image generations not finished (every instance), by kind and state.', () =>
-      snap.generations.map((g) => ({ labels: { kind: g.kind, state: g.state }, value: g.n }))),
+      snap.generations.map((g) => ({ labels: { kind: g.kind, state: g.state }, value: g.n })),
+    ),
     metric('inkgate_generation_oldest_age_seconds', 'Age of the oldest unfinished generation, by kind and state.', () =>
-      snap.generations.map((g) => ({ labels: { kind: g.kind, state: g.state }, value: g.oldest_s }))),
+      snap.generations.map((g) => ({ labels: { kind: g.kind, state: g.state }, value: g.oldest_s })),
+    ),
   ];
 }

@@ -103,7 +103,8 @@ function discard(body: { on(ev: 'error', l: () => void): unknown; destroy(): unk
 function checkOptions(o: SafeFetchOptions): void {
   if (!Number.isSafeInteger(o.maxBytes) || o.maxBytes < 0) throw new RangeError('safeFetch: maxBytes must be a non-negative integer');
   if (!Number.isFinite(o.timeoutMs) || o.timeoutMs <= 0 || o.timeoutMs > MAX_TIMEOUT_MS) throw new RangeError('safeFetch: timeoutMs out of range');
-  if (!Number.isInteger(o.maxRedirects) || o.maxRedirects < 0 || o.maxRedirects > MAX_REDIRECTS_CAP) throw new RangeError('safeFetch: maxRedirects out of range');
+  if (!Number.isInteger(o.maxRedirects) || o.maxRedirects < 0 || o.maxRedirects > MAX_REDIRECTS_CAP)
+    throw new RangeError('safeFetch: maxRedirects out of range');
 }
 
 function errorCode(e: unknown): string {
@@ -267,7 +268,8 @@ async function checkHop(run: FetchRun, current: URL, hop: number): Promise<void>
   const exempt = run.allowList.has(hostKey(current));
   const problem = urlProblem(current, exempt);
   if (problem !== undefined) {
-    if (hop === 0 && problem.startsWith('the URL is longer')) throw new ApiError('too_long', { param: run.param, message: `\`${run.param}\` ${problem.slice(8)}.` });
+    if (hop === 0 && problem.startsWith('the URL is longer'))
+      throw new ApiError('too_long', { param: run.param, message: `\`${run.param}\` ${problem.slice(8)}.` });
     throw hop === 0 ? invalidUrlError(run.param, problem) : run.fail(`a redirect was refused: ${problem}`);
   }
   // IP literals were classified above.

@@ -171,8 +171,7 @@ const BLOCKED_SUFFIXES = ['.localhost', '.local', '.localdomain', '.internal', '
 const BLOCKED_NAMES = new Set(['localhost', 'localdomain', 'home.arpa', 'onion', 'test', 'invalid', 'example']);
 
 /** `invalid_url` naming the field and the reason. */
-export const invalidUrlError = (param: string, reason: string): ApiError =>
-  new ApiError('invalid_url', { param, message: `\`${param}\`: ${reason}` });
+export const invalidUrlError = (param: string, reason: string): ApiError => new ApiError('invalid_url', { param, message: `\`${param}\`: ${reason}` });
 
 /**
  * The host rule for one URL: undefined when acceptable, otherwise the reason. IP literals are

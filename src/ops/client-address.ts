@@ -32,7 +32,8 @@ export function trustedSet(entries: readonly string[]): BlockList {
   const list = new BlockList();
   for (const e of entries) {
     const [addr, bits, extra] = e.split('/');
-    if (extra !== undefined || addr === undefined || isIP(addr) === 0) throw new Error(`config: server.trustedProxies: ${JSON.stringify(e)} is not an address or CIDR block`);
+    if (extra !== undefined || addr === undefined || isIP(addr) === 0)
+      throw new Error(`config: server.trustedProxies: ${JSON.stringify(e)} is not an address or CIDR block`);
     if (bits === undefined) list.addAddress(addr, family(addr));
     else {
       const n = Number(bits);

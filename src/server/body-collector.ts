@@ -21,7 +21,11 @@ export class BodyCollector {
    * body; when that held a pipelined request it has closed the connection by then, and the
    * request is refused before anything ran for it).
    */
-  constructor(readonly maxBytes: number, declared: number | undefined, private readonly deferHandOver: boolean) {
+  constructor(
+    readonly maxBytes: number,
+    declared: number | undefined,
+    private readonly deferHandOver: boolean,
+  ) {
     this.promise = new Promise((res, rej) => {
       this.resolveP = res;
       this.rejectP = rej;
@@ -52,8 +56,12 @@ export class BodyCollector {
   private finish(): void {
     this.finished = true;
     const body = this.fixed
-      ? (this.size === this.fixed.length ? this.fixed : this.fixed.subarray(0, this.size))
-      : (this.chunks.length === 1 ? this.chunks[0]! : Buffer.concat(this.chunks, this.size));
+      ? this.size === this.fixed.length
+        ? this.fixed
+        : this.fixed.subarray(0, this.size)
+      : this.chunks.length === 1
+        ? this.chunks[0]!
+        : Buffer.concat(this.chunks, this.size);
     this.chunks = [];
     const handOver = (): void => (this.failure === undefined ? this.resolveP(body) : this.rejectP(this.failure));
     if (this.deferHandOver) setImmediate(handOver);

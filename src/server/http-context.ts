@@ -8,12 +8,31 @@ import { silentLogger, type Logger } from '../util/log.js';
 import { BodyCollector, tooLarge } from './body-collector.js';
 
 const STATUS_LINES: Record<number, string> = {
-  200: '200 OK', 201: '201 Created', 202: '202 Accepted', 204: '204 No Content', 206: '206 Partial Content', 302: '302 Found', 304: '304 Not Modified',
-  400: '400 Bad Request', 401: '401 Unauthorized', 402: '402 Payment Required', 403: '403 Forbidden',
-  404: '404 Not Found', 408: '408 Request Timeout', 409: '409 Conflict', 410: '410 Gone',
-  413: '413 Payload Too Large', 415: '415 Unsupported Media Type', 416: '416 Range Not Satisfiable', 422: '422 Unprocessable Entity',
-  429: '429 Too Many Requests', 431: '431 Request Header Fields Too Large', 500: '500 Internal Server Error', 502: '502 Bad Gateway',
-  503: '503 Service Unavailable', 504: '504 Gateway Timeout',
+  200: '200 OK',
+  201: '201 Created',
+  202: '202 Accepted',
+  204: '204 No Content',
+  206: '206 Partial Content',
+  302: '302 Found',
+  304: '304 Not Modified',
+  400: '400 Bad Request',
+  401: '401 Unauthorized',
+  402: '402 Payment Required',
+  403: '403 Forbidden',
+  404: '404 Not Found',
+  408: '408 Request Timeout',
+  409: '409 Conflict',
+  410: '410 Gone',
+  413: '413 Payload Too Large',
+  415: '415 Unsupported Media Type',
+  416: '416 Range Not Satisfiable',
+  422: '422 Unprocessable Entity',
+  429: '429 Too Many Requests',
+  431: '431 Request Header Fields Too Large',
+  500: '500 Internal Server Error',
+  502: '502 Bad Gateway',
+  503: '503 Service Unavailable',
+  504: '504 Gateway Timeout',
 };
 export const statusLine = (s: number): string => STATUS_LINES[s] ?? `${s} Status`;
 

@@ -70,7 +70,6 @@ export class NodeContext extends HttpContext {
     });
   }
 
-
   proxiedAddress(): string {
     return this.proxied;
   }

@@ -112,7 +112,10 @@ function proxyFront(http: Server, headTimeoutMs: number): NetServer {
       http.emit('connection', socket);
       socket.resume();
     };
-    socket.on('data', onData).on('error', onError).on('close', () => clearTimeout(timer));
+    socket
+      .on('data', onData)
+      .on('error', onError)
+      .on('close', () => clearTimeout(timer));
   });
 }
 

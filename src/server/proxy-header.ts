@@ -24,7 +24,8 @@ const INVALID = { kind: 'invalid' } as const;
 
 function ipv6Text(b: Buffer, at: number): string {
   // An IPv4 caller mapped into IPv6 is named as the IPv4 address, as the TCP peer would be.
-  if (b.readUInt32BE(at) === 0 && b.readUInt32BE(at + 4) === 0 && b.readUInt32BE(at + 8) === 0xffff) return `${b[at + 12]}.${b[at + 13]}.${b[at + 14]}.${b[at + 15]}`;
+  if (b.readUInt32BE(at) === 0 && b.readUInt32BE(at + 4) === 0 && b.readUInt32BE(at + 8) === 0xffff)
+    return `${b[at + 12]}.${b[at + 13]}.${b[at + 14]}.${b[at + 15]}`;
   const groups: string[] = [];
   for (let i = 0; i < 8; i++) groups.push(b.readUInt16BE(at + 2 * i).toString(16));
   // The WHATWG URL parser writes an IPv6 host in its canonical (RFC 5952) form: '::' and all.

@@ -142,7 +142,16 @@ async function drain(admission: Admission, listener: EngineListener, drainMs: nu
 /** The error answer of a route that threw, after re-checking a remembered key where that decides the answer. */
 async function answerFailure(d: ServerDeps, ctx: HttpContext, r: Route, e: unknown): Promise<void> {
   const keys = d.keys;
-  if (r.keyRecheckedByReserve && ctx.auth !== undefined && !ctx.keyConfirmed && keys.caching && !ctx.done && isApiError(e) && e.status < 500 && e.status !== 429) {
+  if (
+    r.keyRecheckedByReserve &&
+    ctx.auth !== undefined &&
+    !ctx.keyConfirmed &&
+    keys.caching &&
+    !ctx.done &&
+    isApiError(e) &&
+    e.status < 500 &&
+    e.status !== 429
+  ) {
     // A remembered key got a client error before its reserve could re-check it (validation,
     // 415): look it up afresh, so a key revoked since gets its 401 (docs/api/authentication.md:
     // refused at once), not the other error. Not for a 503 (a store outage, a paused model: no
@@ -180,8 +189,17 @@ async function spendPublic(d: ServerDeps, ctx: HttpContext): Promise<void> {
   const authorization = ctx.header('authorization');
   let keyId = authorization === undefined ? undefined : keys.peekCached(authorization)?.keyId;
   if (keyId === undefined) {
-    await spend(d, 'ip:' + (d.clientAddress?.(ctx) ?? ctx.remoteAddress), d.publicRequestsPerMinute, 'More than the allowed requests per minute from this address on the public catalogue.');
-    if (authorization !== undefined) keyId = await keys.authenticateCached(authorization).then((a) => a.keyId, () => undefined);
+    await spend(
+      d,
+      'ip:' + (d.clientAddress?.(ctx) ?? ctx.remoteAddress),
+      d.publicRequestsPerMinute,
+      'More than the allowed requests per minute from this address on the public catalogue.',
+    );
+    if (authorization !== undefined)
+      keyId = await keys.authenticateCached(authorization).then(
+        (a) => a.keyId,
+        () => undefined,
+      );
   }
   if (keyId !== undefined) await spend(d, 'key:' + keyId, d.requestsPerMinute);
 }

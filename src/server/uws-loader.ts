@@ -25,7 +25,8 @@ export type UwsLoad = { readonly ok: true; readonly uws: UwsModule } | { readonl
 /** A native addon exports SSLApp and getParts beside App; anything else is not one. */
 function asNative(mod: unknown, source: string): UwsModule | undefined {
   const m = mod as Record<string, unknown> | null;
-  if (m === null || typeof m !== 'object' || typeof m.App !== 'function' || typeof m.SSLApp !== 'function' || typeof m.getParts !== 'function') return undefined;
+  if (m === null || typeof m !== 'object' || typeof m.App !== 'function' || typeof m.SSLApp !== 'function' || typeof m.getParts !== 'function')
+    return undefined;
   return {
     App: m.App as UwsModule['App'],
     us_listen_socket_close: m.us_listen_socket_close as UwsModule['us_listen_socket_close'],
@@ -75,5 +76,8 @@ export function loadUws(): UwsLoad {
     if ('uws' in a) return (cached = { ok: true, uws: a.uws });
     whys.push(a.why);
   }
-  return (cached = { ok: false, reason: `no native uWebSockets.js build for Node ${process.versions.node} (ABI ${process.versions.modules}, ${process.platform}-${process.arch}): ${whys.join('; ')}` });
+  return (cached = {
+    ok: false,
+    reason: `no native uWebSockets.js build for Node ${process.versions.node} (ABI ${process.versions.modules}, ${process.platform}-${process.arch}): ${whys.join('; ')}`,
+  });
 }

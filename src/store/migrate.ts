@@ -133,8 +133,11 @@ async function applyFunctions(q: Q, dir: string): Promise<string[]> {
       } catch (e) {
         throw new Error(`function file ${f.name}.sql failed: ${(e as Error).message}`, { cause: e });
       }
-      await q(`INSERT INTO schema_functions (name, sha256) VALUES ($1, $2)
-               ON CONFLICT (name) DO UPDATE SET sha256 = EXCLUDED.sha256, applied_at = now()`, [f.name, f.sha256]);
+      await q(
+        `INSERT INTO schema_functions (name, sha256) VALUES ($1, $2)
+               ON CONFLICT (name) DO UPDATE SET sha256 = EXCLUDED.sha256, applied_at = now()`,
+        [f.name, f.sha256],
+      );
     }
     // A file removed: its function is dropped by a numbered migration (a schema change); only the record goes here.
     if (gone.length > 0) await q('DELETE FROM schema_functions WHERE name = ANY($1)', [gone]);

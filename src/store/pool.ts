@@ -53,10 +53,17 @@ export function createPool(cfg: DbConfig): Pool {
 const UNAVAILABLE_SQLSTATES = new Set([
   '55P03', // lock_not_available (lock_timeout)
   '57014', // query_canceled (statement_timeout)
-  '57P01', '57P02', '57P03', // admin shutdown, crash shutdown, cannot connect now
+  '57P01',
+  '57P02',
+  '57P03', // admin shutdown, crash shutdown, cannot connect now
   '53300', // too_many_connections
-  '08000', '08003', '08006', '08001', '08004', // connection exceptions
-  '40001', '40P01', // serialization failure, deadlock: retryable
+  '08000',
+  '08003',
+  '08006',
+  '08001',
+  '08004', // connection exceptions
+  '40001',
+  '40P01', // serialization failure, deadlock: retryable
 ]);
 
 /** True when the error means "the store could not answer now", not "the statement is wrong". */

@@ -160,10 +160,7 @@ function renderTables(cat: Catalog): string[] {
   const blocks: string[] = [];
   for (const { rel } of cat.tables) {
     const name = rel as string;
-    const body = [
-      ...(cat.columns.get(name) ?? []).map(columnLine),
-      ...(cat.constraints.get(name) ?? []).map((k) => k.def as string),
-    ];
+    const body = [...(cat.columns.get(name) ?? []).map(columnLine), ...(cat.constraints.get(name) ?? []).map((k) => k.def as string)];
     // The deparser breaks a long CHECK (a CASE) over lines: indent them under their constraint.
     const lines = [`CREATE TABLE ${name} (`, body.map((l) => `  ${l.replace(/\n/g, '\n    ')}`).join(',\n'), ');'];
     for (const i of cat.indexes.get(name) ?? []) lines.push(`${i.def};`);
@@ -188,7 +185,10 @@ function render(cat: Catalog): string {
   };
   section('Tables: columns in their order, then constraints; then indexes and triggers', renderTables(cat));
   section('Views', renderViews(cat));
-  section('Functions', cat.functions.map((f) => `${(f.def as string).trimEnd()};`));
+  section(
+    'Functions',
+    cat.functions.map((f) => `${(f.def as string).trimEnd()};`),
+  );
   return sections.join('\n');
 }
 
@@ -243,8 +243,7 @@ export async function dumpSchema(pool: Pool, schemaName: string): Promise<string
     // search_path the deparsers print its objects unqualified.
     await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
     await client.query(`SET LOCAL statement_timeout = ${DUMP_TIMEOUT_MS}`);
-    const schema = (await q<{ q: string; found: boolean }>(
-      'SELECT quote_ident($1) AS q, EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1) AS found'))[0]!;
+    const schema = (await q<{ q: string; found: boolean }>('SELECT quote_ident($1) AS q, EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1) AS found'))[0]!;
     if (!schema.found) throw new Error(`schema dump: no schema named ${schema.q}`);
     await client.query(`SET LOCAL search_path = ${schema.q}`);
     const unprinted = (await q<{ what: string }>(UNPRINTED)).map((r) => r.what);

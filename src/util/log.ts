@@ -58,7 +58,9 @@ function fieldsOut(fields: Record<string, unknown>): Record<string, unknown> {
  * once: an error line must not wait.
  */
 export function createLogger(level: LogLevel, write?: (line: string) => void, buffered = false, fd = 1): Logger {
-  const stdout = write ? undefined : pino.destination({ dest: fd, sync: !buffered, ...(buffered ? { minLength: BUFFERED_MIN_BYTES, maxLength: BUFFERED_MAX_BYTES } : {}) });
+  const stdout = write
+    ? undefined
+    : pino.destination({ dest: fd, sync: !buffered, ...(buffered ? { minLength: BUFFERED_MIN_BYTES, maxLength: BUFFERED_MAX_BYTES } : {}) });
   const destination = write ? { write: (s: string) => write(s.endsWith('\n') ? s.slice(0, -1) : s) } : stdout!;
   const p: PinoLogger = pino(
     {

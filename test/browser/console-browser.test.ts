@@ -16,11 +16,21 @@ import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
 
 const CHROMIUM = '/usr/bin/chromium';
 const SHOTS = join(PROJECT_ROOT, 'test-results');
-const ARGS = ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'];
+const ARGS = [
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-quic',
+  '--no-first-run',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+];
 
 async function openBrowser(t: Test): Promise<BrowserContext | undefined> {
   if (!existsSync(CHROMIUM)) {
-    t.fail(`Chromium is not installed at ${CHROMIUM}: the console's browser tests need it. Install it with: sudo apt-get update && sudo apt-get install -y chromium (.ci/run does this on CI)`);
+    t.fail(
+      `Chromium is not installed at ${CHROMIUM}: the console's browser tests need it. Install it with: sudo apt-get update && sudo apt-get install -y chromium (.ci/run does this on CI)`,
+    );
     return undefined;
   }
   const profile = mkdtempSync(join(tmpdir(), 'inkgate-chromium-'));
@@ -110,7 +120,9 @@ eachEngine('the console end to end in Chromium', async (t, engine) => {
   t.equal(await page.locator('td', { hasText: '<img src=x onerror=alert(1)> sdk' }).count(), 1, 'the key list has exactly one such key');
   t.equal(await keyCount(), keysBefore, 'and the database no new one');
   const client = new Anthropic({ baseURL: base, authToken: raw, apiKey: null, maxRetries: 0 });
-  const { response } = await client.messages.create({ model: 'sonnet', max_tokens: 50, messages: [{ role: 'user', content: 'Hello from the SDK' }] }).withResponse();
+  const { response } = await client.messages
+    .create({ model: 'sonnet', max_tokens: 50, messages: [{ role: 'user', content: 'Hello from the SDK' }] })
+    .withResponse();
   const rid = response.headers.get('x-service-request-id')!;
   const charged = Number(response.headers.get('x-service-ink-charged'));
   await page.goto(`${base}/console/keys`);
@@ -122,9 +134,15 @@ eachEngine('the console end to end in Chromium', async (t, engine) => {
   await frameMenu.selectOption('comment');
   await page.getByRole('button', { name: 'Save the usage frame of <img src=x onerror=alert(1)> sdk' }).click();
   await page.waitForURL(`${base}/console/keys`);
-  t.equal(await page.getByLabel('Usage frame of <img src=x onerror=alert(1)> sdk', { exact: true }).inputValue(), 'comment', 'the page shows the saved setting');
-  const framed = await client.messages.create({ model: 'sonnet', max_tokens: 50, stream: true, messages: [{ role: 'user', content: 'Hello again' }] }).asResponse();
-  t.match(await framed.text(), /\n: service\.usage \{[^\n]+\}\n\n$/, 'the key\'s next stream carries the usage comment');
+  t.equal(
+    await page.getByLabel('Usage frame of <img src=x onerror=alert(1)> sdk', { exact: true }).inputValue(),
+    'comment',
+    'the page shows the saved setting',
+  );
+  const framed = await client.messages
+    .create({ model: 'sonnet', max_tokens: 50, stream: true, messages: [{ role: 'user', content: 'Hello again' }] })
+    .asResponse();
+  t.match(await framed.text(), /\n: service\.usage \{[^\n]+\}\n\n$/, "the key's next stream carries the usage comment");
 
   // The call appears in usage with its charge; CSV export has it.
   await page.getByRole('link', { name: 'Usage' }).click();
@@ -150,7 +168,11 @@ eachEngine('the console end to end in Chromium', async (t, engine) => {
   await page.getByLabel('Prompt').fill('Tell me a short story about ink.');
   await page.getByLabel('Max tokens').fill('200');
   await page.getByRole('button', { name: 'Send' }).click();
-  await page.waitForFunction(() => (document.getElementById('reply')?.textContent ?? '').length > 0 && document.getElementById('charged')?.textContent === '…', undefined, { polling: 'raf' });
+  await page.waitForFunction(
+    () => (document.getElementById('reply')?.textContent ?? '').length > 0 && document.getElementById('charged')?.textContent === '…',
+    undefined,
+    { polling: 'raf' },
+  );
   t.pass('the reply shows before the stream ended (streamed)');
   await page.waitForFunction(() => /Ink$/.test(document.getElementById('charged')?.textContent ?? ''));
   const pgRid = (await page.locator('#request-id').textContent())!;
@@ -165,7 +187,13 @@ eachEngine('the console end to end in Chromium', async (t, engine) => {
   await page.getByLabel('Model').selectOption('responses:text-6-astra');
   await page.getByLabel('Prompt').fill('Say hello in Responses.');
   await page.getByRole('button', { name: 'Send' }).click();
-  await page.waitForFunction((prev) => /^req_/.test(document.getElementById('request-id')?.textContent ?? '') && document.getElementById('request-id')?.textContent !== prev && /Ink$/.test(document.getElementById('charged')?.textContent ?? ''), pgRid);
+  await page.waitForFunction(
+    (prev) =>
+      /^req_/.test(document.getElementById('request-id')?.textContent ?? '') &&
+      document.getElementById('request-id')?.textContent !== prev &&
+      /Ink$/.test(document.getElementById('charged')?.textContent ?? ''),
+    pgRid,
+  );
   const rRid = (await page.locator('#request-id').textContent())!;
   t.ok((await page.locator('#reply').textContent())!.length > 0, 'the Responses reply is shown');
   await s.g.gw.services.escrow.beforeView();

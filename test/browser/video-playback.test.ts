@@ -14,7 +14,15 @@ import { startS3 } from '../helpers/s3-server.js';
 import { runToEnd, startVideoHarness } from '../integration/video-harness.js';
 
 const CHROMIUM = '/usr/bin/chromium';
-const ARGS = ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--no-first-run', '--disable-quic', '--disable-sync'];
+const ARGS = [
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--no-first-run',
+  '--disable-quic',
+  '--disable-sync',
+];
 
 let ctx: BrowserContext | undefined;
 /** One browser for every case, closed when the file ends. */
@@ -84,10 +92,18 @@ async function playsThroughRanges(t: Test, engine: EngineName, store: 'fs' | 's3
   );
   t.ok(seeked > 0, `seeked to ${seeked} s`);
   t.ok(seen.length > 0, `the player fetched the link ${seen.length} time(s)`);
-  t.ok(seen.every((s) => s.range !== undefined && /^bytes=\d+-\d*$/.test(s.range)), `every fetch was a range request: ${JSON.stringify(seen)}`);
-  t.ok(seen.every((s) => s.status === 206), 'every range answered 206');
+  t.ok(
+    seen.every((s) => s.range !== undefined && /^bytes=\d+-\d*$/.test(s.range)),
+    `every fetch was a range request: ${JSON.stringify(seen)}`,
+  );
+  t.ok(
+    seen.every((s) => s.status === 206),
+    'every range answered 206',
+  );
 }
 
 for (const store of ['fs', 's3'] as const) {
-  eachEngine(`a <video> plays a generated result through range requests, ${store} store`, (t, engine) => playsThroughRanges(t, engine, store), { timeout: 120_000 });
+  eachEngine(`a <video> plays a generated result through range requests, ${store} store`, (t, engine) => playsThroughRanges(t, engine, store), {
+    timeout: 120_000,
+  });
 }

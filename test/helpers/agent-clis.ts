@@ -78,7 +78,15 @@ export function agentBinary(name: AgentName): string {
     timeout: LOCK_WAIT_S * 1000 + INSTALL_TIMEOUT_MS,
     maxBuffer: MAX_OUTPUT_BYTES,
     killSignal: 'SIGKILL',
-    env: { ...process.env, PATH: toolPath(), FINAL: dir, STAGE: stage, BIN: cli.bin, SPEC: `${cli.pkg}@${cli.version}`, INSTALL_S: String(INSTALL_TIMEOUT_MS / 1000) },
+    env: {
+      ...process.env,
+      PATH: toolPath(),
+      FINAL: dir,
+      STAGE: stage,
+      BIN: cli.bin,
+      SPEC: `${cli.pkg}@${cli.version}`,
+      INSTALL_S: String(INSTALL_TIMEOUT_MS / 1000),
+    },
   });
   if (r.status !== 0 || !existsSync(binary)) {
     rmSync(stage, { recursive: true, force: true });

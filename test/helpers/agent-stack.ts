@@ -282,7 +282,8 @@ export async function assertCleanSession(t: Test, s: AgentStack, label: string, 
   await journalWritten(s.g);
   const pool = s.g.db.pool;
   const k = (await pool.query('SELECT ink_charged, ink_reserved FROM api_keys WHERE id = $1', [s.key.keyId])).rows[0];
-  const sum = (await pool.query('SELECT count(*)::int AS n, coalesce(sum(charged_ink), 0)::bigint AS ink FROM requests WHERE key_id = $1', [s.key.keyId])).rows[0];
+  const sum = (await pool.query('SELECT count(*)::int AS n, coalesce(sum(charged_ink), 0)::bigint AS ink FROM requests WHERE key_id = $1', [s.key.keyId]))
+    .rows[0];
   t.equal(Number(k.ink_reserved), 0, `${label}: every hold settled (ink_reserved 0)`);
   t.equal(Number(k.ink_charged), Number(sum.ink), `${label}: the key's charge (${k.ink_charged} Ink) is the sum over its ${sum.n} request records`);
   t.ok(Number(k.ink_charged) > 0, `${label}: the session was billed`);

@@ -39,7 +39,10 @@ export function checkRun(t: Test, r: RunResult): void {
   t.equal(r.failed, 0, `${at}: nothing failed`);
   const l = r.latency;
   t.equal(l.count, r.requests, `${at}: one latency sample per answer`);
-  t.ok(l.p50Ms > 0 && l.p50Ms <= l.p90Ms && l.p90Ms <= l.p99Ms && l.p99Ms <= l.maxMs, `${at}: 0 < p50 <= p90 <= p99 <= max (${l.p50Ms} ${l.p90Ms} ${l.p99Ms} ${l.maxMs})`);
+  t.ok(
+    l.p50Ms > 0 && l.p50Ms <= l.p90Ms && l.p90Ms <= l.p99Ms && l.p99Ms <= l.maxMs,
+    `${at}: 0 < p50 <= p90 <= p99 <= max (${l.p50Ms} ${l.p90Ms} ${l.p99Ms} ${l.maxMs})`,
+  );
   t.ok(Math.abs(r.rps - r.requests / r.seconds) < 1e-6 * r.rps, `${at}: rps = requests / seconds`);
   if (r.kind === 'stream' || r.kind === 'paced') {
     t.ok(r.ttft !== null && r.ttft.count === r.requests, `${at}: a first token on every stream`);
@@ -55,8 +58,12 @@ export function checkRun(t: Test, r: RunResult): void {
 export function checkRatiosAndGoals(t: Test, rep: BenchReport): void {
   t.ok(rep.ratios.length > 0, 'ratios reported');
   for (const q of rep.ratios) {
-    const of = rep.runs.find((r) => r.lane === q.lane && r.scenario === q.scenario && r.kind === q.kind && r.connections === q.connections && r.target === q.of)!;
-    const vs = rep.runs.find((r) => r.lane === q.lane && r.scenario === q.scenario && r.kind === q.kind && r.connections === q.connections && r.target === q.vs)!;
+    const of = rep.runs.find(
+      (r) => r.lane === q.lane && r.scenario === q.scenario && r.kind === q.kind && r.connections === q.connections && r.target === q.of,
+    )!;
+    const vs = rep.runs.find(
+      (r) => r.lane === q.lane && r.scenario === q.scenario && r.kind === q.kind && r.connections === q.connections && r.target === q.vs,
+    )!;
     const ok = figure(of, q.metric) === q.numerator && figure(vs, q.metric) === q.denominator && q.ratio === q.numerator / q.denominator;
     if (!ok) t.fail(`ratio ${q.metric} ${q.of}/${q.vs} is not the quotient of the reported figures`, { q });
   }
@@ -80,4 +87,3 @@ export async function checkStopped(t: Test, rep: BenchReport, toolPid: number): 
     await pool.end();
   }
 }
-

@@ -39,7 +39,10 @@ export function docEnv(name: string, origin: string, key: string): Record<string
     if (line.trim() === '') continue;
     const m = /^export ([A-Za-z_][A-Za-z0-9_]*)=(.*)$/.exec(line);
     if (!m) throw new Error(`docs/clients.md ${name}: not an export line: ${line}`);
-    const value = m[2]!.replace(/^"(.*)"$/, '$1').replaceAll(`$${DOC_KEY_VAR}`, key).replaceAll(DOC_ORIGIN, origin);
+    const value = m[2]!
+      .replace(/^"(.*)"$/, '$1')
+      .replaceAll(`$${DOC_KEY_VAR}`, key)
+      .replaceAll(DOC_ORIGIN, origin);
     env[m[1]!] = value;
   }
   return env;

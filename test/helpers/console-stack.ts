@@ -54,10 +54,14 @@ export interface HttpSession {
 /** Signs in with a link over HTTP: the POST the link page's button makes. */
 export async function signInHttp(base: string, link: string): Promise<HttpSession> {
   const token = new URL(link).searchParams.get('token')!;
-  const r = await request(`${base}/console/signin`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: `token=${token}` });
+  const r = await request(`${base}/console/signin`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/x-www-form-urlencoded' },
+    body: `token=${token}`,
+  });
   await r.body.text();
   const set = r.headers['set-cookie'];
-  const cookie = (Array.isArray(set) ? set[0]! : set ?? '').split(';')[0]!;
+  const cookie = (Array.isArray(set) ? set[0]! : (set ?? '')).split(';')[0]!;
   if (r.statusCode !== 303 || cookie === '') throw new Error(`sign-in failed: ${r.statusCode}`);
   const page = await getPage(base, '/console', cookie);
   const csrf = /name="csrf" value="([^"]+)"/.exec(page.text)?.[1];

@@ -178,8 +178,7 @@ export async function startFaultProxy(targetHost: string, targetPort: number): P
     const writeHead = (h: Buffer) => {
       out(h, true);
     };
-    const frame = (piece: Buffer): Buffer =>
-      framing.type === 'chunked' ? Buffer.concat([Buffer.from(piece.length.toString(16)), CRLF, piece, CRLF]) : piece;
+    const frame = (piece: Buffer): Buffer => (framing.type === 'chunked' ? Buffer.concat([Buffer.from(piece.length.toString(16)), CRLF, piece, CRLF]) : piece);
 
     const applyCut = () => {
       faulted = true;

@@ -31,11 +31,7 @@ export interface Reply {
   json: any;
 }
 
-export async function startTestGateway(
-  t: Test,
-  overrides: DeepPartial<Config> = {},
-  opts: GatewayOptions & { redis?: boolean } = {},
-): Promise<TestGateway> {
+export async function startTestGateway(t: Test, overrides: DeepPartial<Config> = {}, opts: GatewayOptions & { redis?: boolean } = {}): Promise<TestGateway> {
   const db = await testDb(t);
   const config = loadConfig(
     {},

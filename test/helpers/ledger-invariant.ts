@@ -43,10 +43,13 @@ export async function seedAccount(
   try {
     await c.query('BEGIN');
     await c.query('INSERT INTO accounts (id, name, plan_id) VALUES ($1, $2, $3)', [accountId, 'ledger test', opts.plan ?? 'pro']);
-    await c.query(
-      'INSERT INTO wallets (account_id, grant_ink, payg_ink, credited_ink, topups_completed) VALUES ($1, $2, $3, $4, $5)',
-      [accountId, grant, payg, grant + payg, payg > 0 ? 1 : 0],
-    );
+    await c.query('INSERT INTO wallets (account_id, grant_ink, payg_ink, credited_ink, topups_completed) VALUES ($1, $2, $3, $4, $5)', [
+      accountId,
+      grant,
+      payg,
+      grant + payg,
+      payg > 0 ? 1 : 0,
+    ]);
     if (grant > 0) {
       await c.query(
         `INSERT INTO ledger_journal (at, kind, account_id, amount_ink, grant_ink, credited_ink, note) VALUES (now(), 'grant', $1, $2, $2, $2, 'seed')`,
@@ -61,10 +64,13 @@ export async function seedAccount(
     }
     for (let i = 0; i < keyIds.length; i++) {
       const id = keyIds[i]!;
-      await c.query(
-        `INSERT INTO api_keys (id, account_id, name, key_hash, prefix, last4, ink_limit) VALUES ($1, $2, 'test', $3, $4, 'abcd', $5)`,
-        [id, accountId, randomBytes(32), 'svc_' + randomBytes(4).toString('hex'), limits[i]],
-      );
+      await c.query(`INSERT INTO api_keys (id, account_id, name, key_hash, prefix, last4, ink_limit) VALUES ($1, $2, 'test', $3, $4, 'abcd', $5)`, [
+        id,
+        accountId,
+        randomBytes(32),
+        'svc_' + randomBytes(4).toString('hex'),
+        limits[i],
+      ]);
     }
     await c.query('COMMIT');
   } catch (e) {

@@ -94,7 +94,11 @@ export function mediaStoreContract(t: Test, name: string, store: () => MediaStor
       t.equal(r.contentType, 'video/mp4');
       t.ok((await readAll(r.stream)).equals(data.subarray(start, end + 1)), `${label}: exactly those bytes`);
     }
-    for (const [label, spec] of [['past the end', { start: 10_000 }], ['far past the end', { start: 5_000_000, end: 5_000_010 }], ['empty suffix', { suffix: 0 }]] as const) {
+    for (const [label, spec] of [
+      ['past the end', { start: 10_000 }],
+      ['far past the end', { start: 5_000_000, end: 5_000_010 }],
+      ['empty suffix', { suffix: 0 }],
+    ] as const) {
       const r = (await s.open('video/ranged.mp4', spec))!;
       t.equal(r.range, 'unsatisfiable', `${label}: unsatisfiable`);
       t.equal(r.sizeBytes, 10_000, `${label}: still says the size`);

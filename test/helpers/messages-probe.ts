@@ -58,26 +58,44 @@ export function messagesProbe(o: { label: string; vendorKey: string; paceMs: num
   };
 }
 
-export const textOf = (content: any[]): string => content.filter((b) => b.type === 'text').map((b) => b.text).join('');
+export const textOf = (content: any[]): string =>
+  content
+    .filter((b) => b.type === 'text')
+    .map((b) => b.text)
+    .join('');
 
 export const requestRow = async (pool: Pool, id: string) =>
   (await pool.query('SELECT status, hold_state, hold_ink, charged_ink, vendor_request_id FROM requests WHERE id = $1', [id])).rows[0];
 export const resolutions = async (pool: Pool, id: string): Promise<number> =>
-  (await pool.query(`SELECT count(*)::int AS n FROM ledger_journal WHERE request_id = $1 AND kind IN ('settle', 'release', 'refund', 'reconcile')`, [id])).rows[0].n;
+  (await pool.query(`SELECT count(*)::int AS n FROM ledger_journal WHERE request_id = $1 AND kind IN ('settle', 'release', 'refund', 'reconcile')`, [id]))
+    .rows[0].n;
 export const keyRow = async (pool: Pool, keyId: string) => (await pool.query('SELECT ink_reserved, ink_charged FROM api_keys WHERE id = $1', [keyId])).rows[0];
 export const walletRow = async (pool: Pool, accountId: string) =>
-  (await pool.query('SELECT grant_ink + payg_ink AS balance, held_grant_ink + held_payg_ink AS held, charged_ink FROM wallets WHERE account_id = $1', [accountId])).rows[0];
+  (
+    await pool.query('SELECT grant_ink + payg_ink AS balance, held_grant_ink + held_payg_ink AS held, charged_ink FROM wallets WHERE account_id = $1', [
+      accountId,
+    ])
+  ).rows[0];
 
 /**
  * A stream cut off from its settle: the vendor's whole content and message_stop went through,
  * then exactly one final error event with code usage_unknown, and no usage frame.
  */
 export function assertUsageUnknownStream(t: Test, evs: SseEvent[], vendorText: string): void {
-  const deltas = evs.filter((e) => e.event === 'content_block_delta').map((e) => JSON.parse(e.data).delta.text ?? '').join('');
+  const deltas = evs
+    .filter((e) => e.event === 'content_block_delta')
+    .map((e) => JSON.parse(e.data).delta.text ?? '')
+    .join('');
   t.equal(deltas, vendorText, 'stream: every content delta arrived');
-  t.ok(evs.some((e) => e.event === 'message_stop'), 'stream: message_stop passed through');
+  t.ok(
+    evs.some((e) => e.event === 'message_stop'),
+    'stream: message_stop passed through',
+  );
   t.equal(evs.filter((e) => e.event === 'error').length, 1, 'stream: exactly one error event');
   t.equal(evs.at(-1)?.event, 'error', 'stream: and it is the last event');
   t.equal(JSON.parse(evs.at(-1)!.data).error?.code, 'usage_unknown', 'stream: code usage_unknown');
-  t.notOk(evs.some((e) => e.event === 'service.usage'), 'stream: no usage frame');
+  t.notOk(
+    evs.some((e) => e.event === 'service.usage'),
+    'stream: no usage frame',
+  );
 }

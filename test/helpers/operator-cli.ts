@@ -12,7 +12,12 @@ export function operatorCli(config: Config): OperatorCli {
   const cli = async (...argv: string[]): Promise<any> => {
     let out = '';
     let err = '';
-    const code = await runCli([...argv, '--json'], (s) => void (out += s), (s) => void (err += s), config);
+    const code = await runCli(
+      [...argv, '--json'],
+      (s) => void (out += s),
+      (s) => void (err += s),
+      config,
+    );
     if (code !== 0) throw new Error(`inkgate ${argv.join(' ')}: ${err}`);
     return JSON.parse(out);
   };

@@ -25,7 +25,6 @@ export interface PrivatePostgres {
   stop(): Promise<void>;
 }
 
-
 export async function startPrivatePostgres(log: (m: string) => void = () => undefined): Promise<PrivatePostgres> {
   const dataDir = mkdtempSync(join(tmpdir(), 'inkgate-private-pg-'));
   const handle = await startEmbeddedPostgres(dataDir, log);

@@ -14,7 +14,12 @@ export interface RawExchange {
  * Connects to 127.0.0.1:`port`, runs `write` once connected, and collects what arrives until
  * `complete(bytes so far)` holds, the server closes, or `boundMs` passes; then destroys the socket.
  */
-export function rawExchange(port: number, write: (s: Socket) => unknown, boundMs: number, complete: (buf: Buffer) => boolean = () => false): Promise<RawExchange> {
+export function rawExchange(
+  port: number,
+  write: (s: Socket) => unknown,
+  boundMs: number,
+  complete: (buf: Buffer) => boolean = () => false,
+): Promise<RawExchange> {
   return new Promise((resolve) => {
     const t0 = performance.now();
     const s = connect(port, '127.0.0.1');

@@ -137,7 +137,13 @@ export async function recordingProxy(t: Test, port: number): Promise<{ endpoint:
     const url = new URL(req.url ?? '/', 'http://x');
     // One entry per operation: the SDK's own retry of it (attempt=2) is not a second call of ours.
     const attempt = /attempt=(\d+)/.exec(String(req.headers['amz-sdk-request'] ?? ''))?.[1];
-    if (attempt === undefined || attempt === '1') seen.push(`${req.method} ${[...url.searchParams.keys()].filter((k) => k !== 'x-id').sort().join('&')}`.trim());
+    if (attempt === undefined || attempt === '1')
+      seen.push(
+        `${req.method} ${[...url.searchParams.keys()]
+          .filter((k) => k !== 'x-id')
+          .sort()
+          .join('&')}`.trim(),
+      );
     const up = httpRequest({ host: '127.0.0.1', port, method: req.method, path: req.url, headers: req.headers }, (r) => {
       res.writeHead(r.statusCode ?? 502, r.headers);
       r.pipe(res);
@@ -165,7 +171,10 @@ export function useS3CredentialsInEnv(t: Test): void {
   process.env.AWS_ACCESS_KEY_ID = S3_CREDENTIALS.accessKeyId;
   process.env.AWS_SECRET_ACCESS_KEY = S3_CREDENTIALS.secretAccessKey;
   t.teardown(() => {
-    for (const [k, v] of [['AWS_ACCESS_KEY_ID', saved.id], ['AWS_SECRET_ACCESS_KEY', saved.secret]] as const) {
+    for (const [k, v] of [
+      ['AWS_ACCESS_KEY_ID', saved.id],
+      ['AWS_SECRET_ACCESS_KEY', saved.secret],
+    ] as const) {
       if (v === undefined) delete process.env[k];
       else process.env[k] = v;
     }

@@ -72,7 +72,10 @@ export function checkKey(samples: Sample[], quota: number, windowMs: number): Ra
   // 1. For each accepted k as the earliest sender, the quota+1 earliest receivers sent at or after it.
   let overQuota = 0;
   for (let k = 0; k < acc.length; k++) {
-    const recvs = acc.slice(k).map((s) => s.recvMs).sort((a, b) => a - b);
+    const recvs = acc
+      .slice(k)
+      .map((s) => s.recvMs)
+      .sort((a, b) => a - b);
     if (recvs.length > quota && recvs[quota]! - acc[k]!.sendMs < windowMs - TOLERANCE_MS) overQuota++;
   }
   // Certainly in one window: sent at or after a start, received before start + window.
@@ -88,7 +91,10 @@ export function checkKey(samples: Sample[], quota: number, windowMs: number): Ra
     if (n < quota) wronglyRefused++;
   }
   // 3. The limiter's verdicts are what it allows, given every request offered (refused ones too).
-  const offered = samples.filter((s) => s.status === 200 || (s.status === 429 && s.code === 'rate_limit_exceeded')).map((s) => (s.sendMs + s.recvMs) / 2).sort((a, b) => a - b);
+  const offered = samples
+    .filter((s) => s.status === 200 || (s.status === 429 && s.code === 'rate_limit_exceeded'))
+    .map((s) => (s.sendMs + s.recvMs) / 2)
+    .sort((a, b) => a - b);
   const expected = slidingLogAllows(offered, quota, windowMs);
   return { accepted: acc.length, refused: ref.length, other, expected, maxCertainInWindow, overQuota, wronglyRefused };
 }
@@ -157,7 +163,9 @@ export function formatRate(r: RateReport): string[] {
   const out = [...r.setup.map((s) => `uses: ${s}`)];
   out.push(`rate: ${r.perKey.length} keys, ${r.sent} requests in ${r.durationS} s, quota ${r.quota} per ${r.windowMs / 1000} s`);
   r.perKey.forEach((k, i) => {
-    out.push(`  key ${i}: accepted ${k.accepted} (sliding log allows ${k.expected}), refused ${k.refused}, most certainly in one 60-s span ${k.maxCertainInWindow}, over-quota spans ${k.overQuota}, wrong refusals ${k.wronglyRefused}${Object.keys(k.other).length ? ', other ' + JSON.stringify(k.other) : ''}`);
+    out.push(
+      `  key ${i}: accepted ${k.accepted} (sliding log allows ${k.expected}), refused ${k.refused}, most certainly in one 60-s span ${k.maxCertainInWindow}, over-quota spans ${k.overQuota}, wrong refusals ${k.wronglyRefused}${Object.keys(k.other).length ? ', other ' + JSON.stringify(k.other) : ''}`,
+    );
   });
   out.push(...(r.failures.length ? r.failures.map((f) => `FAIL: ${f}`) : ['rate: all goals met']));
   return out;

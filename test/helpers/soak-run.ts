@@ -347,7 +347,9 @@ export async function runSoak(stack: SoakStack, o: SoakOptions): Promise<SoakRep
     if (now() - lastProgress >= 30_000) {
       lastProgress = now();
       const s = stack.sample();
-      log(`# ${(now() / 1000).toFixed(0)} s: ${recs.length} requests, ${inFlight} in flight, RSS ${s ? (s.rssBytes / 1048576).toFixed(0) : '?'} MB, fds ${s?.fds ?? '?'}`);
+      log(
+        `# ${(now() / 1000).toFixed(0)} s: ${recs.length} requests, ${inFlight} in flight, RSS ${s ? (s.rssBytes / 1048576).toFixed(0) : '?'} MB, fds ${s?.fds ?? '?'}`,
+      );
     }
     await sleep(Math.min(intervalMs, 20)); // the pacing tick of an open-loop generator
   }
@@ -420,13 +422,20 @@ export async function runSoak(stack: SoakStack, o: SoakOptions): Promise<SoakRep
     }
     if (r.status === 0) bad5xx.push(`${r.kind} ${r.code} at ${(r.startMs / 1000).toFixed(1)} s`);
     const settleLost = r.code === 'no-charge-header' || r.code.startsWith('stream-error') || r.code === 'truncated';
-    if (settleLost && !overlapping(r, 'postgres')) failures.push(`${r.kind} ended '${r.code}' at ${(r.startMs / 1000).toFixed(1)} s, outside every Postgres pause`);
+    if (settleLost && !overlapping(r, 'postgres'))
+      failures.push(`${r.kind} ended '${r.code}' at ${(r.startMs / 1000).toFixed(1)} s, outside every Postgres pause`);
   }
   if (bad5xx.length > 0) failures.push(`${bad5xx.length} answers that are a 5xx other than a pause's 503, or a wire error: ${bad5xx.slice(0, 10).join('; ')}`);
   // The only 4xx the mix can earn: an account's third generation while two run (keys are paced
   // well under their per-minute budget, bodies are valid).
   const bad4xx = recs.filter((r) => r.status >= 400 && r.status < 500 && !(r.status === 429 && r.code === 'concurrency_limit'));
-  if (bad4xx.length > 0) failures.push(`${bad4xx.length} unexpected 4xx: ${bad4xx.slice(0, 5).map((r) => `${r.kind} ${r.status} ${r.code} at ${(r.startMs / 1000).toFixed(1)} s`).join('; ')}`);
+  if (bad4xx.length > 0)
+    failures.push(
+      `${bad4xx.length} unexpected 4xx: ${bad4xx
+        .slice(0, 5)
+        .map((r) => `${r.kind} ${r.status} ${r.code} at ${(r.startMs / 1000).toFixed(1)} s`)
+        .join('; ')}`,
+    );
   const allowed503 = new Set(['rate_limiter_unavailable', 'provider_unavailable']);
   for (const r of recs) if (r.status === 503 && !allowed503.has(r.code)) failures.push(`503 with code ${r.code} (${r.kind})`);
 
@@ -440,8 +449,17 @@ export async function runSoak(stack: SoakStack, o: SoakOptions): Promise<SoakRep
     const during = recs.filter((r) => r.status === 503 && r.startMs <= p.resumedMs + budgetMs && r.endMs >= p.atMs);
     const codes503: Record<string, number> = {};
     for (const r of during) codes503[r.code] = (codes503[r.code] ?? 0) + 1;
-    const rep = { target: p.target, atS: Math.round(p.atMs / 100) / 10, pauseMs: Math.round(p.pauseMs), firstOkAfterMs: firstOk === null ? null : Math.round(firstOk), last503AfterMs: Math.round(last503), n503: during.length, codes503 };
-    if (firstOk === null || firstOk > budgetMs) failures.push(`${p.target} pause at ${rep.atS} s: no 2xx within ${budgetMs} ms of SIGCONT (first after ${firstOk ?? 'never'} ms)`);
+    const rep = {
+      target: p.target,
+      atS: Math.round(p.atMs / 100) / 10,
+      pauseMs: Math.round(p.pauseMs),
+      firstOkAfterMs: firstOk === null ? null : Math.round(firstOk),
+      last503AfterMs: Math.round(last503),
+      n503: during.length,
+      codes503,
+    };
+    if (firstOk === null || firstOk > budgetMs)
+      failures.push(`${p.target} pause at ${rep.atS} s: no 2xx within ${budgetMs} ms of SIGCONT (first after ${firstOk ?? 'never'} ms)`);
     if (during.length === 0) failures.push(`${p.target} pause at ${rep.atS} s: no 503 at all (was the pause real?)`);
     return rep;
   });
@@ -458,11 +476,19 @@ export async function runSoak(stack: SoakStack, o: SoakOptions): Promise<SoakRep
     const bound = peer === 'postgres' ? cfg.db.poolMax + 1 : cfg.upstream.connections;
     if (n > bound) failures.push(`${n} sockets to ${peer}, above its pool bound ${bound}`);
   }
-  if (finalSample?.clientFds !== 0) failures.push(`the gateway still holds ${finalSample?.clientFds ?? '?'} client sockets 15 s after the client closed its connections`);
-  if (!(finalOwnFds <= ownFds.secondQuarterMedian + fdSlack)) failures.push(`open fds after the run: ${finalOwnFds}, second-quarter median under load ${ownFds.secondQuarterMedian} (allowed +${fdSlack})`);
+  if (finalSample?.clientFds !== 0)
+    failures.push(`the gateway still holds ${finalSample?.clientFds ?? '?'} client sockets 15 s after the client closed its connections`);
+  if (!(finalOwnFds <= ownFds.secondQuarterMedian + fdSlack))
+    failures.push(`open fds after the run: ${finalOwnFds}, second-quarter median under load ${ownFds.secondQuarterMedian} (allowed +${fdSlack})`);
   if (gatewayGone) failures.push('the gateway process went away during the soak');
-  if (!rssMb.flat) failures.push(`RSS not flat: second-quarter median ${rssMb.secondQuarterMedian.toFixed(1)} MB, last-quarter ${rssMb.lastQuarterMedian.toFixed(1)} MB (allowed +${((o.rssSlack ?? 0.2) * 100).toFixed(0)}%, ${rssMb.samples} samples)`);
-  if (!ownFds.flat) failures.push(`open fds (client and pooled sockets excluded) not flat: second-quarter median ${ownFds.secondQuarterMedian}, last-quarter ${ownFds.lastQuarterMedian} (allowed +${fdSlack}, ${ownFds.samples} samples)`);
+  if (!rssMb.flat)
+    failures.push(
+      `RSS not flat: second-quarter median ${rssMb.secondQuarterMedian.toFixed(1)} MB, last-quarter ${rssMb.lastQuarterMedian.toFixed(1)} MB (allowed +${((o.rssSlack ?? 0.2) * 100).toFixed(0)}%, ${rssMb.samples} samples)`,
+    );
+  if (!ownFds.flat)
+    failures.push(
+      `open fds (client and pooled sockets excluded) not flat: second-quarter median ${ownFds.secondQuarterMedian}, last-quarter ${ownFds.lastQuarterMedian} (allowed +${fdSlack}, ${ownFds.samples} samples)`,
+    );
   if (!genDone) failures.push('generations still unfinished 60 s after the traffic stopped');
   if (!textDone) failures.push('holds still running 20 s after the traffic stopped that the client was not told about');
 
@@ -479,7 +505,12 @@ export async function runSoak(stack: SoakStack, o: SoakOptions): Promise<SoakRep
         GROUP BY r.product ORDER BY r.product`,
     )
   ).rows as SoakReport['holds'];
-  const callsOf: Record<string, number> = { messages: vendorCalls.anthropic, responses: vendorCalls.openai, video: vendorCalls.ark, images: vendorCalls.gemini };
+  const callsOf: Record<string, number> = {
+    messages: vendorCalls.anthropic,
+    responses: vendorCalls.openai,
+    video: vendorCalls.ark,
+    images: vendorCalls.gemini,
+  };
   for (const h of holdsRows) {
     const calls = callsOf[h.product] ?? 0;
     // Every hold but an abandoned reserve (its answer was lost in a pause, the gateway then
@@ -489,7 +520,9 @@ export async function runSoak(stack: SoakStack, o: SoakOptions): Promise<SoakRep
     // A generation refunded before its task or call was on record (`unstarted`) may or may not
     // have reached the vendor (the create or call can be cut by the pause after it was sent).
     if (!vendorCallsMatch(h, calls, o.pauses !== undefined)) {
-      failures.push(`${h.product}: ${calls} vendor calls, ${h.holds} holds of which ${h.abandoned} abandoned reserves and ${h.unstarted} refunded before a task or call was on record`);
+      failures.push(
+        `${h.product}: ${calls} vendor calls, ${h.holds} holds of which ${h.abandoned} abandoned reserves and ${h.unstarted} refunded before a task or call was on record`,
+      );
     }
     if (h.usageUnknown > 0 && !o.pauses) failures.push(`${h.product}: ${h.usageUnknown} holds left usage_unknown without any pause`);
   }
@@ -498,9 +531,19 @@ export async function runSoak(stack: SoakStack, o: SoakOptions): Promise<SoakRep
   }
   // Every hold still open is one the client was told about (a 200 without a charge, a stream that
   // ended usage_unknown) in a Postgres pause: left for reconciliation on purpose, none forgotten.
-  const openRows = (await stack.pool.query(`SELECT id, product, status FROM requests WHERE hold_state = 'open' LIMIT 10000`)).rows as Array<{ id: string; product: string; status: string }>;
+  const openRows = (await stack.pool.query(`SELECT id, product, status FROM requests WHERE hold_state = 'open' LIMIT 10000`)).rows as Array<{
+    id: string;
+    product: string;
+    status: string;
+  }>;
   const untold = openRows.filter((h) => !told.has(h.id));
-  if (untold.length > 0) failures.push(`${untold.length} open holds the client was never told about: ${untold.slice(0, 5).map((h) => `${h.id} ${h.product} ${h.status}`).join(', ')}`);
+  if (untold.length > 0)
+    failures.push(
+      `${untold.length} open holds the client was never told about: ${untold
+        .slice(0, 5)
+        .map((h) => `${h.id} ${h.product} ${h.status}`)
+        .join(', ')}`,
+    );
   const openUnmarked = openRows.filter((h) => h.status !== 'usage_unknown').length;
   const invariantViolations = await ledgerViolations(stack.pool);
   for (const v of invariantViolations) failures.push(`ledger invariant: ${v}`);
@@ -548,17 +591,31 @@ export function formatSoak(r: SoakReport): string[] {
   }
   out.push(`generations seen finished by polls: ${JSON.stringify(r.generations)}`);
   for (const p of r.pauses) {
-    out.push(`pause ${p.target} at ${p.atS} s for ${p.pauseMs} ms: ${p.n503} x 503 ${JSON.stringify(p.codes503)}; first 2xx ${p.firstOkAfterMs} ms after SIGCONT; last 503 ${p.last503AfterMs} ms after`);
+    out.push(
+      `pause ${p.target} at ${p.atS} s for ${p.pauseMs} ms: ${p.n503} x 503 ${JSON.stringify(p.codes503)}; first 2xx ${p.firstOkAfterMs} ms after SIGCONT; last 503 ${p.last503AfterMs} ms after`,
+    );
   }
-  out.push(`RSS MB: second-quarter median ${f(r.rssMb.secondQuarterMedian)}, last-quarter median ${f(r.rssMb.lastQuarterMedian)} (min ${f(r.rssMb.min)}, max ${f(r.rssMb.max)}, ${r.rssMb.samples} samples): ${r.rssMb.flat ? 'flat' : 'NOT flat'}`);
-  out.push(`open fds, all: second-quarter median ${r.fds.secondQuarterMedian}, last-quarter median ${r.fds.lastQuarterMedian} (min ${r.fds.min}, max ${r.fds.max})`);
+  out.push(
+    `RSS MB: second-quarter median ${f(r.rssMb.secondQuarterMedian)}, last-quarter median ${f(r.rssMb.lastQuarterMedian)} (min ${f(r.rssMb.min)}, max ${f(r.rssMb.max)}, ${r.rssMb.samples} samples): ${r.rssMb.flat ? 'flat' : 'NOT flat'}`,
+  );
+  out.push(
+    `open fds, all: second-quarter median ${r.fds.secondQuarterMedian}, last-quarter median ${r.fds.lastQuarterMedian} (min ${r.fds.min}, max ${r.fds.max})`,
+  );
   out.push(`pooled sockets, most seen: ${JSON.stringify(r.maxPooled)} (bounds: postgres db.poolMax + 1 listener, vendors upstream.connections)`);
-  out.push(`open fds less client and pooled sockets: second-quarter median ${r.ownFds.secondQuarterMedian}, last-quarter median ${r.ownFds.lastQuarterMedian} (min ${r.ownFds.min}, max ${r.ownFds.max}): ${r.ownFds.flat ? 'flat' : 'NOT flat'}; after the run ${r.finalOwnFds}`);
+  out.push(
+    `open fds less client and pooled sockets: second-quarter median ${r.ownFds.secondQuarterMedian}, last-quarter median ${r.ownFds.lastQuarterMedian} (min ${r.ownFds.min}, max ${r.ownFds.max}): ${r.ownFds.flat ? 'flat' : 'NOT flat'}; after the run ${r.finalOwnFds}`,
+  );
   out.push(`gateway sockets after the run: ${JSON.stringify(r.socketsAtEnd)}`);
   out.push(`gateway event loop: worst delay in any second ${r.maxLoopLagMs} ms; 503s outside pauses during such a stall: ${r.stall503}`);
   out.push(`vendor calls: ${JSON.stringify(r.vendorCalls)}`);
-  for (const h of r.holds) out.push(`holds ${h.product}: ${h.holds} (abandoned reserves ${h.abandoned}, refunded before a task or call ${h.unstarted}), open ${h.open} (usage_unknown ${h.usageUnknown}, running ${h.running})`);
-  if (r.openUnmarked > 0) out.push(`NOTE: ${r.openUnmarked} open holds kept status 'running': the settle and then the usage_unknown mark both failed in a Postgres pause (the client was told; reconciliation lists them by age)`);
+  for (const h of r.holds)
+    out.push(
+      `holds ${h.product}: ${h.holds} (abandoned reserves ${h.abandoned}, refunded before a task or call ${h.unstarted}), open ${h.open} (usage_unknown ${h.usageUnknown}, running ${h.running})`,
+    );
+  if (r.openUnmarked > 0)
+    out.push(
+      `NOTE: ${r.openUnmarked} open holds kept status 'running': the settle and then the usage_unknown mark both failed in a Postgres pause (the client was told; reconciliation lists them by age)`,
+    );
   out.push(`ledger invariant: ${r.invariantViolations.length === 0 ? 'holds' : r.invariantViolations.length + ' violations'}`);
   if (r.failures.length) out.push(...r.failures.map((x) => `FAIL: ${x}`));
   else out.push('all goals met');

@@ -25,5 +25,8 @@ export function parseSse(text: string): SseEvent[] {
 
 /** SSE comment lines (`: ...`) in order, for the Responses usage frame. */
 export function sseComments(text: string): string[] {
-  return text.split(/\r\n|\n|\r/).filter((l) => l.startsWith(':')).map((l) => l.slice(1).trimStart());
+  return text
+    .split(/\r\n|\n|\r/)
+    .filter((l) => l.startsWith(':'))
+    .map((l) => l.slice(1).trimStart());
 }

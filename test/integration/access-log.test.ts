@@ -58,12 +58,19 @@ eachEngine('one line per request: route, status, key prefix, and the code and pa
   t.equal(ok.status, 200);
   const okLine = await lineOf(ok.headers['x-request-id'] as string);
   t.match(okLine, { level: 'info', method: 'GET', route: '/v1/me', status: 200, client: '127.0.0.1' });
-  t.equal(okLine.key_prefix, k.key.slice(0, 12), 'the key\'s display prefix');
+  t.equal(okLine.key_prefix, k.key.slice(0, 12), "the key's display prefix");
   t.notOk('code' in okLine, 'no code on a success');
   t.ok(okLine.duration_ms >= 0);
 
   // A system turn inside messages: refused in the vendor's words, logged with code and param.
-  const body = { model: 'sonnet', max_tokens: 10, messages: [{ role: 'user', content: 'a' }, { role: 'system', content: 'b' }] };
+  const body = {
+    model: 'sonnet',
+    max_tokens: 10,
+    messages: [
+      { role: 'user', content: 'a' },
+      { role: 'system', content: 'b' },
+    ],
+  };
   const refused = await g.call('POST', '/v1/messages', { key: k.key, body });
   t.equal(refused.status, 400);
   t.equal(refused.json.error.code, 'invalid_message');
@@ -104,7 +111,10 @@ t.test('a streamed answer is logged once, when it has ended; the SDK sees the sa
 
 t.test('an x-api-key alone gets a 401 that says to send a bearer token', async (t) => {
   const { g, k, lineOf } = await setup(t, 'node');
-  const r = await g.call('POST', '/v1/messages', { headers: { 'x-api-key': k.key }, body: { model: 'sonnet', max_tokens: 5, messages: [{ role: 'user', content: 'x' }] } });
+  const r = await g.call('POST', '/v1/messages', {
+    headers: { 'x-api-key': k.key },
+    body: { model: 'sonnet', max_tokens: 5, messages: [{ role: 'user', content: 'x' }] },
+  });
   t.equal(r.status, 401);
   t.equal(r.json.error.code, 'invalid_api_key');
   t.match(r.json.error.message, /x-api-key. header is not read/);

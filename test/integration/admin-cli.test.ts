@@ -10,7 +10,12 @@ t.test('inkgate CLI', async (t) => {
   const run = async (...argv: string[]) => {
     let out = '';
     let err = '';
-    const code = await runCli(argv, (s) => void (out += s), (s) => void (err += s), cfg);
+    const code = await runCli(
+      argv,
+      (s) => void (out += s),
+      (s) => void (err += s),
+      cfg,
+    );
     return { code, out, err, json: argv.includes('--json') && out ? JSON.parse(out) : undefined };
   };
 
@@ -88,7 +93,7 @@ t.test('inkgate CLI', async (t) => {
   t.equal(withEq.json.ink_limit ?? (await g.call('GET', '/v1/me', { key: withEq.json.key })).json.key.ink_limit, 250, '--flag=value is read');
   const help = await run('key', 'create', '--help');
   t.equal(help.code, 0);
-  t.match(help.out, /key create --account A --name N \[--ink-limit N\]/, 'a command\'s --help prints its usage');
+  t.match(help.out, /key create --account A --name N \[--ink-limit N\]/, "a command's --help prints its usage");
 
   const free = await run('account', 'create', '--name', 'f', '--plan', 'free', '--json');
   const denied = await run('key', 'create', '--account', free.json.id, '--name', 'k');
@@ -101,7 +106,12 @@ t.test('inkgate ledger check: exit 0 on a consistent ledger, 1 with the broken r
   const cfg = loadConfig({}, { db: { url: g.db.url, schema: g.db.schema } });
   const run = async (...argv: string[]) => {
     let out = '';
-    const code = await runCli(argv, (s) => void (out += s), () => undefined, cfg);
+    const code = await runCli(
+      argv,
+      (s) => void (out += s),
+      () => undefined,
+      cfg,
+    );
     return { code, json: JSON.parse(out) };
   };
   const acc = await run('account', 'create', '--name', 'Check', '--plan', 'pro', '--json');

@@ -8,7 +8,16 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
 import { agentBinary, INSTALL_TIMEOUT_MS } from '../helpers/agent-clis.js';
-import { AGENT_RUN_TIMEOUT_MS, assertCleanSession, assertRunOk, baseAgentEnv, runAgent, sentBodies, startAgentStack, type AgentStack } from '../helpers/agent-stack.js';
+import {
+  AGENT_RUN_TIMEOUT_MS,
+  assertCleanSession,
+  assertRunOk,
+  baseAgentEnv,
+  runAgent,
+  sentBodies,
+  startAgentStack,
+  type AgentStack,
+} from '../helpers/agent-stack.js';
 import { docEnv } from '../helpers/clients-doc.js';
 import type { TappedRequest } from '../helpers/header-tap.js';
 
@@ -53,7 +62,10 @@ t.test('Claude Code completes sessions through inkgate', async (t) => {
   const results = sentBodies(s, '/v1/messages').flatMap((b) =>
     (b.messages ?? []).flatMap((m: any) => (Array.isArray(m.content) ? m.content.filter((c: any) => c.type === 'tool_result') : [])),
   );
-  t.ok(results.some((r: any) => JSON.stringify(r.content).includes(FILE_TEXT)), 'the Read tool ran and its output went back as a tool_result');
+  t.ok(
+    results.some((r: any) => JSON.stringify(r.content).includes(FILE_TEXT)),
+    'the Read tool ran and its output went back as a tool_result',
+  );
 
   const context = await run('/context');
   assertRunOk(t, '/context', context);

@@ -38,7 +38,10 @@ t.test('opencode completes sessions through inkgate', async (t) => {
   const results = bodies.flatMap((b) =>
     (b.messages ?? []).flatMap((m: any) => (Array.isArray(m.content) ? m.content.filter((c: any) => c.type === 'tool_result') : [])),
   );
-  t.ok(results.some((r: any) => JSON.stringify(r.content).includes(FILE_TEXT)), 'the read tool ran and its output went back as a tool_result');
+  t.ok(
+    results.some((r: any) => JSON.stringify(r.content).includes(FILE_TEXT)),
+    'the read tool ran and its output went back as a tool_result',
+  );
 
   const frames = s.tap.requests.map((r) => r.rawHeaders.find(([k]) => k.toLowerCase() === 'x-service-usage-frame')?.[1]);
   t.same([...new Set(frames)], ['comment'], 'every call asked for the usage frame as a comment');

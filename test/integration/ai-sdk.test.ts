@@ -62,7 +62,12 @@ async function runAgent(model: LanguageModel, prompt: string): Promise<AgentRun>
     tools: {
       weather: tool({
         description: 'The weather in a city.',
-        inputSchema: jsonSchema<{ city: string }>({ type: 'object', properties: { city: { type: 'string' } }, required: ['city'], additionalProperties: false }),
+        inputSchema: jsonSchema<{ city: string }>({
+          type: 'object',
+          properties: { city: { type: 'string' } },
+          required: ['city'],
+          additionalProperties: false,
+        }),
         execute: async ({ city }) => {
           toolRuns++;
           return { city, temperature_c: 21 };
@@ -96,7 +101,11 @@ async function assertRoundTrip(t: Test, g: TestGateway, k: { id: string; key: st
   const { rows, me } = await billed(g, k);
   t.equal(rows.length, 2, 'two requests recorded');
   for (const r of rows) t.ok(r.charged_ink > 0, `a step charged ${r.charged_ink} Ink`);
-  t.equal(me.key.ink_charged, rows.reduce((n: number, r: { charged_ink: number }) => n + r.charged_ink, 0), 'GET /v1/me shows both charges');
+  t.equal(
+    me.key.ink_charged,
+    rows.reduce((n: number, r: { charged_ink: number }) => n + r.charged_ink, 0),
+    'GET /v1/me shows both charges',
+  );
   t.equal(me.key.ink_reserved, 0, 'nothing left held');
 }
 
@@ -122,7 +131,11 @@ t.test('Messages: the key and the frame both in headers, as a config file (openc
   const { g, key } = await setup(t);
   const k = await key('event');
   // apiKey goes out as x-api-key, which the gateway ignores; the key travels in Authorization.
-  const anthropic = createAnthropic({ baseURL: `${g.url}/v1`, apiKey: 'unused', headers: { Authorization: `Bearer ${k.key}`, 'X-Service-Usage-Frame': 'comment' } });
+  const anthropic = createAnthropic({
+    baseURL: `${g.url}/v1`,
+    apiKey: 'unused',
+    headers: { Authorization: `Bearer ${k.key}`, 'X-Service-Usage-Frame': 'comment' },
+  });
   const run = await runAgent(anthropic('sonnet'), 'What is the weather in Lisbon? [[sim:tool=weather]]');
   await assertRoundTrip(t, g, k, run, TOOL_OUTPUT);
   await assertLedgerInvariant(t, g.db.pool);

@@ -57,7 +57,10 @@ t.test('a remembered key skips the lookup; revocation still refuses the very nex
   await g.gw.services.escrow.beatNow();
   const vendorCallsBefore = a.requests.length + o.requests.length;
   const before = await keyOf(g.db.pool, k.keyId);
-  for (const [path, body] of [['/v1/messages', message], ['/v1/responses', response]] as const) {
+  for (const [path, body] of [
+    ['/v1/messages', message],
+    ['/v1/responses', response],
+  ] as const) {
     const r = await g.call('POST', path, { key: k.key, body });
     t.equal(r.status, 401, `${path}: the revoked key is refused on the next request`);
     t.equal(r.json.error.code, 'invalid_api_key');

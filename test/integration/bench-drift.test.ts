@@ -14,7 +14,15 @@ t.test('a small seeded ledger: consistent, no drift found in any case, the schem
   const r = await runDriftBench({ ...small, openPerAccount: 2, indexOpenHolds: false });
   t.equal(r.invariantViolations, 0, 'the full ledger invariant holds over the seeded schema');
   t.equal(r.openHolds, 24);
-  t.same(r.cases.map((c) => [c.name, c.touched]), [['first run', 12], ['all touched', 12], ['few touched', 3], ['none touched', 0]]);
+  t.same(
+    r.cases.map((c) => [c.name, c.touched]),
+    [
+      ['first run', 12],
+      ['all touched', 12],
+      ['few touched', 3],
+      ['none touched', 0],
+    ],
+  );
   for (const c of r.cases) {
     t.same(c.failures, [], `${c.name}: leader, nothing found, nothing logged`);
     t.equal(c.wallMs.length, 2, `${c.name}: one figure per round`);

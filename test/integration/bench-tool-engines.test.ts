@@ -17,15 +17,34 @@ t.test('engines on the responses lane: each engine and the plain proxy, with CPU
   const dir = mkdtempSync(join(tmpdir(), 'bench-engines-'));
   t.teardown(() => rmSync(dir, { recursive: true, force: true }));
   const { rep, pid } = await bench(t, [
-    '--seconds', '1', '--warmup-seconds', '0.2', '--scenario', 'engines', '--lane', 'responses', '--connections', '4', '--cpu-prof', dir, '--json',
+    '--seconds',
+    '1',
+    '--warmup-seconds',
+    '0.2',
+    '--scenario',
+    'engines',
+    '--lane',
+    'responses',
+    '--connections',
+    '4',
+    '--cpu-prof',
+    dir,
+    '--json',
   ]);
   const uws = loadUws().ok;
   const engines = uws ? ['uws', 'node'] : ['node'];
   const gateways = engines.map((e) => `inkgate (${e})`);
-  t.same(rep.engines, engines.map((e) => ({ process: `inkgate (${e})`, engine: e })), 'each gateway serves with the engine it asked for');
+  t.same(
+    rep.engines,
+    engines.map((e) => ({ process: `inkgate (${e})`, engine: e })),
+    'each gateway serves with the engine it asked for',
+  );
   if (uws) t.same(rep.notes, []);
   else t.match(rep.notes, [/the uws engine cannot run here.*node engine only/], 'says uws could not run');
-  t.notOk(rep.processes.some((p) => p.name === 'inkgate' || p.name === 'inkgate (billing off)'), 'no shared gateway started for this scenario alone');
+  t.notOk(
+    rep.processes.some((p) => p.name === 'inkgate' || p.name === 'inkgate (billing off)'),
+    'no shared gateway started for this scenario alone',
+  );
   const kinds = rep.runs.map((r) => `${r.kind}/${r.connections}/${r.target}`);
   const want = [
     ...['direct', 'plain proxy', ...gateways].flatMap((g) => [`request/1/${g}`, `stream/1/${g}`]),
@@ -35,7 +54,10 @@ t.test('engines on the responses lane: each engine and the plain proxy, with CPU
   for (const r of rep.runs) checkRun(t, r);
   checkRatiosAndGoals(t, rep);
   for (const g of gateways) {
-    t.ok(rep.ratios.some((q) => q.of === g && q.vs === 'plain proxy' && q.connections === 4 && q.kind === 'stream' && q.metric === 'own.cpuUsPerRequest'), `${g}: CPU per stream against the plain proxy`);
+    t.ok(
+      rep.ratios.some((q) => q.of === g && q.vs === 'plain proxy' && q.connections === 4 && q.kind === 'stream' && q.metric === 'own.cpuUsPerRequest'),
+      `${g}: CPU per stream against the plain proxy`,
+    );
   }
   const engineGoals = rep.goals.filter((g) => g.lane === 'responses' && g.goal.startsWith('engines:'));
   for (const g of engineGoals) {
@@ -44,7 +66,7 @@ t.test('engines on the responses lane: each engine and the plain proxy, with CPU
   }
   const added = engineGoals.find((g) => g.goal === "engines: node added latency c=1 p50 over the plain proxy's (non-streaming)")!;
   const c1 = (target: string) => rep.runs.find((r) => r.kind === 'request' && r.connections === 1 && r.target === target)!;
-  t.equal(added.value, c1('inkgate (node)').latency.p50Ms - c1('plain proxy').latency.p50Ms, 'added latency over the proxy\'s = gateway p50 - proxy p50');
+  t.equal(added.value, c1('inkgate (node)').latency.p50Ms - c1('plain proxy').latency.p50Ms, "added latency over the proxy's = gateway p50 - proxy p50");
   t.equal(engineGoals.find((g) => g.goal === 'engines: failed requests, every run')!.value, 0);
   // Every billing gateway audited: nothing open, nothing broken, nothing logged.
   t.same(rep.audits.map((a) => a.process).sort(), [...gateways].sort());

@@ -10,15 +10,36 @@ t.setTimeout(240_000);
 
 t.test('stream saturation, many tenants and durability on the messages lane, with the ledger audited', async (t) => {
   const { rep, pid } = await bench(t, [
-    '--seconds', '1', '--warmup-seconds', '0.2', '--scenario', 'stream-saturation,many-tenants,durability', '--lane', 'messages',
-    '--connections', '6', '--tenant-accounts', '5', '--tenant-keys', '20', '--json',
+    '--seconds',
+    '1',
+    '--warmup-seconds',
+    '0.2',
+    '--scenario',
+    'stream-saturation,many-tenants,durability',
+    '--lane',
+    'messages',
+    '--connections',
+    '6',
+    '--tenant-accounts',
+    '5',
+    '--tenant-keys',
+    '20',
+    '--json',
   ]);
   const kinds = rep.runs.map((r) => `${r.scenario}/${r.kind}/${r.connections}/${r.target}`);
   for (const want of [
-    'stream-saturation/stream/6/direct', 'stream-saturation/stream/6/plain proxy', 'stream-saturation/stream/6/inkgate', 'stream-saturation/stream/6/inkgate (billing off)',
-    'many-tenants/request/6/inkgate (one key)', 'many-tenants/request/6/inkgate (many tenants)', 'many-tenants/stream/6/inkgate (many tenants)',
-    'durability/request/6/inkgate', 'durability/request/6/inkgate (sync)', 'durability/stream/6/inkgate (sync)',
-  ]) t.ok(kinds.includes(want), `run ${want}`);
+    'stream-saturation/stream/6/direct',
+    'stream-saturation/stream/6/plain proxy',
+    'stream-saturation/stream/6/inkgate',
+    'stream-saturation/stream/6/inkgate (billing off)',
+    'many-tenants/request/6/inkgate (one key)',
+    'many-tenants/request/6/inkgate (many tenants)',
+    'many-tenants/stream/6/inkgate (many tenants)',
+    'durability/request/6/inkgate',
+    'durability/request/6/inkgate (sync)',
+    'durability/stream/6/inkgate (sync)',
+  ])
+    t.ok(kinds.includes(want), `run ${want}`);
   for (const r of rep.runs) checkRun(t, r);
   checkRatiosAndGoals(t, rep);
   t.equal(rep.tenantsLimiter, testRedisUrl ? 'redis' : 'in-process', 'the many-tenants gateway uses the configured limiter');
@@ -34,9 +55,19 @@ t.test('stream saturation, many tenants and durability on the messages lane, wit
   t.equal(tenants.keysUsed, 21, 'the many-tenants runs spread over all 20 keys (and the one-key run used its own)');
   const billedRequests = rep.runs.filter((r) => r.target === 'inkgate (one key)' || r.target === 'inkgate (many tenants)').reduce((n, r) => n + r.requests, 0);
   t.ok(tenants.requests >= billedRequests, `every measured answer was billed (${tenants.requests} >= ${billedRequests})`);
-  for (const goal of ['stream saturation: billing on vs billing off', 'many tenants vs one key (non-streaming)', 'Postgres CPU per billed stream (saturation)']) {
-    t.ok(rep.goals.some((g) => g.goal === goal && g.value !== null), `goal measured: ${goal}`);
+  for (const goal of [
+    'stream saturation: billing on vs billing off',
+    'many tenants vs one key (non-streaming)',
+    'Postgres CPU per billed stream (saturation)',
+  ]) {
+    t.ok(
+      rep.goals.some((g) => g.goal === goal && g.value !== null),
+      `goal measured: ${goal}`,
+    );
   }
-  t.ok(rep.goals.some((g) => g.lane === 'all' && g.goal === 'inkgate (sync): holds left open after the bench' && g.pass === true), 'audit goals reported');
+  t.ok(
+    rep.goals.some((g) => g.lane === 'all' && g.goal === 'inkgate (sync): holds left open after the bench' && g.pass === true),
+    'audit goals reported',
+  );
   await checkStopped(t, rep, pid);
 });

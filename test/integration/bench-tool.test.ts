@@ -17,13 +17,37 @@ t.test('latency, saturation and billing on the messages lane, with the HTML repo
   const dir = mkdtempSync(join(tmpdir(), 'bench-tool-'));
   t.teardown(() => rmSync(dir, { recursive: true, force: true }));
   const html = join(dir, 'report.html');
-  const { rep, pid } = await bench(t, ['--seconds', '1', '--warmup-seconds', '0.2', '--scenario', 'latency,saturation,billing', '--lane', 'messages', '--connections', '8', '--json', '--report', html]);
+  const { rep, pid } = await bench(t, [
+    '--seconds',
+    '1',
+    '--warmup-seconds',
+    '0.2',
+    '--scenario',
+    'latency,saturation,billing',
+    '--lane',
+    'messages',
+    '--connections',
+    '8',
+    '--json',
+    '--report',
+    html,
+  ]);
   t.equal(rep.tool, 'inkgate bench');
   t.equal(rep.selfStarted, true);
   t.equal(rep.database, 'DATABASE_URL');
   t.same([...new Set(rep.runs.map((r) => r.scenario))], ['latency', 'saturation', 'billing']);
   const kinds = rep.runs.map((r) => `${r.scenario}/${r.kind}/${r.connections}/${r.target}`);
-  for (const want of ['latency/request/1/direct', 'latency/request/1/plain proxy', 'latency/request/1/inkgate', 'latency/stream/1/inkgate', 'saturation/request/8/plain proxy', 'saturation/request/8/inkgate', 'billing/request/1/inkgate (billing off)', 'billing/request/8/inkgate (billing off)', 'billing/request/8/inkgate']) {
+  for (const want of [
+    'latency/request/1/direct',
+    'latency/request/1/plain proxy',
+    'latency/request/1/inkgate',
+    'latency/stream/1/inkgate',
+    'saturation/request/8/plain proxy',
+    'saturation/request/8/inkgate',
+    'billing/request/1/inkgate (billing off)',
+    'billing/request/8/inkgate (billing off)',
+    'billing/request/8/inkgate',
+  ]) {
     t.ok(kinds.includes(want), `run ${want}`);
   }
   for (const r of rep.runs) checkRun(t, r);
@@ -40,7 +64,25 @@ t.test('latency, saturation and billing on the messages lane, with the HTML repo
 });
 
 t.test('paced streams and the open loop on the responses lane', async (t) => {
-  const { rep, pid } = await bench(t, ['--seconds', '1', '--warmup-seconds', '0.2', '--scenario', 'open-loop,paced', '--lane', 'responses', '--rate', '100', '--streams', '20', '--pace-ms', '10', '--deltas', '10', '--json']);
+  const { rep, pid } = await bench(t, [
+    '--seconds',
+    '1',
+    '--warmup-seconds',
+    '0.2',
+    '--scenario',
+    'open-loop,paced',
+    '--lane',
+    'responses',
+    '--rate',
+    '100',
+    '--streams',
+    '20',
+    '--pace-ms',
+    '10',
+    '--deltas',
+    '10',
+    '--json',
+  ]);
   for (const r of rep.runs) checkRun(t, r);
   checkRatiosAndGoals(t, rep);
   for (const r of rep.runs.filter((x) => x.kind === 'paced')) {
@@ -56,7 +98,10 @@ t.test('paced streams and the open loop on the responses lane', async (t) => {
     t.equal(r.requests, 100, `${r.target}: all answered`);
     t.ok(r.openLoop!.lateSends <= r.openLoop!.scheduled);
   }
-  t.ok(rep.goals.some((g) => g.goal.includes('gateway peak RSS') && g.value !== null), 'paced goals measured');
+  t.ok(
+    rep.goals.some((g) => g.goal.includes('gateway peak RSS') && g.value !== null),
+    'paced goals measured',
+  );
   t.same(rep.skipped, []);
   await checkStopped(t, rep, pid);
 });

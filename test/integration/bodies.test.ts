@@ -10,20 +10,24 @@ import { eachEngine } from '../helpers/engines.js';
 const CAP = 64 * 1024;
 
 eachEngine('bodies', async (t, engine) => {
-  const g = await startTestGateway(t, { server: { engine } }, {
-    extraRoutes: () => [
-      {
-        method: 'POST',
-        pattern: '/v1/test/echo',
-        access: 'key',
-        bodyBytes: CAP,
-        handler: async (ctx) => {
-          const body = await readJsonObject(ctx);
-          ctx.sendJson(200, { keys: Object.keys(body), size: JSON.stringify(body).length });
+  const g = await startTestGateway(
+    t,
+    { server: { engine } },
+    {
+      extraRoutes: () => [
+        {
+          method: 'POST',
+          pattern: '/v1/test/echo',
+          access: 'key',
+          bodyBytes: CAP,
+          handler: async (ctx) => {
+            const body = await readJsonObject(ctx);
+            ctx.sendJson(200, { keys: Object.keys(body), size: JSON.stringify(body).length });
+          },
         },
-      },
-    ],
-  });
+      ],
+    },
+  );
   const { key } = await g.newKey();
   const post = (body: string | Buffer, headers: Record<string, string> = {}) =>
     g.call('POST', '/v1/test/echo', { key, body, headers: { 'content-type': 'application/json', ...headers } });

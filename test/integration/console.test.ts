@@ -29,15 +29,27 @@ t.test('a sign-in link works once, and not after it expired', async (t) => {
   const first = await postForm(base, '/console/signin', { token });
   t.equal(first.status, 303);
   const cookie = String(first.headers['set-cookie']);
-  t.match(cookie, /^inkgate_console=[A-Za-z0-9_-]{43}; Path=\/console; Max-Age=\d+; HttpOnly; SameSite=Strict$/, 'HttpOnly, SameSite=Strict, no Secure on plain http');
+  t.match(
+    cookie,
+    /^inkgate_console=[A-Za-z0-9_-]{43}; Path=\/console; Max-Age=\d+; HttpOnly; SameSite=Strict$/,
+    'HttpOnly, SameSite=Strict, no Secure on plain http',
+  );
   const { request } = await import('undici');
   const fresh = new URL(await s.link()).searchParams.get('token')!;
   for (const origin of ['https://evil.example', 'null']) {
-    const r = await request(`${base}/console/signin`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded', origin }, body: `token=${fresh}` });
+    const r = await request(`${base}/console/signin`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/x-www-form-urlencoded', origin },
+      body: `token=${fresh}`,
+    });
     await r.body.text();
     t.equal(r.statusCode, 403, `a post from origin ${origin} is refused`);
   }
-  const own = await request(`${base}/console/signin`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded', origin: base }, body: `token=${fresh}` });
+  const own = await request(`${base}/console/signin`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/x-www-form-urlencoded', origin: base },
+    body: `token=${fresh}`,
+  });
   await own.body.text();
   t.equal(own.statusCode, 303, 'from its own origin the same link works (the refusals did not use it)');
   const again = await postForm(base, '/console/signin', { token });
@@ -51,7 +63,11 @@ t.test('a sign-in link works once, and not after it expired', async (t) => {
   const https = await (async () => {
     const l = await s.link();
     const { request } = await import('undici');
-    const r = await request(`${base}/console/signin`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded', 'x-forwarded-proto': 'https' }, body: `token=${new URL(l).searchParams.get('token')}` });
+    const r = await request(`${base}/console/signin`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/x-www-form-urlencoded', 'x-forwarded-proto': 'https' },
+      body: `token=${new URL(l).searchParams.get('token')}`,
+    });
     await r.body.text();
     return String(r.headers['set-cookie']);
   })();
@@ -73,7 +89,11 @@ t.test('no page without a session; a signed-out session is dead', async (t) => {
   const out = await postForm(base, '/console/signout', { csrf: sess.csrf }, sess.cookie);
   t.equal(out.status, 303);
   t.match(String(out.headers['set-cookie']), /Max-Age=0/);
-  t.equal(String(out.headers['set-cookie']), 'inkgate_console=; Path=/console; Max-Age=0; HttpOnly; SameSite=Strict', 'the session cookie cleared with its own attributes');
+  t.equal(
+    String(out.headers['set-cookie']),
+    'inkgate_console=; Path=/console; Max-Age=0; HttpOnly; SameSite=Strict',
+    'the session cookie cleared with its own attributes',
+  );
   t.equal((await getPage(base, '/console', sess.cookie)).status, 303, 'the old cookie after sign-out: signed out');
   t.equal((await postForm(base, '/console/keys', { csrf: sess.csrf, name: 'late', nonce: lateNonce }, sess.cookie)).status, 401, 'and no form works with it');
   const keys = await s.g.db.pool.query('SELECT count(*)::int AS n FROM api_keys WHERE account_id = $1', [s.accountId]);
@@ -145,7 +165,11 @@ t.test('keys: the usage frame shown per key, chosen at creation and edited in pl
     return r.body.text();
   };
   const page = await getPage(base, '/console/keys', sess.cookie);
-  t.match(page.text, /<label>Usage frame <select name="usage_frame"><option value="event" selected>event<\/option><option value="comment">comment<\/option><option value="none">none<\/option><\/select><\/label>/, 'the creation form offers the three, event first');
+  t.match(
+    page.text,
+    /<label>Usage frame <select name="usage_frame"><option value="event" selected>event<\/option><option value="comment">comment<\/option><option value="none">none<\/option><\/select><\/label>/,
+    'the creation form offers the three, event first',
+  );
   t.match(page.text, /X-Service-Usage-Frame/, 'the page says a request can override it');
 
   const made = await createKeyHttp(base, sess, { name: 'agent', usage_frame: 'comment' });
@@ -237,12 +261,20 @@ t.test('the key form is one-time: a re-post creates nothing and never shows the 
   const other = await signInHttp(base, await s.link());
   const theirs = await keyFormNonce(base, other.cookie);
   const cross = await postForm(base, '/console/keys', { name: 'cross', csrf: sess.csrf, nonce: theirs }, sess.cookie);
-  t.equal(cross.status, 403, "a nonce of another session is refused");
+  t.equal(cross.status, 403, 'a nonce of another session is refused');
   t.match(cross.text, /no longer valid/);
-  t.equal((await postForm(base, '/console/keys', { name: 'made-up', csrf: sess.csrf, nonce: 'A'.repeat(43) }, sess.cookie)).status, 403, 'an unknown nonce is refused');
+  t.equal(
+    (await postForm(base, '/console/keys', { name: 'made-up', csrf: sess.csrf, nonce: 'A'.repeat(43) }, sess.cookie)).status,
+    403,
+    'an unknown nonce is refused',
+  );
   t.equal((await postForm(base, '/console/keys', { name: 'none', csrf: sess.csrf }, sess.cookie)).status, 403, 'a form without a nonce is refused');
   t.equal(await countKeys(), 2, 'none of them created a key');
-  t.equal((await postForm(base, '/console/keys', { name: 'theirs', csrf: other.csrf, nonce: theirs }, other.cookie)).status, 201, 'in its own session that nonce still works (the refusal did not use it)');
+  t.equal(
+    (await postForm(base, '/console/keys', { name: 'theirs', csrf: other.csrf, nonce: theirs }, other.cookie)).status,
+    201,
+    'in its own session that nonce still works (the refusal did not use it)',
+  );
 
   // A nonce lives no longer than its session, and a session holds a bounded number of them.
   const stale = await keyFormNonce(base, sess.cookie);
@@ -284,7 +316,11 @@ t.test('overview, usage, CSV, request pages and billing agree with the ledger', 
   const line = csv.text.split('\n').find((l) => l.startsWith(rid + ','));
   t.ok(line, 'the CSV has the request');
   t.equal(Number(line!.split(',')[9]), charged, 'with its charge');
-  t.equal((await getPage(base, '/console/usage.csv?model=nothing-like-this', sess.cookie)).text.split('\n').filter(Boolean).length, 1, 'a filter that matches nothing: header only');
+  t.equal(
+    (await getPage(base, '/console/usage.csv?model=nothing-like-this', sess.cookie)).text.split('\n').filter(Boolean).length,
+    1,
+    'a filter that matches nothing: header only',
+  );
   const detail = await getPage(base, `/console/requests/${rid}`, sess.cookie);
   t.equal(detail.status, 200);
 
@@ -301,7 +337,9 @@ t.test('overview, usage, CSV, request pages and billing agree with the ledger', 
   const w = (await s.g.db.pool.query('SELECT credited_ink - charged_ink - expired_ink AS unspent FROM wallets WHERE account_id = $1', [s.accountId])).rows[0];
   t.equal(balances[0], Number(w.unspent), 'the newest running balance is the wallet');
   t.equal(balances[0], Number(/data-figure="unspent">([0-9,]+)/.exec(billing.text)![1]!.replace(/,/g, '')), 'and the page says so');
-  const j = (await s.g.db.pool.query('SELECT sum(credited_ink - charged_ink - expired_ink)::bigint AS s FROM ledger_journal WHERE account_id = $1', [s.accountId])).rows[0];
+  const j = (
+    await s.g.db.pool.query('SELECT sum(credited_ink - charged_ink - expired_ink)::bigint AS s FROM ledger_journal WHERE account_id = $1', [s.accountId])
+  ).rows[0];
   t.equal(balances[0], Number(j.s), 'the sum of every journal movement');
   t.equal(balances.at(-1), 50_000, 'the oldest (the top-up) is the top-up');
   t.match(billing.text, /Top-up/);
@@ -321,7 +359,10 @@ t.test("the overview's figures are GET /v1/me's: the account's Ink and each key'
   const base = s.g.url;
   const capped = await createKey(s.g.db.pool, { accountId: s.accountId, name: 'capped', inkLimit: 40_000 });
   const open = await createKey(s.g.db.pool, { accountId: s.accountId, name: 'open' });
-  for (const [k, calls] of [[capped, 2], [open, 1]] as const) {
+  for (const [k, calls] of [
+    [capped, 2],
+    [open, 1],
+  ] as const) {
     const client = new Anthropic({ baseURL: base, authToken: k.key, apiKey: null, maxRetries: 0 });
     for (let i = 0; i < calls; i++) await client.messages.create({ model: 'sonnet', max_tokens: 100, messages: [{ role: 'user', content: `Hi ${i}` }] });
   }
@@ -368,8 +409,17 @@ t.test('playground: billed through the lane with the account playground key, no 
   const page = await getPage(base, '/console/playground', sess.cookie);
   t.equal(page.status, 200);
   t.notMatch(page.text, /svc_[A-Za-z0-9_-]{43}/, 'no key in the page');
-  t.equal((await postForm(base, '/console/playground', { model: 'messages:assistant-sonnet-5', prompt: 'Hello', max_tokens: '64' }, sess.cookie)).status, 403, 'CSRF');
-  const r = await postForm(base, '/console/playground', { csrf: sess.csrf, model: 'messages:assistant-sonnet-5', prompt: 'Hello', max_tokens: '64' }, sess.cookie);
+  t.equal(
+    (await postForm(base, '/console/playground', { model: 'messages:assistant-sonnet-5', prompt: 'Hello', max_tokens: '64' }, sess.cookie)).status,
+    403,
+    'CSRF',
+  );
+  const r = await postForm(
+    base,
+    '/console/playground',
+    { csrf: sess.csrf, model: 'messages:assistant-sonnet-5', prompt: 'Hello', max_tokens: '64' },
+    sess.cookie,
+  );
   t.equal(r.status, 200);
   t.notMatch(r.text, /svc_[A-Za-z0-9_-]{43}/, 'no key in the answer');
   const rid = /\/console\/requests\/(req_[0-9a-f]{32})/.exec(r.text)?.[1];
@@ -379,7 +429,9 @@ t.test('playground: billed through the lane with the account playground key, no 
   await s.g.gw.services.escrow.beforeView();
   const rec = await s.g.gw.services.ledger.getRequest(rid!);
   t.equal(Number(rec!.charged_ink), charged, 'the ledger charged what the page says');
-  const pk = await s.g.db.pool.query('SELECT k.name, k.account_id FROM console_playground_keys p JOIN api_keys k ON k.id = p.key_id WHERE p.account_id = $1', [s.accountId]);
+  const pk = await s.g.db.pool.query('SELECT k.name, k.account_id FROM console_playground_keys p JOIN api_keys k ON k.id = p.key_id WHERE p.account_id = $1', [
+    s.accountId,
+  ]);
   t.equal(pk.rows[0].name, 'Console playground', 'made with a key of the account');
   t.equal(rec!.key_id, (await s.g.db.pool.query('SELECT key_id FROM console_playground_keys WHERE account_id = $1', [s.accountId])).rows[0].key_id);
 
@@ -444,20 +496,39 @@ t.test('inkgate console link prints a link that signs in once; an unknown accoun
   const run = async (...argv: string[]) => {
     let out = '';
     let err = '';
-    const code = await runCli([...argv, '--json'], (x) => void (out += x), (x) => void (err += x), cfg);
+    const code = await runCli(
+      [...argv, '--json'],
+      (x) => void (out += x),
+      (x) => void (err += x),
+      cfg,
+    );
     return { code, out, err };
   };
   // Links and sessions a day past their end are cleared when a link is made; newer ones stay.
   const db = s.g.db.pool;
   const stale = [randomBytes(32), randomBytes(32)];
-  await db.query("INSERT INTO console_links (token_hash, account_id, expires_at) VALUES ($1, $3, now() - interval '2 days'), ($2, $3, now() - interval '1 hour')", [...stale, s.accountId]);
-  await db.query("INSERT INTO console_sessions (id_hash, account_id, expires_at) VALUES ($1, $3, now() - interval '2 days'), ($2, $3, now() - interval '1 hour')", [...stale, s.accountId]);
+  await db.query(
+    "INSERT INTO console_links (token_hash, account_id, expires_at) VALUES ($1, $3, now() - interval '2 days'), ($2, $3, now() - interval '1 hour')",
+    [...stale, s.accountId],
+  );
+  await db.query(
+    "INSERT INTO console_sessions (id_hash, account_id, expires_at) VALUES ($1, $3, now() - interval '2 days'), ($2, $3, now() - interval '1 hour')",
+    [...stale, s.accountId],
+  );
   const before = Date.now();
   const ok = await run('console', 'link', '--account', s.accountId);
   const after = Date.now();
   t.equal(ok.code, 0);
-  t.same((await db.query('SELECT count(*)::int AS n FROM console_links WHERE token_hash = ANY($1)', [stale])).rows[0].n, 1, 'the link two days past its end is gone');
-  t.same((await db.query('SELECT count(*)::int AS n FROM console_sessions WHERE id_hash = ANY($1)', [stale])).rows[0].n, 1, 'the session two days past its end is gone');
+  t.same(
+    (await db.query('SELECT count(*)::int AS n FROM console_links WHERE token_hash = ANY($1)', [stale])).rows[0].n,
+    1,
+    'the link two days past its end is gone',
+  );
+  t.same(
+    (await db.query('SELECT count(*)::int AS n FROM console_sessions WHERE id_hash = ANY($1)', [stale])).rows[0].n,
+    1,
+    'the session two days past its end is gone',
+  );
   const printed = JSON.parse(ok.out);
   t.match(printed.url, new RegExp(`^${s.g.url}/console/signin\\?token=[A-Za-z0-9_-]{43}$`));
   // The link is made while the command runs, so its end lies 15 minutes after a moment between

@@ -1,5 +1,5 @@
 // docs/api/conventions.md, the error object (docs/api/errors.md), authentication: driven over HTTP.
-import type { Test } from "tap";
+import type { Test } from 'tap';
 import { Client } from 'undici';
 import { startTestGateway, type Reply } from '../helpers/gateway.js';
 import { eachEngine } from '../helpers/engines.js';
@@ -76,7 +76,7 @@ eachEngine('shared conventions', async (t, engine) => {
       t.equal(head.headers['content-type'], get.headers['content-type']);
       // (The 404's message names the method, one letter longer for HEAD.)
       const sameLength = Buffer.byteLength(getBody) + (status === 404 ? 1 : 0);
-      t.equal(Number(head.headers['content-length']), sameLength, 'the GET answer\'s length');
+      t.equal(Number(head.headers['content-length']), sameLength, "the GET answer's length");
       t.match(head.headers['x-request-id'], /^req_/);
     }
   });

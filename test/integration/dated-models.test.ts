@@ -54,7 +54,10 @@ t.test('Messages: a dated vendor model never reaches the client', async (t) => {
   t.equal(final.model, 'assistant-sonnet-5', 'messages.stream().finalMessage()');
   const text = await raw(g, k.key, '/v1/messages', { model: 'sonnet', max_tokens: 100, stream: true, messages: [{ role: 'user', content: 'Hi' }] });
   const events = parseSse(text);
-  t.ok(events.some((e) => e.event === 'message_start'), 'the stream has its message_start');
+  t.ok(
+    events.some((e) => e.event === 'message_start'),
+    'the stream has its message_start',
+  );
   t.same([...new Set(modelValues(text))], ['assistant-sonnet-5'], 'every model field in the stream');
   t.notOk(text.includes(vendorId), `the vendor's name (${vendorId}-${SUFFIX}) appears nowhere`);
   await assertLedgerInvariant(t, g.db.pool);
@@ -81,7 +84,15 @@ t.test('Responses: a dated vendor model never reaches the client', async (t) => 
 t.test('the stateless tool loop with reasoning: the reasoning item goes back as input', async (t) => {
   const { g, k } = await setup(t);
   const client = new OpenAI({ baseURL: g.url + '/v1', apiKey: k.key, maxRetries: 0 });
-  const tools = [{ type: 'function' as const, name: 'get_temp', description: 'Temperature', strict: false, parameters: { type: 'object', properties: { city: { type: 'string' } } } }];
+  const tools = [
+    {
+      type: 'function' as const,
+      name: 'get_temp',
+      description: 'Temperature',
+      strict: false,
+      parameters: { type: 'object', properties: { city: { type: 'string' } } },
+    },
+  ];
   const input: OpenAI.Responses.ResponseInput = [{ role: 'user', content: 'Please use the tool for Paris.' }];
   const r1 = await client.responses.create({ model: 'astra', input, tools, reasoning: { effort: 'low', summary: 'auto' }, max_output_tokens: 2000 });
   const reasoning = r1.output.find((o) => o.type === 'reasoning');
@@ -91,7 +102,11 @@ t.test('the stateless tool loop with reasoning: the reasoning item goes back as 
   t.ok(call, 'a function call');
   const r2 = await client.responses.create({
     model: 'astra',
-    input: [...input, ...(r1.output as OpenAI.Responses.ResponseInputItem[]), { type: 'function_call_output', call_id: (call as { call_id: string }).call_id, output: '{"t":20}' }],
+    input: [
+      ...input,
+      ...(r1.output as OpenAI.Responses.ResponseInputItem[]),
+      { type: 'function_call_output', call_id: (call as { call_id: string }).call_id, output: '{"t":20}' },
+    ],
     tools,
     reasoning: { effort: 'low', summary: 'auto' },
     max_output_tokens: 2000,

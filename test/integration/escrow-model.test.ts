@@ -97,8 +97,14 @@ interface Setup {
 
 const nat = fc.nat({ max: 10_000 });
 // Multiples of 10 make exact fits (at the wallet and at the cap) common; the rest are any size.
-const holdArb = fc.oneof(fc.integer({ min: 1, max: 30 }).map((x) => x * 10), fc.integer({ min: 1, max: 300 }));
-const chargeArb = fc.oneof(fc.integer({ min: 0, max: 40 }).map((x) => x * 10), fc.integer({ min: 0, max: 400 }));
+const holdArb = fc.oneof(
+  fc.integer({ min: 1, max: 30 }).map((x) => x * 10),
+  fc.integer({ min: 1, max: 300 }),
+);
+const chargeArb = fc.oneof(
+  fc.integer({ min: 0, max: 40 }).map((x) => x * 10),
+  fc.integer({ min: 0, max: 400 }),
+);
 const reserveArb: fc.Arbitrary<ReserveOp> = fc.record({ op: fc.constant('reserve' as const), inst: nat, key: fc.integer({ min: 0, max: 1 }), hold: holdArb });
 const groupItemArb: fc.Arbitrary<GroupItem> = fc.oneof(
   { weight: 4, arbitrary: reserveArb },
@@ -114,7 +120,10 @@ function opArb(kills: boolean): fc.Arbitrary<Op> {
     { weight: 4, arbitrary: fc.record({ op: fc.constant('release' as const), pick: nat, via: nat }) },
     { weight: 2, arbitrary: fc.record({ op: fc.constant('unknown' as const), pick: nat }) },
     { weight: 2, arbitrary: fc.record({ op: fc.constant('vendor' as const), pick: nat }) },
-    { weight: 2, arbitrary: fc.record({ op: fc.constant('again' as const), pick: nat, kind: fc.constantFrom('settle' as const, 'release' as const), charge: chargeArb }) },
+    {
+      weight: 2,
+      arbitrary: fc.record({ op: fc.constant('again' as const), pick: nat, kind: fc.constantFrom('settle' as const, 'release' as const), charge: chargeArb }),
+    },
     { weight: 4, arbitrary: fc.record({ op: fc.constant('topup' as const), ink: fc.integer({ min: 1, max: 500 }) }) },
     // Rare: a revoked key refuses everything after it.
     { weight: 1, arbitrary: fc.record({ op: fc.constant('revoke' as const), key: fc.integer({ min: 0, max: 1 }) }) },
@@ -149,20 +158,32 @@ function setupArb(kills: boolean): fc.Arbitrary<Setup> {
     keyPermille: fc.constantFrom(500, 1000),
     maxInk: fc.constant(1_000_000),
   });
-  return fc.record({
-    instances: fc.integer({ min: 2, max: 3 }),
-    grant: fc.oneof(fc.constant(0), fc.integer({ min: 1, max: 10 }).map((x) => x * 100)),
-    payg: fc.oneof(fc.integer({ min: 0, max: 40 }).map((x) => x * 100), fc.integer({ min: 0, max: 4000 })),
-    // Below, near and above what the wallet can ever give.
-    cap: fc.oneof(fc.integer({ min: 0, max: 20 }).map((x) => x * 100), fc.integer({ min: 0, max: 3000 }), fc.constant(100_000)),
-    lease: fc.oneof(wide, greedy),
-    refillBelowPermille: fc.constantFrom(0, 500, 1000),
-    // 10 s: in practice only explicit flushes write (a killed instance then dies with records unwritten).
-    flushMs: kills ? fc.constantFrom(5, 10_000, 10_000) : fc.constantFrom(1, 5, 10_000),
-    durability: fc.constantFrom('write-behind' as const, 'write-behind' as const, 'write-behind' as const, 'sync' as const),
-    edgeRetryMs: fc.constantFrom(1, 1000),
-    lateAtEnd: fc.constantFrom(true, true, false),
-  }).map(({ lease, ...rest }) => ({ ...rest, ...lease }));
+  return fc
+    .record({
+      instances: fc.integer({ min: 2, max: 3 }),
+      grant: fc.oneof(
+        fc.constant(0),
+        fc.integer({ min: 1, max: 10 }).map((x) => x * 100),
+      ),
+      payg: fc.oneof(
+        fc.integer({ min: 0, max: 40 }).map((x) => x * 100),
+        fc.integer({ min: 0, max: 4000 }),
+      ),
+      // Below, near and above what the wallet can ever give.
+      cap: fc.oneof(
+        fc.integer({ min: 0, max: 20 }).map((x) => x * 100),
+        fc.integer({ min: 0, max: 3000 }),
+        fc.constant(100_000),
+      ),
+      lease: fc.oneof(wide, greedy),
+      refillBelowPermille: fc.constantFrom(0, 500, 1000),
+      // 10 s: in practice only explicit flushes write (a killed instance then dies with records unwritten).
+      flushMs: kills ? fc.constantFrom(5, 10_000, 10_000) : fc.constantFrom(1, 5, 10_000),
+      durability: fc.constantFrom('write-behind' as const, 'write-behind' as const, 'write-behind' as const, 'sync' as const),
+      edgeRetryMs: fc.constantFrom(1, 1000),
+      lateAtEnd: fc.constantFrom(true, true, false),
+    })
+    .map(({ lease, ...rest }) => ({ ...rest, ...lease }));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -324,7 +345,9 @@ class Run {
 
   fail(msg: string): never {
     const logs = this.logs.slice(-12).map((l) => `[${l.inst}] ${l.msg} ${l.fields}`);
-    throw new Error(`${this.where}: ${msg}\nsetup: ${JSON.stringify(this.s)}\nlast steps:\n  ${this.trace.slice(-25).join('\n  ')}\nlast log lines:\n  ${logs.join('\n  ')}`);
+    throw new Error(
+      `${this.where}: ${msg}\nsetup: ${JSON.stringify(this.s)}\nlast steps:\n  ${this.trace.slice(-25).join('\n  ')}\nlast log lines:\n  ${logs.join('\n  ')}`,
+    );
   }
 
   live(): Inst[] {
@@ -445,8 +468,10 @@ class Run {
       if (!this.pendingKill()) {
         totals.exactChecks++;
         if (got !== want) {
-          this.fail(`reserve of ${o.hold} on key ${o.key} at instance ${inst.idx} answered ${got}; the model says ${want} ` +
-            `(available ${avail}, key 0 charged+open ${this.m.charged(0) + this.m.open(0)} of cap ${this.m.cap}, revoked ${JSON.stringify(this.m.revoked)})`);
+          this.fail(
+            `reserve of ${o.hold} on key ${o.key} at instance ${inst.idx} answered ${got}; the model says ${want} ` +
+              `(available ${avail}, key 0 charged+open ${this.m.charged(0) + this.m.open(0)} of cap ${this.m.cap}, revoked ${JSON.stringify(this.m.revoked)})`,
+          );
         }
       } else if (got === 'ok' ? want !== 'ok' : !this.allowedRefusal(o.key, got)) {
         this.fail(`reserve of ${o.hold} on key ${o.key} answered ${got}; the model says ${want}`);
@@ -490,7 +515,9 @@ class Run {
       got = outcome(e);
     }
     if (JSON.stringify(got) !== JSON.stringify(want)) {
-      this.fail(`${kind} of ${h.id} (${before}, hold ${h.hold}, charge ${charge}) via instance ${via.idx} answered ${JSON.stringify(got)}, the model says ${JSON.stringify(want)}`);
+      this.fail(
+        `${kind} of ${h.id} (${before}, hold ${h.hold}, charge ${charge}) via instance ${via.idx} answered ${JSON.stringify(got)}, the model says ${JSON.stringify(want)}`,
+      );
     }
     return `${kind} ${c}`;
   }
@@ -544,7 +571,14 @@ class Run {
         h.vid = `v_${h.id}`;
         await via.e.markUsageUnknownEventually(h.id, { vendorRequestId: h.vid, reason: 'model test: no usage' });
         const r = (await this.pool.query(`SELECT hold_state, status, leased, hold_ink, vendor_request_id FROM requests WHERE id = $1`, [h.id])).rows[0];
-        if (r === undefined || r.hold_state !== 'open' || r.status !== 'usage_unknown' || r.leased !== false || r.hold_ink !== h.hold || r.vendor_request_id !== h.vid) {
+        if (
+          r === undefined ||
+          r.hold_state !== 'open' ||
+          r.status !== 'usage_unknown' ||
+          r.leased !== false ||
+          r.hold_ink !== h.hold ||
+          r.vendor_request_id !== h.vid
+        ) {
           this.fail(`usage unknown returned before ${h.id} was a durable open hold: ${JSON.stringify(r)}`);
         }
         return 'unknown';
@@ -670,11 +704,10 @@ class Run {
     for (const i of live) await this.quiesce(i);
     this.skew += TTL_MS + GRACE_MS + 60_000;
     // (What their heartbeats would have done meanwhile: the renewal alone, so that nobody recovers before all renewed.)
-    await this.pool.query(`UPDATE leases SET expires_at = $1::timestamptz + make_interval(secs => $2::integer / 1000.0) WHERE state = 'live' AND instance_id = ANY($3)`, [
-      this.clock(),
-      TTL_MS,
-      live.map((i) => i.e.instanceId),
-    ]);
+    await this.pool.query(
+      `UPDATE leases SET expires_at = $1::timestamptz + make_interval(secs => $2::integer / 1000.0) WHERE state = 'live' AND instance_id = ANY($3)`,
+      [this.clock(), TTL_MS, live.map((i) => i.e.instanceId)],
+    );
     const rescuer = live[via % live.length]!;
     let n = 0;
     for (;;) {
@@ -688,9 +721,13 @@ class Run {
       if (k === 0) break;
     }
     const pending = this.insts.filter((i) => i.killed && !i.recovered);
-    const left = await this.pool.query(`SELECT id, instance_id FROM leases WHERE state = 'live' AND instance_id = ANY($1)`, [pending.map((i) => i.e.instanceId)]);
+    const left = await this.pool.query(`SELECT id, instance_id FROM leases WHERE state = 'live' AND instance_id = ANY($1)`, [
+      pending.map((i) => i.e.instanceId),
+    ]);
     if (left.rows.length > 0) this.fail(`killed instances' leases survived recovery: ${JSON.stringify(left.rows)}`);
-    const wrong = await this.pool.query(`SELECT id, instance_id FROM leases WHERE state = 'recovered' AND instance_id = ANY($1)`, [live.map((i) => i.e.instanceId)]);
+    const wrong = await this.pool.query(`SELECT id, instance_id FROM leases WHERE state = 'recovered' AND instance_id = ANY($1)`, [
+      live.map((i) => i.e.instanceId),
+    ]);
     if (wrong.rows.length > 0) this.fail(`a live instance's lease was recovered (test clock error): ${JSON.stringify(wrong.rows)}`);
     for (const i of pending) {
       i.recovered = true;
@@ -716,12 +753,15 @@ class Run {
     const hs = this.m.holds.filter((h) => h.inst === i.idx && h.atKill !== undefined);
     if (hs.length === 0) return;
     const rows = new Map(
-      (await this.pool.query(`SELECT id, hold_state, status, leased, lease_id, hold_ink, charged_ink FROM requests WHERE id = ANY($1)`, [hs.map((h) => h.id)])).rows.map((r) => [r.id as string, r]),
+      (
+        await this.pool.query(`SELECT id, hold_state, status, leased, lease_id, hold_ink, charged_ink FROM requests WHERE id = ANY($1)`, [hs.map((h) => h.id)])
+      ).rows.map((r) => [r.id as string, r]),
     );
     for (const h of hs) {
       const r = rows.get(h.id);
       const mem = h.atKill!;
-      const bad = (why: string) => this.fail(`killed instance ${i.idx}'s hold ${h.id} (in memory: ${mem}, hold ${h.hold}, asked ${h.asked}): ${why}: ${JSON.stringify(r)}`);
+      const bad = (why: string) =>
+        this.fail(`killed instance ${i.idx}'s hold ${h.id} (in memory: ${mem}, hold ${h.hold}, asked ${h.asked}): ${why}: ${JSON.stringify(r)}`);
       if (r === undefined) {
         if (mem === 'unknown') bad('an unknown-usage hold was written before the kill, yet has no row');
         h.state = 'gone';
@@ -768,7 +808,9 @@ class Run {
     const m = this.m;
     const v = await ledgerViolations(this.pool);
     if (v.length > 0) this.fail(`ledger invariant broken:\n    ${v.join('\n    ')}`);
-    const bad = this.logs.filter((l, n) => BAD_LOGS.has(l.msg) && !(this.deadSince.has(l.inst) && n >= this.deadSince.get(l.inst)! && l.msg === 'ledger.lease_return_refused'));
+    const bad = this.logs.filter(
+      (l, n) => BAD_LOGS.has(l.msg) && !(this.deadSince.has(l.inst) && n >= this.deadSince.get(l.inst)! && l.msg === 'ledger.lease_return_refused'),
+    );
     if (bad.length > 0) this.fail(`unexpected log lines: ${JSON.stringify(bad.slice(0, 5))}`);
     // No overspend, in the model: what was admitted and charged fits in the credits and the cap.
     if (m.open() + m.charged() > m.credits) this.fail(`overspent: open ${m.open()} + charged ${m.charged()} > credits ${m.credits}`);
@@ -776,7 +818,8 @@ class Run {
     // ... and in the database.
     const w = await walletOf(this.pool, this.accountId);
     if (w.credited_ink !== m.credits) this.fail(`credited ${w.credited_ink} != model ${m.credits}`);
-    if (w.held_grant_ink + w.held_payg_ink + w.charged_ink + w.leased_grant_ink + w.leased_payg_ink + w.expired_ink > w.credited_ink) this.fail(`wallet overspent: ${JSON.stringify(w)}`);
+    if (w.held_grant_ink + w.held_payg_ink + w.charged_ink + w.leased_grant_ink + w.leased_payg_ink + w.expired_ink > w.credited_ink)
+      this.fail(`wallet overspent: ${JSON.stringify(w)}`);
     if (w.charged_ink > m.charged()) this.fail(`wallet charged ${w.charged_ink} > every charge the model made ${m.charged()}`);
     const k0 = (await this.pool.query(`SELECT ink_limit, ink_charged, ink_reserved, ink_leased FROM api_keys WHERE id = $1`, [this.keyIds[0]])).rows[0];
     if (k0.ink_charged + k0.ink_reserved + k0.ink_leased > m.cap) this.fail(`key 0 over its cap in api_keys: ${JSON.stringify(k0)}`);
@@ -808,7 +851,11 @@ class Run {
   async agree(quiet: boolean): Promise<void> {
     const m = this.m;
     const w = await walletOf(this.pool, this.accountId);
-    const leasedHolds = (await this.pool.query(`SELECT key_id, coalesce(sum(hold_ink), 0)::int AS h FROM requests WHERE account_id = $1 AND leased GROUP BY key_id`, [this.accountId])).rows;
+    const leasedHolds = (
+      await this.pool.query(`SELECT key_id, coalesce(sum(hold_ink), 0)::int AS h FROM requests WHERE account_id = $1 AND leased GROUP BY key_id`, [
+        this.accountId,
+      ])
+    ).rows;
     const inLeases = (k?: number) => leasedHolds.filter((r) => k === undefined || r.key_id === this.keyIds[k]).reduce((a, r) => a + r.h, 0);
     if (w.charged_ink !== m.charged()) this.fail(`after a full flush the wallet charged ${w.charged_ink}, the model ${m.charged()}`);
     if (w.held_grant_ink + w.held_payg_ink + inLeases() !== m.open()) {
@@ -817,7 +864,9 @@ class Run {
     if (w.expired_ink !== 0) this.fail(`expired ${w.expired_ink} without a roll-over`);
     if (quiet && w.leased_grant_ink + w.leased_payg_ink !== 0) this.fail(`still leased after quiet: ${JSON.stringify(w)}`);
     if (w.grant_ink + w.payg_ink + w.leased_grant_ink + w.leased_payg_ink - inLeases() !== m.available()) {
-      this.fail(`the spendable Ink is ${w.grant_ink + w.payg_ink} + ${w.leased_grant_ink + w.leased_payg_ink - inLeases()} spare in leases, the model ${m.available()}`);
+      this.fail(
+        `the spendable Ink is ${w.grant_ink + w.payg_ink} + ${w.leased_grant_ink + w.leased_payg_ink - inLeases()} spare in leases, the model ${m.available()}`,
+      );
     }
     for (let k = 0; k < 2; k++) {
       const r = (await this.pool.query(`SELECT ink_charged, ink_reserved, ink_leased FROM api_keys WHERE id = $1`, [this.keyIds[k]])).rows[0];
@@ -826,11 +875,16 @@ class Run {
       }
     }
     const rows = new Map(
-      (await this.pool.query(`SELECT id, hold_state, status, leased, lease_id, hold_ink, charged_ink, vendor_request_id FROM requests WHERE account_id = $1`, [this.accountId])).rows.map((r) => [r.id as string, r]),
+      (
+        await this.pool.query(`SELECT id, hold_state, status, leased, lease_id, hold_ink, charged_ink, vendor_request_id FROM requests WHERE account_id = $1`, [
+          this.accountId,
+        ])
+      ).rows.map((r) => [r.id as string, r]),
     );
     for (const h of m.holds) {
       const r = rows.get(h.id);
-      const bad = (why: string) => this.fail(`request ${h.id} (model ${h.state}, hold ${h.hold}, asked ${h.asked}, charged ${h.charged}): ${why}: ${JSON.stringify(r)}`);
+      const bad = (why: string) =>
+        this.fail(`request ${h.id} (model ${h.state}, hold ${h.hold}, asked ${h.asked}, charged ${h.charged}): ${why}: ${JSON.stringify(r)}`);
       if (h.state === 'gone') {
         if (r !== undefined) bad('a row for a hold that is gone');
         continue;
@@ -839,11 +893,15 @@ class Run {
       if (r.hold_ink !== h.amount && h.state !== 'settled' && h.state !== 'released') bad('hold differs');
       if (r.charged_ink !== h.charged) bad('charge differs');
       const ok =
-        h.state === 'inflight' ? r.hold_state === 'open' && r.status === 'running' && !quiet :
-        h.state === 'orphan' ? r.hold_state === 'open' && r.status === 'running' && !r.leased && r.lease_id === null :
-        h.state === 'unknown' ? r.hold_state === 'open' && r.status === 'usage_unknown' && !r.leased :
-        h.state === 'settled' ? r.hold_state === 'settled' && (h.atKill !== undefined || h.asked === undefined || r.charged_ink === Math.min(h.asked, h.hold)) :
-        r.hold_state === 'released' || (r.hold_state === 'void' && h.atKill !== undefined);
+        h.state === 'inflight'
+          ? r.hold_state === 'open' && r.status === 'running' && !quiet
+          : h.state === 'orphan'
+            ? r.hold_state === 'open' && r.status === 'running' && !r.leased && r.lease_id === null
+            : h.state === 'unknown'
+              ? r.hold_state === 'open' && r.status === 'usage_unknown' && !r.leased
+              : h.state === 'settled'
+                ? r.hold_state === 'settled' && (h.atKill !== undefined || h.asked === undefined || r.charged_ink === Math.min(h.asked, h.hold))
+                : r.hold_state === 'released' || (r.hold_state === 'void' && h.atKill !== undefined);
       if (!ok) bad('state differs');
       if (h.vid !== undefined && h.atKill === undefined && r.vendor_request_id !== h.vid) bad('vendor id differs');
     }
@@ -971,8 +1029,20 @@ async function property(t: Test, kills: boolean, numRuns: number, maxSteps: numb
 // behaviour; see the notes). Default lease settings except where a case needs the edge.
 
 const BASE: Setup = {
-  instances: 2, grant: 0, payg: 1000, cap: 100_000, minHolds: 8, floorInk: 200, walletPermille: 250, keyPermille: 500, maxInk: 1_000_000,
-  refillBelowPermille: 500, flushMs: 10_000, durability: 'write-behind', edgeRetryMs: 1000, lateAtEnd: false,
+  instances: 2,
+  grant: 0,
+  payg: 1000,
+  cap: 100_000,
+  minHolds: 8,
+  floorInk: 200,
+  walletPermille: 250,
+  keyPermille: 500,
+  maxInk: 1_000_000,
+  refillBelowPermille: 500,
+  flushMs: 10_000,
+  durability: 'write-behind',
+  edgeRetryMs: 1000,
+  lateAtEnd: false,
 };
 const EDGE: Setup = { ...BASE, floorInk: 0, walletPermille: 1000, keyPermille: 1000, minHolds: 10 };
 
@@ -993,7 +1063,7 @@ const COUNTEREXAMPLES: Array<{ name: string; setup: Setup; steps: Op[]; kills?: 
   {
     // The same, and the instance dies before it writes the end: ledger_lease_recover raises
     // ("lease 1 holds 0 + 10 but its open holds need 0 + 100"), so the lease stays live for ever.
-    name: 'a killed instance\'s lease is recovered even when a hold of it ended unwritten after its lease was drained',
+    name: "a killed instance's lease is recovered even when a hold of it ended unwritten after its lease was drained",
     setup: BASE,
     kills: true,
     checkEachStep: false,
@@ -1011,7 +1081,7 @@ const COUNTEREXAMPLES: Array<{ name: string; setup: Setup; steps: Op[]; kills?: 
     // wallet is empty outside them. A 500-Ink hold on key 0 fits both the wallet (900 free) and the
     // cap (550 room): the exact path first meets the cap (the key's lease counts), recalls only the
     // key's leases, retries, and then meets the wallet (key 1's lease still holds 450) and refuses.
-    name: 'a refusal at the key cap that recalls the key does not end in insufficient_ink while another key\'s lease keeps the Ink',
+    name: "a refusal at the key cap that recalls the key does not end in insufficient_ink while another key's lease keeps the Ink",
     setup: { ...EDGE, cap: 600, flushMs: 5 },
     steps: [
       { op: 'reserve', inst: 1, key: 0, hold: 50 },
@@ -1078,7 +1148,11 @@ t.test('a second settle of a leased hold while its end is being flushed is refus
       ]);
       seen[again] = (seen[again] ?? 0) + 1;
     }
-    t.same(Object.keys(seen).filter((k) => k !== 'already_resolved' && k !== 'in_lease' && k !== 'unknown_request'), [], `second settlements: ${JSON.stringify(seen)}`);
+    t.same(
+      Object.keys(seen).filter((k) => k !== 'already_resolved' && k !== 'in_lease' && k !== 'unknown_request'),
+      [],
+      `second settlements: ${JSON.stringify(seen)}`,
+    );
     const failed = run.logs.filter((l) => l.msg === 'ledger.flush_failed');
     t.same(failed.length, 0, `flushes failed: ${JSON.stringify(failed.slice(0, 2))}`);
     t.same(await ledgerViolations(pool), [], 'the ledger invariant holds');
@@ -1104,5 +1178,6 @@ t.test('escrow model with kills: recovery of a lost instance, late flushes, neve
   const before = { ...totals };
   await property(t, true, 45, 40, 75_000);
   t.comment(`totals: ${JSON.stringify(totals)}`);
-  if (totals.runs - before.runs >= 10) t.ok(totals.kills > before.kills && totals.recovered > before.recovered, 'instances were killed and their leases recovered');
+  if (totals.runs - before.runs >= 10)
+    t.ok(totals.kills > before.kills && totals.recovered > before.recovered, 'instances were killed and their leases recovered');
 });

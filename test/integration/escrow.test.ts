@@ -43,7 +43,12 @@ async function instance(
 }
 
 const input = (accountId: string, keyId: string, holdInk: number): ReserveInput => ({
-  requestId: newRequestId(), accountId, keyId, product: 'messages', model: 'sonnet', holdInk,
+  requestId: newRequestId(),
+  accountId,
+  keyId,
+  product: 'messages',
+  model: 'sonnet',
+  holdInk,
 });
 
 /** Counts the statements sent on the pool while `fn` runs. */
@@ -97,7 +102,9 @@ t.test('holds and settlements come from the lease in memory; one flush writes th
   t.equal(over.resolved && over.chargedInk, 50, 'a charge above the hold is capped at the hold');
 
   t.ok(await e.journal.flushAll(5000), 'flushed');
-  const rows = await db.pool.query(`SELECT id, hold_state, charged_ink, lease_id, leased, usage FROM requests WHERE account_id = $1 ORDER BY created_at`, [accountId]);
+  const rows = await db.pool.query(`SELECT id, hold_state, charged_ink, lease_id, leased, usage FROM requests WHERE account_id = $1 ORDER BY created_at`, [
+    accountId,
+  ]);
   t.equal(rows.rows.length, 6, 'one row per request');
   t.ok(rows.rows.every((r) => r.hold_state === 'settled' && r.lease_id !== null && r.leased === false));
   t.same(rows.rows.find((r) => r.id === ids[2])!.usage, { input_tokens: 10, output_tokens: 2 }, 'usage as reported');
@@ -123,16 +130,17 @@ t.test('the edge is exact across instances: 5,000 Ink with 150-Ink holds admits 
   const db = await testDb(t);
   const es = await Promise.all(['a', 'b', 'c'].map((n) => instance(t, db, n)));
   const { accountId, keyIds } = await seedAccount(db.pool, { paygInk: 5000, keyLimits: [null, null, null] });
-  const outcomes = await Promise.all(
-    Array.from({ length: 60 }, (_, i) => es[i % 3]!.reserve(input(accountId, keyIds[i % 3]!, 150)).then(() => 'ok', code)),
-  );
+  const outcomes = await Promise.all(Array.from({ length: 60 }, (_, i) => es[i % 3]!.reserve(input(accountId, keyIds[i % 3]!, 150)).then(() => 'ok', code)));
   t.same(tally(outcomes), { ok: 33, insufficient_ink: 27 }, 'exactly 33 admitted, the rest refused with 402 insufficient_ink');
   for (const e of es) await e.journal.flushAll(5000);
   const w = await walletOf(db.pool, accountId);
   const inLeases = (await db.pool.query(`SELECT coalesce(sum(hold_ink), 0)::int AS h FROM requests WHERE account_id = $1 AND leased`, [accountId])).rows[0].h;
   t.equal(w.held_grant_ink + w.held_payg_ink + inLeases, 33 * 150, 'held: exactly the 33 holds, durable or in leases');
   t.ok(w.grant_ink + w.payg_ink + w.leased_grant_ink + w.leased_payg_ink - inLeases < 150, 'less than one hold is left');
-  t.ok(es.some((e) => e.stats.leaseHolds > 0), 'leases served part of it');
+  t.ok(
+    es.some((e) => e.stats.leaseHolds > 0),
+    'leases served part of it',
+  );
   await assertLedgerInvariant(t, db.pool);
 });
 
@@ -140,9 +148,7 @@ t.test('a key cap admits exactly what fits, across instances', async (t) => {
   const db = await testDb(t);
   const es = await Promise.all(['a', 'b', 'c'].map((n) => instance(t, db, n)));
   const { accountId, keyIds } = await seedAccount(db.pool, { paygInk: 1_000_000, keyLimits: [2000, null] });
-  const outcomes = await Promise.all(
-    Array.from({ length: 30 }, (_, i) => es[i % 3]!.reserve(input(accountId, keyIds[0]!, 150)).then(() => 'ok', code)),
-  );
+  const outcomes = await Promise.all(Array.from({ length: 30 }, (_, i) => es[i % 3]!.reserve(input(accountId, keyIds[0]!, 150)).then(() => 'ok', code)));
   t.same(tally(outcomes), { ok: 13, key_ink_limit_reached: 17 }, '13 x 150 fit under 2,000; the rest refused with 402 key_ink_limit_reached');
   t.equal(await es[0]!.reserve(input(accountId, keyIds[1]!, 150)).then(() => 'ok', code), 'ok', "the account's other key still works");
   await assertLedgerInvariant(t, db.pool);
@@ -179,7 +185,9 @@ t.test('a lost instance: its lease expires and is recovered; flushed holds are k
   const rescuer = await instance(t, db, 'rescuer', {}, { now: clock });
   const { accountId, keyIds } = await seedAccount(db.pool, { grantInk: 500, paygInk: 10_000 });
   const key = keyIds[0]!;
-  const a = input(accountId, key, 100), b = input(accountId, key, 100), c = input(accountId, key, 100);
+  const a = input(accountId, key, 100),
+    b = input(accountId, key, 100),
+    c = input(accountId, key, 100);
   for (const x of [a, b, c]) await lost.reserve(x);
   await lost.settle(a.requestId, 30);
   await lost.journal.flushAll(5000); // a settled; b and c started

@@ -57,7 +57,10 @@ async function runStart(dataDir: string, env: Record<string, string>, args: stri
   });
   try {
     const [code, sig] = await Promise.race([exited, deadline]);
-    const log = stdout.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as Record<string, unknown>);
+    const log = stdout
+      .split('\n')
+      .filter((l) => l.startsWith('{'))
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
     return { code, signal: sig, stderr, log };
   } finally {
     clearTimeout(timer);
@@ -134,7 +137,8 @@ eachEngine('the public port taken: the gateway fails, the store is stopped', asy
   const dir = dataDir(t);
   const port = await occupy(t);
   const r = await runStart(dir, { INKGATE_PORT: String(port), INKGATE_SERVER_ENGINE: engine });
-  const cause = engine === 'uws' ? new RegExp(`cannot listen on 127\\.0\\.0\\.1:${port}`) : new RegExp(`listen EADDRINUSE: address already in use 127\\.0\\.0\\.1:${port}`);
+  const cause =
+    engine === 'uws' ? new RegExp(`cannot listen on 127\\.0\\.0\\.1:${port}`) : new RegExp(`listen EADDRINUSE: address already in use 127\\.0\\.0\\.1:${port}`);
   await checkNothingLeft(t, dir, r, { step: 'gateway', cause, started: ['store'] });
 });
 

@@ -33,7 +33,12 @@ async function escrow(t: Test, db: TestDb, violations: LedgerAssertionError[]): 
 }
 
 const input = (accountId: string, keyId: string, model: string): ReserveInput => ({
-  requestId: newRequestId(), accountId, keyId, product: 'messages', model, holdInk: 50,
+  requestId: newRequestId(),
+  accountId,
+  keyId,
+  product: 'messages',
+  model,
+  holdInk: 50,
 });
 
 t.test('a CHECK violation inside ledger_flush stops the instance, once, and is not retried', async (t) => {
@@ -62,13 +67,23 @@ t.test('a CHECK violation inside ledger_flush stops the instance, once, and is n
   t.ok(!(await e.journal.flushAll(1000)), 'a later flush sends nothing again');
   t.equal(violations.length, 1, 'and the fail-stop heard nothing more');
   const rows = await db.pool.query('SELECT id FROM requests WHERE account_id = $1 ORDER BY id', [accountId]);
-  t.same(rows.rows.map((r) => r.id), [good.requestId], 'the good request was written, the refused one not');
+  t.same(
+    rows.rows.map((r) => r.id),
+    [good.requestId],
+    'the good request was written, the refused one not',
+  );
 });
 
 t.test('only SQLSTATE class 23 is a violation; an outage is not', async (t) => {
   const rec = { requestId: 'req_x', leaseId: 4 } as JournalRecord;
-  t.match(flushViolation({ code: '23514', message: 'violates check', constraint: 'c', table: 'wallets' }, [rec])?.figures,
-    { sqlstate: '23514', constraint: 'c', table: 'wallets', records: 1, first_request_id: 'req_x', first_lease_id: 4 });
+  t.match(flushViolation({ code: '23514', message: 'violates check', constraint: 'c', table: 'wallets' }, [rec])?.figures, {
+    sqlstate: '23514',
+    constraint: 'c',
+    table: 'wallets',
+    records: 1,
+    first_request_id: 'req_x',
+    first_lease_id: 4,
+  });
   for (const code of ['23505', '23503', '23502', '23P01']) t.ok(flushViolation({ code, message: 'x' }, [rec]), code);
   for (const code of ['ECONNREFUSED', 'ETIMEDOUT', '57014', '55P03', '40001', '40P01', '57P01', '08006', undefined]) {
     t.equal(flushViolation({ code, message: 'x' }, [rec]), undefined, `${code}: retried`);
@@ -83,13 +98,39 @@ t.test('an outage keeps the retry path: connection refused, then a lock wait cut
   const away = createPool({ ...db.dbConfig, url: 'postgres://postgres@127.0.0.1:1/test', connectionTimeoutMs: 500 });
   t.teardown(() => away.end());
   const record: JournalRecord = {
-    requestId: newRequestId(), accountId: 'usr_x', keyId: 'key_x', product: 'messages', model: 'sonnet', leaseId: 1,
-    holdInk: 10, holdGrantInk: 0, grantPeriod: 0, createdAt: new Date().toISOString(), vendorRequestId: null, end: null,
-    chargeInk: 0, restGrantInk: 0, restPaygInk: 0, usage: null, reason: null, resolvedAt: null, queued: false, endWritten: false, waiters: undefined,
+    requestId: newRequestId(),
+    accountId: 'usr_x',
+    keyId: 'key_x',
+    product: 'messages',
+    model: 'sonnet',
+    leaseId: 1,
+    holdInk: 10,
+    holdGrantInk: 0,
+    grantPeriod: 0,
+    createdAt: new Date().toISOString(),
+    vendorRequestId: null,
+    end: null,
+    chargeInk: 0,
+    restGrantInk: 0,
+    restPaygInk: 0,
+    usage: null,
+    reason: null,
+    resolvedAt: null,
+    queued: false,
+    endWritten: false,
+    waiters: undefined,
   };
   const wb = new WriteBehind(away, {
-    instanceId: 'x', epoch: () => 1, flushMs: 1, flushMaxRecords: 10, journalMaxRecords: 10, asyncCommit: false,
-    now: () => new Date(), log: () => undefined, onEndWritten: () => undefined, onViolation: (err) => void violations.push(err),
+    instanceId: 'x',
+    epoch: () => 1,
+    flushMs: 1,
+    flushMaxRecords: 10,
+    journalMaxRecords: 10,
+    asyncCommit: false,
+    now: () => new Date(),
+    log: () => undefined,
+    onEndWritten: () => undefined,
+    onViolation: (err) => void violations.push(err),
   });
   t.teardown(() => wb.close());
   wb.start(record);

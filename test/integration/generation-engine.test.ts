@@ -102,7 +102,10 @@ t.test('a URL that cannot be fetched gets one message whatever the reason; the r
     t.same([r.status, r.json.error.code, r.json.error.param], [400, 'invalid_url', 'reference_image_urls[1]'], url);
     t.notMatch(r.json.error.message, /resolve|blocked|private|loopback|404|answered|TLS|CERT/i, `${url}: the message says nothing of the network`);
     messages.push(r.json.error.message);
-    t.ok(logged.some((l) => l.msg === 'generations.url_refused' && l.level === 'info' && typeof l.request_id === 'string' && reason.test(String(l.detail))), `${url}: the reason is in the log`);
+    t.ok(
+      logged.some((l) => l.msg === 'generations.url_refused' && l.level === 'info' && typeof l.request_id === 'string' && reason.test(String(l.detail))),
+      `${url}: the reason is in the log`,
+    );
   }
   t.equal(new Set(messages).size, 1, 'the same message for a name that does not resolve, one that resolves privately, and a 404');
 });

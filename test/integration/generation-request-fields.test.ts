@@ -14,7 +14,14 @@ const { key } = await h.funded(1_000);
 const doc = (await h.tg.call('GET', '/v1/openapi.json')).json;
 
 /** A value of another JSON type than `type` (none of them is a special value such as "auto"). */
-const WRONG: Readonly<Record<JsonType, unknown>> = { string: 12345, integer: 'twelve', number: 'twelve', boolean: 'yes', object: ['not', 'an', 'object'], array: 'https://cdn.example.com/a.png' };
+const WRONG: Readonly<Record<JsonType, unknown>> = {
+  string: 12345,
+  integer: 'twelve',
+  number: 'twelve',
+  boolean: 'yes',
+  object: ['not', 'an', 'object'],
+  array: 'https://cdn.example.com/a.png',
+};
 
 const PRODUCTS: ReadonlyArray<{ name: string; path: string; table: FieldTable; ok: Record<string, unknown> }> = [
   { name: 'video', path: '/v1/video/generations', table: VIDEO_REQUEST_FIELDS, ok: { model: 'clip-2.0-fast', prompt: 'a lighthouse at dusk' } },
@@ -28,17 +35,31 @@ for (const p of PRODUCTS) {
       t.equal(rule.types.length, 1, `${field}: one JSON type`);
       const type = rule.types[0]!;
       const r = await h.tg.call('POST', p.path, { key, body: { ...p.ok, [field]: WRONG[type] } });
-      t.same([r.status, r.json?.error?.code, r.json?.error?.param], [400, rule.code ?? 'invalid_type', field], `${field}: ${JSON.stringify(WRONG[type])} instead of ${type}`);
+      t.same(
+        [r.status, r.json?.error?.code, r.json?.error?.param],
+        [400, rule.code ?? 'invalid_type', field],
+        `${field}: ${JSON.stringify(WRONG[type])} instead of ${type}`,
+      );
     }
     const fine = await h.tg.call('POST', p.path, { key, body: { ...p.ok, not_a_field: 1 } });
-    t.same([fine.status, fine.json?.error?.code, fine.json?.error?.param], [400, 'unsupported_parameter', 'not_a_field'], 'a field outside the table is refused');
+    t.same(
+      [fine.status, fine.json?.error?.code, fine.json?.error?.param],
+      [400, 'unsupported_parameter', 'not_a_field'],
+      'a field outside the table is refused',
+    );
   });
 
   t.test(`${p.name}: the OpenAPI request schema and the reference page are the table`, async (t) => {
     const schema = doc.paths[p.path].post.requestBody.content['application/json'].schema;
     t.same(Object.keys(schema.properties), Object.keys(p.table), 'the same fields, in the same order');
     t.equal(schema.additionalProperties, false, 'and no other');
-    t.same(schema.required ?? [], Object.entries(p.table).filter(([, r]) => r.required).map(([f]) => f), 'the same required fields');
+    t.same(
+      schema.required ?? [],
+      Object.entries(p.table)
+        .filter(([, r]) => r.required)
+        .map(([f]) => f),
+      'the same required fields',
+    );
     for (const [field, rule] of Object.entries(p.table) as Array<[string, FieldRule]>) {
       const s = schema.properties[field];
       t.equal(s.type, rule.types[0], `${field}: type`);

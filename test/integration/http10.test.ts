@@ -36,7 +36,11 @@ eachEngine('an HTTP/1.0 client streams a billed Messages call', async (t, engine
     t.equal(events.at(-2)?.event, 'message_stop', 'the whole stream');
     t.equal(events.at(-1)?.event, 'service.usage', 'with the usage frame last');
     const frame = JSON.parse(events.at(-1)!.data);
-    t.same(rows.map((x) => x.hold_state), ['settled'], 'one request, settled');
+    t.same(
+      rows.map((x) => x.hold_state),
+      ['settled'],
+      'one request, settled',
+    );
     t.equal(Number(rows[0]!.charged_ink), frame.ink_charged, 'charged what the frame says, once');
   } else {
     t.equal(text, '', 'uWS sends nothing to an HTTP/1.0 request');

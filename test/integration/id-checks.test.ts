@@ -52,7 +52,11 @@ t.test('the id checks accept exactly the original patterns', async (t) => {
     for (const id of c.ids) {
       const state = await sqlState(db, c.sql, [id]);
       const expected = c.pattern.test(id) ? '23503' : '23514';
-      t.equal(state, expected, `${c.what} ${JSON.stringify(id.length > 20 ? id.slice(0, 12) + '…(' + id.length + ')' : id)}: ${expected === '23503' ? 'accepted' : 'refused'}`);
+      t.equal(
+        state,
+        expected,
+        `${c.what} ${JSON.stringify(id.length > 20 ? id.slice(0, 12) + '…(' + id.length + ')' : id)}: ${expected === '23503' ? 'accepted' : 'refused'}`,
+      );
     }
   }
 });

@@ -39,10 +39,7 @@ export interface ImageHarness {
 /** Starts 2026-11-20T12:00:00Z, well inside a UTC day. */
 export const START_MS = Date.UTC(2026, 10, 20, 12, 0, 0);
 
-export async function startImageHarness(
-  t: Test,
-  opts: { config?: DeepPartial<Config>; geminiConfigured?: boolean } = {},
-): Promise<ImageHarness> {
+export async function startImageHarness(t: Test, opts: { config?: DeepPartial<Config>; geminiConfigured?: boolean } = {}): Promise<ImageHarness> {
   let nowMs = START_MS;
   const clock = () => nowMs;
   const sim = await startGeminiSimulator();

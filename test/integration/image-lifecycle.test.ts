@@ -65,7 +65,20 @@ check('submit -> queued -> succeeded: a real PNG stored, linked, charged 3 Ink',
 
   const done = (await h.get(key, g.id)).json;
   t.equal(done.status, 'succeeded');
-  t.same(Object.keys(done), ['id', 'object', 'status', 'model', 'created_at', 'completed_at', 'image', 'ink_reserved', 'usd_payg_reserved', 'ink_charged', 'usd_payg_charged', 'request']);
+  t.same(Object.keys(done), [
+    'id',
+    'object',
+    'status',
+    'model',
+    'created_at',
+    'completed_at',
+    'image',
+    'ink_reserved',
+    'usd_payg_reserved',
+    'ink_charged',
+    'usd_payg_charged',
+    'request',
+  ]);
   t.same(Object.keys(done.image), ['url', 'expires_at', 'content_type', 'width', 'height', 'size_bytes']);
   t.equal(done.image.content_type, 'image/png');
   t.equal(done.image.width, 1024);
@@ -73,7 +86,13 @@ check('submit -> queued -> succeeded: a real PNG stored, linked, charged 3 Ink',
   t.equal(done.ink_charged, 3);
   const text = await h.services.metrics!.registry.metrics();
   const value = (name: string) =>
-    Number(text.split('\n').find((l) => l.startsWith(`${name}{`) && l.includes('product="images"') && l.includes('model="image-1"'))?.split(' ').pop() ?? NaN);
+    Number(
+      text
+        .split('\n')
+        .find((l) => l.startsWith(`${name}{`) && l.includes('product="images"') && l.includes('model="image-1"'))
+        ?.split(' ')
+        .pop() ?? NaN,
+    );
   t.ok(value('inkgate_ink_held_total') >= 3, 'the hold is counted under the images product');
   t.ok(value('inkgate_ink_charged_total') >= 3, 'and the charge');
   t.equal(done.usd_payg_charged, 0.03);
@@ -109,9 +128,13 @@ check('submit -> queued -> succeeded: a real PNG stored, linked, charged 3 Ink',
   t.equal(await statusAt(loc.href, h.now() + 899_000), 200, 'the fresh one still works');
 });
 
-check('each size class and aspect ratio: the PNG has the vendor\'s pixels, the price is 3 / 4 / 10', async (t) => {
+check("each size class and aspect ratio: the PNG has the vendor's pixels, the price is 3 / 4 / 10", async (t) => {
   const { key, accountId } = await h.funded(100);
-  const cases = [['2K', '16:9', 4], ['4K', '9:16', 10], ['1K', '21:9', 3]] as const;
+  const cases = [
+    ['2K', '16:9', 4],
+    ['4K', '9:16', 10],
+    ['1K', '21:9', 3],
+  ] as const;
   const ids: string[] = [];
   for (const [size, aspect] of cases) {
     const r = await h.submit(key, { model: 'image-1', prompt: 'p', size, aspect_ratio: aspect });
@@ -141,7 +164,10 @@ check('references are downloaded and sent inline, in order', async (t) => {
   const before = h.sim.calls.length;
   await h.engine.tick();
   const call = h.sim.calls[before]!;
-  t.same(call.inline, refs.map(() => ({ mimeType: 'image/png', sizeBytes: h.refPng.length })));
+  t.same(
+    call.inline,
+    refs.map(() => ({ mimeType: 'image/png', sizeBytes: h.refPng.length })),
+  );
   const parts = (call.body.contents as any)[0].parts;
   t.same(Object.keys(parts[0]), ['text'], 'the prompt first, then the references');
   t.equal((await h.get(key, r.json.id)).json.status, 'succeeded');
@@ -244,7 +270,10 @@ check('a worker that died mid-call: the row is claimed again after its lease and
   const r = await h.submit(key, { model: 'image-1', prompt: 'crash test' });
   const id = r.json.id;
   // Simulate the dead worker: the row is `running` under another owner's lease, one call spent.
-  await pool.query(`UPDATE generations SET state = 'running', polls = 1, lease_owner = 'dead-instance', lease_expires_at = $2 WHERE id = $1`, [id, new Date(h.now() + 30_000)]);
+  await pool.query(`UPDATE generations SET state = 'running', polls = 1, lease_owner = 'dead-instance', lease_expires_at = $2 WHERE id = $1`, [
+    id,
+    new Date(h.now() + 30_000),
+  ]);
   t.equal(await h.engine.tick(), 0, 'a live lease is not taken');
   t.equal(await h.step(30_000), 1, 'a lapsed lease is');
   const done = (await h.get(key, id)).json;
@@ -257,7 +286,10 @@ check('a submit that died before handing the row over: refunded when no Idempote
   const { key, accountId } = await h.funded(100);
   const r = await h.submit(key, { model: 'image-1', prompt: 'orphan' });
   const id = r.json.id;
-  await pool.query(`UPDATE generations SET state = 'submitting', lease_owner = 'dead-instance', lease_expires_at = $2, next_poll_at = $2 WHERE id = $1`, [id, new Date(h.now() + 30_000)]);
+  await pool.query(`UPDATE generations SET state = 'submitting', lease_owner = 'dead-instance', lease_expires_at = $2, next_poll_at = $2 WHERE id = $1`, [
+    id,
+    new Date(h.now() + 30_000),
+  ]);
   await h.step(30_000);
   const done = (await h.get(key, id)).json;
   t.equal(done.status, 'failed');
@@ -269,7 +301,10 @@ check('a submit that died before handing the row over: run when an Idempotency-K
   const { key, accountId } = await h.funded(100);
   const r = await h.submit(key, { model: 'image-1', prompt: 'bound orphan' }, { 'idempotency-key': 'orphan-1' });
   const id = r.json.id;
-  await pool.query(`UPDATE generations SET state = 'submitting', lease_owner = 'dead-instance', lease_expires_at = $2, next_poll_at = $2 WHERE id = $1`, [id, new Date(h.now() + 30_000)]);
+  await pool.query(`UPDATE generations SET state = 'submitting', lease_owner = 'dead-instance', lease_expires_at = $2, next_poll_at = $2 WHERE id = $1`, [
+    id,
+    new Date(h.now() + 30_000),
+  ]);
   await h.step(30_000);
   t.equal((await h.get(key, id)).json.status, 'succeeded');
   t.same(await walletOf(h, accountId), { balance: 97, held: 0, charged: 3 });
@@ -319,7 +354,7 @@ check('retention: after 7 days the file is deleted, GET says result_expired, /co
   t.equal(await h.deps.media.open(mediaKey), undefined, 'the file is gone');
 });
 
-check('another account\'s generation is a 404, as is an unknown or malformed id, and a video id', async (t) => {
+check("another account's generation is a 404, as is an unknown or malformed id, and a video id", async (t) => {
   const a = await h.funded(100);
   const b = await h.funded(100);
   const r = await h.submit(a.key, { model: 'image-1', prompt: 'mine' });

@@ -32,7 +32,12 @@ check('bad bodies and bad fields: 4xx with code and param, nothing held, nothing
   r = await raw(JSON.stringify({ ...ok, prompt: 'x'.repeat(140_000) }));
   t.same([r.status, r.json.error.code], [413, 'payload_too_large']);
   // The largest valid body is accepted by the body limit (then answered by the fields).
-  const biggest = { ...ok, prompt: '\u{1F600}'.repeat(8000), metadata: { m: 'x'.repeat(4000) }, reference_image_urls: Array.from({ length: 14 }, () => 'https://10.1.2.3/' + 'a'.repeat(2025)) };
+  const biggest = {
+    ...ok,
+    prompt: '\u{1F600}'.repeat(8000),
+    metadata: { m: 'x'.repeat(4000) },
+    reference_image_urls: Array.from({ length: 14 }, () => 'https://10.1.2.3/' + 'a'.repeat(2025)),
+  };
   r = await raw(JSON.stringify(biggest));
   t.same([r.status, r.json.error.code, r.json.error.param], [400, 'invalid_url', 'reference_image_urls[0]'], 'not 413: a maximal body is read and validated');
   const fields: Array<[Record<string, unknown>, string, string]> = [
@@ -97,7 +102,11 @@ check('Idempotency-Key: a retry replays the same generation; one hold, one vendo
   t.equal(other.json.id, first.json.id, 'the first request is what the key means');
   t.same(await walletOf(h, accountId), { balance: 90, held: 0, charged: 10 });
   // The video endpoint has its own key space: the same key there admits a new video generation.
-  const video = await h.tg.call('POST', '/v1/video/generations', { key, body: { model: 'clip-2.0-fast', prompt: 'x', duration: 4, resolution: '480p' }, headers: { 'idempotency-key': 'img-1' } });
+  const video = await h.tg.call('POST', '/v1/video/generations', {
+    key,
+    body: { model: 'clip-2.0-fast', prompt: 'x', duration: 4, resolution: '480p' },
+    headers: { 'idempotency-key': 'img-1' },
+  });
   t.equal(video.status, 202, 'a new submit, not the image replayed');
   t.equal(video.headers['idempotent-replayed'], undefined);
   t.match(video.json.id, /^vgen_/);

@@ -41,7 +41,13 @@ t.test('USD to Ink is exact, whole cents only', async (t) => {
 t.test('topup, grant, roll-period and requests', async (t) => {
   const a = await seedAccount(pool, { plan: 'starter' });
   t.same(await run('topup', { account: a.accountId, usd: '12.34' }), {
-    credited_ink: 1234, account: a.accountId, balance_ink: 1234, period_grant_remaining_ink: 0, payg_ink: 1234, held_ink: 0, topups_completed: 1,
+    credited_ink: 1234,
+    account: a.accountId,
+    balance_ink: 1234,
+    period_grant_remaining_ink: 0,
+    payg_ink: 1234,
+    held_ink: 0,
+    topups_completed: 1,
   });
   await t.rejects(run('topup', { account: a.accountId, usd: '1.005' }), /fraction of an Ink/);
   await t.rejects(run('topup', { account: 'usr_nobody', usd: '1' }), /unknown account/);
@@ -106,7 +112,9 @@ t.test('reconcile prices token records at the request model, takes charge_ink as
       '{"vendor_request_id":"msg_elsewhere","charge_ink":3}',
     ].join('\n') + '\n',
   );
-  const report = (await run('reconcile', { file: good, 'older-than-s': '3600' })) as ReturnType<typeof import('../../src/admin/ledger-commands.js').reconcileReportJson>;
+  const report = (await run('reconcile', { file: good, 'older-than-s': '3600' })) as ReturnType<
+    typeof import('../../src/admin/ledger-commands.js').reconcileReportJson
+  >;
   t.equal(report.records_read, 5);
   t.same(
     report.settled.items.map((s) => [s.request_id, s.charged_ink, s.released_ink]).sort(),

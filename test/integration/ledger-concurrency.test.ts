@@ -17,10 +17,12 @@ interface Mode {
   make: () => Promise<{ ledgers: Ledger[]; done: () => Promise<void> }>;
 }
 
-const single = (opts: LedgerOptions): Mode['make'] => async () => {
-  const l = new Ledger(pool, opts);
-  return { ledgers: [l], done: () => l.close() };
-};
+const single =
+  (opts: LedgerOptions): Mode['make'] =>
+  async () => {
+    const l = new Ledger(pool, opts);
+    return { ledgers: [l], done: () => l.close() };
+  };
 
 const MODES: Mode[] = [
   { name: 'grouped into batches', make: single({}) },
@@ -68,7 +70,10 @@ for (const mode of MODES) {
 
     t.test('50 parallel reservations of 30 against 1,000 Ink: exactly 33 succeed', async (t) => {
       const a = await seedAccount(pool, { grantInk: 400, paygInk: 600 });
-      const r = await race(ledgers, Array.from({ length: 50 }, () => input(a.accountId, a.keyIds[0]!, 30)));
+      const r = await race(
+        ledgers,
+        Array.from({ length: 50 }, () => input(a.accountId, a.keyIds[0]!, 30)),
+      );
       t.equal(r.ok, 33);
       t.same(new Set(r.codes), new Set(['insufficient_ink']));
       const stats = ledgers[0]!.batchStats();
@@ -80,7 +85,10 @@ for (const mode of MODES) {
 
     t.test('key cap 500 on a 10,000 wallet, 50 parallel x 30: exactly 16 succeed', async (t) => {
       const a = await seedAccount(pool, { paygInk: 10_000, keyLimits: [500] });
-      const r = await race(ledgers, Array.from({ length: 50 }, () => input(a.accountId, a.keyIds[0]!, 30)));
+      const r = await race(
+        ledgers,
+        Array.from({ length: 50 }, () => input(a.accountId, a.keyIds[0]!, 30)),
+      );
       t.equal(r.ok, 16);
       t.same(new Set(r.codes), new Set(['key_ink_limit_reached']));
       t.same(await keyOf(pool, a.keyIds[0]!), { ink_limit: 500, ink_charged: 0, ink_reserved: 480 });

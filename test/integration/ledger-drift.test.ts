@@ -65,7 +65,10 @@ t.test('a live lease more than a minute past its expiry is counted until it is r
   await escrow.reserve({ requestId, accountId: k.accountId, keyId: k.keyId, product: 'messages', model: 'sonnet', holdInk: 50 });
   await escrow.settle(requestId, 20);
   await escrow.beforeView(); // the settlement is written: the lease holds only spare Ink
-  const live = await tg.db.pool.query<{ id: number }>(`UPDATE leases SET expires_at = now() - interval '2 minutes' WHERE state = 'live' AND account_id = $1 RETURNING id`, [k.accountId]);
+  const live = await tg.db.pool.query<{ id: number }>(
+    `UPDATE leases SET expires_at = now() - interval '2 minutes' WHERE state = 'live' AND account_id = $1 RETURNING id`,
+    [k.accountId],
+  );
   t.equal(live.rows.length, 1, 'the lease is there, expired');
   t.equal((await gw1.ops.drift.checkNow()).expiredLeases, 1, 'counted');
   t.equal(await gauge('inkgate_ledger_expired_leases'), 1, 'on /metrics');

@@ -77,7 +77,11 @@ t.test('a non-streaming settle that breaks a money rule answers the fail-stop 50
   t.same(exits, [FAIL_STOP_EXIT_CODE], 'the instance exits 70, once');
   t.ok(gw.services.failStop!.stopped);
   t.equal(gw.services.failStop!.violation?.figures.request_id, broken, 'the violation kept is the settle that broke');
-  t.match(errors.find((e) => e.msg === 'ledger.fail_stop'), { level: 'fatal', component: 'fail_stop' }, 'logged at fatal level');
+  t.match(
+    errors.find((e) => e.msg === 'ledger.fail_stop'),
+    { level: 'fatal', component: 'fail_stop' },
+    'logged at fatal level',
+  );
 
   const after = await probe.send(gw.url, account.key, probe.body(false, 'after the stop'));
   t.equal(after.status, 503, 'a new request is refused');
@@ -88,7 +92,8 @@ t.test('the hold of the request that broke is never charged', async (t) => {
   await gw.close(); // what a kill would leave; recovery turns the lease's holds into open holds
   const gw2 = await createGateway(config, { log: silentLogger, skipMigrate: true, exit: (code) => t.fail(`the restart exited ${code}`) });
   t.teardown(() => gw2.close());
-  const row = (await db.pool.query<{ hold_state: string; charged_ink: number }>('SELECT hold_state, charged_ink FROM requests WHERE id = $1', [broken])).rows[0];
+  const row = (await db.pool.query<{ hold_state: string; charged_ink: number }>('SELECT hold_state, charged_ink FROM requests WHERE id = $1', [broken]))
+    .rows[0];
   t.ok(row === undefined || (row.hold_state === 'open' && Number(row.charged_ink) === 0), 'open for reconciliation (or never written), not charged');
   t.same(await checkLedger(db.pool), [], 'the ledger checker finds no violation');
   await assertLedgerInvariant(t, db.pool);

@@ -17,7 +17,12 @@ const db = await testDb(t);
 const pool = db.pool;
 
 const input = (a: SeededAccount, holdInk = 40): ReserveInput => ({
-  requestId: newRequestId(), accountId: a.accountId, keyId: a.keyIds[0]!, product: 'messages', model: 'assistant-sonnet-5', holdInk,
+  requestId: newRequestId(),
+  accountId: a.accountId,
+  keyId: a.keyIds[0]!,
+  product: 'messages',
+  model: 'assistant-sonnet-5',
+  holdInk,
 });
 
 /** A ledger whose statements answer one figure wrong for the ids in `broken`; `trips` collects what the fail-stop was told. */
@@ -36,7 +41,10 @@ async function snapshot(a: SeededAccount, requestId: string) {
 }
 
 async function rejectsWithViolation(t: Test, p: Promise<unknown>, pattern: RegExp): Promise<void> {
-  const e = await p.then(() => undefined, (err: unknown) => err);
+  const e = await p.then(
+    () => undefined,
+    (err: unknown) => err,
+  );
   t.ok(isLedgerAssertion(e), `a LedgerAssertionError, not ${String(e)}`);
   t.match((e as Error).message, pattern);
 }
@@ -64,7 +72,8 @@ for (const [mode, opts] of MODES) {
     const a = await seedAccount(pool, { grantInk: 30, paygInk: 100 });
     const broken = new Set<string>();
     const { ledger, trips } = faultyLedger(t, broken, opts);
-    const settled = input(a), released = input(a);
+    const settled = input(a),
+      released = input(a);
     await ledger.reserve(settled);
     await ledger.reserve(released);
     broken.add(settled.requestId).add(released.requestId);
@@ -83,7 +92,8 @@ for (const [mode, opts] of MODES) {
 
 t.test('a batch with one broken item: the whole statement rolls back and no item is re-run alone', async (t) => {
   const a = await seedAccount(pool, { paygInk: 1000 });
-  const bad = input(a), good = input(a);
+  const bad = input(a),
+    good = input(a);
   const { ledger, trips } = faultyLedger(t, new Set([bad.requestId]), { batchMaxItems: 8 });
   const before = await walletOf(pool, a.accountId);
   // Same tick: one statement carries both.
@@ -107,7 +117,10 @@ t.test("a move in the caller's transaction: the check throws before the caller c
   const e = await withTx(pool, async (c) => {
     await ledger.using(c).reserve(bad);
     committed = true;
-  }).then(() => undefined, (err: unknown) => err);
+  }).then(
+    () => undefined,
+    (err: unknown) => err,
+  );
   t.ok(isLedgerAssertion(e));
   t.notOk(committed, 'the caller never reached its own COMMIT');
   t.same(await snapshot(a, bad.requestId), before);
@@ -117,7 +130,10 @@ t.test("a move in the caller's transaction: the check throws before the caller c
   const { ledger: refunds, trips: refundTrips } = faultyLedger(t, new Set([ok.requestId]));
   await new Ledger(pool, { batching: false }).reserve(ok);
   const held = await snapshot(a, ok.requestId);
-  const r = await withTx(pool, (c) => refunds.using(c).refund(ok.requestId, 'job failed')).then(() => undefined, (err: unknown) => err);
+  const r = await withTx(pool, (c) => refunds.using(c).refund(ok.requestId, 'job failed')).then(
+    () => undefined,
+    (err: unknown) => err,
+  );
   t.ok(isLedgerAssertion(r), 'a refund in a transaction too');
   t.same(await snapshot(a, ok.requestId), held, 'the hold is still open and the wallet unchanged');
   t.equal(refundTrips.length, 1);

@@ -137,8 +137,15 @@ t.test('the instance stops on the broken rule and exits non-zero', async (t) => 
   const line = errors.find((e) => e.msg === 'ledger.fail_stop');
   t.ok(line, 'the violation is logged');
   t.match(line, { level: 'fatal', component: 'fail_stop' }, 'at fatal level (docs/operations.md#logs), from the fail-stop');
-  t.match(line, { figures: { request_id: broken, lease_id: Number, expect_grant_ink: Number, expect_payg_ink: Number, charge_ink: Number } }, 'with its figures');
-  const live = await db.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM leases WHERE state = 'live' AND instance_id = $1 AND epoch = $2`, [INSTANCE_ID, epoch1]);
+  t.match(
+    line,
+    { figures: { request_id: broken, lease_id: Number, expect_grant_ink: Number, expect_payg_ink: Number, charge_ink: Number } },
+    'with its figures',
+  );
+  const live = await db.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM leases WHERE state = 'live' AND instance_id = $1 AND epoch = $2`, [
+    INSTANCE_ID,
+    epoch1,
+  ]);
   t.ok(live.rows[0]!.n >= 1, 'its leases were not returned');
 });
 
@@ -146,7 +153,10 @@ t.test('a restart recovers the leases; nothing charged twice or above its hold',
   await gw1.close(); // what a kill would leave: the halted escrow returns nothing
   const gw2 = await createGateway(config, { log: silentLogger, skipMigrate: true, exit: (code) => t.fail(`the restart exited ${code}`) });
   t.teardown(() => gw2.close());
-  const live = await db.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM leases WHERE state = 'live' AND instance_id = $1 AND epoch = $2`, [INSTANCE_ID, epoch1]);
+  const live = await db.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM leases WHERE state = 'live' AND instance_id = $1 AND epoch = $2`, [
+    INSTANCE_ID,
+    epoch1,
+  ]);
   t.equal(live.rows[0]!.n, 0, 'the restart recovered every lease of the stopped start');
   t.same(await checkLedger(db.pool), [], 'the ledger checker finds no violation');
   await assertLedgerInvariant(t, db.pool);
@@ -170,7 +180,10 @@ t.test('a restart recovers the leases; nothing charged twice or above its hold',
     t.match(row, { hold_state: 'settled', charged_ink: String(o.charged) }, `${o.requestId}: settled at what the client was told`);
   }
   const b = byId.get(broken!);
-  t.ok(b === undefined || (b.hold_state === 'open' && Number(b.charged_ink) === 0), 'the request that broke is not charged (open for reconciliation, or never written)');
+  t.ok(
+    b === undefined || (b.hold_state === 'open' && Number(b.charged_ink) === 0),
+    'the request that broke is not charged (open for reconciliation, or never written)',
+  );
 
   const again = await stream(gw2.url, 'after the restart');
   t.equal(again.status, 200, 'the restarted instance serves');

@@ -86,7 +86,11 @@ t.test('a batch kept waiting past its short lock timeout by a busy wallet is ret
   const all = Promise.all(inputs.map((i) => timed(ledger.reserve(i))));
   // Hold the row until the batch's first attempt has timed out and its retry is on its way.
   await reserves.until(2);
-  t.same(reserves.seen.map((q) => q.name), ['ledger_reserve', 'ledger_reserve'], 'one statement for the batch, then one retry of it');
+  t.same(
+    reserves.seen.map((q) => q.name),
+    ['ledger_reserve', 'ledger_reserve'],
+    'one statement for the batch, then one retry of it',
+  );
   await unlock();
   const results = await all;
   for (const r of results) t.match(r.value, { holdInk: 30 }, 'every move of the batch got its hold');

@@ -168,7 +168,10 @@ ledgerTest('release and refund return the whole hold to the pools it came from',
   t.match(await walletOf(pool, a.accountId), { grant_ink: 100, payg_ink: 500, charged_ink: 0, held_grant_ink: 0, held_payg_ink: 0 });
   t.match(await requestOf(text.requestId), { status: 'released', reason: 'upstream_rejected', charged_ink: 0 });
   t.match(await requestOf(video.requestId), { status: 'refunded', reason: 'provider_failed', charged_ink: 0 });
-  t.same((await journalOf(video.requestId)).map((r) => r.kind), ['reserve', 'refund']);
+  t.same(
+    (await journalOf(video.requestId)).map((r) => r.kind),
+    ['reserve', 'refund'],
+  );
 });
 
 ledgerTest('a hold resolves once: a second settle, release or refund is a no-op that says so', async (t, { ledger }) => {
@@ -182,116 +185,143 @@ ledgerTest('a hold resolves once: a second settle, release or refund is a no-op 
   t.same(await ledger.refund(input.requestId, 'again'), { resolved: false, reason: 'already_resolved' });
   t.same(await ledger.settle(newRequestId(), 1), { resolved: false, reason: 'unknown_request' });
   t.same(await walletOf(pool, a.accountId), after);
-  t.same((await journalOf(input.requestId)).map((r) => r.kind), ['reserve', 'settle']);
+  t.same(
+    (await journalOf(input.requestId)).map((r) => r.kind),
+    ['reserve', 'settle'],
+  );
   t.match(await requestOf(input.requestId), { reason: null });
 });
 
 for (const mode of ['batched', 'unbatched', 'two gateway processes'] as const) {
-  ledgerTest(`racing resolvers (settle vs release vs refund, ${mode}): exactly one wins per hold`, async (t, { ledger, opts }) => {
-    const other = mode === 'unbatched' ? new Ledger(pool, { ...opts, batching: false }) : ledger;
-    let otherPool: typeof pool | undefined;
-    let third = ledger;
-    if (mode === 'two gateway processes') {
-      const { createPool } = await import('../../src/store/pool.js');
-      otherPool = createPool({ ...db.dbConfig, url: db.url, poolMax: 8 });
-      third = new Ledger(otherPool, opts);
-    }
-    try {
-      const a = await seedAccount(pool, { grantInk: 300, paygInk: 3000 });
-      const inputs = Array.from({ length: 20 }, () => reserveOf(a, 100));
-      await Promise.all(inputs.map((i) => ledger.reserve(i)));
-      const outcomes = await Promise.all(
-        inputs.map((i) =>
-          Promise.all([other.settle(i.requestId, 40), third.release(i.requestId, 'race'), other.refund(i.requestId, 'race'), third.settle(i.requestId, 10)]),
-        ),
-      );
-      let charged = 0;
-      for (const [idx, o] of outcomes.entries()) {
-        const winners = o.filter((r) => r.resolved);
-        t.equal(winners.length, 1, `hold ${idx}: one winner`);
-        t.equal(o.filter((r) => !r.resolved && r.reason === 'already_resolved').length, 3);
-        const w = winners[0]!;
-        if (w.resolved) charged += w.chargedInk;
-        const req = await requestOf(inputs[idx]!.requestId);
-        const expectState = o[0]!.resolved ? 'settled' : o[1]!.resolved ? 'released' : o[2]!.resolved ? 'refunded' : 'settled';
-        t.equal(req!.status, expectState);
+  ledgerTest(
+    `racing resolvers (settle vs release vs refund, ${mode}): exactly one wins per hold`,
+    async (t, { ledger, opts }) => {
+      const other = mode === 'unbatched' ? new Ledger(pool, { ...opts, batching: false }) : ledger;
+      let otherPool: typeof pool | undefined;
+      let third = ledger;
+      if (mode === 'two gateway processes') {
+        const { createPool } = await import('../../src/store/pool.js');
+        otherPool = createPool({ ...db.dbConfig, url: db.url, poolMax: 8 });
+        third = new Ledger(otherPool, opts);
       }
-      t.match(await walletOf(pool, a.accountId), { charged_ink: charged, held_grant_ink: 0, held_payg_ink: 0 });
-      t.same(await keyOf(pool, a.keyIds[0]!), { ink_limit: null, ink_charged: charged, ink_reserved: 0 });
-    } finally {
-      if (other !== ledger) await other.close();
-      if (third !== ledger) await third.close();
-      await otherPool?.end();
-    }
-  }, mode === 'unbatched' ? { batching: false } : {});
+      try {
+        const a = await seedAccount(pool, { grantInk: 300, paygInk: 3000 });
+        const inputs = Array.from({ length: 20 }, () => reserveOf(a, 100));
+        await Promise.all(inputs.map((i) => ledger.reserve(i)));
+        const outcomes = await Promise.all(
+          inputs.map((i) =>
+            Promise.all([other.settle(i.requestId, 40), third.release(i.requestId, 'race'), other.refund(i.requestId, 'race'), third.settle(i.requestId, 10)]),
+          ),
+        );
+        let charged = 0;
+        for (const [idx, o] of outcomes.entries()) {
+          const winners = o.filter((r) => r.resolved);
+          t.equal(winners.length, 1, `hold ${idx}: one winner`);
+          t.equal(o.filter((r) => !r.resolved && r.reason === 'already_resolved').length, 3);
+          const w = winners[0]!;
+          if (w.resolved) charged += w.chargedInk;
+          const req = await requestOf(inputs[idx]!.requestId);
+          const expectState = o[0]!.resolved ? 'settled' : o[1]!.resolved ? 'released' : o[2]!.resolved ? 'refunded' : 'settled';
+          t.equal(req!.status, expectState);
+        }
+        t.match(await walletOf(pool, a.accountId), { charged_ink: charged, held_grant_ink: 0, held_payg_ink: 0 });
+        t.same(await keyOf(pool, a.keyIds[0]!), { ink_limit: null, ink_charged: charged, ink_reserved: 0 });
+      } finally {
+        if (other !== ledger) await other.close();
+        if (third !== ledger) await third.close();
+        await otherPool?.end();
+      }
+    },
+    mode === 'unbatched' ? { batching: false } : {},
+  );
 }
 
-ledgerTest('unknown usage keeps the hold open and visible; reconcile settles or releases it; an old hold with no record is listed, not charged', async (t, { ledger, opts }) => {
-  const v = (name: string) => `${name}_${newRequestId().slice(4)}`; // vendor ids unique per run
-  const [vLost, vZero, vBad, vNobody] = [v('msg_lost'), v('msg_zero'), v('msg_bad'), v('msg_nobody')];
-  const a = await seedAccount(pool, { grantInk: 50, paygInk: 1000 });
-  const lost = reserveOf(a, 120);
-  const zero = reserveOf(a, 80);
-  const orphan = reserveOf(a, 33);
-  const skippedHold = reserveOf(a, 10);
-  for (const i of [lost, zero, orphan, skippedHold]) await ledger.reserve(i);
-  await ledger.setVendorRequestId(lost.requestId, vLost);
-  await ledger.markUsageUnknown(lost.requestId, { reason: 'stream ended without a usage receipt' });
-  await ledger.markUsageUnknown(zero.requestId, { vendorRequestId: vZero });
-  await ledger.setVendorRequestId(skippedHold.requestId, vBad);
-  t.match(await requestOf(lost.requestId), { status: 'usage_unknown', hold_state: 'open', vendor_request_id: vLost, reason: 'stream ended without a usage receipt' });
-  const view = (await readAccountObject(pool, a.keyIds[0]!))!;
-  t.equal(view.key.ink_reserved, 243, 'the open holds are visible as ink_reserved');
+ledgerTest(
+  'unknown usage keeps the hold open and visible; reconcile settles or releases it; an old hold with no record is listed, not charged',
+  async (t, { ledger, opts }) => {
+    const v = (name: string) => `${name}_${newRequestId().slice(4)}`; // vendor ids unique per run
+    const [vLost, vZero, vBad, vNobody] = [v('msg_lost'), v('msg_zero'), v('msg_bad'), v('msg_nobody')];
+    const a = await seedAccount(pool, { grantInk: 50, paygInk: 1000 });
+    const lost = reserveOf(a, 120);
+    const zero = reserveOf(a, 80);
+    const orphan = reserveOf(a, 33);
+    const skippedHold = reserveOf(a, 10);
+    for (const i of [lost, zero, orphan, skippedHold]) await ledger.reserve(i);
+    await ledger.setVendorRequestId(lost.requestId, vLost);
+    await ledger.markUsageUnknown(lost.requestId, { reason: 'stream ended without a usage receipt' });
+    await ledger.markUsageUnknown(zero.requestId, { vendorRequestId: vZero });
+    await ledger.setVendorRequestId(skippedHold.requestId, vBad);
+    t.match(await requestOf(lost.requestId), {
+      status: 'usage_unknown',
+      hold_state: 'open',
+      vendor_request_id: vLost,
+      reason: 'stream ended without a usage receipt',
+    });
+    const view = (await readAccountObject(pool, a.keyIds[0]!))!;
+    t.equal(view.key.ink_reserved, 243, 'the open holds are visible as ink_reserved');
 
-  // The records arrive two hours later (injected clock): the orphan is old and has no record.
-  const later = new Ledger(pool, { ...opts, now: () => new Date(Date.now() + 2 * 3600_000) });
-  try {
-    const seen: string[] = [];
-    const report = await later.reconcile(
-      [
-        { vendorRequestId: vLost, usage: { inputTokens: 1000, outputTokens: 300 }, chargeInk: 7 },
-        { vendorRequestId: vZero, usage: { inputTokens: 0, outputTokens: 0 } },
-        { vendorRequestId: vNobody },
-        { vendorRequestId: vBad },
-      ],
-      {
-        olderThanMs: 3600_000,
-        chargeFor: (req, rec) => {
-          seen.push(req.id);
-          if (rec.vendorRequestId === vBad) throw new RangeError('record has no usable usage');
-          return rec.chargeInk ?? 0;
+    // The records arrive two hours later (injected clock): the orphan is old and has no record.
+    const later = new Ledger(pool, { ...opts, now: () => new Date(Date.now() + 2 * 3600_000) });
+    try {
+      const seen: string[] = [];
+      const report = await later.reconcile(
+        [
+          { vendorRequestId: vLost, usage: { inputTokens: 1000, outputTokens: 300 }, chargeInk: 7 },
+          { vendorRequestId: vZero, usage: { inputTokens: 0, outputTokens: 0 } },
+          { vendorRequestId: vNobody },
+          { vendorRequestId: vBad },
+        ],
+        {
+          olderThanMs: 3600_000,
+          chargeFor: (req, rec) => {
+            seen.push(req.id);
+            if (rec.vendorRequestId === vBad) throw new RangeError('record has no usable usage');
+            return rec.chargeInk ?? 0;
+          },
         },
-      },
-    );
-    t.same(seen.sort(), [lost.requestId, zero.requestId, skippedHold.requestId].sort());
-    t.equal(report.recordsRead, 4);
-    t.same(report.settled, { count: 1, items: [{ requestId: lost.requestId, vendorRequestId: vLost, holdInk: 120, chargedInk: 7, releasedInk: 113, expiredInk: 0 }] });
-    t.same(report.released, { count: 1, items: [{ requestId: zero.requestId, vendorRequestId: vZero, holdInk: 80, chargedInk: 0, releasedInk: 80, expiredInk: 0 }] });
-    t.same(report.unmatched, { count: 1, items: [{ vendorRequestId: vNobody, reason: 'no_request' }] });
-    t.match(report.skipped, { count: 1, items: [{ vendorRequestId: vBad, requestId: skippedHold.requestId, reason: /no usable usage/ }] });
-    // Only the orphan: the skipped hold had a record (it is in `skipped`), the others are resolved.
-    // (Other tests in this schema leave open holds too: look at this account's.)
-    const stale = report.stale.items.filter((r) => r.account_id === a.accountId);
-    t.same(stale.map((r) => [r.id, r.hold_ink, r.status]), [[orphan.requestId, 33, 'running']]);
-    t.ok(report.stale.count >= 1);
+      );
+      t.same(seen.sort(), [lost.requestId, zero.requestId, skippedHold.requestId].sort());
+      t.equal(report.recordsRead, 4);
+      t.same(report.settled, {
+        count: 1,
+        items: [{ requestId: lost.requestId, vendorRequestId: vLost, holdInk: 120, chargedInk: 7, releasedInk: 113, expiredInk: 0 }],
+      });
+      t.same(report.released, {
+        count: 1,
+        items: [{ requestId: zero.requestId, vendorRequestId: vZero, holdInk: 80, chargedInk: 0, releasedInk: 80, expiredInk: 0 }],
+      });
+      t.same(report.unmatched, { count: 1, items: [{ vendorRequestId: vNobody, reason: 'no_request' }] });
+      t.match(report.skipped, { count: 1, items: [{ vendorRequestId: vBad, requestId: skippedHold.requestId, reason: /no usable usage/ }] });
+      // Only the orphan: the skipped hold had a record (it is in `skipped`), the others are resolved.
+      // (Other tests in this schema leave open holds too: look at this account's.)
+      const stale = report.stale.items.filter((r) => r.account_id === a.accountId);
+      t.same(
+        stale.map((r) => [r.id, r.hold_ink, r.status]),
+        [[orphan.requestId, 33, 'running']],
+      );
+      t.ok(report.stale.count >= 1);
 
-    t.match(await requestOf(lost.requestId), { status: 'settled', charged_ink: 7, usage: { input_tokens: 1000, output_tokens: 300 } });
-    t.match(await requestOf(orphan.requestId), { status: 'running', hold_state: 'open', charged_ink: 0 });
-    t.same((await journalOf(lost.requestId)).map((r) => r.kind), ['reserve', 'reconcile']);
-    t.same(await keyOf(pool, a.keyIds[0]!), { ink_limit: null, ink_charged: 7, ink_reserved: 43 });
+      t.match(await requestOf(lost.requestId), { status: 'settled', charged_ink: 7, usage: { input_tokens: 1000, output_tokens: 300 } });
+      t.match(await requestOf(orphan.requestId), { status: 'running', hold_state: 'open', charged_ink: 0 });
+      t.same(
+        (await journalOf(lost.requestId)).map((r) => r.kind),
+        ['reserve', 'reconcile'],
+      );
+      t.same(await keyOf(pool, a.keyIds[0]!), { ink_limit: null, ink_charged: 7, ink_reserved: 43 });
 
-    // Running it again resolves nothing twice.
-    const again = await later.reconcile([{ vendorRequestId: vLost, chargeInk: 9 }], { olderThanMs: 3600_000, chargeFor: (_r, rec) => rec.chargeInk! });
-    t.same(again.unmatched.items, [{ vendorRequestId: vLost, reason: 'already_resolved' }]);
-    t.equal(again.settled.count, 0);
+      // Running it again resolves nothing twice.
+      const again = await later.reconcile([{ vendorRequestId: vLost, chargeInk: 9 }], { olderThanMs: 3600_000, chargeFor: (_r, rec) => rec.chargeInk! });
+      t.same(again.unmatched.items, [{ vendorRequestId: vLost, reason: 'already_resolved' }]);
+      t.equal(again.settled.count, 0);
 
-    // With the real clock nothing is old yet: no stale holds are listed.
-    const now = await ledger.reconcile([], { olderThanMs: 3600_000, chargeFor: () => 0 });
-    t.equal(now.stale.items.filter((r) => r.account_id === a.accountId).length, 0);
-  } finally {
-    await later.close();
-  }
-});
+      // With the real clock nothing is old yet: no stale holds are listed.
+      const now = await ledger.reconcile([], { olderThanMs: 3600_000, chargeFor: () => 0 });
+      t.equal(now.stale.items.filter((r) => r.account_id === a.accountId).length, 0);
+    } finally {
+      await later.close();
+    }
+  },
+);
 
 ledgerTest('top-up credits pay-as-you-go and counts; grant extends the period grant; the /v1/me numbers follow', async (t, { ledger }) => {
   const a = await seedAccount(pool, { keyLimits: [500] });
@@ -306,7 +336,8 @@ ledgerTest('top-up credits pay-as-you-go and counts; grant extends the period gr
     key: { ink_limit: 500, ink_charged: 120, ink_reserved: 0 },
     ink: { balance: 1214, period_grant_remaining: 0, payg_balance: 1214, usd_payg_equivalent: 12.14 },
   });
-  const kinds = (await pool.query('SELECT kind, amount_ink, note FROM ledger_journal WHERE account_id = $1 AND request_id IS NULL ORDER BY id', [a.accountId])).rows;
+  const kinds = (await pool.query('SELECT kind, amount_ink, note FROM ledger_journal WHERE account_id = $1 AND request_id IS NULL ORDER BY id', [a.accountId]))
+    .rows;
   t.same(kinds, [
     { kind: 'topup', amount_ink: 1234, note: 'card' },
     { kind: 'grant', amount_ink: 100, note: 'admin grant' },
@@ -378,7 +409,11 @@ ledgerTest('the journal is append-only: UPDATE, DELETE and TRUNCATE are refused'
   await ledger.reserve(r);
   await ledger.release(r.requestId, 'x');
   await t.rejects(
-    pool.query(`INSERT INTO ledger_journal (at, kind, account_id, key_id, request_id, amount_ink) VALUES (now(), 'settle', $1, $2, $3, 0)`, [a.accountId, a.keyIds[0], r.requestId]),
+    pool.query(`INSERT INTO ledger_journal (at, kind, account_id, key_id, request_id, amount_ink) VALUES (now(), 'settle', $1, $2, $3, 0)`, [
+      a.accountId,
+      a.keyIds[0],
+      r.requestId,
+    ]),
     /ledger_journal_one_resolution/,
   );
 });
@@ -396,7 +431,10 @@ ledgerTest('listRequests shows the newest first with hold, charge and usage; bad
     }
     await timed.settle(ids[0]!, 5, { usage: { outputTokens: 9 } });
     const list = await ledger.listRequests(a.accountId, { limit: 2 });
-    t.same(list.map((r) => r.id), [ids[2], ids[1]]);
+    t.same(
+      list.map((r) => r.id),
+      [ids[2], ids[1]],
+    );
     t.match(list[0], { product: 'messages', model: 'assistant-opus-5', status: 'running', hold_ink: 12, charged_ink: 0, usage: null });
     const all = await ledger.listRequests(a.accountId);
     t.match(all[2], { id: ids[0], status: 'settled', charged_ink: 5, usage: { output_tokens: 9 } });
@@ -459,7 +497,8 @@ for (const batching of [true, false]) {
     );
     t.equal(rows.length, 60);
     for (const r of rows) t.same([r.vendor_request_id, r.hold_state], [vid(r.id), 'open'], `${r.id}: vendor id recorded, hold untouched`);
-    if (batching) t.ok(sent.length >= 1 && sent.length < 60 && sent.every((n) => n === 'ledger_set_vendor_request_ids'), `${sent.length} statement(s) for 60 ids`);
+    if (batching)
+      t.ok(sent.length >= 1 && sent.length < 60 && sent.every((n) => n === 'ledger_set_vendor_request_ids'), `${sent.length} statement(s) for 60 ids`);
     else t.equal(sent.length, 60, 'one statement per id without batching');
     for (const i of inputs) await ledger.release(i.requestId, 'test');
     await assertLedgerInvariant(t, pool);

@@ -17,7 +17,12 @@ const fixture = readFileSync(SAMPLE_MP4_PATH);
 async function cli(cfg: Config, ...argv: string[]): Promise<{ code: number; out: any; err: string }> {
   let out = '';
   let err = '';
-  const code = await runCli([...argv, '--json'], (s) => void (out += s), (s) => void (err += s), cfg);
+  const code = await runCli(
+    [...argv, '--json'],
+    (s) => void (out += s),
+    (s) => void (err += s),
+    cfg,
+  );
   return { code, out: out === '' ? undefined : JSON.parse(out), err };
 }
 
@@ -39,11 +44,14 @@ t.test('media migrate --to s3 copies live results, skips them the second time, a
   await h.services.pool.query('UPDATE generations SET result_expired = true WHERE id = $1', [expired]);
 
   const cfgFor = (bucket: string, prefix = 'media/'): Config =>
-    loadConfig({}, {
-      db: { url: h.tg.db.url, schema: h.tg.db.schema },
-      dataDir: h.config.dataDir,
-      media: { s3: { bucket, endpoint: s3.endpoint, forcePathStyle: true, prefix } },
-    });
+    loadConfig(
+      {},
+      {
+        db: { url: h.tg.db.url, schema: h.tg.db.schema },
+        dataDir: h.config.dataDir,
+        media: { s3: { bucket, endpoint: s3.endpoint, forcePathStyle: true, prefix } },
+      },
+    );
 
   const dry = await cli(cfgFor('migrated', 'dry/'), 'media', 'migrate', '--to', 's3', '--dry-run');
   t.equal(dry.code, 0, dry.err);
@@ -79,7 +87,7 @@ t.test('media migrate --to s3 copies live results, skips them the second time, a
   t.match(verify.out.failures, [{ key: resultKey(kept2), error: /did not verify/ }]);
   t.equal(await bucket.open(resultKey(kept2)), undefined, 'the bad copy is removed at the destination');
   t.ok((await local(kept2))?.equals(fixture), 'its local file is kept');
-  t.equal(await local(kept1), undefined, 'a verified copy\'s local file is removed');
+  t.equal(await local(kept1), undefined, "a verified copy's local file is removed");
   const healed = await cli(cfgFor('migrated'), 'media', 'migrate', '--to', 's3', '--remove-local');
   t.equal(healed.code, 0, healed.err);
   t.match(healed.out, { copied: 1, failed: 0, removed: 1, missing: 2 });

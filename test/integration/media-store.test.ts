@@ -94,8 +94,28 @@ t.test('concurrent puts to one key: the key always holds one complete version', 
 });
 
 t.test('keys: traversal and odd spellings are refused by every call', async (t) => {
-  const bad = ['', '../x', 'a/../../x', '..', 'a/..', '/abs', 'A.mp4', 'a\\b', '.hidden', '.tmp/x', 'a//b', 'a/', 'a/./b', './a',
-    'a b', 'a%2e%2e/b', 'a\0b', 'é', 'x'.repeat(257), 'a..b'];
+  const bad = [
+    '',
+    '../x',
+    'a/../../x',
+    '..',
+    'a/..',
+    '/abs',
+    'A.mp4',
+    'a\\b',
+    '.hidden',
+    '.tmp/x',
+    'a//b',
+    'a/',
+    'a/./b',
+    './a',
+    'a b',
+    'a%2e%2e/b',
+    'a\0b',
+    'é',
+    'x'.repeat(257),
+    'a..b',
+  ];
   for (const k of bad) {
     t.notOk(isValidMediaKey(k), JSON.stringify(k));
     await t.rejects(store.put(k, Buffer.from('x'), 'text/plain'), InvalidMediaKeyError, `put ${JSON.stringify(k)}`);
@@ -118,7 +138,10 @@ t.test('sweepTemp removes only old temp files', async (t) => {
   rmSync(join(root, '.tmp', 'new.part'));
 });
 
-mediaStoreContract(t, 'fs', () => new FsMediaStore(join(outer, 'contract'), { maxObjectBytes: 4 * 1024 * 1024 }), { maxObjectBytes: 4 * 1024 * 1024, emptyObjectRanges: true });
+mediaStoreContract(t, 'fs', () => new FsMediaStore(join(outer, 'contract'), { maxObjectBytes: 4 * 1024 * 1024 }), {
+  maxObjectBytes: 4 * 1024 * 1024,
+  emptyObjectRanges: true,
+});
 
 t.test('a file written before the hash header (version 1) is still served, with ranges and an ETag', async (t) => {
   mkdirSync(join(root, 'legacy'), { recursive: true });
@@ -154,8 +177,13 @@ t.test('media host: a valid link streams the object', async (t) => {
   const etag = (await store.open('video/gen_9.mp4'))!;
   etag.stream.destroy();
   t.same(Object.fromEntries(r.headers), {
-    'cache-control': 'private, no-store', 'x-content-type-options': 'nosniff', 'content-type': 'video/mp4', 'content-length': '70000',
-    'accept-ranges': 'bytes', etag: etag.etag, 'content-disposition': 'inline; filename="gen_9.mp4"',
+    'cache-control': 'private, no-store',
+    'x-content-type-options': 'nosniff',
+    'content-type': 'video/mp4',
+    'content-length': '70000',
+    'accept-ranges': 'bytes',
+    etag: etag.etag,
+    'content-disposition': 'inline; filename="gen_9.mp4"',
   });
   t.ok((await readAll(r.stream)).equals(data));
 });
@@ -224,8 +252,13 @@ t.test('writeMediaResponse honours backpressure and sends the exact bytes', asyn
   t.ok(Buffer.concat(got).equals(data));
 
   const errSink: { body?: string } & MediaSink = {
-    aborted: false, head: () => undefined, write: () => true, drained: async () => undefined,
-    end(b?: string) { errSink.body = b; },
+    aborted: false,
+    head: () => undefined,
+    write: () => true,
+    drained: async () => undefined,
+    end(b?: string) {
+      errSink.body = b;
+    },
     headOnly: false,
     endHead: () => t.fail('not a HEAD'),
   };
@@ -235,8 +268,11 @@ t.test('writeMediaResponse honours backpressure and sends the exact bytes', asyn
   // HEAD: the status, headers and size a GET would send, no body, the file closed unread.
   const heads: Array<{ status: number; sizeBytes: number }> = [];
   const headSink: MediaSink = {
-    aborted: false, head: () => t.fail('HEAD sends no streamed head'), write: () => t.fail('HEAD writes no body') as never,
-    drained: async () => undefined, end: () => t.fail('HEAD has no body to end'),
+    aborted: false,
+    head: () => t.fail('HEAD sends no streamed head'),
+    write: () => t.fail('HEAD writes no body') as never,
+    drained: async () => undefined,
+    end: () => t.fail('HEAD has no body to end'),
     headOnly: true,
     endHead: (status, _h, sizeBytes) => void heads.push({ status, sizeBytes }),
   };
@@ -244,6 +280,9 @@ t.test('writeMediaResponse honours backpressure and sends the exact bytes', asyn
   await writeMediaResponse(ok, headSink);
   t.ok(ok.status === 200 && ok.stream.destroyed, 'the opened file is closed');
   await writeMediaResponse(await handleMediaRequest({ path: '/media/x', query: '' }, store, secret, NOW), headSink);
-  t.same(heads, [{ status: 200, sizeBytes: data.length }, { status: 403, sizeBytes: heads[1]?.sizeBytes }]);
+  t.same(heads, [
+    { status: 200, sizeBytes: data.length },
+    { status: 403, sizeBytes: heads[1]?.sizeBytes },
+  ]);
   t.ok(heads[1]!.sizeBytes > 0);
 });

@@ -28,7 +28,11 @@ const requestRows = async (g: TestGateway, keyId: string): Promise<number> => {
   return (await g.db.pool.query('SELECT count(*)::int AS n FROM requests WHERE key_id = $1', [keyId])).rows[0].n;
 };
 
-const WEATHER = { name: 'get_weather', description: 'Weather for a city', input_schema: { type: 'object' as const, properties: { city: { type: 'string' } }, required: ['city'] } };
+const WEATHER = {
+  name: 'get_weather',
+  description: 'Weather for a city',
+  input_schema: { type: 'object' as const, properties: { city: { type: 'string' } }, required: ['city'] },
+};
 /** A prompt with every part a count covers: system, tools, tool_choice, thinking, several turns. */
 const PROMPT = {
   model: 'sonnet',
@@ -49,7 +53,7 @@ eachEngine('the SDK counts through inkgate: the vendor count, equal to what /v1/
   const { data: counted, response } = await client.messages.countTokens(PROMPT).withResponse();
   t.same(Object.keys(counted), ['input_tokens'], "the vendor's answer as it came");
   t.ok(counted.input_tokens > 20, `${counted.input_tokens} tokens`);
-  t.match(response.headers.get('request-id'), /^req_/, "our request id, where the Anthropic SDK reads it");
+  t.match(response.headers.get('request-id'), /^req_/, 'our request id, where the Anthropic SDK reads it');
 
   const sent = sim.requests.at(-1)!;
   const vendorModel = g.gw.services.catalog.text('sonnet')!.vendorModel;
@@ -86,49 +90,60 @@ t.test('a key with an empty wallet may count; anthropic-beta is filtered as on /
   const refused = await g.call('POST', '/v1/messages', { key: poor.key, body: { model: 'fable', max_tokens: 10, messages: user('hi') } });
   t.equal(refused.json.error.code, 'insufficient_ink', 'while a message needs Ink');
 
-  const withBeta = await g.call('POST', COUNT, { key: poor.key, body: { model: 'fable', messages: user('hi') }, headers: { 'anthropic-beta': 'context-management-2025-06-27, prompt-caching-2024-07-31' } });
+  const withBeta = await g.call('POST', COUNT, {
+    key: poor.key,
+    body: { model: 'fable', messages: user('hi') },
+    headers: { 'anthropic-beta': 'context-management-2025-06-27, prompt-caching-2024-07-31' },
+  });
   t.equal(withBeta.status, 200);
   t.equal(sim.requests.at(-1)!.headers['anthropic-beta'], 'prompt-caching-2024-07-31', 'only the allowed beta value is forwarded');
-  await g.call('POST', COUNT, { key: poor.key, body: { model: 'fable', messages: user('hi') }, headers: { 'anthropic-beta': 'context-management-2025-06-27' } });
+  await g.call('POST', COUNT, {
+    key: poor.key,
+    body: { model: 'fable', messages: user('hi') },
+    headers: { 'anthropic-beta': 'context-management-2025-06-27' },
+  });
   t.equal(sim.requests.at(-1)!.headers['anthropic-beta'], undefined, 'none when nothing is allowed');
   t.equal(await requestRows(g, poor.keyId), 0);
   await invariant();
 });
 
-t.test(`counting has its own per-key bucket: exhausted, it answers 429 while /v1/messages still works (${testRedisUrl ? 'Redis' : 'in-process'} limiter)`, async (t) => {
-  const { g, k, sim, client, invariant } = await setup(t, {
-    config: { limits: { countTokensPerMinute: 3, requestsPerMinute: 3 }, redis: { url: testRedisUrl, keyPrefix: `t${process.pid}:${Date.now()}:count:` } },
-  });
-  t.equal(g.gw.services.limiter.kind, testRedisUrl ? 'redis' : 'memory');
-  for (let i = 0; i < 3; i++) t.equal((await g.call('POST', COUNT, { key: k.key, body: { model: 'sonnet', messages: user(`n ${i}`) } })).status, 200);
-  const vendorCalls = sim.requestCount;
-  const over = await g.call('POST', COUNT, { key: k.key, body: { model: 'sonnet', messages: user('one more') } });
-  t.equal(over.status, 429);
-  t.equal(over.json.error.code, 'rate_limit_exceeded');
-  t.equal(over.json.error.type, 'rate_limit_error');
-  const ra = Number(over.headers['retry-after']);
-  t.ok(Number.isInteger(ra) && ra >= 1 && ra <= 60, `Retry-After ${ra}`);
-  t.match(over.json.error.message, /3 token counts per minute.*count_tokens/, 'the message names the count bucket');
-  t.equal(sim.requestCount, vendorCalls, 'the refused count never reached the vendor');
-  const sdkOver = await client.messages.countTokens({ model: 'sonnet', messages: user('sdk') }).catch((e: unknown) => e);
-  t.ok(sdkOver instanceof Anthropic.RateLimitError, 'the SDK sees a rate limit');
+t.test(
+  `counting has its own per-key bucket: exhausted, it answers 429 while /v1/messages still works (${testRedisUrl ? 'Redis' : 'in-process'} limiter)`,
+  async (t) => {
+    const { g, k, sim, client, invariant } = await setup(t, {
+      config: { limits: { countTokensPerMinute: 3, requestsPerMinute: 3 }, redis: { url: testRedisUrl, keyPrefix: `t${process.pid}:${Date.now()}:count:` } },
+    });
+    t.equal(g.gw.services.limiter.kind, testRedisUrl ? 'redis' : 'memory');
+    for (let i = 0; i < 3; i++) t.equal((await g.call('POST', COUNT, { key: k.key, body: { model: 'sonnet', messages: user(`n ${i}`) } })).status, 200);
+    const vendorCalls = sim.requestCount;
+    const over = await g.call('POST', COUNT, { key: k.key, body: { model: 'sonnet', messages: user('one more') } });
+    t.equal(over.status, 429);
+    t.equal(over.json.error.code, 'rate_limit_exceeded');
+    t.equal(over.json.error.type, 'rate_limit_error');
+    const ra = Number(over.headers['retry-after']);
+    t.ok(Number.isInteger(ra) && ra >= 1 && ra <= 60, `Retry-After ${ra}`);
+    t.match(over.json.error.message, /3 token counts per minute.*count_tokens/, 'the message names the count bucket');
+    t.equal(sim.requestCount, vendorCalls, 'the refused count never reached the vendor');
+    const sdkOver = await client.messages.countTokens({ model: 'sonnet', messages: user('sdk') }).catch((e: unknown) => e);
+    t.ok(sdkOver instanceof Anthropic.RateLimitError, 'the SDK sees a rate limit');
 
-  // The key's own 3 per minute are all there: three counts took none of them.
-  for (let i = 0; i < 3; i++) {
-    const r = await g.call('POST', '/v1/messages', { key: k.key, body: { model: 'sonnet', max_tokens: 10, messages: user(`m ${i}`) } });
-    t.equal(r.status, 200, `message ${i} on the same key`);
-  }
-  const mainOver = await g.call('GET', '/v1/me', { key: k.key });
-  t.equal(mainOver.status, 429, 'the main bucket is now spent');
-  t.notMatch(mainOver.json.error.message, /count/, "the main bucket's own message");
+    // The key's own 3 per minute are all there: three counts took none of them.
+    for (let i = 0; i < 3; i++) {
+      const r = await g.call('POST', '/v1/messages', { key: k.key, body: { model: 'sonnet', max_tokens: 10, messages: user(`m ${i}`) } });
+      t.equal(r.status, 200, `message ${i} on the same key`);
+    }
+    const mainOver = await g.call('GET', '/v1/me', { key: k.key });
+    t.equal(mainOver.status, 429, 'the main bucket is now spent');
+    t.notMatch(mainOver.json.error.message, /count/, "the main bucket's own message");
 
-  // The other way round: a key whose main bucket is spent can still count.
-  const other = await g.newKey();
-  for (let i = 0; i < 3; i++) await g.call('GET', '/v1/me', { key: other.key });
-  t.equal((await g.call('GET', '/v1/me', { key: other.key })).status, 429);
-  t.equal((await g.call('POST', COUNT, { key: other.key, body: { model: 'sonnet', messages: user('still') } })).status, 200);
-  await invariant();
-});
+    // The other way round: a key whose main bucket is spent can still count.
+    const other = await g.newKey();
+    for (let i = 0; i < 3; i++) await g.call('GET', '/v1/me', { key: other.key });
+    t.equal((await g.call('GET', '/v1/me', { key: other.key })).status, 429);
+    t.equal((await g.call('POST', COUNT, { key: other.key, body: { model: 'sonnet', messages: user('still') } })).status, 200);
+    await invariant();
+  },
+);
 
 /** The same body (plus max_tokens on /v1/messages) to both routes. */
 async function both(g: TestGateway, key: string | undefined, body: unknown, headers: Record<string, string> = {}): Promise<{ msg: Reply; count: Reply }> {
@@ -146,11 +161,26 @@ t.test('bad input: the same status, code and param as /v1/messages, before any v
     ['model missing', { messages: user('x') }, 'unknown_model', 'model'],
     ['missing messages', { model: 'sonnet' }, 'missing_messages', 'messages'],
     ['empty messages', { model: 'sonnet', messages: [] }, 'missing_messages', 'messages'],
-    ['a system turn inside messages', { model: 'sonnet', messages: [{ role: 'system', content: 'Be brief.' }, ...user('x')] }, 'invalid_message', 'messages[0].role'],
+    [
+      'a system turn inside messages',
+      { model: 'sonnet', messages: [{ role: 'system', content: 'Be brief.' }, ...user('x')] },
+      'invalid_message',
+      'messages[0].role',
+    ],
     ['an unsupported parameter', { model: 'sonnet', messages: user('x'), service_tier: 'auto' }, 'unsupported_parameter', 'service_tier'],
     ['top-level cache_control', { model: 'sonnet', messages: user('x'), cache_control: { type: 'ephemeral' } }, 'unsupported_parameter', 'cache_control'],
-    ['an image block', { model: 'sonnet', messages: [{ role: 'user', content: [{ type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'AA==' } }] }] }, 'unsupported_parameter', 'messages.0.content.0.type'],
-    ['a server tool', { model: 'sonnet', messages: user('x'), tools: [{ type: 'web_search_20250305', name: 'web_search' }] }, 'unsupported_parameter', 'tools.0.type'],
+    [
+      'an image block',
+      { model: 'sonnet', messages: [{ role: 'user', content: [{ type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'AA==' } }] }] },
+      'unsupported_parameter',
+      'messages.0.content.0.type',
+    ],
+    [
+      'a server tool',
+      { model: 'sonnet', messages: user('x'), tools: [{ type: 'web_search_20250305', name: 'web_search' }] },
+      'unsupported_parameter',
+      'tools.0.type',
+    ],
     ['a tool without a name', { model: 'sonnet', messages: user('x'), tools: [{ input_schema: { type: 'object' } }] }, 'invalid_tool', 'tools.0.name'],
     ['thinking disabled on fable', { model: 'fable', messages: user('x'), thinking: { type: 'disabled' } }, 'unsupported_parameter', 'thinking.type'],
     ['a bad tool_choice', { model: 'sonnet', messages: user('x'), tool_choice: { type: 'sometimes' } }, 'invalid_enum', 'tool_choice.type'],
@@ -160,7 +190,11 @@ t.test('bad input: the same status, code and param as /v1/messages, before any v
     t.equal(count.status, 400, `${what}: 400`);
     t.equal(count.json?.error?.code, code, `${what}: ${code}`);
     t.equal(count.json?.error?.param, param, `${what}: param ${param}`);
-    t.same([count.status, count.json?.error?.code, count.json?.error?.param], [msg.status, msg.json?.error?.code, msg.json?.error?.param], `${what}: as /v1/messages answers`);
+    t.same(
+      [count.status, count.json?.error?.code, count.json?.error?.param],
+      [msg.status, msg.json?.error?.code, msg.json?.error?.param],
+      `${what}: as /v1/messages answers`,
+    );
   }
   const notJson = await both(g, k.key, '{"model": "sonnet", "messages": [');
   t.same([notJson.count.status, notJson.count.json.error.code], [400, 'invalid_json'], 'a body that is not JSON');
@@ -213,7 +247,7 @@ t.test('a lane with no vendor configured: the same 503 as /v1/messages', async (
   t.match(r.count.json.error.message, /no vendor configured/);
 });
 
-t.test("vendor refusals are mapped as the lane maps them; nothing is held", async (t) => {
+t.test('vendor refusals are mapped as the lane maps them; nothing is held', async (t) => {
   const { g, k, sim, invariant } = await setup(t);
   for (const [directive, status, code] of [
     ['[[sim:status=400]]', 400, 'upstream_rejected'],

@@ -15,14 +15,23 @@ eachEngine(
   async (t, engine) => {
     const sim = await startAnthropicSimulator({ apiKey: 'sk-ant-disc', maxRecordedRequests: TOTAL + 10 });
     t.teardown(() => sim.close());
-    const g = await startTestGateway(t, { server: { engine }, vendors: { anthropic: { baseUrl: sim.url, apiKey: 'sk-ant-disc' } }, limits: { requestsPerMinute: 100_000 } });
+    const g = await startTestGateway(t, {
+      server: { engine },
+      vendors: { anthropic: { baseUrl: sim.url, apiKey: 'sk-ant-disc' } },
+      limits: { requestsPerMinute: 100_000 },
+    });
     await setLane(g.db.pool, 'messages', true);
     await g.gw.services.state.refresh();
     const k = await g.newKey();
     await g.gw.services.ledger.topUp(k.accountId, 1_000_000, 'test');
 
     const agent = new Agent({ connections: AT_ONCE });
-    const body = JSON.stringify({ model: 'sonnet', max_tokens: 200, stream: true, messages: [{ role: 'user', content: 'go [[sim:tokens=40]] [[sim:pace=1]]' }] });
+    const body = JSON.stringify({
+      model: 'sonnet',
+      max_tokens: 200,
+      stream: true,
+      messages: [{ role: 'user', content: 'go [[sim:tokens=40]] [[sim:pace=1]]' }],
+    });
     const ended = new Promise<void>((resolve) => {
       let n = 0;
       sim.events.on('response-end', () => {
@@ -63,15 +72,30 @@ eachEngine(
     await Promise.all(Array.from({ length: AT_ONCE }, lane));
     t.same(failures, [], 'every request was answered 200 before the client went away');
     if (failures.length > 0) return;
-    const dbg = process.env.DISC_DEBUG ? setInterval(() => console.log('started', started, 'sim', sim.requestCount, 'ends', sim.requests.filter((r) => r.end).length, 'pg', g.gw.services.pool.totalCount, g.gw.services.pool.waitingCount), 1000) : undefined;
+    const dbg = process.env.DISC_DEBUG
+      ? setInterval(
+          () =>
+            console.log(
+              'started',
+              started,
+              'sim',
+              sim.requestCount,
+              'ends',
+              sim.requests.filter((r) => r.end).length,
+              'pg',
+              g.gw.services.pool.totalCount,
+              g.gw.services.pool.waitingCount,
+            ),
+          1000,
+        )
+      : undefined;
     await ended; // the vendor finished every response: none was aborted by the gateway
     if (dbg) clearInterval(dbg);
     const ends = sim.requests.map((r) => r.end);
     t.equal(ends.filter((e) => e === 'complete').length, TOTAL, 'every vendor response ran to completion');
 
     // The settle follows the vendor's last byte; wait for the ledger to catch up, bounded.
-    const count = async () =>
-      (await g.db.pool.query(`SELECT hold_state, count(*)::int AS n FROM requests WHERE key_id = $1 GROUP BY 1`, [k.keyId])).rows;
+    const count = async () => (await g.db.pool.query(`SELECT hold_state, count(*)::int AS n FROM requests WHERE key_id = $1 GROUP BY 1`, [k.keyId])).rows;
     let rows = await count();
     for (let i = 0; i < 200 && !(rows.length === 1 && rows[0].hold_state === 'settled' && rows[0].n === TOTAL); i++) {
       await new Promise((r) => setTimeout(r, 25)); // polling the database, bounded at 5 s

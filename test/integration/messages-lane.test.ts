@@ -1,7 +1,7 @@
 // POST /v1/messages end to end: the official Anthropic SDK -> inkgate -> the Anthropic simulator.
 // Every test ends with the ledger invariant.
 import Anthropic from '@anthropic-ai/sdk';
-import t, { type Test } from "tap";
+import t, { type Test } from 'tap';
 import { request } from 'undici';
 import { textChargeInk } from '../../src/catalog/pricing.js';
 import { writtenRequest, type TestGateway } from '../helpers/gateway.js';
@@ -14,8 +14,7 @@ const VENDOR_KEY = ANTHROPIC_VENDOR_KEY;
 const setup = (t: Test, opts: { enable?: boolean; engine?: EngineName } = {}) => startMessagesStack(t, opts);
 
 const me = async (g: TestGateway, key: string) => (await g.call('GET', '/v1/me', { key })).json;
-const post = (g: TestGateway, key: string, body: unknown, headers: Record<string, string> = {}) =>
-  g.call('POST', '/v1/messages', { key, body, headers });
+const post = (g: TestGateway, key: string, body: unknown, headers: Record<string, string> = {}) => g.call('POST', '/v1/messages', { key, body, headers });
 const user = (text: string) => [{ role: 'user' as const, content: text }];
 
 eachEngine('official SDK: messages.create through inkgate', async (t, engine) => {
@@ -43,7 +42,11 @@ eachEngine('official SDK: messages.create through inkgate', async (t, engine) =>
   t.equal(m.key.ink_charged, charged);
   t.equal(m.key.ink_reserved, 0);
   t.equal(m.ink.balance, 10_000 - charged);
-  t.equal(sim.requests.at(-1)!.body && (sim.requests.at(-1)!.body as any).model, g.gw.services.catalog.text('sonnet')!.vendorModel, 'vendor model id on the wire');
+  t.equal(
+    sim.requests.at(-1)!.body && (sim.requests.at(-1)!.body as any).model,
+    g.gw.services.catalog.text('sonnet')!.vendorModel,
+    'vendor model id on the wire',
+  );
   await invariant();
 });
 
@@ -58,7 +61,10 @@ eachEngine('official SDK: streaming, raw events and messages.stream()', async (t
   }
   t.equal(startModel, 'assistant-opus-5');
   // The SDK's raw iterator hands every event on, ours included, without failing on it.
-  t.same(types.filter((x) => x !== 'content_block_delta' && x !== 'content_block_start' && x !== 'content_block_stop'), ['message_start', 'message_delta', 'message_stop', 'service.usage']);
+  t.same(
+    types.filter((x) => x !== 'content_block_delta' && x !== 'content_block_start' && x !== 'content_block_stop'),
+    ['message_start', 'message_delta', 'message_stop', 'service.usage'],
+  );
 
   const s = client.messages.stream({ model: 'fable', max_tokens: 300, messages: user('Tell me more') });
   const final = await s.finalMessage();
@@ -184,13 +190,18 @@ t.test('a lane that is not enabled answers 503 and touches nothing', async (t) =
 
 t.test('only allow-listed headers reach the vendor, with our key exactly once', async (t) => {
   const { g, k, sim, invariant } = await setup(t);
-  const r = await post(g, k.key, { model: 'sonnet', max_tokens: 20, messages: user('hi'), metadata: { user_id: 'client-chosen' } }, {
-    'x-api-key': 'svc_client_should_not_pass',
-    cookie: 'session=1',
-    'anthropic-version': '1999-01-01',
-    'anthropic-beta': 'output-128k-2025-02-19, prompt-caching-2024-07-31',
-    'x-custom-header': 'nope',
-  });
+  const r = await post(
+    g,
+    k.key,
+    { model: 'sonnet', max_tokens: 20, messages: user('hi'), metadata: { user_id: 'client-chosen' } },
+    {
+      'x-api-key': 'svc_client_should_not_pass',
+      cookie: 'session=1',
+      'anthropic-version': '1999-01-01',
+      'anthropic-beta': 'output-128k-2025-02-19, prompt-caching-2024-07-31',
+      'x-custom-header': 'nope',
+    },
+  );
   t.equal(r.status, 200);
   const h = sim.requests.at(-1)!.headers;
   t.equal(h['x-api-key'], VENDOR_KEY);
@@ -268,7 +279,12 @@ t.test('stream failures: overloaded mid-stream keeps the hold; cut after the rec
   // The official SDK raises it as a typed error.
   const sdkErr = await (async () => {
     try {
-      for await (const _ of await client.messages.create({ model: 'sonnet', max_tokens: 100, stream: true, messages: user('hi [[sim:overloaded-midstream]]') })) {
+      for await (const _ of await client.messages.create({
+        model: 'sonnet',
+        max_tokens: 100,
+        stream: true,
+        messages: user('hi [[sim:overloaded-midstream]]'),
+      })) {
         /* drain */
       }
     } catch (e) {

@@ -23,8 +23,16 @@ t.test('the OpenAPI document is valid 3.1 and matches the routes', async (t) => 
   }
   const routed = new Set(g.gw.routes.map((x) => `${x.method} ${x.pattern.replace(/:([a-z_]+)/g, '{$1}')}`));
   t.ok(routed.size >= 12);
-  t.same([...routed].filter((x) => !documented.has(x)), [], 'every route is documented');
-  t.same([...documented].filter((x) => !routed.has(x)), [], 'every documented operation is routed');
+  t.same(
+    [...routed].filter((x) => !documented.has(x)),
+    [],
+    'every route is documented',
+  );
+  t.same(
+    [...documented].filter((x) => !routed.has(x)),
+    [],
+    'every documented operation is routed',
+  );
 
   // Every error status documented is one the error table gives to one of its codes.
   for (const [path, ops] of Object.entries(doc.paths as Record<string, Record<string, any>>)) {
@@ -38,7 +46,10 @@ t.test('the OpenAPI document is valid 3.1 and matches the routes', async (t) => 
   // The model enums come from the catalogue the lanes use.
   const msgModels = doc.paths['/v1/messages'].post.requestBody.content['application/json'].schema.properties.model.enum as string[];
   t.ok(msgModels.includes('assistant-sonnet-5') && msgModels.includes('sonnet'));
-  t.notOk(msgModels.some((m) => m.startsWith('text-')), 'Messages offers no Responses models');
+  t.notOk(
+    msgModels.some((m) => m.startsWith('text-')),
+    'Messages offers no Responses models',
+  );
 });
 
 t.test('each documented path answers on the router (not a routing 404)', async (t) => {

@@ -53,8 +53,16 @@ t.test('metrics after real traffic, scraped and parsed', async (t) => {
   t.equal(scraped.status, 200);
   t.match(scraped.type, /^text\/plain; version=0\.0\.4/);
   const m = parseExposition(scraped.text);
-  t.equal(m.value('inkgate_http_requests_total', { route: '/v1/models', method: 'GET', status_class: '2xx' }), 3, 'requests by route template and status class');
-  t.equal(m.value('inkgate_http_requests_total', { route: 'unmatched', status_class: '4xx' }), 2, 'paths no route took (/metrics on the public port, /v1/nowhere)');
+  t.equal(
+    m.value('inkgate_http_requests_total', { route: '/v1/models', method: 'GET', status_class: '2xx' }),
+    3,
+    'requests by route template and status class',
+  );
+  t.equal(
+    m.value('inkgate_http_requests_total', { route: 'unmatched', status_class: '4xx' }),
+    2,
+    'paths no route took (/metrics on the public port, /v1/nowhere)',
+  );
   t.equal(m.value('inkgate_http_requests_total', { route: '/v1/me', status_class: '4xx' }), 2, 'the 429s');
   t.equal(m.value('inkgate_http_requests_total', { route: '/v1/messages', method: 'POST', status_class: '2xx' }), 2);
   t.equal(m.value('inkgate_http_request_duration_seconds_count', { route: '/v1/models', status_class: '2xx' }), 3);
@@ -64,15 +72,24 @@ t.test('metrics after real traffic, scraped and parsed', async (t) => {
   t.equal(m.value('inkgate_rate_limit_refusals_total', { scope: 'key' }), 2, 'refusals by scope');
   t.equal(m.value('inkgate_time_to_first_token_seconds_count', { lane: 'messages' }), 1, 'one stream, one first token');
   t.ok(m.sum('inkgate_ink_charged_total', { product: 'messages' }) >= charged && charged > 0, 'Ink charged counted');
-  t.ok(m.sum('inkgate_ink_held_total', { product: 'messages' }) >= m.sum('inkgate_ink_charged_total', { product: 'messages' }), 'held at least what was charged');
+  t.ok(
+    m.sum('inkgate_ink_held_total', { product: 'messages' }) >= m.sum('inkgate_ink_charged_total', { product: 'messages' }),
+    'held at least what was charged',
+  );
   t.ok(m.value('inkgate_ledger_flushes_total') >= 1, 'journal flushes');
   t.ok(m.value('inkgate_ledger_flush_duration_seconds_count') >= 1, 'flush durations');
   t.type(m.value('inkgate_ledger_journal_queue_depth'), 'number');
   t.type(m.value('inkgate_ledger_open_leases'), 'number');
   t.equal(m.value('inkgate_store_scrape_ok'), 1, 'store-wide figures read');
   t.equal(m.value('inkgate_open_holds', { status: 'usage_unknown' }), 0);
-  t.ok(m.samples.some((s) => s.name === 'nodejs_eventloop_lag_p99_seconds'), 'event-loop delay');
-  t.ok(m.samples.some((s) => s.name === 'process_resident_memory_bytes'), 'process metrics');
+  t.ok(
+    m.samples.some((s) => s.name === 'nodejs_eventloop_lag_p99_seconds'),
+    'event-loop delay',
+  );
+  t.ok(
+    m.samples.some((s) => s.name === 'process_resident_memory_bytes'),
+    'process metrics',
+  );
   // Labels stay bounded and secret-free: no key, account or request id anywhere in the exposition.
   for (const needle of [k.key, k.keyId, k.accountId, 'req_']) t.notOk(scraped.text.includes(needle), `no ${needle.slice(0, 8)}... in /metrics`);
 });
@@ -140,7 +157,15 @@ t.test('/readyz fails while Redis does not answer, and recovers', async (t) => {
   const proxy = await startTcpProxy(target.hostname, Number(target.port || 6379));
   t.teardown(() => proxy.close());
   const db = await testDb(t);
-  const cfg = loadConfig({}, { server: { port: 0 }, db: { url: db.url, schema: db.schema }, redis: { url: `redis://127.0.0.1:${proxy.port}`, keyPrefix: `inkgate:${db.schema}:` }, admin: { port: 0, readyTimeoutMs: 500 } });
+  const cfg = loadConfig(
+    {},
+    {
+      server: { port: 0 },
+      db: { url: db.url, schema: db.schema },
+      redis: { url: `redis://127.0.0.1:${proxy.port}`, keyPrefix: `inkgate:${db.schema}:` },
+      admin: { port: 0, readyTimeoutMs: 500 },
+    },
+  );
   const gw = await createGateway(cfg, { log: silentLogger, skipMigrate: true });
   t.teardown(() => gw.close());
   const admin = await serveAdmin(gw, cfg, silentLogger);

@@ -5,8 +5,11 @@ import { startTestGateway } from '../helpers/gateway.js';
 import { testRedisUrl } from '../helpers/env.js';
 import { startPrivateRedis } from '../helpers/redis-server.js';
 
-t.test('per-key limit over HTTP (the suite\'s limiter: ' + (testRedisUrl ? 'Redis' : 'in-process') + ')', async (t) => {
-  const g = await startTestGateway(t, { limits: { requestsPerMinute: 5, publicRequestsPerMinute: 3 }, redis: { url: testRedisUrl, keyPrefix: `t${process.pid}:${Date.now()}:` } });
+t.test("per-key limit over HTTP (the suite's limiter: " + (testRedisUrl ? 'Redis' : 'in-process') + ')', async (t) => {
+  const g = await startTestGateway(t, {
+    limits: { requestsPerMinute: 5, publicRequestsPerMinute: 3 },
+    redis: { url: testRedisUrl, keyPrefix: `t${process.pid}:${Date.now()}:` },
+  });
   t.comment(`limiter kind: ${g.gw.services.limiter.kind}`);
   const a = await g.newKey();
   const b = await g.newKey();
@@ -27,7 +30,10 @@ t.test('per-key limit over HTTP (the suite\'s limiter: ' + (testRedisUrl ? 'Redi
 });
 
 t.test('a keyed call to the public catalogue counts against the key ("every /v1 route counted")', async (t) => {
-  const g = await startTestGateway(t, { limits: { requestsPerMinute: 5, publicRequestsPerMinute: 3 }, redis: { url: testRedisUrl, keyPrefix: `t${process.pid}:${Date.now()}:k:` } });
+  const g = await startTestGateway(t, {
+    limits: { requestsPerMinute: 5, publicRequestsPerMinute: 3 },
+    redis: { url: testRedisUrl, keyPrefix: `t${process.pid}:${Date.now()}:k:` },
+  });
   const c = await g.newKey();
   // The first keyed call is looked up after the address limit let it through (1 of the address's
   // 3); from then on the remembered key counts against the key alone.

@@ -100,7 +100,10 @@ t.test('exactly the limit per key per window, Retry-After until the oldest leave
   const limiter = limiterFor(t, 2000);
   await ready(limiter);
   const a = await takeMany(limiter, 'key:a', 5, 8);
-  t.same(a.slice(0, 5), [4, 3, 2, 1, 0].map((remaining) => ({ allowed: true, remaining })));
+  t.same(
+    a.slice(0, 5),
+    [4, 3, 2, 1, 0].map((remaining) => ({ allowed: true, remaining })),
+  );
   for (const d of a.slice(5)) t.same(d, { allowed: false, retryAfterS: 2 }, 'denied, window is 2 s');
   const b = await takeMany(limiter, 'key:b', 5, 6);
   t.equal(b.filter((d) => d.allowed).length, 5, 'another key has its own 5');
@@ -115,7 +118,11 @@ t.test('the window slides: slots free one window after their own request, not at
   t.equal((await takeMany(limiter, 'k', 5, 3)).filter((d) => d.allowed).length, 2, 'full at 5');
   await delay(2150 - (performance.now() - t0)); // the first 3 have left, the other 2 have not
   const after = await takeMany(limiter, 'k', 5, 4);
-  t.same(after.slice(0, 3), [2, 1, 0].map((remaining) => ({ allowed: true, remaining })), '3 freed slots');
+  t.same(
+    after.slice(0, 3),
+    [2, 1, 0].map((remaining) => ({ allowed: true, remaining })),
+    '3 freed slots',
+  );
   t.same(after[3], { allowed: false, retryAfterS: 1 }, 'the next slot frees in under a second');
 });
 
@@ -123,9 +130,7 @@ t.test('200 parallel takes, limit 60, two instances: exactly 60 allowed', async 
   const one = limiterFor(t, 60_000);
   const two = limiterFor(t, 60_000);
   await Promise.all([ready(one), ready(two)]);
-  const all = await Promise.all(
-    Array.from({ length: 200 }, (_, i) => (i % 2 === 0 ? one : two).take('key:parallel', 60)),
-  );
+  const all = await Promise.all(Array.from({ length: 200 }, (_, i) => (i % 2 === 0 ? one : two).take('key:parallel', 60)));
   const ok = all.filter((d): d is { allowed: true; remaining: number } => d.allowed);
   t.equal(ok.length, 60);
   t.same(
@@ -207,7 +212,10 @@ t.test('paused Redis (SIGSTOP): 503 within 300 ms, nothing counted, recovers on 
     t.equal(first.code, 'rate_limiter_unavailable');
     t.ok(first.ms < BUDGET_MS, `first take answered in ${first.ms.toFixed(1)} ms`);
     const burst = await Promise.all(Array.from({ length: 50 }, () => timedTake(limiter, 'paused')));
-    t.ok(burst.every((r) => r.code === 'rate_limiter_unavailable'), '50 parallel takes: all 503');
+    t.ok(
+      burst.every((r) => r.code === 'rate_limiter_unavailable'),
+      '50 parallel takes: all 503',
+    );
     const worst = Math.max(...burst.map((r) => r.ms));
     t.ok(worst < BUDGET_MS, `50 parallel takes answered within ${worst.toFixed(1)} ms`);
     // Keep asking for longer than the client's socket timeout, so the dead-socket path
@@ -240,7 +248,10 @@ t.test('killed Redis: 503 within 300 ms; restarted on the same port: recovers by
   await server.kill();
   const results: Array<{ ms: number; code: string }> = [];
   for (let i = 0; i < 5; i++) results.push(await timedTake(limiter, 'killed'));
-  t.ok(results.every((r) => r.code === 'rate_limiter_unavailable'), 'all 503');
+  t.ok(
+    results.every((r) => r.code === 'rate_limiter_unavailable'),
+    'all 503',
+  );
   const worst = Math.max(...results.map((r) => r.ms));
   t.ok(worst < BUDGET_MS, `answered within ${worst.toFixed(1)} ms`);
 
@@ -261,7 +272,11 @@ t.test('waitReady: resolves once connected, false within its timeout when Redis 
   await new Promise<void>((r) => probe.listen(0, '127.0.0.1', () => r()));
   const deadPort = (probe.address() as { port: number }).port;
   await new Promise<void>((r) => probe.close(() => r()));
-  const dead = createRateLimiter({ redisUrl: `redis://127.0.0.1:${deadPort}`, redis: { commandTimeoutMs: 200, connectTimeoutMs: 200, keyPrefix: prefix }, onRedisError: () => undefined });
+  const dead = createRateLimiter({
+    redisUrl: `redis://127.0.0.1:${deadPort}`,
+    redis: { commandTimeoutMs: 200, connectTimeoutMs: 200, keyPrefix: prefix },
+    onRedisError: () => undefined,
+  });
   t.teardown(() => dead.close());
   const t0 = performance.now();
   t.equal(await dead.waitReady(300), false, 'not ready');

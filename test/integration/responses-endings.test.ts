@@ -61,7 +61,11 @@ async function burstingVendor(t: Test, sim: OpenAISimulator): Promise<string> {
     const parts: Buffer[] = [];
     req.on('data', (c: Buffer) => parts.push(c));
     req.on('end', async () => {
-      const up = await request(sim.url + '/responses', { method: 'POST', headers: { authorization: req.headers.authorization!, 'content-type': 'application/json' }, body: Buffer.concat(parts) });
+      const up = await request(sim.url + '/responses', {
+        method: 'POST',
+        headers: { authorization: req.headers.authorization!, 'content-type': 'application/json' },
+        body: Buffer.concat(parts),
+      });
       const whole = Buffer.from(await up.body.arrayBuffer());
       res.writeHead(up.statusCode, { 'content-type': String(up.headers['content-type']), 'content-length': String(whole.length) });
       res.end(whole);
@@ -99,7 +103,10 @@ t.test('capped stream read as events (responses.create stream:true) and on the w
     last = ev;
   }
   t.equal(last.type, 'response.incomplete');
-  const text = last.response.output.flatMap((i: any) => (i.type === 'message' ? i.content : [])).map((p: any) => p.text).join('');
+  const text = last.response.output
+    .flatMap((i: any) => (i.type === 'message' ? i.content : []))
+    .map((p: any) => p.text)
+    .join('');
   t.ok(relayed.length > 0);
   t.equal(text, relayed, 'the terminal snapshot carries the relayed text');
   t.equal(last.response.usage, null);
@@ -116,7 +123,10 @@ t.test('capped stream read as events (responses.create stream:true) and on the w
   t.equal(terminal.response.output[0].content[0].type, 'output_text');
   t.same(terminal.response.output[0].content[0].annotations, []);
   const seqs = raw.events.map((e) => JSON.parse(e.data).sequence_number as number);
-  t.ok(seqs.every((n, i) => i === 0 || n > seqs[i - 1]!), 'sequence numbers still increase');
+  t.ok(
+    seqs.every((n, i) => i === 0 || n > seqs[i - 1]!),
+    'sequence numbers still increase',
+  );
   const frame = usageFrame(raw.comments);
   const rec = await writtenRequest(g, frame.request_id);
   t.equal(rec?.hold_state, 'settled');
@@ -151,17 +161,37 @@ t.test('capped stream with a finished reasoning item before the message', async 
 });
 
 t.test('the kept output: escapes, split surrogates, data-only frames, and the chunk that passed the cap', async (t) => {
-  const ev = (type: string, body: Record<string, unknown>, named = true) =>
-    `${named ? `event: ${type}\n` : ''}data: ${JSON.stringify({ type, ...body })}\n\n`;
+  const ev = (type: string, body: Record<string, unknown>, named = true) => `${named ? `event: ${type}\n` : ''}data: ${JSON.stringify({ type, ...body })}\n\n`;
   const delta = (seq: number, d: string, named = true) =>
     ev('response.output_text.delta', { sequence_number: seq, item_id: 'msg_1', output_index: 1, content_index: 0, delta: d, logprobs: [] }, named);
   const tally = new ResponsesUsageTally({ keepOutput: true });
   const chunks = [
-    ev('response.created', { sequence_number: 0, response: { id: 'resp_1', object: 'response', created_at: 1, status: 'in_progress', model: 'm', output: [], usage: null } }) +
-      ev('response.output_item.added', { sequence_number: 1, output_index: 0, item: { id: 'fc_1', type: 'function_call', status: 'in_progress', arguments: '', call_id: 'c', name: 'f' } }) +
-      ev('response.output_item.done', { sequence_number: 2, output_index: 0, item: { id: 'fc_1', type: 'function_call', status: 'completed', arguments: '{"a":1}', call_id: 'c', name: 'f' } }) +
-      ev('response.output_item.added', { sequence_number: 3, output_index: 1, item: { id: 'msg_1', type: 'message', status: 'in_progress', content: [], role: 'assistant' } }) +
-      ev('response.content_part.added', { sequence_number: 4, item_id: 'msg_1', output_index: 1, content_index: 0, part: { type: 'output_text', annotations: [], text: '' } }),
+    ev('response.created', {
+      sequence_number: 0,
+      response: { id: 'resp_1', object: 'response', created_at: 1, status: 'in_progress', model: 'm', output: [], usage: null },
+    }) +
+      ev('response.output_item.added', {
+        sequence_number: 1,
+        output_index: 0,
+        item: { id: 'fc_1', type: 'function_call', status: 'in_progress', arguments: '', call_id: 'c', name: 'f' },
+      }) +
+      ev('response.output_item.done', {
+        sequence_number: 2,
+        output_index: 0,
+        item: { id: 'fc_1', type: 'function_call', status: 'completed', arguments: '{"a":1}', call_id: 'c', name: 'f' },
+      }) +
+      ev('response.output_item.added', {
+        sequence_number: 3,
+        output_index: 1,
+        item: { id: 'msg_1', type: 'message', status: 'in_progress', content: [], role: 'assistant' },
+      }) +
+      ev('response.content_part.added', {
+        sequence_number: 4,
+        item_id: 'msg_1',
+        output_index: 1,
+        content_index: 0,
+        part: { type: 'output_text', annotations: [], text: '' },
+      }),
     delta(5, 'line\n"quoted" é ') + delta(6, '\ud83d'),
     delta(7, '\ude00 end', false),
   ];
@@ -180,7 +210,11 @@ t.test('the kept output: escapes, split surrogates, data-only frames, and the ch
   tally.markOutput();
   tally.feed(
     delta(9000, 'NOT RELAYED') +
-      ev('response.output_item.done', { sequence_number: 9001, output_index: 1, item: { id: 'msg_1', type: 'message', status: 'completed', content: [], role: 'assistant' } }),
+      ev('response.output_item.done', {
+        sequence_number: 9001,
+        output_index: 1,
+        item: { id: 'msg_1', type: 'message', status: 'completed', content: [], role: 'assistant' },
+      }),
   );
   tally.rewindOutput();
   tally.markOutput();
@@ -197,10 +231,23 @@ t.test('the kept output: escapes, split surrogates, data-only frames, and the ch
   // Two message items open at once (deltas interleaved): each delta goes where its indexes say.
   const two = new ResponsesUsageTally({ keepOutput: true });
   const open = (oi: number) =>
-    ev('response.output_item.added', { sequence_number: 0, output_index: oi, item: { id: `msg_${oi}`, type: 'message', status: 'in_progress', content: [], role: 'assistant' } }) +
-    ev('response.content_part.added', { sequence_number: 0, item_id: `msg_${oi}`, output_index: oi, content_index: 0, part: { type: 'output_text', annotations: [], text: '' } });
-  const to = (oi: number, d: string) => ev('response.output_text.delta', { sequence_number: 0, item_id: `msg_${oi}`, output_index: oi, content_index: 0, delta: d });
-  two.feed(chunks[0]!.slice(0, chunks[0]!.indexOf('event: response.output_item.added')) + open(0) + to(0, 'a') + open(1) + to(1, 'x') + to(0, 'b') + to(1, 'y'));
+    ev('response.output_item.added', {
+      sequence_number: 0,
+      output_index: oi,
+      item: { id: `msg_${oi}`, type: 'message', status: 'in_progress', content: [], role: 'assistant' },
+    }) +
+    ev('response.content_part.added', {
+      sequence_number: 0,
+      item_id: `msg_${oi}`,
+      output_index: oi,
+      content_index: 0,
+      part: { type: 'output_text', annotations: [], text: '' },
+    });
+  const to = (oi: number, d: string) =>
+    ev('response.output_text.delta', { sequence_number: 0, item_id: `msg_${oi}`, output_index: oi, content_index: 0, delta: d });
+  two.feed(
+    chunks[0]!.slice(0, chunks[0]!.indexOf('event: response.output_item.added')) + open(0) + to(0, 'a') + open(1) + to(1, 'x') + to(0, 'b') + to(1, 'y'),
+  );
   t.same(
     two.relayedOutput()!.output.map((i: any) => i.content[0].text),
     ['ab', 'xy'],

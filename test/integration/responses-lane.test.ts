@@ -19,7 +19,12 @@ eachEngine('official SDK: responses.create through inkgate', async (t, engine) =
   const u = resp.usage!;
   const expected = textChargeInk(
     'text-6-astra',
-    textUsageFromResponses({ inputTokens: u.input_tokens, cachedTokens: u.input_tokens_details?.cached_tokens ?? 0, cacheWriteTokens: 0, outputTokens: u.output_tokens }),
+    textUsageFromResponses({
+      inputTokens: u.input_tokens,
+      cachedTokens: u.input_tokens_details?.cached_tokens ?? 0,
+      cacheWriteTokens: 0,
+      outputTokens: u.output_tokens,
+    }),
   );
   t.equal(Number(response.headers.get('x-service-ink-charged')), expected);
   t.match(response.headers.get('x-service-request-id'), /^req_/);
@@ -65,7 +70,15 @@ eachEngine('official SDK: stream, responses.stream() + finalResponse(), and the 
   const usage = JSON.parse(raw.events.at(-1)!.data).response.usage;
   t.equal(
     frame.ink_charged,
-    textChargeInk('text-6-astra', textUsageFromResponses({ inputTokens: usage.input_tokens, cachedTokens: usage.input_tokens_details?.cached_tokens ?? 0, cacheWriteTokens: 0, outputTokens: usage.output_tokens })),
+    textChargeInk(
+      'text-6-astra',
+      textUsageFromResponses({
+        inputTokens: usage.input_tokens,
+        cachedTokens: usage.input_tokens_details?.cached_tokens ?? 0,
+        cacheWriteTokens: 0,
+        outputTokens: usage.output_tokens,
+      }),
+    ),
   );
   t.equal((await me(g, k.key)).key.ink_reserved, 0);
   await invariant();
@@ -101,7 +114,10 @@ t.test('failure paths: response.failed, cut streams, vendor statuses', async (t)
   t.equal(last.event, 'error', 'a failed response ends with our error frame');
   t.equal(JSON.parse(last.data).error.code, 'usage_unknown');
   t.equal(failed.events.filter((e) => e.event === 'error').length, 1, "the vendor's error is folded into the one final error event");
-  t.ok(failed.events.some((e) => e.event === 'response.failed'), 'the terminal event is passed on');
+  t.ok(
+    failed.events.some((e) => e.event === 'response.failed'),
+    'the terminal event is passed on',
+  );
   let m = await me(g, k.key);
   t.ok(m.key.ink_reserved > 0, 'no usage receipt: the hold is kept');
 
@@ -142,7 +158,9 @@ t.test('the service visible-output cap stops the reply and charges the hold', as
   t.equal(rec?.charged_ink, frame.ink_charged);
   t.equal(frame.ink_charged, rec?.hold_ink, 'the charge equals the hold');
   // The SDK accepts the capped stream.
-  const final = await client.responses.stream({ model: 'astra', input: 'long reply [[sim:tokens=100]] [[sim:pace=2]]', max_output_tokens: 1000 }).finalResponse();
+  const final = await client.responses
+    .stream({ model: 'astra', input: 'long reply [[sim:tokens=100]] [[sim:pace=2]]', max_output_tokens: 1000 })
+    .finalResponse();
   t.equal(final.status, 'incomplete');
   await invariant();
 });
@@ -179,7 +197,10 @@ t.test('long-context pricing with an upstream that counts characters / 4: charge
     const { data: resp, response } = await client.responses.create({ model: 'astra', input: 'a'.repeat(letters), max_output_tokens: 1000 }).withResponse();
     const u = resp.usage!;
     t.equal(u.input_tokens, tier === 'base' ? 272_000 : 272_001, `${tier}: the upstream's count`);
-    const expected = textChargeInk('text-6-astra', textUsageFromResponses({ inputTokens: u.input_tokens, cachedTokens: 0, cacheWriteTokens: 0, outputTokens: u.output_tokens }));
+    const expected = textChargeInk(
+      'text-6-astra',
+      textUsageFromResponses({ inputTokens: u.input_tokens, cachedTokens: 0, cacheWriteTokens: 0, outputTokens: u.output_tokens }),
+    );
     t.equal(Number(response.headers.get('x-service-ink-charged')), expected, `${tier}: rate x reported usage`);
   }
   const m = await me(g, k.key);

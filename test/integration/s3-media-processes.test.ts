@@ -92,7 +92,11 @@ t.test('two processes, one bucket: an image submitted on one is polled and downl
   await new Ledger(db.pool).topUp(acc.id, 1_000, 'test');
   const auth = { authorization: `Bearer ${k.key}`, 'content-type': 'application/json' };
 
-  const sub = await request(`${one.url}/v1/images/generations`, { method: 'POST', headers: auth, body: JSON.stringify({ model: 'image-1', prompt: 'a lighthouse at dusk' }) });
+  const sub = await request(`${one.url}/v1/images/generations`, {
+    method: 'POST',
+    headers: auth,
+    body: JSON.stringify({ model: 'image-1', prompt: 'a lighthouse at dusk' }),
+  });
   t.equal(sub.statusCode, 202);
   const id = ((await sub.body.json()) as { id: string }).id;
   // A client polls (that is the protocol); bounded, and the state read from the other process.
@@ -112,6 +116,13 @@ t.test('two processes, one bucket: an image submitted on one is polled and downl
   t.equal(part.statusCode, 206);
   t.equal(part.headers['content-range'], `bytes 1-3/${png.length}`);
   t.equal(await part.body.text(), 'PNG');
-  t.same(readdirSync(dirs[0]!).filter((f) => f === 'media'), [], 'nothing under either data directory\'s media');
-  t.same(readdirSync(dirs[1]!).filter((f) => f === 'media'), []);
+  t.same(
+    readdirSync(dirs[0]!).filter((f) => f === 'media'),
+    [],
+    "nothing under either data directory's media",
+  );
+  t.same(
+    readdirSync(dirs[1]!).filter((f) => f === 'media'),
+    [],
+  );
 });

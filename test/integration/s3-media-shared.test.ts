@@ -27,12 +27,15 @@ t.test('one bucket, two gateways: stored by one, served by the other, swept in b
   // Gateway B: the same database schema and bucket, another data directory and S3 client, no job timers.
   const dataDirB = mkdtempSync(join(tmpdir(), 'inkgate-b-'));
   t.teardown(() => rmSync(dataDirB, { recursive: true, force: true }));
-  const cfgB = loadConfig({}, {
-    server: { port: 0, host: '127.0.0.1' },
-    db: { url: h.tg.db.url, schema: h.tg.db.schema },
-    dataDir: dataDirB,
-    vendors: { ark: { baseUrl: h.config.vendors.ark.baseUrl, apiKey: h.config.vendors.ark.apiKey } },
-  });
+  const cfgB = loadConfig(
+    {},
+    {
+      server: { port: 0, host: '127.0.0.1' },
+      db: { url: h.tg.db.url, schema: h.tg.db.schema },
+      dataDir: dataDirB,
+      vendors: { ark: { baseUrl: h.config.vendors.ark.baseUrl, apiKey: h.config.vendors.ark.apiKey } },
+    },
+  );
   const b = await createGateway(cfgB, {
     log: silentLogger,
     skipMigrate: true,
@@ -60,9 +63,9 @@ t.test('one bucket, two gateways: stored by one, served by the other, swept in b
   const tail = await request(g.video.url, { headers: { range: 'bytes=-100' } });
   t.equal(tail.statusCode, 206);
   t.ok(Buffer.from(await tail.body.arrayBuffer()).equals(fixture.subarray(fixture.length - 100)));
-  t.ok(viaB.seen.length > seenBefore, 'through B\'s own S3 client');
-  t.notOk(existsSync(join(dataDirB, 'media')), 'nothing in B\'s data directory');
-  t.notOk(existsSync(join(h.config.dataDir, 'media')), 'nothing in A\'s data directory');
+  t.ok(viaB.seen.length > seenBefore, "through B's own S3 client");
+  t.notOk(existsSync(join(dataDirB, 'media')), "nothing in B's data directory");
+  t.notOk(existsSync(join(h.config.dataDir, 'media')), "nothing in A's data directory");
 
   // Past the retention, B's sweep deletes all three objects in one DeleteObjects call.
   h.advance(7 * 86_400_000 + 1);

@@ -30,14 +30,21 @@ t.before(async () => {
 });
 
 const CONTRACT_MAX_BYTES = 6 * MiB;
-mediaStoreContract(t, 's3', () => s3.store('inkgate-media', { maxObjectBytes: CONTRACT_MAX_BYTES }), { maxObjectBytes: CONTRACT_MAX_BYTES, emptyObjectRanges: false });
+mediaStoreContract(t, 's3', () => s3.store('inkgate-media', { maxObjectBytes: CONTRACT_MAX_BYTES }), {
+  maxObjectBytes: CONTRACT_MAX_BYTES,
+  emptyObjectRanges: false,
+});
 
 t.test('multipart: an upload above the part size goes in parts, reads back, and ranges reach into the last part', async (t) => {
   const proxy = await recordingProxy(t, s3.port);
   const store = s3.store('inkgate-media', { endpoint: proxy.endpoint });
   const parts = Array.from({ length: 12 }, (_, i) => Buffer.alloc(MiB, i + 1));
   t.same(await store.put('video/multi.mp4', Readable.from(parts), 'video/mp4'), { sizeBytes: 12 * MiB });
-  t.same(proxy.seen, ['POST uploads', 'PUT partNumber&uploadId', 'PUT partNumber&uploadId', 'PUT partNumber&uploadId', 'POST uploadId'], 'create, three parts of 5, 5 and 2 MiB, complete');
+  t.same(
+    proxy.seen,
+    ['POST uploads', 'PUT partNumber&uploadId', 'PUT partNumber&uploadId', 'PUT partNumber&uploadId', 'POST uploadId'],
+    'create, three parts of 5, 5 and 2 MiB, complete',
+  );
   const o = (await store.open('video/multi.mp4'))!;
   t.equal(o.sizeBytes, 12 * MiB);
   t.equal(o.contentType, 'video/mp4', 'the type set when the upload was created');
@@ -79,19 +86,24 @@ async function boundedUpload(t: Test, store: MediaStore, key: string): Promise<v
   const before = process.memoryUsage();
   let peak = 0;
   let peakRss = 0;
-  const source = Readable.from((function* () {
-    for (let made = 0; made < total; made += chunk) {
-      if (made % (4 * MiB) === 0) {
-        gc();
-        const m = process.memoryUsage();
-        peak = Math.max(peak, m.arrayBuffers - before.arrayBuffers);
-        peakRss = Math.max(peakRss, m.rss - before.rss);
+  const source = Readable.from(
+    (function* () {
+      for (let made = 0; made < total; made += chunk) {
+        if (made % (4 * MiB) === 0) {
+          gc();
+          const m = process.memoryUsage();
+          peak = Math.max(peak, m.arrayBuffers - before.arrayBuffers);
+          peakRss = Math.max(peakRss, m.rss - before.rss);
+        }
+        yield Buffer.alloc(chunk, made / chunk);
       }
-      yield Buffer.alloc(chunk, made / chunk);
-    }
-  })());
+    })(),
+  );
   t.same(await store.put(key, source, 'video/mp4'), { sizeBytes: total });
-  t.ok(peak < 48 * MiB, `live buffers grew at most ${(peak / MiB).toFixed(1)} MiB during a ${total / MiB} MiB upload (RSS grew at most ${(peakRss / MiB).toFixed(1)} MiB)`);
+  t.ok(
+    peak < 48 * MiB,
+    `live buffers grew at most ${(peak / MiB).toFixed(1)} MiB during a ${total / MiB} MiB upload (RSS grew at most ${(peakRss / MiB).toFixed(1)} MiB)`,
+  );
   const tail = (await store.open(key, { start: total - 4 }))!;
   t.ok((await readAll(tail.stream)).equals(Buffer.alloc(4, total / chunk - 1)), 'the last bytes read back');
   await store.delete(key);
@@ -147,12 +159,23 @@ t.test('a store that stops answering: every call fails within its bound instead 
 t.test('config: INKGATE_MEDIA_STORE=s3 and the INKGATE_S3_* variables build an S3 store', async (t) => {
   t.throws(() => loadConfig({ INKGATE_MEDIA_STORE: 's3' }), /INKGATE_S3_BUCKET/);
   t.throws(() => loadConfig({ INKGATE_MEDIA_STORE: 'gcs' }), /invalid configuration/);
-  t.throws(() => loadConfig({ INKGATE_MEDIA_STORE: 's3', INKGATE_S3_BUCKET: 'b-1', INKGATE_S3_ENDPOINT: 'http://user:pw@127.0.0.1:9000' }), /without credentials/);
+  t.throws(
+    () => loadConfig({ INKGATE_MEDIA_STORE: 's3', INKGATE_S3_BUCKET: 'b-1', INKGATE_S3_ENDPOINT: 'http://user:pw@127.0.0.1:9000' }),
+    /without credentials/,
+  );
   const cfg = loadConfig({
-    INKGATE_MEDIA_STORE: 's3', INKGATE_S3_BUCKET: 'inkgate-media', INKGATE_S3_ENDPOINT: s3.endpoint, INKGATE_S3_REGION: 'auto',
-    INKGATE_S3_PREFIX: 'prod/media', INKGATE_S3_FORCE_PATH_STYLE: '1', INKGATE_S3_PRESIGNED_REDIRECT: '1',
+    INKGATE_MEDIA_STORE: 's3',
+    INKGATE_S3_BUCKET: 'inkgate-media',
+    INKGATE_S3_ENDPOINT: s3.endpoint,
+    INKGATE_S3_REGION: 'auto',
+    INKGATE_S3_PREFIX: 'prod/media',
+    INKGATE_S3_FORCE_PATH_STYLE: '1',
+    INKGATE_S3_PRESIGNED_REDIRECT: '1',
   });
-  t.match(cfg.media, { store: 's3', s3: { bucket: 'inkgate-media', endpoint: s3.endpoint, region: 'auto', prefix: 'prod/media/', forcePathStyle: true, presignedRedirect: true } });
+  t.match(cfg.media, {
+    store: 's3',
+    s3: { bucket: 'inkgate-media', endpoint: s3.endpoint, region: 'auto', prefix: 'prod/media/', forcePathStyle: true, presignedRedirect: true },
+  });
   const store = await configuredMediaStore(cfg);
   t.teardown(() => store.close?.());
   t.ok(store instanceof S3MediaStore);

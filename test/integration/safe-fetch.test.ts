@@ -76,13 +76,34 @@ const table: Record<string, string[]> = {
   'empty.example.com': [],
 };
 const blockedAnswers: Record<string, string> = {
-  '::1': 'loopback', '::ffff:127.0.0.1': 'ipv4-mapped:loopback', '::ffff:8.8.8.8': 'ipv4-mapped:public',
-  '::127.0.0.1': 'ipv4-compatible:loopback', '64:ff9b::7f00:1': 'nat64', '64:ff9b:1::1': 'nat64-local',
-  '169.254.169.254': 'link-local', '10.0.0.1': 'private', '172.16.0.1': 'private', '192.168.1.1': 'private',
-  '100.64.0.1': 'cgnat', '0.0.0.0': 'this-network', '::': 'unspecified', 'fe80::1': 'link-local', 'fd00::1': 'private',
-  '2002:7f00:1::': '6to4', '2001::1': 'teredo', 'fec0::1': 'site-local', '100::1': 'discard-only', '224.0.0.1': 'multicast',
-  'ff02::1': 'multicast', '255.255.255.255': 'broadcast', '240.0.0.1': 'reserved', '198.18.0.1': 'benchmarking',
-  '192.0.2.1': 'documentation', 'fe80::1%lo': 'scoped', 'not-an-ip': 'unparseable', '127.1': 'unparseable',
+  '::1': 'loopback',
+  '::ffff:127.0.0.1': 'ipv4-mapped:loopback',
+  '::ffff:8.8.8.8': 'ipv4-mapped:public',
+  '::127.0.0.1': 'ipv4-compatible:loopback',
+  '64:ff9b::7f00:1': 'nat64',
+  '64:ff9b:1::1': 'nat64-local',
+  '169.254.169.254': 'link-local',
+  '10.0.0.1': 'private',
+  '172.16.0.1': 'private',
+  '192.168.1.1': 'private',
+  '100.64.0.1': 'cgnat',
+  '0.0.0.0': 'this-network',
+  '::': 'unspecified',
+  'fe80::1': 'link-local',
+  'fd00::1': 'private',
+  '2002:7f00:1::': '6to4',
+  '2001::1': 'teredo',
+  'fec0::1': 'site-local',
+  '100::1': 'discard-only',
+  '224.0.0.1': 'multicast',
+  'ff02::1': 'multicast',
+  '255.255.255.255': 'broadcast',
+  '240.0.0.1': 'reserved',
+  '198.18.0.1': 'benchmarking',
+  '192.0.2.1': 'documentation',
+  'fe80::1%lo': 'scoped',
+  'not-an-ip': 'unparseable',
+  '127.1': 'unparseable',
 };
 const resolverCalls: string[] = [];
 const resolver = async (host: string): Promise<string[]> => {
@@ -113,7 +134,8 @@ async function refusal(t: Test, p: Promise<unknown>, reason: RegExp, label: stri
     // What was learnt on the network is in `detail` (for the log) only; the client's message is one for all.
     const why = e instanceof FetchRefusal ? e.detail : e.message;
     t.match(why, reason, `${label}: ${why}`);
-    if (e instanceof FetchRefusal) t.equal(e.message, '`first_frame_url` could not be fetched: it must be a public https URL that answers with the file.', `${label}: one message`);
+    if (e instanceof FetchRefusal)
+      t.equal(e.message, '`first_frame_url` could not be fetched: it must be a public https URL that answers with the file.', `${label}: one message`);
     return e;
   }
 }
@@ -141,8 +163,12 @@ t.test('the system resolver reaches localhost when (and only when) it is allow-l
   const r = await safeFetch(new URL(`https://localhost:${P}/ok`), { ...noResolver, allowList: new Set([`localhost:${P}`]) });
   t.equal(r.bytes?.toString(), 'hello');
   await refusal(t, safeFetch(new URL(`https://localhost:${C}/ok`), noResolver), /local or special-use/, 'localhost without allow-list');
-  await refusal(t, safeFetch(new URL(`https://localhost:${P}/ok`), { ...noResolver, allowList: new Set([`localhost:${P + 1}`]) }),
-    /local or special-use/, 'allow-list is per port');
+  await refusal(
+    t,
+    safeFetch(new URL(`https://localhost:${P}/ok`), { ...noResolver, allowList: new Set([`localhost:${P + 1}`]) }),
+    /local or special-use/,
+    'allow-list is per port',
+  );
 });
 
 t.test('an allow-listed IP literal is dialled directly and checked against the certificate IP', async (t) => {
@@ -161,12 +187,36 @@ t.test('normal certificate verification stays on under the allow-list', async (t
   const { ca: _ca, ...noCa } = base;
   await refusal(t, safeFetch(good('/ok'), { ...noCa, allowList: allow }), /TLS verification failed/, 'self-signed, no ca');
   const other = new URL(`https://other.example.com:${P}/ok`);
-  await refusal(t, safeFetch(other, { ...base, allowList: new Set([`other.example.com:${P}`]) }), /TLS verification failed \(ERR_TLS_CERT_ALTNAME_INVALID\)/, 'name not in the certificate');
+  await refusal(
+    t,
+    safeFetch(other, { ...base, allowList: new Set([`other.example.com:${P}`]) }),
+    /TLS verification failed \(ERR_TLS_CERT_ALTNAME_INVALID\)/,
+    'name not in the certificate',
+  );
 });
 
 t.test('SSRF: IP literals in every spelling, aimed at the canary', async (t) => {
-  for (const host of ['127.0.0.1', '2130706433', '0x7f000001', '0x7f.1', '0177.0.0.1', '127.1', '127.0.0.1.', '[::1]', '[::ffff:127.0.0.1]',
-    '[::ffff:7f00:1]', '[::127.0.0.1]', '[64:ff9b::7f00:1]', '[2002:7f00:1::]', '0', '[::]', '169.254.169.254', '0xa9fea9fe', '10.1', '[fe80::1]']) {
+  for (const host of [
+    '127.0.0.1',
+    '2130706433',
+    '0x7f000001',
+    '0x7f.1',
+    '0177.0.0.1',
+    '127.1',
+    '127.0.0.1.',
+    '[::1]',
+    '[::ffff:127.0.0.1]',
+    '[::ffff:7f00:1]',
+    '[::127.0.0.1]',
+    '[64:ff9b::7f00:1]',
+    '[2002:7f00:1::]',
+    '0',
+    '[::]',
+    '169.254.169.254',
+    '0xa9fea9fe',
+    '10.1',
+    '[fe80::1]',
+  ]) {
     const url = new URL(`https://${host}:${C}/x`);
     await refusal(t, safeFetch(url, base), /the host is a blocked address/, host);
   }
@@ -193,8 +243,7 @@ t.test('SSRF: one public and one private answer is refused', async (t) => {
 t.test('SSRF: DNS rebinding (public at check time, loopback at connect time) is refused at connect time', async (t) => {
   let calls = 0;
   const rebinding = async (): Promise<string[]> => (++calls === 1 ? [UNALLOCATED_PUBLIC] : ['127.0.0.1']);
-  await refusal(t, safeFetch(new URL(`https://rebind.example.com:${C}/x`), { ...base, resolver: rebinding }),
-    /blocked address \(loopback\)/, 'rebinding');
+  await refusal(t, safeFetch(new URL(`https://rebind.example.com:${C}/x`), { ...base, resolver: rebinding }), /blocked address \(loopback\)/, 'rebinding');
   t.equal(calls, 2, 'resolved once to vet, once more inside the connect');
 });
 
@@ -244,8 +293,12 @@ t.test('bounded time', async (t) => {
     t.ok(took >= 290 && took < 3000, `${path}: gave up after ${Math.round(took)} ms`);
   }
   const hangingResolver = (): Promise<string[]> => new Promise(() => undefined);
-  await refusal(t, safeFetch(new URL(`https://slow-dns.example.com:${C}/x`), { ...base, timeoutMs: 200, resolver: hangingResolver }),
-    /no complete answer within 200 ms/, 'hanging resolver');
+  await refusal(
+    t,
+    safeFetch(new URL(`https://slow-dns.example.com:${C}/x`), { ...base, timeoutMs: 200, resolver: hangingResolver }),
+    /no complete answer within 200 ms/,
+    'hanging resolver',
+  );
 });
 
 t.test('other failures', async (t) => {

@@ -86,8 +86,11 @@ t.test('the line diff shows what differs, and nothing when nothing does', async 
   t.equal(lineDiff('a\nb\nc', 'a\nc'), '@@ -1,3 +1,2 @@\n a\n-b\n c');
   t.equal(lineDiff('a\nb', 'a\nB\nb', 10), '@@ -10,2 +10,3 @@\n a\n+B\n b');
   const far = ['x', ...'0123456789'.split(''), 'y'];
-  t.equal(lineDiff(far.join('\n'), ['X', ...far.slice(1, -1), 'Y'].join('\n')),
-    '@@ -1,4 +1,4 @@\n-x\n+X\n 0\n 1\n 2\n@@ -9,4 +9,4 @@\n 7\n 8\n 9\n-y\n+Y', 'two hunks, each with its line numbers');
+  t.equal(
+    lineDiff(far.join('\n'), ['X', ...far.slice(1, -1), 'Y'].join('\n')),
+    '@@ -1,4 +1,4 @@\n-x\n+X\n 0\n 1\n 2\n@@ -9,4 +9,4 @@\n 7\n 8\n 9\n-y\n+Y',
+    'two hunks, each with its line numbers',
+  );
 });
 
 t.test('src/store/schema.sql is what the migrations build', async (t) => {

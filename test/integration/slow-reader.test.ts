@@ -35,9 +35,24 @@ function bigStreamVendor(): { server: Server; produced: () => number; stalled: P
       await once(res, 'drain');
       clearTimeout(timer);
     };
-    await write(frame('message_start', { type: 'message_start', message: { id: 'msg_big', type: 'message', role: 'assistant', model: 'assistant-sonnet-5', content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: 10, output_tokens: 1 } } }));
+    await write(
+      frame('message_start', {
+        type: 'message_start',
+        message: {
+          id: 'msg_big',
+          type: 'message',
+          role: 'assistant',
+          model: 'assistant-sonnet-5',
+          content: [],
+          stop_reason: null,
+          stop_sequence: null,
+          usage: { input_tokens: 10, output_tokens: 1 },
+        },
+      }),
+    );
     await write(frame('content_block_start', { type: 'content_block_start', index: 0, content_block: { type: 'text', text: '' } }));
-    for (let i = 0; i < DELTAS; i++) await write(frame('content_block_delta', { type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: DELTA_TEXT } }));
+    for (let i = 0; i < DELTAS; i++)
+      await write(frame('content_block_delta', { type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: DELTA_TEXT } }));
     await write(frame('content_block_stop', { type: 'content_block_stop', index: 0 }));
     await write(frame('message_delta', { type: 'message_delta', delta: { stop_reason: 'end_turn', stop_sequence: null }, usage: { output_tokens: DELTAS } }));
     await write(frame('message_stop', { type: 'message_stop' }));
@@ -70,11 +85,16 @@ eachEngine('a client that stops reading: backpressure reaches the vendor, nothin
     chunks.push(d);
     s.pause(); // the first bytes (the head) read, the client stops reading
   });
-  s.write(`POST /v1/messages HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${k.key}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
+  s.write(
+    `POST /v1/messages HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${k.key}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+  );
 
   await Promise.race([vendor.stalled, vendor.done]);
   const gap = vendor.produced() - consumed;
-  t.ok(gap <= BOUND_BYTES, `the vendor stalled with ${(gap / 1048576).toFixed(1)} MiB not yet read by the client (bound ${BOUND_BYTES / 1048576} MiB of ${((DELTAS * DELTA_TEXT.length) / 1048576).toFixed(0)} MiB)`);
+  t.ok(
+    gap <= BOUND_BYTES,
+    `the vendor stalled with ${(gap / 1048576).toFixed(1)} MiB not yet read by the client (bound ${BOUND_BYTES / 1048576} MiB of ${((DELTAS * DELTA_TEXT.length) / 1048576).toFixed(0)} MiB)`,
+  );
 
   // Reading again: the rest arrives, whole and in order.
   s.removeAllListeners('data');

@@ -61,7 +61,11 @@ t.test('every file defines the one function it is named after, and only it', asy
 t.test('a fresh database records every file; a second run applies nothing; a changed text is applied once', async (t) => {
   const db = await testDb(t);
   const recorded = await db.pool.query<{ name: string; sha256: string }>('SELECT name, sha256 FROM schema_functions ORDER BY name COLLATE "C"');
-  t.same(recorded.rows, listFunctionFiles().map((f) => ({ name: f.name, sha256: f.sha256 })), 'each file with its SHA-256');
+  t.same(
+    recorded.rows,
+    listFunctionFiles().map((f) => ({ name: f.name, sha256: f.sha256 })),
+    'each file with its SHA-256',
+  );
   t.same(await migrateAll(db.pool, db.schema), { migrations: [], functions: [], functionsSkipped: false }, 'unchanged: nothing applied');
 
   const dir = functionsCopy(t);
@@ -78,12 +82,16 @@ t.test('a signature change drops the old one; a failing file applies nothing of 
   const dir = functionsCopy(t);
   writeFileSync(join(dir, 'zz_probe.sql'), 'CREATE OR REPLACE FUNCTION zz_probe(a integer) RETURNS integer LANGUAGE sql AS $$ SELECT a $$;\n');
   t.same((await migrateAll(db.pool, db.schema, { functionsDir: dir })).functions, ['zz_probe']);
-  writeFileSync(join(dir, 'zz_probe.sql'),
-    'DROP FUNCTION IF EXISTS zz_probe(integer);\nCREATE OR REPLACE FUNCTION zz_probe(a integer, b integer) RETURNS integer LANGUAGE sql AS $$ SELECT a + b $$;\n');
+  writeFileSync(
+    join(dir, 'zz_probe.sql'),
+    'DROP FUNCTION IF EXISTS zz_probe(integer);\nCREATE OR REPLACE FUNCTION zz_probe(a integer, b integer) RETURNS integer LANGUAGE sql AS $$ SELECT a + b $$;\n',
+  );
   t.same((await migrateAll(db.pool, db.schema, { functionsDir: dir })).functions, ['zz_probe']);
   const { rows } = await db.pool.query<{ args: string }>(
     `SELECT pg_get_function_identity_arguments(p.oid) AS args FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-      WHERE n.nspname = $1 AND p.proname = 'zz_probe'`, [db.schema]);
+      WHERE n.nspname = $1 AND p.proname = 'zz_probe'`,
+    [db.schema],
+  );
   t.same(rows, [{ args: 'a integer, b integer' }], 'one signature left, the new one');
 
   markBody(dir, 'ledger_recall', 'in a failed set');
@@ -122,15 +130,18 @@ t.test('every function re-applied on a live database under billed load: no reque
   t.teardown(() => anthropic.close());
   await setLane(db.pool, 'messages', true);
   const gateway = async (name: string, ledger: DeepPartial<Config['ledger']>): Promise<Gateway> => {
-    const config = loadConfig({}, {
-      server: { host: '127.0.0.1', port: 0 },
-      db: { url: db.url, schema: db.schema },
-      redis: { url: null },
-      // The load is many requests a minute on one key; the per-key limit is not under test here.
-      limits: { requestsPerMinute: 1_000_000 },
-      vendors: { anthropic: { baseUrl: anthropic.url, apiKey: VENDOR_KEY } },
-      ledger: { instanceId: `${name}-${db.schema}`, ...ledger },
-    });
+    const config = loadConfig(
+      {},
+      {
+        server: { host: '127.0.0.1', port: 0 },
+        db: { url: db.url, schema: db.schema },
+        redis: { url: null },
+        // The load is many requests a minute on one key; the per-key limit is not under test here.
+        limits: { requestsPerMinute: 1_000_000 },
+        vendors: { anthropic: { baseUrl: anthropic.url, apiKey: VENDOR_KEY } },
+        ledger: { instanceId: `${name}-${db.schema}`, ...ledger },
+      },
+    );
     const gw = await createGateway(config, { log: silentLogger, skipMigrate: true, exit: (code) => t.fail(`${name} exited ${code}`) });
     t.teardown(() => gw.close());
     return gw;
@@ -147,10 +158,11 @@ t.test('every function re-applied on a live database under billed load: no reque
   let inFlight = 0;
   let stop = false;
   let waiter: { g: number; n: number; wake: () => void } | undefined;
-  const reached = (g: number, n: number) => new Promise<void>((wake) => {
-    if (done[g]! >= n) wake();
-    else waiter = { g, n, wake };
-  });
+  const reached = (g: number, n: number) =>
+    new Promise<void>((wake) => {
+      if (done[g]! >= n) wake();
+      else waiter = { g, n, wake };
+    });
   const loop = async (g: number, l: number) => {
     for (let i = 0; !stop; i++) {
       inFlight++;
@@ -202,7 +214,9 @@ t.test('every function re-applied on a live database under billed load: no reque
   // Every answer's charge is what Postgres recorded once the journals are written.
   for (const gw of gws) await gw.close();
   const { rows } = await db.pool.query<{ id: string; hold_state: string; charged_ink: string }>(
-    'SELECT id, hold_state, charged_ink FROM requests WHERE id = ANY($1)', [[...told.keys()]]);
+    'SELECT id, hold_state, charged_ink FROM requests WHERE id = ANY($1)',
+    [[...told.keys()]],
+  );
   t.equal(rows.length, told.size, 'every billed request was written');
   const wrong = rows.filter((r) => r.hold_state !== 'settled' || Number(r.charged_ink) !== told.get(r.id));
   t.same(wrong, [], 'each settled at the charge its client was told');

@@ -10,11 +10,20 @@ import { call } from '../helpers/gateway.js';
 
 const root = new URL('../..', import.meta.url).pathname;
 
-function start(dataDir: string, o: { args?: string[]; configFile?: string; env?: Record<string, string> } = {}): Promise<{ child: ChildProcess; url: string; output: () => string }> {
+function start(
+  dataDir: string,
+  o: { args?: string[]; configFile?: string; env?: Record<string, string> } = {},
+): Promise<{ child: ChildProcess; url: string; output: () => string }> {
   const env: Record<string, string> = {};
-  for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !['DATABASE_URL', 'REDIS_URL', 'INKGATE_CONFIG'].includes(k) && !k.startsWith('INKGATE_')) env[k] = v;
+  for (const [k, v] of Object.entries(process.env))
+    if (v !== undefined && !['DATABASE_URL', 'REDIS_URL', 'INKGATE_CONFIG'].includes(k) && !k.startsWith('INKGATE_')) env[k] = v;
   // Admin port 0: the default 9464 may be taken by another gateway on the machine, or by tap's other job.
-  Object.assign(env, { INKGATE_DATA_DIR: dataDir, INKGATE_PORT: '0', INKGATE_ADMIN_PORT: '0' }, o.configFile ? { INKGATE_CONFIG: o.configFile } : {}, o.env ?? {});
+  Object.assign(
+    env,
+    { INKGATE_DATA_DIR: dataDir, INKGATE_PORT: '0', INKGATE_ADMIN_PORT: '0' },
+    o.configFile ? { INKGATE_CONFIG: o.configFile } : {},
+    o.env ?? {},
+  );
   const child = spawn(process.execPath, [join(root, 'bin/start.js'), ...(o.args ?? [])], { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
   return new Promise((resolve, reject) => {
@@ -90,8 +99,13 @@ t.test('SIGTERM with the embedded Postgres: the journal is written before the cl
   const configFile = join(dir, 'config.json');
   writeFileSync(configFile, JSON.stringify({ ledger: { flushMs: 10_000 } }));
   const a = await start(dir, { args: ['--demo'], configFile });
-  const started = a.output().split('\n').find((l) => l.includes('"msg":"demo.vendors_started"')) ?? '';
-  for (const sim of ['anthropic', 'openai', 'ark', 'gemini']) t.match(started, new RegExp(`"${sim}":"http`), `the demo's start-up log lists the ${sim} simulator`);
+  const started =
+    a
+      .output()
+      .split('\n')
+      .find((l) => l.includes('"msg":"demo.vendors_started"')) ?? '';
+  for (const sim of ['anthropic', 'openai', 'ark', 'gemini'])
+    t.match(started, new RegExp(`"${sim}":"http`), `the demo's start-up log lists the ${sim} simulator`);
   const key = readFileSync(join(dir, 'demo-key'), 'utf8').trim();
   const r = await call(a.url, 'POST', '/v1/messages', { key, body: { model: 'sonnet', max_tokens: 50, messages: [{ role: 'user', content: 'hello' }] } });
   t.equal(r.status, 200, r.status === 200 ? 'the request is answered' : r.text);
@@ -112,4 +126,3 @@ t.test('SIGTERM with the embedded Postgres: the journal is written before the cl
   t.equal(me.json.key.ink_charged, charged, 'the charge told before SIGTERM is in Postgres after the restart');
   t.equal(me.json.key.ink_reserved, 0, 'no hold left open');
 });
-

@@ -16,7 +16,11 @@ t.test('two instances migrating at once are serialised by the advisory lock', as
   await dropSchema(db.pool, db.schema);
   const [a, b] = await Promise.all([migrate(db.pool, db.schema), migrate(db.pool, db.schema)]);
   t.ok((a.length === 0) !== (b.length === 0), 'exactly one of them applied the migrations');
-  t.same([...a, ...b].sort((x, y) => x - y), listMigrations().map((m) => m.version), 'every migration applied exactly once');
+  t.same(
+    [...a, ...b].sort((x, y) => x - y),
+    listMigrations().map((m) => m.version),
+    'every migration applied exactly once',
+  );
 });
 
 t.test('the wallet invariant is a constraint the database enforces', async (t) => {
@@ -55,7 +59,11 @@ t.test("migrations are not cut by the pool's hot-path query timeout", async (t) 
   const schema = db.schema + '_tight';
   t.teardown(() => dropSchema(db.pool, schema));
   const applied = await migrate(tight, schema);
-  t.same(applied, listMigrations().map((m) => m.version), 'every migration applied');
+  t.same(
+    applied,
+    listMigrations().map((m) => m.version),
+    'every migration applied',
+  );
   // The pool's own queries keep its tight timeout: one that sleeps is cut.
   await t.rejects(tight.query('SELECT pg_sleep(0.5)'), /timeout/i);
 });

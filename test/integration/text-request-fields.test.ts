@@ -24,7 +24,13 @@ async function checkLane(t: Test, g: TestGateway, key: string, route: string, ta
   const doc = (await g.call('GET', '/v1/openapi.json')).json;
   const schema = doc.paths[route].post.requestBody.content['application/json'].schema;
   t.same(Object.keys(schema.properties).sort(), Object.keys(table).sort(), `${route}: the OpenAPI fields are the table's`);
-  t.same([...schema.required].sort(), Object.keys(table).filter((k) => table[k]!.required).sort(), `${route}: required as in the table`);
+  t.same(
+    [...schema.required].sort(),
+    Object.keys(table)
+      .filter((k) => table[k]!.required)
+      .sort(),
+    `${route}: required as in the table`,
+  );
   t.equal(schema.additionalProperties, false);
 
   const expectRefusal = async (body: Record<string, unknown>, code: string, param: string, what: string) => {
@@ -35,10 +41,19 @@ async function checkLane(t: Test, g: TestGateway, key: string, route: string, ta
   };
   for (const [field, rule] of Object.entries(table)) {
     await expectRefusal({ ...valid, [field]: wrongTypeFor(rule) }, rule.code ?? 'invalid_type', field, `${route} ${field} of a wrong type`);
-    if (rule.items !== undefined) await expectRefusal({ ...valid, [field]: [wrongTypeFor({ types: [rule.items.type], expect: '' })] }, rule.code ?? 'invalid_type', `${field}.0`, `${route} ${field} item of a wrong type`);
-    if (rule.enum !== undefined) await expectRefusal({ ...valid, [field]: 'not-a-listed-value' }, rule.code ?? 'invalid_enum', field, `${route} ${field} outside its enum`);
-    if (rule.minimum !== undefined) await expectRefusal({ ...valid, [field]: rule.minimum - 1 }, rule.code ?? 'invalid_value', field, `${route} ${field} below its minimum`);
-    if (rule.maximum !== undefined) await expectRefusal({ ...valid, [field]: rule.maximum + 1 }, rule.code ?? 'invalid_value', field, `${route} ${field} above its maximum`);
+    if (rule.items !== undefined)
+      await expectRefusal(
+        { ...valid, [field]: [wrongTypeFor({ types: [rule.items.type], expect: '' })] },
+        rule.code ?? 'invalid_type',
+        `${field}.0`,
+        `${route} ${field} item of a wrong type`,
+      );
+    if (rule.enum !== undefined)
+      await expectRefusal({ ...valid, [field]: 'not-a-listed-value' }, rule.code ?? 'invalid_enum', field, `${route} ${field} outside its enum`);
+    if (rule.minimum !== undefined)
+      await expectRefusal({ ...valid, [field]: rule.minimum - 1 }, rule.code ?? 'invalid_value', field, `${route} ${field} below its minimum`);
+    if (rule.maximum !== undefined)
+      await expectRefusal({ ...valid, [field]: rule.maximum + 1 }, rule.code ?? 'invalid_value', field, `${route} ${field} above its maximum`);
     if (rule.modelMaximum) {
       const max = schema.properties[field].maximum as number;
       await expectRefusal({ ...valid, [field]: max + 1 }, 'too_large', field, `${route} ${field} above the models' maximum`);
@@ -63,7 +78,10 @@ t.test('Messages: the field table is the validator and the reference', async (t)
   const replyFields: Record<string, unknown> = { max_tokens: 10, stream: false, metadata: {}, temperature: 0.5, stop_sequences: [] };
   for (const [field, value] of Object.entries(replyFields)) {
     t.ok(field in MESSAGES_FIELDS && !(field in COUNT_TOKENS_FIELDS), `${field}: a Messages field the count does not take`);
-    const r = await g.call('POST', '/v1/messages/count_tokens', { key: k.key, body: { model: 'sonnet', messages: [{ role: 'user', content: 'hi' }], [field]: value } });
+    const r = await g.call('POST', '/v1/messages/count_tokens', {
+      key: k.key,
+      body: { model: 'sonnet', messages: [{ role: 'user', content: 'hi' }], [field]: value },
+    });
     t.equal(r.json?.error?.code, 'unsupported_parameter', `count_tokens refuses ${field}`);
     t.equal(r.json?.error?.param, field);
   }

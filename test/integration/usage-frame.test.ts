@@ -40,7 +40,12 @@ async function setup(t: Test, engine?: EngineName) {
   const cli = async (...argv: string[]) => {
     let out = '';
     let err = '';
-    const code = await runCli([...argv, '--json'], (s) => void (out += s), (s) => void (err += s), cfg);
+    const code = await runCli(
+      [...argv, '--json'],
+      (s) => void (out += s),
+      (s) => void (err += s),
+      cfg,
+    );
     return { code, err, json: code === 0 ? JSON.parse(out) : undefined };
   };
   const acc = (await cli('account', 'create', '--name', 'Frames', '--plan', 'pro')).json;
@@ -65,13 +70,26 @@ interface RawStream {
   usageComments: any[];
 }
 
-async function stream(g: TestGateway, path: '/v1/messages' | '/v1/responses', key: string, prompt: string, headers: Record<string, string> = {}): Promise<RawStream> {
-  const body = path === '/v1/messages'
-    ? { model: 'sonnet', max_tokens: 300, stream: true, messages: [{ role: 'user', content: prompt }] }
-    : { model: 'astra', max_output_tokens: 1000, stream: true, input: prompt };
-  const r = await request(g.url + path, { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
+async function stream(
+  g: TestGateway,
+  path: '/v1/messages' | '/v1/responses',
+  key: string,
+  prompt: string,
+  headers: Record<string, string> = {},
+): Promise<RawStream> {
+  const body =
+    path === '/v1/messages'
+      ? { model: 'sonnet', max_tokens: 300, stream: true, messages: [{ role: 'user', content: prompt }] }
+      : { model: 'astra', max_output_tokens: 1000, stream: true, input: prompt };
+  const r = await request(g.url + path, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', ...headers },
+    body: JSON.stringify(body),
+  });
   const text = await r.body.text();
-  const usageComments = sseComments(text).filter((c) => c.startsWith('service.usage ')).map((c) => JSON.parse(c.slice('service.usage '.length)));
+  const usageComments = sseComments(text)
+    .filter((c) => c.startsWith('service.usage '))
+    .map((c) => JSON.parse(c.slice('service.usage '.length)));
   return { status: r.statusCode, requestId: String(r.headers['x-service-request-id']), text, events: parseSse(text), usageComments };
 }
 
@@ -79,14 +97,29 @@ const messagesCharge = (events: SseEvent[]): number => messagesStreamCharge(even
 
 function responsesCharge(events: SseEvent[]): number {
   const u = JSON.parse(events.find((e) => e.event === 'response.completed')!.data).response.usage;
-  return textChargeInk('text-6-astra', textUsageFromResponses({ inputTokens: u.input_tokens, cachedTokens: u.input_tokens_details?.cached_tokens ?? 0, cacheWriteTokens: 0, outputTokens: u.output_tokens }));
+  return textChargeInk(
+    'text-6-astra',
+    textUsageFromResponses({
+      inputTokens: u.input_tokens,
+      cachedTokens: u.input_tokens_details?.cached_tokens ?? 0,
+      cacheWriteTokens: 0,
+      outputTokens: u.output_tokens,
+    }),
+  );
 }
 
 /**
  * Asserts the Messages stream ended in `form` and that its charge settled: the key's spend grew by
  * the receipt's price, nothing is still held, and the request record says the same.
  */
-async function assertMessagesForm(t: Test, g: TestGateway, key: string, s: RawStream, form: 'event' | 'comment' | 'none', chargedBefore: number): Promise<void> {
+async function assertMessagesForm(
+  t: Test,
+  g: TestGateway,
+  key: string,
+  s: RawStream,
+  form: 'event' | 'comment' | 'none',
+  chargedBefore: number,
+): Promise<void> {
   t.equal(s.status, 200);
   const names = s.events.map((e) => e.event);
   const charge = messagesCharge(s.events);
@@ -105,7 +138,7 @@ async function assertMessagesForm(t: Test, g: TestGateway, key: string, s: RawSt
   }
   if (form === 'none') {
     t.notOk(s.text.includes('service.usage'), 'none: no frame in any form');
-    t.ok(s.text.endsWith('event: message_stop\ndata: {"type":"message_stop"}\n\n'), 'none: the stream ends with the vendor\'s message_stop');
+    t.ok(s.text.endsWith('event: message_stop\ndata: {"type":"message_stop"}\n\n'), "none: the stream ends with the vendor's message_stop");
   }
   const m = await me(g, key);
   t.equal(m.key.ink_charged - chargedBefore, charge, `${form}: the charge settled (GET /v1/me)`);
@@ -124,7 +157,10 @@ eachEngine('Messages: each key setting on the raw wire, the charge settled every
     await assertMessagesForm(t, g, k, s, form, 0);
   }
   // A non-streaming reply is the same under every setting: the charge in its header.
-  const plain = await g.call('POST', '/v1/messages', { key: keys.none.key, body: { model: 'sonnet', max_tokens: 50, messages: [{ role: 'user', content: 'hi' }] } });
+  const plain = await g.call('POST', '/v1/messages', {
+    key: keys.none.key,
+    body: { model: 'sonnet', max_tokens: 50, messages: [{ role: 'user', content: 'hi' }] },
+  });
   t.equal(plain.status, 200);
   t.ok(Number(plain.headers['x-service-ink-charged']) > 0, 'none: X-Service-Ink-Charged still on a non-streaming reply');
   await assertLedgerInvariant(t, g.db.pool);
@@ -169,16 +205,27 @@ t.test('Responses: the usage comment unless none; a named event is never sent th
     const label = `key ${which}, header ${header ?? '(none)'}`;
     t.equal(s.status, 200, label);
     t.equal(s.events.at(-1)!.event, 'response.completed', `${label}: the terminal event is the last event`);
-    t.notOk(s.events.some((e) => e.event === 'service.usage'), `${label}: no named usage event`);
+    t.notOk(
+      s.events.some((e) => e.event === 'service.usage'),
+      `${label}: no named usage event`,
+    );
     const charge = responsesCharge(s.events);
-    if (commented) t.same(s.usageComments, [{ type: 'service.usage', ink_charged: charge, usd_payg_charged: charge / 100, request_id: s.requestId }], `${label}: the usage comment`);
+    if (commented)
+      t.same(
+        s.usageComments,
+        [{ type: 'service.usage', ink_charged: charge, usd_payg_charged: charge / 100, request_id: s.requestId }],
+        `${label}: the usage comment`,
+      );
     else t.notOk(s.text.includes('service.usage'), `${label}: no usage comment`);
     const m = await me(g, k);
     t.equal(m.key.ink_charged - before, charge, `${label}: charged`);
     t.equal(m.key.ink_reserved, 0);
   }
   // The service's own output cap ends the stream with response.incomplete: its comment follows the setting too.
-  for (const [header, commented] of [['none', false], ['event', true]] as const) {
+  for (const [header, commented] of [
+    ['none', false],
+    ['event', true],
+  ] as const) {
     const k = keys.event.key;
     const before = (await me(g, k)).key.ink_charged;
     const s = await stream(g, '/v1/responses', k, 'long reply [[sim:tokens=100]] [[sim:pace=1]]', { 'X-Service-Usage-Frame': header });
@@ -194,7 +241,10 @@ t.test('Responses: the usage comment unless none; a named event is never sent th
 t.test('failure frames are sent whatever the setting', async (t) => {
   const { g, key } = await setup(t);
   const quiet = await key('quiet', 'none');
-  for (const [directive, code] of [['[[sim:cut-before-stop]]', 'incomplete_stream'], ['[[sim:cut-before-delta]]', 'usage_unknown']] as const) {
+  for (const [directive, code] of [
+    ['[[sim:cut-before-stop]]', 'incomplete_stream'],
+    ['[[sim:cut-before-delta]]', 'usage_unknown'],
+  ] as const) {
     for (const header of [undefined, 'comment']) {
       const s = await stream(g, '/v1/messages', quiet.key, `hi ${directive}`, header ? { 'X-Service-Usage-Frame': header } : {});
       const last = s.events.at(-1)!;
@@ -215,7 +265,11 @@ eachEngine('an unknown X-Service-Usage-Frame is a 400 naming the header, refused
     '/v1/responses': { model: 'astra', input: 'hi' },
   };
   for (const [path, body] of Object.entries(bodies)) {
-    for (const [value, stream] of [['events', true], ['', true], ['json', false]] as const) {
+    for (const [value, stream] of [
+      ['events', true],
+      ['', true],
+      ['json', false],
+    ] as const) {
       const r = await g.call('POST', path, { key: k.key, body: { ...body, stream }, headers: { 'X-Service-Usage-Frame': value } });
       t.equal(r.status, 400, `${path} ${JSON.stringify(value)}`);
       t.equal(r.json.error.type, 'invalid_request_error');
@@ -233,7 +287,7 @@ eachEngine('an unknown X-Service-Usage-Frame is a 400 naming the header, refused
   await assertLedgerInvariant(t, g.db.pool);
 });
 
-t.test('CLI: key set changes a running gateway\'s remembered key; bad values change nothing', async (t) => {
+t.test("CLI: key set changes a running gateway's remembered key; bad values change nothing", async (t) => {
   const { g, key, cli, accountId } = await setup(t);
   const k = await key('edited');
   // Remembered by the gateway (the key cache) in the default form.

@@ -77,7 +77,10 @@ t.test('SIGKILL during the vendor create: failed and refunded after the lease la
     method: 'POST',
     headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
     body: JSON.stringify({ model: 'clip-2.0-fast', prompt: 'killed mid-create' }),
-  }).then((r) => r.body.text().then(() => r.statusCode), (e: Error) => e);
+  }).then(
+    (r) => r.body.text().then(() => r.statusCode),
+    (e: Error) => e,
+  );
   await create.entered;
   await kill(child);
   create.release();

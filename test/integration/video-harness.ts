@@ -77,7 +77,10 @@ export async function startVideoHarness(
       vendors: { ark: arkOn ? { baseUrl: sim.url, apiKey: sim.apiKey } : { baseUrl: null, apiKey: null }, ...(over.vendors ?? {}) },
       jobs: { pollIntervalMs: 5_000, maxPollIntervalMs: 20_000, timeoutMs: 600_000, leaseMs: 30_000, batchSize: 50, ...(over.jobs ?? {}) },
     },
-    { jobs: { clock: sim.now, fetch, owner: 'test-instance-a', engine: { timers: false }, ...(opts.media !== undefined ? { media: opts.media } : {}) }, ...(opts.log ? { log: opts.log } : {}) },
+    {
+      jobs: { clock: sim.now, fetch, owner: 'test-instance-a', engine: { timers: false }, ...(opts.media !== undefined ? { media: opts.media } : {}) },
+      ...(opts.log ? { log: opts.log } : {}),
+    },
   );
   const services = tg.gw.services;
   const { deps, engine } = tg.gw.jobs;

@@ -16,8 +16,7 @@ const check = (name: string, fn: (t: Test) => Promise<void>) =>
     await assertLedgerInvariant(t, pool);
   });
 const body = { model: 'clip-2.0-fast', prompt: 'a paper boat', metadata: { b: 2, a: 1 } };
-const holdsOf = async (accountId: string) =>
-  Number((await pool.query('SELECT count(*) AS n FROM requests WHERE account_id = $1', [accountId])).rows[0].n);
+const holdsOf = async (accountId: string) => Number((await pool.query('SELECT count(*) AS n FROM requests WHERE account_id = $1', [accountId])).rows[0].n);
 
 check('same key, same body: the original 202 body with Idempotent-Replayed, no second hold or task', async (t) => {
   const { key, accountId } = await h.funded(1_000);
@@ -78,7 +77,7 @@ check('a duplicate while the first is still being admitted waits for it and gets
   create.release();
   const [r1, dup, diff] = await Promise.all([first, dupP, diffP]);
   t.equal(r1.status, 202);
-  t.equal(dup.status, 202, 'the duplicate got the first submit\'s answer');
+  t.equal(dup.status, 202, "the duplicate got the first submit's answer");
   t.equal(dup.headers['idempotent-replayed'], 'true');
   t.equal(dup.text, r1.text, 'byte for byte');
   t.equal(diff.status, 202, 'so did the one with another body');
@@ -107,7 +106,11 @@ check('20 duplicates at once: one hold, one vendor task, every answer the same g
   const { key, accountId } = await h.funded(1_000);
   const creates = h.sim.creates.length;
   const replies = await Promise.all(Array.from({ length: 20 }, () => h.submit(key, body, { 'idempotency-key': 'burst-1' })));
-  t.same(replies.map((r) => r.status), Array(20).fill(202), 'every duplicate waited for the first and got 202');
+  t.same(
+    replies.map((r) => r.status),
+    Array(20).fill(202),
+    'every duplicate waited for the first and got 202',
+  );
   t.equal(replies.filter((r) => r.headers['idempotent-replayed'] === undefined).length, 1, 'exactly one original');
   t.equal(new Set(replies.map((r) => r.json.id)).size, 1, 'every 202 names the same generation');
   t.equal(new Set(replies.map((r) => r.text)).size, 1, 'byte for byte the same body');

@@ -48,14 +48,26 @@ check('submit -> queued -> running -> succeeded: stored, linked, settled', async
   t.equal(g.ink_reserved, 121, 'clip-2.0-fast, 10 s at 720p: 121 Ink (the published worked check)');
   t.equal(g.ink_reserved, videoClipInk('clip-2.0-fast', '720p', 10, priceSet));
   t.equal(g.usd_payg_reserved, 1.21);
-  t.same(g.request, { model: 'clip-2.0-fast', prompt: 'a red fox in snow', aspect_ratio: '16:9', resolution: '720p', duration: 10, generate_audio: true, metadata: { order: 'A-17', z: 1, a: 2 } });
+  t.same(g.request, {
+    model: 'clip-2.0-fast',
+    prompt: 'a red fox in snow',
+    aspect_ratio: '16:9',
+    resolution: '720p',
+    duration: 10,
+    generate_audio: true,
+    metadata: { order: 'A-17', z: 1, a: 2 },
+  });
   t.same(Object.keys(g.request.metadata), ['order', 'z', 'a'], 'metadata echoed in the order sent');
   t.equal(h.sim.creates.length, 1, 'one vendor task');
   const sent = h.sim.creates[0]!;
-  t.same(Object.keys(sent).sort(), ['content', 'duration', 'generate_audio', 'model', 'ratio', 'resolution', 'watermark'], 'only allow-listed fields reach the vendor');
+  t.same(
+    Object.keys(sent).sort(),
+    ['content', 'duration', 'generate_audio', 'model', 'ratio', 'resolution', 'watermark'],
+    'only allow-listed fields reach the vendor',
+  );
   t.equal(sent.model, h.services.catalog.video('clip-2.0-fast')!.vendorModel, 'the vendor model id, not ours');
   t.same(sent.content, [{ type: 'text', text: 'a red fox in snow' }]);
-  t.same((await walletOf(h, accountId)), { balance: 5_000 - 121, held: 121, charged: 0 });
+  t.same(await walletOf(h, accountId), { balance: 5_000 - 121, held: 121, charged: 0 });
 
   // Not due before pollIntervalMs: nothing happens.
   t.equal(await h.engine.tick(), 0, 'no row is due before the first poll interval');
@@ -67,7 +79,7 @@ check('submit -> queued -> running -> succeeded: stored, linked, settled', async
 
   await h.step(QUEUE_MS); // vendor now running
   row = await rowOf(h, g.id);
-  t.equal(row.state, 'running', 'queued -> running on the vendor\'s word');
+  t.equal(row.state, 'running', "queued -> running on the vendor's word");
   const running = (await h.get(key, g.id)).json;
   t.equal(running.status, 'running');
   t.notOk('completed_at' in running);
@@ -76,7 +88,21 @@ check('submit -> queued -> running -> succeeded: stored, linked, settled', async
 
   const done = await runToEnd(h, key, g.id);
   t.equal(done.status, 'succeeded');
-  t.same(Object.keys(done), ['id', 'object', 'status', 'model', 'created_at', 'completed_at', 'video', 'seed', 'ink_reserved', 'usd_payg_reserved', 'ink_charged', 'usd_payg_charged', 'request']);
+  t.same(Object.keys(done), [
+    'id',
+    'object',
+    'status',
+    'model',
+    'created_at',
+    'completed_at',
+    'video',
+    'seed',
+    'ink_reserved',
+    'usd_payg_reserved',
+    'ink_charged',
+    'usd_payg_charged',
+    'request',
+  ]);
   t.notOk('progress' in done, 'no progress once finished');
   t.equal(done.ink_charged, 121, '10 s delivered of 10: the whole hold');
   t.equal(done.usd_payg_charged, 1.21);
@@ -87,9 +113,14 @@ check('submit -> queued -> running -> succeeded: stored, linked, settled', async
   const link = new URL(done.video.url);
   t.equal(link.pathname, `/media/${resultKey(g.id)}`);
   t.equal(link.origin, h.tg.url, 'links go to the gateway itself when INKGATE_MEDIA_URL is unset');
-  const served = await handleMediaRequest({ path: link.pathname, query: link.search.slice(1) }, h.deps.media, h.deps.mediaSecret, Math.floor(h.sim.now() / 1000));
+  const served = await handleMediaRequest(
+    { path: link.pathname, query: link.search.slice(1) },
+    h.deps.media,
+    h.deps.mediaSecret,
+    Math.floor(h.sim.now() / 1000),
+  );
   t.equal(served.status, 200);
-  if (served.status === 200) t.ok((await readStream(served.stream)).equals(fixture), 'the signed link serves the vendor\'s MP4, byte for byte');
+  if (served.status === 200) t.ok((await readStream(served.stream)).equals(fixture), "the signed link serves the vendor's MP4, byte for byte");
   t.same(await walletOf(h, accountId), { balance: 5_000 - 121, held: 0, charged: 121 });
   row = await rowOf(h, g.id);
   t.equal(row.hold_state, 'settled');
@@ -112,53 +143,72 @@ check('submit -> queued -> running -> succeeded: stored, linked, settled', async
   const loc = new URL(c.headers.location as string);
   t.equal(loc.pathname, link.pathname);
   t.ok(Number(loc.searchParams.get('exp')) * 1000 >= h.sim.now() + 899_000, '/content redirects to a fresh 15-minute link');
-  const viaContent = await handleMediaRequest({ path: loc.pathname, query: loc.search.slice(1) }, h.deps.media, h.deps.mediaSecret, Math.floor(h.sim.now() / 1000));
+  const viaContent = await handleMediaRequest(
+    { path: loc.pathname, query: loc.search.slice(1) },
+    h.deps.media,
+    h.deps.mediaSecret,
+    Math.floor(h.sim.now() / 1000),
+  );
   t.equal(viaContent.status, 200);
   if (viaContent.status === 200) viaContent.stream.destroy();
-  const stale = await handleMediaRequest({ path: link.pathname, query: link.search.slice(1) }, h.deps.media, h.deps.mediaSecret, Math.floor(h.sim.now() / 1000) + 900);
+  const stale = await handleMediaRequest(
+    { path: link.pathname, query: link.search.slice(1) },
+    h.deps.media,
+    h.deps.mediaSecret,
+    Math.floor(h.sim.now() / 1000) + 900,
+  );
   t.not(stale.status, 200, 'a link is refused after its 15 minutes');
   if (stale.status === 200) stale.stream.destroy();
   t.equal(h.sim.downloads(), 1, 'the vendor file was downloaded once');
 });
 
-for (const engine of testEngines) check(`the media host serves a signed link over HTTP (${engine}), and only a signed one`, async (t) => {
-  // A server with only the media host on its `other` hook: what the lead wires into the gateway.
-  const srv = await startServer({
-    engine, listen: { ...h.config.server, host: '127.0.0.1', port: 0 }, router: new Router([]),
-    state: h.services.state, limiter: h.services.limiter, db: pool, keys: new KeyAuthenticator(pool), requestsPerMinute: 60, publicRequestsPerMinute: 60,
-    log: silentLogger, other: mediaHostHandler(h.deps),
+for (const engine of testEngines)
+  check(`the media host serves a signed link over HTTP (${engine}), and only a signed one`, async (t) => {
+    // A server with only the media host on its `other` hook: what the lead wires into the gateway.
+    const srv = await startServer({
+      engine,
+      listen: { ...h.config.server, host: '127.0.0.1', port: 0 },
+      router: new Router([]),
+      state: h.services.state,
+      limiter: h.services.limiter,
+      db: pool,
+      keys: new KeyAuthenticator(pool),
+      requestsPerMinute: 60,
+      publicRequestsPerMinute: 60,
+      log: silentLogger,
+      other: mediaHostHandler(h.deps),
+    });
+    t.teardown(() => srv.close());
+    const { key } = await h.funded(1_000);
+    const r = await h.submit(key, { model: 'clip-2.0-fast', prompt: 'x' });
+    const done = await runToEnd(h, key, r.json.id);
+    const link = new URL(done.video.url);
+    const base = `http://127.0.0.1:${srv.port}`;
+    const got = await request(base + link.pathname + link.search);
+    const bytes = Buffer.from(await got.body.arrayBuffer());
+    t.equal(got.statusCode, 200);
+    t.equal(got.headers['content-type'], 'video/mp4');
+    t.ok(bytes.equals(fixture), 'the MP4, byte for byte');
+    // HEAD: the same status and headers with the file's size, no body; the connection stays usable.
+    const client = new Client(base, { pipelining: 1 });
+    t.teardown(() => client.close());
+    const head = await client.request({ method: 'HEAD', path: link.pathname + link.search });
+    t.equal(await head.body.text(), '');
+    t.equal(head.statusCode, 200);
+    t.equal(head.headers['content-type'], 'video/mp4');
+    t.equal(Number(head.headers['content-length']), fixture.length, "HEAD declares the MP4's size");
+    const after = await client.request({ method: 'GET', path: link.pathname + link.search });
+    t.ok(Buffer.from(await after.body.arrayBuffer()).equals(fixture), 'a GET on the same connection after it');
+    const headForged = await client.request({ method: 'HEAD', path: link.pathname + link.search.replace(/sig=./, 'sig=A') });
+    t.equal(await headForged.body.text(), '');
+    t.equal(headForged.statusCode, 403);
+    const forged = await request(base + link.pathname + link.search.replace(/sig=./, 'sig=A'));
+    await forged.body.text();
+    t.equal(forged.statusCode, 403, 'a tampered signature is refused');
+    const other = await request(`${base}/elsewhere`);
+    await other.body.text();
+    t.equal(other.statusCode, 404, 'other paths are not the media host');
   });
-  t.teardown(() => srv.close());
-  const { key } = await h.funded(1_000);
-  const r = await h.submit(key, { model: 'clip-2.0-fast', prompt: 'x' });
-  const done = await runToEnd(h, key, r.json.id);
-  const link = new URL(done.video.url);
-  const base = `http://127.0.0.1:${srv.port}`;
-  const got = await request(base + link.pathname + link.search);
-  const bytes = Buffer.from(await got.body.arrayBuffer());
-  t.equal(got.statusCode, 200);
-  t.equal(got.headers['content-type'], 'video/mp4');
-  t.ok(bytes.equals(fixture), 'the MP4, byte for byte');
-  // HEAD: the same status and headers with the file's size, no body; the connection stays usable.
-  const client = new Client(base, { pipelining: 1 });
-  t.teardown(() => client.close());
-  const head = await client.request({ method: 'HEAD', path: link.pathname + link.search });
-  t.equal(await head.body.text(), '');
-  t.equal(head.statusCode, 200);
-  t.equal(head.headers['content-type'], 'video/mp4');
-  t.equal(Number(head.headers['content-length']), fixture.length, 'HEAD declares the MP4\'s size');
-  const after = await client.request({ method: 'GET', path: link.pathname + link.search });
-  t.ok(Buffer.from(await after.body.arrayBuffer()).equals(fixture), 'a GET on the same connection after it');
-  const headForged = await client.request({ method: 'HEAD', path: link.pathname + link.search.replace(/sig=./, 'sig=A') });
-  t.equal(await headForged.body.text(), '');
-  t.equal(headForged.statusCode, 403);
-  const forged = await request(base + link.pathname + link.search.replace(/sig=./, 'sig=A'));
-  await forged.body.text();
-  t.equal(forged.statusCode, 403, 'a tampered signature is refused');
-  const other = await request(`${base}/elsewhere`);
-  await other.body.text();
-  t.equal(other.statusCode, 404, 'other paths are not the media host');
-});
 
 check('settles on delivered seconds: 30 requested, 29 delivered is charged 29 s', async (t) => {
   const { key, accountId } = await h.funded(5_000);
@@ -188,14 +238,31 @@ check('never more than requested; a missing duration bills the requested seconds
   t.notOk('duration_seconds' in b.video, 'duration_seconds only when the vendor reports it');
 });
 
-for (const [directive, label] of [['fail', 'failed'], ['cancelled', 'cancelled'], ['expired', 'expired']] as const) {
+for (const [directive, label] of [
+  ['fail', 'failed'],
+  ['cancelled', 'cancelled'],
+  ['expired', 'expired'],
+] as const) {
   check(`vendor task ${label} -> failed provider_failed, whole hold refunded`, async (t) => {
     const { key, accountId } = await h.funded(1_000);
     const r = await h.submit(key, { model: 'clip-2.0-fast', prompt: `x [[sim:${directive}]]` });
     t.equal(r.status, 202);
     const done = await runToEnd(h, key, r.json.id);
     t.equal(done.status, 'failed');
-    t.same(Object.keys(done), ['id', 'object', 'status', 'model', 'created_at', 'completed_at', 'ink_reserved', 'usd_payg_reserved', 'ink_charged', 'usd_payg_charged', 'request', 'error']);
+    t.same(Object.keys(done), [
+      'id',
+      'object',
+      'status',
+      'model',
+      'created_at',
+      'completed_at',
+      'ink_reserved',
+      'usd_payg_reserved',
+      'ink_charged',
+      'usd_payg_charged',
+      'request',
+      'error',
+    ]);
     t.equal(done.ink_charged, 0);
     t.equal(done.usd_payg_charged, 0);
     t.equal(done.error.code, 'provider_failed');
@@ -260,7 +327,7 @@ check('GET and /content: ownership and readiness', async (t) => {
   await runToEnd(h, key, id);
 });
 
-check("a result the vendor serves from its own API origin (http, 127.0.0.1) is downloaded, without the public-https rules", async (t) => {
+check('a result the vendor serves from its own API origin (http, 127.0.0.1) is downloaded, without the public-https rules', async (t) => {
   // An on-premises or fake Ark: results on the configured base URL's origin, over http.
   const h3 = await startVideoHarness(t, { sim: { tls: undefined } });
   t.match(h3.sim.contentHostPort, /^127\.0\.0\.1:/);
@@ -269,7 +336,12 @@ check("a result the vendor serves from its own API origin (http, 127.0.0.1) is d
   const done = await runToEnd(h3, key, r.json.id);
   t.equal(done.status, 'succeeded');
   const link = new URL(done.video.url);
-  const served = await handleMediaRequest({ path: link.pathname, query: link.search.slice(1) }, h3.deps.media, h3.deps.mediaSecret, Math.floor(h3.sim.now() / 1000));
+  const served = await handleMediaRequest(
+    { path: link.pathname, query: link.search.slice(1) },
+    h3.deps.media,
+    h3.deps.mediaSecret,
+    Math.floor(h3.sim.now() / 1000),
+  );
   t.equal(served.status, 200);
   if (served.status === 200) t.ok((await readStream(served.stream)).equals(fixture), "the vendor's MP4, byte for byte");
   // Any other origin still goes through safeFetch: an http URL elsewhere is refused.

@@ -41,11 +41,22 @@ async function plant(
   const requestId = 'req_' + randomBytes(16).toString('hex');
   const now = h.sim.now();
   await withTx(pool, async (c) => {
-    await h.services.ledger.using(c).reserve({ requestId, accountId: account.accountId, keyId: account.keyId, product: 'video', model: v.model.id, holdInk: hold });
+    await h.services.ledger
+      .using(c)
+      .reserve({ requestId, accountId: account.accountId, keyId: account.keyId, product: 'video', model: v.model.id, holdInk: hold });
     await insertGeneration(c, {
-      id, kind: 'video', accountId: account.accountId, keyId: account.keyId, requestId, model: v.model.id,
-      request: v.request as unknown as Record<string, unknown>, priceSet: h.config.pricing.videoPriceSet, holdInk: hold,
-      nowMs: now, owner: 'dead-instance', leaseMs: LEASE_MS,
+      id,
+      kind: 'video',
+      accountId: account.accountId,
+      keyId: account.keyId,
+      requestId,
+      model: v.model.id,
+      request: v.request as unknown as Record<string, unknown>,
+      priceSet: h.config.pricing.videoPriceSet,
+      holdInk: hold,
+      nowMs: now,
+      owner: 'dead-instance',
+      leaseMs: LEASE_MS,
     });
   });
   if (opts.idempotencyKey !== undefined) {
@@ -57,10 +68,7 @@ async function plant(
   let taskId: string | undefined;
   if (opts.createTask || state === 'queued' || state === 'running') taskId = await ark.createTask(arkInput(v.request, v.model.vendorModel));
   if (state !== 'submitting') {
-    await pool.query(
-      `UPDATE generations SET state = $2, vendor_task_id = $3 WHERE id = $1`,
-      [id, state, state === 'creating' ? null : taskId],
-    );
+    await pool.query(`UPDATE generations SET state = $2, vendor_task_id = $3 WHERE id = $1`, [id, state, state === 'creating' ? null : taskId]);
   }
   return { id, hold, taskId };
 }

@@ -19,10 +19,12 @@ const check = (name: string, fn: (t: Test) => Promise<void>) =>
   });
 const ok = { model: 'clip-2.0-fast', prompt: 'a lighthouse at dusk' };
 const generationsOf = async (accountId: string) =>
-  (await pool.query<{ state: string; hold_state: string }>(
-    'SELECT g.state, r.hold_state FROM generations g JOIN requests r ON r.id = g.request_id WHERE g.account_id = $1 ORDER BY g.created_at',
-    [accountId],
-  )).rows;
+  (
+    await pool.query<{ state: string; hold_state: string }>(
+      'SELECT g.state, r.hold_state FROM generations g JOIN requests r ON r.id = g.request_id WHERE g.account_id = $1 ORDER BY g.created_at',
+      [accountId],
+    )
+  ).rows;
 
 check('body and header errors', async (t) => {
   const { key, accountId } = await h.funded(1_000);
@@ -47,7 +49,12 @@ check('body and header errors', async (t) => {
   t.same([r.status, r.json.error.code, r.json.error.param, r.json.error.type], [400, 'unsupported_parameter', 'duration', 'invalid_request_error']);
   r = await h.submit(key, { ...ok, resolution: '1080p' });
   t.same([r.json.error.code, r.json.error.param], ['unsupported_resolution', 'resolution']);
-  r = await h.submit(key, { model: 'clip-2.5', prompt: 'x', reference_image_urls: ['https://cdn.example.com/a.png'], first_frame_url: 'https://cdn.example.com/b.png' });
+  r = await h.submit(key, {
+    model: 'clip-2.5',
+    prompt: 'x',
+    reference_image_urls: ['https://cdn.example.com/a.png'],
+    first_frame_url: 'https://cdn.example.com/b.png',
+  });
   t.same([r.json.error.code, r.json.error.param], ['conflicting_references', 'reference_image_urls']);
   t.equal(r.json.error.request_id, r.headers['x-request-id']);
   t.same(await generationsOf(accountId), [], 'no row for a refused submit');
@@ -137,7 +144,10 @@ check('vendor unavailable or rate-limiting: 503 with Retry-After, hold released'
   t.equal(r.status, 503);
   t.equal(r.headers['retry-after'], '7', "the vendor's Retry-After is passed on");
   t.same(await walletOf(h, accountId), { balance: 1_000, held: 0, charged: 0 });
-  t.same((await generationsOf(accountId)).map((g) => g.hold_state), ['released', 'released']);
+  t.same(
+    (await generationsOf(accountId)).map((g) => g.hold_state),
+    ['released', 'released'],
+  );
 });
 
 check('the vendor never sees prompt flags that would change the render', async (t) => {
@@ -159,8 +169,15 @@ check('every reference URL is fetched once at submit (HEAD, else GET), not kept'
   const seen = h.refs.requests.slice(before).map((q) => `${q.method} ${q.url}`);
   t.same(seen.sort(), ['GET /no-head/2.png', 'HEAD /no-head/2.png', 'HEAD /ok/1.png'], 'each distinct URL once; GET only where HEAD is refused');
   const sent = h.sim.creates.at(-1)!.content as Array<Record<string, unknown>>;
-  t.same(sent.map((c) => c.role), ['reference_image', 'reference_image', 'reference_image']);
-  t.same(sent.map((c) => (c.image_url as { url: string }).url), urls, 'the vendor gets the URLs in order');
+  t.same(
+    sent.map((c) => c.role),
+    ['reference_image', 'reference_image', 'reference_image'],
+  );
+  t.same(
+    sent.map((c) => (c.image_url as { url: string }).url),
+    urls,
+    'the vendor gets the URLs in order',
+  );
 
   const creates = h.sim.creates.length;
   const bad = await h.submit(key, { model: 'clip-2.0', prompt: 'x', reference_image_urls: [h.ref('/ok/3.png'), h.ref('/missing.png')] });

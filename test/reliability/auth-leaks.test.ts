@@ -69,7 +69,15 @@ const msgBody = (text = 'hi') => ({ model: 'sonnet', max_tokens: 20, messages: [
 t.test('keys in the query string are ignored on every route', async (t) => {
   const k = await cliKey('query');
   const enc = encodeURIComponent(k.key);
-  const queries = [`key=${enc}`, `api_key=${enc}`, `apiKey=${enc}`, `access_token=${enc}`, `token=${enc}`, `authorization=${encodeURIComponent('Bearer ' + k.key)}`, `key=${enc}&api_key=${enc}`];
+  const queries = [
+    `key=${enc}`,
+    `api_key=${enc}`,
+    `apiKey=${enc}`,
+    `access_token=${enc}`,
+    `token=${enc}`,
+    `authorization=${encodeURIComponent('Bearer ' + k.key)}`,
+    `key=${enc}&api_key=${enc}`,
+  ];
   const routes: Array<[string, string, unknown]> = [
     ['GET', '/v1/me', undefined],
     ['POST', '/v1/messages', msgBody()],
@@ -150,15 +158,24 @@ t.test('no full key in the logs or the database after successes and every kind o
   calls.push(g.call('POST', '/v1/responses', { key, body: { model: 'astra', input: 'x [[sim:cut=3]]', stream: true } }));
   // Jobs: the video vendor refuses and is unavailable (both logged), the image vendor is not
   // configured (503); bad bodies, ids and idempotency keys.
-  calls.push(g.call('POST', '/v1/video/generations', { key, body: { model: 'clip-2.0-fast', prompt: 'x [[sim:refuse]]' }, headers: { 'idempotency-key': 'leak-1' } }));
+  calls.push(
+    g.call('POST', '/v1/video/generations', { key, body: { model: 'clip-2.0-fast', prompt: 'x [[sim:refuse]]' }, headers: { 'idempotency-key': 'leak-1' } }),
+  );
   calls.push(g.call('POST', '/v1/video/generations', { key: b.key, body: { model: 'clip-2.0-fast', prompt: 'x [[sim:unavailable]]' } }));
   calls.push(g.call('POST', '/v1/video/generations', { key, body: { model: 'clip-2.0-fast', prompt: 'x' }, headers: { 'idempotency-key': 'bad key!' } }));
   calls.push(g.call('POST', '/v1/images/generations', { key, body: { model: 'image-1', prompt: 'x', n: 2 } }));
   calls.push(g.call('GET', '/v1/video/generations/vgen_doesnotexist', { key }));
   // Prompts with a canary, through successes and failures of every lane: no log line may carry one.
   calls.push(g.call('POST', '/v1/messages', { key, body: msgBody(`${PROMPT_CANARY} hello`) }));
-  calls.push(g.call('POST', '/v1/messages/count_tokens', { key, body: { model: 'sonnet', messages: [{ role: 'user', content: `${PROMPT_CANARY} count me` }] } }));
-  calls.push(g.call('POST', '/v1/messages/count_tokens', { key, body: { model: 'sonnet', messages: [{ role: 'user', content: `${PROMPT_CANARY} [[sim:status=500]]` }] } }));
+  calls.push(
+    g.call('POST', '/v1/messages/count_tokens', { key, body: { model: 'sonnet', messages: [{ role: 'user', content: `${PROMPT_CANARY} count me` }] } }),
+  );
+  calls.push(
+    g.call('POST', '/v1/messages/count_tokens', {
+      key,
+      body: { model: 'sonnet', messages: [{ role: 'user', content: `${PROMPT_CANARY} [[sim:status=500]]` }] },
+    }),
+  );
   calls.push(g.call('POST', '/v1/messages', { key, body: msgBody(`${PROMPT_CANARY} [[sim:status=500]]`) }));
   calls.push(g.call('POST', '/v1/messages', { key, body: { ...msgBody(`${PROMPT_CANARY} [[sim:overloaded-midstream]]`), stream: true } }));
   calls.push(g.call('POST', '/v1/responses', { key, body: { model: 'astra', input: `${PROMPT_CANARY} [[sim:status=500]]` } }));
@@ -166,7 +183,10 @@ t.test('no full key in the logs or the database after successes and every kind o
   calls.push(g.call('POST', '/v1/video/generations', { key: b.key, body: { model: 'clip-2.0-fast', prompt: `${PROMPT_CANARY} [[sim:refuse]]` } }));
   const replies = await Promise.all(calls);
   const statuses = replies.map((r) => r.status);
-  t.ok(statuses.includes(200) && statuses.includes(401) && statuses.includes(400) && statuses.includes(502) && statuses.includes(503), `a mix of answers: ${[...new Set(statuses)].sort().join(', ')}`);
+  t.ok(
+    statuses.includes(200) && statuses.includes(401) && statuses.includes(400) && statuses.includes(502) && statuses.includes(503),
+    `a mix of answers: ${[...new Set(statuses)].sort().join(', ')}`,
+  );
   // (The 404 for an unknown path names the path the client sent, key and all: its own input, to itself.)
   for (const r of replies.filter((x) => x.status !== 404)) t.notOk(r.text.includes(key.slice(12)), 'no answer echoes the secret part of the key');
   // A revoked key used after the revoke, and a capped key refused.
@@ -197,7 +217,10 @@ t.test('no full key in the logs or the database after successes and every kind o
       [g.db.schema],
     )
   ).rows.map((r) => r.table_name as string);
-  t.ok(tables.includes('api_keys') && tables.includes('requests') && tables.includes('ledger_journal'), `searched ${tables.length} tables: ${tables.join(', ')}`);
+  t.ok(
+    tables.includes('api_keys') && tables.includes('requests') && tables.includes('ledger_journal'),
+    `searched ${tables.length} tables: ${tables.join(', ')}`,
+  );
   let dump = '';
   let rows = 0;
   for (const name of tables) {
@@ -210,7 +233,10 @@ t.test('no full key in the logs or the database after successes and every kind o
   for (const k of rawKeys) {
     // What is stored by design: the 12-character prefix and the last four. Anything longer is a leak.
     const secret = k.slice(12, -4);
-    for (const [where, text] of [['log', logText], ['database', dump]] as const) {
+    for (const [where, text] of [
+      ['log', logText],
+      ['database', dump],
+    ] as const) {
       t.notOk(text.includes(k), `${where}: no full key ${k.slice(0, 12)}...`);
       t.notOk(text.includes(secret), `${where}: not its secret middle either`);
       t.notOk(text.includes(Buffer.from(k).toString('hex')), `${where}: nor its bytes in hex`);

@@ -44,10 +44,7 @@ const IMAGE = { model: 'image-1', prompt: 'mine' };
 
 /** Every read B can try on an id; each must be the plain "unknown" answer. */
 async function probe(t: Test, key: string, id: string, state: string) {
-  const paths = [
-    `/v1/video/generations/${id}`, `/v1/video/generations/${id}/content`,
-    `/v1/images/generations/${id}`, `/v1/images/generations/${id}/content`,
-  ];
+  const paths = [`/v1/video/generations/${id}`, `/v1/video/generations/${id}/content`, `/v1/images/generations/${id}`, `/v1/images/generations/${id}/content`];
   for (const p of paths) {
     const r = await g.call('GET', p, { key });
     t.equal(r.status, 404, `${state}: GET ${p.replace(id, '{A}')} -> 404`);
@@ -88,7 +85,11 @@ t.test("another account's video and image: 404 on every read, in every state", a
   t.equal((await g.call('GET', `/v1/images/generations/${f.json.id}/content`, { key: a.key })).json.error.code, 'result_unavailable');
   await probe(t, b.key, f.json.id, 'image failed');
   // And A still sees all of its own.
-  for (const [kind, id] of [['video', v.json.id], ['images', i.json.id], ['images', f.json.id]]) {
+  for (const [kind, id] of [
+    ['video', v.json.id],
+    ['images', i.json.id],
+    ['images', f.json.id],
+  ]) {
     t.equal((await g.call('GET', `/v1/${kind}/generations/${id}`, { key: a.key })).status, 200, `A reads its own ${id}`);
   }
   await assertLedgerInvariant(t, pool);
@@ -102,7 +103,13 @@ t.test("another account's request record: no route shows it, and B's wallet view
   const reqId = v.headers['x-request-id'] as string;
   const rec = (await pool.query('SELECT id, hold_state FROM requests WHERE id = $1', [reqId])).rows[0];
   t.same(rec, { id: reqId, hold_state: 'open' }, "A's request record exists, with an open hold");
-  for (const p of [`/v1/requests/${reqId}`, `/v1/requests?id=${reqId}`, `/v1/me/requests`, `/v1/video/generations/${reqId}`, `/v1/images/generations/${reqId}`]) {
+  for (const p of [
+    `/v1/requests/${reqId}`,
+    `/v1/requests?id=${reqId}`,
+    `/v1/me/requests`,
+    `/v1/video/generations/${reqId}`,
+    `/v1/images/generations/${reqId}`,
+  ]) {
     const r = await g.call('GET', p, { key: b.key });
     t.equal(r.status, 404, `GET ${p.replace(reqId, '{A req}')} -> 404`);
     t.notOk(r.text.includes('hold') || r.text.includes(a.accountId), 'nothing of the record');
@@ -158,8 +165,16 @@ for (const kind of ['video', 'images'] as const) {
     }
     // B reading A's generation by the id from A's replay: still 404.
     t.equal((await g.call('GET', `${path}/${ra.json.id}`, { key: b.key })).status, 404);
-    const holds = (await pool.query(`SELECT account_id, count(*)::int AS n FROM requests WHERE account_id = ANY($1) GROUP BY account_id`, [[a.accountId, b.accountId, c.accountId]])).rows;
-    t.same(holds.map((h) => h.n), [1, 1, 1], 'one hold per account: no account paid for another');
+    const holds = (
+      await pool.query(`SELECT account_id, count(*)::int AS n FROM requests WHERE account_id = ANY($1) GROUP BY account_id`, [
+        [a.accountId, b.accountId, c.accountId],
+      ])
+    ).rows;
+    t.same(
+      holds.map((h) => h.n),
+      [1, 1, 1],
+      'one hold per account: no account paid for another',
+    );
     ark.advance(RENDER_MS + 1_000);
     await g.gw.jobs.engine.tick();
     await assertLedgerInvariant(t, pool);

@@ -87,7 +87,8 @@ function outcomeOf(a: Answer, loop: number, stream: boolean, startMs: number): A
   }
   const evs = parseSse(a.text);
   const last = evs.at(-1);
-  if (evs.some((e) => e.event === 'error')) return { ...base, charged: undefined, failure: `stream error event: ${evs.find((e) => e.event === 'error')!.data.slice(0, 160)}` };
+  if (evs.some((e) => e.event === 'error'))
+    return { ...base, charged: undefined, failure: `stream error event: ${evs.find((e) => e.event === 'error')!.data.slice(0, 160)}` };
   if (last?.event !== 'service.usage') return { ...base, charged: undefined, failure: `stream ended with ${last?.event ?? 'nothing'}, not service.usage` };
   const frame = JSON.parse(last.data) as { ink_charged?: unknown; request_id?: unknown };
   if (typeof frame.ink_charged !== 'number') return { ...base, charged: undefined, failure: `usage frame without ink_charged: ${last.data}` };
@@ -190,7 +191,16 @@ t.test('Postgres paused 5 s (SIGSTOP, whole cluster): a leased key keeps being s
       try {
         o = outcomeOf(await send(gw.url, ka.key, probe.body(stream, `keyA-l${l}-${i}`, A_DIRECTIVES)), l, stream, t0);
       } catch (e) {
-        o = { loop: l, stream, startMs: t0, endMs: performance.now(), status: 0, requestId: undefined, charged: undefined, failure: `transport: ${(e as Error).message}` };
+        o = {
+          loop: l,
+          stream,
+          startMs: t0,
+          endMs: performance.now(),
+          status: 0,
+          requestId: undefined,
+          charged: undefined,
+          failure: `transport: ${(e as Error).message}`,
+        };
       }
       aAll.push(o);
     }
@@ -221,9 +231,17 @@ t.test('Postgres paused 5 s (SIGSTOP, whole cluster): a leased key keeps being s
   });
   t.ok(pidsPaused.length >= 2, `paused the postmaster and ${pidsPaused.length - 1} backends`);
   // SIGSTOP is delivered asynchronously: wait (bounded) until /proc shows each one stopped (or gone).
-  const notStopped = () => pidsPaused.filter((p) => { const s = procStat(p)?.state; return s !== undefined && s !== 'T' && s !== 'Z'; });
+  const notStopped = () =>
+    pidsPaused.filter((p) => {
+      const s = procStat(p)?.state;
+      return s !== undefined && s !== 'T' && s !== 'Z';
+    });
   await until('every process of the cluster to be stopped', () => (notStopped().length === 0 ? true : undefined), 1_000, 5).catch(() => undefined);
-  t.same(notStopped().map((p) => `${p}: ${procStat(p)?.state}`), [], 'every process of the cluster is stopped');
+  t.same(
+    notStopped().map((p) => `${p}: ${procStat(p)?.state}`),
+    [],
+    'every process of the cluster is stopped',
+  );
 
   // During the pause: B2 and B, alternately, stream and non-stream, one at a time. B2 goes first:
   // its lease take then finds the pool's idle connection and is really sent to the stopped backend
@@ -233,7 +251,15 @@ t.test('Postgres paused 5 s (SIGSTOP, whole cluster): a leased key keeps being s
     const [who, k] = i % 2 === 1 ? (['B', kb] as const) : (['B2', kb2] as const);
     const stream = Math.floor(i / 2) % 2 === 1;
     const a = await send(gw.url, k.key, probe.body(stream, `keyB-${who}-${i}`, A_DIRECTIVES));
-    bProbes.push({ who, stream, ms: a.elapsedMs, status: a.status, code: a.json?.error?.code, retryAfter: a.headers['retry-after'], message: String(a.json?.error?.message ?? a.text.slice(0, 160)) });
+    bProbes.push({
+      who,
+      stream,
+      ms: a.elapsedMs,
+      status: a.status,
+      code: a.json?.error?.code,
+      retryAfter: a.headers['retry-after'],
+      message: String(a.json?.error?.message ?? a.text.slice(0, 160)),
+    });
   }
   // The fault itself lasts PAUSE_MS: wait out what is left of it (a timed fault, not a synchronisation).
   const left = PAUSE_MS - (performance.now() - pausedAt);
@@ -246,10 +272,18 @@ t.test('Postgres paused 5 s (SIGSTOP, whole cluster): a leased key keeps being s
   await loadDone;
   const stats1 = { ...escrow.stats };
   t.comment(`A's lease: ${spareAtPause} Ink spare when Postgres stopped, ${spareOfA()} Ink after the pause`);
-  t.comment(`Postgres stopped for ${pauseMs.toFixed(0)} ms; escrow stats during the pause: ${JSON.stringify(Object.fromEntries(Object.entries(stats1).map(([k, v]) => [k, v - (stats0 as Record<string, number>)[k]!])))}`);
+  t.comment(
+    `Postgres stopped for ${pauseMs.toFixed(0)} ms; escrow stats during the pause: ${JSON.stringify(Object.fromEntries(Object.entries(stats1).map(([k, v]) => [k, v - (stats0 as Record<string, number>)[k]!])))}`,
+  );
 
-  t.ok(resumedAt - aFirstLookupMs < config.auth.keyCacheMs, `A's key stayed in the key cache for the whole pause (${(resumedAt - aFirstLookupMs).toFixed(0)} ms < ${config.auth.keyCacheMs} ms)`);
-  t.ok(resumedAt - b2LookupMs < config.auth.keyCacheMs, `B2's key stayed in the key cache for the whole pause (${(resumedAt - b2LookupMs).toFixed(0)} ms < ${config.auth.keyCacheMs} ms)`);
+  t.ok(
+    resumedAt - aFirstLookupMs < config.auth.keyCacheMs,
+    `A's key stayed in the key cache for the whole pause (${(resumedAt - aFirstLookupMs).toFixed(0)} ms < ${config.auth.keyCacheMs} ms)`,
+  );
+  t.ok(
+    resumedAt - b2LookupMs < config.auth.keyCacheMs,
+    `B2's key stayed in the key cache for the whole pause (${(resumedAt - b2LookupMs).toFixed(0)} ms < ${config.auth.keyCacheMs} ms)`,
+  );
 
   // A: zero failures, before, during and after the pause.
   const inPause = aAll.filter((o) => o.startMs >= pausedAt && o.endMs <= resumedAt);
@@ -260,8 +294,16 @@ t.test('Postgres paused 5 s (SIGSTOP, whole cluster): a leased key keeps being s
     `A: ${aAll.length} requests in all (${aAll.filter((o) => o.stream).length} streams); ${inPause.length} started and ended inside the pause ` +
       `(${inPause.filter((o) => o.stream).length} streams), ${overlapping.length} overlapped it; ${failed.length} failed`,
   );
-  t.same(failedInPause.map((o) => `${o.stream ? 'stream' : 'non-stream'} at +${(o.startMs - pausedAt).toFixed(0)} ms: ${o.failure}`), [], 'A: zero failed requests during the pause');
-  t.same(failed.map((o) => o.failure), [], 'A: zero failed requests in the whole run');
+  t.same(
+    failedInPause.map((o) => `${o.stream ? 'stream' : 'non-stream'} at +${(o.startMs - pausedAt).toFixed(0)} ms: ${o.failure}`),
+    [],
+    'A: zero failed requests during the pause',
+  );
+  t.same(
+    failed.map((o) => o.failure),
+    [],
+    'A: zero failed requests in the whole run',
+  );
   t.ok(inPause.length >= 20, `A was served throughout the pause (${inPause.length} requests inside it)`);
   t.ok(inPause.some((o) => o.stream) && inPause.some((o) => !o.stream), 'both streams and non-streams inside the pause');
   const lastInPause = Math.max(...inPause.map((o) => o.endMs - pausedAt));
@@ -281,7 +323,11 @@ t.test('Postgres paused 5 s (SIGSTOP, whole cluster): a leased key keeps being s
   }
   t.comment(`B 503 latencies: min ${Math.min(...bLat).toFixed(0)} ms, max ${Math.max(...bLat).toFixed(0)} ms over ${bLat.length}`);
   const bAtVendor = sim.requests.filter((q) => JSON.stringify(q.body ?? '').includes('keyB'));
-  t.same(bAtVendor.map((q) => q.requestId), [], 'no request of B or B2 reached the vendor');
+  t.same(
+    bAtVendor.map((q) => q.requestId),
+    [],
+    'no request of B or B2 reached the vendor',
+  );
   t.equal(sim.requestCount, aAll.length, 'the vendor saw exactly the requests of A (every one of them answered 200)');
 
   // 3. After SIGCONT: the journal is written (bounded poll), then Postgres has exactly what A was told.
@@ -296,7 +342,9 @@ t.test('Postgres paused 5 s (SIGSTOP, whole cluster): a leased key keeps being s
     FLUSH_DEADLINE_MS,
     50,
   );
-  t.comment(`journal written ${(performance.now() - f0).toFixed(0)} ms after SIGCONT returned (${flushAttempts} flushAll call(s)); journal stats ${JSON.stringify(escrow.journal.stats)}`);
+  t.comment(
+    `journal written ${(performance.now() - f0).toFixed(0)} ms after SIGCONT returned (${flushAttempts} flushAll call(s)); journal stats ${JSON.stringify(escrow.journal.stats)}`,
+  );
 
   const served = aAll.filter((o) => o.failure === '');
   const rows = new Map<string, { hold_state: string; charged_ink: number; leased: boolean }>(
@@ -330,8 +378,13 @@ t.test('Postgres paused 5 s (SIGSTOP, whole cluster): a leased key keeps being s
   t.comment(`live leases before close: ${JSON.stringify(leasesOpen)}; gateway openLeases ${escrow.openLeases}`);
   if (strays.length > 0) {
     await escrow.beatNow();
-    const detail = (await pool.query(`SELECT id, round(extract(epoch FROM expires_at - created_at) * 1000)::int AS expires_after_created_ms
-        FROM leases WHERE id = ANY($1::bigint[])`, [strays.map((l) => l.id)])).rows;
+    const detail = (
+      await pool.query(
+        `SELECT id, round(extract(epoch FROM expires_at - created_at) * 1000)::int AS expires_after_created_ms
+        FROM leases WHERE id = ANY($1::bigint[])`,
+        [strays.map((l) => l.id)],
+      )
+    ).rows;
     for (const d of detail) t.equal(d.expires_after_created_ms, config.ledger.lease.ttlMs, `orphan lease ${d.id}: never renewed, so it expires`);
   }
   await assertLedgerInvariant(t, pool);
@@ -339,12 +392,18 @@ t.test('Postgres paused 5 s (SIGSTOP, whole cluster): a leased key keeps being s
   // Close: the gateway returns its leases; nothing stays live in Postgres.
   await closeGateway();
   t.equal(escrow.openLeases, 0, 'the gateway holds no lease after close');
-  const liveAfter = (await pool.query(`SELECT id, key_id, state, grant_ink + payg_ink AS ink, recall_at, expires_at FROM leases WHERE state = 'live' ORDER BY id`)).rows;
+  const liveAfter = (
+    await pool.query(`SELECT id, key_id, state, grant_ink + payg_ink AS ink, recall_at, expires_at FROM leases WHERE state = 'live' ORDER BY id`)
+  ).rows;
   t.same(liveAfter, [], 'no live lease remains in Postgres after close (an orphan too)');
-  for (const k of [kb, kb2]) t.same(await walletRow(pool, k.accountId), { balance: FUNDS_INK, held: 0, charged_ink: 0 }, 'a refused key\'s wallet is whole');
+  for (const k of [kb, kb2]) t.same(await walletRow(pool, k.accountId), { balance: FUNDS_INK, held: 0, charged_ink: 0 }, "a refused key's wallet is whole");
   const ledgerLog = logLines.filter((l) => /ledger\.(lease_return|close_|lease_recovered|late_flush|end_not_yet)/.test(l));
   if (ledgerLog.length > 0) t.comment(`ledger log: ${ledgerLog.slice(0, 10).join(' | ')}`);
-  t.same((await pool.query(`SELECT count(*)::int AS n FROM requests WHERE key_id = $1 AND (hold_state <> 'settled' OR leased)`, [ka.keyId])).rows[0].n, 0, 'A: every record still settled, none leased');
+  t.same(
+    (await pool.query(`SELECT count(*)::int AS n FROM requests WHERE key_id = $1 AND (hold_state <> 'settled' OR leased)`, [ka.keyId])).rows[0].n,
+    0,
+    'A: every record still settled, none leased',
+  );
   t.equal((await pool.query('SELECT ink_charged FROM api_keys WHERE id = $1', [ka.keyId])).rows[0].ink_charged, told, "key A's total unchanged by the close");
   await assertLedgerInvariant(t, pool);
 });

@@ -31,12 +31,33 @@ const printable = fc.string({ unit: fc.integer({ min: 0x20, max: 0x7e }).map((c)
 const unicode = fc.oneof(fc.string({ unit: 'binary', maxLength: 60 }), fc.string({ unit: 'grapheme', maxLength: 30 }));
 
 const HUGE_NUMBERS = [
-  '1e309', '-1e309', '1' + '0'.repeat(400), '-' + '9'.repeat(400), '1e308', '-1e308', '9007199254740993', '2147483648',
-  '-2147483649', '-0', '0.0', '1e-400', '4.9e-324', '123456789e-999999999', '1.5', '-1', '0', '16', '1e3',
+  '1e309',
+  '-1e309',
+  '1' + '0'.repeat(400),
+  '-' + '9'.repeat(400),
+  '1e308',
+  '-1e308',
+  '9007199254740993',
+  '2147483648',
+  '-2147483649',
+  '-0',
+  '0.0',
+  '1e-400',
+  '4.9e-324',
+  '123456789e-999999999',
+  '1.5',
+  '-1',
+  '0',
+  '16',
+  '1e3',
 ];
 const PROTO_VALUES = [
-  '{"__proto__":{"polluted":true}}', '{"constructor":{"prototype":{"polluted":true}}}', '{"\\u005f_proto__":1}',
-  '[{"prototype":null}]', '{"a":{"b":{"__proto__":[]}}}', '{"toString":1,"valueOf":2,"hasOwnProperty":3}',
+  '{"__proto__":{"polluted":true}}',
+  '{"constructor":{"prototype":{"polluted":true}}}',
+  '{"\\u005f_proto__":1}',
+  '[{"prototype":null}]',
+  '{"a":{"b":{"__proto__":[]}}}',
+  '{"toString":1,"valueOf":2,"hasOwnProperty":3}',
 ];
 
 /** The JSON text of one value: anything from benign to hostile. */
@@ -57,30 +78,89 @@ const rawValue: fc.Arbitrary<string> = fc.oneof(
 /** Strings that look like JSON but mostly are not. */
 const jsonish = fc.oneof(
   fc.string({ unit: fc.constantFrom(...'{}[]":,0123456789.eE+-tfnul\\ \t\n'.split('')), maxLength: 60 }),
-  fc.json({ maxDepth: 3 }).chain((s) =>
-    fc.tuple(fc.nat(s.length), fc.constantFrom('', '"', '}', ',', '\\', '\u0000', '\ufeff')).map(([i, ins]) => s.slice(0, i) + ins + s.slice(i + 1)),
-  ),
+  fc
+    .json({ maxDepth: 3 })
+    .chain((s) =>
+      fc.tuple(fc.nat(s.length), fc.constantFrom('', '"', '}', ',', '\\', '\u0000', '\ufeff')).map(([i, ins]) => s.slice(0, i) + ins + s.slice(i + 1)),
+    ),
   fc.constantFrom('', ' ', '\ufeff{}', '{"a":1}{"b":2}', '{"a":1,}', "{'a':1}", '{"a":NaN}', '{"a":Infinity}', '{"a":0x10}', '{"a":01}'),
 );
 
 const METHODS = ['GET', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS', 'HEAD', 'FOO', 'post', 'PROPFIND', 'M-SEARCH'];
 // Headers undici manages itself (framing, connection) are left to part 2.
-const RESERVED_HEADERS = new Set(['host', 'content-length', 'transfer-encoding', 'connection', 'keep-alive', 'upgrade', 'expect', 'te', 'trailer', 'proxy-connection', 'authorization', 'content-type']);
+const RESERVED_HEADERS = new Set([
+  'host',
+  'content-length',
+  'transfer-encoding',
+  'connection',
+  'keep-alive',
+  'upgrade',
+  'expect',
+  'te',
+  'trailer',
+  'proxy-connection',
+  'authorization',
+  'content-type',
+]);
 const headerName = fc.oneof(
-  fc.constantFrom('idempotency-key', 'anthropic-beta', 'vendor-beta', 'x-api-key', 'anthropic-version', 'openai-organization', 'accept', 'accept-encoding', 'x-forwarded-for', 'cookie', 'origin'),
+  fc.constantFrom(
+    'idempotency-key',
+    'anthropic-beta',
+    'vendor-beta',
+    'x-api-key',
+    'anthropic-version',
+    'openai-organization',
+    'accept',
+    'accept-encoding',
+    'x-forwarded-for',
+    'cookie',
+    'origin',
+  ),
   fc.stringMatching(/^[a-z][a-z0-9-]{0,20}$/).filter((h) => !RESERVED_HEADERS.has(h)),
 );
 const CONTENT_TYPES = [
-  'application/json; charset=utf-8', 'APPLICATION/JSON', 'application/json; charset=latin1', 'application/json;;;',
-  'application/json; charset="utf-8"', 'text/plain', 'application/x-www-form-urlencoded', 'multipart/form-data; boundary=x',
-  'application/jsonx', 'json', '*/*', 'application/json, text/plain',
+  'application/json; charset=utf-8',
+  'APPLICATION/JSON',
+  'application/json; charset=latin1',
+  'application/json;;;',
+  'application/json; charset="utf-8"',
+  'text/plain',
+  'application/x-www-form-urlencoded',
+  'multipart/form-data; boundary=x',
+  'application/jsonx',
+  'json',
+  '*/*',
+  'application/json, text/plain',
 ];
 const ODD_IDS = [
-  '%', '%zz', '%00', '%2F', '%2e%2e', '..', '.', 'a'.repeat(10_000), '%E0%A4%A', '%ED%A0%80', 'vgen_' + 'A'.repeat(64), 'vgen_' + 'A'.repeat(65),
-  'vgen_%00', 'igen_abc', 'clip-2.5', 'sonnet', 'image-1', 'text-6-astra', 'x%0d%0aSet-Cookie:%20a=b', '__proto__', 'constructor',
+  '%',
+  '%zz',
+  '%00',
+  '%2F',
+  '%2e%2e',
+  '..',
+  '.',
+  'a'.repeat(10_000),
+  '%E0%A4%A',
+  '%ED%A0%80',
+  'vgen_' + 'A'.repeat(64),
+  'vgen_' + 'A'.repeat(65),
+  'vgen_%00',
+  'igen_abc',
+  'clip-2.5',
+  'sonnet',
+  'image-1',
+  'text-6-astra',
+  'x%0d%0aSet-Cookie:%20a=b',
+  '__proto__',
+  'constructor',
 ];
 const idArb = fc.oneof(fc.constantFrom(...ODD_IDS), fc.string({ unit: 'grapheme', maxLength: 40 }).map(encodeURIComponent));
-const querySuffix = fc.oneof(fc.constant(''), printable.map((s) => '?' + encodeURIComponent(s)), fc.constantFrom('?', '?a=1&a=2', '?api_key=x', '?__proto__[x]=1', '/', '//'));
+const querySuffix = fc.oneof(
+  fc.constant(''),
+  printable.map((s) => '?' + encodeURIComponent(s)),
+  fc.constantFrom('?', '?a=1&a=2', '?api_key=x', '?__proto__[x]=1', '/', '//'),
+);
 
 interface RouteSpec {
   readonly name: string;
@@ -257,7 +337,24 @@ t.test('generated bodies, headers, methods and paths against every route', async
       method: 'POST',
       path: lit('/v1/messages'),
       valid: { model: 'sonnet', max_tokens: 64, messages: [{ role: 'user', content: 'Hello' }] },
-      fields: ['model', 'max_tokens', 'messages', 'stream', 'system', 'temperature', 'top_p', 'top_k', 'stop_sequences', 'thinking', 'tools', 'tool_choice', 'metadata', 'output_config', 'cache_control', 'service_tier'],
+      fields: [
+        'model',
+        'max_tokens',
+        'messages',
+        'stream',
+        'system',
+        'temperature',
+        'top_p',
+        'top_k',
+        'stop_sequences',
+        'thinking',
+        'tools',
+        'tool_choice',
+        'metadata',
+        'output_config',
+        'cache_control',
+        'service_tier',
+      ],
       valids: fc.record({
         model: fc.constantFrom('sonnet', 'opus', 'fable', 'assistant-sonnet-5'),
         max_tokens: fc.integer({ min: 1, max: 4096 }),
@@ -281,10 +378,32 @@ t.test('generated bodies, headers, methods and paths against every route', async
       method: 'POST',
       path: lit('/v1/responses'),
       valid: { model: 'astra', input: 'Hello', max_output_tokens: 64 },
-      fields: ['model', 'input', 'instructions', 'max_output_tokens', 'stream', 'temperature', 'top_p', 'tools', 'tool_choice', 'reasoning', 'text', 'include', 'metadata', 'client_metadata', 'store', 'user', 'previous_response_id', 'truncation'],
+      fields: [
+        'model',
+        'input',
+        'instructions',
+        'max_output_tokens',
+        'stream',
+        'temperature',
+        'top_p',
+        'tools',
+        'tool_choice',
+        'reasoning',
+        'text',
+        'include',
+        'metadata',
+        'client_metadata',
+        'store',
+        'user',
+        'previous_response_id',
+        'truncation',
+      ],
       valids: fc.record({
         model: fc.constantFrom('astra', 'text-6-astra'),
-        input: fc.oneof(unicode, fc.array(fc.record({ role: fc.constantFrom('user', 'system', 'developer'), content: unicode }), { minLength: 1, maxLength: 2 })),
+        input: fc.oneof(
+          unicode,
+          fc.array(fc.record({ role: fc.constantFrom('user', 'system', 'developer'), content: unicode }), { minLength: 1, maxLength: 2 }),
+        ),
         max_output_tokens: fc.integer({ min: 16, max: 4096 }),
         stream: fc.boolean(),
       }),
@@ -295,7 +414,21 @@ t.test('generated bodies, headers, methods and paths against every route', async
       path: lit('/v1/video/generations'),
       laneClosed: true,
       valid: { model: 'clip-2.0-fast', prompt: 'a cat on a skateboard', duration: 4 },
-      fields: ['model', 'prompt', 'aspect_ratio', 'resolution', 'duration', 'generate_audio', 'seed', 'first_frame_url', 'last_frame_url', 'reference_image_urls', 'reference_video_urls', 'reference_audio_urls', 'metadata'],
+      fields: [
+        'model',
+        'prompt',
+        'aspect_ratio',
+        'resolution',
+        'duration',
+        'generate_audio',
+        'seed',
+        'first_frame_url',
+        'last_frame_url',
+        'reference_image_urls',
+        'reference_video_urls',
+        'reference_audio_urls',
+        'metadata',
+      ],
       valids: fc.record({
         model: fc.constantFrom('clip-2.5', 'clip-2.0', 'clip-2.0-fast'),
         prompt: unicode.filter((s) => s.trim().length > 0),
@@ -322,7 +455,20 @@ t.test('generated bodies, headers, methods and paths against every route', async
       name: 'unknown paths',
       method: 'GET',
       path: fc.oneof(
-        fc.constantFrom('/', '/v1', '/v1/', '/V1/models', '/v1//models', '/v1/models/../me', '/favicon.ico', '/media/x', '/media/x?exp=1&sig=2', '/media/' + 'a'.repeat(5000), '/v2/messages', '/v1/messages/x'),
+        fc.constantFrom(
+          '/',
+          '/v1',
+          '/v1/',
+          '/V1/models',
+          '/v1//models',
+          '/v1/models/../me',
+          '/favicon.ico',
+          '/media/x',
+          '/media/x?exp=1&sig=2',
+          '/media/' + 'a'.repeat(5000),
+          '/v2/messages',
+          '/v1/messages/x',
+        ),
         fc.array(fc.string({ unit: 'grapheme', maxLength: 12 }).map(encodeURIComponent), { minLength: 1, maxLength: 4 }).map((segs) => '/v1/' + segs.join('/')),
         fc.array(idArb, { minLength: 1, maxLength: 3 }).map((segs) => '/' + segs.join('/')),
       ),
@@ -423,7 +569,10 @@ eachEngine('raw-socket HTTP abuse against the public listener', async (t, engine
   const post = (cl: number | string, b: string) =>
     `POST /v1/messages HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${k.key}\r\nContent-Type: application/json\r\nContent-Length: ${cl}\r\n\r\n${b}`;
   const get = (path: string, extra = '') => `GET ${path} HTTP/1.1\r\nHost: x\r\n${extra}\r\n`;
-  const both = (statuses: number[], closesFast?: boolean): Record<'uws' | 'node', Expect> => ({ uws: { statuses, closesFast }, node: { statuses, closesFast } });
+  const both = (statuses: number[], closesFast?: boolean): Record<'uws' | 'node', Expect> => ({
+    uws: { statuses, closesFast },
+    node: { statuses, closesFast },
+  });
 
   interface Case {
     name: string;
@@ -436,33 +585,63 @@ eachEngine('raw-socket HTTP abuse against the public listener', async (t, engine
     // Content-Length shorter than the body: both read exactly CL bytes ('{"mod' -> 400 invalid_json)
     // and take the rest ('el":"sonnet"...') for the next request line. uWS waits for more bytes and
     // drops the connection at its idle timeout; node refuses the garbage and closes after the answer.
-    { name: 'Content-Length shorter than the body', write: (s) => void s.write(post(5, body)), expect: { uws: { statuses: [400] }, node: { statuses: [400], closesFast: true } } },
+    {
+      name: 'Content-Length shorter than the body',
+      write: (s) => void s.write(post(5, body)),
+      expect: { uws: { statuses: [400] }, node: { statuses: [400], closesFast: true } },
+    },
     // Content-Length longer than the body: the handler waits for the rest of the body; the idle
     // timeout (uWS) or the request timeout (node: 408) ends it, the body read fails, nothing is held.
-    { name: 'Content-Length longer than the body', write: (s) => void s.write(post(body.length + 100, body)), expect: { uws: { statuses: [] }, node: { statuses: [408] } } },
+    {
+      name: 'Content-Length longer than the body',
+      write: (s) => void s.write(post(body.length + 100, body)),
+      expect: { uws: { statuses: [] }, node: { statuses: [408] } },
+    },
     // A negative or non-numeric Content-Length: uWS closes at once without an answer; node answers 400.
-    { name: 'negative Content-Length', write: (s) => void s.write(post(-1, '{}')), expect: { uws: { statuses: [], closesFast: true }, node: { statuses: [400], closesFast: true } } },
+    {
+      name: 'negative Content-Length',
+      write: (s) => void s.write(post(-1, '{}')),
+      expect: { uws: { statuses: [], closesFast: true }, node: { statuses: [400], closesFast: true } },
+    },
     // Content-Length together with Transfer-Encoding (request smuggling): refused at once.
     {
       name: 'Content-Length with Transfer-Encoding',
-      write: (s) => void s.write(`POST /v1/messages HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${k.key}\r\nContent-Type: application/json\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{"a":\r\n0\r\n\r\n`),
+      write: (s) =>
+        void s.write(
+          `POST /v1/messages HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${k.key}\r\nContent-Type: application/json\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{"a":\r\n0\r\n\r\n`,
+        ),
       expect: { uws: { statuses: [], closesFast: true }, node: { statuses: [400], closesFast: true } },
     },
     // A bad chunk size: refused at once.
     {
       name: 'malformed chunked body',
-      write: (s) => void s.write(`POST /v1/messages HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${k.key}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\nZZ\r\n{"a":\r\n0\r\n\r\n`),
+      write: (s) =>
+        void s.write(
+          `POST /v1/messages HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${k.key}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\nZZ\r\n{"a":\r\n0\r\n\r\n`,
+        ),
       expect: { uws: { statuses: [], closesFast: true }, node: { statuses: [400], closesFast: true } },
     },
     // A 60 KiB header is served normally by both (node's bound is server.maxHeaderBytes, 64 KiB;
     // uWS's is compiled in, about 125 KiB).
     { name: '60 KiB header', write: (s) => void s.write(get('/v1/models', `X-Big: ${'a'.repeat(60 * 1024)}\r\n`)), expect: both([200]) },
     // 256 KiB of headers: past both bounds. node answers 431; uWS resets the connection.
-    { name: '256 KiB header', write: (s) => void s.write(get('/v1/models', `X-Big: ${'a'.repeat(256 * 1024)}\r\n`)), expect: { uws: { statuses: [], closesFast: true }, node: { statuses: [431], closesFast: true } } },
+    {
+      name: '256 KiB header',
+      write: (s) => void s.write(get('/v1/models', `X-Big: ${'a'.repeat(256 * 1024)}\r\n`)),
+      expect: { uws: { statuses: [], closesFast: true }, node: { statuses: [431], closesFast: true } },
+    },
     // 500 header lines: node answers 431; uWS can count only 48 and neither answers nor closes before its idle timeout.
-    { name: '500 header lines', write: (s) => void s.write(get('/v1/models', 'X-A: b\r\n'.repeat(500))), expect: { uws: { statuses: [] }, node: { statuses: [431], closesFast: true } } },
+    {
+      name: '500 header lines',
+      write: (s) => void s.write(get('/v1/models', 'X-A: b\r\n'.repeat(500))),
+      expect: { uws: { statuses: [] }, node: { statuses: [431], closesFast: true } },
+    },
     // 101 header lines: over the gateway's own count (100).
-    { name: '101 header lines', write: (s) => void s.write(get('/v1/models', 'X-A: b\r\n'.repeat(100))), expect: { uws: { statuses: [] }, node: { statuses: [431], closesFast: true } } },
+    {
+      name: '101 header lines',
+      write: (s) => void s.write(get('/v1/models', 'X-A: b\r\n'.repeat(100))),
+      expect: { uws: { statuses: [] }, node: { statuses: [431], closesFast: true } },
+    },
     // Slowloris: one byte every 200 ms. uWS does not reset its idle timer for partial headers (closed
     // about 10 s after it opened); node's headersTimeout does the same (408).
     {
@@ -482,12 +661,28 @@ eachEngine('raw-socket HTTP abuse against the public listener', async (t, engine
       check: (r) => t.ok(r.data === '' || statusOf(r.data) < 500, `slow body: no 5xx (${r.data.slice(0, 40)})`),
     },
     // Not HTTP at all, or binary: node answers 400 and closes; uWS sits until its idle timeout.
-    { name: 'request line that is not HTTP', write: (s) => void s.write('HELLO THERE\r\n\r\n'), expect: { uws: { statuses: [] }, node: { statuses: [400], closesFast: true } } },
-    { name: 'binary garbage', write: (s) => void s.write(Buffer.from([0, 1, 2, 255, 254, 13, 10, 13, 10])), expect: { uws: { statuses: [] }, node: { statuses: [400], closesFast: true } } },
+    {
+      name: 'request line that is not HTTP',
+      write: (s) => void s.write('HELLO THERE\r\n\r\n'),
+      expect: { uws: { statuses: [] }, node: { statuses: [400], closesFast: true } },
+    },
+    {
+      name: 'binary garbage',
+      write: (s) => void s.write(Buffer.from([0, 1, 2, 255, 254, 13, 10, 13, 10])),
+      expect: { uws: { statuses: [] }, node: { statuses: [400], closesFast: true } },
+    },
     // HTTP/1.0: node answers as HTTP/1.0 and closes; uWS leaves it unanswered until its idle timeout.
-    { name: 'HTTP/1.0 request line', write: (s) => void s.write('GET /v1/models HTTP/1.0\r\nHost: x\r\n\r\n'), expect: { uws: { statuses: [] }, node: { statuses: [200], closesFast: true } } },
+    {
+      name: 'HTTP/1.0 request line',
+      write: (s) => void s.write('GET /v1/models HTTP/1.0\r\nHost: x\r\n\r\n'),
+      expect: { uws: { statuses: [] }, node: { statuses: [200], closesFast: true } },
+    },
     // HTTP/1.1 without Host: node answers 400 missing_host; uWS leaves it unanswered.
-    { name: 'no Host', write: (s) => void s.write('GET /v1/models HTTP/1.1\r\n\r\n'), expect: { uws: { statuses: [] }, node: { statuses: [400], closesFast: true } } },
+    {
+      name: 'no Host',
+      write: (s) => void s.write('GET /v1/models HTTP/1.1\r\n\r\n'),
+      expect: { uws: { statuses: [] }, node: { statuses: [400], closesFast: true } },
+    },
     // HEAD: uWS writes a body even to HEAD (bytes a keep-alive client would take for the next
     // response); the gateway ends HEAD answers without one. Pipelined HEAD then GET (the GET
     // written before the HEAD's answer came): two clean answers.
@@ -517,13 +712,29 @@ eachEngine('raw-socket HTTP abuse against the public listener', async (t, engine
       },
       expect: both([200, 404]),
     },
-    { name: 'two pipelined requests in one write', write: (s) => void s.write(get('/v1/models') + get('/v1/nope')), expect: { uws: { statuses: [], closesFast: true }, node: { statuses: [200, 404] } } },
-    { name: 'pipelined garbage', write: (s) => void s.write(get('/v1/models') + 'GARBAGE\r\n\r\n' + get('/v1/models')), expect: { uws: { statuses: [200] }, node: { statuses: [200], closesFast: true } } },
+    {
+      name: 'two pipelined requests in one write',
+      write: (s) => void s.write(get('/v1/models') + get('/v1/nope')),
+      expect: { uws: { statuses: [], closesFast: true }, node: { statuses: [200, 404] } },
+    },
+    {
+      name: 'pipelined garbage',
+      write: (s) => void s.write(get('/v1/models') + 'GARBAGE\r\n\r\n' + get('/v1/models')),
+      expect: { uws: { statuses: [200] }, node: { statuses: [200], closesFast: true } },
+    },
     // CRLF injection: a bare CR inside a header value, or obs-fold, makes the request invalid: node
     // answers 400 at once; uWS leaves it unanswered. An encoded CRLF in the path is echoed only
     // inside the JSON message, never as a header.
-    { name: 'bare CR in a header value', write: (s) => void s.write(`GET /v1/me HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${k.key}\rSet-Cookie: a=b\r\n\r\n`), expect: { uws: { statuses: [] }, node: { statuses: [400], closesFast: true } } },
-    { name: 'obsolete line folding', write: (s) => void s.write(`GET /v1/me HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer\r\n ${k.key}\r\n\r\n`), expect: { uws: { statuses: [] }, node: { statuses: [400], closesFast: true } } },
+    {
+      name: 'bare CR in a header value',
+      write: (s) => void s.write(`GET /v1/me HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${k.key}\rSet-Cookie: a=b\r\n\r\n`),
+      expect: { uws: { statuses: [] }, node: { statuses: [400], closesFast: true } },
+    },
+    {
+      name: 'obsolete line folding',
+      write: (s) => void s.write(`GET /v1/me HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer\r\n ${k.key}\r\n\r\n`),
+      expect: { uws: { statuses: [] }, node: { statuses: [400], closesFast: true } },
+    },
     {
       name: 'encoded CRLF in the path',
       write: (s) => void s.write(get('/v1/models/x%0d%0aSet-Cookie:%20a=b')),
@@ -552,8 +763,12 @@ eachEngine('raw-socket HTTP abuse against the public listener', async (t, engine
     if (e.closesFast) t.ok(r.ms < 2_000, `${c.name}: closed at once (${r.ms} ms)`);
     const got = responses(r.data).map(statusOf);
     if (c.name !== 'slow body') t.same(got, e.statuses, `${c.name}: answers ${JSON.stringify(got)}`);
-    t.ok(got.every((s) => s < 500), `${c.name}: no 5xx`);
-    for (const resp of responses(r.data)) if (statusOf(resp) >= 400) t.match(resp, /"error":\{"type":"[a-z_]+","code":"[a-z_]+"/, `${c.name}: the error envelope`);
+    t.ok(
+      got.every((s) => s < 500),
+      `${c.name}: no 5xx`,
+    );
+    for (const resp of responses(r.data))
+      if (statusOf(resp) >= 400) t.match(resp, /"error":\{"type":"[a-z_]+","code":"[a-z_]+"/, `${c.name}: the error envelope`);
     c.check?.(r);
     t.comment(`${c.name}: ${r.ms} ms, answers ${JSON.stringify(got)}`);
   }

@@ -159,15 +159,24 @@ t.test('video: faults on the vendor create (inside the submit)', async (t) => {
     });
   }
 
-  await faultCase(t, 'a 2xx with its JSON cut short (no task id) -> 502 provider_error, hold released', arkProxy, { kind: 'truncate-body', at: CREATE_INSIDE_ID }, async (t) => {
-    const k = await funded();
-    const r = await submitVideo(k.key, 'create fault: truncated');
-    t.equal(r.status, 502, r.text);
-    t.equal(r.json?.error?.code, 'provider_error');
-    await assertVoidedAndReleased(t, k, r.json.error.request_id);
-  });
+  await faultCase(
+    t,
+    'a 2xx with its JSON cut short (no task id) -> 502 provider_error, hold released',
+    arkProxy,
+    { kind: 'truncate-body', at: CREATE_INSIDE_ID },
+    async (t) => {
+      const k = await funded();
+      const r = await submitVideo(k.key, 'create fault: truncated');
+      t.equal(r.status, 502, r.text);
+      t.equal(r.json?.error?.code, 'provider_error');
+      await assertVoidedAndReleased(t, k, r.json.error.request_id);
+    },
+  );
 
-  for (const f of [{ kind: 'slices', sliceBytes: 1 }, { kind: 'drip', sliceBytes: 4, delayMs: 60 }] as const) {
+  for (const f of [
+    { kind: 'slices', sliceBytes: 1 },
+    { kind: 'drip', sliceBytes: 4, delayMs: 60 },
+  ] as const) {
     await faultCase(t, `${f.kind} -> 202, one task, then succeeds and settles once`, arkProxy, f, async (t) => {
       const k = await funded();
       const creates = ark.creates.length;
@@ -189,7 +198,11 @@ async function assertVoidedAndReleased(t: Test, k: { key: string; accountId: str
   const req = (await pool.query('SELECT status, hold_state, charged_ink FROM requests WHERE id = $1', [requestId])).rows[0];
   t.same(req, { status: 'released', hold_state: 'released', charged_ink: 0 }, 'the hold is released, nothing charged');
   const gens = (await pool.query('SELECT state FROM generations WHERE account_id = $1', [k.accountId])).rows;
-  t.same(gens.map((x) => x.state), ['voided'], 'the generation is voided (never shown)');
+  t.same(
+    gens.map((x) => x.state),
+    ['voided'],
+    'the generation is voided (never shown)',
+  );
   t.same(await walletOf(h, k.accountId), { balance: FUNDS_INK, held: 0, charged: 0 }, 'wallet whole');
   const me = (await g.call('GET', '/v1/me', { key: k.key })).json;
   t.equal(me.key.ink_reserved, 0);
@@ -240,7 +253,10 @@ t.test('video: faults on the vendor poll are retried; the generation settles onc
     });
   }
 
-  for (const f of [{ kind: 'slices', sliceBytes: 1 }, { kind: 'drip', sliceBytes: 64, delayMs: 60 }] as const) {
+  for (const f of [
+    { kind: 'slices', sliceBytes: 1 },
+    { kind: 'drip', sliceBytes: 64, delayMs: 60 },
+  ] as const) {
     await t.test(`${f.kind} on the poll -> succeeded at once, settled once`, async (t) => {
       const k = await funded();
       const r = await submitVideo(k.key, `poll ${f.kind}`);
@@ -311,22 +327,31 @@ t.test('images: faults on the vendor call', async (t) => {
     });
   }
 
-  await faultCase(t, 'a 2xx with its JSON cut short -> failed provider_failed, refunded in full', gemProxy, { kind: 'truncate-body', at: IMAGE_INSIDE_DATA }, async (t) => {
-    const k = await funded();
-    const r = await submitImage(k.key, 'image fault: truncated');
-    await engine.tick();
-    const done = (await getGen(k.key, 'images', r.json.id)).json;
-    t.equal(done.status, 'failed');
-    t.equal(done.error.code, 'provider_failed');
-    t.equal(done.ink_charged, 0);
-    t.equal((await rowOf(h, r.json.id)).hold_state, 'refunded');
-    t.same(await walletOf(h, k.accountId), { balance: FUNDS_INK, held: 0, charged: 0 });
-  });
+  await faultCase(
+    t,
+    'a 2xx with its JSON cut short -> failed provider_failed, refunded in full',
+    gemProxy,
+    { kind: 'truncate-body', at: IMAGE_INSIDE_DATA },
+    async (t) => {
+      const k = await funded();
+      const r = await submitImage(k.key, 'image fault: truncated');
+      await engine.tick();
+      const done = (await getGen(k.key, 'images', r.json.id)).json;
+      t.equal(done.status, 'failed');
+      t.equal(done.error.code, 'provider_failed');
+      t.equal(done.ink_charged, 0);
+      t.equal((await rowOf(h, r.json.id)).hold_state, 'refunded');
+      t.same(await walletOf(h, k.accountId), { balance: FUNDS_INK, held: 0, charged: 0 });
+    },
+  );
 
   // An image answer is a few KB of base64: in 1-byte writes (thousands of them) a loaded machine
   // can spend the whole 1-second call budget just relaying it, so slices of 7 bytes (an odd size:
   // every JSON token and base64 quartet still splits across writes, hundreds of them).
-  for (const f of [{ kind: 'slices', sliceBytes: 7 }, { kind: 'drip', sliceBytes: 256, delayMs: 20 }] as const) {
+  for (const f of [
+    { kind: 'slices', sliceBytes: 7 },
+    { kind: 'drip', sliceBytes: 256, delayMs: 20 },
+  ] as const) {
     await faultCase(t, `${f.kind} -> succeeded, charged the fixed price once`, gemProxy, f, async (t) => {
       const k = await funded();
       const r = await submitImage(k.key, `image ${f.kind}`);

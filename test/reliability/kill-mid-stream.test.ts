@@ -142,7 +142,10 @@ t.test('SIGKILL mid-stream on both text lanes: holds open after restart, reconci
   });
   t.equal(fullMsg.status, 200, 'the Messages replay ran');
   const { stream_options: _so, ...respRest } = replay(sentResp);
-  const fullResp = await call(openai.origin, 'POST', '/v1/responses', { body: { ...respRest, stream: false }, headers: { authorization: `Bearer ${OPENAI_KEY}` } });
+  const fullResp = await call(openai.origin, 'POST', '/v1/responses', {
+    body: { ...respRest, stream: false },
+    headers: { authorization: `Bearer ${OPENAI_KEY}` },
+  });
   t.equal(fullResp.status, 200, 'the Responses replay ran');
   const started = JSON.parse(parseSse(ms.text).find((e) => e.event === 'message_start')!.data).message.usage;
   t.equal(fullMsg.json.usage.input_tokens, started.input_tokens, 'the replay counts the same prompt as the killed request');
@@ -150,18 +153,35 @@ t.test('SIGKILL mid-stream on both text lanes: holds open after restart, reconci
   const ru = fullResp.json.usage;
   const rCached = ru.input_tokens_details?.cached_tokens ?? 0;
   const records = [
-    { vendor_request_id: msgId, input_tokens: mu.input_tokens, output_tokens: mu.output_tokens, cache_read_tokens: mu.cache_read_input_tokens ?? 0, cache_write_tokens: mu.cache_creation_input_tokens ?? 0 },
+    {
+      vendor_request_id: msgId,
+      input_tokens: mu.input_tokens,
+      output_tokens: mu.output_tokens,
+      cache_read_tokens: mu.cache_read_input_tokens ?? 0,
+      cache_write_tokens: mu.cache_creation_input_tokens ?? 0,
+    },
     { vendor_request_id: respId, input_tokens: ru.input_tokens - rCached, output_tokens: ru.output_tokens, cache_read_tokens: rCached },
   ];
-  const msgCharge = textChargeInk('assistant-sonnet-5', { inputTokens: mu.input_tokens, outputTokens: mu.output_tokens, cacheReadTokens: mu.cache_read_input_tokens ?? 0, cacheWriteTokens: mu.cache_creation_input_tokens ?? 0 });
-  const respCharge = textChargeInk('text-6-astra', textUsageFromResponses({ inputTokens: ru.input_tokens, cachedTokens: rCached, cacheWriteTokens: 0, outputTokens: ru.output_tokens }));
+  const msgCharge = textChargeInk('assistant-sonnet-5', {
+    inputTokens: mu.input_tokens,
+    outputTokens: mu.output_tokens,
+    cacheReadTokens: mu.cache_read_input_tokens ?? 0,
+    cacheWriteTokens: mu.cache_creation_input_tokens ?? 0,
+  });
+  const respCharge = textChargeInk(
+    'text-6-astra',
+    textUsageFromResponses({ inputTokens: ru.input_tokens, cachedTokens: rCached, cacheWriteTokens: 0, outputTokens: ru.output_tokens }),
+  );
   const file = join(dataDir, 'vendor-usage.jsonl');
   writeFileSync(file, records.map((r) => JSON.stringify(r)).join('\n') + '\n');
 
   // The restarted instance: both holds are open and visible.
   const gw = await restarted(t);
   const holds: Record<string, number> = {};
-  for (const [k, reqId] of [[mk, ms.requestId], [rk, rs.requestId]] as const) {
+  for (const [k, reqId] of [
+    [mk, ms.requestId],
+    [rk, rs.requestId],
+  ] as const) {
     const me = (await call(gw.url, 'GET', '/v1/me', { key: k.key })).json;
     const rec = (await db.pool.query('SELECT status, hold_state, hold_ink, charged_ink FROM requests WHERE id = $1', [reqId])).rows[0];
     t.equal(rec.hold_state, 'open', `${reqId}: the hold is open`);
@@ -185,7 +205,9 @@ t.test('SIGKILL mid-stream on both text lanes: holds open after restart, reconci
   t.equal(byReq[ms.requestId], Math.min(msgCharge, holds[ms.requestId]!), 'Messages: settled at the vendor usage');
   t.equal(byReq[rs.requestId], Math.min(respCharge, holds[rs.requestId]!), 'Responses: settled at the vendor usage');
   // Whatever reconcile could not match stays open, is listed, and is never charged by it.
-  const stillOpen = (await db.pool.query(`SELECT id, vendor_request_id FROM requests WHERE id = ANY($1) AND hold_state = 'open'`, [[ms.requestId, rs.requestId]])).rows;
+  const stillOpen = (
+    await db.pool.query(`SELECT id, vendor_request_id FROM requests WHERE id = ANY($1) AND hold_state = 'open'`, [[ms.requestId, rs.requestId]])
+  ).rows;
   const listed = new Set(first.stale_open_holds.items.map((i: any) => i.request_id));
   for (const r of stillOpen) t.ok(listed.has(r.id), `${r.id} (vendor id ${r.vendor_request_id}) is listed as an open hold with no record`);
   t.equal(first.settled.count + first.released.count + stillOpen.length, 2, 'each hold either reconciled or still open: none lost');
@@ -208,11 +230,17 @@ t.test('SIGKILL mid-stream on both text lanes: holds open after restart, reconci
     const me = (await call(gw.url, 'GET', '/v1/me', { key: k.key })).json;
     t.equal(me.key.ink_reserved, 0, 'no hold left');
   }
-  const resolutions = (await db.pool.query(
-    `SELECT request_id, count(*)::int AS n FROM ledger_journal WHERE request_id = ANY($1) AND kind IN ('settle', 'release', 'refund', 'reconcile') GROUP BY request_id`,
-    [[ms.requestId, rs.requestId]],
-  )).rows;
-  t.same(resolutions.map((r) => r.n), [1, 1], 'each hold resolved exactly once');
+  const resolutions = (
+    await db.pool.query(
+      `SELECT request_id, count(*)::int AS n FROM ledger_journal WHERE request_id = ANY($1) AND kind IN ('settle', 'release', 'refund', 'reconcile') GROUP BY request_id`,
+      [[ms.requestId, rs.requestId]],
+    )
+  ).rows;
+  t.same(
+    resolutions.map((r) => r.n),
+    [1, 1],
+    'each hold resolved exactly once',
+  );
   await assertLedgerInvariant(t, db.pool);
 });
 
@@ -250,10 +278,12 @@ t.test('SIGKILL mid-image: the survivor calls again after the lease lapses and s
   t.equal(done.status, 'succeeded');
   t.equal(done.ink_charged, 4);
   t.equal(await gw.jobs.engine.tick(), 0, 'nothing left to do');
-  const resolutions = (await db.pool.query(
-    `SELECT count(*)::int AS n FROM ledger_journal j JOIN generations g ON g.request_id = j.request_id WHERE g.id = $1 AND j.kind IN ('settle', 'release', 'refund', 'reconcile')`,
-    [id],
-  )).rows[0].n;
+  const resolutions = (
+    await db.pool.query(
+      `SELECT count(*)::int AS n FROM ledger_journal j JOIN generations g ON g.request_id = j.request_id WHERE g.id = $1 AND j.kind IN ('settle', 'release', 'refund', 'reconcile')`,
+      [id],
+    )
+  ).rows[0].n;
   t.equal(resolutions, 1, 'settled exactly once');
   const w = (await call(gw.url, 'GET', '/v1/me', { key: k.key })).json;
   t.same([w.key.ink_reserved, w.key.ink_charged, w.ink.balance], [0, 4, 996]);

@@ -158,13 +158,15 @@ t.test('SIGKILL under streaming load: nobody overcharged, cut streams unbilled, 
       continue;
     }
     // Told but not billed: never written, or a written start whose end was lost (an open usage_unknown hold).
-    if (r && !(r.hold_state === 'open' && r.status === 'usage_unknown' && r.charged === 0)) problems.push(`${s.id}: ${r.hold_state}/${r.status} charged ${r.charged}`);
+    if (r && !(r.hold_state === 'open' && r.status === 'usage_unknown' && r.charged === 0))
+      problems.push(`${s.id}: ${r.hold_state}/${r.status} charged ${r.charged}`);
     unbilledInk += s.chargedInk!;
     oldestUnbilledMs = Math.max(oldestUnbilledMs, killMs - s.endMs);
   }
   for (const s of cut) {
     const r = rows.get(s.id);
-    if (r && !(r.hold_state === 'open' && r.status === 'usage_unknown' && r.charged === 0)) problems.push(`cut ${s.id}: ${r.hold_state}/${r.status} charged ${r.charged}`);
+    if (r && !(r.hold_state === 'open' && r.status === 'usage_unknown' && r.charged === 0))
+      problems.push(`cut ${s.id}: ${r.hold_state}/${r.status} charged ${r.charged}`);
   }
   t.same(problems, [], 'every charge is what the client was told; no cut stream is charged; unwritten ends are open usage_unknown holds');
   for (const k of keys) {

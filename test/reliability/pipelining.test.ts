@@ -140,9 +140,17 @@ async function runCase(t: Test, r0: Rig, name: string, kinds: Kind[], gapMs: num
   const first = await h.submit(k.key, { model: 'clip-2.0-fast', prompt: 'a lighthouse at dawn' });
   const before = await moneyOf(h, k.keyId);
   const parts = kinds.map((kind) => requestOf(kind, k.key, first.json.id));
-  const r = await exchange(port, parts, gapMs, kinds.map((kind) => kind === 'head'));
+  const r = await exchange(
+    port,
+    parts,
+    gapMs,
+    kinds.map((kind) => kind === 'head'),
+  );
   const statuses = r.answers.map((a) => a.status);
-  t.ok(statuses.every((st, i) => answersOk(kinds[i]!, st)), `${name}: answers in order (${JSON.stringify(statuses)})`);
+  t.ok(
+    statuses.every((st, i) => answersOk(kinds[i]!, st)),
+    `${name}: answers in order (${JSON.stringify(statuses)})`,
+  );
   if (mustAnswerAll) t.equal(statuses.length, kinds.length, `${name}: every request answered`);
   if (gapMs > 0) t.ok(statuses.length >= 1, `${name}: the first request, read alone, is answered`);
   else t.ok(statuses.length === kinds.length || r.closed, `${name}: a request left unanswered only on a closed connection`);
@@ -185,9 +193,17 @@ eachEngine('pipelining', async (t, engine) => {
     // The second request arrives while the first's vendor call is still running (the simulator
     // paces the first at 20 ms a token): it is answered only after the first.
     const k = await h.funded(100_000);
-    const slow = post('/v1/messages', k.key, { model: 'sonnet', max_tokens: 40, messages: [{ role: 'user', content: 'hi [[sim:tokens=30]] [[sim:pace=10]]' }] });
+    const slow = post('/v1/messages', k.key, {
+      model: 'sonnet',
+      max_tokens: 40,
+      messages: [{ role: 'user', content: 'hi [[sim:tokens=30]] [[sim:pace=10]]' }],
+    });
     const r = await exchange(port, [slow, get('/v1/me', k.key)], 100, [false, false]);
-    t.same(r.answers.map((a) => a.status), [200, 200], 'both answered, in order');
+    t.same(
+      r.answers.map((a) => a.status),
+      [200, 200],
+      'both answered, in order',
+    );
     t.match(r.answers[0]!.body, /"type":"message"/, 'the first answer is the Messages reply');
     t.match(r.answers[1]!.body, /"key"/, 'the second is /v1/me');
     t.equal((await moneyOf(h, k.keyId)).requests, 1, 'one ledger request');

@@ -115,7 +115,10 @@ t.test('Postgres killed (SIGKILL, whole cluster) and restarted: 503s while dead,
   const killedAt = performance.now();
   t.comment(`SIGKILLed postmaster ${killed[0]} and ${killed.length - 1} backends: ${killed.join(' ')}`);
   t.ok(killed.length >= 2, 'the postmaster and at least one backend were killed');
-  t.ok(pidsBefore.every((p) => killed.includes(p)), 'every process of the cluster was killed');
+  t.ok(
+    pidsBefore.every((p) => killed.includes(p)),
+    'every process of the cluster was killed',
+  );
   t.same(pg.pids(), [], 'nothing of the cluster runs');
   const pending = sim.requests.slice(calls0).filter((q) => q.end === undefined).length;
   t.equal(pending, 2, 'both vendor replies were still running when Postgres died');
@@ -138,7 +141,9 @@ t.test('Postgres killed (SIGKILL, whole cluster) and restarted: 503s while dead,
   t.equal(sim.requests.length, calls1, 'no vendor call without a hold (sim.requests unchanged)');
   t.equal(sim.requestCount, count1, 'no vendor call (total count unchanged)');
   t.same(pg.pids(), [], 'Postgres was dead for every probe');
-  t.comment(`503 while dead: max ${Math.max(...latencies).toFixed(0)} ms, min ${Math.min(...latencies).toFixed(0)} ms over ${DOWN_PROBES} requests (budget ${budgetMs} ms)`);
+  t.comment(
+    `503 while dead: max ${Math.max(...latencies).toFixed(0)} ms, min ${Math.min(...latencies).toFixed(0)} ms over ${DOWN_PROBES} requests (budget ${budgetMs} ms)`,
+  );
 
   // 4. The requests that were at the vendor: the client gets the vendor's answer.
   const [s, b] = await Promise.all([streamP, bodyP]);
@@ -159,7 +164,11 @@ t.test('Postgres killed (SIGKILL, whole cluster) and restarted: 503s while dead,
   const bodyReq = b.headers['x-service-request-id'] as string;
   t.match(bodyReq, /^req_/, 'non-stream: X-Service-Request-Id');
   t.equal(b.json?.model, MODEL, 'the product model id, as always');
-  t.same([textOf(b.json.content), b.json.stop_reason, b.json.usage], [textOf(ref.content), ref.stop_reason, ref.usage], 'non-stream: content, stop reason and usage as the vendor gave them');
+  t.same(
+    [textOf(b.json.content), b.json.stop_reason, b.json.usage],
+    [textOf(ref.content), ref.stop_reason, ref.usage],
+    'non-stream: content, stop reason and usage as the vendor gave them',
+  );
 
   // 5. Restart on the same data directory and port; the gateway is left alone.
   const deadFor = performance.now() - killedAt;
@@ -189,7 +198,10 @@ t.test('Postgres killed (SIGKILL, whole cluster) and restarted: 503s while dead,
   // 6. The holds of what the vendor served are open, nothing charged, and carry the vendor ids.
   //    The non-stream id reaches its hold only through the background usage_unknown retry.
   const holds: Record<string, number> = {};
-  for (const [k, reqId, w0] of [[ks, streamReq, before.stream], [kn, bodyReq, before.body]] as const) {
+  for (const [k, reqId, w0] of [
+    [ks, streamReq, before.stream],
+    [kn, bodyReq, before.body],
+  ] as const) {
     const rec = await requestRow(pool, reqId);
     t.equal(rec.hold_state, 'open', `${reqId}: hold still open`);
     t.equal(rec.charged_ink, 0, 'never settled to 0 or to the hold: nothing charged');
@@ -223,7 +235,12 @@ t.test('Postgres killed (SIGKILL, whole cluster) and restarted: 503s while dead,
   await assertLedgerInvariant(t, pool);
 
   // 7. Reconciliation from the vendor's usage records settles each hold exactly once.
-  const usageOf = (u: any, out: number) => ({ inputTokens: u.input_tokens, outputTokens: out, cacheReadTokens: u.cache_read_input_tokens ?? 0, cacheWriteTokens: u.cache_creation_input_tokens ?? 0 });
+  const usageOf = (u: any, out: number) => ({
+    inputTokens: u.input_tokens,
+    outputTokens: out,
+    cacheReadTokens: u.cache_read_input_tokens ?? 0,
+    cacheWriteTokens: u.cache_creation_input_tokens ?? 0,
+  });
   const streamUsage = usageOf(start.usage, delta.output_tokens);
   const bodyUsage = usageOf(b.json.usage, b.json.usage.output_tokens);
   const streamCharge = textChargeInk(MODEL, streamUsage);
@@ -239,14 +256,30 @@ t.test('Postgres killed (SIGKILL, whole cluster) and restarted: 503s while dead,
   t.equal(rec1.recordsRead, 2);
   t.equal(rec1.settled.count, 2, 'both holds settled from their records');
   const byReq = Object.fromEntries(rec1.settled.items.map((x: any) => [x.requestId, x]));
-  t.same(byReq[streamReq], {
-    requestId: streamReq, vendorRequestId: streamVid, holdInk: holds[streamReq], chargedInk: streamCharge,
-    releasedInk: holds[streamReq]! - streamCharge, expiredInk: 0,
-  }, `stream settled at the vendor's usage: ${streamCharge} Ink`);
-  t.same(byReq[bodyReq], {
-    requestId: bodyReq, vendorRequestId: b.json.id, holdInk: holds[bodyReq], chargedInk: bodyCharge,
-    releasedInk: holds[bodyReq]! - bodyCharge, expiredInk: 0,
-  }, `non-stream settled at the vendor's usage: ${bodyCharge} Ink`);
+  t.same(
+    byReq[streamReq],
+    {
+      requestId: streamReq,
+      vendorRequestId: streamVid,
+      holdInk: holds[streamReq],
+      chargedInk: streamCharge,
+      releasedInk: holds[streamReq]! - streamCharge,
+      expiredInk: 0,
+    },
+    `stream settled at the vendor's usage: ${streamCharge} Ink`,
+  );
+  t.same(
+    byReq[bodyReq],
+    {
+      requestId: bodyReq,
+      vendorRequestId: b.json.id,
+      holdInk: holds[bodyReq],
+      chargedInk: bodyCharge,
+      releasedInk: holds[bodyReq]! - bodyCharge,
+      expiredInk: 0,
+    },
+    `non-stream settled at the vendor's usage: ${bodyCharge} Ink`,
+  );
   t.same(rec1.unmatched.items, [], 'every record matched its hold');
   t.same(rec1.stale.items, [], 'no hold left without a record');
 

@@ -36,8 +36,21 @@ const VENDOR_ALLOW: Record<'messages' | 'responses', ReadonlySet<string>> = {
 };
 /** What a client may receive: our headers only (uWS adds its own name, Date and the framing; node Date, the framing and Keep-Alive). */
 const CLIENT_ALLOW = new Set([
-  'content-type', 'content-length', 'transfer-encoding', 'connection', 'keep-alive', 'date', 'uwebsockets', 'cache-control', 'x-request-id',
-  'x-service-request-id', 'x-service-ink-charged', 'x-accel-buffering', 'retry-after', 'www-authenticate', 'allow',
+  'content-type',
+  'content-length',
+  'transfer-encoding',
+  'connection',
+  'keep-alive',
+  'date',
+  'uwebsockets',
+  'cache-control',
+  'x-request-id',
+  'x-service-request-id',
+  'x-service-ink-charged',
+  'x-accel-buffering',
+  'retry-after',
+  'www-authenticate',
+  'allow',
   // Our request id again under the Anthropic SDK's name (Messages route only; checked below).
   'request-id',
 ]);
@@ -146,17 +159,36 @@ function checkVendorSaw(t: Test, r: Rig, req: TappedRequest, clientKey: string) 
   const extra = names.filter((n) => !VENDOR_ALLOW[r.lane].has(n));
   t.same(extra, [], `only allow-listed headers reach the vendor (got ${[...new Set(names)].join(', ')})`);
   const keyLines = req.rawHeaders.filter(([k]) => k.toLowerCase() === r.ourKeyHeader);
-  t.same(keyLines.map(([, v]) => v), [r.ourKeyValue], `our key exactly once, as ${r.ourKeyHeader}`);
+  t.same(
+    keyLines.map(([, v]) => v),
+    [r.ourKeyValue],
+    `our key exactly once, as ${r.ourKeyHeader}`,
+  );
   const otherKey = r.lane === 'messages' ? 'authorization' : 'x-api-key';
   t.notOk(names.includes(otherKey), `no ${otherKey} toward the vendor`);
   const enc = req.rawHeaders.filter(([k]) => k.toLowerCase() === 'accept-encoding');
-  t.same(enc.map(([, v]) => v), ['identity'], "our accept-encoding once, never the client's");
+  t.same(
+    enc.map(([, v]) => v),
+    ['identity'],
+    "our accept-encoding once, never the client's",
+  );
   const host = req.rawHeaders.filter(([k]) => k.toLowerCase() === 'host');
-  t.same(host.map(([, v]) => v), [r.tap.url().slice('http://'.length)], "the vendor's own host, once");
+  t.same(
+    host.map(([, v]) => v),
+    [r.tap.url().slice('http://'.length)],
+    "the vendor's own host, once",
+  );
   if (r.lane === 'messages') {
-    t.same(req.rawHeaders.filter(([k]) => k.toLowerCase() === 'anthropic-version').map(([, v]) => v), ['2023-06-01'], 'our protocol version, once');
+    t.same(
+      req.rawHeaders.filter(([k]) => k.toLowerCase() === 'anthropic-version').map(([, v]) => v),
+      ['2023-06-01'],
+      'our protocol version, once',
+    );
     const beta = req.rawHeaders.filter(([k]) => k.toLowerCase() === 'anthropic-beta').map(([, v]) => v);
-    t.ok(beta.length <= 1 && (beta.length === 0 || beta[0] === 'prompt-caching-2024-07-31'), `anthropic-beta only as prompt-caching-2024-07-31 (got ${JSON.stringify(beta)})`);
+    t.ok(
+      beta.length <= 1 && (beta.length === 0 || beta[0] === 'prompt-caching-2024-07-31'),
+      `anthropic-beta only as prompt-caching-2024-07-31 (got ${JSON.stringify(beta)})`,
+    );
   }
   const wire = req.rawHeaders.map(([k, v]) => `${k}: ${v}`).join('\n') + '\n' + req.body.toString('latin1');
   t.notOk(wire.includes(MARK), 'nothing the client smuggled reaches the vendor, headers or body');
@@ -167,12 +199,18 @@ function checkVendorSaw(t: Test, r: Rig, req: TappedRequest, clientKey: string) 
 /** The client side: our headers only. */
 function checkClientGot(t: Test, headers: Record<string, string | string[] | undefined>) {
   const names = Object.keys(headers).map((h) => h.toLowerCase());
-  t.same(names.filter((n) => !CLIENT_ALLOW.has(n)), [], `only our headers reach the client (got ${names.join(', ')})`);
+  t.same(
+    names.filter((n) => !CLIENT_ALLOW.has(n)),
+    [],
+    `only our headers reach the client (got ${names.join(', ')})`,
+  );
   t.equal(headers['set-cookie'], undefined, 'no vendor set-cookie');
   t.equal(headers['cache-control'], 'no-store', 'our cache policy');
   t.match(String(headers['x-request-id']), /^req_[0-9a-f]{32}$/, 'our request id');
   if (headers['request-id'] !== undefined) t.equal(headers['request-id'], headers['x-request-id'], "request-id is ours, never the vendor's");
-  const all = Object.entries(headers).map(([k, v]) => `${k}: ${String(v)}`).join('\n');
+  const all = Object.entries(headers)
+    .map(([k, v]) => `${k}: ${String(v)}`)
+    .join('\n');
   t.notOk(all.includes(MARK), 'no vendor header value reaches the client');
 }
 
@@ -225,8 +263,15 @@ eachEngine('smuggling', async (t, engine) => {
       }
 
       t.test('the vendor errors (500, 429): our 502 / 503 carry none of its headers', async (t) => {
-        for (const [status, want] of [[500, 502], [429, 503]] as const) {
-          const res = await request(r.g.url + r.path, { method: 'POST', headers: hostileHeaders(r), body: JSON.stringify(r.body(false, ` [[sim:status=${status}]]`)) });
+        for (const [status, want] of [
+          [500, 502],
+          [429, 503],
+        ] as const) {
+          const res = await request(r.g.url + r.path, {
+            method: 'POST',
+            headers: hostileHeaders(r),
+            body: JSON.stringify(r.body(false, ` [[sim:status=${status}]]`)),
+          });
           const text = await res.body.text();
           t.equal(res.statusCode, want, `vendor ${status} -> ${want}`);
           checkClientGot(t, res.headers);
@@ -298,11 +343,20 @@ eachEngine('smuggling', async (t, engine) => {
       for (const [i, [name, lines]] of cases.entries()) {
         const tag = `framing${i}`;
         const body = JSON.stringify(r.body(false, ' ' + tag));
-        const bytes = [`POST ${r.path} HTTP/1.1`, 'Host: 127.0.0.1', `Authorization: Bearer ${r.key}`, 'Content-Type: application/json', ...lines(Buffer.byteLength(body)), '', body].join('\r\n');
+        const bytes = [
+          `POST ${r.path} HTTP/1.1`,
+          'Host: 127.0.0.1',
+          `Authorization: Bearer ${r.key}`,
+          'Content-Type: application/json',
+          ...lines(Buffer.byteLength(body)),
+          '',
+          body,
+        ].join('\r\n');
         const a = await sendRaw(port, bytes);
         const status = /^HTTP\/1\.1 (\d{3})/.exec(a.text)?.[1];
         // uWS closes on a listed value itself, without an answer; every other case is ours.
-        if (name.startsWith('one header')) t.ok(status === '400' || (status === undefined && a.closed), `${lane}, ${name}: 400 or closed (${status ?? 'closed'})`);
+        if (name.startsWith('one header'))
+          t.ok(status === '400' || (status === undefined && a.closed), `${lane}, ${name}: 400 or closed (${status ?? 'closed'})`);
         else {
           t.equal(status, '400', `${lane}, ${name}: 400`);
           t.match(a.text, /"code":"invalid_body"/, `${lane}, ${name}: invalid_body`);
@@ -313,7 +367,9 @@ eachEngine('smuggling', async (t, engine) => {
         t.ok(a.ms < 2_000, `${lane}, ${name}: at once (${Math.round(a.ms)} ms)`);
         t.equal(r.tap.requests.filter((q) => q.body.toString('latin1').includes(tag)).length, 0, `${lane}, ${name}: nothing reached the vendor`);
       }
-      const getTwice = ['GET /v1/me HTTP/1.1', 'Host: 127.0.0.1', `Authorization: Bearer ${r.key}`, 'Content-Length: 0', 'Content-Length: 5', '', ''].join('\r\n');
+      const getTwice = ['GET /v1/me HTTP/1.1', 'Host: 127.0.0.1', `Authorization: Bearer ${r.key}`, 'Content-Length: 0', 'Content-Length: 5', '', ''].join(
+        '\r\n',
+      );
       const g = await sendRaw(port, getTwice);
       t.match(g.text, /^HTTP\/1\.1 400 /, `${lane}: any route, GET too`);
       const meAfter = (await r.g.call('GET', '/v1/me', { key: r.key })).json.key.ink_charged as number;

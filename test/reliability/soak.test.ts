@@ -36,8 +36,16 @@ t.test('mixed traffic with Redis and Postgres paused in turn: only 503s in pause
   const fiveXx = Object.entries(r.statusCounts).filter(([s]) => s !== '503' && (s.startsWith('5') || s === 'wire error'));
   t.same(fiveXx, [], 'no 5xx but 503, no wire error');
   t.ok(r.rssMb.flat, `RSS flat: ${r.rssMb.secondQuarterMedian.toFixed(1)} -> ${r.rssMb.lastQuarterMedian.toFixed(1)} MB`);
-  t.ok(r.ownFds.flat, `fds (client and pooled sockets excluded) flat: ${r.ownFds.secondQuarterMedian} -> ${r.ownFds.lastQuarterMedian}, ${r.finalOwnFds} after the run`);
-  const vendor: Record<string, number> = { messages: r.vendorCalls.anthropic!, responses: r.vendorCalls.openai!, video: r.vendorCalls.ark!, images: r.vendorCalls.gemini! };
+  t.ok(
+    r.ownFds.flat,
+    `fds (client and pooled sockets excluded) flat: ${r.ownFds.secondQuarterMedian} -> ${r.ownFds.lastQuarterMedian}, ${r.finalOwnFds} after the run`,
+  );
+  const vendor: Record<string, number> = {
+    messages: r.vendorCalls.anthropic!,
+    responses: r.vendorCalls.openai!,
+    video: r.vendorCalls.ark!,
+    images: r.vendorCalls.gemini!,
+  };
   for (const h of r.holds) {
     const calls = vendor[h.product]!;
     t.ok(

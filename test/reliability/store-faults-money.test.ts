@@ -113,7 +113,6 @@ async function recovered(r: Rig, key: string): Promise<void> {
   await until('the gateway to reach Postgres again', async () => ((await call(r.url, 'GET', '/v1/me', { key })).status === 200 ? true : undefined));
 }
 
-
 t.test('Postgres frozen after dispatch: the answer is delivered, the hold stays open, reconciliation settles it once', async (t) => {
   const r = await proxiedGateway(t);
   const ks = await fundedKey(r); // stream
@@ -149,7 +148,11 @@ t.test('Postgres frozen after dispatch: the answer is delivered, the hold stays 
   t.match(bodyReq, /^req_/, 'non-stream: X-Service-Request-Id');
   t.equal(b.json?.model, MODEL, 'the product model id, as always');
   t.match(b.json?.id, /^msg_/);
-  t.same([textOf(b.json.content), b.json.stop_reason, b.json.usage], [textOf(ref.content), ref.stop_reason, ref.usage], 'non-stream: content, stop reason and usage as the vendor gave them');
+  t.same(
+    [textOf(b.json.content), b.json.stop_reason, b.json.usage],
+    [textOf(ref.content), ref.stop_reason, ref.usage],
+    'non-stream: content, stop reason and usage as the vendor gave them',
+  );
 
   // Stream: the whole content, message_stop, then exactly one final error event usage_unknown.
   t.equal(s.status, 200, 'stream: 200');
@@ -163,7 +166,10 @@ t.test('Postgres frozen after dispatch: the answer is delivered, the hold stays 
   // After Postgres is back: both holds open, nothing charged, visible as key.ink_reserved.
   await recovered(r, ks.key);
   const holds: Record<string, number> = {};
-  for (const [k, reqId, w0] of [[ks, streamReq, before.stream], [kn, bodyReq, before.body]] as const) {
+  for (const [k, reqId, w0] of [
+    [ks, streamReq, before.stream],
+    [kn, bodyReq, before.body],
+  ] as const) {
     const rec = await requestRow(r.db.pool, reqId);
     t.equal(rec.hold_state, 'open', `${reqId}: hold still open`);
     t.equal(rec.charged_ink, 0, 'never settled to 0 or to the hold: nothing charged');
@@ -191,7 +197,12 @@ t.test('Postgres frozen after dispatch: the answer is delivered, the hold stays 
   await assertLedgerInvariant(t, r.db.pool);
 
   // Reconciliation from the vendor's usage records (what its usage export would carry).
-  const usageOf = (u: any, out: number) => ({ inputTokens: u.input_tokens, outputTokens: out, cacheReadTokens: u.cache_read_input_tokens ?? 0, cacheWriteTokens: u.cache_creation_input_tokens ?? 0 });
+  const usageOf = (u: any, out: number) => ({
+    inputTokens: u.input_tokens,
+    outputTokens: out,
+    cacheReadTokens: u.cache_read_input_tokens ?? 0,
+    cacheWriteTokens: u.cache_creation_input_tokens ?? 0,
+  });
   const streamUsage = usageOf(start.usage, delta.output_tokens);
   const streamCharge = textChargeInk(MODEL, streamUsage);
   const records = [
@@ -205,14 +216,30 @@ t.test('Postgres frozen after dispatch: the answer is delivered, the hold stays 
   const bodyCharge = textChargeInk(MODEL, bodyUsage);
   t.equal(first.settled.count, 2, 'both holds settled from their records');
   const byReq = Object.fromEntries(first.settled.items.map((x: any) => [x.requestId, x]));
-  t.same(byReq[streamReq], {
-    requestId: streamReq, vendorRequestId: streamVid, holdInk: holds[streamReq], chargedInk: Math.min(streamCharge, holds[streamReq]!),
-    releasedInk: holds[streamReq]! - Math.min(streamCharge, holds[streamReq]!), expiredInk: 0,
-  }, `stream settled at the vendor's usage: ${streamCharge} Ink`);
-  t.same(byReq[bodyReq], {
-    requestId: bodyReq, vendorRequestId: b.json.id, holdInk: holds[bodyReq], chargedInk: Math.min(bodyCharge, holds[bodyReq]!),
-    releasedInk: holds[bodyReq]! - Math.min(bodyCharge, holds[bodyReq]!), expiredInk: 0,
-  }, `non-stream settled at the vendor's usage: ${bodyCharge} Ink`);
+  t.same(
+    byReq[streamReq],
+    {
+      requestId: streamReq,
+      vendorRequestId: streamVid,
+      holdInk: holds[streamReq],
+      chargedInk: Math.min(streamCharge, holds[streamReq]!),
+      releasedInk: holds[streamReq]! - Math.min(streamCharge, holds[streamReq]!),
+      expiredInk: 0,
+    },
+    `stream settled at the vendor's usage: ${streamCharge} Ink`,
+  );
+  t.same(
+    byReq[bodyReq],
+    {
+      requestId: bodyReq,
+      vendorRequestId: b.json.id,
+      holdInk: holds[bodyReq],
+      chargedInk: Math.min(bodyCharge, holds[bodyReq]!),
+      releasedInk: holds[bodyReq]! - Math.min(bodyCharge, holds[bodyReq]!),
+      expiredInk: 0,
+    },
+    `non-stream settled at the vendor's usage: ${bodyCharge} Ink`,
+  );
   t.ok(streamCharge > 0 && streamCharge < holds[streamReq]!, 'a charge that is neither 0 nor the hold');
   t.ok(bodyCharge > 0 && bodyCharge < holds[bodyReq]!, 'a charge that is neither 0 nor the hold');
   t.same(first.unmatched.items, [], 'every record matched its hold');
@@ -229,7 +256,11 @@ t.test('Postgres frozen after dispatch: the answer is delivered, the hold stays 
   t.same(await keyRow(r.db.pool, ks.keyId), { ink_reserved: 0, ink_charged: streamCharge });
   t.same(await keyRow(r.db.pool, kn.keyId), { ink_reserved: 0, ink_charged: Math.min(bodyCharge, holds[bodyReq]!) });
   t.same((await walletRow(r.db.pool, ks.accountId)).balance, before.stream.balance - streamCharge, 'stream wallet: charged the vendor usage only');
-  t.same((await walletRow(r.db.pool, kn.accountId)).balance, before.body.balance - Math.min(bodyCharge, holds[bodyReq]!), 'non-stream wallet: charged the vendor usage only');
+  t.same(
+    (await walletRow(r.db.pool, kn.accountId)).balance,
+    before.body.balance - Math.min(bodyCharge, holds[bodyReq]!),
+    'non-stream wallet: charged the vendor usage only',
+  );
   await assertLedgerInvariant(t, r.db.pool);
 });
 
@@ -246,11 +277,11 @@ t.test('Postgres frozen before dispatch: 503 within the db timeouts, no vendor c
   const budgetMs = r.config.db.queryTimeoutMs + r.config.db.connectionTimeoutMs + 300;
 
   r.proxy!.freeze();
-  const answers = await Promise.all([
-    send(r.url, k.key, messagesBody(false, 'before-body')),
-    send(r.url, k.key, messagesBody(true, 'before-stream')),
-  ]);
-  for (const [a, what] of [[answers[0], 'non-stream'], [answers[1], 'stream']] as const) {
+  const answers = await Promise.all([send(r.url, k.key, messagesBody(false, 'before-body')), send(r.url, k.key, messagesBody(true, 'before-stream'))]);
+  for (const [a, what] of [
+    [answers[0], 'non-stream'],
+    [answers[1], 'stream'],
+  ] as const) {
     t.equal(a.status, 503, `${what}: 503 (${a.text.slice(0, 120)})`);
     t.equal(a.json?.error?.code, 'provider_unavailable', `${what}: provider_unavailable`);
     t.ok(Number(a.headers['retry-after']) >= 1, `${what}: Retry-After`);
@@ -262,10 +293,14 @@ t.test('Postgres frozen before dispatch: 503 within the db timeouts, no vendor c
   // ledger's clean-up must void or release whatever it left. No request may end up holding Ink.
   r.proxy!.thaw();
   await recovered(r, k.key);
-  await until('no open hold and the wallet back where it was', async () => {
-    const w = await walletRow(r.db.pool, k.accountId);
-    return (await openHolds(r.db, k.accountId)) === 0 && w.held === 0 ? true : undefined;
-  }, 20_000);
+  await until(
+    'no open hold and the wallet back where it was',
+    async () => {
+      const w = await walletRow(r.db.pool, k.accountId);
+      return (await openHolds(r.db, k.accountId)) === 0 && w.held === 0 ? true : undefined;
+    },
+    20_000,
+  );
   const after = (await r.db.pool.query(`SELECT id, hold_state, charged_ink FROM requests WHERE account_id = $1 ORDER BY created_at`, [k.accountId])).rows;
   t.comment(`request rows after the outage: ${JSON.stringify(after.slice(rows0))}`);
   // A reserve that reached Postgres only after the thaw is released by the ledger's clean-up; one

@@ -73,20 +73,24 @@ function fresh(base: string, method: string, path: string, key?: string, body?: 
   const u = new URL(path, base);
   const payload = body === undefined ? undefined : JSON.stringify(body);
   return new Promise((resolveA, reject) => {
-    const req = httpRequest(u, { method, agent: false, headers: { ...(key ? { authorization: `Bearer ${key}` } : {}), ...(payload ? { 'content-type': 'application/json' } : {}) } }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => {
-        const buf = Buffer.concat(chunks);
-        let json: any;
-        try {
-          json = JSON.parse(buf.toString('utf8'));
-        } catch {
-          json = undefined;
-        }
-        resolveA({ status: res.statusCode ?? 0, json, body: buf });
-      });
-    });
+    const req = httpRequest(
+      u,
+      { method, agent: false, headers: { ...(key ? { authorization: `Bearer ${key}` } : {}), ...(payload ? { 'content-type': 'application/json' } : {}) } },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => {
+          const buf = Buffer.concat(chunks);
+          let json: any;
+          try {
+            json = JSON.parse(buf.toString('utf8'));
+          } catch {
+            json = undefined;
+          }
+          resolveA({ status: res.statusCode ?? 0, json, body: buf });
+        });
+      },
+    );
     req.setTimeout(20_000, () => req.destroy(new Error('no answer')));
     req.on('error', reject);
     req.end(payload);
@@ -98,7 +102,10 @@ const message = { model: 'sonnet', max_tokens: 50, messages: [{ role: 'user', co
 t.test('the balancer deals connections round robin over the three', async (t) => {
   const before = [...balancer.handed];
   for (let i = 0; i < 6; i++) t.equal((await fresh(balancer.url, 'GET', '/v1/models')).status, 200);
-  t.same(balancer.handed.map((n, i) => n - before[i]!), [2, 2, 2]);
+  t.same(
+    balancer.handed.map((n, i) => n - before[i]!),
+    [2, 2, 2],
+  );
 });
 
 t.test('the per-key rate limit is exact over three processes behind one address', async (t) => {
@@ -137,10 +144,24 @@ t.test('operator switches reach every process within one second', async (t) => {
   check('model resumed', await untilEverySees(post, (a) => a.status === 200, at));
   await cli('api', 'close');
   at = performance.now();
-  check('API closed', await untilEverySees((g) => fresh(g.url, 'GET', '/v1/models'), (a) => a.json?.error?.code === 'external_api_disabled', at));
+  check(
+    'API closed',
+    await untilEverySees(
+      (g) => fresh(g.url, 'GET', '/v1/models'),
+      (a) => a.json?.error?.code === 'external_api_disabled',
+      at,
+    ),
+  );
   await cli('api', 'open');
   at = performance.now();
-  check('API opened', await untilEverySees((g) => fresh(g.url, 'GET', '/v1/models'), (a) => a.status === 200, at));
+  check(
+    'API opened',
+    await untilEverySees(
+      (g) => fresh(g.url, 'GET', '/v1/models'),
+      (a) => a.status === 200,
+      at,
+    ),
+  );
 });
 
 t.test('an image submitted on one process is polled and downloaded through the others', async (t) => {

@@ -53,7 +53,11 @@ const gateways: GatewayProcess[] = await Promise.all(['three-a', 'three-b', 'thr
 const body = (text: string, stream: boolean) => JSON.stringify({ model: 'sonnet', max_tokens: 30_000, stream, messages: [{ role: 'user', content: text }] });
 
 async function send(g: GatewayProcess, key: string, payload: string): Promise<{ status: number; code: string | null; id: string; done: Promise<void> }> {
-  const res = await request(g.url + '/v1/messages', { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body: payload });
+  const res = await request(g.url + '/v1/messages', {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+    body: payload,
+  });
   const id = String(res.headers['x-service-request-id']);
   if (res.statusCode !== 200) {
     const err = (await res.body.json()) as { error?: { type?: string; code?: string } };
@@ -103,7 +107,9 @@ async function account(name: string, ink: number, inkLimit?: number): Promise<{ 
 t.test('the wallet edge is exact across three processes', async (t) => {
   const a = await account('three edge', 33 * HOLD_INK + Math.floor(HOLD_INK / 2));
   t.same(await burst(60, a.key, `edge ${LONG}`), { '200': 33, '402 insufficient_ink': 27 }, 'exactly 33 of 60 admitted');
-  const leases = await db.pool.query<{ n: string; i: string }>('SELECT count(*) AS n, count(DISTINCT instance_id) AS i FROM leases WHERE account_id = $1', [a.accountId]);
+  const leases = await db.pool.query<{ n: string; i: string }>('SELECT count(*) AS n, count(DISTINCT instance_id) AS i FROM leases WHERE account_id = $1', [
+    a.accountId,
+  ]);
   t.ok(Number(leases.rows[0]!.n) > 0, `leases served part of it (${leases.rows[0]!.n} leases on ${leases.rows[0]!.i} processes), recalled at the edge`);
   await assertLedgerInvariant(t, db.pool);
 });

@@ -69,7 +69,12 @@ const MESSAGES: LaneSpec = {
 const responsesCharge = (u: any) =>
   textChargeInk(
     'text-6-astra',
-    textUsageFromResponses({ inputTokens: u.input_tokens, cachedTokens: u.input_tokens_details?.cached_tokens ?? 0, cacheWriteTokens: 0, outputTokens: u.output_tokens }),
+    textUsageFromResponses({
+      inputTokens: u.input_tokens,
+      cachedTokens: u.input_tokens_details?.cached_tokens ?? 0,
+      cacheWriteTokens: 0,
+      outputTokens: u.output_tokens,
+    }),
   );
 
 const RESPONSES: LaneSpec = {
@@ -110,7 +115,13 @@ async function rig(t: Test, spec: LaneSpec): Promise<Rig> {
   const g = await startTestGateway(t, {
     vendors: spec.lane === 'messages' ? { anthropic: vendor } : { openai: vendor },
     // Non-streaming calls wait nonStreamTimeoutMs for their headers: the same short bound here.
-    upstream: { headersTimeoutMs: HEADERS_TIMEOUT_MS, nonStreamTimeoutMs: HEADERS_TIMEOUT_MS, idleTimeoutMs: IDLE_TIMEOUT_MS, streamTotalMs: STREAM_TOTAL_MS, connectTimeoutMs: 1000 },
+    upstream: {
+      headersTimeoutMs: HEADERS_TIMEOUT_MS,
+      nonStreamTimeoutMs: HEADERS_TIMEOUT_MS,
+      idleTimeoutMs: IDLE_TIMEOUT_MS,
+      streamTotalMs: STREAM_TOTAL_MS,
+      connectTimeoutMs: 1000,
+    },
   });
   await setLane(g.db.pool, spec.lane, true);
   await g.gw.services.state.refresh();
@@ -199,7 +210,10 @@ async function expectSuccess(t: Test, r: Rig, key: string, a: Answer, stream: bo
   if (stream) {
     charged = r.spec.frameCharge(a.text);
     t.equal(charged, r.spec.chargeOfStream(a.text), `the usage frame names the usage's charge (${charged} Ink)`);
-    t.notOk(parseSse(a.text).some((e) => e.event === 'error'), 'no error event');
+    t.notOk(
+      parseSse(a.text).some((e) => e.event === 'error'),
+      'no error event',
+    );
   } else {
     charged = Number(a.headers['x-service-ink-charged']);
     t.equal(charged, r.spec.chargeOfBody(a.json), `X-Service-Ink-Charged is the usage's charge (${charged} Ink)`);
@@ -278,11 +292,15 @@ for (const spec of [MESSAGES, RESPONSES]) {
         await expect502Kept(t, r, key, a);
       });
 
-      await fault(`${mode}: reset mid-body -> ${stream ? 'event: error usage_unknown' : '502'}, hold kept`, { kind: 'reset-mid-body', at: beforeReceipt }, async (t, key) => {
-        const a = await send(r, key, stream);
-        if (stream) await expectStreamUsageUnknown(t, r, key, a);
-        else await expect502Kept(t, r, key, a);
-      });
+      await fault(
+        `${mode}: reset mid-body -> ${stream ? 'event: error usage_unknown' : '502'}, hold kept`,
+        { kind: 'reset-mid-body', at: beforeReceipt },
+        async (t, key) => {
+          const a = await send(r, key, stream);
+          if (stream) await expectStreamUsageUnknown(t, r, key, a);
+          else await expect502Kept(t, r, key, a);
+        },
+      );
 
       await fault(`${mode}: stall mid-body -> bounded by idleTimeoutMs, hold kept`, { kind: 'stall-mid-body', at: beforeReceipt }, async (t, key) => {
         const stalled = proxy.next('stalled');
@@ -293,17 +311,25 @@ for (const spec of [MESSAGES, RESPONSES]) {
         withinTimeout(t, a.endedAt - s.atMs, IDLE_TIMEOUT_MS, 'body stall');
       });
 
-      await fault(`${mode}: garbage bytes mid-body -> ${stream ? 'event: error usage_unknown' : '502'}, hold kept`, { kind: 'garbage-body', at: beforeReceipt }, async (t, key) => {
-        const a = await send(r, key, stream);
-        if (stream) await expectStreamUsageUnknown(t, r, key, a);
-        else await expect502Kept(t, r, key, a);
-      });
+      await fault(
+        `${mode}: garbage bytes mid-body -> ${stream ? 'event: error usage_unknown' : '502'}, hold kept`,
+        { kind: 'garbage-body', at: beforeReceipt },
+        async (t, key) => {
+          const a = await send(r, key, stream);
+          if (stream) await expectStreamUsageUnknown(t, r, key, a);
+          else await expect502Kept(t, r, key, a);
+        },
+      );
 
-      await fault(`${mode}: truncated JSON in a cleanly ended answer -> ${stream ? 'event: error usage_unknown' : '502'}, hold kept`, { kind: 'truncate-body', at: insideReceipt }, async (t, key) => {
-        const a = await send(r, key, stream);
-        if (stream) await expectStreamUsageUnknown(t, r, key, a);
-        else await expect502Kept(t, r, key, a);
-      });
+      await fault(
+        `${mode}: truncated JSON in a cleanly ended answer -> ${stream ? 'event: error usage_unknown' : '502'}, hold kept`,
+        { kind: 'truncate-body', at: insideReceipt },
+        async (t, key) => {
+          const a = await send(r, key, stream);
+          if (stream) await expectStreamUsageUnknown(t, r, key, a);
+          else await expect502Kept(t, r, key, a);
+        },
+      );
 
       await fault(`${mode}: 1-byte slices -> the normal answer and charge`, { kind: 'slices', sliceBytes: 1 }, async (t, key) => {
         const a = await send(r, key, stream);
@@ -315,12 +341,16 @@ for (const spec of [MESSAGES, RESPONSES]) {
       // timer must restart on every slice, and the total stays under streamTotalMs.
       const gapMs = Math.round(IDLE_TIMEOUT_MS * 0.6);
       const dripSliceBytes = Math.ceil(baselineBytes[stream ? 'stream' : 'body'] / 4); // about 4 gaps
-      await fault(`${mode}: slow drip (${gapMs} ms gaps) -> the normal answer and charge`, { kind: 'drip', sliceBytes: dripSliceBytes, delayMs: gapMs }, async (t, key) => {
-        const a = await send(r, key, stream);
-        t.ok(proxy.writes >= 3, `${proxy.writes} writes`);
-        t.ok(a.elapsedMs > IDLE_TIMEOUT_MS, `the answer took ${Math.round(a.elapsedMs)} ms, longer than one idle timeout`);
-        await expectSuccess(t, r, key, a, stream, baseline[stream ? 'stream' : 'body']);
-      });
+      await fault(
+        `${mode}: slow drip (${gapMs} ms gaps) -> the normal answer and charge`,
+        { kind: 'drip', sliceBytes: dripSliceBytes, delayMs: gapMs },
+        async (t, key) => {
+          const a = await send(r, key, stream);
+          t.ok(proxy.writes >= 3, `${proxy.writes} writes`);
+          t.ok(a.elapsedMs > IDLE_TIMEOUT_MS, `the answer took ${Math.round(a.elapsedMs)} ms, longer than one idle timeout`);
+          await expectSuccess(t, r, key, a, stream, baseline[stream ? 'stream' : 'body']);
+        },
+      );
 
       // A drip that never ends: every gap under the idle timeout, so only the total cap stops it.
       await fault(`${mode}: endless drip -> bounded by streamTotalMs, hold kept`, { kind: 'drip', sliceBytes: 8, delayMs: gapMs }, async (t, key) => {
@@ -335,11 +365,15 @@ for (const spec of [MESSAGES, RESPONSES]) {
       });
 
       // The same drip on the vendor's error body (a 500): its message is best effort, the wait is not.
-      await fault(`${mode}: endless drip of a vendor 500 body -> 502 bounded by streamTotalMs, hold kept`, { kind: 'drip', sliceBytes: 4, delayMs: gapMs }, async (t, key) => {
-        const a = await send(r, key, stream, ' [[sim:status=500]]');
-        await expect502Kept(t, r, key, a);
-        withinTimeout(t, a.elapsedMs, STREAM_TOTAL_MS, 'endless error-body drip');
-      });
+      await fault(
+        `${mode}: endless drip of a vendor 500 body -> 502 bounded by streamTotalMs, hold kept`,
+        { kind: 'drip', sliceBytes: 4, delayMs: gapMs },
+        async (t, key) => {
+          const a = await send(r, key, stream, ' [[sim:status=500]]');
+          await expect502Kept(t, r, key, a);
+          withinTimeout(t, a.elapsedMs, STREAM_TOTAL_MS, 'endless error-body drip');
+        },
+      );
     }
   });
 }

@@ -4,7 +4,14 @@ import t from 'tap';
 import { commands, flagsOfUsage, parseArgs } from '../../src/admin/cli.js';
 
 t.test('flags are read from the usage line', async (t) => {
-  t.same(flagsOfUsage('key create --account A --name N [--ink-limit N] [--expires ISO]'), { json: 'boolean', help: 'boolean', account: 'string', name: 'string', 'ink-limit': 'string', expires: 'string' });
+  t.same(flagsOfUsage('key create --account A --name N [--ink-limit N] [--expires ISO]'), {
+    json: 'boolean',
+    help: 'boolean',
+    account: 'string',
+    name: 'string',
+    'ink-limit': 'string',
+    expires: 'string',
+  });
   t.same(flagsOfUsage('thing do [--dry-run] [--ttl-s S]'), { json: 'boolean', help: 'boolean', 'dry-run': 'boolean', 'ttl-s': 'string' });
   t.same(flagsOfUsage('thing do --force --to X'), { json: 'boolean', help: 'boolean', force: 'boolean', to: 'string' });
   t.same(flagsOfUsage('reconcile --file records.jsonl [--older-than-s S]'), { json: 'boolean', help: 'boolean', file: 'string', 'older-than-s': 'string' });
@@ -26,5 +33,8 @@ t.test('strict parsing refuses typos and missing values', async (t) => {
   t.throws(() => parseArgs(['key', 'create', '--ink-limit', '--name', 'x'], flags), /--ink-limit needs a value/);
   t.throws(() => parseArgs(['key', 'create', '--json=1'], flags), /--json takes no value/);
   t.throws(() => parseArgs(['key', 'create', '--name', 'a', '--name', 'b'], flags), /--name is given twice/);
-  t.same(parseArgs(['key', 'create', '--name', 'a b', '--ink-limit=7', '--json'], flags), { flags: { name: 'a b', 'ink-limit': '7', json: true }, positional: ['key', 'create'] });
+  t.same(parseArgs(['key', 'create', '--name', 'a b', '--ink-limit=7', '--json'], flags), {
+    flags: { name: 'a b', 'ink-limit': '7', json: true },
+    positional: ['key', 'create'],
+  });
 });

@@ -25,9 +25,19 @@ const PUBLISHED: Record<VideoPriceSet, Record<string, Record<string, [number, nu
 
 /** The published video model cards: catalogue values per model (docs/api/models.md). */
 const VIDEO_VALUES = {
-  'clip-2.5': { label: 'Clip 2.5', resolutions: ['480p', '720p', '1080p'], duration: { min: 4, max: 30 }, refs: { total: 50, images: 30, videos: 10, audio: 10 } },
+  'clip-2.5': {
+    label: 'Clip 2.5',
+    resolutions: ['480p', '720p', '1080p'],
+    duration: { min: 4, max: 30 },
+    refs: { total: 50, images: 30, videos: 10, audio: 10 },
+  },
   'clip-2.0': { label: 'Clip 2.0', resolutions: ['480p', '720p', '1080p'], duration: { min: 4, max: 15 }, refs: { total: 12, images: 9, videos: 3, audio: 3 } },
-  'clip-2.0-fast': { label: 'Clip 2.0 Fast', resolutions: ['480p', '720p'], duration: { min: 4, max: 15 }, refs: { total: 12, images: 9, videos: 3, audio: 3 } },
+  'clip-2.0-fast': {
+    label: 'Clip 2.0 Fast',
+    resolutions: ['480p', '720p'],
+    duration: { min: 4, max: 15 },
+    refs: { total: 12, images: 9, videos: 3, audio: 3 },
+  },
 } as const;
 const ASPECTS = ['21:9', '16:9', '4:3', '1:1', '3:4', '9:16', 'adaptive'];
 
@@ -48,7 +58,12 @@ t.test('the catalogue loads and resolves ids and aliases', async (t) => {
     catalog.models.map((m) => m.id),
     ['clip-2.5', 'clip-2.0', 'clip-2.0-fast', 'text-6-astra', 'assistant-fable-5-1', 'assistant-opus-5', 'assistant-sonnet-5', 'image-1'],
   );
-  for (const [alias, id] of [['astra', 'text-6-astra'], ['fable', 'assistant-fable-5-1'], ['opus', 'assistant-opus-5'], ['sonnet', 'assistant-sonnet-5']]) {
+  for (const [alias, id] of [
+    ['astra', 'text-6-astra'],
+    ['fable', 'assistant-fable-5-1'],
+    ['opus', 'assistant-opus-5'],
+    ['sonnet', 'assistant-sonnet-5'],
+  ]) {
     t.equal(catalog.resolveId(alias), id, `${alias} resolves`);
     t.equal(catalog.text(alias)?.id, id);
     t.equal(catalog.get(alias), catalog.get(id), 'the same frozen object');
@@ -114,7 +129,11 @@ t.test('text cards: every field of the published table', async (t) => {
   const cards = createCardBuilder(catalog, 'billing');
   for (const [id, want] of Object.entries(TEXT_VALUES)) {
     const card = cards.get(id, allOn) as TextCard;
-    t.same(Object.keys(card), ['id', 'object', 'type', 'aliases', 'label', 'vendor_label', 'endpoint', 'protocol', 'available', 'pricing', 'constraints'], `${id} fields`);
+    t.same(
+      Object.keys(card),
+      ['id', 'object', 'type', 'aliases', 'label', 'vendor_label', 'endpoint', 'protocol', 'available', 'pricing', 'constraints'],
+      `${id} fields`,
+    );
     t.equal(card.object, 'model');
     t.equal(card.type, 'text');
     t.same(card.aliases, want.aliases);
@@ -175,9 +194,19 @@ t.test('availability comes from the caller, per model, on every call', async (t)
   };
   const list = cards.list(available);
   t.equal(list.object, 'list');
-  t.same(list.data.map((c) => c.id), catalog.listed.map((m) => m.id));
-  t.same(asked, catalog.listed.map((m) => m.id), 'asked once per model, by canonical id');
-  t.same(list.data.map((c) => c.available), [true, true, true, false, false, false, false, false]);
+  t.same(
+    list.data.map((c) => c.id),
+    catalog.listed.map((m) => m.id),
+  );
+  t.same(
+    asked,
+    catalog.listed.map((m) => m.id),
+    'asked once per model, by canonical id',
+  );
+  t.same(
+    list.data.map((c) => c.available),
+    [true, true, true, false, false, false, false, false],
+  );
   textOn = true;
   t.equal(cards.get('opus', available)?.available, true, 'a later call sees the new state');
   t.equal(cards.list(available).data[0]!.pricing, list.data[0]!.pricing, 'pricing is precomputed and shared');

@@ -64,7 +64,20 @@ t.test('every variable the compose file sets on inkgate is known to the configur
 
 t.test('the known variables include the ones the docs and the Dockerfile use', async (t) => {
   const known = new Set(knownEnvironmentVariables());
-  for (const v of ['DATABASE_URL', 'REDIS_URL', 'INKGATE_PORT', 'INKGATE_ADMIN_PORT', 'INKGATE_ADMIN_HOST', 'INKGATE_TRUSTED_PROXIES', 'INKGATE_PROXY_PROTOCOL', 'INKGATE_SERVER_ENGINE', 'INKGATE_LOG_LEVEL', 'INKGATE_DRAIN_DELAY_MS', 'INKGATE_CONFIG']) t.ok(known.has(v), v);
+  for (const v of [
+    'DATABASE_URL',
+    'REDIS_URL',
+    'INKGATE_PORT',
+    'INKGATE_ADMIN_PORT',
+    'INKGATE_ADMIN_HOST',
+    'INKGATE_TRUSTED_PROXIES',
+    'INKGATE_PROXY_PROTOCOL',
+    'INKGATE_SERVER_ENGINE',
+    'INKGATE_LOG_LEVEL',
+    'INKGATE_DRAIN_DELAY_MS',
+    'INKGATE_CONFIG',
+  ])
+    t.ok(known.has(v), v);
   const docker = readFileSync(join(PROJECT_ROOT, 'Dockerfile'), 'utf8');
   for (const m of docker.matchAll(/\b((?:INKGATE|DATABASE|REDIS)_[A-Z0-9_]+)=/g)) t.ok(known.has(m[1]!), `Dockerfile sets ${m[1]}, which is read`);
 });

@@ -31,7 +31,12 @@ t.test('malformed base URLs are configuration errors, not requests gone astray',
 });
 
 t.test('the environment names of DESIGN.md go through the same rule', async (t) => {
-  const cfg = loadConfig({ INKGATE_ANTHROPIC_BASE_URL: 'http://127.0.0.1:1/v1/', INKGATE_ANTHROPIC_API_KEY: 'k', INKGATE_OPENAI_BASE_URL: 'http://127.0.0.1:2', INKGATE_OPENAI_API_KEY: 'k' });
+  const cfg = loadConfig({
+    INKGATE_ANTHROPIC_BASE_URL: 'http://127.0.0.1:1/v1/',
+    INKGATE_ANTHROPIC_API_KEY: 'k',
+    INKGATE_OPENAI_BASE_URL: 'http://127.0.0.1:2',
+    INKGATE_OPENAI_API_KEY: 'k',
+  });
   t.equal(cfg.vendors.anthropic.baseUrl, 'http://127.0.0.1:1');
   t.equal(cfg.vendors.openai.baseUrl, 'http://127.0.0.1:2/v1');
   t.equal(cfg.vendors.ark.baseUrl, null, 'unset stays unset');

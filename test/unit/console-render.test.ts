@@ -13,8 +13,15 @@ t.test('esc escapes the five characters that matter in text and quoted attribute
 
 t.test('CSV: header, quoting, and no formulas', async (t) => {
   const row = (model: string) => ({
-    id: 'req_1', keyId: 'key_1', product: 'messages', model, status: 'settled', holdInk: 5, chargedInk: 3,
-    usage: { input_tokens: 10, output_tokens: 2 }, createdAt: new Date('2026-11-20T12:00:00Z'),
+    id: 'req_1',
+    keyId: 'key_1',
+    product: 'messages',
+    model,
+    status: 'settled',
+    holdInk: 5,
+    chargedInk: 3,
+    usage: { input_tokens: 10, output_tokens: 2 },
+    createdAt: new Date('2026-11-20T12:00:00Z'),
   });
   const text = usageCsvText([row('=HYPERLINK("x")'), row('a,b')]);
   const lines = text.trimEnd().split('\n');
@@ -26,11 +33,15 @@ t.test('CSV: header, quoting, and no formulas', async (t) => {
 
 t.test('chart: a bar per day with Ink, the tallest day full height, names escaped', async (t) => {
   const today = new Date('2026-11-20T12:00:00Z');
-  const svg = dailyInkChart([
-    { day: '2026-11-20', model: 'm<1>', ink: 30 },
-    { day: '2026-11-20', model: 'm2', ink: 10 },
-    { day: '2026-11-19', model: 'm2', ink: 20 },
-  ], 7, today);
+  const svg = dailyInkChart(
+    [
+      { day: '2026-11-20', model: 'm<1>', ink: 30 },
+      { day: '2026-11-20', model: 'm2', ink: 10 },
+      { day: '2026-11-19', model: 'm2', ink: 20 },
+    ],
+    7,
+    today,
+  );
   const rects = [...svg.matchAll(/<rect x="[^"]+" y="([^"]+)" width="[^"]+" height="([^"]+)"/g)].map((m) => Number(m[2]));
   t.equal(rects.length, 3, 'three segments');
   // Oldest day first: the 19th (20 Ink), then the 20th's two models (30 + 10 Ink).

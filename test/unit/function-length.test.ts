@@ -50,7 +50,16 @@ t.test('the measure counts every kind of function body', async (t) => {
     `const short = (x: number) => x + 1;`,
   ].join('\n');
   const got = functionLengths('sample.ts', sample).map((f) => [f.name, f.lines]);
-  t.same(got, [['declared', 5], ['arrow', 7], ['method', 9], ['expr', 4]], 'names and body lines, braces included; an expression body is not a block');
+  t.same(
+    got,
+    [
+      ['declared', 5],
+      ['arrow', 7],
+      ['method', 9],
+      ['expr', 4],
+    ],
+    'names and body lines, braces included; an expression body is not a block',
+  );
 });
 
 t.test(`no function in src/ has a body over ${MAX_BODY_LINES} lines`, async (t) => {

@@ -32,7 +32,10 @@ t.test('defaults and normalisation', async (t) => {
   t.same(v.urls, []);
   const full = validateImageRequest({ ...base, size: '4K', aspect_ratio: '21:9', seed: 7, reference_image_urls: [url(1), url(2)] }, catalog);
   t.same(full.request, { model: 'image-1', prompt: 'a lighthouse at dusk', size: '4K', aspect_ratio: '21:9', seed: 7, reference_image_urls: [url(1), url(2)] });
-  t.same(full.urls.map((u) => u.param), ['reference_image_urls[0]', 'reference_image_urls[1]']);
+  t.same(
+    full.urls.map((u) => u.param),
+    ['reference_image_urls[0]', 'reference_image_urls[1]'],
+  );
   t.equal(fails({ ...base, size: null, aspect_ratio: null, seed: null, reference_image_urls: null, metadata: null }).code, 'accepted', 'null = absent');
   t.notOk('reference_image_urls' in validateImageRequest({ ...base, reference_image_urls: [] }, catalog).request, 'an empty list is none');
   t.equal(fails({ ...base, reference_image_urls: Array.from({ length: 14 }, (_, i) => url(i)) }).code, 'accepted', '14 references are allowed');
@@ -40,7 +43,10 @@ t.test('defaults and normalisation', async (t) => {
 });
 
 t.test('prices: 3 / 4 / 10 Ink per image', async (t) => {
-  t.same(['1K', '2K', '4K'].map((s) => imageInk(s as '1K')), [3, 4, 10]);
+  t.same(
+    ['1K', '2K', '4K'].map((s) => imageInk(s as '1K')),
+    [3, 4, 10],
+  );
 });
 
 t.test('every bad input: code, param, 400', async (t) => {
@@ -127,7 +133,26 @@ t.test('solidPng writes a valid PNG of the asked size', async (t) => {
 
 t.test('imagePixelSize reads JPEG and refuses junk', async (t) => {
   // SOI, APP0 (len 16), SOF0 (len 17): height 300, width 400
-  const jpeg = Buffer.from([0xff, 0xd8, 0xff, 0xe0, 0x00, 0x10, ...Buffer.alloc(14), 0xff, 0xc0, 0x00, 0x11, 0x08, 0x01, 0x2c, 0x01, 0x90, 0x03, ...Buffer.alloc(9)]);
+  const jpeg = Buffer.from([
+    0xff,
+    0xd8,
+    0xff,
+    0xe0,
+    0x00,
+    0x10,
+    ...Buffer.alloc(14),
+    0xff,
+    0xc0,
+    0x00,
+    0x11,
+    0x08,
+    0x01,
+    0x2c,
+    0x01,
+    0x90,
+    0x03,
+    ...Buffer.alloc(9),
+  ]);
   t.same(imagePixelSize(jpeg), { width: 400, height: 300, contentType: 'image/jpeg' });
   t.equal(imagePixelSize(Buffer.from('not an image at all, really not')), undefined);
   t.equal(imagePixelSize(solidPng(2, 2).subarray(0, 20)), undefined, 'a cut header');
@@ -153,12 +178,18 @@ t.test('the Gemini wire format', async (t) => {
   }
   const blocked = parseImageResponse({ promptFeedback: { blockReason: 'PROHIBITED_CONTENT' }, usageMetadata: { promptTokenCount: 9 } });
   t.same(blocked.kind === 'blocked' && blocked.reason, 'PROHIBITED_CONTENT');
-  const thoughtOnly = parseImageResponse({ candidates: [{ content: { parts: [{ thought: true, inlineData: { mimeType: 'image/png', data: 'AAAA' } }] }, finishReason: 'STOP' }] });
+  const thoughtOnly = parseImageResponse({
+    candidates: [{ content: { parts: [{ thought: true, inlineData: { mimeType: 'image/png', data: 'AAAA' } }] }, finishReason: 'STOP' }],
+  });
   t.equal(thoughtOnly.kind, 'no_image', 'an interim thought image is not the result');
   // The same answers in proto field names (snake_case), as servers built from the proto or the
   // Python types write them: read the same.
   const snake = (v: unknown): unknown =>
-    Array.isArray(v) ? v.map(snake) : v && typeof v === 'object' ? Object.fromEntries(Object.entries(v).map(([k, x]) => [k.replace(/[A-Z]/g, (c) => '_' + c.toLowerCase()), snake(x)])) : v;
+    Array.isArray(v)
+      ? v.map(snake)
+      : v && typeof v === 'object'
+        ? Object.fromEntries(Object.entries(v).map(([k, x]) => [k.replace(/[A-Z]/g, (c) => '_' + c.toLowerCase()), snake(x)]))
+        : v;
   t.same(parseImageResponse(snake(sample)), ok, 'snake_case answer: the same image, id and usage');
   const safetySnake = parseImageResponse(snake(JSON.parse(readFileSync(`${vendorDir}/gemini_response_image_safety.json`, 'utf8'))));
   t.same(safetySnake, safety, 'snake_case safety block: the same');
@@ -168,11 +199,21 @@ t.test('the Gemini wire format', async (t) => {
 
   const req = JSON.parse(readFileSync(`${vendorDir}/gemini_request.json`, 'utf8'));
   const ours = geminiRequestBody({
-    vendorModel: 'gemini-3-pro-image-preview', prompt: 'p', imageSize: '4K', aspectRatio: '16:9', seed: -1,
-    references: [{ mimeType: 'image/png', data: Buffer.from('a') }, { mimeType: 'image/jpeg', data: Buffer.from('b') }],
+    vendorModel: 'gemini-3-pro-image-preview',
+    prompt: 'p',
+    imageSize: '4K',
+    aspectRatio: '16:9',
+    seed: -1,
+    references: [
+      { mimeType: 'image/png', data: Buffer.from('a') },
+      { mimeType: 'image/jpeg', data: Buffer.from('b') },
+    ],
   });
   t.same(Object.keys(ours), Object.keys(req), 'same top-level fields as the vendor example');
   t.same(ours.generationConfig, req.generationConfig, 'responseModalities and imageConfig as documented; seed -1 (random) is not sent');
-  t.same((ours.contents as any)[0].parts.map((p: any) => Object.keys(p)[0]), req.contents[0].parts.map((p: any) => Object.keys(p)[0]));
+  t.same(
+    (ours.contents as any)[0].parts.map((p: any) => Object.keys(p)[0]),
+    req.contents[0].parts.map((p: any) => Object.keys(p)[0]),
+  );
   t.equal((geminiRequestBody({ vendorModel: 'm', prompt: 'p', imageSize: '1K', aspectRatio: '1:1', seed: 42 }).generationConfig as any).seed, 42);
 });

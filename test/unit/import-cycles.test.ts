@@ -83,18 +83,38 @@ function loopIn(graph: Map<string, string[]>, comp: string[]): string {
 }
 
 t.test('the checker finds a cycle it is given, and none where there is none', async (t) => {
-  const g = new Map([['a.ts', ['b.ts']], ['b.ts', ['c.ts']], ['c.ts', ['a.ts']], ['d.ts', ['a.ts']]]);
+  const g = new Map([
+    ['a.ts', ['b.ts']],
+    ['b.ts', ['c.ts']],
+    ['c.ts', ['a.ts']],
+    ['d.ts', ['a.ts']],
+  ]);
   t.same(cycles(g), [['a.ts', 'b.ts', 'c.ts']]);
   t.equal(loopIn(g, ['a.ts', 'b.ts', 'c.ts']), 'a.ts -> b.ts -> c.ts -> a.ts');
-  t.same(cycles(new Map([['a.ts', ['b.ts']], ['b.ts', []]])), []);
+  t.same(
+    cycles(
+      new Map([
+        ['a.ts', ['b.ts']],
+        ['b.ts', []],
+      ]),
+    ),
+    [],
+  );
 });
 
 t.test('src/ has no import cycle, types included', async (t) => {
   const g = importGraph(SRC);
   t.ok(g.size > 100, `${g.size} modules read`);
-  t.ok([...g.values()].some((d) => d.length > 0), 'imports found');
+  t.ok(
+    [...g.values()].some((d) => d.length > 0),
+    'imports found',
+  );
   const found = cycles(g);
-  t.same(found.map((c) => `${loopIn(g, c)} (all of: ${c.join(' ')})`), [], 'no cycle');
+  t.same(
+    found.map((c) => `${loopIn(g, c)} (all of: ${c.join(' ')})`),
+    [],
+    'no cycle',
+  );
 });
 
 t.test('folders of src/ do not import each other in a circle', async (t) => {
@@ -107,5 +127,9 @@ t.test('folders of src/ do not import each other in a circle', async (t) => {
     for (const d of deps) if (folder(d) !== from) set.add(folder(d));
     fg.set(from, [...set].sort());
   }
-  t.same(cycles(fg).map((c) => `${loopIn(fg, c)} (all of: ${c.join(' ')})`), [], 'no circle between folders');
+  t.same(
+    cycles(fg).map((c) => `${loopIn(fg, c)} (all of: ${c.join(' ')})`),
+    [],
+    'no circle between folders',
+  );
 });

@@ -71,7 +71,9 @@ t.test('amounts that break the rules are refused', async (t) => {
 });
 
 t.test('a hold has no way back to reserved: its only moves are dispatch, settle, release and markUnknown', async (t) => {
-  const methods = Object.getOwnPropertyNames(CheckedHold.prototype).filter((n) => n !== 'constructor' && typeof Object.getOwnPropertyDescriptor(CheckedHold.prototype, n)?.value === 'function');
+  const methods = Object.getOwnPropertyNames(CheckedHold.prototype).filter(
+    (n) => n !== 'constructor' && typeof Object.getOwnPropertyDescriptor(CheckedHold.prototype, n)?.value === 'function',
+  );
   // checkEnd and figures read the hold and move nothing (checked below); assertMove and outcome are private checks.
   t.same(methods.filter((n) => !['assertMove', 'outcome', 'checkEnd', 'figures'].includes(n)).sort(), ['dispatch', 'markUnknown', 'release', 'settle']);
   for (const from of STATES) t.equal(holdIn(from).state, from, `${from} reached only forwards from reserved`);

@@ -100,7 +100,7 @@ t.test('the fail-stop: one trip, logged with figures, halt before exit, exit non
   fs.trip(new LedgerAssertionError('a second one'));
   await fs.finished;
   t.same(steps, ['halt', `exit ${FAIL_STOP_EXIT_CODE}`], 'halt, then one exit');
-  t.not(FAIL_STOP_EXIT_CODE, 0, "non-zero");
+  t.not(FAIL_STOP_EXIT_CODE, 0, 'non-zero');
   t.equal(fs.violation, e, 'the first violation is the one kept');
   t.match(lines[0], { msg: 'ledger.fail_stop', fields: { figures: { lease_id: 7, spare_grant_ink: -1 } } });
   t.match(lines[1], { msg: 'ledger.assertion_after_fail_stop' });

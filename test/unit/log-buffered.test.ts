@@ -25,8 +25,18 @@ t.test('buffered: held until flush, then every line whole and in order', async (
   t.equal(readFileSync(path, 'utf8'), '', 'three short lines are held (below the write size)');
   t.type(log.flush, 'function');
   log.flush!();
-  const lines = readFileSync(path, 'utf8').trimEnd().split('\n').map((l) => JSON.parse(l) as { n: number; msg: string; level: string });
-  t.same(lines.map((l) => [l.level, l.msg, l.n]), [['info', 'http.request', 0], ['info', 'http.request', 1], ['info', 'http.request', 2]]);
+  const lines = readFileSync(path, 'utf8')
+    .trimEnd()
+    .split('\n')
+    .map((l) => JSON.parse(l) as { n: number; msg: string; level: string });
+  t.same(
+    lines.map((l) => [l.level, l.msg, l.n]),
+    [
+      ['info', 'http.request', 0],
+      ['info', 'http.request', 1],
+      ['info', 'http.request', 2],
+    ],
+  );
 });
 
 t.test('buffered: a burst above the write size goes out without a flush', async (t) => {
@@ -42,8 +52,15 @@ t.test('buffered: a burst above the write size goes out without a flush', async 
   }
   t.ok(text.length >= 4096, `written before any flush: ${text.length} bytes`);
   log.flush!();
-  const all = readFileSync(path, 'utf8').trimEnd().split('\n').map((l) => (JSON.parse(l) as { n: number }).n);
-  t.same(all, Array.from({ length: n }, (_, i) => i), 'nothing lost, nothing reordered');
+  const all = readFileSync(path, 'utf8')
+    .trimEnd()
+    .split('\n')
+    .map((l) => (JSON.parse(l) as { n: number }).n);
+  t.same(
+    all,
+    Array.from({ length: n }, (_, i) => i),
+    'nothing lost, nothing reordered',
+  );
 });
 
 t.test('unbuffered: each line at once, and no flush to call', async (t) => {

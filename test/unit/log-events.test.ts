@@ -19,16 +19,16 @@ const sources = tsSources(SRC)
 /**
  * The event ids the code writes, with where: every literal shaped like an id of a known area
  * (`'ledger.flush_failed'`, wherever it is passed: a logger, a `(msg, fields)` callback, a
- * helper that logs it later), every literal a logger is called with alone (`log.warn('...')`), and
+ * helper that logs it later), every literal a logger is called with alone (`log.warn('...')`; the formatter may add a trailing comma), and
  * every literal a `log('...'` callback gets (the ledger's): prose there is caught as well.
  */
 function eventsUsed(): Map<string, string> {
   const used = new Map<string, string>();
   const patterns = [
     /'([a-z][a-z0-9]*\.[a-z][a-z0-9_]*)'/g,
-    /\.(?:debug|info|warn|error|fatal)\(\s*['"`]([^'"`]*)['"`]\s*\)/g,
+    /\.(?:debug|info|warn|error|fatal)\(\s*['"`]([^'"`]*)['"`]\s*,?\s*\)/g,
     /\blog\??\.?\(\s*['"`]([^'"`]*)['"`]/g,
-    /\}\s*,\s*['"`]([^'"`]*)['"`]\s*\);/g,
+    /\}\s*,\s*['"`]([^'"`]*)['"`]\s*,?\s*\);/g,
   ];
   for (const { file, text } of sources) {
     for (const [n, re] of patterns.entries()) {

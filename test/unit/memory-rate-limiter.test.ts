@@ -21,7 +21,10 @@ t.test('60 allowed, the 61st denied with the time until the oldest leaves the wi
     t.ok(d.allowed, `request ${i + 1} allowed`);
     if (d.allowed) remaining.push(d.remaining);
   }
-  t.same(remaining, Array.from({ length: 60 }, (_, i) => 59 - i));
+  t.same(
+    remaining,
+    Array.from({ length: 60 }, (_, i) => 59 - i),
+  );
   t.same(await limiter.take('key:a', 60), { allowed: false, retryAfterS: 60 });
   clock.ms += 59_001;
   t.same(await limiter.take('key:a', 60), { allowed: false, retryAfterS: 1 }, 'rounds up, at least 1');

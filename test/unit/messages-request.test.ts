@@ -90,7 +90,11 @@ t.test('unknown, missing and non-string models answer unknown_model', async (tt)
   for (const model of ['claude-sonnet-5', 'astra', 'text-6-astra', 'clip-2.5', '', 'SONNET', 42, null, ['sonnet'], { id: 'sonnet' }]) {
     rejects(tt, base({ model }), 'unknown_model', 'model', JSON.stringify(model));
   }
-  tt.throws(() => parseMessagesRequest(base({ model: 42 }), catalog, opts), { message: /model id string; got number/ }, 'a non-string model is described as such');
+  tt.throws(
+    () => parseMessagesRequest(base({ model: 42 }), catalog, opts),
+    { message: /model id string; got number/ },
+    'a non-string model is described as such',
+  );
   tt.throws(() => parseMessagesRequest(base({ model: 'gpt-6' }), catalog, opts), { message: /Unknown model "gpt-6"/ });
 });
 
@@ -207,8 +211,20 @@ t.test('messages: content blocks', async (tt) => {
   rejects(tt, u({ ...toolResult, is_error: 'yes' }), 'invalid_message', 'messages.0.content.0.is_error', 'tool_result is_error');
   rejects(tt, u({ ...toolResult, content: 5 }), 'invalid_message', 'messages.0.content.0.content', 'tool_result content number');
   rejects(tt, u({ ...toolResult, content: ['x'] }), 'invalid_message', 'messages.0.content.0.content.0', 'tool_result content string item');
-  rejects(tt, u({ ...toolResult, content: [{ type: 'text' }] }), 'invalid_message', 'messages.0.content.0.content.0.text', 'tool_result text block without text');
-  rejects(tt, u({ ...toolResult, content: [{ type: 'tool_use', id: 'a', name: 'b', input: {} }] }), 'invalid_message', 'messages.0.content.0.content.0.type', 'tool_result holding a tool_use');
+  rejects(
+    tt,
+    u({ ...toolResult, content: [{ type: 'text' }] }),
+    'invalid_message',
+    'messages.0.content.0.content.0.text',
+    'tool_result text block without text',
+  );
+  rejects(
+    tt,
+    u({ ...toolResult, content: [{ type: 'tool_use', id: 'a', name: 'b', input: {} }] }),
+    'invalid_message',
+    'messages.0.content.0.content.0.type',
+    'tool_result holding a tool_use',
+  );
 });
 
 t.test('media and server-tool blocks answer unsupported_parameter with the block path', async (tt) => {
@@ -226,7 +242,13 @@ t.test('media and server-tool blocks answer unsupported_parameter with the block
   for (const block of media) {
     const err = rejects(
       tt,
-      base({ messages: [{ role: 'user', content: 'a' }, { role: 'assistant', content: 'b' }, { role: 'user', content: [{ type: 'text', text: 'look' }, block] }] }),
+      base({
+        messages: [
+          { role: 'user', content: 'a' },
+          { role: 'assistant', content: 'b' },
+          { role: 'user', content: [{ type: 'text', text: 'look' }, block] },
+        ],
+      }),
       'unsupported_parameter',
       'messages.2.content.1.type',
       block.type,
@@ -280,8 +302,11 @@ t.test('system', async (tt) => {
 
 t.test('tools', async (tt) => {
   const tool = { name: 'get_weather', description: 'Weather', input_schema: { type: 'object', properties: {} }, cache_control: { type: 'ephemeral' } };
-  tt.strictSame(vendor(base({ tools: [tool, { ...tool, name: 'b', type: 'custom', strict: true }] })).tools, [tool, { ...tool, name: 'b', type: 'custom', strict: true }]);
-  tt.doesNotThrow(() => parse(base({ tools: [] })), 'empty tools list is the vendor\'s business');
+  tt.strictSame(vendor(base({ tools: [tool, { ...tool, name: 'b', type: 'custom', strict: true }] })).tools, [
+    tool,
+    { ...tool, name: 'b', type: 'custom', strict: true },
+  ]);
+  tt.doesNotThrow(() => parse(base({ tools: [] })), "empty tools list is the vendor's business");
   rejects(tt, base({ tools: tool }), 'invalid_type', 'tools', 'not an array');
   rejects(tt, base({ tools: ['get_weather'] }), 'invalid_tool', 'tools.0', 'string item');
   rejects(tt, base({ tools: [tool, { ...tool, name: undefined }] }), 'invalid_tool', 'tools.1.name', 'no name');
@@ -326,14 +351,38 @@ t.test('thinking', async (tt) => {
     rejects(tt, base({ model, thinking: { type: 'between_tools' } }), 'invalid_enum', 'thinking.type', `${model} between_tools`);
     rejects(tt, base({ model, thinking: {} }), 'invalid_enum', 'thinking.type', `${model} no type`);
     rejects(tt, base({ model, max_tokens: 4096, thinking: { type: 'enabled' } }), 'invalid_type', 'thinking.budget_tokens', `${model} no budget`);
-    rejects(tt, base({ model, max_tokens: 4096, thinking: { type: 'enabled', budget_tokens: '2048' } }), 'invalid_type', 'thinking.budget_tokens', `${model} string budget`);
-    tt.doesNotThrow(() => parse(base({ model, max_tokens: 4096, thinking: { type: 'enabled', budget_tokens: THINKING_MIN_BUDGET_TOKENS - 1 } })), `${model} budget 1023 is the vendor's to refuse`);
-    tt.doesNotThrow(() => parse(base({ model, max_tokens: 4096, thinking: { type: 'enabled', budget_tokens: THINKING_MIN_BUDGET_TOKENS } })), `${model} budget 1024`);
+    rejects(
+      tt,
+      base({ model, max_tokens: 4096, thinking: { type: 'enabled', budget_tokens: '2048' } }),
+      'invalid_type',
+      'thinking.budget_tokens',
+      `${model} string budget`,
+    );
+    tt.doesNotThrow(
+      () => parse(base({ model, max_tokens: 4096, thinking: { type: 'enabled', budget_tokens: THINKING_MIN_BUDGET_TOKENS - 1 } })),
+      `${model} budget 1023 is the vendor's to refuse`,
+    );
+    tt.doesNotThrow(
+      () => parse(base({ model, max_tokens: 4096, thinking: { type: 'enabled', budget_tokens: THINKING_MIN_BUDGET_TOKENS } })),
+      `${model} budget 1024`,
+    );
   }
   for (const model of ['opus', 'sonnet']) {
     tt.strictSame(vendor(base({ model, thinking: { type: 'disabled' } })).thinking, { type: 'disabled' }, `${model} disabled`);
-    rejects(tt, base({ model, max_tokens: 2048, thinking: { type: 'enabled', budget_tokens: 2048 } }), 'too_large', 'thinking.budget_tokens', `${model} budget == max_tokens`);
-    rejects(tt, base({ model, max_tokens: 2048, thinking: { type: 'enabled', budget_tokens: 4096 } }), 'too_large', 'thinking.budget_tokens', `${model} budget > max_tokens`);
+    rejects(
+      tt,
+      base({ model, max_tokens: 2048, thinking: { type: 'enabled', budget_tokens: 2048 } }),
+      'too_large',
+      'thinking.budget_tokens',
+      `${model} budget == max_tokens`,
+    );
+    rejects(
+      tt,
+      base({ model, max_tokens: 2048, thinking: { type: 'enabled', budget_tokens: 4096 } }),
+      'too_large',
+      'thinking.budget_tokens',
+      `${model} budget > max_tokens`,
+    );
     tt.doesNotThrow(() => parse(base({ model, max_tokens: 2049, thinking: { type: 'enabled', budget_tokens: 2048 } })), `${model} budget just below`);
   }
   const err = rejects(tt, base({ model: 'fable', thinking: { type: 'disabled' } }), 'unsupported_parameter', 'thinking.type', 'fable disabled');
@@ -341,7 +390,10 @@ t.test('thinking', async (tt) => {
     tt.match(err.message, '"adaptive"', 'hints adaptive');
     tt.match(err.message, 'output_config.effort', 'hints effort');
   }
-  tt.doesNotThrow(() => parse(base({ model: 'fable', max_tokens: 2048, thinking: { type: 'enabled', budget_tokens: 4096 } })), 'fable is not bound to budget < max_tokens');
+  tt.doesNotThrow(
+    () => parse(base({ model: 'fable', max_tokens: 2048, thinking: { type: 'enabled', budget_tokens: 4096 } })),
+    'fable is not bound to budget < max_tokens',
+  );
 });
 
 t.test('output_config', async (tt) => {
@@ -478,7 +530,12 @@ t.test('corpus: the estimate is never below the stand-in tokenizers or the simul
         content: [
           { type: 'thinking', thinking: corpus('code.ts.txt'), signature: Buffer.from(corpus('emoji.txt')).toString('base64') },
           { type: 'text', text: corpus('emoji.txt') },
-          { type: 'tool_use', id: 'toolu_01', name: 'search_flights', input: { origin: 'FRA', destination: 'NRT', depart_date: '2026-10-02', passengers: { adults: 2 }, note: corpus('cjk.txt') } },
+          {
+            type: 'tool_use',
+            id: 'toolu_01',
+            name: 'search_flights',
+            input: { origin: 'FRA', destination: 'NRT', depart_date: '2026-10-02', passengers: { adults: 2 }, note: corpus('cjk.txt') },
+          },
         ],
       },
       { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'toolu_01', content: [{ type: 'text', text: corpus('tool-result.csv') }] }] },
@@ -509,7 +566,13 @@ t.test('property: random text anywhere in the prompt stays under the estimate', 
         ...(a.withTools ? { tools: [{ name: 'f', description: a.result, input_schema: { type: 'object' } }] } : {}),
         messages: [
           { role: 'user', content: a.user },
-          { role: 'assistant', content: [{ type: 'text', text: a.asst }, { type: 'tool_use', id: 'toolu_1', name: 'f', input: a.toolInput }] },
+          {
+            role: 'assistant',
+            content: [
+              { type: 'text', text: a.asst },
+              { type: 'tool_use', id: 'toolu_1', name: 'f', input: a.toolInput },
+            ],
+          },
           { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'toolu_1', content: a.result }] },
         ],
       });
@@ -545,10 +608,27 @@ t.test('payload_too_large only when even the floor is above the context', async 
   tt.equal(promptTokensLowerBound(atFloor + 1), limit + 1);
   tt.equal(promptTokensLowerBound(0), 0);
   const half = 'x'.repeat(atFloor / 2);
-  tt.doesNotThrow(() => parse(base({ messages: [{ role: 'user', content: half }, { role: 'assistant', content: half }] })), 'floor at the limit accepted');
+  tt.doesNotThrow(
+    () =>
+      parse(
+        base({
+          messages: [
+            { role: 'user', content: half },
+            { role: 'assistant', content: half },
+          ],
+        }),
+      ),
+    'floor at the limit accepted',
+  );
   rejects(
     tt,
-    base({ messages: [{ role: 'user', content: half }, { role: 'assistant', content: half }, { role: 'user', content: 'x' }] }),
+    base({
+      messages: [
+        { role: 'user', content: half },
+        { role: 'assistant', content: half },
+        { role: 'user', content: 'x' },
+      ],
+    }),
     'payload_too_large',
     'messages',
     'floor above the limit',
@@ -560,7 +640,13 @@ t.test('payload_too_large only when even the floor is above the context', async 
         base({
           messages: [
             { role: 'user', content: half },
-            { role: 'assistant', content: [{ type: 'thinking', thinking: half, signature: 's' }, { type: 'text', text: 'x' }] },
+            {
+              role: 'assistant',
+              content: [
+                { type: 'thinking', thinking: half, signature: 's' },
+                { type: 'text', text: 'x' },
+              ],
+            },
             { role: 'user', content: 'x' },
           ],
         }),
@@ -573,7 +659,17 @@ t.test('one request of ~2.7 MB in 2,000 turns parses quickly', async (tt) => {
   const chunk = corpus('english.txt');
   const messages: Obj[] = [];
   for (let i = 0; i < 2_000; i++) {
-    messages.push(i % 2 === 0 ? { role: 'user', content: [{ type: 'text', text: chunk }, { type: 'text', text: String(i) }] } : { role: 'assistant', content: chunk });
+    messages.push(
+      i % 2 === 0
+        ? {
+            role: 'user',
+            content: [
+              { type: 'text', text: chunk },
+              { type: 'text', text: String(i) },
+            ],
+          }
+        : { role: 'assistant', content: chunk },
+    );
   }
   const body = base({ messages });
   const start = process.hrtime.bigint();

@@ -148,10 +148,12 @@ t.test('truncated streams: outcome at every byte prefix', async (t) => {
   t.equal(tallyOf([]).outcome(), 'usage_unknown', 'nothing at all');
 });
 
-const START = 'event: message_start\ndata: {"type":"message_start","message":{"id":"msg_1","model":"m","usage":{"input_tokens":10,"cache_creation_input_tokens":null,"cache_read_input_tokens":0,"output_tokens":1}}}\n\n';
+const START =
+  'event: message_start\ndata: {"type":"message_start","message":{"id":"msg_1","model":"m","usage":{"input_tokens":10,"cache_creation_input_tokens":null,"cache_read_input_tokens":0,"output_tokens":1}}}\n\n';
 const DELTA_TEXT = 'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"hi"}}\n\n';
 const ERROR = 'event: error\ndata: {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}\n\n';
-const MSG_DELTA = 'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"max_tokens","stop_sequence":null},"usage":{"output_tokens":3}}\n\n';
+const MSG_DELTA =
+  'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"max_tokens","stop_sequence":null},"usage":{"output_tokens":3}}\n\n';
 const STOP = 'event: message_stop\ndata: {"type":"message_stop"}\n\n';
 
 t.test('mid-stream error events', async (t) => {

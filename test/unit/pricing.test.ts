@@ -166,8 +166,14 @@ t.test('holds', async (t) => {
 });
 
 t.test('images', async (t) => {
-  t.same(IMAGE_SIZES.map((s) => imageInk(s)), [3, 4, 10]);
-  t.same(IMAGE_SIZES.map((s) => inkToUsd(imageInk(s))), [0.03, 0.04, 0.1]);
+  t.same(
+    IMAGE_SIZES.map((s) => imageInk(s)),
+    [3, 4, 10],
+  );
+  t.same(
+    IMAGE_SIZES.map((s) => inkToUsd(imageInk(s))),
+    [0.03, 0.04, 0.1],
+  );
   t.throws(() => imageInk('8K' as never), RangeError);
 });
 
@@ -203,22 +209,24 @@ t.test('ceilMicroToInk is exact for every safe integer', async (t) => {
 
 /** A prompt of at most `total` tokens split into three buckets. */
 const promptSplit = (total: number) =>
-  fc
-    .tuple(fc.integer({ min: 0, max: total }), fc.nat({ max: 1_000_000 }), fc.nat({ max: 1_000_000 }))
-    .map(([used, a, b]) => {
-      const lo = Math.min(a, b) / 1_000_000;
-      const hi = Math.max(a, b) / 1_000_000;
-      const input = Math.floor(used * lo);
-      const cacheRead = Math.floor(used * hi) - input;
-      return { inputTokens: input, cacheReadTokens: cacheRead, cacheWriteTokens: used - input - cacheRead };
-    });
+  fc.tuple(fc.integer({ min: 0, max: total }), fc.nat({ max: 1_000_000 }), fc.nat({ max: 1_000_000 })).map(([used, a, b]) => {
+    const lo = Math.min(a, b) / 1_000_000;
+    const hi = Math.max(a, b) / 1_000_000;
+    const input = Math.floor(used * lo);
+    const cacheRead = Math.floor(used * hi) - input;
+    return { inputTokens: input, cacheReadTokens: cacheRead, cacheWriteTokens: used - input - cacheRead };
+  });
 
 t.test('property: a Messages charge never exceeds its hold', async (t) => {
   fc.assert(
     fc.property(
       fc.constantFrom(...messagesModels),
       fc.integer({ min: 0, max: 200_000 }).chain((estimate) =>
-        fc.tuple(fc.constant(estimate), promptSplit(estimate), fc.integer({ min: 1, max: 64_000 }).chain((max) => fc.tuple(fc.constant(max), fc.integer({ min: 0, max })))),
+        fc.tuple(
+          fc.constant(estimate),
+          promptSplit(estimate),
+          fc.integer({ min: 1, max: 64_000 }).chain((max) => fc.tuple(fc.constant(max), fc.integer({ min: 0, max }))),
+        ),
       ),
       (model, [estimate, prompt, [maxTokens, output]]) => {
         const charge = textChargeInk(model, { ...prompt, outputTokens: output });
@@ -259,7 +267,8 @@ t.test('property: rounding happens once', async (t) => {
       const whole = textChargeInk(model, u);
       const rates = textRatesFor(model, i + r + w);
       // Exact reference in BigInt, independent of the implementation.
-      const exact = BigInt(i) * BigInt(rates.input) + BigInt(o) * BigInt(rates.output) + BigInt(r) * BigInt(rates.cacheRead) + BigInt(w) * BigInt(rates.cacheWrite);
+      const exact =
+        BigInt(i) * BigInt(rates.input) + BigInt(o) * BigInt(rates.output) + BigInt(r) * BigInt(rates.cacheRead) + BigInt(w) * BigInt(rates.cacheWrite);
       const ceilOnce = Number((exact + 999_999n) / 1_000_000n);
       const partsRounded = [i * rates.input, o * rates.output, r * rates.cacheRead, w * rates.cacheWrite].reduce((s, p) => s + ceilMicroToInk(p), 0);
       return whole === ceilOnce && partsRounded >= whole;

@@ -89,7 +89,43 @@ t.test('countO200kTokens equals gpt-tokenizer on fixed texts', async (tt) => {
 });
 
 t.test('countO200kTokens equals gpt-tokenizer on random texts', async (tt) => {
-  const pieces = ['a', 'e', 'th', ' ', '  ', '\n', '\r\n', '\t', '.', ',', '-', '/', "'s", "'LL", 'A', 'Z', '0', '42', 'é', '日', '本', 'の', 'ア', '😀', '\u0301', 'ก', 'า', '<|endoftext|>', '"', '{', '}', 'ß', 'Ж', '—', 'x'];
+  const pieces = [
+    'a',
+    'e',
+    'th',
+    ' ',
+    '  ',
+    '\n',
+    '\r\n',
+    '\t',
+    '.',
+    ',',
+    '-',
+    '/',
+    "'s",
+    "'LL",
+    'A',
+    'Z',
+    '0',
+    '42',
+    'é',
+    '日',
+    '本',
+    'の',
+    'ア',
+    '😀',
+    '\u0301',
+    'ก',
+    'า',
+    '<|endoftext|>',
+    '"',
+    '{',
+    '}',
+    'ß',
+    'Ж',
+    '—',
+    'x',
+  ];
   const piece = fc.oneof(
     fc.constantFrom(...pieces),
     fc.tuple(fc.constantFrom(...pieces), fc.integer({ min: 2, max: 40 })).map(([p, n]) => p.repeat(n)),
@@ -185,7 +221,24 @@ t.test('every accepted field: forwarded, replaced or dropped as documented', asy
   const v = JSON.parse(r.vendorBody) as Obj;
   tt.equal(v.model, r.model.vendorModel, 'model is the vendor id');
   tt.not(v.model, 'astra');
-  for (const k of ['input', 'instructions', 'stream', 'stream_options', 'tools', 'tool_choice', 'parallel_tool_calls', 'max_tool_calls', 'reasoning', 'text', 'temperature', 'top_p', 'truncation', 'prompt_cache_key', 'prompt_cache_retention', 'client_metadata']) {
+  for (const k of [
+    'input',
+    'instructions',
+    'stream',
+    'stream_options',
+    'tools',
+    'tool_choice',
+    'parallel_tool_calls',
+    'max_tool_calls',
+    'reasoning',
+    'text',
+    'temperature',
+    'top_p',
+    'truncation',
+    'prompt_cache_key',
+    'prompt_cache_retention',
+    'client_metadata',
+  ]) {
     tt.same(v[k], body[k], `${k} forwarded as sent`);
   }
   tt.equal(v.max_output_tokens, 2048);
@@ -194,20 +247,56 @@ t.test('every accepted field: forwarded, replaced or dropped as documented', asy
   tt.equal(v.safety_identifier, USER_HASH, 'safety_identifier replaced');
   tt.notOk('user' in v, 'user not forwarded');
   tt.notOk('metadata' in v, 'metadata not forwarded');
-  tt.notOk(r.vendorBody.includes('end-user-7') || r.vendorBody.includes('client-safety-id') || r.vendorBody.includes('"trace"'), 'no client identifiers on the wire');
-  tt.same(Object.keys(v).sort(), [
-    'client_metadata', 'include', 'input', 'instructions', 'max_output_tokens', 'max_tool_calls', 'model', 'parallel_tool_calls', 'prompt_cache_key', 'prompt_cache_retention',
-    'reasoning', 'safety_identifier', 'store', 'stream', 'stream_options', 'text', 'temperature', 'tool_choice', 'tools', 'top_p', 'truncation',
-  ].sort());
+  tt.notOk(
+    r.vendorBody.includes('end-user-7') || r.vendorBody.includes('client-safety-id') || r.vendorBody.includes('"trace"'),
+    'no client identifiers on the wire',
+  );
+  tt.same(
+    Object.keys(v).sort(),
+    [
+      'client_metadata',
+      'include',
+      'input',
+      'instructions',
+      'max_output_tokens',
+      'max_tool_calls',
+      'model',
+      'parallel_tool_calls',
+      'prompt_cache_key',
+      'prompt_cache_retention',
+      'reasoning',
+      'safety_identifier',
+      'store',
+      'stream',
+      'stream_options',
+      'text',
+      'temperature',
+      'tool_choice',
+      'tools',
+      'top_p',
+      'truncation',
+    ].sort(),
+  );
 });
 
 t.test('defaults: model, max_output_tokens, stream, store, include, safety_identifier', async (tt) => {
   const r = parseResponsesRequest({ model: 'astra', input: 'Hi' }, catalog, opts);
-  tt.throws(() => parseResponsesRequest({ input: 'Hi' }, catalog, opts), { code: 'unknown_model', param: 'model', message: /`model` is required/ }, 'model is required');
+  tt.throws(
+    () => parseResponsesRequest({ input: 'Hi' }, catalog, opts),
+    { code: 'unknown_model', param: 'model', message: /`model` is required/ },
+    'model is required',
+  );
   tt.equal(r.maxOutputTokens, 32_768);
   tt.equal(r.stream, false);
   const v = JSON.parse(r.vendorBody) as Obj;
-  tt.same(v, { model: r.model.vendorModel, input: 'Hi', max_output_tokens: 32_768, include: [INCLUDE_ENCRYPTED_REASONING], store: false, safety_identifier: USER_HASH });
+  tt.same(v, {
+    model: r.model.vendorModel,
+    input: 'Hi',
+    max_output_tokens: 32_768,
+    include: [INCLUDE_ENCRYPTED_REASONING],
+    store: false,
+    safety_identifier: USER_HASH,
+  });
   tt.equal(parse(base({ model: 'text-6-astra' })).model.id, 'text-6-astra');
   tt.throws(() => parse(base({ model: null })), { code: 'unknown_model', param: 'model' });
 });
@@ -280,7 +369,18 @@ t.test('store: any boolean accepted, always false on the wire', async (tt) => {
 });
 
 t.test('tools: function tools and namespaces of them; server tools refused by name', async (tt) => {
-  for (const type of ['web_search', 'web_search_preview', 'file_search', 'code_interpreter', 'image_generation', 'mcp', 'computer_use_preview', 'local_shell', 'shell', 'apply_patch']) {
+  for (const type of [
+    'web_search',
+    'web_search_preview',
+    'file_search',
+    'code_interpreter',
+    'image_generation',
+    'mcp',
+    'computer_use_preview',
+    'local_shell',
+    'shell',
+    'apply_patch',
+  ]) {
     const e = rejects(tt, base({ tools: [{ type: 'function', name: 'ok' }, { type }] }), 'unsupported_parameter', 'tools.1.type', `tool ${type}`);
     tt.match(e?.message, `"${type}" tool is a server tool`, `${type}: the message names the tool`);
     tt.match(e?.message, 'runs and bills no server tools', `${type}: the message says why`);
@@ -300,12 +400,17 @@ t.test('tools: function tools and namespaces of them; server tools refused by na
 });
 
 t.test('namespace tools: accepted, forwarded as sent, counted in the hold, bounded', async (tt) => {
-  const fn = (name: string) => ({ type: 'function', name, description: `Runs ${name}.`, parameters: { type: 'object', properties: { path: { type: 'string' } } } });
+  const fn = (name: string) => ({
+    type: 'function',
+    name,
+    description: `Runs ${name}.`,
+    parameters: { type: 'object', properties: { path: { type: 'string' } } },
+  });
   const ns = { type: 'namespace', name: 'files', description: 'File tools.', tools: [fn('read'), fn('list')] };
   const plain = parse(base({ tools: [fn('read'), fn('list')] }));
   const r = parse(base({ tools: [ns] }));
   tt.same((JSON.parse(r.vendorBody) as Obj).tools, [ns], 'forwarded as sent');
-  tt.ok(r.promptTokensForHold > plain.promptTokensForHold, 'the namespace\'s name and description are held for');
+  tt.ok(r.promptTokensForHold > plain.promptTokensForHold, "the namespace's name and description are held for");
   // A call of a function inside a namespace, sent back as input, carries the namespace.
   const call = { type: 'function_call', call_id: 'c1', name: 'read', namespace: 'files', arguments: '{}' };
   tt.ok(parse(base({ tools: [ns], input: [{ role: 'user', content: 'x' }, call, { type: 'function_call_output', call_id: 'c1', output: 'ok' }] })));
@@ -316,7 +421,13 @@ t.test('namespace tools: accepted, forwarded as sent, counted in the hold, bound
   rejects(tt, base({ tools: [{ ...ns, name: '' }] }), 'invalid_tool', 'tools.0.name', 'namespace without a name');
   rejects(tt, base({ tools: [{ ...ns, description: 7 }] }), 'invalid_type', 'tools.0.description');
   rejects(tt, base({ tools: [{ ...ns, tools: [fn('a'), { type: 'function' }] }] }), 'invalid_tool', 'tools.0.tools.1.name', 'inner tool without a name');
-  const inner = rejects(tt, base({ tools: [{ ...ns, tools: [{ type: 'web_search' }] }] }), 'unsupported_parameter', 'tools.0.tools.0.type', 'server tool inside a namespace');
+  const inner = rejects(
+    tt,
+    base({ tools: [{ ...ns, tools: [{ type: 'web_search' }] }] }),
+    'unsupported_parameter',
+    'tools.0.tools.0.type',
+    'server tool inside a namespace',
+  );
   tt.match(inner?.message, '"web_search" tool is a server tool');
   const many = Array.from({ length: MAX_TOOL_DEFINITIONS }, (_, i) => fn(`f${i}`));
   tt.ok(parse(base({ tools: [{ ...ns, tools: many.slice(1) }] })), 'exactly the bound: accepted');
@@ -332,7 +443,13 @@ t.test('client_metadata: an object of short strings, forwarded as sent', async (
   rejects(tt, base({ client_metadata: ['x'] }), 'invalid_type', 'client_metadata');
   rejects(tt, base({ client_metadata: { n: 1 } }), 'invalid_type', 'client_metadata.n');
   rejects(tt, base({ client_metadata: { n: { deep: 'x' } } }), 'invalid_type', 'client_metadata.n');
-  rejects(tt, base({ client_metadata: Object.fromEntries(Array.from({ length: L.keys + 1 }, (_, i) => [`k${i}`, 'v'])) }), 'invalid_value', 'client_metadata', 'too many keys');
+  rejects(
+    tt,
+    base({ client_metadata: Object.fromEntries(Array.from({ length: L.keys + 1 }, (_, i) => [`k${i}`, 'v'])) }),
+    'invalid_value',
+    'client_metadata',
+    'too many keys',
+  );
   rejects(tt, base({ client_metadata: { ['k'.repeat(L.keyChars + 1)]: 'v' } }), 'too_long', 'client_metadata', 'long key');
   rejects(tt, base({ client_metadata: { k: 'v'.repeat(L.valueChars + 1) } }), 'too_long', 'client_metadata.k', 'long value');
   tt.ok(parse(base({ client_metadata: { k: 'v'.repeat(L.valueChars) } })), 'a value at the bound');
@@ -374,7 +491,12 @@ t.test('max_output_tokens: 16 to 128,000, default 32,768, always sent', async (t
 });
 
 t.test('input: required', async (tt) => {
-  for (const [name, input] of [['absent', undefined], ['null', null], ['empty string', ''], ['empty array', []]] as const) {
+  for (const [name, input] of [
+    ['absent', undefined],
+    ['null', null],
+    ['empty string', ''],
+    ['empty array', []],
+  ] as const) {
     const body = base({ input });
     if (input === undefined) delete body.input;
     rejects(tt, body, 'missing_input', 'input', `input ${name}`);
@@ -391,14 +513,40 @@ t.test('input items: malformed answers invalid_input with the path', async (tt) 
   rejects(tt, base({ input: [{ role: 'user', content: 5 }] }), 'invalid_input', 'input.0.content');
   rejects(tt, base({ input: [{ role: 'user' }] }), 'invalid_input', 'input.0.content');
   rejects(tt, base({ input: [{ role: 'user', content: ['text'] }] }), 'invalid_input', 'input.0.content.0');
-  rejects(tt, base({ input: [{ role: 'user', content: [{ type: 'input_text', text: 'a' }, { type: 'markdown', text: 'b' }] }] }), 'invalid_input', 'input.0.content.1.type');
+  rejects(
+    tt,
+    base({
+      input: [
+        {
+          role: 'user',
+          content: [
+            { type: 'input_text', text: 'a' },
+            { type: 'markdown', text: 'b' },
+          ],
+        },
+      ],
+    }),
+    'invalid_input',
+    'input.0.content.1.type',
+  );
   rejects(tt, base({ input: [{ role: 'user', content: [{ type: 'input_text' }] }] }), 'invalid_input', 'input.0.content.0.text');
   rejects(tt, base({ input: [{ role: 'assistant', content: [{ type: 'refusal', text: 'no' }] }] }), 'invalid_input', 'input.0.content.0.refusal');
   rejects(tt, base({ input: [ok, { type: 'function_call', call_id: 'c', name: 'f' }] }), 'invalid_input', 'input.1.arguments');
   rejects(tt, base({ input: [{ type: 'function_call', name: 'f', arguments: '{}' }] }), 'invalid_input', 'input.0.call_id');
   rejects(tt, base({ input: [{ type: 'function_call_output', call_id: 'c' }] }), 'invalid_input', 'input.0.output');
-  rejects(tt, base({ input: [{ type: 'function_call_output', call_id: 'c', output: [{ type: 'output_text', text: 'x' }] }] }), 'invalid_input', 'input.0.output.0.type');
-  rejects(tt, base({ input: [{ type: 'reasoning', id: 'rs_1', summary: [] }] }), 'invalid_input', 'input.0.encrypted_content', 'reasoning without encrypted_content');
+  rejects(
+    tt,
+    base({ input: [{ type: 'function_call_output', call_id: 'c', output: [{ type: 'output_text', text: 'x' }] }] }),
+    'invalid_input',
+    'input.0.output.0.type',
+  );
+  rejects(
+    tt,
+    base({ input: [{ type: 'reasoning', id: 'rs_1', summary: [] }] }),
+    'invalid_input',
+    'input.0.encrypted_content',
+    'reasoning without encrypted_content',
+  );
   rejects(tt, base({ input: [{ type: 'reasoning', encrypted_content: 'abc', summary: 'x' }] }), 'invalid_input', 'input.0.summary');
   rejects(tt, base({ input: [{ type: 'reasoning', encrypted_content: 'abc', summary: [{ type: 'summary_text' }] }] }), 'invalid_input', 'input.0.summary.0');
   rejects(tt, base({ input: [{ type: 'telepathy' }] }), 'invalid_input', 'input.0.type');
@@ -407,11 +555,59 @@ t.test('input items: malformed answers invalid_input with the path', async (tt) 
 
 t.test('input: image, file and audio anywhere, tool items and item references are unsupported', async (tt) => {
   for (const type of ['input_image', 'input_file', 'input_audio', 'image_url']) {
-    rejects(tt, base({ input: [{ role: 'user', content: [{ type: 'input_text', text: 'look' }, { type, image_url: 'https://example.com/a.png' }] }] }), 'unsupported_parameter', 'input.0.content.1.type', `message part ${type}`);
-    rejects(tt, base({ input: [{ role: 'user', content: 'x' }, { type: 'function_call_output', call_id: 'c', output: [{ type }] }] }), 'unsupported_parameter', 'input.1.output.0.type', `output part ${type}`);
+    rejects(
+      tt,
+      base({
+        input: [
+          {
+            role: 'user',
+            content: [
+              { type: 'input_text', text: 'look' },
+              { type, image_url: 'https://example.com/a.png' },
+            ],
+          },
+        ],
+      }),
+      'unsupported_parameter',
+      'input.0.content.1.type',
+      `message part ${type}`,
+    );
+    rejects(
+      tt,
+      base({
+        input: [
+          { role: 'user', content: 'x' },
+          { type: 'function_call_output', call_id: 'c', output: [{ type }] },
+        ],
+      }),
+      'unsupported_parameter',
+      'input.1.output.0.type',
+      `output part ${type}`,
+    );
   }
-  for (const type of ['item_reference', 'web_search_call', 'file_search_call', 'computer_call', 'code_interpreter_call', 'image_generation_call', 'local_shell_call', 'mcp_call', 'custom_tool_call']) {
-    rejects(tt, base({ input: [{ role: 'user', content: 'x' }, { type, id: 'x_1' }] }), 'unsupported_parameter', 'input.1.type', `item ${type}`);
+  for (const type of [
+    'item_reference',
+    'web_search_call',
+    'file_search_call',
+    'computer_call',
+    'code_interpreter_call',
+    'image_generation_call',
+    'local_shell_call',
+    'mcp_call',
+    'custom_tool_call',
+  ]) {
+    rejects(
+      tt,
+      base({
+        input: [
+          { role: 'user', content: 'x' },
+          { type, id: 'x_1' },
+        ],
+      }),
+      'unsupported_parameter',
+      'input.1.type',
+      `item ${type}`,
+    );
   }
 });
 
@@ -429,7 +625,11 @@ t.test('stream, stream_options, parallel_tool_calls, max_tool_calls', async (tt)
 });
 
 t.test('reasoning and text', async (tt) => {
-  tt.same(vendor(base({ reasoning: { effort: 'xhigh', summary: 'detailed' } })).reasoning, { effort: 'xhigh', summary: 'detailed' }, 'effort values are the vendor’s to judge');
+  tt.same(
+    vendor(base({ reasoning: { effort: 'xhigh', summary: 'detailed' } })).reasoning,
+    { effort: 'xhigh', summary: 'detailed' },
+    'effort values are the vendor’s to judge',
+  );
   rejects(tt, base({ reasoning: 'high' }), 'invalid_type', 'reasoning');
   rejects(tt, base({ reasoning: { effort: 5 } }), 'invalid_type', 'reasoning.effort');
   rejects(tt, base({ reasoning: { summary: true } }), 'invalid_type', 'reasoning.summary');
@@ -489,8 +689,19 @@ t.test('promptTokens is the exact count of verbatim text; the hold adds framing,
   const body = everyField();
   const r = parse(body);
   const texts = [
-    'Answer briefly.', 'System text.', 'What is the weather in Paris?', 'get_weather', '{"city":"Paris"}', '{"temp_c":21}', 'sunny',
-    'It is 21 °C and sunny.', 'I cannot share more.', 'Thanks!', 'You are a weather assistant.', 'get_weather', 'Current weather for a city.',
+    'Answer briefly.',
+    'System text.',
+    'What is the weather in Paris?',
+    'get_weather',
+    '{"city":"Paris"}',
+    '{"temp_c":21}',
+    'sunny',
+    'It is 21 °C and sunny.',
+    'I cannot share more.',
+    'Thanks!',
+    'You are a weather assistant.',
+    'get_weather',
+    'Current weather for a city.',
   ];
   const verbatim = texts.reduce((n, s) => n + reference(s), 0);
   tt.equal(r.promptTokens, verbatim);
@@ -564,7 +775,19 @@ t.test('the 922,000-token envelope, at the boundary', async (tt) => {
   tt.equal(ok.promptTokens, limit, 'instructions (1) + input (921,999) = 922,000 is accepted');
   tt.ok(ok.promptTokensForHold > limit);
   rejects(tt, { model: 'astra', instructions: 'xy z', input: atLimit }, 'payload_too_large', 'input', 'one token over');
-  rejects(tt, { model: 'astra', input: [{ role: 'user', content: atLimit }, { role: 'user', content: [{ type: 'input_text', text: ' a a' }] }] }, 'payload_too_large', 'input', 'over across items');
+  rejects(
+    tt,
+    {
+      model: 'astra',
+      input: [
+        { role: 'user', content: atLimit },
+        { role: 'user', content: [{ type: 'input_text', text: ' a a' }] },
+      ],
+    },
+    'payload_too_large',
+    'input',
+    'over across items',
+  );
   const err = (() => {
     try {
       parse({ model: 'astra', input: unit.repeat(limit + 1) });

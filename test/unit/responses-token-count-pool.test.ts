@@ -4,7 +4,7 @@ import type { Worker } from 'node:worker_threads';
 import { TokenCountPool } from '../../src/lanes/responses/token-count-pool.js';
 import { countTexts } from '../../src/lanes/responses/token-count.js';
 
-t.test('a worker that failed and is replaced does not fail the next worker\'s jobs when it exits', async (t) => {
+t.test("a worker that failed and is replaced does not fail the next worker's jobs when it exits", async (t) => {
   const pool = new TokenCountPool();
   t.same(await pool.count(['warm'], [], 4), countTexts(['warm'], []));
   const first = (pool as unknown as { worker: Worker }).worker;

@@ -1,12 +1,7 @@
 import t from 'tap';
 import fc from 'fast-check';
 import { readFileSync } from 'node:fs';
-import {
-  scanTextDeltaChars,
-  ResponsesUsageTally,
-  tallyResponseBody,
-  type ResponsesTallyResult,
-} from '../../src/lanes/responses/usage-tally.js';
+import { scanTextDeltaChars, ResponsesUsageTally, tallyResponseBody, type ResponsesTallyResult } from '../../src/lanes/responses/usage-tally.js';
 
 const fixtureDir = new URL('../fixtures/openai/', import.meta.url);
 const load = (name: string): Buffer => readFileSync(new URL(name, fixtureDir));
@@ -270,9 +265,7 @@ t.test('data-only frames and a trailing [DONE] are tolerated', async (t) => {
 });
 
 t.test('flat error event without a terminal: usage_unknown', async (t) => {
-  const s =
-    frame(created) +
-    frame({ type: 'error', code: 'server_error', message: 'boom', param: null, sequence_number: 1 });
+  const s = frame(created) + frame({ type: 'error', code: 'server_error', message: 'boom', param: null, sequence_number: 1 });
   const r = tallyChunks([Buffer.from(s)]);
   t.equal(r.outcome, 'usage_unknown');
   t.same(r.error, { code: 'server_error', message: 'boom', param: null, shape: 'flat' });
@@ -288,9 +281,7 @@ t.test('terminal without usable usage: usage_unknown, partial buckets kept as re
   const noField = tallyChunks([Buffer.from(frame(created) + frame(terminal('response.completed', 1, { status: 'completed' })))]);
   t.equal(noField.outcome, 'usage_unknown');
 
-  const partial = tallyChunks([
-    Buffer.from(frame(created) + frame(terminal('response.completed', 1, { status: 'completed', usage: { input_tokens: 12 } }))),
-  ]);
+  const partial = tallyChunks([Buffer.from(frame(created) + frame(terminal('response.completed', 1, { status: 'completed', usage: { input_tokens: 12 } })))]);
   t.equal(partial.outcome, 'usage_unknown');
   t.equal(partial.usage.inputTokens, 12);
   t.equal(partial.usage.outputTokens, undefined, 'missing output_tokens is not 0');
@@ -334,7 +325,9 @@ t.test('usage without details, with cache_write_tokens, and a failed terminal th
     Buffer.from(
       frame(created) +
         frame({ type: 'error', sequence_number: 1, error: { code: 'server_error', message: 'x', param: null } }) +
-        frame(terminal('response.failed', 2, { status: 'failed', error: { code: 'server_error', message: 'x' }, usage: { input_tokens: 3, output_tokens: 0 } })),
+        frame(
+          terminal('response.failed', 2, { status: 'failed', error: { code: 'server_error', message: 'x' }, usage: { input_tokens: 3, output_tokens: 0 } }),
+        ),
     ),
   ]);
   t.equal(failedWithUsage.outcome, 'complete', 'a failed response that reports usage is billable');

@@ -16,7 +16,9 @@ t.test('the link format is the documented HMAC, with a fresh nonce per link', as
   const link = signMediaPath(secret, '/media/video/gen_1.mp4', NOW + 900);
   const { n, sig } = parts(link);
   t.match(n, /^[A-Za-z0-9_-]{8}$/, 'a nonce: 6 random bytes, base64url');
-  const want = createHmac('sha256', secret).update(`/media/video/gen_1.mp4\n${NOW + 900}\n${n}`).digest('base64url');
+  const want = createHmac('sha256', secret)
+    .update(`/media/video/gen_1.mp4\n${NOW + 900}\n${n}`)
+    .digest('base64url');
   t.equal(link, `/media/video/gen_1.mp4?exp=${NOW + 900}&n=${n}&sig=${want}`);
   t.equal(sig.length, 43);
   // Two links for the same path and expiry (two reads in the same second) differ.
@@ -24,7 +26,9 @@ t.test('the link format is the documented HMAC, with a fresh nonce per link', as
   t.equal(links.size, 100);
   // The form without a nonce (links made before it): HMAC over path and exp only, still accepted.
   const legacy = signMediaPath(secret, '/media/video/gen_1.mp4', NOW + 900, '');
-  const wantLegacy = createHmac('sha256', secret).update(`/media/video/gen_1.mp4\n${NOW + 900}`).digest('base64url');
+  const wantLegacy = createHmac('sha256', secret)
+    .update(`/media/video/gen_1.mp4\n${NOW + 900}`)
+    .digest('base64url');
   t.equal(legacy, `/media/video/gen_1.mp4?exp=${NOW + 900}&sig=${wantLegacy}`);
   t.equal(verifyMediaLink(secret, '/media/video/gen_1.mp4', NOW + 900, wantLegacy, NOW), 'ok');
   // The nonce is signed: another one, or none, breaks the signature.

@@ -49,7 +49,10 @@ function withLineEndings(lfBytes: Buffer, v: Variant): Buffer {
   if (v === 'cr') return Buffer.from(s.replace(/\n/g, '\r'), 'latin1');
   const ends = ['\n', '\r\n', '\r'];
   let k = 0;
-  return Buffer.from(s.replace(/\n/g, () => ends[k++ % 3]!), 'latin1');
+  return Buffer.from(
+    s.replace(/\n/g, () => ends[k++ % 3]!),
+    'latin1',
+  );
 }
 
 function chunksAt(input: Buffer, cuts: number[]): Buffer[] {
@@ -222,7 +225,11 @@ t.test('rewriteModels: the vendor id, dated or not, becomes the product id in ev
   t.equal(rewriteModels(unterminated, rw), unterminated, 'no closing quote within the bound: left alone');
   const escapeInValue = Buffer.from('{"model":"gpt-6\\u0041"}');
   t.equal(rewriteModels(escapeInValue, rw), escapeInValue, 'a value with an escape: left alone');
-  t.equal(rewriteModels(Buffer.from('{"model":"gpt-6\\u0041","a":{"model":"gpt-6"}}'), rw).toString(), '{"model":"gpt-6\\u0041","a":{"model":"text-6-astra"}}', 'the next one is still rewritten');
+  t.equal(
+    rewriteModels(Buffer.from('{"model":"gpt-6\\u0041","a":{"model":"gpt-6"}}'), rw).toString(),
+    '{"model":"gpt-6\\u0041","a":{"model":"text-6-astra"}}',
+    'the next one is still rewritten',
+  );
   // Spaced JSON (Python's json.dumps default) is matched too; other keys with the id are not.
   t.equal(
     rewriteModels(Buffer.from('{"type": "response.created", "response": {"id": "gpt-6", "model": "gpt-6-2026", "m":{"model" :\t"gpt-6"}}}'), rw).toString(),

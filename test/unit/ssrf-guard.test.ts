@@ -6,52 +6,97 @@ import { classifyAddress, hostProblem, parseClientUrl } from '../../src/net/ssrf
 
 t.test('classifyAddress: blocked IPv4 ranges, edges included', async (t) => {
   const cases: Array<[string, string]> = [
-    ['0.0.0.0', 'this-network'], ['0.255.255.255', 'this-network'],
-    ['10.0.0.0', 'private'], ['10.255.255.255', 'private'],
-    ['100.64.0.0', 'cgnat'], ['100.127.255.255', 'cgnat'],
-    ['127.0.0.1', 'loopback'], ['127.255.255.254', 'loopback'],
+    ['0.0.0.0', 'this-network'],
+    ['0.255.255.255', 'this-network'],
+    ['10.0.0.0', 'private'],
+    ['10.255.255.255', 'private'],
+    ['100.64.0.0', 'cgnat'],
+    ['100.127.255.255', 'cgnat'],
+    ['127.0.0.1', 'loopback'],
+    ['127.255.255.254', 'loopback'],
     ['169.254.169.254', 'link-local'],
-    ['172.16.0.1', 'private'], ['172.31.255.255', 'private'],
+    ['172.16.0.1', 'private'],
+    ['172.31.255.255', 'private'],
     ['192.0.0.8', 'ietf-protocol-assignments'],
-    ['192.0.2.1', 'documentation'], ['198.51.100.7', 'documentation'], ['203.0.113.255', 'documentation'],
+    ['192.0.2.1', 'documentation'],
+    ['198.51.100.7', 'documentation'],
+    ['203.0.113.255', 'documentation'],
     ['192.88.99.1', '6to4-relay'],
-    ['192.168.0.1', 'private'], ['192.168.255.255', 'private'],
-    ['198.18.0.0', 'benchmarking'], ['198.19.255.255', 'benchmarking'],
-    ['224.0.0.1', 'multicast'], ['239.255.255.255', 'multicast'],
-    ['240.0.0.1', 'reserved'], ['255.255.255.254', 'reserved'],
+    ['192.168.0.1', 'private'],
+    ['192.168.255.255', 'private'],
+    ['198.18.0.0', 'benchmarking'],
+    ['198.19.255.255', 'benchmarking'],
+    ['224.0.0.1', 'multicast'],
+    ['239.255.255.255', 'multicast'],
+    ['240.0.0.1', 'reserved'],
+    ['255.255.255.254', 'reserved'],
     ['255.255.255.255', 'broadcast'],
   ];
   for (const [ip, name] of cases) t.equal(classifyAddress(ip), name, ip);
 });
 
 t.test('classifyAddress: public IPv4 just outside each range', async (t) => {
-  for (const ip of ['1.1.1.1', '8.8.8.8', '9.255.255.255', '11.0.0.0', '100.63.255.255', '100.128.0.0', '126.255.255.255',
-    '128.0.0.0', '169.253.255.255', '172.15.255.255', '172.32.0.0', '192.0.1.255', '192.0.3.0', '192.167.255.255',
-    '192.169.0.0', '198.17.255.255', '198.20.0.0', '223.255.255.255', '93.184.215.14']) {
+  for (const ip of [
+    '1.1.1.1',
+    '8.8.8.8',
+    '9.255.255.255',
+    '11.0.0.0',
+    '100.63.255.255',
+    '100.128.0.0',
+    '126.255.255.255',
+    '128.0.0.0',
+    '169.253.255.255',
+    '172.15.255.255',
+    '172.32.0.0',
+    '192.0.1.255',
+    '192.0.3.0',
+    '192.167.255.255',
+    '192.169.0.0',
+    '198.17.255.255',
+    '198.20.0.0',
+    '223.255.255.255',
+    '93.184.215.14',
+  ]) {
     t.equal(classifyAddress(ip), 'public', ip);
   }
 });
 
 t.test('classifyAddress: IPv6 ranges, embeddings and transition prefixes', async (t) => {
   const cases: Array<[string, string]> = [
-    ['::', 'unspecified'], ['::1', 'loopback'], ['[::1]', 'loopback'], ['0:0:0:0:0:0:0:1', 'loopback'],
-    ['::ffff:127.0.0.1', 'ipv4-mapped:loopback'], ['::ffff:7f00:1', 'ipv4-mapped:loopback'],
-    ['::ffff:10.1.2.3', 'ipv4-mapped:private'], ['::ffff:169.254.169.254', 'ipv4-mapped:link-local'],
+    ['::', 'unspecified'],
+    ['::1', 'loopback'],
+    ['[::1]', 'loopback'],
+    ['0:0:0:0:0:0:0:1', 'loopback'],
+    ['::ffff:127.0.0.1', 'ipv4-mapped:loopback'],
+    ['::ffff:7f00:1', 'ipv4-mapped:loopback'],
+    ['::ffff:10.1.2.3', 'ipv4-mapped:private'],
+    ['::ffff:169.254.169.254', 'ipv4-mapped:link-local'],
     // Mapped addresses are refused even when they embed a public address: we never dial them.
     ['::ffff:8.8.8.8', 'ipv4-mapped:public'],
-    ['::127.0.0.1', 'ipv4-compatible:loopback'], ['::8.8.8.8', 'ipv4-compatible:public'],
-    ['64:ff9b::7f00:1', 'nat64'], ['64:ff9b::8.8.8.8', 'nat64'], ['64:ff9b:1::1', 'nat64-local'],
+    ['::127.0.0.1', 'ipv4-compatible:loopback'],
+    ['::8.8.8.8', 'ipv4-compatible:public'],
+    ['64:ff9b::7f00:1', 'nat64'],
+    ['64:ff9b::8.8.8.8', 'nat64'],
+    ['64:ff9b:1::1', 'nat64-local'],
     ['100::1', 'discard-only'],
-    ['2001::1', 'teredo'], ['2001:0:4136:e378:8000:63bf:3fff:fdd2', 'teredo'],
-    ['2001:db8::1', 'documentation'], ['3fff::1', 'documentation'],
+    ['2001::1', 'teredo'],
+    ['2001:0:4136:e378:8000:63bf:3fff:fdd2', 'teredo'],
+    ['2001:db8::1', 'documentation'],
+    ['3fff::1', 'documentation'],
     ['2001:2::1', 'ietf-protocol-assignments'],
-    ['2002:7f00:1::1', '6to4'], ['2002:c0a8:101::', '6to4'],
-    ['fc00::1', 'private'], ['fd12:3456:789a::1', 'private'],
-    ['fe80::1', 'link-local'], ['febf::1', 'link-local'],
+    ['2002:7f00:1::1', '6to4'],
+    ['2002:c0a8:101::', '6to4'],
+    ['fc00::1', 'private'],
+    ['fd12:3456:789a::1', 'private'],
+    ['fe80::1', 'link-local'],
+    ['febf::1', 'link-local'],
     ['fec0::1', 'site-local'],
-    ['ff02::1', 'multicast'], ['ff0e::1', 'multicast'],
+    ['ff02::1', 'multicast'],
+    ['ff0e::1', 'multicast'],
     ['fe80::1%eth0', 'scoped'],
-    ['4000::1', 'reserved'], ['1::', 'reserved'], ['e000::1', 'reserved'],
+    ['4000::1', 'reserved'],
+    ['1::', 'reserved'],
+    ['e000::1', 'reserved'],
   ];
   for (const [ip, name] of cases) t.equal(classifyAddress(ip), name, ip);
   for (const ip of ['2606:4700:4700::1111', '2a00:1450:4001:80b::200e', '2001:4860:4860::8888', '2400:cb00::1']) {
@@ -60,17 +105,46 @@ t.test('classifyAddress: IPv6 ranges, embeddings and transition prefixes', async
 });
 
 t.test('classifyAddress: anything node cannot parse is blocked', async (t) => {
-  for (const s of ['', 'localhost', '127.1', '2130706433', '0x7f.0.0.1', '0177.0.0.1', '01.2.3.4', '1.2.3.4.5',
-    '256.1.1.1', '::ffff:999.0.0.1', '1:2:3:4:5:6:7:8:9', ':::', 'example.com', ' 8.8.8.8', '8.8.8.8 ']) {
+  for (const s of [
+    '',
+    'localhost',
+    '127.1',
+    '2130706433',
+    '0x7f.0.0.1',
+    '0177.0.0.1',
+    '01.2.3.4',
+    '1.2.3.4.5',
+    '256.1.1.1',
+    '::ffff:999.0.0.1',
+    '1:2:3:4:5:6:7:8:9',
+    ':::',
+    'example.com',
+    ' 8.8.8.8',
+    '8.8.8.8 ',
+  ]) {
     t.equal(classifyAddress(s), 'unparseable', JSON.stringify(s));
   }
 });
 
 t.test('classifyAddress agrees with an independent net.BlockList oracle on random addresses', async (t) => {
   const bl = new BlockList();
-  for (const [a, p] of [['0.0.0.0', 8], ['10.0.0.0', 8], ['100.64.0.0', 10], ['127.0.0.0', 8], ['169.254.0.0', 16],
-    ['172.16.0.0', 12], ['192.0.0.0', 24], ['192.0.2.0', 24], ['192.88.99.0', 24], ['192.168.0.0', 16],
-    ['198.18.0.0', 15], ['198.51.100.0', 24], ['203.0.113.0', 24], ['224.0.0.0', 4], ['240.0.0.0', 4]] as const) {
+  for (const [a, p] of [
+    ['0.0.0.0', 8],
+    ['10.0.0.0', 8],
+    ['100.64.0.0', 10],
+    ['127.0.0.0', 8],
+    ['169.254.0.0', 16],
+    ['172.16.0.0', 12],
+    ['192.0.0.0', 24],
+    ['192.0.2.0', 24],
+    ['192.88.99.0', 24],
+    ['192.168.0.0', 16],
+    ['198.18.0.0', 15],
+    ['198.51.100.0', 24],
+    ['203.0.113.0', 24],
+    ['224.0.0.0', 4],
+    ['240.0.0.0', 4],
+  ] as const) {
     bl.addSubnet(a, p, 'ipv4');
   }
   fc.assert(
@@ -79,7 +153,13 @@ t.test('classifyAddress agrees with an independent net.BlockList oracle on rando
   );
   // IPv6: public only inside 2000::/3 and outside the special blocks there.
   const bl6 = new BlockList();
-  for (const [a, p] of [['2001::', 23], ['2001:db8::', 32], ['2002::', 16], ['3fff::', 20]] as const) bl6.addSubnet(a, p, 'ipv6');
+  for (const [a, p] of [
+    ['2001::', 23],
+    ['2001:db8::', 32],
+    ['2002::', 16],
+    ['3fff::', 20],
+  ] as const)
+    bl6.addSubnet(a, p, 'ipv6');
   const global = new BlockList();
   global.addSubnet('2000::', 3, 'ipv6');
   fc.assert(
@@ -120,9 +200,22 @@ t.test('parseClientUrl: scheme, credentials, length', async (t) => {
 });
 
 t.test('parseClientUrl: IP literals in every spelling are classified after normalisation', async (t) => {
-  for (const raw of ['https://127.0.0.1/', 'https://2130706433/', 'https://0x7f000001/', 'https://0x7f.1/', 'https://0177.0.0.1/',
-    'https://127.1/', 'https://127.0.0.1./', 'https://0x7F.0.0.1/', 'https://%31%32%37.0.0.1/', 'https://１２７.0.0.1/',
-    'https://[::1]/', 'https://[::ffff:127.0.0.1]/', 'https://[0:0:0:0:0:ffff:7f00:1]/', 'https://[::127.0.0.1]/']) {
+  for (const raw of [
+    'https://127.0.0.1/',
+    'https://2130706433/',
+    'https://0x7f000001/',
+    'https://0x7f.1/',
+    'https://0177.0.0.1/',
+    'https://127.1/',
+    'https://127.0.0.1./',
+    'https://0x7F.0.0.1/',
+    'https://%31%32%37.0.0.1/',
+    'https://１２７.0.0.1/',
+    'https://[::1]/',
+    'https://[::ffff:127.0.0.1]/',
+    'https://[0:0:0:0:0:ffff:7f00:1]/',
+    'https://[::127.0.0.1]/',
+  ]) {
     refused(t, raw, 'invalid_url', /blocked address \((ipv4-mapped:|ipv4-compatible:)?loopback\)/);
   }
   refused(t, 'https://0/', 'invalid_url', /this-network/);
@@ -150,9 +243,20 @@ t.test('parseClientUrl: IP literals in every spelling are classified after norma
 });
 
 t.test('parseClientUrl: local and single-label names', async (t) => {
-  for (const raw of ['https://localhost/', 'https://LOCALHOST/', 'https://localhost./', 'https://a.localhost/', 'https://x.y.localhost./',
-    'https://printer.local/', 'https://metadata.google.internal/', 'https://router.home.arpa/', 'https://box.localdomain/',
-    'https://media.test/', 'https://foo.invalid/', 'https://abc.onion/']) {
+  for (const raw of [
+    'https://localhost/',
+    'https://LOCALHOST/',
+    'https://localhost./',
+    'https://a.localhost/',
+    'https://x.y.localhost./',
+    'https://printer.local/',
+    'https://metadata.google.internal/',
+    'https://router.home.arpa/',
+    'https://box.localdomain/',
+    'https://media.test/',
+    'https://foo.invalid/',
+    'https://abc.onion/',
+  ]) {
     refused(t, raw, 'invalid_url', /local or special-use/);
   }
   for (const raw of ['https://intranet/', 'https://metadata/', 'https://com./']) refused(t, raw, 'invalid_url', /fully qualified/);

@@ -48,9 +48,10 @@ t.test('reference lists keep their order; every URL is listed for the fetch chec
     catalog,
   );
   t.same(v.request.reference_image_urls, [img(3), img(1), img(2)]);
-  t.same(v.urls.map((u) => u.param), [
-    'reference_image_urls[0]', 'reference_image_urls[1]', 'reference_image_urls[2]', 'reference_video_urls[0]', 'reference_audio_urls[0]',
-  ]);
+  t.same(
+    v.urls.map((u) => u.param),
+    ['reference_image_urls[0]', 'reference_image_urls[1]', 'reference_image_urls[2]', 'reference_video_urls[0]', 'reference_audio_urls[0]'],
+  );
 });
 
 t.test('every submit code with its param', async (t) => {
@@ -90,19 +91,34 @@ t.test('every submit code with its param', async (t) => {
     ['reference list not an array', { ...base, reference_image_urls: img(0) }, 'invalid_type', 'reference_image_urls'],
     ['reference element not a string', { ...base, reference_image_urls: [img(0), 5] }, 'invalid_type', 'reference_image_urls[1]'],
     ['reference element private address', { ...base, reference_video_urls: ['https://10.0.0.1/v.mp4'] }, 'invalid_url', 'reference_video_urls[0]'],
-    ['third reference element private address', { ...base, reference_image_urls: [img(0), img(1), 'https://10.0.0.1/i.png'] }, 'invalid_url', 'reference_image_urls[2]'],
+    [
+      'third reference element private address',
+      { ...base, reference_image_urls: [img(0), img(1), 'https://10.0.0.1/i.png'] },
+      'invalid_url',
+      'reference_image_urls[2]',
+    ],
     ['31 images on clip-2.5', { ...base, reference_image_urls: list(31, img) }, 'too_many', 'reference_image_urls'],
     ['11 videos on clip-2.5', { ...base, reference_video_urls: list(11, vid) }, 'too_many', 'reference_video_urls'],
     ['11 audio on clip-2.5', { ...base, reference_audio_urls: list(11, aud) }, 'too_many', 'reference_audio_urls'],
     ['10 images on clip-2.0', { model: 'clip-2.0', prompt: 'x', reference_image_urls: list(10, img) }, 'too_many', 'reference_image_urls'],
     ['4 videos on clip-2.0-fast', { model: 'clip-2.0-fast', prompt: 'x', reference_video_urls: list(4, vid) }, 'too_many', 'reference_video_urls'],
-    ['4 audio on clip-2.0', { model: 'clip-2.0', prompt: 'x', reference_image_urls: [img(0)], reference_audio_urls: list(4, aud) }, 'too_many', 'reference_audio_urls'],
+    [
+      '4 audio on clip-2.0',
+      { model: 'clip-2.0', prompt: 'x', reference_image_urls: [img(0)], reference_audio_urls: list(4, aud) },
+      'too_many',
+      'reference_audio_urls',
+    ],
     ['metadata an array', { ...base, metadata: [1] }, 'invalid_type', 'metadata'],
     ['metadata a string', { ...base, metadata: 'x' }, 'invalid_type', 'metadata'],
     ['metadata above 4 KiB', { ...base, metadata: { k: 'x'.repeat(4096) } }, 'too_long', 'metadata'],
     ['last frame without first', { ...base, last_frame_url: img(1) }, 'missing_first_frame', 'last_frame_url'],
     ['frames and references', { ...base, first_frame_url: img(0), reference_video_urls: [vid(0)] }, 'conflicting_references', 'reference_video_urls'],
-    ['13 references on clip-2.0', { model: 'clip-2.0', prompt: 'x', reference_image_urls: list(9, img), reference_video_urls: list(3, vid), reference_audio_urls: [aud(0)] }, 'reference_limit', 'reference_audio_urls'],
+    [
+      '13 references on clip-2.0',
+      { model: 'clip-2.0', prompt: 'x', reference_image_urls: list(9, img), reference_video_urls: list(3, vid), reference_audio_urls: [aud(0)] },
+      'reference_limit',
+      'reference_audio_urls',
+    ],
     ['audio alone on clip-2.0', { model: 'clip-2.0', prompt: 'x', reference_audio_urls: [aud(0)] }, 'reference_limit', 'reference_audio_urls'],
     ['audio alone on clip-2.0-fast', { model: 'clip-2.0-fast', prompt: 'x', reference_audio_urls: [aud(0)] }, 'reference_limit', 'reference_audio_urls'],
     ['no prompt, nothing else', { model: 'clip-2.5' }, 'missing_prompt', 'prompt'],
@@ -142,12 +158,28 @@ t.test('order of checks: the first failure in the documented order answers', asy
   t.equal(fails({ model: 'nope', prompt: 5, duration: 'auto' }).code, 'unknown_model', 'model before everything');
   t.equal(fails({ model: 'clip-2.5', foo: 1, prompt: 5 }).code, 'unsupported_parameter', 'unknown fields before field checks');
   t.equal(fails({ model: 'clip-2.5', prompt: 5, aspect_ratio: 'x' }).param, 'prompt', 'prompt before aspect ratio');
-  t.equal(fails({ model: 'clip-2.5', prompt: 'p', resolution: '1080p', aspect_ratio: '9:16', duration: 99 }).code, 'unsupported_resolution', 'resolution before duration');
+  t.equal(
+    fails({ model: 'clip-2.5', prompt: 'p', resolution: '1080p', aspect_ratio: '9:16', duration: 99 }).code,
+    'unsupported_resolution',
+    'resolution before duration',
+  );
   t.equal(fails({ model: 'clip-2.5', prompt: 'p', duration: 99, seed: -5 }).code, 'invalid_duration', 'duration before seed');
   t.equal(fails({ model: 'clip-2.5', prompt: 'p', seed: -5, first_frame_url: 'http://x.example.com' }).code, 'invalid_seed', 'seed before URLs');
-  t.equal(fails({ model: 'clip-2.0', prompt: 'p', reference_image_urls: ['http://a.example.com', ...list(9, img)] }).code, 'too_many', 'the per-kind cap before each element');
-  t.equal(fails({ model: 'clip-2.5', last_frame_url: img(1), reference_image_urls: [img(0)] }).code, 'missing_first_frame', 'missing first frame before conflicting references');
-  t.equal(fails({ model: 'clip-2.0', first_frame_url: img(0), reference_audio_urls: [aud(0)] }).code, 'conflicting_references', 'conflict before the audio anchor');
+  t.equal(
+    fails({ model: 'clip-2.0', prompt: 'p', reference_image_urls: ['http://a.example.com', ...list(9, img)] }).code,
+    'too_many',
+    'the per-kind cap before each element',
+  );
+  t.equal(
+    fails({ model: 'clip-2.5', last_frame_url: img(1), reference_image_urls: [img(0)] }).code,
+    'missing_first_frame',
+    'missing first frame before conflicting references',
+  );
+  t.equal(
+    fails({ model: 'clip-2.0', first_frame_url: img(0), reference_audio_urls: [aud(0)] }).code,
+    'conflicting_references',
+    'conflict before the audio anchor',
+  );
   t.equal(fails({ model: 'clip-2.0', reference_audio_urls: [aud(0)] }).code, 'reference_limit', 'reference limit before missing prompt');
 });
 

@@ -84,7 +84,11 @@ t.test('input tokens grow with the prompt (monotone) and count_tokens agrees', a
   t.equal(a, 9);
   t.ok(a < b && b < c, `${a} < ${b} < ${c}`);
   t.equal(sim.requests.at(-1)!.path, '/v1/messages/count_tokens');
-  const msg = await client.messages.create({ model: MODEL, max_tokens: 10, messages: [{ role: 'user', content: 'Hello there, a longer prompt with more words' }] });
+  const msg = await client.messages.create({
+    model: MODEL,
+    max_tokens: 10,
+    messages: [{ role: 'user', content: 'Hello there, a longer prompt with more words' }],
+  });
   t.equal(msg.usage.input_tokens, b, 'count_tokens equals the usage of the same prompt');
 });
 
@@ -105,7 +109,11 @@ t.test('count_tokens: the whole prompt, the vendor refusals of a count, no cache
   t.match(response.headers.get('request-id'), /^req_011CSim/);
   const msg = await client.messages.create({ ...prompt, max_tokens: 2000 });
   t.ok(msg.usage.cache_creation_input_tokens! > 0, 'the count wrote no cache entry: the message is the first to write the prefix');
-  t.equal(msg.usage.input_tokens + msg.usage.cache_creation_input_tokens! + msg.usage.cache_read_input_tokens!, counted.input_tokens, 'uncached + cache writes + cache reads = the count');
+  t.equal(
+    msg.usage.input_tokens + msg.usage.cache_creation_input_tokens! + msg.usage.cache_read_input_tokens!,
+    counted.input_tokens,
+    'uncached + cache writes + cache reads = the count',
+  );
   t.equal((await client.messages.countTokens(prompt)).input_tokens, counted.input_tokens, 'a cached prefix counts the same');
 
   // The count takes no reply fields: the vendor's "Extra inputs are not permitted".
@@ -117,14 +125,21 @@ t.test('count_tokens: the whole prompt, the vendor refusals of a count, no cache
   const noModel = await client.messages.countTokens({ messages: prompt.messages } as never).catch((e: unknown) => e);
   t.ok(noModel instanceof Anthropic.BadRequestError, 'model required');
   // Directives a count can meet: an error status (with retry-after), a stall; others are ignored.
-  const busy = await client.messages.countTokens({ model: MODEL, messages: [{ role: 'user', content: 'x [[sim:status=529]] [[sim:retry-after=9]]' }] }).catch((e: unknown) => e);
+  const busy = await client.messages
+    .countTokens({ model: MODEL, messages: [{ role: 'user', content: 'x [[sim:status=529]] [[sim:retry-after=9]]' }] })
+    .catch((e: unknown) => e);
   t.ok(busy instanceof Anthropic.OverloadedError);
   t.equal((busy as InstanceType<typeof Anthropic.APIError>).headers?.get('retry-after'), '9');
-  t.ok((await client.messages.countTokens({ model: MODEL, messages: [{ role: 'user', content: 'x [[sim:tokens=3]] [[sim:crlf]]' }] })).input_tokens > 0, 'reply shaping is ignored');
+  t.ok(
+    (await client.messages.countTokens({ model: MODEL, messages: [{ role: 'user', content: 'x [[sim:tokens=3]] [[sim:crlf]]' }] })).input_tokens > 0,
+    'reply shaping is ignored',
+  );
   const typo = await client.messages.countTokens({ model: MODEL, messages: [{ role: 'user', content: 'x [[sim:stauts=500]]' }] }).catch((e: unknown) => e);
   t.ok(typo instanceof Anthropic.BadRequestError, 'an unknown directive is refused');
   const ac = new AbortController();
-  const stalled = client.messages.countTokens({ model: MODEL, messages: [{ role: 'user', content: 'x [[sim:stall-before-headers]]' }] }, { signal: ac.signal }).catch((e: unknown) => e);
+  const stalled = client.messages
+    .countTokens({ model: MODEL, messages: [{ role: 'user', content: 'x [[sim:stall-before-headers]]' }] }, { signal: ac.signal })
+    .catch((e: unknown) => e);
   await sim.waitForRequests(sim.requestCount + 1);
   t.equal(sim.requests.at(-1)!.end, 'stalled', 'held without an answer');
   ac.abort();
@@ -132,7 +147,12 @@ t.test('count_tokens: the whole prompt, the vendor refusals of a count, no cache
 });
 
 t.test('messages.create({stream: true}): the SDK yields every event but ping', async (t) => {
-  const stream = await client.messages.create({ model: MODEL, max_tokens: 100, stream: true, messages: [{ role: 'user', content: 'Say hi [[sim:tokens=3]]' }] });
+  const stream = await client.messages.create({
+    model: MODEL,
+    max_tokens: 100,
+    stream: true,
+    messages: [{ role: 'user', content: 'Say hi [[sim:tokens=3]]' }],
+  });
   const types: string[] = [];
   let text = '';
   let usageOut: number | undefined;
@@ -142,7 +162,16 @@ t.test('messages.create({stream: true}): the SDK yields every event but ping', a
     if (ev.type === 'message_delta') usageOut = ev.usage.output_tokens;
     if (ev.type === 'message_start') t.equal(ev.message.model, MODEL);
   }
-  t.same(types, ['message_start', 'content_block_start', 'content_block_delta', 'content_block_delta', 'content_block_delta', 'content_block_stop', 'message_delta', 'message_stop']);
+  t.same(types, [
+    'message_start',
+    'content_block_start',
+    'content_block_delta',
+    'content_block_delta',
+    'content_block_delta',
+    'content_block_stop',
+    'message_delta',
+    'message_stop',
+  ]);
   t.equal(text, 'Echo: Say hi');
   t.equal(usageOut, 3);
 });
@@ -190,7 +219,10 @@ t.test('tool use round trip with thinking blocks sent back unchanged', async (t)
       messages: [{ role: 'user', content: "What's the weather in Paris? Please use the tool." }],
     })
     .finalMessage();
-  t.same(first.content.map((b) => b.type), ['thinking', 'text', 'tool_use']);
+  t.same(
+    first.content.map((b) => b.type),
+    ['thinking', 'text', 'tool_use'],
+  );
   t.equal(first.stop_reason, 'tool_use');
   const thinking = first.content[0]!;
   const toolUse = first.content[2]!;
@@ -207,23 +239,40 @@ t.test('tool use round trip with thinking blocks sent back unchanged', async (t)
     { role: 'assistant', content: first.content },
     { role: 'user', content: [{ type: 'tool_result', tool_use_id: toolUse.id, content: '18C and sunny' }] },
   ];
-  const second = await client.messages.create({ model: MODEL, max_tokens: 4096, thinking: { type: 'enabled', budget_tokens: 2048 }, tools: [WEATHER_TOOL], messages: history });
-  t.same(second.content.map((b) => b.type), ['thinking', 'text']);
+  const second = await client.messages.create({
+    model: MODEL,
+    max_tokens: 4096,
+    thinking: { type: 'enabled', budget_tokens: 2048 },
+    tools: [WEATHER_TOOL],
+    messages: history,
+  });
+  t.same(
+    second.content.map((b) => b.type),
+    ['thinking', 'text'],
+  );
   t.equal(second.stop_reason, 'end_turn');
   const text = second.content[1]!;
   t.ok(text.type === 'text' && text.text.startsWith('The tool returned: 18C and sunny'), 'text reply to the tool result');
   const sent = sim.requests.at(-1)!.body as { messages: { content: unknown }[] };
-  t.same((sent.messages[1]!.content as unknown[])[0], { type: 'thinking', thinking: thinking.thinking, signature: thinking.signature }, 'thinking block arrived unchanged');
+  t.same(
+    (sent.messages[1]!.content as unknown[])[0],
+    { type: 'thinking', thinking: thinking.thinking, signature: thinking.signature },
+    'thinking block arrived unchanged',
+  );
 
   const tampered = structuredClone(history);
   ((tampered[1]!.content as Anthropic.ContentBlockParam[])[0] as Anthropic.ThinkingBlockParam).signature = 'AAAA';
-  const err1 = await client.messages.create({ model: MODEL, max_tokens: 4096, thinking: { type: 'enabled', budget_tokens: 2048 }, tools: [WEATHER_TOOL], messages: tampered }).catch((e: unknown) => e);
+  const err1 = await client.messages
+    .create({ model: MODEL, max_tokens: 4096, thinking: { type: 'enabled', budget_tokens: 2048 }, tools: [WEATHER_TOOL], messages: tampered })
+    .catch((e: unknown) => e);
   t.ok(err1 instanceof Anthropic.BadRequestError, 'a changed signature is refused');
   t.match((err1 as InstanceType<typeof Anthropic.APIError>).apiMessage, /Invalid `signature`/);
 
   const dropped = structuredClone(history);
   dropped[1]!.content = (dropped[1]!.content as Anthropic.ContentBlockParam[]).slice(1);
-  const err2 = await client.messages.create({ model: MODEL, max_tokens: 4096, thinking: { type: 'enabled', budget_tokens: 2048 }, tools: [WEATHER_TOOL], messages: dropped }).catch((e: unknown) => e);
+  const err2 = await client.messages
+    .create({ model: MODEL, max_tokens: 4096, thinking: { type: 'enabled', budget_tokens: 2048 }, tools: [WEATHER_TOOL], messages: dropped })
+    .catch((e: unknown) => e);
   t.ok(err2 instanceof Anthropic.BadRequestError, 'dropping the thinking block is refused with thinking on');
   t.match((err2 as InstanceType<typeof Anthropic.APIError>).apiMessage, /must start with a thinking block/);
 
@@ -242,9 +291,18 @@ t.test('tool_choice forces a tool; adaptive thinking', async (t) => {
     tool_choice: { type: 'tool', name: 'get_weather' },
     messages: [{ role: 'user', content: 'Paris' }],
   });
-  t.same(msg.content.map((b) => b.type), ['thinking', 'text', 'tool_use']);
+  t.same(
+    msg.content.map((b) => b.type),
+    ['thinking', 'text', 'tool_use'],
+  );
   t.equal(msg.stop_reason, 'tool_use');
-  const none = await client.messages.create({ model: MODEL, max_tokens: 500, tools: [WEATHER_TOOL], tool_choice: { type: 'none' }, messages: [{ role: 'user', content: 'please use the tool' }] });
+  const none = await client.messages.create({
+    model: MODEL,
+    max_tokens: 500,
+    tools: [WEATHER_TOOL],
+    tool_choice: { type: 'none' },
+    messages: [{ role: 'user', content: 'please use the tool' }],
+  });
   t.equal(none.stop_reason, 'end_turn', 'tool_choice none: no tool');
 });
 
@@ -258,7 +316,10 @@ t.test('max_tokens stops the reply, streaming and not', async (t) => {
   t.equal(streamed.usage.output_tokens, 5);
   const tool = await client.messages.create({ model: MODEL, max_tokens: 7, tools: [WEATHER_TOOL], messages: [{ role: 'user', content: 'use the tool' }] });
   t.equal(tool.stop_reason, 'max_tokens', 'a tool call that does not fit is left out');
-  t.same(tool.content.map((b) => b.type), ['text']);
+  t.same(
+    tool.content.map((b) => b.type),
+    ['text'],
+  );
   t.equal(tool.usage.output_tokens, 5);
   const stop = await client.messages.create({ model: MODEL, max_tokens: 50, stop_sequences: ['ipsum'], messages: [{ role: 'user', content: 'hi' }] });
   t.equal(stop.stop_reason, 'stop_sequence');
@@ -281,7 +342,9 @@ t.test('error statuses raise the SDK typed errors (maxRetries 0: one request eac
   ];
   for (const [directive, cls, status, type] of cases) {
     const before = sim.requestCount;
-    const err = await client.messages.create({ model: MODEL, max_tokens: 10, messages: [{ role: 'user', content: `hi ${directive}` }] }).catch((e: unknown) => e);
+    const err = await client.messages
+      .create({ model: MODEL, max_tokens: 10, messages: [{ role: 'user', content: `hi ${directive}` }] })
+      .catch((e: unknown) => e);
     t.ok(err instanceof cls, `${directive} -> ${cls.name}`);
     const e = err as InstanceType<typeof Anthropic.APIError>;
     t.equal(e.status, status);
@@ -290,9 +353,13 @@ t.test('error statuses raise the SDK typed errors (maxRetries 0: one request eac
     if (status === 413) t.equal(e.requestID, sim.requests.at(-1)!.requestId, 'request-id header even when the 413 body has none');
     else t.equal((e.error as { request_id?: string }).request_id, e.requestID, 'body request_id equals the header');
   }
-  const rate = await client.messages.create({ model: MODEL, max_tokens: 10, messages: [{ role: 'user', content: '[[sim:status=429]][[sim:retry-after=7]]' }] }).catch((e: unknown) => e);
+  const rate = await client.messages
+    .create({ model: MODEL, max_tokens: 10, messages: [{ role: 'user', content: '[[sim:status=429]][[sim:retry-after=7]]' }] })
+    .catch((e: unknown) => e);
   t.equal((rate as InstanceType<typeof Anthropic.APIError>).headers?.get('retry-after'), '7');
-  const long = await client.messages.create({ model: MODEL, max_tokens: 10, messages: [{ role: 'user', content: '[[sim:prompt-too-long]]' }] }).catch((e: unknown) => e);
+  const long = await client.messages
+    .create({ model: MODEL, max_tokens: 10, messages: [{ role: 'user', content: '[[sim:prompt-too-long]]' }] })
+    .catch((e: unknown) => e);
   t.match((long as InstanceType<typeof Anthropic.APIError>).apiMessage, /^prompt is too long: \d+ tokens > 200000 maximum$/);
 
   const wrongKey = new Anthropic({ apiKey: 'nope', baseURL: sim.url, maxRetries: 0 });
@@ -304,13 +371,20 @@ t.test('error statuses raise the SDK typed errors (maxRetries 0: one request eac
 t.test('the SDK retries 529 by default (one retry here, honouring retry-after)', async (t) => {
   const retrying = new Anthropic({ apiKey: KEY, baseURL: sim.url, maxRetries: 1 });
   const before = sim.requestCount;
-  const err = await retrying.messages.create({ model: MODEL, max_tokens: 10, messages: [{ role: 'user', content: '[[sim:status=529]][[sim:retry-after=0]]' }] }).catch((e: unknown) => e);
+  const err = await retrying.messages
+    .create({ model: MODEL, max_tokens: 10, messages: [{ role: 'user', content: '[[sim:status=529]][[sim:retry-after=0]]' }] })
+    .catch((e: unknown) => e);
   t.ok(err instanceof Anthropic.OverloadedError);
   t.equal(sim.requestCount, before + 2, 'initial + 1 retry');
 });
 
 t.test('mid-stream overloaded_error: the SDK throws an APIError without a status', async (t) => {
-  const stream = await client.messages.create({ model: MODEL, max_tokens: 100, stream: true, messages: [{ role: 'user', content: 'hi [[sim:overloaded-midstream]]' }] });
+  const stream = await client.messages.create({
+    model: MODEL,
+    max_tokens: 100,
+    stream: true,
+    messages: [{ role: 'user', content: 'hi [[sim:overloaded-midstream]]' }],
+  });
   const seen: string[] = [];
   const err = await (async () => {
     for await (const ev of stream) seen.push(ev.type);
@@ -320,9 +394,14 @@ t.test('mid-stream overloaded_error: the SDK throws an APIError without a status
   t.equal((err as InstanceType<typeof Anthropic.APIError>).type, 'overloaded_error');
   t.equal(seen[0], 'message_start');
   t.ok(seen.includes('content_block_delta') && !seen.includes('message_delta'), 'some deltas, no message_delta');
-  const viaHelper = await client.messages.stream({ model: MODEL, max_tokens: 100, messages: [{ role: 'user', content: 'hi [[sim:overloaded-midstream]]' }] }).finalMessage().catch((e: unknown) => e);
+  const viaHelper = await client.messages
+    .stream({ model: MODEL, max_tokens: 100, messages: [{ role: 'user', content: 'hi [[sim:overloaded-midstream]]' }] })
+    .finalMessage()
+    .catch((e: unknown) => e);
   t.ok(viaHelper instanceof Anthropic.APIError, 'finalMessage() rejects too');
-  const nonStream = await client.messages.create({ model: MODEL, max_tokens: 100, messages: [{ role: 'user', content: 'hi [[sim:overloaded-midstream]]' }] }).catch((e: unknown) => e);
+  const nonStream = await client.messages
+    .create({ model: MODEL, max_tokens: 100, messages: [{ role: 'user', content: 'hi [[sim:overloaded-midstream]]' }] })
+    .catch((e: unknown) => e);
   t.ok(nonStream instanceof Anthropic.OverloadedError, 'non-stream: 529');
 });
 
@@ -333,7 +412,10 @@ t.test('cut streams: what the SDK notices', async (t) => {
   for await (const ev of await client.messages.create({ ...body('[[sim:cut-before-stop]]'), stream: true })) types.push(ev.type);
   t.equal(types.at(-1), 'message_delta', 'raw iteration ends quietly after message_delta');
   // The helper does: no message_stop means no final message.
-  const e1 = await client.messages.stream(body('[[sim:cut-before-delta]]')).finalMessage().catch((e: unknown) => e);
+  const e1 = await client.messages
+    .stream(body('[[sim:cut-before-delta]]'))
+    .finalMessage()
+    .catch((e: unknown) => e);
   t.ok(e1 instanceof Anthropic.AnthropicError);
   t.match((e1 as Error).message, /stream ended without producing a Message/);
   // A dropped connection (no chunked terminator) is an error for both.
@@ -343,7 +425,11 @@ t.test('cut streams: what the SDK notices', async (t) => {
   t.ok(e2 instanceof Error, `reset raises: ${(e2 as Error)?.message}`);
   t.equal(sim.requests.at(-1)!.end, 'reset');
   // The tally on the raw bytes of each cut.
-  for (const [d, outcome] of [['[[sim:cut-before-delta]]', 'usage_unknown'], ['[[sim:cut-before-stop]]', 'incomplete_stream'], ['[[sim:overloaded-midstream]]', 'usage_unknown']] as const) {
+  for (const [d, outcome] of [
+    ['[[sim:cut-before-delta]]', 'usage_unknown'],
+    ['[[sim:cut-before-stop]]', 'incomplete_stream'],
+    ['[[sim:overloaded-midstream]]', 'usage_unknown'],
+  ] as const) {
     const res = await raw({ ...body(d), stream: true });
     const tally = new MessagesUsageTally();
     tally.push(Buffer.from(await res.arrayBuffer()));
@@ -379,13 +465,30 @@ t.test('line endings and chunking: the SDK assembles the same message', async (t
   t.teardown(() => sim.setScenario(null));
   const ask = () =>
     client.messages
-      .stream({ model: MODEL, max_tokens: 2000, thinking: { type: 'enabled', budget_tokens: 1024 }, tools: [WEATHER_TOOL], messages: [{ role: 'user', content: 'please use the tool' }] })
+      .stream({
+        model: MODEL,
+        max_tokens: 2000,
+        thinking: { type: 'enabled', budget_tokens: 1024 },
+        tools: [WEATHER_TOOL],
+        messages: [{ role: 'user', content: 'please use the tool' }],
+      })
       .finalMessage();
-  const strip = (m: Anthropic.Message): unknown => ({ content: m.content.map((b) => (b.type === 'tool_use' ? { ...b, id: '' } : b)), usage: m.usage, stop: m.stop_reason });
+  const strip = (m: Anthropic.Message): unknown => ({
+    content: m.content.map((b) => (b.type === 'tool_use' ? { ...b, id: '' } : b)),
+    usage: m.usage,
+    stop: m.stop_reason,
+  });
   sim.setScenario(null);
   const base = strip(await ask());
   t.equal((base as { stop: string }).stop, 'tool_use');
-  for (const d of ['[[sim:crlf]]', '[[sim:cr]]', '[[sim:chunking=byte]]', '[[sim:split]][[sim:crlf]]', '[[sim:chunk=7]][[sim:cr]]', '[[sim:pace=1]][[sim:split]]']) {
+  for (const d of [
+    '[[sim:crlf]]',
+    '[[sim:cr]]',
+    '[[sim:chunking=byte]]',
+    '[[sim:split]][[sim:crlf]]',
+    '[[sim:chunk=7]][[sim:cr]]',
+    '[[sim:pace=1]][[sim:split]]',
+  ]) {
     sim.setScenario(d);
     t.same(strip(await ask()), base, `${d}: same message`);
   }
@@ -400,7 +503,9 @@ t.test('prompt caching: first request writes, the same prefix later reads', asyn
   const req = (ttl?: '1h') => ({
     model: MODEL,
     max_tokens: 10,
-    system: [{ type: 'text' as const, text: 'You are a weather assistant. '.repeat(20), cache_control: { type: 'ephemeral' as const, ...(ttl ? { ttl } : {}) } }],
+    system: [
+      { type: 'text' as const, text: 'You are a weather assistant. '.repeat(20), cache_control: { type: 'ephemeral' as const, ...(ttl ? { ttl } : {}) } },
+    ],
     messages: [{ role: 'user' as const, content: 'Weather?' }],
   });
   const a = await client.messages.create(req());
@@ -422,7 +527,9 @@ t.test('prompt caching: first request writes, the same prefix later reads', asyn
 
 t.test('pace: deltas are spaced', async (t) => {
   const started = process.hrtime.bigint();
-  const m = await client.messages.stream({ model: MODEL, max_tokens: 100, messages: [{ role: 'user', content: 'x [[sim:pace=15]][[sim:tokens=5]]' }] }).finalMessage();
+  const m = await client.messages
+    .stream({ model: MODEL, max_tokens: 100, messages: [{ role: 'user', content: 'x [[sim:pace=15]][[sim:tokens=5]]' }] })
+    .finalMessage();
   const elapsedMs = Number(process.hrtime.bigint() - started) / 1e6;
   t.equal(m.usage.output_tokens, 5);
   // Time is the behaviour: the simulator spaces its deltas. A lower bound only (a slow machine
@@ -467,17 +574,33 @@ t.test('stalls hold the connection until the client leaves; close() does not han
 t.test('protocol checks: version header, JSON, required fields, routes, models, body cap', async (t) => {
   const noVersion = await fetch(`${sim.url}/v1/messages`, { method: 'POST', headers: { 'x-api-key': KEY, 'content-type': 'application/json' }, body: '{}' });
   t.equal(noVersion.status, 400);
-  t.same(await noVersion.json(), { type: 'error', error: { type: 'invalid_request_error', message: 'anthropic-version: header is required' }, request_id: noVersion.headers.get('request-id') });
+  t.same(await noVersion.json(), {
+    type: 'error',
+    error: { type: 'invalid_request_error', message: 'anthropic-version: header is required' },
+    request_id: noVersion.headers.get('request-id'),
+  });
   t.equal((await raw('{not json')).status, 400);
   const noMax = await raw({ model: MODEL, messages: [{ role: 'user', content: 'x' }] });
   t.equal(noMax.status, 400);
   t.match(((await noMax.json()) as { error: { message: string } }).error.message, /max_tokens/);
   const budget = await raw({ model: MODEL, max_tokens: 1024, thinking: { type: 'enabled', budget_tokens: 1024 }, messages: [{ role: 'user', content: 'x' }] });
   t.equal(budget.status, 400, 'budget_tokens must be below max_tokens');
-  const fableBudget = await raw({ model: 'claude-fable-5-1', max_tokens: 1024, thinking: { type: 'enabled', budget_tokens: 2048 }, messages: [{ role: 'user', content: 'x' }] });
+  const fableBudget = await raw({
+    model: 'claude-fable-5-1',
+    max_tokens: 1024,
+    thinking: { type: 'enabled', budget_tokens: 2048 },
+    messages: [{ role: 'user', content: 'x' }],
+  });
   t.equal(fableBudget.status, 200, 'fable is exempt from the budget rule (docs/api/messages.md: opus and sonnet)');
   await fableBudget.arrayBuffer();
-  for (const [field, value] of [['temperature', 1.01], ['temperature', -0.1], ['top_p', 3], ['top_k', -3], ['top_k', 1.5], ['temperature', 'hot']] as const) {
+  for (const [field, value] of [
+    ['temperature', 1.01],
+    ['temperature', -0.1],
+    ['top_p', 3],
+    ['top_k', -3],
+    ['top_k', 1.5],
+    ['temperature', 'hot'],
+  ] as const) {
     const r = await raw({ model: MODEL, max_tokens: 10, [field]: value, messages: [{ role: 'user', content: 'x' }] });
     t.equal(r.status, 400, `${field} ${value} refused`);
     t.match(((await r.json()) as { error: { message: string } }).error.message, new RegExp(field));
@@ -504,7 +627,10 @@ t.test('protocol checks: version header, JSON, required fields, routes, models, 
   t.equal((unknown as InstanceType<typeof Anthropic.APIError>).apiMessage, 'model: claude-nope');
   const big = await c.messages.create({ model: MODEL, max_tokens: 10, messages: [{ role: 'user', content: 'x'.repeat(5000) }] }).catch((e: unknown) => e);
   t.ok(big instanceof Anthropic.ContentTooLargeError);
-  t.same((big as InstanceType<typeof Anthropic.APIError>).error, { type: 'error', error: { type: 'request_too_large', message: 'Request exceeds the maximum allowed number of bytes.' } });
+  t.same((big as InstanceType<typeof Anthropic.APIError>).error, {
+    type: 'error',
+    error: { type: 'request_too_large', message: 'Request exceeds the maximum allowed number of bytes.' },
+  });
   await c.messages.create({ model: MODEL, max_tokens: 10, messages: [{ role: 'user', content: 'x' }] });
   t.equal(strict.requests.length, 2, 'recording is bounded');
   t.equal(strict.requestCount, 3);

@@ -25,7 +25,8 @@ t.test('recorded answers: create, then a succeeded task named with an anonymised
       const json = (s: string) => res.writeHead(200, { 'content-type': 'application/json' }).end(s);
       if (req.method === 'POST' && req.url === '/api/v3/contents/generations/tasks') return json(created);
       if (req.method === 'GET' && req.url === '/api/v3/contents/generations/tasks/cgt-20250331175019-68d9t') return json(succeeded);
-      if (req.method === 'GET' && req.url === '/api/v3/contents/generations/tasks/cgt-20250331175019-zzzzz') return json(succeeded.replace('cgt-2025******-****', 'cgt-20250331175019-68d9t'));
+      if (req.method === 'GET' && req.url === '/api/v3/contents/generations/tasks/cgt-20250331175019-zzzzz')
+        return json(succeeded.replace('cgt-2025******-****', 'cgt-20250331175019-68d9t'));
       res.writeHead(404).end('{}');
     });
   });
@@ -33,7 +34,14 @@ t.test('recorded answers: create, then a succeeded task named with an anonymised
   t.teardown(() => server.close());
   const ark = new ArkClient({ baseUrl: `http://127.0.0.1:${(server.address() as AddressInfo).port}/api/v3`, apiKey: API_KEY });
 
-  const id = await ark.createTask({ vendorModel: 'dreamina-seedance-2-0-260128', prompt: 'a cat', resolution: '720p', ratio: '16:9', durationS: 5, generateAudio: true });
+  const id = await ark.createTask({
+    vendorModel: 'dreamina-seedance-2-0-260128',
+    prompt: 'a cat',
+    resolution: '720p',
+    ratio: '16:9',
+    durationS: 5,
+    generateAudio: true,
+  });
   t.equal(id, 'cgt-20250331175019-68d9t');
   const task = await ark.getTask(id);
   t.equal(task.id, id, 'the task the path named, whatever id the answer carries');

@@ -1,12 +1,7 @@
 import t from 'tap';
 import OpenAI from 'openai';
 import { request } from 'undici';
-import {
-  startOpenAISimulator,
-  simulatedInputTokens,
-  DEFAULT_REPLY_TOKENS,
-  type OpenAISimulator,
-} from '../../src/simulators/openai/simulator.js';
+import { startOpenAISimulator, simulatedInputTokens, DEFAULT_REPLY_TOKENS, type OpenAISimulator } from '../../src/simulators/openai/simulator.js';
 import { ResponsesUsageTally } from '../../src/lanes/responses/usage-tally.js';
 
 const API_KEY = 'sk-test-openai-sim';
@@ -89,9 +84,7 @@ function tallyOf(text: string): ReturnType<ResponsesUsageTally['result']> {
 }
 
 t.test('non-stream create: output_text, usage, model echo, request record, x-request-id', async (t) => {
-  const { data, response, request_id } = await client.responses
-    .create({ model: MODEL, input: 'Say hello' })
-    .withResponse();
+  const { data, response, request_id } = await client.responses.create({ model: MODEL, input: 'Say hello' }).withResponse();
   t.equal(data.output_text, DEFAULT_TEXT);
   t.equal(data.status, 'completed');
   t.equal(data.model, MODEL);
@@ -146,7 +139,11 @@ t.test('input token formula: instructions, items, tools; cached with prompt_cach
     prev = v;
   }
   const sizes = [0, 1, 4, 5, 100, 1000].map((n) => simulatedInputTokens({ model: MODEL, input: 'y'.repeat(n) }));
-  t.same(sizes, [...sizes].sort((a, b) => a - b), 'monotone in text length');
+  t.same(
+    sizes,
+    [...sizes].sort((a, b) => a - b),
+    'monotone in text length',
+  );
 
   const cached = await client.responses.create({ model: MODEL, input: 'Hello [[sim:cached=3]] [[sim:cache-write=2]]' });
   t.equal(cached.usage?.input_tokens_details.cached_tokens, 3);
@@ -210,7 +207,12 @@ t.test('function call turn, then a function_call_output turn', async (t) => {
       type: 'function',
       name: 'get_weather',
       description: 'Weather for a city',
-      parameters: { type: 'object', properties: { city: { type: 'string' }, days: { type: 'integer' } }, required: ['city', 'days'], additionalProperties: false },
+      parameters: {
+        type: 'object',
+        properties: { city: { type: 'string' }, days: { type: 'integer' } },
+        required: ['city', 'days'],
+        additionalProperties: false,
+      },
       strict: true,
     },
   ];
@@ -336,7 +338,10 @@ t.test('response.failed: the SDK throws on the error event, in both shapes', asy
 
   const rawFailed = await raw({ model: MODEL, input: 'go [[sim:failed]]', stream: true });
   const fr = frames(rawFailed.text);
-  t.same(fr.map((f) => f.event), ['response.created', 'response.in_progress', 'error', 'response.failed']);
+  t.same(
+    fr.map((f) => f.event),
+    ['response.created', 'response.in_progress', 'error', 'response.failed'],
+  );
   t.same(Object.keys(fr[2]!.data), ['type', 'sequence_number', 'error'], 'same shape as the recorded stream');
   t.equal(fr[3]!.data.response.status, 'failed');
   t.equal(fr[3]!.data.response.usage, null);
@@ -412,7 +417,10 @@ t.test('raw stream form: frames, headers, sequence numbers, snapshots, tally agr
     t.equal(f.data.type, f.event, `frame ${i} type = event name`);
     t.equal(f.data.sequence_number, i, `frame ${i} sequence`);
   });
-  t.same(fr.slice(0, 3).map((f) => f.event), ['response.created', 'response.in_progress', 'response.output_item.added']);
+  t.same(
+    fr.slice(0, 3).map((f) => f.event),
+    ['response.created', 'response.in_progress', 'response.output_item.added'],
+  );
   t.equal(fr[0]!.data.response.usage, null);
   t.equal(fr[0]!.data.response.status, 'in_progress');
   t.same(fr[0]!.data.response.output, []);
@@ -422,8 +430,14 @@ t.test('raw stream form: frames, headers, sequence numbers, snapshots, tally agr
   t.equal(u.input_tokens, simulatedInputTokens(body));
   t.equal(u.output_tokens, 4 + 20, 'minimal effort = 4 reasoning tokens + 20 pieces');
   t.equal(u.total_tokens, u.input_tokens + u.output_tokens);
-  t.ok(fr.every((f) => !('response' in f.data) || f.data.response.model === MODEL), 'model echoed');
-  t.ok(fr.every((f) => !('response' in f.data) || f.data.response.id === fr[0]!.data.response.id), 'one response id');
+  t.ok(
+    fr.every((f) => !('response' in f.data) || f.data.response.model === MODEL),
+    'model echoed',
+  );
+  t.ok(
+    fr.every((f) => !('response' in f.data) || f.data.response.id === fr[0]!.data.response.id),
+    'one response id',
+  );
   t.notOk(r.text.includes('[DONE]'), 'no [DONE], like the real API');
   // Compact JSON: no spaces after separators outside strings in the envelope.
   t.match(r.text.split('\n')[1], /^data: \{"type":"response\.created","sequence_number":0,"response":\{"id":"resp_/);
@@ -434,7 +448,10 @@ t.test('raw stream form: frames, headers, sequence numbers, snapshots, tally agr
   t.equal(tally.usage.outputTokens, 24);
   t.equal(tally.usage.reasoningTokens, 4);
   t.equal(tally.maxSequenceNumber, fr.length - 1);
-  const text = fr.filter((f) => f.event === 'response.output_text.delta').map((f) => f.data.delta).join('');
+  const text = fr
+    .filter((f) => f.event === 'response.output_text.delta')
+    .map((f) => f.data.delta)
+    .join('');
   t.equal(tally.visibleTextChars, text.length);
 
   // Obfuscation is on by default and off with stream_options.include_obfuscation false.
@@ -535,5 +552,8 @@ t.test('body cap and request recording limit', async (t) => {
   }
   for (let i = 0; i < 3; i++) await raw({ model: MODEL, input: `n${i}` }, { target: small });
   t.equal(small.requests.length, 2);
-  t.same(small.requests.map((r) => (r.body as { input: string }).input), ['n1', 'n2']);
+  t.same(
+    small.requests.map((r) => (r.body as { input: string }).input),
+    ['n1', 'n2'],
+  );
 });

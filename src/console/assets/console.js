@@ -8,8 +8,15 @@ document.addEventListener('click', (e) => {
   const field = document.getElementById(b.getAttribute('data-copy'));
   if (!field) return;
   field.select();
-  (navigator.clipboard ? navigator.clipboard.writeText(field.value) : Promise.reject(new Error('no clipboard')))
-    .then(() => { b.textContent = 'Copied'; }, () => { document.execCommand('copy'); b.textContent = 'Copied'; });
+  (navigator.clipboard ? navigator.clipboard.writeText(field.value) : Promise.reject(new Error('no clipboard'))).then(
+    () => {
+      b.textContent = 'Copied';
+    },
+    () => {
+      document.execCommand('copy');
+      b.textContent = 'Copied';
+    },
+  );
 });
 
 const form = document.getElementById('playground');
@@ -19,15 +26,20 @@ if (form) {
     const data = Object.fromEntries(new FormData(form).entries());
     const section = document.getElementById('result');
     const reply = document.getElementById('reply');
-    const set = (id, text) => { document.getElementById(id).textContent = text; };
+    const set = (id, text) => {
+      document.getElementById(id).textContent = text;
+    };
     section.hidden = false;
     reply.textContent = '';
-    set('charged', '…'); set('request-id', '…'); set('status', '…');
+    set('charged', '…');
+    set('request-id', '…');
+    set('status', '…');
     const button = form.querySelector('button[type=submit]');
     button.disabled = true;
     try {
       const res = await fetch('/console/playground/stream', {
-        method: 'POST', credentials: 'same-origin',
+        method: 'POST',
+        credentials: 'same-origin',
         headers: { 'content-type': 'application/json', 'x-csrf-token': data.csrf },
         body: JSON.stringify(data),
       });
@@ -36,7 +48,12 @@ if (form) {
       if (rid) set('request-id', rid);
       if (!res.ok || !(res.headers.get('content-type') || '').startsWith('text/event-stream')) {
         const text = await res.text();
-        try { const j = JSON.parse(text); reply.textContent = (j.error && (j.error.code + ': ' + j.error.message)) || text; } catch { reply.textContent = text.replace(/<[^>]*>/g, ' ').trim(); }
+        try {
+          const j = JSON.parse(text);
+          reply.textContent = (j.error && j.error.code + ': ' + j.error.message) || text;
+        } catch {
+          reply.textContent = text.replace(/<[^>]*>/g, ' ').trim();
+        }
         set('charged', '—');
         return;
       }
@@ -70,10 +87,16 @@ function onEvent(block, reply, set) {
     else if (line.startsWith(': service.usage ')) json = line.slice(16);
     if (json === null) continue;
     let ev;
-    try { ev = JSON.parse(json); } catch { continue; }
+    try {
+      ev = JSON.parse(json);
+    } catch {
+      continue;
+    }
     if (ev.type === 'content_block_delta' && ev.delta && ev.delta.type === 'text_delta') reply.textContent += ev.delta.text;
     else if (ev.type === 'response.output_text.delta' && typeof ev.delta === 'string') reply.textContent += ev.delta;
-    else if (ev.type === 'service.usage') { set('charged', ev.ink_charged + ' Ink'); if (ev.request_id) set('request-id', ev.request_id); }
-    else if (ev.type === 'error' && ev.error) reply.textContent += '\n[' + (ev.error.code || ev.error.type) + ': ' + ev.error.message + ']';
+    else if (ev.type === 'service.usage') {
+      set('charged', ev.ink_charged + ' Ink');
+      if (ev.request_id) set('request-id', ev.request_id);
+    } else if (ev.type === 'error' && ev.error) reply.textContent += '\n[' + (ev.error.code || ev.error.type) + ': ' + ev.error.message + ']';
   }
 }

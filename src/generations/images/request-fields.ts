@@ -16,13 +16,35 @@ export const MAX_IMAGE_REFERENCES = 14;
 export const IMAGE_REQUEST_FIELDS = fieldTable({
   model: { types: ['string'], required: true, code: 'unknown_model', expect: 'an image model id', description: 'Image model id' },
   // Required: missing, empty or only white space answers missing_prompt, after every other field.
-  prompt: { types: ['string'], required: true, code: 'invalid_type', expect: 'a string', description: 'What to make (and what to do with any references); not only white space', maxLength: MAX_IMAGE_PROMPT_CHARS },
-  size: { types: ['string'], code: 'invalid_enum', expect: 'a size', description: "The model's default when absent; its own list in GET /v1/models", enum: IMAGE_SIZES },
-  aspect_ratio: { types: ['string'], code: 'invalid_enum', expect: 'an aspect ratio', description: "The model's default when absent; its own list in GET /v1/models" },
+  prompt: {
+    types: ['string'],
+    required: true,
+    code: 'invalid_type',
+    expect: 'a string',
+    description: 'What to make (and what to do with any references); not only white space',
+    maxLength: MAX_IMAGE_PROMPT_CHARS,
+  },
+  size: {
+    types: ['string'],
+    code: 'invalid_enum',
+    expect: 'a size',
+    description: "The model's default when absent; its own list in GET /v1/models",
+    enum: IMAGE_SIZES,
+  },
+  aspect_ratio: {
+    types: ['string'],
+    code: 'invalid_enum',
+    expect: 'an aspect ratio',
+    description: "The model's default when absent; its own list in GET /v1/models",
+  },
   seed: { types: ['integer'], code: 'invalid_seed', expect: 'an integer', description: '-1 for a random seed', minimum: MIN_SEED, maximum: MAX_SEED },
   reference_image_urls: {
-    types: ['array'], code: 'invalid_type', expect: 'an array of https URLs', description: "https URLs of reference images, at most the model's cap",
-    maxItems: MAX_IMAGE_REFERENCES, items: { type: 'string', format: 'uri', maxLength: MAX_URL_CHARS },
+    types: ['array'],
+    code: 'invalid_type',
+    expect: 'an array of https URLs',
+    description: "https URLs of reference images, at most the model's cap",
+    maxItems: MAX_IMAGE_REFERENCES,
+    items: { type: 'string', format: 'uri', maxLength: MAX_URL_CHARS },
   },
   metadata: { types: ['object'], code: 'invalid_type', expect: 'a JSON object', description: 'Stored and echoed', maxJsonBytes: MAX_METADATA_BYTES },
 });

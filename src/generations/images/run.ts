@@ -46,7 +46,8 @@ export class ImageRunner {
   async run(row: GenerationRow, log: Logger): Promise<void> {
     switch (row.state) {
       case 'submitting': {
-        if (!(await boundToKey(this.services, row.id))) return this.fail(log, row, 'provider_failed', 'The generation was interrupted before it was started; the hold was refunded.');
+        if (!(await boundToKey(this.services, row.id)))
+          return this.fail(log, row, 'provider_failed', 'The generation was interrupted before it was started; the hold was refunded.');
         return this.generate(log, row);
       }
       case 'queued':
@@ -61,7 +62,8 @@ export class ImageRunner {
     const { deps, services } = this;
     const now = deps.clock();
     if (now >= row.created_at.getTime() + this.jobs.timeoutMs) return this.fail(log, row, 'timeout', 'No image arrived in time; the hold was refunded.');
-    if (row.polls >= MAX_VENDOR_CALLS) return this.fail(log, row, 'provider_failed', `The vendor did not deliver the image in ${MAX_VENDOR_CALLS} calls; the hold was refunded.`);
+    if (row.polls >= MAX_VENDOR_CALLS)
+      return this.fail(log, row, 'provider_failed', `The vendor did not deliver the image in ${MAX_VENDOR_CALLS} calls; the hold was refunded.`);
     const model = services.catalog.image(row.model);
     if (deps.gemini === undefined || model === undefined) {
       return this.later(log, row, 'The image vendor is not configured.');
@@ -124,7 +126,14 @@ export class ImageRunner {
     let bytes: Buffer;
     let declared: string;
     try {
-      const res = await fetchClientUrl(this.services, this.deps, log, new URL(href), { param, method: 'GET', maxBytes, accept: 'image/*' }, 'images.reference_refused');
+      const res = await fetchClientUrl(
+        this.services,
+        this.deps,
+        log,
+        new URL(href),
+        { param, method: 'GET', maxBytes, accept: 'image/*' },
+        'images.reference_refused',
+      );
       bytes = res.bytes ?? Buffer.alloc(0);
       declared = res.contentType.split(';')[0]!.trim().toLowerCase();
     } catch {
@@ -153,38 +162,47 @@ export class ImageRunner {
     }
     // One image at a fixed price per size: the charge is the hold.
     const charge = Number(row.hold_ink);
-    await succeedGeneration(services, deps, log, 'images', row, {
-      chargedInk: charge,
-      mediaKey: key,
-      contentType,
-      sizeBytes,
-      durationS: null,
-      resolution: req.size,
-      aspectRatio: req.aspect_ratio,
-      seed: null,
-      nowMs: deps.clock(),
-      vendorTaskId: result.responseId ?? `gemini:${row.id}`,
-      width: pixels?.width ?? null,
-      height: pixels?.height ?? null,
-    }, {
-      // Token counts as Gemini reported them (absent = not reported); the price is per image.
-      usage: {
-        images: 1,
-        size: req.size,
-        prompt_tokens: result.usage.promptTokens,
-        output_tokens: result.usage.candidatesTokens,
-        thinking_tokens: result.usage.thoughtsTokens,
-        total_tokens: result.usage.totalTokens,
+    await succeedGeneration(
+      services,
+      deps,
+      log,
+      'images',
+      row,
+      {
+        chargedInk: charge,
+        mediaKey: key,
+        contentType,
+        sizeBytes,
+        durationS: null,
+        resolution: req.size,
+        aspectRatio: req.aspect_ratio,
+        seed: null,
+        nowMs: deps.clock(),
+        vendorTaskId: result.responseId ?? `gemini:${row.id}`,
+        width: pixels?.width ?? null,
+        height: pixels?.height ?? null,
       },
-      vendorRequestId: result.responseId,
-    });
+      {
+        // Token counts as Gemini reported them (absent = not reported); the price is per image.
+        usage: {
+          images: 1,
+          size: req.size,
+          prompt_tokens: result.usage.promptTokens,
+          output_tokens: result.usage.candidatesTokens,
+          thinking_tokens: result.usage.thoughtsTokens,
+          total_tokens: result.usage.totalTokens,
+        },
+        vendorRequestId: result.responseId,
+      },
+    );
   }
 
   /** Vendor unavailable: back to `queued`, retried after the back-off (or failed once past the deadline / call budget). */
   private async later(log: Logger, row: GenerationRow, why: string): Promise<void> {
     const now = this.deps.clock();
     const deadline = row.created_at.getTime() + this.jobs.timeoutMs;
-    if (row.polls >= MAX_VENDOR_CALLS) return this.fail(log, row, 'provider_failed', `The vendor was unavailable for ${MAX_VENDOR_CALLS} calls (${why.slice(0, 200)}); the hold was refunded.`);
+    if (row.polls >= MAX_VENDOR_CALLS)
+      return this.fail(log, row, 'provider_failed', `The vendor was unavailable for ${MAX_VENDOR_CALLS} calls (${why.slice(0, 200)}); the hold was refunded.`);
     const delay = pollDelayMs(Math.max(0, row.polls - 1), this.jobs.pollIntervalMs, this.jobs.maxPollIntervalMs);
     if (now + delay >= deadline) return this.fail(log, row, 'timeout', 'No image arrived in time; the hold was refunded.');
     await rescheduleImage(this.services.pool, row.id, this.deps.owner, now + delay, now);

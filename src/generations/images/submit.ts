@@ -28,7 +28,8 @@ const IMAGE_SUBMIT: SubmitProduct<NormalisedImageRequest, ValidatedImage> = {
   kind: 'image',
   product: 'images',
   idPrefix: 'igen_',
-  notAvailable: 'Image generation is not available on this deployment now. An operator sets INKGATE_GEMINI_BASE_URL and INKGATE_GEMINI_API_KEY, then runs `inkgate lane enable images`; `npm run demo` does both against local simulators.',
+  notAvailable:
+    'Image generation is not available on this deployment now. An operator sets INKGATE_GEMINI_BASE_URL and INKGATE_GEMINI_API_KEY, then runs `inkgate lane enable images`; `npm run demo` does both against local simulators.',
   validate: validateImageRequest,
   vendorReady: (deps) => deps.gemini !== undefined,
   price: (v) => ({ priceSet: IMAGE_PRICE_SET, holdInk: imageInk(v.request.size, v.model) }),
@@ -36,4 +37,5 @@ const IMAGE_SUBMIT: SubmitProduct<NormalisedImageRequest, ValidatedImage> = {
   afterCommit: handOver,
 };
 
-export const submitImage = (services: Services, deps: GenerationDeps, input: SubmitInput): Promise<SubmitResult> => submitGeneration(IMAGE_SUBMIT, services, deps, input);
+export const submitImage = (services: Services, deps: GenerationDeps, input: SubmitInput): Promise<SubmitResult> =>
+  submitGeneration(IMAGE_SUBMIT, services, deps, input);

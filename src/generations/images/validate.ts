@@ -15,7 +15,20 @@
 // `null` is the same as leaving an optional field out; an empty reference list is the same as none.
 // An error on a list element names the element in `param` (`reference_image_urls[2]`).
 import type { Catalog, ImageModel, ImageSize } from '../../catalog/models.js';
-import { bad, givenIn, parseMetadata, parseModelChoice, parsePrompt, parseSeed, parseUrlList, refuseUnknownFields, requireModel, type CheckedUrl, type Validated, type ValidateOptions } from '../fields.js';
+import {
+  bad,
+  givenIn,
+  parseMetadata,
+  parseModelChoice,
+  parsePrompt,
+  parseSeed,
+  parseUrlList,
+  refuseUnknownFields,
+  requireModel,
+  type CheckedUrl,
+  type Validated,
+  type ValidateOptions,
+} from '../fields.js';
 import { IMAGE_REQUEST_FIELDS as F, MAX_IMAGE_PROMPT_CHARS } from './request-fields.js';
 
 export { MAX_IMAGE_PROMPT_CHARS };
@@ -38,9 +51,11 @@ export type ValidatedImage = Validated<NormalisedImageRequest, ImageModel>;
 
 export function validateImageRequest(body: Record<string, unknown>, catalog: Catalog, opts: ValidateOptions = {}): ValidatedImage {
   const model = requireModel(body.model, (id) => catalog.image(id), 'image model', 'an image model id');
-  refuseUnknownFields(body, KNOWN, (k) => k === 'n'
-    ? 'One request makes one image; `n` is not a parameter of image generation.'
-    : `\`${k.slice(0, 100)}\` is not a parameter of image generation in v1.`);
+  refuseUnknownFields(body, KNOWN, (k) =>
+    k === 'n'
+      ? 'One request makes one image; `n` is not a parameter of image generation.'
+      : `\`${k.slice(0, 100)}\` is not a parameter of image generation in v1.`,
+  );
   const given = givenIn(body);
   const prompt = parsePrompt(given('prompt'), F.prompt);
 
@@ -52,12 +67,21 @@ export function validateImageRequest(body: Record<string, unknown>, catalog: Cat
   if (seed !== undefined) request.seed = seed;
   const urls: CheckedUrl[] = [];
   // The row's maxItems bounds the model's own cap.
-  const refs = parseUrlList(given('reference_image_urls'), 'reference_image_urls', F.reference_image_urls, model.maxReferenceImages, model.id, opts.allowList, urls);
+  const refs = parseUrlList(
+    given('reference_image_urls'),
+    'reference_image_urls',
+    F.reference_image_urls,
+    model.maxReferenceImages,
+    model.id,
+    opts.allowList,
+    urls,
+  );
   if (refs !== undefined) request.reference_image_urls = refs;
   const meta = parseMetadata(given('metadata'), F.metadata);
   if (meta !== undefined) request.metadata = meta;
 
   // An image always needs an instruction, references or not (the table's required prompt).
-  if (F.prompt.required && request.prompt.trim() === '') throw bad('missing_prompt', 'prompt', '`prompt` is required: describe the image (and what to do with any references).');
+  if (F.prompt.required && request.prompt.trim() === '')
+    throw bad('missing_prompt', 'prompt', '`prompt` is required: describe the image (and what to do with any references).');
   return { request, model, urls };
 }

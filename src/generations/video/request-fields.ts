@@ -13,18 +13,50 @@ import { MAX_METADATA_BYTES, MAX_SEED, MIN_SEED } from '../fields.js';
 export const MAX_PROMPT_CHARS = 4000;
 
 const url = (description: string): FieldRule => ({
-  types: ['string'], code: 'invalid_type', expect: 'a string (an https URL)', description, format: 'uri', maxLength: MAX_URL_CHARS,
+  types: ['string'],
+  code: 'invalid_type',
+  expect: 'a string (an https URL)',
+  description,
+  format: 'uri',
+  maxLength: MAX_URL_CHARS,
 });
 const urlList = (description: string): FieldRule => ({
-  types: ['array'], code: 'invalid_type', expect: 'an array of https URLs', description, items: { type: 'string', format: 'uri', maxLength: MAX_URL_CHARS },
+  types: ['array'],
+  code: 'invalid_type',
+  expect: 'an array of https URLs',
+  description,
+  items: { type: 'string', format: 'uri', maxLength: MAX_URL_CHARS },
 });
 
 export const VIDEO_REQUEST_FIELDS = fieldTable({
   model: { types: ['string'], required: true, code: 'unknown_model', expect: 'a video model id', description: 'Video model id' },
-  prompt: { types: ['string'], code: 'invalid_type', expect: 'a string', description: 'Required unless a first frame or an image or video reference carries the intent', maxLength: MAX_PROMPT_CHARS },
-  aspect_ratio: { types: ['string'], code: 'invalid_enum', expect: 'an aspect ratio', description: "Default 16:9; the model's own list in GET /v1/models", enum: VIDEO_ASPECT_RATIOS },
-  resolution: { types: ['string'], code: 'invalid_enum', expect: 'a resolution', description: "Default 720p; the model's own list in GET /v1/models", enum: VIDEO_RESOLUTIONS },
-  duration: { types: ['integer'], code: 'invalid_duration', expect: 'a whole number of seconds', description: "Whole seconds inside the model's range (default 5); \"auto\" and -1 are not offered" },
+  prompt: {
+    types: ['string'],
+    code: 'invalid_type',
+    expect: 'a string',
+    description: 'Required unless a first frame or an image or video reference carries the intent',
+    maxLength: MAX_PROMPT_CHARS,
+  },
+  aspect_ratio: {
+    types: ['string'],
+    code: 'invalid_enum',
+    expect: 'an aspect ratio',
+    description: "Default 16:9; the model's own list in GET /v1/models",
+    enum: VIDEO_ASPECT_RATIOS,
+  },
+  resolution: {
+    types: ['string'],
+    code: 'invalid_enum',
+    expect: 'a resolution',
+    description: "Default 720p; the model's own list in GET /v1/models",
+    enum: VIDEO_RESOLUTIONS,
+  },
+  duration: {
+    types: ['integer'],
+    code: 'invalid_duration',
+    expect: 'a whole number of seconds',
+    description: 'Whole seconds inside the model\'s range (default 5); "auto" and -1 are not offered',
+  },
   generate_audio: { types: ['boolean'], code: 'invalid_type', expect: 'a boolean', description: 'Default true' },
   seed: { types: ['integer'], code: 'invalid_seed', expect: 'an integer', description: '-1 for a random seed', minimum: MIN_SEED, maximum: MAX_SEED },
   first_frame_url: url('https URL of the first frame'),

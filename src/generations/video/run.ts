@@ -137,21 +137,29 @@ export class VideoRunner {
     const req = row.request as unknown as NormalisedVideoRequest;
     const billed = billedSeconds(req.duration, task.durationS);
     const charge = this.charge(log, row, req, billed);
-    await succeedGeneration(services, deps, log, 'video', row, {
-      chargedInk: charge,
-      mediaKey: key,
-      contentType: stored.contentType,
-      sizeBytes: stored.sizeBytes,
-      durationS: task.durationS === undefined ? null : Math.round(task.durationS),
-      resolution: task.resolution ?? null,
-      aspectRatio: task.ratio ?? null,
-      seed: task.seed ?? null,
-      nowMs: deps.clock(),
-    }, {
-      // seconds_delivered is absent when the vendor did not report it (not reported is not zero).
-      usage: { seconds_requested: req.duration, seconds_delivered: task.durationS, seconds_billed: billed, resolution: req.resolution },
-      vendorRequestId: task.id,
-    });
+    await succeedGeneration(
+      services,
+      deps,
+      log,
+      'video',
+      row,
+      {
+        chargedInk: charge,
+        mediaKey: key,
+        contentType: stored.contentType,
+        sizeBytes: stored.sizeBytes,
+        durationS: task.durationS === undefined ? null : Math.round(task.durationS),
+        resolution: task.resolution ?? null,
+        aspectRatio: task.ratio ?? null,
+        seed: task.seed ?? null,
+        nowMs: deps.clock(),
+      },
+      {
+        // seconds_delivered is absent when the vendor did not report it (not reported is not zero).
+        usage: { seconds_requested: req.duration, seconds_delivered: task.durationS, seconds_billed: billed, resolution: req.resolution },
+        vendorRequestId: task.id,
+      },
+    );
   }
 
   /** Downloads the vendor's result and stores it under `key`. */

@@ -72,7 +72,14 @@ async function retryStore<T>(fn: () => Promise<T>, tries = 3): Promise<T> {
  * cannot be recorded because another instance took the row is an orphan we pay for: cancelled.
  * `log` has the generation bound (the submit's child, or the engine's for the row).
  */
-export async function startTask(services: Services, deps: GenerationDeps, log: Logger, row: GenerationRow, input: ArkCreateInput, refused: (e: unknown) => Promise<void>): Promise<void> {
+export async function startTask(
+  services: Services,
+  deps: GenerationDeps,
+  log: Logger,
+  row: GenerationRow,
+  input: ArkCreateInput,
+  refused: (e: unknown) => Promise<void>,
+): Promise<void> {
   const { pool, config } = services;
   const ark = deps.ark!;
   if (!(await markCreating(pool, row.id, deps.owner, deps.clock(), config.jobs.leaseMs))) return; // recovery already took it over (we stalled past the lease)
@@ -104,7 +111,8 @@ const VIDEO_SUBMIT: SubmitProduct<NormalisedVideoRequest, ValidatedVideo> = {
   kind: 'video',
   product: 'video',
   idPrefix: 'vgen_',
-  notAvailable: 'Video generation is not available on this deployment now. An operator sets INKGATE_ARK_BASE_URL and INKGATE_ARK_API_KEY, then runs `inkgate lane enable video`; `npm run demo` does both against local simulators.',
+  notAvailable:
+    'Video generation is not available on this deployment now. An operator sets INKGATE_ARK_BASE_URL and INKGATE_ARK_API_KEY, then runs `inkgate lane enable video`; `npm run demo` does both against local simulators.',
   validate: validateVideoRequest,
   vendorReady: (deps) => deps.ark !== undefined,
   price: (v, services) => {
@@ -115,4 +123,5 @@ const VIDEO_SUBMIT: SubmitProduct<NormalisedVideoRequest, ValidatedVideo> = {
   afterCommit: createTask,
 };
 
-export const submitVideo = (services: Services, deps: GenerationDeps, input: SubmitInput): Promise<SubmitResult> => submitGeneration(VIDEO_SUBMIT, services, deps, input);
+export const submitVideo = (services: Services, deps: GenerationDeps, input: SubmitInput): Promise<SubmitResult> =>
+  submitGeneration(VIDEO_SUBMIT, services, deps, input);

@@ -22,8 +22,19 @@ import type { Catalog, VideoAspectRatio, VideoModel, VideoResolution } from '../
 import { VIDEO_RESOLUTIONS } from '../../catalog/models.js';
 import { checkField } from '../../util/request-fields.js';
 import {
-  bad, givenIn, parseMetadata, parseModelChoice, parsePrompt, parseSeed, parseUrlField, parseUrlList, refuseUnknownFields, requireModel,
-  type CheckedUrl, type Validated, type ValidateOptions,
+  bad,
+  givenIn,
+  parseMetadata,
+  parseModelChoice,
+  parsePrompt,
+  parseSeed,
+  parseUrlField,
+  parseUrlList,
+  refuseUnknownFields,
+  requireModel,
+  type CheckedUrl,
+  type Validated,
+  type ValidateOptions,
 } from '../fields.js';
 import { VIDEO_REQUEST_FIELDS as F } from './request-fields.js';
 
@@ -103,7 +114,8 @@ function shapeFields(model: VideoModel, given: Given, request: NormalisedVideoRe
   }
   const dur = given('duration');
   if (dur !== undefined) {
-    if (dur === 'auto' || dur === -1) throw bad('unsupported_parameter', 'duration', 'Automatic duration ("auto" or -1) is not offered in v1; send whole seconds.');
+    if (dur === 'auto' || dur === -1)
+      throw bad('unsupported_parameter', 'duration', 'Automatic duration ("auto" or -1) is not offered in v1; send whole seconds.');
     const { min, max } = model.durationSeconds;
     const range = () => `\`duration\` must be a whole number of seconds from ${min} to ${max} for ${model.id}.`;
     checkField('duration', F.duration, dur, range);
@@ -151,7 +163,12 @@ function crossFieldRules(model: VideoModel, request: NormalisedVideoRequest): vo
       throw bad('reference_limit', field, `${model.id} accepts at most ${model.references.total} references in total; this request has ${countRefs(request)}.`);
     }
   }
-  if (model.audioNeedsVisualReference && request.reference_audio_urls !== undefined && request.reference_image_urls === undefined && request.reference_video_urls === undefined) {
+  if (
+    model.audioNeedsVisualReference &&
+    request.reference_audio_urls !== undefined &&
+    request.reference_image_urls === undefined &&
+    request.reference_video_urls === undefined
+  ) {
     throw bad('reference_limit', 'reference_audio_urls', `${model.id} needs an image or video reference beside an audio reference.`);
   }
   const hasPrompt = request.prompt !== undefined && request.prompt.trim() !== '';

@@ -61,7 +61,13 @@ export function createCountTokensHandler(d: CountTokensDeps): (ctx: HttpContext)
  * upstream.countTokensTimeoutMs (10 s), for the headers and again for the body: a count's answer
  * is small and comes at once, and an agent waits on it before it shows its user anything.
  */
-async function askVendor(services: Services, upstream: Upstream, path: string, headers: Readonly<Record<string, string>>, body: string): Promise<{ status: number; text: string; res: Dispatcher.ResponseData }> {
+async function askVendor(
+  services: Services,
+  upstream: Upstream,
+  path: string,
+  headers: Readonly<Record<string, string>>,
+  body: string,
+): Promise<{ status: number; text: string; res: Dispatcher.ResponseData }> {
   const timeoutMs = services.config.upstream.countTokensTimeoutMs;
   let res: Dispatcher.ResponseData;
   try {
@@ -78,7 +84,8 @@ async function askVendor(services: Services, upstream: Upstream, path: string, h
     services.metrics?.upstreamError('anthropic', 'body');
     throw new ApiError('provider_error', { message: 'The vendor answer to the count could not be read; nothing was charged.', cause: e });
   }
-  if (res.statusCode !== 200) services.metrics?.upstreamError('anthropic', res.statusCode === 429 ? 'rate_limited' : res.statusCode < 500 ? 'status_4xx' : 'status_5xx');
+  if (res.statusCode !== 200)
+    services.metrics?.upstreamError('anthropic', res.statusCode === 429 ? 'rate_limited' : res.statusCode < 500 ? 'status_4xx' : 'status_5xx');
   return { status: res.statusCode, text, res };
 }
 

@@ -22,7 +22,15 @@ export const MESSAGES_FIELDS = fieldTable({
       array: {
         items: {
           type: 'object',
-          properties: { role: { type: 'string', enum: ['user', 'assistant'] }, content: { oneOf: [{ type: 'string', minLength: 1 }, { type: 'array', minItems: 1, items: { type: 'object', additionalProperties: true } }] } },
+          properties: {
+            role: { type: 'string', enum: ['user', 'assistant'] },
+            content: {
+              oneOf: [
+                { type: 'string', minLength: 1 },
+                { type: 'array', minItems: 1, items: { type: 'object', additionalProperties: true } },
+              ],
+            },
+          },
           required: ['role', 'content'],
         },
       },
@@ -56,7 +64,19 @@ export const MESSAGES_FIELDS = fieldTable({
  * "Extra inputs are not permitted"): the prompt of a Messages request and nothing about its reply.
  */
 const VENDOR_COUNT_TOKENS_FIELDS: readonly string[] = [
-  'model', 'messages', 'system', 'tools', 'tool_choice', 'thinking', 'output_config', 'cache_control', 'speed', 'user_profile_id', 'workspace_id', 'context_management', 'mcp_servers',
+  'model',
+  'messages',
+  'system',
+  'tools',
+  'tool_choice',
+  'thinking',
+  'output_config',
+  'cache_control',
+  'speed',
+  'user_profile_id',
+  'workspace_id',
+  'context_management',
+  'mcp_servers',
 ];
 
 /**

@@ -125,7 +125,13 @@ export function parseMessagesRequest(body: Record<string, unknown>, catalog: Cat
 
   const vendorBody = JSON.stringify({ ...body, model: model.vendorModel, metadata: { user_id: opts.keyUserId } });
   const promptTokensEstimate = promptTokensUpperBound(
-    { bodyBytes: Buffer.byteLength(vendorBody, 'utf8'), messages: prompt.walk.messages, blocks: prompt.walk.blocks, tools: prompt.tools, hasOutputFormat: prompt.hasOutputFormat },
+    {
+      bodyBytes: Buffer.byteLength(vendorBody, 'utf8'),
+      messages: prompt.walk.messages,
+      blocks: prompt.walk.blocks,
+      tools: prompt.tools,
+      hasOutputFormat: prompt.hasOutputFormat,
+    },
     model.constraints.maxInputTokens,
   );
 
@@ -155,7 +161,8 @@ export function parseCountTokensRequest(body: Record<string, unknown>, catalog: 
 function checkTopLevel(body: Record<string, unknown>, allowed: ReadonlySet<string>, catalog: Catalog, route: string): TextModel {
   if (!isObj(body)) fail('invalid_body', 'body', 'The request body must be a JSON object.');
   for (const key of Object.keys(body)) {
-    if (!allowed.has(key)) fail('unsupported_parameter', key, route === '/v1/messages' ? `\`${key}\` is not supported in v1.` : `\`${key}\` is not supported on ${route}.`);
+    if (!allowed.has(key))
+      fail('unsupported_parameter', key, route === '/v1/messages' ? `\`${key}\` is not supported in v1.` : `\`${key}\` is not supported on ${route}.`);
   }
   return resolveModel(body, catalog, route);
 }
@@ -200,7 +207,8 @@ function checkLowerBound(walk: Walk, model: TextModel): number {
 
 function resolveModel(body: Obj, catalog: Catalog, route: string): TextModel {
   const modelName = body.model;
-  if (modelName === undefined) fail('unknown_model', 'model', '`model` is required: one of assistant-fable-5-1, assistant-opus-5, assistant-sonnet-5 (or fable, opus, sonnet).');
+  if (modelName === undefined)
+    fail('unknown_model', 'model', '`model` is required: one of assistant-fable-5-1, assistant-opus-5, assistant-sonnet-5 (or fable, opus, sonnet).');
   const model = typeof modelName === 'string' ? catalog.text(modelName, 'anthropic-messages') : undefined;
   if (model === undefined) {
     if (typeof modelName !== 'string') fail('unknown_model', 'model', `\`model\` must be a model id string; got ${describe(modelName)}.`);
@@ -277,8 +285,7 @@ function refuseRole(role: unknown, i: number, at: string): never {
 }
 
 /** The vendor's message for a `system` turn inside `messages`, word for word. */
-export const SYSTEM_ROLE_MESSAGE =
-  'Unexpected role "system". The Messages API accepts a top-level `system` parameter, not "system" as an input message role.';
+export const SYSTEM_ROLE_MESSAGE = 'Unexpected role "system". The Messages API accepts a top-level `system` parameter, not "system" as an input message role.';
 
 function checkBlock(b: unknown, role: 'user' | 'assistant', at: string, walk: Walk): void {
   if (!isObj(b)) fail('invalid_message', at, `\`${at}\` must be a content block object.`);
@@ -342,7 +349,11 @@ function checkToolResultContent(content: unknown, at: string, walk: Walk): void 
     if (typeof type === 'string' && UNSUPPORTED_BLOCKS.has(type)) {
       fail('unsupported_parameter', `${cat}.type`, `\`${type}\` blocks are not supported in v1 (text only).`);
     }
-    fail('invalid_message', `${cat}.type`, `A tool_result may hold only text blocks; got ${JSON.stringify(typeof type === 'string' ? type.slice(0, 100) : describe(type))}.`);
+    fail(
+      'invalid_message',
+      `${cat}.type`,
+      `A tool_result may hold only text blocks; got ${JSON.stringify(typeof type === 'string' ? type.slice(0, 100) : describe(type))}.`,
+    );
   }
 }
 
@@ -370,7 +381,11 @@ function checkTools(tools: unknown[]): number {
     if (!isObj(t)) fail('invalid_tool', at, `\`${at}\` must be an object.`);
     // Server tools first: they have no input_schema, and their answer is "not in v1", not "invalid".
     if (t.type !== undefined && t.type !== null && t.type !== 'custom') {
-      fail('unsupported_parameter', `${at}.type`, `Server tools (${JSON.stringify(typeof t.type === 'string' ? t.type.slice(0, 100) : describe(t.type))}) are not supported in v1; declare client tools with \`name\` and \`input_schema\`.`);
+      fail(
+        'unsupported_parameter',
+        `${at}.type`,
+        `Server tools (${JSON.stringify(typeof t.type === 'string' ? t.type.slice(0, 100) : describe(t.type))}) are not supported in v1; declare client tools with \`name\` and \`input_schema\`.`,
+      );
     }
     if (typeof t.name !== 'string' || t.name.length === 0) fail('invalid_tool', `${at}.name`, `\`${at}.name\` must be a non-empty string.`);
     if (t.description !== undefined && typeof t.description !== 'string') fail('invalid_tool', `${at}.description`, `\`${at}.description\` must be a string.`);

@@ -23,7 +23,12 @@ function charge(model: TextModel, u: ResponsesUsage): number | undefined {
   try {
     return textChargeInk(
       model,
-      textUsageFromResponses({ inputTokens: u.inputTokens, cachedTokens: u.cachedTokens ?? 0, cacheWriteTokens: u.cacheWriteTokens ?? 0, outputTokens: u.outputTokens }),
+      textUsageFromResponses({
+        inputTokens: u.inputTokens,
+        cachedTokens: u.cachedTokens ?? 0,
+        cacheWriteTokens: u.cacheWriteTokens ?? 0,
+        outputTokens: u.outputTokens,
+      }),
     );
   } catch {
     return undefined;

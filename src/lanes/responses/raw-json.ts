@@ -28,4 +28,3 @@ export function scanCount(data: string, key: string): number {
   }
   return digits === 0 ? -1 : n;
 }
-

@@ -323,7 +323,17 @@ export function prepareResponsesRequest(body: Record<string, unknown>, catalog: 
   const vendorBody = buildVendorBody(body, model, maxOutputTokens, opts);
   let countChars = count.chars;
   for (const t of count.holdTexts) countChars += t.length;
-  return { model, stream: stream === true, maxOutputTokens, vendorBody, verbatimTexts: count.verbatimTexts, holdTexts: count.holdTexts, countChars, chars: count.chars, extra: count.extra };
+  return {
+    model,
+    stream: stream === true,
+    maxOutputTokens,
+    vendorBody,
+    verbatimTexts: count.verbatimTexts,
+    holdTexts: count.holdTexts,
+    countChars,
+    chars: count.chars,
+    extra: count.extra,
+  };
 }
 
 /** Every top-level key is accepted, or a rejected one sent as null or its inert default. */
@@ -416,7 +426,12 @@ function checkInclude(body: Obj): void {
   for (let i = 0; i < values.length; i++) {
     const v: unknown = values[i];
     checkFieldItem('include', F.include, v, i);
-    if (v !== INCLUDE_ENCRYPTED_REASONING) fail('unsupported_parameter', `include.${i}`, `\`include\` value ${JSON.stringify(String(v).slice(0, 100))} is not supported in v1; only "${INCLUDE_ENCRYPTED_REASONING}".`);
+    if (v !== INCLUDE_ENCRYPTED_REASONING)
+      fail(
+        'unsupported_parameter',
+        `include.${i}`,
+        `\`include\` value ${JSON.stringify(String(v).slice(0, 100))} is not supported in v1; only "${INCLUDE_ENCRYPTED_REASONING}".`,
+      );
   }
 }
 
@@ -518,7 +533,10 @@ function checkItem(item: unknown, path: string, count: Count): void {
       // With store false the vendor cannot look a reasoning item up by id: it must come back whole.
       const enc = item.encrypted_content;
       if (typeof enc !== 'string' || enc.length === 0) {
-        badInput(`${path}.encrypted_content`, `\`${path}\` is a reasoning item without \`encrypted_content\`; the service keeps no state, so reasoning items must be sent back as returned (the service always requests ${INCLUDE_ENCRYPTED_REASONING}), or left out.`);
+        badInput(
+          `${path}.encrypted_content`,
+          `\`${path}\` is a reasoning item without \`encrypted_content\`; the service keeps no state, so reasoning items must be sent back as returned (the service always requests ${INCLUDE_ENCRYPTED_REASONING}), or left out.`,
+        );
       }
       count.extra += Math.ceil(enc.length / HOLD_ENCRYPTED_CHARS_PER_TOKEN);
       const summary = item.summary;
@@ -526,7 +544,8 @@ function checkItem(item: unknown, path: string, count: Count): void {
         if (!Array.isArray(summary)) badInput(`${path}.summary`, `\`${path}.summary\` must be an array.`);
         for (let k = 0; k < summary.length; k++) {
           const s: unknown = summary[k];
-          if (!isObj(s) || typeof s.text !== 'string') badInput(`${path}.summary.${k}`, `\`${path}.summary.${k}\` must be a summary_text part with a string \`text\`.`);
+          if (!isObj(s) || typeof s.text !== 'string')
+            badInput(`${path}.summary.${k}`, `\`${path}.summary.${k}\` must be a summary_text part with a string \`text\`.`);
           count.holdTexts.push(s.text);
         }
       }
@@ -601,7 +620,8 @@ function checkTools(tools: unknown[], count: Count): void {
 
 /** One tool definition: a function tool, or (at the top level only) a namespace of them. */
 function checkTool(t: unknown, path: string, count: Count, seen: { definitions: number }, inNamespace: boolean): void {
-  if (++seen.definitions > MAX_TOOL_DEFINITIONS) fail('too_long', 'tools', `\`tools\` may hold at most ${MAX_TOOL_DEFINITIONS} tool definitions, those inside namespaces counted.`);
+  if (++seen.definitions > MAX_TOOL_DEFINITIONS)
+    fail('too_long', 'tools', `\`tools\` may hold at most ${MAX_TOOL_DEFINITIONS} tool definitions, those inside namespaces counted.`);
   if (!isObj(t)) fail('invalid_tool', path, `\`${path}\` must be a tool object.`);
   const type = t.type;
   if (type === 'namespace' && !inNamespace) {
@@ -648,7 +668,11 @@ function refuseToolType(type: unknown, path: string, inNamespace: boolean): neve
   const shown = JSON.stringify(type.slice(0, 100));
   if (type === 'namespace') fail('invalid_tool', `${path}.type`, `\`${path}\` is a namespace inside a namespace; namespaces do not nest.`);
   if (SERVER_TOOLS.has(type)) {
-    fail('unsupported_parameter', `${path}.type`, `The ${shown} tool is a server tool, run by the vendor; this service runs and bills no server tools. Remove ${shown} from \`tools\` (turn it off in your client) and ${WHY_TOOLS}.`);
+    fail(
+      'unsupported_parameter',
+      `${path}.type`,
+      `The ${shown} tool is a server tool, run by the vendor; this service runs and bills no server tools. Remove ${shown} from \`tools\` (turn it off in your client) and ${WHY_TOOLS}.`,
+    );
   }
   fail('unsupported_parameter', `${path}.type`, `Tools of type ${shown} are not supported in v1: ${WHY_TOOLS}.`);
 }
@@ -675,9 +699,11 @@ function checkText(text: Obj, count: Count): void {
   if (format !== undefined && format !== null) {
     if (!isObj(format)) fail('invalid_type', 'text.format', '`text.format` must be an object.');
     const type = format.type;
-    if (typeof type !== 'string' || !FORMAT_TYPES.has(type)) fail('invalid_enum', 'text.format.type', '`text.format.type` must be "text", "json_schema" or "json_object".');
+    if (typeof type !== 'string' || !FORMAT_TYPES.has(type))
+      fail('invalid_enum', 'text.format.type', '`text.format.type` must be "text", "json_schema" or "json_object".');
     if (type === 'json_schema') {
-      if (typeof format.name !== 'string' || format.name.length === 0) fail('invalid_type', 'text.format.name', '`text.format.name` must be a non-empty string.');
+      if (typeof format.name !== 'string' || format.name.length === 0)
+        fail('invalid_type', 'text.format.name', '`text.format.name` must be a non-empty string.');
       if (!isObj(format.schema)) fail('invalid_type', 'text.format.schema', '`text.format.schema` must be a JSON Schema object.');
       const description = format.description;
       if (description !== undefined && description !== null && typeof description !== 'string') {
@@ -720,5 +746,6 @@ function checkClientMetadata(body: Obj): void {
     if (typeof v !== 'string') fail('invalid_type', `client_metadata.${k}`, '`client_metadata` values must be strings.');
     if (v.length > L.valueChars) fail('too_long', `client_metadata.${k}`, `\`client_metadata\` values may be at most ${L.valueChars} characters.`);
   }
-  if (Buffer.byteLength(JSON.stringify(cm)) > L.jsonBytes) fail('too_long', 'client_metadata', `\`client_metadata\` may be at most ${L.jsonBytes} bytes as JSON.`);
+  if (Buffer.byteLength(JSON.stringify(cm)) > L.jsonBytes)
+    fail('too_long', 'client_metadata', `\`client_metadata\` may be at most ${L.jsonBytes} bytes as JSON.`);
 }

@@ -33,7 +33,9 @@ export class TokenCountPool {
 
   count(verbatim: readonly string[], hold: readonly string[], chars: number): Promise<TextCounts> {
     if (this.queuedChars + chars > MAX_QUEUED_COUNT_CHARS) {
-      return Promise.reject(new ApiError('provider_unavailable', { message: 'Too many large prompts are being counted on this instance; retry.', retryAfterS: 1 }));
+      return Promise.reject(
+        new ApiError('provider_unavailable', { message: 'Too many large prompts are being counted on this instance; retry.', retryAfterS: 1 }),
+      );
     }
     const w = this.worker ?? this.start();
     const id = this.nextId++;

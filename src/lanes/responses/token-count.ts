@@ -251,7 +251,10 @@ function mergeCount(buf: Uint8Array, start: number, end: number): number {
 // ---------------------------------------------------------------------------------------------
 // Counting a text
 
-const splitRegex = new RegExp(O200K_TOKEN_SPLIT_REGEX.source, O200K_TOKEN_SPLIT_REGEX.flags.includes('g') ? O200K_TOKEN_SPLIT_REGEX.flags : `${O200K_TOKEN_SPLIT_REGEX.flags}g`);
+const splitRegex = new RegExp(
+  O200K_TOKEN_SPLIT_REGEX.source,
+  O200K_TOKEN_SPLIT_REGEX.flags.includes('g') ? O200K_TOKEN_SPLIT_REGEX.flags : `${O200K_TOKEN_SPLIT_REGEX.flags}g`,
+);
 
 /** UTF-8 length of text[from, to) as Buffer.from encodes it (a lone surrogate becomes U+FFFD, 3 bytes). */
 function utf8Length(text: string, from: number, to: number): number {

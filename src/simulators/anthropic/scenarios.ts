@@ -91,14 +91,18 @@ function int(arg: string | undefined, min: number, max: number): number | undefi
 /** Applies one directive to `d`; false when its argument is malformed. */
 type DirectiveHandler = (d: SimDirectives, arg: string | undefined) => boolean;
 
-const flag = (set: (d: SimDirectives) => void): DirectiveHandler => (d) => (set(d), true);
+const flag =
+  (set: (d: SimDirectives) => void): DirectiveHandler =>
+  (d) => (set(d), true);
 /** A directive that takes a whole number in [min, max]. */
-const numeric = (min: number, max: number, set: (d: SimDirectives, n: number) => void): DirectiveHandler => (d, arg) => {
-  const n = int(arg, min, max);
-  if (n === undefined) return false;
-  set(d, n);
-  return true;
-};
+const numeric =
+  (min: number, max: number, set: (d: SimDirectives, n: number) => void): DirectiveHandler =>
+  (d, arg) => {
+    const n = int(arg, min, max);
+    if (n === undefined) return false;
+    set(d, n);
+    return true;
+  };
 const stopAt = (mode: StopMode, at: 'before-delta' | 'before-stop'): DirectiveHandler => flag((d) => (d.stop = { mode, at }));
 const stopAfterFrames = (mode: StopMode): DirectiveHandler => numeric(0, 1_000_000, (d, n) => (d.stop = { mode, at: n }));
 const lineEnding = (ending: 'lf' | 'crlf' | 'cr'): DirectiveHandler => flag((d) => (d.lineEnding = ending));
@@ -235,7 +239,9 @@ export function validateMessagesBody(body: unknown, countTokensOnly = false): as
     }
     // The budget must stay below max_tokens on the opus and sonnet models (docs/api/messages.md); fable is exempt.
     if (!countTokensOnly && thinking.budget_tokens >= body.max_tokens && !body.model.includes('fable')) {
-      throw invalid('`max_tokens` must be greater than `thinking.budget_tokens`. Please consult our documentation at https://docs.claude.com/en/docs/build-with-claude/extended-thinking#max-tokens-and-context-window-size');
+      throw invalid(
+        '`max_tokens` must be greater than `thinking.budget_tokens`. Please consult our documentation at https://docs.claude.com/en/docs/build-with-claude/extended-thinking#max-tokens-and-context-window-size',
+      );
     }
   }
   if (body.tools !== undefined) {
@@ -268,13 +274,17 @@ function checkToolTurns(messages: unknown[], thinkingOn: boolean): void {
     }
     const missing = toolIds.filter((id) => !answered.has(id));
     if (missing.length > 0 && next !== undefined) {
-      throw invalid(`messages.${i + 1}: \`tool_use\` ids were found without \`tool_result\` blocks immediately after: ${missing.join(', ')}. Each \`tool_use\` block must have a corresponding \`tool_result\` block in the next message.`);
+      throw invalid(
+        `messages.${i + 1}: \`tool_use\` ids were found without \`tool_result\` blocks immediately after: ${missing.join(', ')}. Each \`tool_use\` block must have a corresponding \`tool_result\` block in the next message.`,
+      );
     }
     const isLastToolTurn = i === messages.length - 2;
     if (thinkingOn && isLastToolTurn) {
       const first = m.content[0] as Obj;
       if (first.type !== 'thinking' && first.type !== 'redacted_thinking') {
-        throw invalid(`messages.${i}.content.0.type: Expected \`thinking\` or \`redacted_thinking\`, but found \`${String(first.type)}\`. When \`thinking\` is enabled, a final \`assistant\` message must start with a thinking block (preceeding the lastmost set of \`tool_use\` and \`tool_result\` blocks). We recommend you include thinking blocks from previous turns. To avoid this requirement, disable \`thinking\`. Please consult our documentation at https://docs.claude.com/en/docs/build-with-claude/extended-thinking`);
+        throw invalid(
+          `messages.${i}.content.0.type: Expected \`thinking\` or \`redacted_thinking\`, but found \`${String(first.type)}\`. When \`thinking\` is enabled, a final \`assistant\` message must start with a thinking block (preceeding the lastmost set of \`tool_use\` and \`tool_result\` blocks). We recommend you include thinking blocks from previous turns. To avoid this requirement, disable \`thinking\`. Please consult our documentation at https://docs.claude.com/en/docs/build-with-claude/extended-thinking`,
+        );
       }
     }
   }
@@ -289,7 +299,9 @@ function checkToolTurns(messages: unknown[], thinkingOn: boolean): void {
     for (let j = 0; j < m.content.length; j++) {
       const b = m.content[j] as Obj;
       if (b.type === 'tool_result' && !offered.has(String(b.tool_use_id))) {
-        throw invalid(`messages.${i}.content.${j}: unexpected \`tool_use_id\` found in \`tool_result\` blocks: ${String(b.tool_use_id)}. Each \`tool_result\` block must have a corresponding \`tool_use\` block in the previous message.`);
+        throw invalid(
+          `messages.${i}.content.${j}: unexpected \`tool_use_id\` found in \`tool_result\` blocks: ${String(b.tool_use_id)}. Each \`tool_result\` block must have a corresponding \`tool_use\` block in the previous message.`,
+        );
       }
     }
   }
@@ -533,17 +545,11 @@ function chosenTool(body: Obj, turn: LastUserTurn, d: SimDirectives): Obj | unde
   const tools: Obj[] = Array.isArray(body.tools) ? body.tools.filter(isObj) : [];
   const choice = isObj(body.tool_choice) ? body.tool_choice : undefined;
   if (tools.length === 0 || choice?.type === 'none') return undefined;
-  const wanted =
-    typeof d.tool === 'string' ? d.tool
-    : choice?.type === 'tool' && typeof choice.name === 'string' ? choice.name
-    : undefined;
+  const wanted = typeof d.tool === 'string' ? d.tool : choice?.type === 'tool' && typeof choice.name === 'string' ? choice.name : undefined;
   const asked =
-    d.tool !== undefined ||
-    choice?.type === 'any' ||
-    choice?.type === 'tool' ||
-    (turn.toolResultText === undefined && /\buse the tool\b/i.test(turn.text));
+    d.tool !== undefined || choice?.type === 'any' || choice?.type === 'tool' || (turn.toolResultText === undefined && /\buse the tool\b/i.test(turn.text));
   if (!asked) return undefined;
-  return wanted !== undefined ? tools.find((t) => t.name === wanted) ?? tools[0] : tools[0];
+  return wanted !== undefined ? (tools.find((t) => t.name === wanted) ?? tools[0]) : tools[0];
 }
 
 /** The pieces up to the first stop sequence (which may start in an earlier piece), and which one stopped them. */
@@ -655,10 +661,12 @@ export function planReply(body: Obj, turn: LastUserTurn, d: SimDirectives, defau
     if (use !== undefined) blocks.push(use);
   }
   const outputTokens = body.max_tokens - budget.left;
-  const stopReason =
-    budget.truncated ? 'max_tokens'
-    : stopSequence !== null ? 'stop_sequence'
-    : blocks.some((b) => b.type === 'tool_use') ? 'tool_use'
-    : 'end_turn';
+  const stopReason = budget.truncated
+    ? 'max_tokens'
+    : stopSequence !== null
+      ? 'stop_sequence'
+      : blocks.some((b) => b.type === 'tool_use')
+        ? 'tool_use'
+        : 'end_turn';
   return { blocks, stopReason, stopSequence: stopReason === 'stop_sequence' ? stopSequence : null, outputTokens };
 }

@@ -259,7 +259,10 @@ function renderStream(id: string, model: string, plan: ReplyPlan, u: Usage, outp
         else delta(`${pre}${JSON.stringify(p)}}}\n\n`);
       }
     }
-    push(pick(BLOCK_STOP, i, (k) => `event: content_block_stop\ndata: {"type":"content_block_stop","index":${k}}\n\n`), false);
+    push(
+      pick(BLOCK_STOP, i, (k) => `event: content_block_stop\ndata: {"type":"content_block_stop","index":${k}}\n\n`),
+      false,
+    );
   });
   if (midIndex === -1) midIndex = frames.length;
   const usage = outputOnlyDelta
@@ -281,9 +284,11 @@ function blockStartJson(b: PlannedBlock): string {
 
 function renderMessage(id: string, model: string, plan: ReplyPlan, u: Usage): string {
   const content = plan.blocks.map((b) =>
-    b.type === 'text' ? { type: 'text', text: b.text }
-    : b.type === 'thinking' ? { type: 'thinking', thinking: b.thinking, signature: b.signature }
-    : { type: 'tool_use', id: b.id, name: b.name, input: b.input },
+    b.type === 'text'
+      ? { type: 'text', text: b.text }
+      : b.type === 'thinking'
+        ? { type: 'thinking', thinking: b.thinking, signature: b.signature }
+        : { type: 'tool_use', id: b.id, name: b.name, input: b.input },
   );
   return `{"id":"${id}","type":"message","role":"assistant","model":${JSON.stringify(model)},"content":${JSON.stringify(content)},"stop_reason":"${plan.stopReason}","stop_sequence":${JSON.stringify(plan.stopSequence)},"usage":${usageJson(u, plan.outputTokens)}}`;
 }
@@ -465,7 +470,15 @@ class Sim {
     });
   }
 
-  private sendError(res: ServerResponse, rec: RecordedRequest | undefined, requestId: string, status: number, type: string, message: string, extra?: Record<string, string>): void {
+  private sendError(
+    res: ServerResponse,
+    rec: RecordedRequest | undefined,
+    requestId: string,
+    status: number,
+    type: string,
+    message: string,
+    extra?: Record<string, string>,
+  ): void {
     const body =
       status === 413 && type === 'request_too_large'
         ? JSON.stringify({ type: 'error', error: { type, message } }) // from Cloudflare: no request_id
@@ -520,10 +533,20 @@ class Sim {
     const plan = planReply(b, turn, d, this.defaults, () => this.nextId('toolu_01Sim'));
     u.output = plan.outputTokens;
     const r: Reply = {
-      res, rec, state, requestId, plan, u, d,
+      res,
+      rec,
+      state,
+      requestId,
+      plan,
+      u,
+      d,
       messageId: this.nextId('msg_01Sim'),
       model: this.opts.modelSuffix ? `${b.model}-${this.opts.modelSuffix}` : b.model,
-      shape: { lineEnding: d.lineEnding ?? this.baseShape.lineEnding, chunkBytes: d.chunkBytes ?? this.baseShape.chunkBytes, split: d.splitAtLineEnds || this.baseShape.split },
+      shape: {
+        lineEnding: d.lineEnding ?? this.baseShape.lineEnding,
+        chunkBytes: d.chunkBytes ?? this.baseShape.chunkBytes,
+        split: d.splitAtLineEnds || this.baseShape.split,
+      },
       paceMs: d.paceMs ?? this.basePaceMs,
     };
     if (b.stream === true) this.replyStream(r);
@@ -531,7 +554,15 @@ class Sim {
   }
 
   /** The checks before any model work, in the vendor's order; the body when they pass, else answered. */
-  private admit(req: IncomingMessage, res: ServerResponse, rec: RecordedRequest, requestId: string, path: string, raw: Buffer | null, body: unknown): Record<string, any> | undefined {
+  private admit(
+    req: IncomingMessage,
+    res: ServerResponse,
+    rec: RecordedRequest,
+    requestId: string,
+    path: string,
+    raw: Buffer | null,
+    body: unknown,
+  ): Record<string, any> | undefined {
     const fail = (status: number, type: string, message: string, extra?: Record<string, string>): undefined => {
       this.sendError(res, rec, requestId, status, type, message, extra);
       return undefined;
@@ -540,7 +571,8 @@ class Sim {
     if (req.method !== 'POST' || (path !== '/v1/messages' && path !== COUNT_TOKENS_PATH)) return fail(404, 'not_found_error', 'Not Found');
     const xKey = req.headers['x-api-key'];
     const bearer = req.headers.authorization;
-    if (xKey !== undefined && bearer !== undefined) return fail(401, 'authentication_error', 'Provide either an x-api-key header or an Authorization header, not both.');
+    if (xKey !== undefined && bearer !== undefined)
+      return fail(401, 'authentication_error', 'Provide either an x-api-key header or an Authorization header, not both.');
     if ((xKey !== undefined ? xKey : bearer?.startsWith('Bearer ') ? bearer.slice(7) : undefined) !== this.apiKey) {
       return fail(401, 'authentication_error', xKey !== undefined ? 'invalid x-api-key' : 'Invalid bearer token');
     }
@@ -569,7 +601,14 @@ class Sim {
     }
     // The vendor refuses a prompt beyond the context itself, whoever sends it (or on request).
     if (d.promptTooLong || count.total > CONTEXT_WINDOW_TOKENS) {
-      this.sendError(res, rec, requestId, 400, 'invalid_request_error', `prompt is too long: ${Math.max(count.total, CONTEXT_WINDOW_TOKENS + 1)} tokens > ${CONTEXT_WINDOW_TOKENS} maximum`);
+      this.sendError(
+        res,
+        rec,
+        requestId,
+        400,
+        'invalid_request_error',
+        `prompt is too long: ${Math.max(count.total, CONTEXT_WINDOW_TOKENS + 1)} tokens > ${CONTEXT_WINDOW_TOKENS} maximum`,
+      );
       return true;
     }
     return false;
@@ -639,10 +678,13 @@ class Sim {
     } else if (d.stop !== undefined) {
       const at = d.stop.at;
       upTo =
-        at === 'before-delta' ? rendered.frames.length - 2
-        : at === 'before-stop' ? rendered.frames.length - 1
-        : at === -1 ? rendered.midIndex
-        : Math.min(at, rendered.frames.length);
+        at === 'before-delta'
+          ? rendered.frames.length - 2
+          : at === 'before-stop'
+            ? rendered.frames.length - 1
+            : at === -1
+              ? rendered.midIndex
+              : Math.min(at, rendered.frames.length);
       terminal = d.stop.mode === 'cut' ? 'end' : d.stop.mode;
     }
     streamFrames(res, rec, r.state, rendered, upTo, terminal, r.shape, r.paceMs);
@@ -689,7 +731,16 @@ class Sim {
 type Terminal = 'end' | 'reset' | 'stall' | 'error';
 
 /** Writes frames [0, upTo) (all at once, or paced one token apart), then ends as `terminal` says. */
-function streamFrames(res: ServerResponse, rec: RecordedRequest, state: Active, r: RenderedStream, upTo: number, terminal: Terminal, shape: Shape, paceMs: number): void {
+function streamFrames(
+  res: ServerResponse,
+  rec: RecordedRequest,
+  state: Active,
+  r: RenderedStream,
+  upTo: number,
+  terminal: Terminal,
+  shape: Shape,
+  paceMs: number,
+): void {
   const finish = (): void => {
     if (terminal === 'end') {
       res.end();

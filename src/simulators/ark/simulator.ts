@@ -348,9 +348,12 @@ class ArkSim {
     if (problem) return sendJson(res, 400, arkError('InvalidParameter', `The parameter is invalid: ${problem}`));
     const textItem = (body.content as Array<Record<string, unknown>>).find((c) => c.type === 'text');
     const prompt = typeof textItem?.text === 'string' ? textItem.text : '';
-    if (prompt.includes('[[sim:refuse]]')) return sendJson(res, 400, arkError('InputTextSensitiveContentDetected', 'The request failed because the input text may contain sensitive information.'));
-    if (prompt.includes('[[sim:unavailable]]')) return sendJson(res, 503, arkError('ServiceUnavailable', 'The service is temporarily unavailable.', 'ServerError'));
-    if (prompt.includes('[[sim:ratelimit]]')) return sendJson(res, 429, arkError('RateLimitExceeded', 'Too many requests.', 'TooManyRequests'), { 'retry-after': '7' });
+    if (prompt.includes('[[sim:refuse]]'))
+      return sendJson(res, 400, arkError('InputTextSensitiveContentDetected', 'The request failed because the input text may contain sensitive information.'));
+    if (prompt.includes('[[sim:unavailable]]'))
+      return sendJson(res, 503, arkError('ServiceUnavailable', 'The service is temporarily unavailable.', 'ServerError'));
+    if (prompt.includes('[[sim:ratelimit]]'))
+      return sendJson(res, 429, arkError('RateLimitExceeded', 'Too many requests.', 'TooManyRequests'), { 'retry-after': '7' });
     if (this.tasks.size >= MAX_TASKS) return sendJson(res, 429, arkError('QuotaExceeded', 'Too many tasks.', 'TooManyRequests'));
     const nowMs = this.now();
     const d = new Date(nowMs);

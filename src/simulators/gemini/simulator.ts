@@ -74,7 +74,8 @@ function sendJson(res: ServerResponse, status: number, body: unknown, headers: R
   res.end(text);
 }
 
-const obj = (v: unknown): Record<string, unknown> | undefined => (typeof v === 'object' && v !== null && !Array.isArray(v) ? (v as Record<string, unknown>) : undefined);
+const obj = (v: unknown): Record<string, unknown> | undefined =>
+  typeof v === 'object' && v !== null && !Array.isArray(v) ? (v as Record<string, unknown>) : undefined;
 
 function responseId(seq: number): string {
   return `sim${seq.toString(36).padStart(6, '0')}${Math.random().toString(36).slice(2, 10)}`;
@@ -147,14 +148,24 @@ async function handle(st: SimState, req: IncomingMessage, res: ServerResponse): 
   if (!m) return sendJson(res, 404, googleError(404, 'NOT_FOUND', `no route ${path}`));
   if (req.method !== 'POST') return sendJson(res, 405, googleError(405, 'METHOD_NOT_ALLOWED', 'method not allowed'));
   if (req.headers['x-goog-api-key'] !== st.sim.apiKey) {
-    return sendJson(res, 403, googleError(403, 'PERMISSION_DENIED', 'Method doesn\'t allow unregistered callers. Please use API Key or other form of API consumer identity to call this API.'));
+    return sendJson(
+      res,
+      403,
+      googleError(
+        403,
+        'PERMISSION_DENIED',
+        "Method doesn't allow unregistered callers. Please use API Key or other form of API consumer identity to call this API.",
+      ),
+    );
   }
   const body = await readJsonObject(req, MAX_BODY_BYTES);
   if (body === undefined) return sendJson(res, 400, googleError(400, 'INVALID_ARGUMENT', 'Invalid JSON payload received.'));
   const contents = Array.isArray(body.contents) ? body.contents : [];
   const parts = Array.isArray(obj(contents[0])?.parts) ? (obj(contents[0])!.parts as unknown[]) : [];
   const prompt = parts.map((p) => obj(p)?.text).find((t): t is string => typeof t === 'string') ?? '';
-  const inline = parts.map((p) => obj(obj(p)?.inlineData)).filter((d): d is Record<string, unknown> => d !== undefined)
+  const inline = parts
+    .map((p) => obj(obj(p)?.inlineData))
+    .filter((d): d is Record<string, unknown> => d !== undefined)
     .map((d) => ({ mimeType: String(d.mimeType), sizeBytes: Buffer.from(String(d.data ?? ''), 'base64').length }));
   const call: GeminiSimCall = { model: m[1]!, body, prompt, inline };
   st.sim.calls.push(call);
@@ -165,16 +176,20 @@ async function handle(st: SimState, req: IncomingMessage, res: ServerResponse): 
   const size = imageConfig.imageSize === undefined ? '1K' : imageConfig.imageSize;
   const aspect = imageConfig.aspectRatio === undefined ? '1:1' : imageConfig.aspectRatio;
   const modalities = Array.isArray(gen.responseModalities) ? gen.responseModalities : [];
-  if (contents.length === 0 || parts.length === 0) return sendJson(res, 400, googleError(400, 'INVALID_ARGUMENT', '* GenerateContentRequest.contents: contents is not specified'));
+  if (contents.length === 0 || parts.length === 0)
+    return sendJson(res, 400, googleError(400, 'INVALID_ARGUMENT', '* GenerateContentRequest.contents: contents is not specified'));
   if (size !== '1K' && size !== '2K' && size !== '4K') return sendJson(res, 400, googleError(400, 'INVALID_ARGUMENT', `Invalid image size: ${String(size)}`));
-  if (typeof aspect !== 'string' || GEMINI_PIXEL_SIZES[aspect] === undefined) return sendJson(res, 400, googleError(400, 'INVALID_ARGUMENT', `Invalid aspect ratio: ${String(aspect)}`));
+  if (typeof aspect !== 'string' || GEMINI_PIXEL_SIZES[aspect] === undefined)
+    return sendJson(res, 400, googleError(400, 'INVALID_ARGUMENT', `Invalid aspect ratio: ${String(aspect)}`));
   if (!modalities.includes('IMAGE')) return sendJson(res, 400, googleError(400, 'INVALID_ARGUMENT', 'responseModalities must include IMAGE for this model'));
   if (inline.length > MAX_INLINE_IMAGES) return sendJson(res, 400, googleError(400, 'INVALID_ARGUMENT', `At most ${MAX_INLINE_IMAGES} images are supported`));
 
   const textTokens = Math.max(1, Math.ceil(prompt.length / 4));
   const id = responseId(++st.seq);
   const a: Answer = {
-    res, call, id,
+    res,
+    call,
+    id,
     promptTokens: textTokens + inline.length * 258,
     promptDetails: [{ modality: 'TEXT', tokenCount: textTokens }, ...(inline.length > 0 ? [{ modality: 'IMAGE', tokenCount: inline.length * 258 }] : [])],
     thoughts: 150 + (st.seq % 200),
@@ -197,7 +212,8 @@ function directiveAnswer(st: SimState, a: Answer): boolean {
       return true;
     }
   }
-  if (prompt.includes('[[sim:ratelimit]]')) sendJson(res, 429, googleError(429, 'RESOURCE_EXHAUSTED', 'Resource has been exhausted (e.g. check quota).'), { 'retry-after': '7' });
+  if (prompt.includes('[[sim:ratelimit]]'))
+    sendJson(res, 429, googleError(429, 'RESOURCE_EXHAUSTED', 'Resource has been exhausted (e.g. check quota).'), { 'retry-after': '7' });
   else if (prompt.includes('[[sim:refuse]]')) sendJson(res, 400, googleError(400, 'INVALID_ARGUMENT', 'Request contains an invalid argument.'));
   else if (prompt.includes('[[sim:garbage]]')) sendJson(res, 200, '<html>oops</html>');
   else if (prompt.includes('[[sim:blocked]]')) {
@@ -209,21 +225,36 @@ function directiveAnswer(st: SimState, a: Answer): boolean {
     });
   } else if (prompt.includes('[[sim:safety]]')) {
     sendJson(res, 200, {
-      candidates: [{
-        content: { parts: null },
-        finishReason: 'IMAGE_SAFETY',
-        finishMessage: "Unable to show the generated image. The image was filtered out because it violated Google's Generative AI Prohibited Use policy. You will not be charged for blocked images. Try rephrasing the prompt.",
-        index: 0,
-      }],
+      candidates: [
+        {
+          content: { parts: null },
+          finishReason: 'IMAGE_SAFETY',
+          finishMessage:
+            "Unable to show the generated image. The image was filtered out because it violated Google's Generative AI Prohibited Use policy. You will not be charged for blocked images. Try rephrasing the prompt.",
+          index: 0,
+        },
+      ],
       promptFeedback: { safetyRatings: null },
-      usageMetadata: { promptTokenCount: promptTokens, candidatesTokenCount: 0, totalTokenCount: promptTokens + thoughts, thoughtsTokenCount: thoughts, promptTokensDetails: promptDetails },
+      usageMetadata: {
+        promptTokenCount: promptTokens,
+        candidatesTokenCount: 0,
+        totalTokenCount: promptTokens + thoughts,
+        thoughtsTokenCount: thoughts,
+        promptTokensDetails: promptDetails,
+      },
       modelVersion: call.model,
       responseId: id,
     });
   } else if (prompt.includes('[[sim:text-only]]')) {
     sendJson(res, 200, {
       candidates: [{ content: { role: 'model', parts: [{ text: 'I can describe it instead.' }] }, finishReason: 'STOP', index: 0 }],
-      usageMetadata: { promptTokenCount: promptTokens, candidatesTokenCount: 8, totalTokenCount: promptTokens + 8 + thoughts, thoughtsTokenCount: thoughts, promptTokensDetails: promptDetails },
+      usageMetadata: {
+        promptTokenCount: promptTokens,
+        candidatesTokenCount: 8,
+        totalTokenCount: promptTokens + 8 + thoughts,
+        thoughtsTokenCount: thoughts,
+        promptTokensDetails: promptDetails,
+      },
       modelVersion: call.model,
       responseId: id,
     });
@@ -236,17 +267,19 @@ function imageAnswer(st: SimState, a: Answer, size: '1K' | '2K' | '4K', [w, h]: 
   const imageTokens = IMAGE_TOKENS[size]!;
   const candidatesTokens = imageTokens + 100;
   sendJson(a.res, 200, {
-    candidates: [{
-      content: {
-        role: 'model',
-        parts: [
-          { text: '**Imagining the Scene**\n\nI\'m currently picturing the scene.', thought: true },
-          { thoughtSignature: 'EqCzQgqcs0IBcsjafEVyOV' + a.id, inlineData: { mimeType: 'image/png', data: pngBase64(st, w, h) } },
-        ],
+    candidates: [
+      {
+        content: {
+          role: 'model',
+          parts: [
+            { text: "**Imagining the Scene**\n\nI'm currently picturing the scene.", thought: true },
+            { thoughtSignature: 'EqCzQgqcs0IBcsjafEVyOV' + a.id, inlineData: { mimeType: 'image/png', data: pngBase64(st, w, h) } },
+          ],
+        },
+        finishReason: 'STOP',
+        index: 0,
       },
-      finishReason: 'STOP',
-      index: 0,
-    }],
+    ],
     usageMetadata: {
       promptTokenCount: a.promptTokens,
       candidatesTokenCount: candidatesTokens,

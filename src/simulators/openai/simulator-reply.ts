@@ -71,7 +71,10 @@ function emptyDirectives(): SimDirectives {
 }
 
 type DirectiveHandler = (d: SimDirectives, arg: number | undefined) => void;
-const stopAt = (mode: StopMode): DirectiveHandler => (d, arg) => void (d.stop ??= { mode, afterFrames: arg });
+const stopAt =
+  (mode: StopMode): DirectiveHandler =>
+  (d, arg) =>
+    void (d.stop ??= { mode, afterFrames: arg });
 
 /** What each `[[sim:name=N]]` does; out-of-range numbers are clamped or ignored, never an error. */
 const DIRECTIVES: Readonly<Record<string, DirectiveHandler>> = {
@@ -219,9 +222,38 @@ function inputTokensOf(f: RequestFacts): number {
 // ---- precomputed text pieces ------------------------------------------------------------
 
 const WORDS = [
-  ' This', ' is', ' a', ' simulated', ' reply', ' from', ' the', ' vendor.', ' It', ' streams', ' one',
-  ' piece', ' per', ' output', ' token,', ' so', ' counts', ' stay', ' exact', ' and', ' easy', ' to',
-  ' check;', ' the', ' words', ' repeat', ' after', ' thirty', ' two', ' pieces', ' in', ' order.',
+  ' This',
+  ' is',
+  ' a',
+  ' simulated',
+  ' reply',
+  ' from',
+  ' the',
+  ' vendor.',
+  ' It',
+  ' streams',
+  ' one',
+  ' piece',
+  ' per',
+  ' output',
+  ' token,',
+  ' so',
+  ' counts',
+  ' stay',
+  ' exact',
+  ' and',
+  ' easy',
+  ' to',
+  ' check;',
+  ' the',
+  ' words',
+  ' repeat',
+  ' after',
+  ' thirty',
+  ' two',
+  ' pieces',
+  ' in',
+  ' order.',
 ];
 const FIRST_WORD = 'This';
 /** Default reply length in delta pieces (= visible output tokens). */
@@ -358,8 +390,7 @@ function reasoningAsk(body: Obj, d: SimDirectives): ReasoningAsk {
   const req = isObj(body.reasoning) ? body.reasoning : undefined;
   const effort = req && typeof req.effort === 'string' ? req.effort : undefined;
   const summaryMode = req && typeof req.summary === 'string' ? req.summary : undefined;
-  const wanted =
-    d.reasoningTokens !== undefined || (req !== undefined && effort !== 'none' && (effort !== undefined || summaryMode !== undefined));
+  const wanted = d.reasoningTokens !== undefined || (req !== undefined && effort !== 'none' && (effort !== undefined || summaryMode !== undefined));
   const tokens = d.reasoningTokens ?? (wanted ? (EFFORT_TOKENS[effort ?? 'medium'] ?? 16) : 0);
   return { effort, summaryMode, wanted, summary: wanted && summaryMode !== undefined && summaryMode !== 'none', tokens };
 }
@@ -375,9 +406,7 @@ function calledTool(body: Obj, facts: RequestFacts, tools: readonly unknown[]): 
     toolChoice !== 'none' &&
     (forced || (facts.lastUserText !== undefined && /use the tool/i.test(facts.lastUserText)));
   if (!callTool) return undefined;
-  return isObj(toolChoice) && typeof toolChoice.name === 'string'
-    ? (fnTools.find((x) => x.name === toolChoice.name) ?? fnTools[0]!)
-    : fnTools[0]!;
+  return isObj(toolChoice) && typeof toolChoice.name === 'string' ? (fnTools.find((x) => x.name === toolChoice.name) ?? fnTools[0]!) : fnTools[0]!;
 }
 
 /** The visible content before the budget: text pieces, or a call's argument pieces, or nothing (failed). */

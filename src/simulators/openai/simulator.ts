@@ -122,7 +122,11 @@ function errorFor(status: number, model: string): ErrorShape {
     case 401:
       return { type: 'invalid_request_error', code: 'invalid_api_key', message: 'Incorrect API key provided (simulated).' };
     case 403:
-      return { type: 'invalid_request_error', code: 'unsupported_country_region_territory', message: 'Country, region, or territory not supported (simulated).' };
+      return {
+        type: 'invalid_request_error',
+        code: 'unsupported_country_region_territory',
+        message: 'Country, region, or territory not supported (simulated).',
+      };
     case 404:
       return { type: 'invalid_request_error', code: 'model_not_found', message: `The model \`${model}\` does not exist or you do not have access to it.` };
     case 409:
@@ -177,7 +181,6 @@ export async function startOpenAISimulator(opts: OpenAISimulatorOptions = {}): P
       }
     });
   });
-
 
   server.listen(opts.port ?? 0, '127.0.0.1');
   await once(server, 'listening');
@@ -235,11 +238,18 @@ function bodyRefusal(body: unknown, parseFailed: boolean): { e: ErrorShape; para
   const mot = b.max_output_tokens;
   if (mot === undefined || mot === null) return undefined;
   if (typeof mot !== 'number' || !Number.isInteger(mot)) {
-    return { e: { type: 'invalid_request_error', code: 'invalid_type', message: "Invalid type for 'max_output_tokens': expected an integer." }, param: 'max_output_tokens' };
+    return {
+      e: { type: 'invalid_request_error', code: 'invalid_type', message: "Invalid type for 'max_output_tokens': expected an integer." },
+      param: 'max_output_tokens',
+    };
   }
   if (mot < 16) {
     return {
-      e: { type: 'invalid_request_error', code: 'integer_below_min_value', message: `Invalid 'max_output_tokens': integer below minimum value. Expected a value >= 16, but got ${mot} instead.` },
+      e: {
+        type: 'invalid_request_error',
+        code: 'integer_below_min_value',
+        message: `Invalid 'max_output_tokens': integer below minimum value. Expected a value >= 16, but got ${mot} instead.`,
+      },
       param: 'max_output_tokens',
     };
   }
@@ -270,7 +280,13 @@ async function handle(c: SimContext, req: IncomingMessage, res: ServerResponse):
     c.record({ method, path, headers: req.headers, body: undefined, bodyBytes: -1 });
     // Answer at once and close the connection after the answer; the rest of the upload is dropped.
     res.setHeader('connection', 'close');
-    sendError(res, requestId, 413, { type: 'invalid_request_error', code: 'request_too_large', message: `Request body exceeds ${c.maxBodyBytes} bytes.` }, null);
+    sendError(
+      res,
+      requestId,
+      413,
+      { type: 'invalid_request_error', code: 'request_too_large', message: `Request body exceeds ${c.maxBodyBytes} bytes.` },
+      null,
+    );
     return;
   }
   let body: unknown;
@@ -365,14 +381,7 @@ function finish(res: ServerResponse, mode: 'end' | 'cut' | 'reset' | 'stall'): v
   // 'stall': leave the response open; the client's timeout or close() ends it.
 }
 
-async function sendStream(
-  res: ServerResponse,
-  requestId: string,
-  startedMs: number,
-  plan: ReplyPlan,
-  d: SimDirectives,
-  paceMs: number,
-): Promise<void> {
+async function sendStream(res: ServerResponse, requestId: string, startedMs: number, plan: ReplyPlan, d: SimDirectives, paceMs: number): Promise<void> {
   const frames = plan.frames;
   const headers = baseHeaders(requestId, startedMs, SSE_CONTENT_TYPE);
   // Fast path: the whole stream in one write.
@@ -385,8 +394,7 @@ async function sendStream(
   }
   let count = frames.length;
   if (d.stop !== undefined) {
-    const fallback =
-      d.stop.mode === 'stall' && plan.firstDeltaIndex !== -1 ? plan.firstDeltaIndex + 1 : plan.terminalIndex;
+    const fallback = d.stop.mode === 'stall' && plan.firstDeltaIndex !== -1 ? plan.firstDeltaIndex + 1 : plan.terminalIndex;
     count = Math.min(d.stop.afterFrames ?? fallback, frames.length);
   }
   const signal = abortOnClose(res);
@@ -400,14 +408,7 @@ async function sendStream(
   finish(res, d.stop?.mode ?? 'end');
 }
 
-async function sendJson(
-  res: ServerResponse,
-  requestId: string,
-  startedMs: number,
-  plan: ReplyPlan,
-  d: SimDirectives,
-  paceMs: number,
-): Promise<void> {
+async function sendJson(res: ServerResponse, requestId: string, startedMs: number, plan: ReplyPlan, d: SimDirectives, paceMs: number): Promise<void> {
   const body = plan.finalJson;
   const outputTokens = plan.usage?.output ?? 0;
   if (d.stop === undefined && d.chunkBytes === undefined && (paceMs === 0 || outputTokens === 0)) {

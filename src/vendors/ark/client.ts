@@ -108,7 +108,8 @@ export function parseTask(raw: unknown): ArkTask {
   const o = raw as Record<string, unknown>;
   const id = str(o.id, 256);
   const status = o.status;
-  if (id === undefined || typeof status !== 'string' || !STATUSES.has(status)) throw new ArkError('protocol', 'the task answer has no id or a status we do not know');
+  if (id === undefined || typeof status !== 'string' || !STATUSES.has(status))
+    throw new ArkError('protocol', 'the task answer has no id or a status we do not know');
   const content = typeof o.content === 'object' && o.content !== null ? (o.content as Record<string, unknown>) : {};
   const err = typeof o.error === 'object' && o.error !== null ? (o.error as Record<string, unknown>) : undefined;
   const usage = typeof o.usage === 'object' && o.usage !== null ? (o.usage as Record<string, unknown>) : undefined;
@@ -126,7 +127,6 @@ export function parseTask(raw: unknown): ArkTask {
     usage: usage ? { completionTokens: num(usage.completion_tokens), totalTokens: num(usage.total_tokens) } : undefined,
   };
 }
-
 
 export class ArkClient {
   private readonly agent: Agent;
@@ -235,4 +235,3 @@ export class ArkClient {
     throw new ArkError('refused', `the vendor refused the request (${s}): ${msg}`, s, code);
   }
 }
-

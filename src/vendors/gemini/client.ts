@@ -69,7 +69,16 @@ export interface GeminiClientOptions {
 
 const MODEL_RE = /^[A-Za-z0-9._-]{1,100}$/;
 // Finish reasons that mean "refused for content": the generation failed on policy, not on us.
-const SAFETY_REASONS: ReadonlySet<string> = new Set(['IMAGE_SAFETY', 'SAFETY', 'PROHIBITED_CONTENT', 'BLOCKLIST', 'SPII', 'IMAGE_PROHIBITED_CONTENT', 'RECITATION', 'IMAGE_RECITATION']);
+const SAFETY_REASONS: ReadonlySet<string> = new Set([
+  'IMAGE_SAFETY',
+  'SAFETY',
+  'PROHIBITED_CONTENT',
+  'BLOCKLIST',
+  'SPII',
+  'IMAGE_PROHIBITED_CONTENT',
+  'RECITATION',
+  'IMAGE_RECITATION',
+]);
 
 /** The generateContent body: only the fields below, in the vendor's names. */
 export function geminiRequestBody(i: GeminiImageInput): Record<string, unknown> {
@@ -85,7 +94,8 @@ export function geminiRequestBody(i: GeminiImageInput): Record<string, unknown> 
 
 const num = (v: unknown): number | undefined => (typeof v === 'number' && Number.isFinite(v) && v >= 0 ? v : undefined);
 const str = (v: unknown, max = 4096): string | undefined => (typeof v === 'string' && v.length > 0 && v.length <= max ? v : undefined);
-const obj = (v: unknown): Record<string, unknown> | undefined => (typeof v === 'object' && v !== null && !Array.isArray(v) ? (v as Record<string, unknown>) : undefined);
+const obj = (v: unknown): Record<string, unknown> | undefined =>
+  typeof v === 'object' && v !== null && !Array.isArray(v) ? (v as Record<string, unknown>) : undefined;
 /**
  * A field by its JSON name (lowerCamelCase, what the REST API writes) or its proto name
  * (snake_case, which the API also accepts and which servers built from the proto or the Python
@@ -143,7 +153,6 @@ export function parseImageResponse(raw: unknown): GeminiImageResult {
   }
   return { kind: 'no_image', reason: finish, responseId, usage };
 }
-
 
 export class GeminiClient {
   private readonly agent: Agent;
@@ -204,4 +213,3 @@ export class GeminiClient {
     throw new GeminiError('refused', `the vendor refused the request (${s}${status ? ' ' + status : ''}): ${msg}`, s, status);
   }
 }
-
