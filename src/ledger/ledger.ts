@@ -18,7 +18,7 @@
 //
 // Throughput: concurrent reserves (and, separately, resolutions) are grouped into one statement
 // and one commit (group-commit.ts). Each item still gets its whole hold or nothing.
-import type { Queryable, Pool } from '../store/pool.js';
+import { outcomeUnknown, type Queryable, type Pool } from '../store/pool.js';
 import { GroupCommit } from '../store/group-commit.js';
 import { getRequest, listRequests, walletView } from './account-views.js';
 import { BackgroundRetries } from './background.js';
@@ -38,7 +38,7 @@ import type {
   WalletView,
 } from './ledger-types.js';
 import { checkReserveInput } from './move-input.js';
-import { outcomeUnknown, type MoveContext } from './move-statement.js';
+import type { MoveContext } from './move-statement.js';
 import { reconcile } from './reconcile.js';
 import { RequestMarks } from './request-marks.js';
 import { abandonReserve } from './reserve-void.js';

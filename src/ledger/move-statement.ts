@@ -5,7 +5,7 @@
 // changed stays), is handed to the fail-stop, then goes on to the caller as LedgerAssertionError;
 // it is never caught to carry on, and never retried.
 import { ApiError } from '../errors.js';
-import { isStoreUnavailable, type Pool, type Queryable } from '../store/pool.js';
+import { isStoreUnavailable, withTx, type Pool, type Queryable } from '../store/pool.js';
 import { isLedgerAssertion, type LedgerAssertionError } from './assertion.js';
 import type { LedgerFaults } from './ledger-types.js';
 
@@ -63,21 +63,6 @@ export function lockParam(m: MoveContext, n: number, wait: LockWait): number | n
   return wait;
 }
 
-/**
- * True when a statement may have committed although we got no answer (read timeout, connection
- * dropped after sending). A server-side error (a SQLSTATE) means it rolled back; a failure to
- * connect means it was never sent.
- */
-export function outcomeUnknown(err: unknown): boolean {
-  if (!isStoreUnavailable(err)) return false;
-  const code = (err as { code?: unknown }).code;
-  if (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code)) return false;
-  if (code === 'ECONNREFUSED' || code === 'ENOTFOUND' || code === 'EHOSTUNREACH') return false;
-  const m = (err as Error).message;
-  if (m.includes('trying to connect') || m.includes('connection timeout')) return false;
-  return true;
-}
-
 export const overloaded = (cause: Error): ApiError =>
   new ApiError('provider_unavailable', { message: 'The ledger is overloaded; retry after Retry-After.', retryAfterS: 1, cause });
 
@@ -111,39 +96,9 @@ export async function checkedMove<R>(
       check(out);
       return out;
     }
-    return await ownTransaction(m.pool, run, check);
+    return await withTx(m.pool, run, check);
   } catch (e) {
     if (isLedgerAssertion(e)) m.failStop?.(e);
     throw e;
-  }
-}
-
-/**
- * BEGIN, the statement, the check, COMMIT on one connection. A check or statement that failed is
- * rolled back before the error goes on. A store that stopped answering (a timeout, a dropped
- * connection) gets no ROLLBACK to wait for: the connection is destroyed instead, which ends the
- * transaction on the server just the same, so an outage is answered within one query timeout.
- */
-async function ownTransaction<R>(pool: Pool, run: (c: Queryable) => Promise<R>, check: (out: R) => void): Promise<R> {
-  const client = await pool.connect();
-  let broken = false;
-  try {
-    await client.query('BEGIN');
-    const out = await run(client);
-    check(out);
-    await client.query('COMMIT');
-    return out;
-  } catch (e) {
-    broken = outcomeUnknown(e); // no answer: a timeout or a dropped connection (a SQLSTATE means the session is healthy)
-    if (!broken) {
-      try {
-        await client.query('ROLLBACK');
-      } catch {
-        broken = true; // the connection is gone or wedged: do not return it to the pool
-      }
-    }
-    throw e;
-  } finally {
-    client.release(broken);
   }
 }

@@ -94,20 +94,45 @@ export function storeError(err: unknown): never {
   throw err;
 }
 
-/** Runs fn inside one transaction; rolls back on any error. */
-export async function withTx<T>(pool: Pool, fn: (c: PoolClient) => Promise<T>): Promise<T> {
+/**
+ * True when a statement may have committed although we got no answer (read timeout, connection
+ * dropped after sending). A server-side error (a SQLSTATE) means it rolled back; a failure to
+ * connect means it was never sent.
+ */
+export function outcomeUnknown(err: unknown): boolean {
+  if (!isStoreUnavailable(err)) return false;
+  const code = (err as { code?: unknown }).code;
+  if (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code)) return false;
+  if (code === 'ECONNREFUSED' || code === 'ENOTFOUND' || code === 'EHOSTUNREACH') return false;
+  const m = (err as Error).message;
+  if (m.includes('trying to connect') || m.includes('connection timeout')) return false;
+  return true;
+}
+
+/**
+ * Runs fn inside one transaction on one connection, then `check` on its result before COMMIT (the
+ * ledger's postconditions: a broken one rolls the move back). A failed fn or check is rolled back
+ * before the error goes on. A store that stopped answering (a timeout, a dropped connection) gets
+ * no ROLLBACK to wait for: the connection is destroyed instead, which ends the transaction on the
+ * server just the same, so an outage is answered within one query timeout.
+ */
+export async function withTx<T>(pool: Pool, fn: (c: PoolClient) => Promise<T>, check?: (out: T) => void): Promise<T> {
   const client = await pool.connect();
   let broken = false;
   try {
     await client.query('BEGIN');
     const out = await fn(client);
+    check?.(out);
     await client.query('COMMIT');
     return out;
   } catch (e) {
-    try {
-      await client.query('ROLLBACK');
-    } catch {
-      broken = true; // the connection is gone or wedged: do not return it to the pool
+    broken = outcomeUnknown(e); // no answer: a timeout or a dropped connection (a SQLSTATE means the session is healthy)
+    if (!broken) {
+      try {
+        await client.query('ROLLBACK');
+      } catch {
+        broken = true; // the connection is gone or wedged: do not return it to the pool
+      }
     }
     throw e;
   } finally {
