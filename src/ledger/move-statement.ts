@@ -6,7 +6,7 @@
 // it is never caught to carry on, and never retried.
 import { ApiError } from '../errors.js';
 import { isStoreUnavailable, withTx, type Pool, type Queryable } from '../store/pool.js';
-import { isLedgerAssertion, type LedgerAssertionError } from './assertion.js';
+import { isLedgerAssertion, type LedgerAssertionError, schemaViolation } from './assertion.js';
 import type { LedgerFaults } from './ledger-types.js';
 
 /**
@@ -98,7 +98,14 @@ export async function checkedMove<R>(
     }
     return await withTx(m.pool, run, check);
   } catch (e) {
-    if (isLedgerAssertion(e)) m.failStop?.(e);
-    throw e;
+    // The schema refusing a move (a CHECK, a foreign key) is a broken rule too, but a request id
+    // taken by a concurrent insert is the reserve's own duplicate answer.
+    const broken = isLedgerAssertion(e) ? e : schemaViolation(e, 'a ledger move', {}, ID_RACES);
+    if (broken === undefined) throw e;
+    m.failStop?.(broken);
+    throw broken;
   }
 }
+
+/** Constraints a concurrent insert of the same request id trips (the request row, its reserve journal row). */
+export const ID_RACES: ReadonlySet<string> = new Set(['requests_pkey', 'ledger_journal_one_reserve']);

@@ -14,7 +14,7 @@ import { ApiError } from '../errors.js';
 import { storeError, type Queryable } from '../store/pool.js';
 import { assertLedger, wholeNonNegative as whole } from './assertion.js';
 import type { Hold, ReserveInput } from './ledger-types.js';
-import { byItem, checkedMove, lockParam, skew, lockTimedOut, overloaded, retryAlone, type LockWait, type MoveContext } from './move-statement.js';
+import { byItem, checkedMove, ID_RACES, lockParam, skew, lockTimedOut, overloaded, retryAlone, type LockWait, type MoveContext } from './move-statement.js';
 import * as SQL from './statements.js';
 
 export interface ReserveRow {
@@ -32,7 +32,7 @@ export interface ReserveRow {
  */
 const idTaken = (e: unknown): boolean => {
   const c = (e as { constraint?: unknown }).constraint;
-  return (e as { code?: unknown }).code === '23505' && (c === 'requests_pkey' || c === 'ledger_journal_one_reserve');
+  return (e as { code?: unknown }).code === '23505' && typeof c === 'string' && ID_RACES.has(c);
 };
 const DUPLICATE: ReserveRow = Object.freeze({ item: 1, result: 'duplicate', take_grant_ink: 0, take_payg_ink: 0, available_ink: null, key_room_ink: null });
 

@@ -16,7 +16,7 @@
 // the schema refused the batch). That is a broken money rule, the same batch would be refused
 // forever: it goes to the fail-stop as a LedgerAssertionError, and its records are never sent again.
 import type { Pool } from '../store/pool.js';
-import { isLedgerAssertion, LedgerAssertionError } from './assertion.js';
+import { isLedgerAssertion, type LedgerAssertionError, schemaViolation } from './assertion.js';
 import type { Product } from './ledger.js';
 
 export type EndKind = 'settle' | 'release' | 'unknown';
@@ -86,14 +86,7 @@ const FLUSH_ASYNC_COMMIT = `SELECT f.item, f.result FROM set_config('synchronous
  * DatabaseError), or undefined for any other failure (an outage: retried).
  */
 export function flushViolation(e: unknown, batch: readonly JournalRecord[]): LedgerAssertionError | undefined {
-  const err = e as { code?: unknown; message?: unknown; constraint?: unknown; table?: unknown } | null;
-  const code = err?.code;
-  if (typeof code !== 'string' || !/^23[0-9A-Z]{3}$/.test(code)) return undefined;
-  const text = (v: unknown) => (typeof v === 'string' ? v : null);
-  return new LedgerAssertionError(`ledger_flush broke an integrity rule of the schema: ${text(err!.message) ?? code}`, {
-    sqlstate: code,
-    constraint: text(err!.constraint),
-    table: text(err!.table),
+  return schemaViolation(e, 'ledger_flush', {
     records: batch.length,
     first_request_id: batch[0]?.requestId ?? null,
     first_lease_id: batch[0]?.leaseId ?? null,

@@ -155,3 +155,31 @@ t.test('credits: a top-up, a grant and a roll-over whose figures are wrong roll 
   t.match(await ledger.rollPeriod(a.accountId), { expiredInk: 70 }, 'without the fault every credit passes its own check');
   await assertLedgerInvariant(t, pool);
 });
+
+t.test('the schema refusing a move (a CHECK) is a broken rule: rolled back, handed to the fail-stop, the caller gets it', async (t) => {
+  const a = await seedAccount(pool, { grantInk: 30, paygInk: 100 });
+  // A rule only this account's wallet breaks once more than 5 Ink of pay-as-you-go is held: the
+  // reserve's statement itself is refused by the database, with no fault in the code's figures.
+  await pool.query(`ALTER TABLE wallets ADD CONSTRAINT test_payg_held_cap CHECK (account_id <> '${a.accountId}' OR held_payg_ink <= 5)`);
+  t.teardown(() => pool.query('ALTER TABLE wallets DROP CONSTRAINT IF EXISTS test_payg_held_cap'));
+  for (const [mode, opts] of MODES) {
+    const { ledger, trips } = faultyLedger(t, new Set(), opts);
+    const refused = input(a);
+    const before = await snapshot(a, refused.requestId);
+    await rejectsWithViolation(t, ledger.reserve(refused), /a ledger move broke an integrity rule of the schema/);
+    t.equal(trips.length, 1, `${mode}: the fail-stop was told once`);
+    t.match(trips[0]!.figures, { sqlstate: '23514', constraint: 'test_payg_held_cap' }, `${mode}: with the SQLSTATE and the constraint`);
+    t.same(await snapshot(a, refused.requestId), before, `${mode}: nothing written`);
+  }
+  const { ledger, trips } = faultyLedger(t, new Set());
+  const first = input(a, 20);
+  t.match(await ledger.reserve(first), { grantInk: 20 }, 'a hold the rule allows still passes');
+  const dup = await ledger.reserve({ ...first }).then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  t.notOk(isLedgerAssertion(dup), 'a request id reserved twice is the duplicate answer, not a broken rule');
+  t.equal(trips.length, 0);
+  await pool.query('ALTER TABLE wallets DROP CONSTRAINT test_payg_held_cap');
+  await assertLedgerInvariant(t, pool);
+});
