@@ -22,12 +22,13 @@
 // --repeat N times each (5): wall time median and max, backend CPU mean and max. --check runs the full ledger invariant
 // (src/ledger/invariant.ts) over the seeded schema once first (slow at this size).
 //
-// The drift query sums each touched wallet's durable open holds; --index-open-holds adds, in the
-// bench schema only, a partial index by account over those holds, to measure what it would change.
+// The drift query sums each touched wallet's durable open holds through the schema's partial index
+// of them by account (migration 020, requests_open_unleased_account), which the bench schema gets
+// from migrate like any other.
 //
 // Run: npm run bench:drift -- [--accounts 1000] [--requests 1000000] [--open-per-account 1]
 //        [--repeat 5] [--few 5] [--query-timeout-ms N] [--statement-timeout-ms N]
-//        [--index-open-holds] [--check] [--keep] [--db URL] [--json]
+//        [--check] [--keep] [--db URL] [--json]
 // It uses --db, else DATABASE_URL (via loadConfig), else postgres://postgres@127.0.0.1:5432/test;
 // the schema is dropped at the end unless --keep.
 import { randomBytes } from 'node:crypto';
@@ -46,8 +47,6 @@ export interface DriftBenchOptions {
   requests: number;
   /** Open holds per account: the newest requests of each account (1). */
   openPerAccount: number;
-  /** Add the partial index the drift query could use, to measure what it would change. */
-  indexOpenHolds: boolean;
   repeat: number;
   few: number;
   queryTimeoutMs?: number;
@@ -73,7 +72,6 @@ export interface DriftBenchResult {
   accounts: number;
   requests: number;
   openHolds: number;
-  indexOpenHolds: boolean;
   seedS: number;
   tableMiB: { requests: number; journal: number };
   queryTimeoutMs: number;
@@ -87,8 +85,6 @@ const CHARGE_INK = 7;
 const LEASE_INK = 50;
 const CREDIT_INK = 10_000_000;
 const TICKS_PER_S = 100;
-/** Not in the schema: what --index-open-holds adds, one entry per durable open hold, by account. */
-const OPEN_HOLDS_INDEX = `CREATE INDEX bench_requests_open_unleased_account ON requests (account_id) WHERE hold_state = 'open' AND NOT leased`;
 
 /** Accounts, keys, requests with their journal rows, leases, wallets: in the order the foreign keys ask. */
 function seedStatements(accounts: number, requests: number, openPerAccount: number): string[] {
@@ -135,8 +131,7 @@ async function seed(pool: Pool, o: DriftBenchOptions): Promise<number> {
     // Bulk load: no statement timeout, no waiting for each commit's flush (a bench schema).
     await c.query('SET statement_timeout = 0; SET synchronous_commit = off');
     await c.query('BEGIN');
-    const extra = o.indexOpenHolds ? [OPEN_HOLDS_INDEX] : [];
-    for (const sql of [...seedStatements(o.accounts, o.requests, o.openPerAccount), ...extra]) {
+    for (const sql of seedStatements(o.accounts, o.requests, o.openPerAccount)) {
       const s0 = performance.now();
       const r = await c.query(sql);
       o.log(`  ${sql.trim().split(/\s+/).slice(0, 3).join(' ')}: ${r.rowCount} rows, ${((performance.now() - s0) / 1000).toFixed(1)} s`);
@@ -271,7 +266,6 @@ export async function runDriftBench(o: DriftBenchOptions): Promise<DriftBenchRes
       accounts: o.accounts,
       requests: o.requests,
       openHolds: o.accounts * o.openPerAccount,
-      indexOpenHolds: o.indexOpenHolds,
       seedS,
       tableMiB: tables,
       queryTimeoutMs: db.queryTimeoutMs,
@@ -290,7 +284,7 @@ const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floo
 
 export function formatDriftBench(r: DriftBenchResult): string {
   const lines = [
-    `${r.accounts} accounts, ${r.requests} requests of which ${r.openHolds} open${r.indexOpenHolds ? ', with the extra open-holds index' : ''} (requests ${r.tableMiB.requests.toFixed(0)} MiB, journal ${r.tableMiB.journal.toFixed(0)} MiB with indexes), seeded in ${r.seedS.toFixed(0)} s`,
+    `${r.accounts} accounts, ${r.requests} requests of which ${r.openHolds} open (requests ${r.tableMiB.requests.toFixed(0)} MiB, journal ${r.tableMiB.journal.toFixed(0)} MiB with indexes), seeded in ${r.seedS.toFixed(0)} s`,
     `pool timeouts: query ${r.queryTimeoutMs} ms (client), statement ${r.statementTimeoutMs} ms (server)` +
       (r.invariantViolations === null ? '' : `; full ledger invariant: ${r.invariantViolations} violations`),
     '',
@@ -332,7 +326,6 @@ if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
     accounts,
     requests: intFlag(argv, 'requests', 1_000_000, accounts, 50_000_000),
     openPerAccount: intFlag(argv, 'open-per-account', 1, 1, 1000),
-    indexOpenHolds: argv.includes('--index-open-holds'),
     repeat: intFlag(argv, 'repeat', 5, 1, 50),
     few: intFlag(argv, 'few', 5, 1, accounts),
     queryTimeoutMs: opt('query-timeout-ms'),

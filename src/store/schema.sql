@@ -384,6 +384,7 @@ CREATE TABLE requests (
 CREATE INDEX requests_account_created ON requests USING btree (account_id, created_at DESC, id DESC);
 CREATE INDEX requests_leased ON requests USING btree (lease_id) WHERE leased;
 CREATE INDEX requests_open_created ON requests USING btree (created_at) WHERE hold_state = 'open'::text;
+CREATE INDEX requests_open_unleased_account ON requests USING btree (account_id) WHERE hold_state = 'open'::text AND NOT leased;
 CREATE INDEX requests_vendor_request ON requests USING btree (vendor_request_id) WHERE vendor_request_id IS NOT NULL;
 
 CREATE TABLE schema_functions (

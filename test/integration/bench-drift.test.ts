@@ -11,7 +11,7 @@ import { testDatabaseUrl } from '../helpers/env.js';
 const small = { url: testDatabaseUrl, accounts: 12, requests: 300, repeat: 2, few: 3, check: true, keep: false, log: () => undefined };
 
 t.test('a small seeded ledger: consistent, no drift found in any case, the schema dropped', async (t) => {
-  const r = await runDriftBench({ ...small, openPerAccount: 2, indexOpenHolds: false });
+  const r = await runDriftBench({ ...small, openPerAccount: 2 });
   t.equal(r.invariantViolations, 0, 'the full ledger invariant holds over the seeded schema');
   t.equal(r.openHolds, 24);
   t.same(
@@ -33,11 +33,4 @@ t.test('a small seeded ledger: consistent, no drift found in any case, the schem
   t.teardown(() => pool.end());
   const left = await pool.query('SELECT 1 FROM information_schema.schemata WHERE schema_name = $1', [r.schema]);
   t.equal(left.rowCount, 0, 'the bench schema is dropped');
-});
-
-t.test('with the open-holds index, the same ledger stays consistent and clean', async (t) => {
-  const r = await runDriftBench({ ...small, repeat: 1, openPerAccount: 1, indexOpenHolds: true });
-  t.equal(r.invariantViolations, 0);
-  t.equal(r.indexOpenHolds, true);
-  for (const c of r.cases) t.same(c.failures, [], c.name);
 });
