@@ -174,7 +174,6 @@ export class WriteBehind {
   private closed = false;
   /** Records of a batch the schema refused: never sent again (left for lease recovery, as after a kill). */
   private readonly refused = new WeakSet<JournalRecord>();
-  private refusedCount = 0;
   /** Flushes committed, and records they carried; failures retried; batches refused by the schema (for the bench and tests). */
   readonly stats = { flushes: 0, records: 0, failures: 0, late: 0, violations: 0 };
   /** Told each committed flush's duration (the metrics' flush histogram). */
@@ -237,7 +236,7 @@ export class WriteBehind {
         await new Promise((r) => setTimeout(r, RETRY_MS[Math.min(this.failures - 1, RETRY_MS.length - 1)]));
       }
     }
-    return this.refusedCount === 0;
+    return this.stats.violations === 0;
   }
 
   private enqueue(r: JournalRecord): void {
@@ -356,10 +355,7 @@ export class WriteBehind {
 
   /** A batch the schema refused: its records leave the queue for good, and the violation goes to the fail-stop. */
   private refuse(batch: readonly JournalRecord[], violation: LedgerAssertionError): void {
-    for (const r of batch) {
-      if (!this.refused.has(r)) this.refusedCount++;
-      this.refused.add(r);
-    }
+    for (const r of batch) this.refused.add(r);
     this.queue = this.queue.filter((r) => !this.refused.has(r));
     this.stats.violations++;
     if (this.o.onViolation) this.o.onViolation(violation);

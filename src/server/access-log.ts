@@ -6,10 +6,11 @@
 // `route` is the route's pattern (`/v1/generations/:id`), `console`, `media` or `unmatched`;
 // `status` 0 means the client went away before any answer. Never the path itself (a client may
 // put anything there, a key included: test/reliability/auth-leaks.test.ts sends one), a query
-// string (signed links carry their signature there), a header value, a key or a body. Written
-// through the request's own child of the access logger (request_id, key_prefix: the bindings
-// every request-scoped line has), one fields object and one line per request: the bench measures
-// its cost (docs/performance.md).
+// string (signed links carry their signature there), a header value, a key or a body. It carries
+// the bindings every request-scoped line has (request_id, key_prefix) as its first fields rather
+// than through a child logger: a child per request would serialize them once more for the one
+// line it writes. One fields object and one line per request: the bench measures its cost
+// (docs/performance.md).
 import type { Logger } from '../util/log.js';
 import type { HttpContext } from './http-context.js';
 
@@ -18,6 +19,8 @@ export type AccessLog = (ctx: HttpContext, route: string, startedMs: number) => 
 export function createAccessLog(log: Logger): AccessLog {
   return (ctx, route, startedMs) => {
     const fields: Record<string, unknown> = {
+      request_id: ctx.requestId,
+      key_prefix: ctx.auth?.keyPrefix ?? null,
       method: ctx.method,
       route,
       status: ctx.status,
@@ -30,6 +33,6 @@ export function createAccessLog(log: Logger): AccessLog {
       fields.param = err.param ?? null;
     }
     if (ctx.aborted && !ctx.responded) fields.aborted = true;
-    log.child({ request_id: ctx.requestId, key_prefix: ctx.auth?.keyPrefix ?? null }).info(fields, 'http.request');
+    log.info(fields, 'http.request');
   };
 }
