@@ -95,6 +95,18 @@ export function listFunctionFiles(dir = FUNCTIONS_DIR): FunctionFile[] {
 
 type Q = <R extends QueryResultRow = QueryResultRow>(text: string, values?: unknown[]) => Promise<{ rows: R[] }>;
 
+/** Runs fn in one transaction on the migration's own session: committed whole, or rolled back. */
+async function inTx(q: Q, fn: () => Promise<void>): Promise<void> {
+  await q('BEGIN');
+  try {
+    await fn();
+    await q('COMMIT');
+  } catch (e) {
+    await q('ROLLBACK');
+    throw e;
+  }
+}
+
 async function applyMigrations(q: Q): Promise<{ applied: number[]; ahead: boolean }> {
   await q('CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())');
   const done = new Set((await q<{ version: number }>('SELECT version FROM schema_migrations')).rows.map((r) => r.version));
@@ -103,16 +115,15 @@ async function applyMigrations(q: Q): Promise<{ applied: number[]; ahead: boolea
   const applied: number[] = [];
   for (const m of all) {
     if (done.has(m.version)) continue;
-    await q('BEGIN');
     try {
-      await q(m.sql);
-      await q('INSERT INTO schema_migrations (version, name) VALUES ($1, $2)', [m.version, m.name]);
-      await q('COMMIT');
-      applied.push(m.version);
+      await inTx(q, async () => {
+        await q(m.sql);
+        await q('INSERT INTO schema_migrations (version, name) VALUES ($1, $2)', [m.version, m.name]);
+      });
     } catch (e) {
-      await q('ROLLBACK');
       throw new Error(`migration ${m.version}_${m.name} failed: ${(e as Error).message}`, { cause: e });
     }
+    applied.push(m.version);
   }
   return { applied, ahead: [...done].some((v) => !known.has(v)) };
 }
@@ -125,8 +136,7 @@ async function applyFunctions(q: Q, dir: string): Promise<string[]> {
   const changed = files.filter((f) => recorded.get(f.name) !== f.sha256);
   const gone = [...recorded.keys()].filter((n) => !files.some((f) => f.name === n));
   if (changed.length === 0 && gone.length === 0) return [];
-  await q('BEGIN');
-  try {
+  await inTx(q, async () => {
     for (const f of changed) {
       try {
         await q(f.sql);
@@ -141,11 +151,7 @@ async function applyFunctions(q: Q, dir: string): Promise<string[]> {
     }
     // A file removed: its function is dropped by a numbered migration (a schema change); only the record goes here.
     if (gone.length > 0) await q('DELETE FROM schema_functions WHERE name = ANY($1)', [gone]);
-    await q('COMMIT');
-  } catch (e) {
-    await q('ROLLBACK');
-    throw e;
-  }
+  });
   return changed.map((f) => f.name);
 }
 
