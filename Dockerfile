@@ -26,8 +26,11 @@ COPY --from=build /app/dist ./dist
 COPY package.json ./
 COPY bin ./bin
 COPY config ./config
-# The migrations are read as .sql files at start-up (store/migrate.ts).
+# Read from src/ at run time: the migrations and the SQL function files at start-up
+# (store/migrate.ts), the console's static files (console/static.ts).
 COPY src/store/migrations ./src/store/migrations
+COPY src/store/functions ./src/store/functions
+COPY src/console/assets ./src/console/assets
 RUN mkdir -p /var/lib/inkgate && chown node:node /var/lib/inkgate
 USER node
 EXPOSE 8080 9464

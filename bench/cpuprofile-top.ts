@@ -3,7 +3,7 @@
 // the same self time summed by area (a source file, a package, a node: module, the collector), and
 // with --match the time any matching function was on the stack (inclusive, counted once per sample),
 // and with --callers the paths (--depth frames up, 5 by default) by which a matching function was reached.
-//   node --import ./node_modules/@tapjs/typescript/dist/esm/import.mjs bench/cpuprofile-top.ts \
+//   node --import ./test/loader/register.js bench/cpuprofile-top.ts \
 //     [--top N] [--match REGEX]... [--callers REGEX [--depth N]] DIR/*.cpuprofile
 import { readFileSync } from 'node:fs';
 import { basename } from 'node:path';

@@ -1,22 +1,26 @@
 // Where the write-behind flush's Postgres CPU goes, per request record, from one backend (its own
 // /proc times only, so other work on a shared machine does not count): ledger_flush at several
 // batch sizes (fixed cost per flush vs cost per record), then the `requests` row insert alone, with
-// every index of the table, with its primary key only (its CHECKs and foreign key kept), and into
-// tables without the foreign key: no index and no CHECK (what an append-only request log would
-// cost), the CHECKs, the CHECKs and the primary key; last, ledger_flush on a `requests` without its
-// foreign key and with the vendor id indexed on open holds only. Records are what a leased request sends under load: its
-// start and its settle in one record. Asynchronous commit, as the write-behind's batches.
-//   TS_NODE_TRANSPILE_ONLY=1 node --import ./node_modules/@tapjs/typescript/dist/esm/import.mjs bench/flush-cost.ts
+// every index of the table and with its primary key only, and into other tables: no index and no
+// CHECK (what an append-only request log would cost), the primary key only (an index-light table
+// read by id), the CHECKs, the CHECKs and the primary key; last, ledger_flush as before migration
+// 024 (a foreign key from `requests` to api_keys, no check of each record against its lease) and as
+// today, alternated round by round, 160 records per flush (FLUSH_COST_AB_ROUNDS rounds each).
+// Records are what a leased request sends under load: its start and its settle in one record.
+// Asynchronous commit, as the write-behind's batches.
+//   node --import ./test/loader/register.js bench/flush-cost.ts
 import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { createAccount, createKey } from '../src/accounts/accounts.js';
 import { Ledger } from '../src/ledger/ledger.js';
 import { WriteBehind, type JournalRecord } from '../src/ledger/write-behind.js';
 import { newRequestId } from '../src/server/http-context.js';
-import { migrate } from '../src/store/migrate.js';
+import { FUNCTIONS_DIR, migrate } from '../src/store/migrate.js';
 import { createPool } from '../src/store/pool.js';
 import { benchDatabaseUrl } from './lib/env.js';
 
 const RECORDS = Number(process.env.FLUSH_COST_RECORDS ?? 20_000);
+const AB_ROUNDS = Number(process.env.FLUSH_COST_AB_ROUNDS ?? 5);
 const db = await benchDatabaseUrl();
 const schema = 'bench_flush_' + process.pid;
 const pool = createPool({
@@ -123,6 +127,8 @@ for (const b of [1, 10, 50, 160, 200]) out.push([`ledger_flush, ${b} records per
 out.push(['requests insert alone (every index), 50 per statement', await inserts('requests', 50)]);
 await pool.query('CREATE TABLE request_log (LIKE requests INCLUDING DEFAULTS)');
 out.push(['insert into a table with no index, 50 per statement', await inserts('request_log', 50)]);
+await pool.query('ALTER TABLE request_log ADD PRIMARY KEY (id)');
+out.push(['... with a primary key only (no CHECK), 50 per statement', await inserts('request_log', 50)]);
 await pool.query('CREATE TABLE request_checked (LIKE requests INCLUDING DEFAULTS INCLUDING CONSTRAINTS)');
 out.push(['... with the requests CHECKs, 50 per statement', await inserts('request_checked', 50)]);
 await pool.query('ALTER TABLE request_checked ADD PRIMARY KEY (id)');
@@ -130,15 +136,43 @@ out.push(['... with the CHECKs and the primary key, 50 per statement', await ins
 await pool.query('DROP INDEX requests_account_created, requests_leased, requests_open_created, requests_vendor_request');
 out.push(['requests insert alone (primary key only), 50 per statement', await inserts('requests', 50)]);
 out.push(['ledger_flush, 50 per flush, requests with its primary key only', await flushes(50)]);
-// A cheaper request row with the same indexes for what reads them: no foreign key (the flush locks
-// the key row it writes for), the vendor id indexed on open holds only (what reconciliation reads).
+// The indexes back; then ledger_flush as before migration 024 (the foreign key from `requests` to
+// api_keys, no check of each record against its lease) against today's (the check, no foreign
+// key), alternated round by round so that a shared machine's load drifts over both alike.
 await pool.query(`CREATE INDEX requests_account_created ON requests (account_id, created_at DESC, id DESC);
   CREATE INDEX requests_leased ON requests (lease_id) WHERE leased;
   CREATE INDEX requests_open_created ON requests (created_at) WHERE hold_state = 'open';
-  CREATE INDEX requests_vendor_request ON requests (vendor_request_id) WHERE hold_state = 'open' AND vendor_request_id IS NOT NULL;
-  ALTER TABLE requests DROP CONSTRAINT request_key_of_account`);
-for (const b of [50, 160]) out.push([`ledger_flush, ${b} per flush, no foreign key, vendor index on open holds`, await flushes(b)]);
-for (const [label, us] of out) console.log(`${label.padEnd(66)} ${us.toFixed(1)} µs/record`);
+  CREATE INDEX requests_vendor_request ON requests (vendor_request_id) WHERE vendor_request_id IS NOT NULL`);
+const flushSql = readFileSync(join(FUNCTIONS_DIR, 'ledger_flush.sql'), 'utf8');
+const LEASE_CHECK = /\n {2}-- Every record's account and key[\s\S]*?\n {2}END IF;\n/;
+if (!LEASE_CHECK.test(flushSql)) throw new Error("ledger_flush.sql: its lease check was not found; update this bench's pattern");
+const FK = 'request_key_of_account';
+async function schemaOf(before024: boolean): Promise<void> {
+  await pool.query(before024 ? flushSql.replace(LEASE_CHECK, '\n') : flushSql);
+  await pool.query(
+    before024
+      ? `ALTER TABLE requests ADD CONSTRAINT ${FK} FOREIGN KEY (key_id, account_id) REFERENCES api_keys (id, account_id)`
+      : `ALTER TABLE requests DROP CONSTRAINT ${FK}`,
+  );
+  await flushes(160); // plans of the new function cached before the measured round
+}
+const runs: Record<'before' | 'after', number[]> = { before: [], after: [] };
+let before024 = false;
+for (let i = 0; i < AB_ROUNDS; i++) {
+  for (const kind of i % 2 === 0 ? (['before', 'after'] as const) : (['after', 'before'] as const)) {
+    if ((kind === 'before') !== before024) await schemaOf((before024 = kind === 'before'));
+    runs[kind].push(await flushes(160));
+  }
+}
+const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[xs.length >> 1]!;
+for (const kind of ['before', 'after'] as const) {
+  const what = kind === 'before' ? 'foreign key, no lease check (before 024)' : 'lease check, no foreign key (024)';
+  out.push([`ledger_flush, 160 per flush, ${what}, median of ${AB_ROUNDS}`, median(runs[kind])]);
+}
+for (const [label, us] of out) console.log(`${label.padEnd(84)} ${us.toFixed(1)} µs/record`);
+console.log(
+  `alternated rounds, µs/record: before 024 ${runs.before.map((x) => x.toFixed(1)).join(', ')}; 024 ${runs.after.map((x) => x.toFixed(1)).join(', ')}`,
+);
 console.log(`(up to ${RECORDS} records per line, backend CPU from /proc, ${db.kind})`);
 wb.close();
 await pool.query(`DROP SCHEMA ${schema} CASCADE`);

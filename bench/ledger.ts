@@ -14,7 +14,7 @@
 // the sum the workers asked for; for the baseline, nothing held and the charged total right. At
 // the end the full ledger invariant runs over the bench schema.
 //
-// Run: node --import ./node_modules/@tapjs/typescript/dist/esm/import.mjs bench/ledger.ts \
+// Run: node --import ./test/loader/register.js bench/ledger.ts \
 //        [--seconds 2] [--repeat 3] [--pool 24] [--batch-in-flight N] [--db URL] [--json]
 // It uses --db, else DATABASE_URL (via loadConfig), else postgres://postgres@127.0.0.1:5432/test;
 // it creates two schemas of its own (the baseline writes no journal, so it cannot share the

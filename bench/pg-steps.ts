@@ -1,7 +1,7 @@
 // Server-side cost of the text lanes' statements, from one client in a tight loop (no gateway):
 // the floor under what each step can cost inside the gateway. Wall time per call and the Postgres
 // backend's CPU per item (read from /proc, so only when Postgres runs on this machine).
-//   TS_NODE_TRANSPILE_ONLY=1 node --import ./node_modules/@tapjs/typescript/dist/esm/import.mjs bench/pg-steps.ts
+//   node --import ./test/loader/register.js bench/pg-steps.ts
 import { readFileSync } from 'node:fs';
 import { benchDatabaseUrl } from './lib/env.js';
 import { percentile } from './lib/load.js';

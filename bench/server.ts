@@ -1,7 +1,7 @@
 // Bench of the bare server: authenticated GET /v1/me and the public catalogue through
 // inkgate (uWS) against the same handlers on plain node:http, same machine, same run, same database
 // and limiter. Servers run in a child process; the load generator runs here.
-//   node --import ./node_modules/@tapjs/typescript/dist/esm/import.mjs bench/server.ts [--seconds 5]
+//   node --import ./test/loader/register.js bench/server.ts [--seconds 5]
 import { fork } from 'node:child_process';
 import { createServer } from 'node:http';
 import { fileURLToPath } from 'node:url';

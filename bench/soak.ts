@@ -2,7 +2,7 @@
 // PostgreSQL and a private redis-server, optionally pausing them; then 10 keys at 100 requests/s
 // each against the per-key limit. Loopback only, bounded. Exit status 1 when a goal is missed.
 //
-//   node --import ./node_modules/@tapjs/typescript/dist/esm/import.mjs bench/soak.ts \
+//   node --import ./test/loader/register.js bench/soak.ts \
 //     [--minutes 10] [--pauses] [--rate 60] [--keys 200] [--rate-minutes 2 | --no-rate] [--json]
 //
 // --pauses: SIGSTOP Redis for 3 s, and separately Postgres for 3 s, each once every two minutes

@@ -1,5 +1,5 @@
 // Where inkgate's added latency goes on a text lane, at concurrency 1 (a profiling aid).
-//   TS_NODE_TRANSPILE_ONLY=1 node --import ./node_modules/@tapjs/typescript/dist/esm/import.mjs bench/text-breakdown.ts [--lane messages|responses] [--n 3000] [--stream] [--conns 1]
+//   node --import ./test/loader/register.js bench/text-breakdown.ts [--lane messages|responses] [--n 3000] [--stream] [--conns 1]
 // The simulators run in a child (bench/lib/sims-child.ts); the gateway and the load run
 // here, so wrapped calls (each pg query, the ledger moves, the vendor request) time themselves.
 // Numbers are wall time around each await, which at c=1 is the round trip plus event-loop turns.

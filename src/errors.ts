@@ -21,6 +21,7 @@ const table = {
   upstream_rejected: { status: 400, type: 'invalid_request_error', message: 'The vendor refused the request before running the model.' },
   missing_host: { status: 400, type: 'invalid_request_error', message: 'An HTTP/1.1 request must carry a Host header.' },
   invalid_target: { status: 400, type: 'invalid_request_error', message: 'The request target must be a path beginning with /.' },
+  invalid_header: { status: 400, type: 'invalid_request_error', message: 'A request header is not valid HTTP/1.1.' },
   unknown_model: { status: 400, type: 'invalid_request_error', message: 'Unknown model.' },
   // 400: Messages lane
   missing_messages: { status: 400, type: 'invalid_request_error', message: '`messages` must be a non-empty array.' },
@@ -58,19 +59,23 @@ const table = {
   generation_not_found: { status: 404, type: 'not_found_error', message: 'Unknown generation.' },
   result_unavailable: { status: 404, type: 'not_found_error', message: 'The generation failed; there is no result.' },
   external_api_disabled: { status: 404, type: 'not_found_error', message: 'The API is not open on this deployment.' },
+  method_not_allowed: { status: 405, type: 'invalid_request_error', message: 'This method is not served here.' },
   generation_not_ready: { status: 409, type: 'invalid_request_error', message: 'The generation has not finished.' },
   idempotency_key_in_use: { status: 409, type: 'invalid_request_error', message: 'A request with this Idempotency-Key is still being processed.' },
   result_expired: { status: 410, type: 'not_found_error', message: 'The result is past its retention and was deleted.' },
   request_timeout: { status: 408, type: 'invalid_request_error', message: 'The request head or body arrived too slowly.' },
+  length_required: { status: 411, type: 'invalid_request_error', message: 'Send the request body with a Content-Length, not chunked.' },
   payload_too_large: { status: 413, type: 'invalid_request_error', message: 'The request is larger than allowed.' },
   unsupported_media_type: { status: 415, type: 'invalid_request_error', message: 'The body must be application/json.' },
   range_not_satisfiable: { status: 416, type: 'invalid_request_error', message: 'The requested byte range is outside the file.' },
+  expectation_failed: { status: 417, type: 'invalid_request_error', message: 'The only Expect the gateway meets is 100-continue.' },
   too_many_headers: { status: 431, type: 'invalid_request_error', message: 'The request carries more header fields than allowed.' },
   // 429
   rate_limit_exceeded: { status: 429, type: 'rate_limit_error', message: 'More than the allowed requests per minute on this key.' },
   concurrency_limit: { status: 429, type: 'rate_limit_error', message: 'Too many generations running on this account.' },
   daily_cap_reached: { status: 429, type: 'rate_limit_error', message: "The plan's daily generation cap is reached." },
   // 5xx
+  http_version_not_supported: { status: 505, type: 'invalid_request_error', message: 'The gateway speaks HTTP/1.1 and HTTP/1.0 only.' },
   internal_error: { status: 500, type: 'server_error', message: 'The service failed; quote the request id.' },
   provider_error: { status: 502, type: 'provider_error', message: 'The vendor failed or gave no usable usage receipt.' },
   provider_unavailable: { status: 503, type: 'provider_error', message: 'The provider is unavailable; retry after Retry-After.' },
@@ -102,6 +107,27 @@ export interface ApiErrorOptions {
 }
 
 /** An error with a stable code from the table; the server turns it into the error envelope. */
+
+// What a client controls and a log line or an error body repeats (field names, paths, model ids,
+// header values) is cut to a few hundred characters, marked as cut: one request must not be able
+// to write a megabyte of log, nor have a megabyte echoed back in `param`.
+/** The most characters of client-controlled text a log field or an error's `param` carries. */
+export const CLIP_CHARS = 200;
+/** Appended to text that was cut. */
+export const CUT_MARK = '…(cut)';
+
+/** `s` when at most `maxChars` long, else its first `maxChars` UTF-16 units (not splitting a pair) and CUT_MARK. */
+export function clipped(s: string, maxChars: number = CLIP_CHARS): string {
+  if (s.length <= maxChars) return s;
+  let end = maxChars;
+  const last = s.charCodeAt(end - 1);
+  if (last >= 0xd800 && last <= 0xdbff) end--; // a high surrogate whose pair would be cut off
+  return s.slice(0, end) + CUT_MARK;
+}
+
+/** An error message's most characters (the longest of ours is a few hundred). */
+const MAX_MESSAGE_CHARS = 1_000;
+
 export class ApiError extends Error {
   readonly code: ErrorCode;
   readonly status: number;
@@ -111,12 +137,14 @@ export class ApiError extends Error {
 
   constructor(code: ErrorCode, opts: ApiErrorOptions = {}) {
     const spec = ERRORS[code];
-    super(opts.message ?? spec.message, opts.cause === undefined ? undefined : { cause: opts.cause });
+    // `param` and the message may quote what a client sent (a field name, a path): cut, so an answer
+    // or a log line never repeats a megabyte of it.
+    super(clipped(opts.message ?? spec.message, MAX_MESSAGE_CHARS), opts.cause === undefined ? undefined : { cause: opts.cause });
     this.name = 'ApiError';
     this.code = code;
     this.status = spec.status;
     this.type = spec.type;
-    this.param = opts.param;
+    this.param = opts.param === undefined ? undefined : clipped(opts.param);
     this.retryAfterS = opts.retryAfterS ?? DEFAULT_RETRY_AFTER_S[code];
   }
 

@@ -5,6 +5,7 @@ import { loadCatalog, type Catalog } from './catalog/models.js';
 import { catalogRoutes } from './catalog/routes.js';
 import type { Config } from './config/config.js';
 import { DeploymentState } from './deployment/state.js';
+import { AuthFailureBudget } from './limits/auth-failures.js';
 import { createRateLimiter } from './limits/create-rate-limiter.js';
 import type { RateLimiter } from './limits/rate-limiter.js';
 import { hostname } from 'node:os';
@@ -17,19 +18,20 @@ import { UnbilledLedger } from './ledger/unbilled.js';
 import { messagesLane } from './lanes/messages/lane.js';
 import { createCountTokensHandler } from './lanes/messages/count-tokens.js';
 import { responsesLane } from './lanes/responses/lane.js';
+import { responsesWebSocketRoute } from './lanes/responses/ws-route.js';
 import { createTextHandler } from './lanes/text-proxy.js';
-import { createUpstream, type Upstream } from './vendors/text-upstream.js';
-import { startJobEngine, type JobEngine, type JobEngineOptions } from './generations/engine.js';
+import { createTextPool, type TextPool } from './vendors/pool/text-pools.js';
+import { startJobRunner, type JobRunner, type JobRunnerOptions } from './generations/job-runner.js';
 import { createGenerationDeps, type GenerationDeps, type GenerationDepsOptions } from './generations/deps.js';
 import { mediaHostHandler } from './generations/routes.js';
-import type { MediaStore } from './media/media-store.js';
 import { videoRoutes } from './generations/video/routes.js';
 import { imageRoutes } from './generations/images/routes.js';
 import { Router, type Route } from './server/router.js';
 import { startServer, type RunningServer } from './server/server.js';
+import type { WebSocketRoute } from './server/ws-hub.js';
 import type { EngineName } from './server/engine.js';
 import type { HttpContext } from './server/http-context.js';
-import { KeyAuthenticator } from './auth/authenticate.js';
+import { KeyAuthenticator, isLookedUpRefusal } from './auth/authenticate.js';
 import { migrate } from './store/migrate.js';
 import { createPool, type Pool } from './store/pool.js';
 import { createLogger, eventSink, type Logger } from './util/log.js';
@@ -40,6 +42,8 @@ import { ReadinessCheck } from './ops/readiness.js';
 import { clientAddressResolver } from './ops/client-address.js';
 import { listMigrations } from './store/migrate.js';
 import { consoleHandler, selfBaseUrl } from './console/console.js';
+import { startTracing } from './tracing/tracing.js';
+import type { Tracing } from './tracing/hooks.js';
 import { openApiRoute } from './console/openapi.js';
 
 export interface Gateway {
@@ -48,10 +52,10 @@ export interface Gateway {
   /** The HTTP engine serving (server/engine.ts). */
   readonly engine: EngineName;
   readonly services: Services;
-  /** The generation products' (video and images) dependencies and this instance's job engine. */
-  readonly jobs: { readonly deps: GenerationDeps; readonly engine: JobEngine };
+  /** The generation products' (video and images) dependencies and this instance's job runner. */
+  readonly jobs: { readonly deps: GenerationDeps; readonly runner: JobRunner };
   /** Metrics and readiness, served by the admin listener (ops/serve.ts). */
-  readonly ops: { readonly metrics: GatewayMetrics; readonly readiness: ReadinessCheck; readonly drift: DriftGauge };
+  readonly ops: { readonly metrics: GatewayMetrics; readonly readiness: ReadinessCheck; readonly drift: DriftGauge; readonly vendorPools: VendorPools };
   /** Fails readiness at once, then drains and stops everything. */
   /** The /v1 routes served (method and pattern), for the OpenAPI check. */
   readonly routes: ReadonlyArray<{ readonly method: string; readonly pattern: string }>;
@@ -66,8 +70,8 @@ export interface GatewayOptions {
   limiter?: RateLimiter;
   /** More routes (tests of the server layer). */
   extraRoutes?: (s: Services) => Route[];
-  /** The generation jobs' (video and images) dependencies and engine (tests inject a clock, fetch allow-list, engine without timers). */
-  jobs?: GenerationDepsOptions & { engine?: JobEngineOptions };
+  /** The generation jobs' (video and images) dependencies and runner (tests inject a clock, fetch allow-list, a runner without timers). */
+  jobs?: GenerationDepsOptions & { runner?: JobRunnerOptions };
   /** Where access lines go (the bench); default: `log` when given, else a buffered stdout logger. */
   accessLog?: Logger;
   /** Skip migrations when the caller already ran them. */
@@ -105,25 +109,35 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
     for (const c of cleanups.reverse()) await c();
   };
   try {
+    // First started, last stopped: the spans of the drain and of the journal's last flush are sent too.
+    const tracing = await startTraces(config, log, cleanups);
     const state = await openStore(config, pool, opts, cleanups);
     const limiter = await startLimiter(config, log, opts, cleanups);
     const catalog = opts.catalog ?? loadCatalog();
     const { failStop, haltSteps } = createFailStop(log, opts);
     const { ledger, keys, escrow } = await startLedger(config, config.db.url, pool, state, log, { failStop, faults: opts.ledgerFaults }, cleanups);
+    keys.onUnknownRefused = () => metrics.authRefused('negative_cache');
     haltSteps.push(() => escrow.halt());
-    const services: Services = { config, pool, state, limiter, catalog, ledger, escrow, failStop, log, metrics };
+    if (tracing) escrow.journal.onFlushStarted = (batch) => tracing.startFlush(batch);
+    const services: Services = { config, pool, state, limiter, catalog, ledger, escrow, failStop, log, metrics, ...(tracing ? { tracing } : {}) };
     const drift = startDrift(services, opts, cleanups);
     const generationDeps = await createGenerationDeps(services, opts.jobs ?? {});
     cleanups.push(() => generationDeps.close());
-    const readiness = startOps(services, metrics, generationDeps.media, drift);
+    const vendorPools = createVendorPools(services, cleanups);
+    const readiness = startOps(services, metrics, generationDeps, drift, vendorPools);
     haltSteps.unshift(() => readiness.drain()); // a balancer stops sending here first
-    const routes = apiRoutes(services, generationDeps, opts, cleanups);
-    const running = await serveHttp(services, { accessLog: opts.accessLog ?? opts.log, metrics, keys, clientAddress, generationDeps, routes }, cleanups);
+    const routes = apiRoutes(services, generationDeps, opts, vendorPools);
+    const websockets = [responsesWebSocketRoute(services, vendorPools.openai !== undefined, config.responses.websocket)];
+    const running = await serveHttp(
+      services,
+      { accessLog: opts.accessLog ?? opts.log, metrics, keys, clientAddress, generationDeps, routes, websockets },
+      cleanups,
+    );
     // Started last and stopped first: no job runs against a closing ledger or pool.
-    const engine = startJobEngine(services, generationDeps, opts.jobs?.engine ?? {});
-    cleanups.push(() => engine.stop());
+    const runner = startJobRunner(services, generationDeps, opts.jobs?.runner ?? {});
+    cleanups.push(() => runner.stop());
     // On a fail-stop, no job is claimed any more; one running ends with the exit, recovered as after a kill.
-    haltSteps.push(() => void engine.stop());
+    haltSteps.push(() => void runner.stop());
     let closing: Promise<void> | undefined;
     const host = config.server.host.includes(':') ? `[${config.server.host}]` : config.server.host;
     return {
@@ -131,9 +145,9 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
       port: running.port,
       engine: running.engine,
       services,
-      jobs: { deps: generationDeps, engine },
+      jobs: { deps: generationDeps, runner },
       routes,
-      ops: { metrics, readiness, drift },
+      ops: { metrics, readiness, drift, vendorPools },
       // Once: a second call (a test's teardown after its own shutdown) waits for the first.
       close: () =>
         (closing ??= (async () => {
@@ -145,6 +159,14 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
     await cleanup();
     throw e;
   }
+}
+
+/** OpenTelemetry traces when an endpoint is configured (tracing/); undefined, and nothing of the SDK loaded, otherwise. */
+async function startTraces(config: Config, log: Logger, cleanups: Cleanups): Promise<Tracing | undefined> {
+  const sink = eventSink(log.child({ component: 'tracing' }));
+  const tracing = await startTracing(config.tracing, (msg, fields) => sink(msg, fields));
+  if (tracing) cleanups.push(() => tracing.shutdown(config.tracing.shutdownTimeoutMs));
+  return tracing;
 }
 
 /** The schema migrated (unless the caller did it) and the deployment switches read and followed. */
@@ -227,16 +249,37 @@ async function startLedger(
 }
 
 /** Metrics fed from the escrow and the store, and the readiness check the admin listener serves. */
-function startOps(s: Services, metrics: GatewayMetrics, media: MediaStore, drift: DriftGauge): ReadinessCheck {
-  metrics.attach({ escrow: s.escrow, drift, store: { db: s.pool }, storeScrapeMs: s.config.admin.storeScrapeMs });
+function startOps(s: Services, metrics: GatewayMetrics, jobs: GenerationDeps, drift: DriftGauge, vendorPools: VendorPools): ReadinessCheck {
+  const media = jobs.media;
+  // The text lanes' pools and the generation vendors' (their clients are the job deps').
+  const pools = [vendorPools.anthropic, vendorPools.openai, jobs.ark, jobs.gemini].filter((p) => p !== undefined);
+  metrics.attach({ escrow: s.escrow, drift, store: { db: s.pool }, storeScrapeMs: s.config.admin.storeScrapeMs, vendorPools: () => pools });
   return new ReadinessCheck({
     db: s.pool,
     latestMigration: Math.max(0, ...listMigrations().map((m) => m.version)),
     // A take on a bucket of its own proves the limiter's script runs (a refusal is an answer too).
     redis: s.limiter.kind === 'redis' ? () => s.limiter.take('probe:ready', 1) : undefined,
     mediaStore: media.check === undefined ? undefined : () => media.check!(),
+    mediaStoreIn: media.location,
     timeoutMs: s.config.admin.readyTimeoutMs,
+    vendors: () => Object.fromEntries(pools.map((p) => [p.vendor, p.view()])),
   });
+}
+
+/** The text vendors' pools (vendors/pool), made at start-up; undefined where a vendor has no deployment. */
+export interface VendorPools {
+  readonly anthropic: TextPool | undefined;
+  readonly openai: TextPool | undefined;
+}
+
+function createVendorPools(s: Services, cleanups: Cleanups): VendorPools {
+  const pools = { anthropic: createTextPool('anthropic', s.config, s.log), openai: createTextPool('openai', s.config, s.log) };
+  // Closed after the server drained (cleanups run in reverse): no admitted request meets a closed pool.
+  cleanups.push(async () => {
+    const all = [pools.anthropic, pools.openai].filter((p) => p !== undefined);
+    await Promise.all(all.flatMap((p) => p.members.map((m) => m.client.pool.close())));
+  });
+  return pools;
 }
 
 /** The ledger drift gauge (ledger/drift.ts): every instance tries its lock each minute; one runs it. */
@@ -248,20 +291,12 @@ function startDrift(s: Services, opts: GatewayOptions, cleanups: Cleanups): Drif
 }
 
 /** The /v1 routes: catalogue, account, the text lanes, generations, the OpenAPI document (and a test's extras). */
-function apiRoutes(services: Services, generationDeps: GenerationDeps, opts: GatewayOptions, cleanups: Cleanups): Route[] {
+function apiRoutes(services: Services, generationDeps: GenerationDeps, opts: GatewayOptions, pools: VendorPools): Route[] {
   const { config, catalog, escrow, pool, state } = services;
-  const upstreams: Upstream[] = [];
-  const upstream = (v: 'anthropic' | 'openai'): Upstream | undefined => {
-    const vc = config.vendors[v];
-    if (vc.baseUrl === null || vc.apiKey === null) return undefined;
-    const u = createUpstream(vc.baseUrl, vc.apiKey, config.upstream);
-    upstreams.push(u);
-    return u;
-  };
   const text = config.limits.textBodyBytes;
   const textLedger = opts.unbilled ? new UnbilledLedger() : escrow;
   const messages = messagesLane(config, catalog);
-  const anthropic = upstream('anthropic');
+  const anthropic = pools.anthropic;
   const routes: Route[] = [
     ...catalogRoutes(config, catalog, state),
     ...accountRoutes(pool, escrow),
@@ -294,17 +329,13 @@ function apiRoutes(services: Services, generationDeps: GenerationDeps, opts: Gat
       access: 'key',
       keyRecheckedByReserve: true,
       bodyBytes: text,
-      handler: createTextHandler(responsesLane(config, catalog), { services, ledger: textLedger, upstream: upstream('openai') }),
+      handler: createTextHandler(responsesLane(config, catalog), { services, ledger: textLedger, upstream: pools.openai }),
     },
     ...videoRoutes(services, generationDeps),
     ...imageRoutes(services, generationDeps),
     openApiRoute(catalog),
     ...(opts.extraRoutes?.(services) ?? []),
   ];
-  // Closed after the server drained (cleanups run in reverse): no admitted request meets a closed pool.
-  cleanups.push(async () => {
-    await Promise.all(upstreams.map((u) => u.pool.close()));
-  });
   return routes;
 }
 
@@ -316,6 +347,8 @@ interface HttpParts {
   readonly clientAddress: (ctx: HttpContext) => string;
   readonly generationDeps: GenerationDeps;
   readonly routes: Route[];
+  /** Paths that also take WebSockets (Responses over one socket). */
+  readonly websockets: WebSocketRoute[];
 }
 
 /** The public server (uWS or node:http: server/engine.ts): the /v1 routes, and beside them the console and the media host. */
@@ -331,7 +364,9 @@ async function serveHttp(services: Services, p: HttpParts, cleanups: Cleanups): 
     selfUrl: () => selfUrl,
     routes: () => p.routes,
   });
-  const { engine, ...listen } = config.server;
+  const { engine, ...server } = config.server;
+  // A message between the text body cap and this is refused with an error event; above it the socket closes (1009).
+  const listen = { ...server, maxWebSocketMessageBytes: config.limits.textBodyBytes + 1024 * 1024 };
   const accessLog = startAccessLog(services, p.accessLog, cleanups);
   const running = await startServer({
     engine,
@@ -348,6 +383,14 @@ async function serveHttp(services: Services, p: HttpParts, cleanups: Cleanups): 
     accessLog,
     metrics: { observe: (m, r, s, sec) => p.metrics.http.observe(m, r, s, sec), rateLimited: (scope) => p.metrics.rateLimited(scope) },
     clientAddress: (ctx) => p.clientAddress(ctx),
+    authFailures: new AuthFailureBudget({
+      limiter,
+      perMinute: config.limits.authFailuresPerMinute,
+      counts: isLookedUpRefusal,
+      onRefused: () => p.metrics.authRefused('over_budget'),
+    }),
+    ...(services.tracing ? { tracing: services.tracing } : {}),
+    websockets: { routes: p.websockets, metrics: p.metrics.websockets },
   });
   log.info({ engine: running.engine, reason: running.engineReason }, 'http.engine_chosen');
   selfUrl = selfBaseUrl(config.server.host, running.port);

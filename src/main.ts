@@ -25,6 +25,8 @@ interface Startup {
   /** Named in the error line if it fails. */
   step: string;
   log: Logger | undefined;
+  /** Set once a failure is being handled. */
+  failed?: boolean;
 }
 
 /**
@@ -38,11 +40,17 @@ const ERROR_LINE_CHARS = 400;
 
 export async function main(argv: string[]): Promise<void> {
   const up: Startup = { stops: [], step: 'configuration', log: undefined };
+  // An 'error' event nobody listens for (a child process that cannot be spawned, say) is a failed
+  // start like any other: one line, everything stopped, exit 1; never a stack trace.
+  const uncaught = (e: unknown) => void failedStart(up, e);
+  process.on('uncaughtException', uncaught);
   let started: { db: Database; log: Logger };
   try {
     started = await start(argv, up);
   } catch (e) {
     return failedStart(up, e);
+  } finally {
+    process.off('uncaughtException', uncaught);
   }
   stopOnSignals(started.db, up.stops, started.log);
 }
@@ -149,7 +157,9 @@ async function prepareDemoAccount(config: Config, db: Database, gw: Gateway, dem
  * A start that failed: what had started is stopped, newest first, each stop bounded; the cause is
  * logged in full and written to stderr as one line, and the process exits 1.
  */
-async function failedStart(up: Startup, e: unknown): Promise<never> {
+async function failedStart(up: Startup, e: unknown): Promise<void> {
+  if (up.failed) return; // a second cause while the first one's stops run
+  up.failed = true;
   const err = e instanceof Error ? e : new Error(String(e));
   up.log?.fatal({ step: up.step, err, started: up.stops.map((s) => s.what) }, 'gateway.start_failed');
   await runStops(up.stops, up.log, FAILED_START_STOP_MS);

@@ -11,6 +11,7 @@ import type { RateLimiter } from './limits/rate-limiter.js';
 import type { Pool } from './store/pool.js';
 import type { Logger } from './util/log.js';
 import type { GatewayMetrics } from './metrics/metrics.js';
+import type { Tracing } from './tracing/hooks.js';
 
 export interface Services {
   readonly config: Config;
@@ -29,4 +30,6 @@ export interface Services {
   readonly log: Logger;
   /** Counters the products feed (time to first token, upstream errors, Ink held and charged). */
   readonly metrics?: GatewayMetrics;
+  /** OpenTelemetry traces (tracing/); absent: traces are off. */
+  readonly tracing?: Tracing;
 }

@@ -13,13 +13,18 @@ export interface BillingGateway {
   stop(): Promise<void>;
 }
 
-export async function startBillingGateway(sims: { anthropic: string; openai: string }, schemaPrefix: string): Promise<BillingGateway> {
+/** `server`: the HTTP layer's settings (a bench picks the engine). */
+export async function startBillingGateway(
+  sims: { anthropic: string; openai: string },
+  schemaPrefix: string,
+  extra: { server?: { engine: 'uws' | 'node' } } = {},
+): Promise<BillingGateway> {
   const db = await benchDatabaseUrl();
   const schema = `${schemaPrefix}_${process.pid}`;
   const cfg = loadConfig(
     {},
     {
-      server: { port: 0 },
+      server: { port: 0, ...extra.server },
       db: { url: db.url, schema, poolMax: 32 },
       limits: { requestsPerMinute: 1_000_000, publicRequestsPerMinute: 1_000_000 },
       vendors: { anthropic: { baseUrl: sims.anthropic, apiKey: 'sk-ant-bench' }, openai: { baseUrl: sims.openai, apiKey: 'sk-oai-bench' } },

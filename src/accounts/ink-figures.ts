@@ -35,6 +35,10 @@ export interface InkFigures {
   readonly balance: number;
   readonly period_grant_remaining: number;
   readonly payg_balance: number;
+  /**
+   * The whole balance (grant included) valued at the pay-as-you-go rate, 100 Ink per USD: what it
+   * would cost to buy as pay-as-you-go Ink. Not the pay-as-you-go wallet in USD (payg_balance / 100).
+   */
   readonly usd_payg_equivalent: number;
 }
 

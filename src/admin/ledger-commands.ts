@@ -6,13 +6,13 @@ import type { Catalog } from '../catalog/models.js';
 import { textChargeInk } from '../catalog/pricing.js';
 import type { ReconcileReport, RequestRecord, VendorUsageRecord } from '../ledger/ledger.js';
 import { readUsageFile } from '../ledger/reconcile-file.js';
-import type { AdminCommand } from './command.js';
+import { UsageError, type AdminCommand } from './command.js';
 
 type Args = Parameters<AdminCommand['run']>[0];
 
 const need = (a: Args, name: string): string => {
   const v = a.flags[name];
-  if (typeof v !== 'string' || v === '') throw new Error(`--${name} is required`);
+  if (typeof v !== 'string' || v === '') throw new UsageError(`--${name} is required`);
   return v;
 };
 
@@ -20,7 +20,7 @@ const optionalWhole = (a: Args, name: string, min: number, max: number): number 
   const v = a.flags[name];
   if (v === undefined) return undefined;
   if (typeof v !== 'string' || !/^\d{1,15}$/.test(v) || Number(v) < min || Number(v) > max) {
-    throw new Error(`--${name} must be a whole number from ${min} to ${max}`);
+    throw new UsageError(`--${name} must be a whole number from ${min} to ${max}`);
   }
   return Number(v);
 };
@@ -34,12 +34,12 @@ const MAX_TOPUP_USD = 1_000_000;
 export function usdToInk(usd: string): number {
   const m = /^(\d{1,7})(?:\.(\d{1,2}))?$/.exec(usd);
   if (!m) {
-    if (/^\d+\.\d{3,}$/.test(usd)) throw new Error(`--usd ${usd} is a fraction of an Ink (1 Ink = 0.01 USD); give whole cents`);
-    throw new Error(`--usd must be an amount in USD with at most two decimals, e.g. 25 or 12.50; got ${JSON.stringify(usd)}`);
+    if (/^\d+\.\d{3,}$/.test(usd)) throw new UsageError(`--usd ${usd} is a fraction of an Ink (1 Ink = 0.01 USD); give whole cents`);
+    throw new UsageError(`--usd must be an amount in USD with at most two decimals, e.g. 25 or 12.50; got ${JSON.stringify(usd)}`);
   }
   const ink = Number(m[1]) * 100 + Number((m[2] ?? '').padEnd(2, '0'));
-  if (ink < 1) throw new Error('--usd must be at least 0.01');
-  if (ink > MAX_TOPUP_USD * 100) throw new Error(`--usd must be at most ${MAX_TOPUP_USD}`);
+  if (ink < 1) throw new UsageError('--usd must be at least 0.01');
+  if (ink > MAX_TOPUP_USD * 100) throw new UsageError(`--usd must be at most ${MAX_TOPUP_USD}`);
   return ink;
 }
 
@@ -137,7 +137,7 @@ export const ledgerCommands: Record<string, AdminCommand> = {
     run: async (a, ctx) => {
       const account = need(a, 'account');
       const ink = optionalWhole(a, 'ink', 1, 1_000_000_000);
-      if (ink === undefined) throw new Error('--ink is required');
+      if (ink === undefined) throw new UsageError('--ink is required');
       await ctx.ledger.grant(account, ink);
       const w = await ctx.ledger.walletView(account);
       return { granted_ink: ink, ...walletSummary(account, w!) };
@@ -195,7 +195,10 @@ export const ledgerCommands: Record<string, AdminCommand> = {
       const violations = await checkLedger(ctx.pool);
       return { ok: violations.length === 0, rules: LEDGER_RULES.length, violations };
     },
-    exitCode: (r) => ((r as { ok: boolean }).ok ? 0 : 1),
+    failure: (r) => {
+      const v = (r as { violations: { rule: string; count: number }[] }).violations;
+      return v.length === 0 ? undefined : `ledger check: ${v.length} rule(s) broken: ${v.map((x) => `${x.rule} (${x.count})`).join('; ')}`;
+    },
   },
   release: {
     usage: 'release --request R [--reason T]',

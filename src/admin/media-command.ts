@@ -6,7 +6,7 @@
 import { AdminError } from '../accounts/accounts.js';
 import { fsMediaStore, s3MediaStore } from '../media/configured-store.js';
 import { migrateMedia, type MigrateReport } from '../media/migrate-media.js';
-import type { AdminCommand } from './command.js';
+import { UsageError, type AdminCommand } from './command.js';
 
 export const mediaCommands: Readonly<Record<string, AdminCommand>> = {
   'media migrate': {
@@ -14,7 +14,7 @@ export const mediaCommands: Readonly<Record<string, AdminCommand>> = {
     summary:
       'copy live results from the data directory to the S3 bucket of media.s3 (--to s3), each copy verified (size, SHA-256); idempotent; --remove-local deletes each local file once its copy verified',
     run: async (a, ctx) => {
-      if (a.flags.to !== 's3') throw new AdminError('--to must be s3 (results are copied from the data directory to the bucket)');
+      if (a.flags.to !== 's3') throw new UsageError('--to must be s3 (results are copied from the data directory to the bucket)');
       if (ctx.config.media.s3.bucket === null)
         throw new AdminError('set INKGATE_S3_BUCKET (and INKGATE_S3_ENDPOINT / INKGATE_S3_REGION for a store other than AWS) first');
       const to = await s3MediaStore(ctx.config);
@@ -29,6 +29,6 @@ export const mediaCommands: Readonly<Record<string, AdminCommand>> = {
         await to.close?.();
       }
     },
-    exitCode: (r) => ((r as MigrateReport).failed > 0 ? 1 : 0),
+    failure: (r) => ((r as MigrateReport).failed > 0 ? `media migrate: ${(r as MigrateReport).failed} copies failed` : undefined),
   },
 };

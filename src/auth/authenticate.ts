@@ -10,12 +10,15 @@
 //   an exact-path reserve still refuses a key revoked or expired since (003_reserve_live_key.sql).
 //   A request that fails before its hold is looked up afresh before it is answered (the server's
 //   error path), so a revoked key still gets 401 rather than, say, a validation error.
+// A key the store found not live is refused from memory for `unknownKeyMs` (unknown-keys.ts), on
+// every route: refusing needs no freshness, so that cache cannot let a revoked key through.
 import { findLiveKey, findLiveKeys, type AuthRow } from '../accounts/accounts.js';
 import { ApiError, isApiError } from '../errors.js';
 import { GroupCommit, type GroupCommitOptions } from '../store/group-commit.js';
 import type { AuthInfo } from '../server/http-context.js';
 import { storeError, type Queryable } from '../store/pool.js';
 import { bearerToken, hashKey, isWellFormedKey } from '../accounts/api-key.js';
+import { UnknownKeys } from './unknown-keys.js';
 
 function tokenHash(authorization: string | undefined): Buffer {
   const token = bearerToken(authorization);
@@ -23,8 +26,18 @@ function tokenHash(authorization: string | undefined): Buffer {
   return hashKey(token);
 }
 
+/** The cause a 401 carries when the store was asked and has no live key with this hash. */
+const NOT_LIVE = new Error('the store has no live key with this hash');
+
+/**
+ * True for a 401 that cost a store lookup (the key unknown, revoked or expired), false for one
+ * given from memory (no key, a malformed one, one the negative cache holds): only the first kind
+ * counts against the caller's failed-authentication budget (limits/auth-failures.ts).
+ */
+export const isLookedUpRefusal = (e: unknown): boolean => isApiError(e) && e.cause === NOT_LIVE;
+
 function authInfo(row: AuthRow | undefined): AuthInfo {
-  if (!row) throw new ApiError('invalid_api_key');
+  if (!row) throw new ApiError('invalid_api_key', { cause: NOT_LIVE });
   return {
     keyId: row.id,
     accountId: row.account_id,
@@ -53,7 +66,11 @@ export interface KeyCacheOptions {
   readonly keyCacheMs: number;
   /** Most keys remembered; the oldest entry goes first. */
   readonly keyCacheEntries: number;
-  /** The clock the cache's lifetimes are read on (monotonic ms); tests step a clock of their own. */
+  /** How long a key the store found not live is refused without a lookup (0: off; unknown-keys.ts). */
+  readonly unknownKeyMs?: number;
+  /** Most such keys remembered; the oldest entry goes first. */
+  readonly unknownKeyEntries?: number;
+  /** The clock the caches' lifetimes are read on (monotonic ms); tests step a clock of their own. */
   readonly nowMs?: () => number;
 }
 
@@ -74,6 +91,9 @@ export class KeyAuthenticator {
   /** Key hash (latin1) -> what the lookup found; insertion-ordered, so the first entry is the oldest. */
   private readonly cache = new Map<string, Cached>();
   private readonly nowMs: () => number;
+  private readonly unknown: UnknownKeys;
+  /** Called for each request refused from the negative cache (the metrics count it). */
+  onUnknownRefused: (() => void) | undefined;
 
   constructor(
     db: Queryable,
@@ -82,6 +102,11 @@ export class KeyAuthenticator {
   ) {
     this.batch = new GroupCommit('key lookup', (hashes) => lookup(db, hashes), opts);
     this.nowMs = cacheOpts.nowMs ?? (() => performance.now());
+    this.unknown = new UnknownKeys({
+      unknownKeyMs: cacheOpts.unknownKeyMs ?? 0,
+      unknownKeyEntries: cacheOpts.unknownKeyEntries ?? 1,
+      nowMs: this.nowMs,
+    });
   }
 
   async authenticate(authorization: string | undefined): Promise<AuthInfo> {
@@ -101,7 +126,7 @@ export class KeyAuthenticator {
     if (hit !== undefined && hit.untilMs > nowMs) return hit.info;
     let info: AuthInfo;
     try {
-      info = await this.lookupHash(hash);
+      info = await this.lookupHash(hash, id);
     } catch (e) {
       // The store cannot answer (paused, failing over): a key remembered until recently is still
       // taken, for at most one more keyCacheMs. Its holds still need a live Ink lease (or the store),
@@ -140,7 +165,11 @@ export class KeyAuthenticator {
     for (const [h, c] of this.cache) if (c.info.keyId === keyId) this.cache.delete(h);
   }
 
-  private async lookupHash(hash: Buffer): Promise<AuthInfo> {
+  private async lookupHash(hash: Buffer, id = hash.toString('latin1')): Promise<AuthInfo> {
+    if (this.unknown.has(id)) {
+      this.onUnknownRefused?.();
+      throw new ApiError('invalid_api_key');
+    }
     let row;
     try {
       row = await this.batch.submit(hash);
@@ -150,6 +179,8 @@ export class KeyAuthenticator {
       }
       storeError(e);
     }
+    // Only an answer from the store is remembered: an outage (above) proves nothing about the key.
+    if (row === undefined) this.unknown.add(id);
     return authInfo(row);
   }
 

@@ -11,6 +11,7 @@ export const SCENARIOS = [
   'durability',
   'engines',
   'access-log',
+  'pool',
 ] as const;
 export type Scenario = (typeof SCENARIOS)[number];
 export type LaneName = 'messages' | 'responses';
@@ -69,10 +70,12 @@ on 127.0.0.1, the vendor simulators, inkgate (billing on, and a second one with 
 and a plain node:http + undici pass-through proxy, and stops them all at the end. The engines
 scenario starts one more inkgate per HTTP engine (server.engine uws and node; node only where
 no uWebSockets.js build loads on this Node); the access-log scenario two more, the same
-gateway with its access log on and off (written, as in a deployment, but into /dev/null).
+gateway with its access log on and off (written, as in a deployment, but into /dev/null); the
+pool scenario a second simulator process and two more, the same gateway with one vendor
+deployment and with two (the simulators on two ports, one base URL list).
 
   --scenario LIST        latency,saturation,stream-saturation,open-loop,paced,billing,
-                         many-tenants,durability,engines,access-log (default: all)
+                         many-tenants,durability,engines,access-log,pool (default: all)
   --lane L               messages | responses | both (default both)
   --seconds N            measured seconds per run (default 5)
   --warmup-seconds N     unmeasured warm-up before each run (default 1)

@@ -62,6 +62,12 @@ export interface ProxyChildConfig {
 
 export interface SimsChildConfig {
   readonly keys: { readonly anthropic: string; readonly openai: string };
+  /**
+   * The pool scenario: a second Anthropic and OpenAI simulator on ports of their own in this same
+   * process (ready then carries `anthropic2` and `openai2`), so one deployment or two have the same
+   * vendor process, and only the gateway's side differs.
+   */
+  readonly second?: boolean;
 }
 
 export interface ProcessSnapshot {
@@ -74,6 +80,11 @@ export interface ProcessSnapshot {
   readonly eldP50Ms: number;
   readonly eldP99Ms: number;
   readonly eldMaxMs: number;
+  /**
+   * Simulators only: the requests each has received since it started, in start order (Anthropic,
+   * OpenAI, then the second pair when started); others: absent.
+   */
+  readonly served?: readonly number[];
 }
 
 type Stop = () => Promise<void>;
@@ -82,6 +93,8 @@ interface Started {
   ready: Record<string, unknown>;
   stop: Stop;
   audit?: Audit;
+  /** Requests received so far (the simulators: so a run shows which deployments took its traffic). */
+  served?: () => number[];
 }
 const FIRST_ERRORS = 5;
 
@@ -120,9 +133,19 @@ function probe(): { mark(): ProcessSnapshot; read(): ProcessSnapshot } {
 async function startSims(c: SimsChildConfig): Promise<Started> {
   const { startAnthropicSimulator } = await import('../simulators/anthropic/simulator.js');
   const { startOpenAISimulator } = await import('../simulators/openai/simulator.js');
-  const a = await startAnthropicSimulator({ apiKey: c.keys.anthropic, maxRecordedRequests: 0 });
-  const o = await startOpenAISimulator({ apiKey: c.keys.openai, maxRecordedRequests: 0 });
-  return { ready: { anthropic: a.url, openai: o.url }, stop: async () => void (await Promise.all([a.close(), o.close()])) };
+  const pair = async () =>
+    [
+      await startAnthropicSimulator({ apiKey: c.keys.anthropic, maxRecordedRequests: 0 }),
+      await startOpenAISimulator({ apiKey: c.keys.openai, maxRecordedRequests: 0 }),
+    ] as const;
+  const [a, o] = await pair();
+  const [a2, o2] = c.second ? await pair() : [];
+  const all = [a, o, a2, o2].filter((x) => x !== undefined);
+  return {
+    ready: { anthropic: a.url, openai: o.url, ...(a2 && o2 ? { anthropic2: a2.url, openai2: o2.url } : {}) },
+    stop: async () => void (await Promise.all(all.map((x) => x.close()))),
+    served: () => all.map((x) => x.requestCount),
+  };
 }
 
 /** The bench gateway's whole configuration beyond the defaults: its own schema, data dir, simulators and limits. */
@@ -130,7 +153,9 @@ function gatewayOverrides(c: GatewayChildConfig, dataDir: string): DeepPartial<C
   return {
     server: { host: '127.0.0.1', port: 0, ...(c.engine === undefined ? {} : { engine: c.engine }) },
     dataDir,
-    db: { url: c.dbUrl, schema: c.schema, poolMax: 32 },
+    // Timeouts of seconds, not the production sub-second ones: the bench measures latency, and on a
+    // loaded machine a long tick of its own would otherwise fail a settle the database never delayed.
+    db: { url: c.dbUrl, schema: c.schema, poolMax: 32, connectionTimeoutMs: 5_000, queryTimeoutMs: 5_000 },
     redis: { url: c.redisUrl },
     limits: { requestsPerMinute: 1_000_000, publicRequestsPerMinute: 1_000_000 },
     vendors: { anthropic: { baseUrl: c.sims.anthropic, apiKey: c.simKeys.anthropic }, openai: { baseUrl: c.sims.openai, apiKey: c.simKeys.openai } },
@@ -142,7 +167,7 @@ function gatewayOverrides(c: GatewayChildConfig, dataDir: string): DeepPartial<C
 }
 
 async function startInkgate(c: GatewayChildConfig): Promise<Started> {
-  const { loadConfig } = await import('../config/config.js');
+  const { loadConfig, tracingEnvironment } = await import('../config/config.js');
   const { createGateway } = await import('../gateway.js');
   const { prepareBenchGateway, prepareTenants } = await import('./bench-account.js');
   const { createLogger } = await import('../util/log.js');
@@ -157,8 +182,9 @@ async function startInkgate(c: GatewayChildConfig): Promise<Started> {
   });
   // A private data dir (media store) and schema: nothing of the operator's is read or written.
   const dataDir = mkdtempSync(join(tmpdir(), 'inkgate-bench-gw-'));
-  // Empty environment on purpose: the operator's INKGATE_* variables must not reshape the target.
-  const cfg = loadConfig({}, gatewayOverrides(c, dataDir));
+  // The operator's INKGATE_* variables must not reshape the target; the OTEL_* ones are taken, so
+  // that a run can measure the gateway with traces on (docs/performance.md, Traces).
+  const cfg = loadConfig(tracingEnvironment(), gatewayOverrides(c, dataDir));
   const accessLog = createLogger('info', undefined, true, openSync('/dev/null', 'w'));
   const gw = await createGateway(cfg, { log, accessLog, unbilled: c.unbilled });
   const pool = gw.services.pool;
@@ -251,6 +277,7 @@ function main(): void {
   const prof = profiler();
   let stop: Stop | null = null;
   let audit: Audit | null = null;
+  let served: (() => number[]) | null = null;
   let stopping = false;
   const end = async (code: number) => {
     if (stopping) return;
@@ -280,6 +307,7 @@ function main(): void {
         (s) => {
           stop = s.stop;
           audit = s.audit ?? null;
+          served = s.served ?? null;
           process.send?.({ type: 'ready', ...s.ready });
         },
         (e: unknown) => {
@@ -287,8 +315,8 @@ function main(): void {
           void end(1);
         },
       );
-    } else if (m.op === 'mark') process.send?.({ type: 'stats', id: m.id, ...p.mark() });
-    else if (m.op === 'read') process.send?.({ type: 'stats', id: m.id, ...p.read() });
+    } else if (m.op === 'mark') process.send?.({ type: 'stats', id: m.id, ...p.mark(), served: served?.() });
+    else if (m.op === 'read') process.send?.({ type: 'stats', id: m.id, ...p.read(), served: served?.() });
     else if (m.op === 'audit') {
       const reply = (a: LedgerAudit | null, error?: string) => process.send?.({ type: 'audit', id: m.id, audit: a, error });
       if (!audit)

@@ -137,7 +137,7 @@ export async function runBench(
     o = parseBenchArgs(argv, process.stderr.isTTY === true);
   } catch (e) {
     err(`inkgate bench: ${(e as Error).message}\n`);
-    return 1;
+    return e instanceof BenchUsageError ? 2 : 1; // the inkgate exit statuses: 2 is a usage error
   }
   if (o.help) {
     out(USAGE);
@@ -154,6 +154,6 @@ export async function runBench(
   } catch (e) {
     const msg = e instanceof BenchUsageError ? e.message : e instanceof Error ? e.message : String(e);
     err(`inkgate bench: ${msg}\n`);
-    return 1;
+    return e instanceof BenchUsageError ? 2 : 1;
   }
 }

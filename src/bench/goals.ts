@@ -3,7 +3,7 @@
 import type { LaneName, Scenario } from './args.js';
 import type { RunKind, RunResult } from './scenarios.js';
 import { POSTGRES_SERVER } from './postgres-cpu.js';
-import { ENGINE_TARGETS, type TargetName } from './targets.js';
+import { ENGINE_TARGETS, POOL_TARGETS, type TargetName } from './targets.js';
 import type { LedgerAudit } from './child.js';
 
 /** One gateway's ledger audit after the runs, as the report prints it. */
@@ -52,6 +52,7 @@ const RATIO_METRICS: Readonly<Record<RunKind, readonly string[]>> = {
   stream: ['rps', 'ttft.p50Ms', 'ttft.p99Ms', 'latency.p50Ms', 'own.cpuUsPerRequest', 'own.cpuUsPerChunk'],
   'open-loop': ['latency.p50Ms', 'latency.p99Ms', 'latency.maxMs'],
   paced: ['paced.streamsPerS', 'latency.p50Ms', 'latency.p99Ms', 'paced.maxGapMs', 'own.cpuUsPerChunk'],
+  websocket: ['ttft.p50Ms', 'latency.p50Ms', 'latency.p99Ms', 'own.cpuUsPerRequest'],
 };
 
 const PAIRS: ReadonlyArray<readonly [TargetName, TargetName]> = [
@@ -65,6 +66,7 @@ const PAIRS: ReadonlyArray<readonly [TargetName, TargetName]> = [
   [ENGINE_TARGETS.node, ENGINE_TARGETS.uws],
   ['inkgate (many tenants)', 'inkgate (one key)'],
   ['inkgate (access log)', 'inkgate (no access log)'],
+  [POOL_TARGETS.two, POOL_TARGETS.one],
 ];
 
 export function ratios(runs: readonly RunResult[]): Ratio[] {
@@ -175,6 +177,26 @@ function engineGoals(runs: readonly RunResult[], lane: LaneName, g: GoalLine): v
   );
 }
 
+/**
+ * The pool scenario: what choosing among two deployments costs the gateway per request, as its CPU
+ * per request with two deployments less the same gateway's with one, in the same run.
+ */
+function poolGoals(runs: readonly RunResult[], lane: LaneName, g: GoalLine): void {
+  for (const [kind, mode] of [
+    ['request', 'non-streaming'],
+    ['stream', 'streaming'],
+  ] as const) {
+    g(
+      `pool: CPU per request, two deployments less one (${mode})`,
+      difference(find(runs, lane, 'pool', kind, POOL_TARGETS.two), find(runs, lane, 'pool', kind, POOL_TARGETS.one), 'own.cpuUsPerRequest'),
+      '<=',
+      2,
+      'µs',
+      `pool: CPU µs/req ${POOL_TARGETS.two} - ${POOL_TARGETS.one}`,
+    );
+  }
+}
+
 /** Concurrency 1 (added latency and time to first token) and saturation, requests and streams, billing on against off and the plain proxy. */
 function loadGoals(runs: readonly RunResult[], lane: LaneName, g: GoalLine): void {
   const diff = difference;
@@ -268,6 +290,10 @@ function tenantAndPacedGoals(runs: readonly RunResult[], lane: LaneName, paceMs:
   g('paced streams: p99 vs direct', q(paced('inkgate'), paced('direct'), 'latency.p99Ms'), '<=', 1.2, 'x', 'paced: stream duration p99 inkgate / direct');
   const rss = paced('inkgate')?.own?.peakRssMb;
   g('paced streams: gateway peak RSS', rss ?? null, '<=', 300, 'MB', 'paced: gateway process, sampled every 50 ms');
+  const idle = paced('inkgate')?.own?.startRssMb;
+  g('paced streams: gateway RSS before the wave', idle ?? null, '<=', 120, 'MB', 'paced: gateway process after the warm-up, streams ended');
+  const perStream = paced('inkgate')?.paced?.rssPerStreamKb;
+  g('paced streams: RSS per open stream', perStream ?? null, '<=', 32, 'KiB', 'paced: (peak RSS - RSS before) / streams');
   const gap = paced('inkgate') ? figure(paced('inkgate')!, 'paced.maxGapMs') : null;
   g('paced streams: longest gap between chunks', gap, '<=', paceMs > 0 ? 10 * paceMs : null, 'ms', `paced: 10 chunk intervals of ${paceMs} ms`);
 }
@@ -282,6 +308,7 @@ export function goals(runs: readonly RunResult[], lanes: readonly LaneName[], pa
     loadGoals(runs, lane, g);
     tenantAndPacedGoals(runs, lane, paceMs, g);
     engineGoals(runs, lane, g);
+    poolGoals(runs, lane, g);
   }
   // The ledger after the load, per gateway (not per lane: a gateway serves both).
   for (const a of audits) {

@@ -72,9 +72,11 @@ const kindTitle = (r: RunResult) =>
       : `${r.connections} connections`
     : r.kind === 'stream'
       ? 'concurrency 1, streaming (to last byte)'
-      : r.kind === 'open-loop'
-        ? `open loop ${r.openLoop?.rate} req/s, from scheduled send`
-        : `${r.paced?.streams} paced streams (stream duration)`;
+      : r.kind === 'websocket'
+        ? 'concurrency 1, turns on one WebSocket (to the usage event)'
+        : r.kind === 'open-loop'
+          ? `open loop ${r.openLoop?.rate} req/s, from scheduled send`
+          : `${r.paced?.streams} paced streams (stream duration)`;
 
 export function renderHtml(rep: BenchReport): string {
   const groups = new Map<string, RunResult[]>();

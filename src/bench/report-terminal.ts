@@ -1,5 +1,6 @@
 // The terminal report: one table per lane and scenario, the ratios under each, then the goals with
 // pass/fail marks. Plain text (markdown tables), so it pastes into an issue or a doc as is.
+import { websocketSummary } from './report-websocket.js';
 import type { BenchReport } from './report.js';
 import type { Ratio } from './goals.js';
 import type { RunResult } from './scenarios.js';
@@ -65,7 +66,7 @@ function requestSection(r0: RunResult, runs: RunResult[]): SectionView {
 /** Streams, one row per target: time to first token and to the last byte, SSE events, CPU per chunk. */
 function streamSection(r0: RunResult, runs: RunResult[]): SectionView {
   return {
-    title: `${r0.scenario}, ${r0.connections === 1 ? 'concurrency 1' : `closed loop, ${r0.connections} connections`}, streaming`,
+    title: `${r0.scenario}, ${r0.connections === 1 ? 'concurrency 1' : `closed loop, ${r0.connections} connections`}, ${r0.kind === 'websocket' ? 'turns on one WebSocket each' : 'streaming'}`,
     body: table(
       [
         'target',
@@ -134,6 +135,8 @@ function pacedSection(r0: RunResult, runs: RunResult[]): SectionView {
         'longest gap ms',
         'CPU µs/chunk',
         'peak RSS MB',
+        'RSS before MB',
+        'KiB/stream',
         'loop delay p99 ms',
         'failed',
       ],
@@ -146,6 +149,8 @@ function pacedSection(r0: RunResult, runs: RunResult[]): SectionView {
         f(r.paced!.maxGapMs, 1),
         f(r.own?.cpuUsPerChunk, 1),
         mb(r),
+        f(r.own?.startRssMb, 0),
+        f(r.paced!.rssPerStreamKb, 1),
         f(r.own?.eldP99Ms, 1),
         String(r.failed),
       ]),
@@ -156,7 +161,14 @@ function pacedSection(r0: RunResult, runs: RunResult[]): SectionView {
 function section(rep: BenchReport, runs: RunResult[]): string {
   const r0 = runs[0]!;
   const rs = rep.ratios.filter((x) => x.lane === r0.lane && x.scenario === r0.scenario && x.kind === r0.kind && x.connections === r0.connections);
-  const view = r0.kind === 'request' ? requestSection : r0.kind === 'stream' ? streamSection : r0.kind === 'open-loop' ? openLoopSection : pacedSection;
+  const view =
+    r0.kind === 'request'
+      ? requestSection
+      : r0.kind === 'stream' || r0.kind === 'websocket'
+        ? streamSection
+        : r0.kind === 'open-loop'
+          ? openLoopSection
+          : pacedSection;
   const { title, body } = view(r0, runs);
   const ratiosText = rs.length ? `\n${ratioLines(rs)}` : '';
   const errs = runs
@@ -241,6 +253,8 @@ export function renderTerminal(rep: BenchReport): string {
   for (const runs of groups.values()) out.push(section(rep, runs));
   const engines = enginesSummary(rep);
   if (engines) out.push(engines);
+  const sockets = websocketSummary(rep.runs);
+  if (sockets) out.push(sockets);
   const profiles = rep.runs.filter((r) => r.cpuProfile !== null);
   if (profiles.length > 0)
     out.push(`\n(CPU profiles of each run's target over its measured window: ${profiles.length} files in ${String(rep.options.cpuProfDir)})`);

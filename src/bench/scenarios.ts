@@ -6,9 +6,12 @@ import type { BenchOptions, LaneName, Scenario } from './args.js';
 import { distribution, summarize, type LatencySummary } from './histogram.js';
 import { FIRST_DELTA_MARKER } from './lanes.js';
 import { closedLoop, openLoop, pacedWave, type Tally, type Window } from './load.js';
-import { ACCESS_TARGETS, ENGINE_TARGETS, type BenchProcess, type Target, type TargetName, type TargetSet } from './targets.js';
+import { wsLoop } from './ws-load.js';
+import type { ProcessSnapshot } from './child.js';
+import { ACCESS_TARGETS, ENGINE_TARGETS, POOL_TARGETS, type BenchProcess, type Target, type TargetName, type TargetSet } from './targets.js';
 
-export type RunKind = 'request' | 'stream' | 'open-loop' | 'paced';
+/** `websocket`: turns on one Responses WebSocket each (ws-load.ts), beside `stream`'s one HTTP request per turn. */
+export type RunKind = 'request' | 'stream' | 'open-loop' | 'paced' | 'websocket';
 
 export interface ProcessUse {
   readonly name: string;
@@ -18,9 +21,16 @@ export interface ProcessUse {
   /** CPU per relayed SSE event (streaming runs): this process's CPU / events the client received. */
   readonly cpuUsPerChunk: number | null;
   readonly peakRssMb: number;
+  /** RSS when the measured window began (a paced run: idle after its warm-up, before the wave). */
+  readonly startRssMb: number;
   readonly eldP50Ms: number;
   readonly eldP99Ms: number;
   readonly eldMaxMs: number;
+  /**
+   * The simulators' process: requests each simulator received in the window, in start order
+   * (Anthropic, OpenAI, then the pool scenario's second pair); null for any other process.
+   */
+  readonly served: readonly number[] | null;
 }
 
 export interface RunResult {
@@ -58,6 +68,8 @@ export interface RunResult {
     readonly streamsPerS: number;
     readonly failures: number;
     readonly maxGapMs: number;
+    /** The target's peak RSS during the wave less its RSS before it, per stream, KiB (null: a named target). */
+    readonly rssPerStreamKb: number | null;
   } | null;
   readonly processes: readonly ProcessUse[];
   /** The target's own process figures (a shortcut into `processes`), null for a named target. */
@@ -115,6 +127,14 @@ const PAIRED: Partial<Record<Scenario, { targets: readonly TargetName[]; needs: 
   'access-log': {
     targets: [ACCESS_TARGETS.on, ACCESS_TARGETS.off],
     needs: 'needs the self-started inkgate with its access log on and off',
+    runs: [
+      ['request', 'many'],
+      ['stream', 'many'],
+    ],
+  },
+  pool: {
+    targets: [POOL_TARGETS.one, POOL_TARGETS.two],
+    needs: 'needs the self-started inkgate with one vendor deployment and with two',
     runs: [
       ['request', 'many'],
       ['stream', 'many'],
@@ -180,6 +200,8 @@ export function planRuns(o: BenchOptions, set: TargetSet): { runs: PlannedRun[];
       if (scenario === 'latency') {
         add(ts, 'request', 1, per);
         add(ts, 'stream', 1, per);
+        // Responses over one WebSocket: the self-started gateway's turns on one socket.
+        if (lane === 'responses') add(of(['inkgate']), 'websocket', 1, per);
       } else if (scenario === 'saturation') add(ts, 'request', o.connections, per);
       else if (scenario === 'open-loop') add(ts, 'open-loop', o.connections, per);
       else add(ts, 'paced', o.streams, 2 * pacedWaveSeconds(o) + 1);
@@ -190,6 +212,12 @@ export function planRuns(o: BenchOptions, set: TargetSet): { runs: PlannedRun[];
 
 const sum = (r: Record<string, number>) => Object.values(r).reduce((a, b) => a + b, 0);
 
+/** Requests each simulator received between two snapshots (null: not a simulators process). */
+function servedIn(before: ProcessSnapshot, after: ProcessSnapshot): number[] | null {
+  if (before.served === undefined || after.served === undefined) return null;
+  return after.served.map((n, i) => n - (before.served![i] ?? 0));
+}
+
 /**
  * Marks every bench process at the window's start and reads them at its end; with `profile`, that
  * process's CPU profile covers the same window (started before the marks, written after the reads).
@@ -198,8 +226,8 @@ function processWindow(
   processes: readonly BenchProcess[],
   profile: { readonly process: BenchProcess; readonly file: string } | null,
 ): Window & { uses(requests: number, chunks: number | null): ProcessUse[] } {
-  let before: Array<{ cpuUs: number }> = [];
-  let after: Array<{ cpuUs: number; peakRssBytes: number; eldP50Ms: number; eldP99Ms: number; eldMaxMs: number }> = [];
+  let before: ProcessSnapshot[] = [];
+  let after: ProcessSnapshot[] = [];
   return {
     start: async () => {
       await profile?.process.profile?.('start');
@@ -219,9 +247,11 @@ function processWindow(
           cpuUsPerRequest: cpuUs / Math.max(1, requests),
           cpuUsPerChunk: chunks === null ? null : cpuUs / Math.max(1, chunks),
           peakRssMb: after[i]!.peakRssBytes / 1048576,
+          startRssMb: before[i]!.rssBytes / 1048576,
           eldP50Ms: after[i]!.eldP50Ms,
           eldP99Ms: after[i]!.eldP99Ms,
           eldMaxMs: after[i]!.eldMaxMs,
+          served: servedIn(before[i]!, after[i]!),
         };
       }),
   };
@@ -252,6 +282,17 @@ async function driveLoad(
       durationMs,
       maxRequests: o.maxRequests,
       marker: stream ? marker : null,
+      window: win,
+    });
+    return { tally, openLoopInfo: null, pacedInfo: null };
+  }
+  if (run.kind === 'websocket') {
+    const tally = await wsLoop({
+      request: { ...t.request, body: t.bodies.stream },
+      connections: run.connections,
+      warmupMs,
+      durationMs,
+      maxRequests: o.maxRequests,
       window: win,
     });
     return { tally, openLoopInfo: null, pacedInfo: null };
@@ -287,8 +328,14 @@ async function driveLoad(
     streamsPerS: pw.requests / pw.seconds,
     failures: pw.failures,
     maxGapMs: pw.maxGapMs,
+    rssPerStreamKb: null,
   };
   return { tally: pw, openLoopInfo: null, pacedInfo };
+}
+
+/** What each open stream adds to the target's RSS: its peak during the wave above its RSS before, per stream. */
+function perStreamKb(own: ProcessUse | null, streams: number): number | null {
+  return own === null || streams <= 0 ? null : (Math.max(0, own.peakRssMb - own.startRssMb) * 1024) / streams;
 }
 
 export async function executeRun(run: PlannedRun, o: BenchOptions, processes: readonly BenchProcess[]): Promise<RunResult> {
@@ -297,8 +344,9 @@ export async function executeRun(run: PlannedRun, o: BenchOptions, processes: re
   const profile = profiled ? { process: profiled, file: profileFile(o.cpuProfDir!, run, t.name) } : null;
   const win = processWindow(processes, profile);
   const { tally, openLoopInfo, pacedInfo } = await driveLoad(run, o, win);
-  const streaming = run.kind === 'stream' || run.kind === 'paced';
+  const streaming = run.kind === 'stream' || run.kind === 'paced' || run.kind === 'websocket';
   const uses = win.uses(tally.requests, streaming ? tally.chunks : null);
+  const own = uses.find((u) => u.name === t.processName) ?? null;
   const non200 = Object.entries(tally.statuses)
     .filter(([s]) => s !== '200')
     .reduce((n, [, c]) => n + c, 0);
@@ -320,9 +368,9 @@ export async function executeRun(run: PlannedRun, o: BenchOptions, processes: re
     ttft: streaming ? summarize(tally.ttft) : null,
     chunks: streaming ? tally.chunks : null,
     openLoop: openLoopInfo,
-    paced: pacedInfo,
+    paced: pacedInfo === null ? null : { ...pacedInfo, rssPerStreamKb: perStreamKb(own, pacedInfo.streams) },
     processes: uses,
-    own: uses.find((u) => u.name === t.processName) ?? null,
+    own,
     plot: distribution(tally.latency),
     ttftPlot: streaming ? distribution(tally.ttft) : null,
     cpuProfile: profile?.file ?? null,

@@ -28,11 +28,20 @@ export type TargetName =
   | 'inkgate (one key)'
   | 'inkgate (many tenants)'
   | 'inkgate (access log)'
-  | 'inkgate (no access log)';
+  | 'inkgate (no access log)'
+  | 'inkgate (one deployment)'
+  | 'inkgate (two deployments)';
 /** The access-log scenario's gateways: the same configuration with the access log on and off. */
 export const ACCESS_TARGETS = { on: 'inkgate (access log)', off: 'inkgate (no access log)' } as const satisfies Record<string, TargetName>;
 /** Scenarios whose gateways are their own: they need neither the shared inkgate nor the one with billing off. */
-const OWN_GATEWAYS: ReadonlySet<string> = new Set(['engines', 'access-log']);
+const OWN_GATEWAYS: ReadonlySet<string> = new Set(['engines', 'access-log', 'pool']);
+/**
+ * The pool scenario's gateways: the same configuration with one vendor deployment (a simulator) and
+ * with two (that simulator and a second one on another port of the same process, as one
+ * comma-separated base URL list).
+ */
+export const POOL_TARGETS = { one: 'inkgate (one deployment)', two: 'inkgate (two deployments)' } as const satisfies Record<string, TargetName>;
+
 /** The engines scenario's gateways, one per HTTP engine (config server.engine), billing on. */
 export const ENGINE_TARGETS = { uws: 'inkgate (uws)', node: 'inkgate (node)' } as const satisfies Record<string, TargetName>;
 /** The process of the many-tenants scenario: one gateway, the shared limiter, many funded keys. */
@@ -225,9 +234,9 @@ export async function startTargets(o: BenchOptions, dbUrl: string | null, redisU
 async function startOwnTargets(o: BenchOptions, dbUrl: string | null, redisUrl: string | null, upstreamConnections: number, add: AddProcess): Promise<Started> {
   const database = dbUrl === null ? 'embedded PostgreSQL' : 'DATABASE_URL';
   const [s, db] = (await settled([
-    add('simulators', 'sims', { keys: SIM_KEYS } satisfies SimsChildConfig),
+    add('simulators', 'sims', { keys: SIM_KEYS, second: o.scenarios.includes('pool') } satisfies SimsChildConfig),
     dbUrl === null ? add('postgres', 'db', {}) : Promise.resolve({ url: dbUrl }),
-  ])) as [SimUrls, { url: string }];
+  ])) as [SimUrls & Partial<Record<'anthropic2' | 'openai2', string>>, { url: string }];
   const gw = (suffix: string, unbilled: boolean, more: Partial<GatewayChildConfig> = {}): GatewayChildConfig => ({
     dbUrl: db.url,
     schema: `inkgate_bench_${process.pid}_${suffix}`,
@@ -252,7 +261,7 @@ async function startOwnTargets(o: BenchOptions, dbUrl: string | null, redisUrl: 
   const notes: string[] = [];
   if (uws && !uws.ok) notes.push(`engines: the uws engine cannot run here (${uws.reason}); the scenario runs the node engine only`);
   const engineGw = (engine: 'uws' | 'node') => add(ENGINE_TARGETS[engine], 'gateway', gw(engine, false, { engine }));
-  const [on, off, proxy, sync, tenants, engUws, engNode, accOn, accOff] = await settled([
+  const [on, off, proxy, sync, tenants, engUws, engNode, accOn, accOff, pool] = (await settled<Ready | PoolReady>([
     wantShared ? add('inkgate', 'gateway', gw('on', false)) : Promise.resolve(null),
     wantShared ? add('inkgate (billing off)', 'gateway', gw('off', true)) : Promise.resolve(null),
     add('plain proxy', 'proxy', {
@@ -268,19 +277,18 @@ async function startOwnTargets(o: BenchOptions, dbUrl: string | null, redisUrl: 
     wantEngines ? engineGw('node') : Promise.resolve(null),
     wantAccess ? add(ACCESS_TARGETS.on, 'gateway', gw('access', false, { accessLog: true })) : Promise.resolve(null),
     wantAccess ? add(ACCESS_TARGETS.off, 'gateway', gw('noaccess', false, { accessLog: false })) : Promise.resolve(null),
+    o.scenarios.includes('pool') ? startPoolGateways(add, s, gw) : Promise.resolve(null),
+  ])) as [Ready, Ready, Ready, Ready, Ready, Ready, Ready, Ready, Ready, PoolReady | null];
+  const engines = servingEngines([
+    ['inkgate', on],
+    ['inkgate (billing off)', off],
+    ['inkgate (sync)', sync],
+    [TENANTS_PROCESS, tenants],
+    [ENGINE_TARGETS.uws, engUws],
+    [ENGINE_TARGETS.node, engNode],
+    [POOL_TARGETS.one, pool?.one ?? null],
+    [POOL_TARGETS.two, pool?.two ?? null],
   ]);
-  const engines = (
-    [
-      ['inkgate', on],
-      ['inkgate (billing off)', off],
-      ['inkgate (sync)', sync],
-      [TENANTS_PROCESS, tenants],
-      [ENGINE_TARGETS.uws, engUws],
-      [ENGINE_TARGETS.node, engNode],
-    ] as const
-  )
-    .filter(([, r]) => r !== null)
-    .map(([process, r]) => ({ process, engine: typeof r!.engine === 'string' ? r!.engine : null }));
   // A gateway that asked for an engine must serve with it, or its figures are another engine's.
   for (const [want, r] of [
     ['uws', engUws],
@@ -288,8 +296,33 @@ async function startOwnTargets(o: BenchOptions, dbUrl: string | null, redisUrl: 
   ] as const) {
     if (r !== null && r.engine !== want) throw new Error(`${ENGINE_TARGETS[want]}: asked for server.engine ${want}, serves with ${String(r.engine)}`);
   }
-  const targets = o.lanes.flatMap((lane) => ownLaneTargets(lane, o, s, { on, off, proxy: proxy!, sync, tenants, engUws, engNode, accOn, accOff }));
+  const targets = o.lanes.flatMap((lane) => ownLaneTargets(lane, o, s, { on, off, proxy: proxy!, sync, tenants, engUws, engNode, accOn, accOff, pool }));
   return { targets, database, upstreamConnections, tenantsLimiter: tenants ? String(tenants.limiter) : null, engines, notes };
+}
+
+/** Each started gateway (its ready message) and the engine it serves with, as the report lists them. */
+function servingEngines(started: ReadonlyArray<readonly [string, Ready]>): Started['engines'] {
+  return started.filter(([, r]) => r !== null).map(([process, r]) => ({ process, engine: typeof r!.engine === 'string' ? r!.engine : null }));
+}
+
+type PoolReady = { one: Record<string, unknown>; two: Record<string, unknown> };
+
+/**
+ * The pool scenario: the same billing gateway twice, with the simulators as its only deployment and
+ * with them and the second pair (same process, other ports) as two, each vendor's base URL a
+ * comma-separated list as INKGATE_<VENDOR>_BASE_URL takes it (one key for both).
+ */
+async function startPoolGateways(
+  add: AddProcess,
+  s: SimUrls & Partial<Record<'anthropic2' | 'openai2', string>>,
+  gw: (suffix: string, unbilled: boolean) => GatewayChildConfig,
+): Promise<PoolReady> {
+  const two = { anthropic: `${s.anthropic},${s.anthropic2!}`, openai: `${s.openai},${s.openai2!}` };
+  const [one, both] = await settled([
+    add(POOL_TARGETS.one, 'gateway', gw('pool1', false)),
+    add(POOL_TARGETS.two, 'gateway', { ...gw('pool2', false), sims: two }),
+  ]);
+  return { one: one!, two: both! };
 }
 
 /** One lane's targets over the self-started processes (ready messages carry their url and key). */
@@ -297,7 +330,18 @@ function ownLaneTargets(
   lane: LaneName,
   o: BenchOptions,
   s: SimUrls,
-  p: { on: Ready; off: Ready; proxy: Record<string, unknown>; sync: Ready; tenants: Ready; engUws: Ready; engNode: Ready; accOn: Ready; accOff: Ready },
+  p: {
+    on: Ready;
+    off: Ready;
+    proxy: Record<string, unknown>;
+    sync: Ready;
+    tenants: Ready;
+    engUws: Ready;
+    engNode: Ready;
+    accOn: Ready;
+    accOff: Ready;
+    pool: PoolReady | null;
+  },
 ): Target[] {
   const out: Target[] = [];
   const simUrl = lane === 'messages' ? s.anthropic : s.openai;
@@ -312,6 +356,8 @@ function ownLaneTargets(
   own(ENGINE_TARGETS.node, p.engNode);
   own(ACCESS_TARGETS.on, p.accOn);
   own(ACCESS_TARGETS.off, p.accOff);
+  own(POOL_TARGETS.one, p.pool?.one ?? null);
+  own(POOL_TARGETS.two, p.pool?.two ?? null);
   if (p.tenants) {
     const one = target('inkgate (one key)', lane, String(p.tenants.url), bearer(p.tenants.key), o.models[lane], o, TENANTS_PROCESS);
     out.push(one);

@@ -16,7 +16,7 @@ import { referenceIndexPage, referencePage } from './pages-reference.js';
 import { signInPage, signInAction, signOutAction } from './pages-signin.js';
 import { generationDownload, usagePage, usageCsv, requestPage } from './pages-usage.js';
 import { cookieValue, csrfOk, findSession, SESSION_COOKIE } from './sessions.js';
-import { serveStatic } from './static.js';
+import { FAVICON_PATH, serveStatic } from './static.js';
 
 /** Form posts are small; the playground prompt is the largest field. */
 const FORM_BODY_BYTES = 64 * 1024;
@@ -58,6 +58,10 @@ export function consoleHandler(d: ConsoleDeps): (ctx: HttpContext) => OtherAnswe
   const clientAddress = clientAddressResolver(d.services.config.server);
   const answered = (p: Promise<void>): OtherAnswer => ({ route: 'console', answered: p });
   return (ctx) => {
+    if (ctx.path === FAVICON_PATH) {
+      serveStatic(ctx, 'favicon.svg');
+      return answered(Promise.resolve());
+    }
     const path = ctx.path.length > 8 && ctx.path.endsWith('/') ? ctx.path.slice(0, -1) : ctx.path;
     if (path !== '/console' && !path.startsWith('/console/')) return false;
     if (path.startsWith('/console/static/')) {
@@ -103,7 +107,7 @@ async function handle(d: ConsoleDeps, ctx: HttpContext, path: string, address: s
 
 /**
  * A browser's post names its origin: it must be this console's (the Host it was sent to, or
- * console.url behind a proxy). "null" (a sandboxed or privacy-stripped sender) is refused too. A
+ * console.url or server.publicUrl behind a proxy). "null" (a sandboxed or privacy-stripped sender) is refused too. A
  * post without Origin is not a browser's cross-site form, and the CSRF token still applies to it.
  */
 function sameOrigin(d: ConsoleDeps, ctx: HttpContext): boolean {
@@ -116,7 +120,7 @@ function sameOrigin(d: ConsoleDeps, ctx: HttpContext): boolean {
     return false;
   }
   if (host !== '' && host === ctx.header('host')) return true;
-  const configured = d.services.config.console.url;
+  const configured = d.services.config.console.url ?? d.services.config.server.publicUrl;
   return configured !== null && host === new URL(configured).host;
 }
 

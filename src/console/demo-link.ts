@@ -1,6 +1,7 @@
 // `npm run demo`: a console sign-in link for the demo account, printed at start-up beside its key,
 // so the browser console can be tried at once. Only the demo does this; `npm start` never does.
 import type { Config } from '../config/config.js';
+import { consoleLinkBase } from '../config/public-url.js';
 import type { Queryable } from '../store/pool.js';
 import { createSignInLink } from './sessions.js';
 
@@ -10,5 +11,6 @@ export async function demoSignInLink(db: Queryable, config: Config, gatewayUrl: 
   const id = r.rows[0]?.id;
   if (id === undefined) return undefined;
   const link = await createSignInLink(db, id, config.console.linkTtlMs);
-  return `${(config.console.url ?? gatewayUrl).replace(/\/$/, '')}/console/signin?token=${link.token}`;
+  // The same rule as `inkgate console link`, with the address this gateway really listens on last.
+  return `${consoleLinkBase(config, gatewayUrl).url}/console/signin?token=${link.token}`;
 }

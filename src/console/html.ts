@@ -57,7 +57,7 @@ export function page(o: PageOptions, body: string): string {
   const scripts = (o.scripts ?? []).map((s) => `<script src="/console/static/${s}" defer></script>`).join('');
   return `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>${esc(o.title)} · inkgate console</title><link rel="stylesheet" href="/console/static/console.css">${scripts}</head>
+<title>${esc(o.title)} · inkgate console</title><link rel="icon" href="/favicon.ico" type="image/svg+xml"><link rel="stylesheet" href="/console/static/console.css">${scripts}</head>
 <body><header><a class="brand" href="/console">inkgate</a>${nav}</header><main id="main"><h1>${esc(o.title)}</h1>
 ${body}</main></body></html>`;
 }

@@ -19,7 +19,7 @@ export async function overviewPage(p: SignedIn): Promise<void> {
   const periodEnds = new Date(a.periodStartedAt.getTime() + a.periodDays * 86_400_000);
   const body = `<section aria-labelledby="bal"><h2 id="bal">Balance</h2>
 <dl class="figures">
-<div><dt>Balance</dt><dd data-figure="balance">${ink(a.ink.balance)} Ink</dd></div>
+<div><dt>Balance</dt><dd data-figure="balance">${ink(a.ink.balance)} Ink <span class="muted" data-figure="usd-payg-equivalent">(${esc(a.ink.usd_payg_equivalent.toFixed(2))} USD at the pay-as-you-go rate)</span></dd></div>
 <div><dt>Period grant remaining</dt><dd data-figure="grant">${ink(a.ink.period_grant_remaining)} Ink</dd></div>
 <div><dt>Pay-as-you-go</dt><dd data-figure="payg">${ink(a.ink.payg_balance)} Ink <span class="muted">(${esc(inkToUsd(a.ink.payg_balance).toFixed(2))} USD)</span></dd></div>
 <div><dt>Reserved by running requests</dt><dd data-figure="reserved">${ink(a.reservedInk)} Ink</dd></div>
@@ -27,7 +27,7 @@ export async function overviewPage(p: SignedIn): Promise<void> {
 </dl></section>
 <section aria-labelledby="plan"><h2 id="plan">Plan</h2>
 <p><strong>${esc(a.planLabel)}</strong> (${a.paid ? 'paid' : 'free'}): ${ink(a.periodGrantInk)} Ink granted every ${a.periodDays} days; this period ends ${time(periodEnds)}. Completed top-ups: ${a.topupsCompleted}.</p>
-<p class="muted">1 Ink = 0.01 USD. These are the figures <code>GET /v1/me</code> answers with.</p></section>
+<p class="muted">1 Ink = 0.01 USD. These are the figures <code>GET /v1/me</code> answers with. Its <code>usd_payg_equivalent</code> is the balance's USD figure above: the whole balance, grant included, valued at the pay-as-you-go rate of 100 Ink per USD; the pay-as-you-go wallet alone is the USD beside Pay-as-you-go.</p></section>
 <section aria-labelledby="spend"><h2 id="spend">Spend per key</h2>
 ${table(
   ['Key', 'Prefix', 'Charged', 'Reserved', 'Limit', 'State'],

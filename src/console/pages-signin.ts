@@ -33,6 +33,6 @@ export async function signOutAction(p: SignedIn): Promise<void> {
 
 /** Secure cookies when the console is reached over https (its configured URL, or a TLS-terminating proxy). */
 function secure(p: PageCtx): boolean {
-  const url = p.d.services.config.console.url;
+  const url = p.d.services.config.console.url ?? p.d.services.config.server.publicUrl;
   return url?.startsWith('https:') || p.ctx.header('x-forwarded-proto') === 'https';
 }

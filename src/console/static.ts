@@ -8,12 +8,22 @@ import { PROJECT_ROOT } from '../config/config.js';
 import type { HttpContext } from '../server/http-context.js';
 import { SECURITY_HEADERS } from './html.js';
 
-const ASSETS_DIR = join(PROJECT_ROOT, 'src', 'console', 'assets');
-const TYPES: Readonly<Record<string, string>> = { 'console.css': 'text/css; charset=utf-8', 'console.js': 'text/javascript; charset=utf-8' };
+export const ASSETS_DIR = join(PROJECT_ROOT, 'src', 'console', 'assets');
+/**
+ * Each file's type and, for the favicon, a long cache: browsers ask every page for /favicon.ico,
+ * and it never changes within a release (the ETag answers a revalidation after a week).
+ */
+const FILES: Readonly<Record<string, { type: string; cache?: string }>> = {
+  'console.css': { type: 'text/css; charset=utf-8' },
+  'console.js': { type: 'text/javascript; charset=utf-8' },
+  'favicon.svg': { type: 'image/svg+xml', cache: 'public, max-age=604800' },
+};
+/** The path browsers ask for without being told; served the SVG (every current browser takes it). */
+export const FAVICON_PATH = '/favicon.ico';
 
 interface Asset {
   readonly body: Buffer;
-  readonly type: string;
+  readonly headers: ReadonlyArray<readonly [string, string]>;
   readonly etag: string;
 }
 
@@ -21,9 +31,16 @@ let assets: Map<string, Asset> | undefined;
 
 function load(): Map<string, Asset> {
   const m = new Map<string, Asset>();
-  for (const [name, type] of Object.entries(TYPES)) {
+  for (const [name, f] of Object.entries(FILES)) {
     const body = readFileSync(join(ASSETS_DIR, name));
-    m.set(name, { body, type, etag: `"${createHash('sha256').update(body).digest('base64url').slice(0, 16)}"` });
+    const etag = `"${createHash('sha256').update(body).digest('base64url').slice(0, 16)}"`;
+    const headers = [
+      ...SECURITY_HEADERS,
+      ['Content-Type', f.type] as const,
+      ['ETag', etag] as const,
+      ...(f.cache ? [['Cache-Control', f.cache] as const] : []),
+    ];
+    m.set(name, { body, headers, etag });
   }
   return m;
 }
@@ -36,7 +53,7 @@ export function serveStatic(ctx: HttpContext, name: string): void {
     ctx.end('not found');
     return;
   }
-  const headers = [...SECURITY_HEADERS, ['Content-Type', a.type] as const, ['ETag', a.etag] as const];
+  const headers = a.headers;
   if (ctx.header('if-none-match') === a.etag) return ctx.sendEmpty(304, headers);
   if (ctx.method === 'HEAD') return ctx.sendHead(200, headers, a.body.length);
   ctx.startStream(200, headers);

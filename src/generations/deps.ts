@@ -1,16 +1,18 @@
 // What every asynchronous generation product needs besides Services: a clock, the media store, the
-// shared signing secret, this instance's lease-owner name, the vendor clients, and the fetch options
+// shared signing secret, this instance's lease-owner name, the vendor pools (one client per
+// deployment, vendors/pool/job-pools.ts), and the fetch options
 // for client URLs and vendor results (tests add an allow-list for their 127.0.0.1 servers; production never does).
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import type { Services } from '../services.js';
-import { vendorConfigured } from '../catalog/availability.js';
 import { configuredMediaStore } from '../media/configured-store.js';
 import type { MediaStore } from '../media/media-store.js';
 import type { Resolver } from '../net/safe-fetch.js';
 import type { Queryable } from '../store/pool.js';
 import { ArkClient } from '../vendors/ark/client.js';
 import { GeminiClient } from '../vendors/gemini/client.js';
+import { createJobPool } from '../vendors/pool/job-pools.js';
+import type { VendorPool } from '../vendors/pool/pool.js';
 
 export interface FetchDeps {
   /** TEST ONLY: "host:port" pairs exempt from the public-address rule (see safeFetch). */
@@ -28,10 +30,10 @@ export interface GenerationDeps {
   /** Lease owner name of this instance. */
   readonly owner: string;
   readonly fetch: FetchDeps;
-  /** undefined when the video vendor is not configured (submits then answer 503). */
-  readonly ark: ArkClient | undefined;
-  /** The image vendor (Gemini); undefined when not configured (image submits then answer 503). */
-  readonly gemini: GeminiClient | undefined;
+  /** The video vendor's deployments; undefined when it is not configured (submits then answer 503). */
+  readonly ark: VendorPool<ArkClient> | undefined;
+  /** The image vendor's (Gemini) deployments; undefined when not configured (image submits then answer 503). */
+  readonly gemini: VendorPool<GeminiClient> | undefined;
   /** Origin of signed links when config.mediaUrl is unset (else the request's Host is used). */
   readonly publicBaseUrl: string | undefined;
   /** Whole download of one vendor result. */
@@ -43,10 +45,6 @@ export interface GenerationDepsOptions {
   clock?: () => number;
   media?: MediaStore;
   fetch?: FetchDeps;
-  /** Replaces the client built from config.vendors.ark. */
-  ark?: ArkClient;
-  /** Replaces the client built from config.vendors.gemini. */
-  gemini?: GeminiClient;
   publicBaseUrl?: string;
   downloadTimeoutMs?: number;
   owner?: string;
@@ -63,34 +61,36 @@ export async function loadMediaSecret(q: Queryable): Promise<Buffer> {
 
 const DEFAULT_DOWNLOAD_TIMEOUT_MS = 5 * 60_000;
 
+/** One Ark call's whole wait (a task create's tries share it): well inside a lease, at most 20 s. */
+export const arkCallTimeoutMs = (leaseMs: number): number => Math.max(1000, Math.min(20_000, Math.floor(leaseMs / 2)));
+
 export async function createGenerationDeps(services: Services, opts: GenerationDepsOptions = {}): Promise<GenerationDeps> {
   const cfg = services.config;
   const mediaSecret = await loadMediaSecret(services.pool);
   const media = opts.media ?? (await configuredMediaStore(cfg));
-  // A client the caller passed is the caller's to close; one built here from config is ours.
-  const own = <C>(given: C | undefined, vendor: 'ark' | 'gemini', build: () => C): { client: C | undefined; owned: boolean } =>
-    given !== undefined || !vendorConfigured(cfg, vendor) ? { client: given, owned: false } : { client: build(), owned: true };
-  const ark = own(
-    opts.ark,
+  const ark = createJobPool(
     'ark',
-    () =>
+    cfg,
+    services.log,
+    (d) =>
       new ArkClient({
-        baseUrl: cfg.vendors.ark.baseUrl!,
-        apiKey: cfg.vendors.ark.apiKey!,
+        baseUrl: d.baseUrl,
+        apiKey: d.apiKey,
         connectTimeoutMs: cfg.upstream.connectTimeoutMs,
         // A create must be answered well inside the submit's lease, or recovery would race it.
-        timeoutMs: Math.max(1000, Math.min(20_000, Math.floor(cfg.jobs.leaseMs / 2))),
+        timeoutMs: arkCallTimeoutMs(cfg.jobs.leaseMs),
       }),
   );
-  const gemini = own(
-    opts.gemini,
+  const gemini = createJobPool(
     'gemini',
-    () =>
+    cfg,
+    services.log,
+    (d) =>
       new GeminiClient({
-        baseUrl: cfg.vendors.gemini.baseUrl!,
-        apiKey: cfg.vendors.gemini.apiKey!,
+        baseUrl: d.baseUrl,
+        apiKey: d.apiKey,
         connectTimeoutMs: cfg.upstream.connectTimeoutMs,
-        // The call is the whole generation (a 4K image with thinking): the engine renews the lease meanwhile.
+        // The call is the whole generation (a 4K image with thinking): the job runner renews the lease meanwhile.
         timeoutMs: cfg.jobs.imageCallTimeoutMs,
         // The image comes back base64-encoded inside the JSON (4/3 of its size), beside thought parts.
         maxResponseBytes: Math.min(2 ** 31 - 1, Math.ceil((cfg.media.maxResultBytes * 4) / 3) + 4 * 1024 * 1024),
@@ -102,13 +102,12 @@ export async function createGenerationDeps(services: Services, opts: GenerationD
     mediaSecret,
     owner: opts.owner ?? `${hostname().slice(0, 60)}:${process.pid}:${randomBytes(4).toString('hex')}`,
     fetch: opts.fetch ?? {},
-    ark: ark.client,
-    gemini: gemini.client,
+    ark,
+    gemini,
     publicBaseUrl: opts.publicBaseUrl,
     downloadTimeoutMs: opts.downloadTimeoutMs ?? DEFAULT_DOWNLOAD_TIMEOUT_MS,
     close: async () => {
-      if (ark.owned) await ark.client?.close();
-      if (gemini.owned) await gemini.client?.close();
+      await Promise.all([...(ark?.members ?? []), ...(gemini?.members ?? [])].map((m) => m.client.close()));
       if (opts.media === undefined) await media.close?.();
     },
   };

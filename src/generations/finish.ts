@@ -8,6 +8,7 @@ import type { Logger } from '../util/log.js';
 import { withTx } from '../store/pool.js';
 import type { GenerationDeps } from './deps.js';
 import { markFailed, markSucceeded, type FailureCode, type GenerationRow, type SuccessUpdate } from './store.js';
+import { within } from '../tracing/hooks.js';
 
 const MAX_BACKOFF_STEPS = 10;
 
@@ -44,11 +45,15 @@ export async function failGeneration(
   code: FailureCode,
   message: string,
 ): Promise<void> {
-  await withTx(services.pool, async (c) => {
-    if (!(await markFailed(c, row.id, deps.owner, code, message, deps.clock()))) return;
-    const r = await services.ledger.using(c).refund(row.request_id, code);
-    if (!r.resolved) log.error({ reason: r.reason }, tag === 'video' ? 'video.refund_not_open' : 'images.refund_not_open');
-  });
+  // Traced (tracing/): a finish span under the row's job span, linked to its submit.
+  await within(
+    services.tracing?.jobStep(row, 'finish'),
+    withTx(services.pool, async (c) => {
+      if (!(await markFailed(c, row.id, deps.owner, code, message, deps.clock()))) return;
+      const r = await services.ledger.using(c).refund(row.request_id, code);
+      if (!r.resolved) log.error({ reason: r.reason }, tag === 'video' ? 'video.refund_not_open' : 'images.refund_not_open');
+    }),
+  );
 }
 
 /** The row -> succeeded and its hold settled to `s.chargedInk`, in one transaction. */
@@ -61,12 +66,15 @@ export async function succeedGeneration(
   s: SuccessUpdate,
   settle: { usage: object; vendorRequestId?: string },
 ): Promise<void> {
-  const chargedInk = await withTx(services.pool, async (c) => {
-    if (!(await markSucceeded(c, row.id, deps.owner, s))) return undefined; // lost the lease: whoever holds the row now finishes it
-    const r = await services.ledger.using(c).settle(row.request_id, s.chargedInk, settle);
-    if (!r.resolved) log.error({ reason: r.reason }, tag === 'video' ? 'video.settle_not_open' : 'images.settle_not_open');
-    return r.resolved ? r.chargedInk : undefined;
-  });
+  const chargedInk = await within(
+    services.tracing?.jobStep(row, 'finish'),
+    withTx(services.pool, async (c) => {
+      if (!(await markSucceeded(c, row.id, deps.owner, s))) return undefined; // lost the lease: whoever holds the row now finishes it
+      const r = await services.ledger.using(c).settle(row.request_id, s.chargedInk, settle);
+      if (!r.resolved) log.error({ reason: r.reason }, tag === 'video' ? 'video.settle_not_open' : 'images.settle_not_open');
+      return r.resolved ? r.chargedInk : undefined;
+    }),
+  );
   // Counted once committed, under the ledger's product name, like the text lanes' charges.
   if (chargedInk !== undefined) services.metrics?.inkCharged(PRODUCT_OF_KIND[row.kind], row.model, chargedInk);
 }

@@ -11,6 +11,7 @@ import type { OtherAnswer } from '../server/server.js';
 import { handleMediaRequest, writeMediaResponse, type Headers as MediaHeaders, type MediaSink } from '../media/media-host.js';
 import { MEDIA_PATH_PREFIX, signedMediaLink, type SignedLink } from '../media/signed-link.js';
 import type { GenerationDeps } from './deps.js';
+import { ReplayedRefusal } from './idempotency.js';
 import { getGeneration, type GenerationRow } from './store.js';
 import type { SubmitInput, SubmitResult } from './submit.js';
 import { withRetention } from './sweep.js';
@@ -77,14 +78,21 @@ export function generationRoutes(services: Services, deps: GenerationDeps, p: Ge
       bodyBytes: p.bodyBytes,
       handler: async (ctx) => {
         const body = await readJsonObject(ctx);
-        const r = await p.submit(services, deps, {
+        const input = {
           auth: ctx.auth!,
           requestId: ctx.requestId,
           body,
           idempotencyKey: ctx.header('idempotency-key'),
           log: ctx.log,
+          traceParent: ctx.trace?.traceparent(),
+        };
+        const r = await p.submit(services, deps, input).catch((e: unknown) => {
+          if (!(e instanceof ReplayedRefusal)) throw e;
+          // The refusal of the submit this one waited for: its status and error, marked as a replay.
+          ctx.sendError(e, false, [['Idempotent-Replayed', 'true']]);
+          return undefined;
         });
-        ctx.sendJson(202, r.body, r.replayed ? [['Idempotent-Replayed', 'true']] : undefined);
+        if (r !== undefined) ctx.sendJson(202, r.body, r.replayed ? [['Idempotent-Replayed', 'true']] : undefined);
       },
     },
     {
@@ -121,16 +129,23 @@ export function generationRoutes(services: Services, deps: GenerationDeps, p: Ge
 export function mediaHostHandler(deps: Pick<GenerationDeps, 'media' | 'mediaSecret' | 'clock'>): (ctx: HttpContext) => OtherAnswer {
   return (ctx) => {
     if (!ctx.path.startsWith(MEDIA_PATH_PREFIX) || (ctx.method !== 'GET' && ctx.method !== 'HEAD')) return false;
-    // The context already sends Cache-Control: no-store; uWS frames the body itself (chunked, or
-    // its own Content-Length for HEAD), so a Content-Length of our own would contradict it.
+    // The context sends Cache-Control: no-store, the JSON Content-Type and the Content-Length
+    // itself (each engine declares the length of a sized stream its own way), so ours are left out.
     const ours = (headers: MediaHeaders) => headers.filter(([k]) => k !== 'content-length' && k !== 'cache-control');
     const sink: MediaSink = {
       headOnly: ctx.method === 'HEAD',
-      head: (status, headers) => ctx.startStream(status, ours(headers)),
+      head: (status, headers, sizeBytes) => ctx.startStream(status, ours(headers), sizeBytes),
+      json: (status, headers, body) =>
+        ctx.sendJson(
+          status,
+          body,
+          ours(headers).filter(([k]) => k !== 'content-type'),
+        ),
       endHead: (status, headers, sizeBytes) => ctx.sendHead(status, ours(headers), sizeBytes),
       write: (chunk) => ctx.write(chunk),
       drained: () => ctx.waitWritable(),
-      end: (body) => ctx.end(body),
+      end: () => ctx.end(),
+      cut: () => ctx.cutStream(),
       get aborted() {
         return ctx.aborted;
       },

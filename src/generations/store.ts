@@ -21,6 +21,8 @@ export interface GenerationRow {
   hold_ink: number;
   charged_ink: number | null;
   vendor_task_id: string | null;
+  /** The vendor deployment that created the task or made the image (migration 023); null before. */
+  vendor_deployment: string | null;
   error_code: string | null;
   error_message: string | null;
   media_key: string | null;
@@ -44,6 +46,8 @@ export interface GenerationRow {
   poll_errors: number;
   persist_attempts: number;
   claims: number;
+  /** The submit's server span as a W3C traceparent (migration 022), null when it was not traced. */
+  trace_parent: string | null;
 }
 
 const d = (ms: number): Date => new Date(ms);
@@ -62,16 +66,32 @@ export interface NewGeneration {
   nowMs: number;
   owner: string;
   leaseMs: number;
+  /** The submit's traceparent (tracing/), for the job spans' links. */
+  traceParent?: string | undefined;
 }
 
 /** The new row, `submitting`, leased to the submitting instance; due for recovery when that lease lapses. */
 export async function insertGeneration(q: Queryable, g: NewGeneration): Promise<GenerationRow> {
   const r = await q.query<GenerationRow>(
     `INSERT INTO generations (id, kind, account_id, key_id, request_id, model, state, request, price_set, hold_ink,
-                              created_at, updated_at, lease_owner, lease_expires_at, next_poll_at)
-     VALUES ($1, $2, $3, $4, $5, $6, 'submitting', $7, $8, $9, $10, $10, $11, $12, $12)
+                              created_at, updated_at, lease_owner, lease_expires_at, next_poll_at, trace_parent)
+     VALUES ($1, $2, $3, $4, $5, $6, 'submitting', $7, $8, $9, $10, $10, $11, $12, $12, $13)
      RETURNING *`,
-    [g.id, g.kind, g.accountId, g.keyId, g.requestId, g.model, JSON.stringify(g.request), g.priceSet, g.holdInk, d(g.nowMs), g.owner, d(g.nowMs + g.leaseMs)],
+    [
+      g.id,
+      g.kind,
+      g.accountId,
+      g.keyId,
+      g.requestId,
+      g.model,
+      JSON.stringify(g.request),
+      g.priceSet,
+      g.holdInk,
+      d(g.nowMs),
+      g.owner,
+      d(g.nowMs + g.leaseMs),
+      g.traceParent ?? null,
+    ],
   );
   return r.rows[0]!;
 }
@@ -91,12 +111,20 @@ export async function markCreating(q: Queryable, id: string, owner: string, nowM
 }
 
 /** creating -> queued: the vendor task id is recorded; the lease is let go and the first poll scheduled. */
-export async function markQueued(q: Queryable, id: string, owner: string, taskId: string, nowMs: number, firstPollMs: number): Promise<boolean> {
+export async function markQueued(
+  q: Queryable,
+  id: string,
+  owner: string,
+  taskId: string,
+  deployment: string,
+  nowMs: number,
+  firstPollMs: number,
+): Promise<boolean> {
   const r = await q.query(
-    `UPDATE generations SET state = 'queued', vendor_task_id = $3, updated_at = $4, next_poll_at = $5,
+    `UPDATE generations SET state = 'queued', vendor_task_id = $3, vendor_deployment = $6, updated_at = $4, next_poll_at = $5,
             lease_owner = NULL, lease_expires_at = NULL
       WHERE id = $1 AND state = 'creating' AND lease_owner = $2`,
-    [id, owner, taskId, d(nowMs), d(nowMs + firstPollMs)],
+    [id, owner, taskId, d(nowMs), d(nowMs + firstPollMs), deployment],
   );
   return r.rowCount === 1;
 }
@@ -116,10 +144,9 @@ export async function markVoided(
       WHERE id = $1 AND state IN ('submitting', 'creating') AND lease_owner = $2`,
     [id, owner, code, message.slice(0, 1000), d(nowMs)],
   );
-  if (r.rowCount !== 1) return false;
-  // A refused submit binds no Idempotency-Key: the client may retry with the same key.
-  await q.query('DELETE FROM idempotency_keys WHERE generation_id = $1', [id]);
-  return true;
+  // A refused submit binds no Idempotency-Key, but its claim stays: the submit records the refusal
+  // on it (idempotency.ts, settleClaim) for the duplicates waiting, and that frees the key.
+  return r.rowCount === 1;
 }
 
 /**
@@ -180,6 +207,8 @@ export interface SuccessUpdate {
   nowMs: number;
   /** Image rows: the vendor's response id (image rows have none until the result arrives). */
   vendorTaskId?: string;
+  /** Image rows: the deployment that made the image. */
+  vendorDeployment?: string;
   width?: number | null;
   height?: number | null;
 }
@@ -190,7 +219,8 @@ export async function markSucceeded(q: Queryable, id: string, owner: string, s: 
     `UPDATE generations SET state = 'succeeded', progress = NULL, charged_ink = $3, media_key = $4, media_content_type = $5,
             media_size_bytes = $6, result_duration_s = $7, result_resolution = $8, result_aspect_ratio = $9, result_seed = $10,
             completed_at = $11, updated_at = $11, lease_owner = NULL, lease_expires_at = NULL,
-            vendor_task_id = coalesce($12, vendor_task_id), result_width = $13, result_height = $14
+            vendor_task_id = coalesce($12, vendor_task_id), result_width = $13, result_height = $14,
+            vendor_deployment = coalesce($15, vendor_deployment)
       WHERE id = $1 AND lease_owner = $2 AND state IN ('queued', 'running')`,
     [
       id,
@@ -207,6 +237,7 @@ export async function markSucceeded(q: Queryable, id: string, owner: string, s: 
       s.vendorTaskId ?? null,
       s.width ?? null,
       s.height ?? null,
+      s.vendorDeployment ?? null,
     ],
   );
   return r.rowCount === 1;

@@ -1,13 +1,14 @@
 // The submit every asynchronous generation product shares: Idempotency-Key, validation, access,
 // availability, the hold, a cheap look at the counts, the client URLs, then admission (tier, daily
 // cap, concurrency, Ink hold, the row) committed in one transaction. What follows the commit (the
-// vendor task for video, the hand-over to the engine for images) is the product's own.
+// vendor task for video, the hand-over to the job runner for images) is the product's own.
 //
 // Order of answers (docs/api/video.md and images.md document it):
 //   415 / 400 invalid_json / invalid_body / 413         body (server layer, readJsonObject)
 //   400 invalid_idempotency_key                         header format
 //   202 replay / 409 idempotency_key_in_use             an earlier submit with the key, whatever its body (a
-//   duplicate during its admission waits jobs.idempotencyWaitMs for its answer before the 409)
+//   duplicate during its admission waits up to jobs.idempotencyWaitMs for its answer, the 202 or
+//   its refusal replayed, before the 409)
 //   400 field codes                                     the product's validate.ts, in its documented order
 //   403 tier_gated                                      plan without generation products
 //   503 provider_unavailable                            lane off, vendor unconfigured, model paused
@@ -26,7 +27,7 @@ import { withTx } from '../store/pool.js';
 import { newId } from '../util/ids.js';
 import type { GenerationDeps } from './deps.js';
 import type { Validated, ValidateOptions } from './fields.js';
-import { assertIdempotencyKey, claimOrAnswer, dropClaim, priorAnswer, type IdempotencyProduct } from './idempotency.js';
+import { assertIdempotencyKey, claimOrAnswer, priorAnswer, settleClaim, type IdempotencyProduct, type KeyClaim } from './idempotency.js';
 import { checkAdmissionCounts, requireAccess, utcDayStartMs, type GenerationKind } from './plan-access.js';
 import { admissionCounts, insertGeneration, type GenerationRow } from './store.js';
 import { checkUrlsFetchable, claimTtlMs } from './url-check.js';
@@ -41,6 +42,8 @@ export interface SubmitInput {
   readonly idempotencyKey: string | undefined;
   /** The request's logger (its request_id and key prefix bound). */
   readonly log: Logger;
+  /** The submit's server span as a traceparent when it is traced (kept on the row for the job spans). */
+  readonly traceParent?: string | undefined;
 }
 
 export interface SubmitResult {
@@ -76,10 +79,16 @@ export async function submitGeneration<R, V extends Validated<R>>(
   if (services.failStop?.stopped) throw stoppedAnswer();
   const idemKey = input.idempotencyKey;
   assertIdempotencyKey(idemKey);
-  const keyed = { keyId: auth.keyId, product: p.product, clock: deps.clock, waitMs: config.jobs.idempotencyWaitMs };
-  if (idemKey !== undefined) {
-    const prior = await priorAnswer(pool, { ...keyed, idemKey }, p.presentAccepted);
-    if (prior) return prior;
+  // One wait budget for the whole submit, from its arrival.
+  const keyed: KeyClaim | undefined =
+    idemKey === undefined
+      ? undefined
+      : { keyId: auth.keyId, product: p.product, idemKey, clock: deps.clock, waitUntil: performance.now() + config.jobs.idempotencyWaitMs };
+  let seenRefusedAt: Date | null = null;
+  if (keyed !== undefined) {
+    const prior = await priorAnswer(pool, keyed, p.presentAccepted);
+    if ('body' in prior) return prior;
+    seenRefusedAt = prior.seenRefusedAt;
   }
 
   const v = p.validate(input.body, services.catalog, { allowList: deps.fetch.allowList });
@@ -93,20 +102,24 @@ export async function submitGeneration<R, V extends Validated<R>>(
   }
   const price = p.price(v, services);
   const id = newId(p.idPrefix);
-  if (idemKey !== undefined) {
-    const owed = await claimOrAnswer(pool, { ...keyed, idemKey, generationId: id, ttlMs: claimTtlMs(services, v.urls.length) }, p.presentAccepted);
+  if (keyed !== undefined) {
+    const owed = await claimOrAnswer(pool, { ...keyed, seenRefusedAt, generationId: id, ttlMs: claimTtlMs(services, v.urls.length) }, p.presentAccepted);
     if (owed) return owed;
   }
-  let row: GenerationRow;
+  let row: GenerationRow | undefined;
+  let failure: unknown;
   try {
     row = await admit(p, services, deps, input, v, { id, ...price, plan });
+    // From here on the lines are about this generation too.
+    await p.afterCommit(services, deps, input.log.child({ generation: row.id }), row, v);
+    return { body: p.presentAccepted(row), replayed: false };
   } catch (e) {
-    if (idemKey !== undefined) await dropClaim(pool, auth.keyId, p.product, idemKey, id).catch(() => undefined);
+    failure = e;
     throw e;
+  } finally {
+    // The duplicates waiting for this submit get its answer: the 202 from the generation, or its refusal.
+    if (keyed !== undefined) await settleClaim(pool, { ...keyed, generationId: id, committed: row !== undefined }, failure);
   }
-  // From here on the lines are about this generation too.
-  await p.afterCommit(services, deps, input.log.child({ generation: row.id }), row, v);
-  return { body: p.presentAccepted(row), replayed: false };
 }
 
 /** The cheap look at the counts, the URL checks, then the admission transaction. */
@@ -146,6 +159,7 @@ async function admit<R, V extends Validated<R>>(
       nowMs,
       owner: deps.owner,
       leaseMs: config.jobs.leaseMs,
+      traceParent: input.traceParent,
     });
   });
   services.metrics?.inkHeld(p.product, v.model.id, a.holdInk); // once committed

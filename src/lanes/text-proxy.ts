@@ -19,9 +19,12 @@ import type { HttpContext } from '../server/http-context.js';
 import { readJsonObject } from '../server/json-body.js';
 import type { Services } from '../services.js';
 import { forEachEvent, modelRewrite, rewriteModels, SseFramer, type ModelRewrite } from './sse-framer.js';
-import { neverSent, type Upstream } from '../vendors/text-upstream.js';
+import { neverSent } from '../vendors/text-upstream.js';
+import type { TextPool } from '../vendors/pool/text-pools.js';
+import { type TryResult, tryDeployments } from '../vendors/pool/try-loop.js';
 import { readBounded } from '../vendors/vendor-http.js';
 import { requestedUsageFrame } from './usage-frame.js';
+import { within } from '../tracing/hooks.js';
 
 export interface ParsedTextRequest {
   readonly model: TextModel;
@@ -30,6 +33,8 @@ export interface ParsedTextRequest {
   readonly vendorBody: string;
   /** Per-request vendor headers the lane allows (already filtered). */
   readonly extraHeaders?: Readonly<Record<string, string>>;
+  /** The output token cap sent to the vendor (a trace's gen_ai.request.max_tokens). */
+  readonly maxTokens?: number;
 }
 
 export type StreamOutcome = 'complete' | 'usage_unknown' | 'incomplete_stream';
@@ -47,6 +52,10 @@ export interface StreamTally {
   vendorError?(): { type?: string; message?: string } | undefined;
   /** True when the lane wants the proxy to stop reading (the service's own output cap). */
   readonly capped?: boolean;
+  /** Why the vendor stopped (stop_reason, a response's status), for a trace's gen_ai.response.finish_reasons. */
+  finishReason?(): string | undefined;
+  /** True once the stream's terminal event has been read (lanes that know it; the others leave it out). */
+  readonly sawTerminal?: boolean;
   /**
    * True when `bytes` more bytes of stream could cross the lane's cap (lanes without one leave it
    * out). The proxy then feeds that chunk event by event, so the events before the one that
@@ -62,6 +71,8 @@ export interface BodyResult {
   readonly vendorRequestId: string | undefined;
   /** The body the client receives (model ids rewritten). */
   readonly clientBody: string;
+  /** Why the vendor stopped, as in StreamTally.finishReason. */
+  readonly finishReason?: string;
 }
 
 export interface TextLane {
@@ -75,6 +86,8 @@ export interface TextLane {
   parse(body: Record<string, unknown>, ctx: HttpContext): ParsedTextRequest | Promise<ParsedTextRequest>;
   /** Fixed vendor headers (our key, protocol version), precomputed once. */
   readonly vendorHeaders: Readonly<Record<string, string>>;
+  /** The header carrying a deployment's key, in place of the one in vendorHeaders. */
+  keyHeader(apiKey: string): readonly [string, string];
   newTally(req: ParsedTextRequest): StreamTally;
   finishBody(json: unknown, req: ParsedTextRequest): BodyResult;
   /** The closing usage frame in the form the request asked for (the lane may map it to one it can send); '' for none. */
@@ -199,7 +212,7 @@ function headerValue(headers: Dispatcher.ResponseData['headers'], names: readonl
 const storableId = (v: string | undefined): string | undefined => (v !== undefined && v.length >= 1 && v.length <= 256 ? v : undefined);
 
 /** The request a billing line is about: its id (the hold's) and its logger, read only when a line is written. */
-type RequestScope = Pick<HttpContext, 'requestId' | 'log'>;
+type RequestScope = Pick<HttpContext, 'requestId' | 'log' | 'trace'>;
 
 /**
  * A ledger move on a failure path must not replace the answer the client is owed: if it fails, it
@@ -248,7 +261,7 @@ async function answeredByFailStop<T>(services: Services, move: Promise<T>): Prom
  */
 function holdOpen(services: Services, ledger: TextBilling, r: RequestScope, info: { vendorRequestId?: string; reason: string }): Promise<void> {
   r.log.warn({ vendor_request_id: info.vendorRequestId ?? null, reason: info.reason }, 'text.hold_left_open');
-  return moveOrLog(services, r, 'markUsageUnknown', ledger.markUsageUnknownEventually(r.requestId, info));
+  return moveOrLog(services, r, 'markUsageUnknown', within(r.trace?.step('usage_unknown'), ledger.markUsageUnknownEventually(r.requestId, info)));
 }
 
 /**
@@ -272,7 +285,24 @@ async function settleFailed(
 export interface TextProxyDeps {
   readonly services: Services;
   readonly ledger: TextBilling;
-  readonly upstream: Upstream | undefined;
+  /** The vendor's deployments (vendors/pool); undefined when none is configured. */
+  readonly upstream: TextPool | undefined;
+}
+
+/** Per deployment (by member index): the vendor path and the lane's headers with that deployment's key. */
+export interface MemberRequests {
+  readonly paths: readonly string[];
+  readonly headers: ReadonlyArray<Readonly<Record<string, string>>>;
+}
+
+export function memberRequests(pool: TextPool, lane: TextLane, vendorPath: string): MemberRequests {
+  return {
+    paths: pool.members.map((m) => m.client.basePath + vendorPath),
+    headers: pool.members.map((m) => {
+      const [name, value] = lane.keyHeader(m.client.apiKey);
+      return Object.freeze({ ...lane.vendorHeaders, [name]: value });
+    }),
+  };
 }
 
 /** What every request of one lane's handler shares: built once, when the handler is made. */
@@ -280,16 +310,16 @@ interface ProxyEnv {
   readonly lane: TextLane;
   readonly services: Services;
   readonly ledger: TextBilling;
-  readonly upstream: Upstream;
-  /** The vendor's path for this lane (the base URL's path + the lane's). */
-  readonly path: string;
+  readonly pool: TextPool;
+  /** Each deployment's path for this lane (its base URL's path + the lane's) and headers. */
+  readonly members: MemberRequests;
   readonly vendor: 'anthropic' | 'openai';
   /** Per model: the bytes that start the vendor's model field, and ours to put in its place. */
   readonly rewrites: ReadonlyMap<string, ModelRewrite>;
 }
 
 /** Said to whoever calls a closed lane, often someone who just ran `npm start`: what opens it. */
-export function closedLaneMessage(lane: TextLane, configured: boolean): string {
+export function closedLaneMessage(lane: Pick<TextLane, 'product' | 'lane'>, configured: boolean): string {
   return !configured
     ? `The ${lane.product} lane has no vendor configured on this deployment. An operator sets the vendor's base URL and key, then runs \`inkgate lane enable ${lane.lane}\`; \`npm run demo\` does both against local simulators.`
     : `The ${lane.product} lane is not enabled on this deployment. An operator opens it with \`inkgate lane enable ${lane.lane}\`; \`npm run demo\` runs every lane against local simulators.`;
@@ -303,7 +333,15 @@ export function createTextHandler(lane: TextLane, d: TextProxyDeps): (ctx: HttpC
   }
   const closedMessage = closedLaneMessage(lane, upstream !== undefined);
   const env: ProxyEnv | undefined = upstream
-    ? { lane, services, ledger, upstream, path: upstream.basePath + lane.vendorPath, vendor: lane.lane === 'messages' ? 'anthropic' : 'openai', rewrites }
+    ? {
+        lane,
+        services,
+        ledger,
+        pool: upstream,
+        members: memberRequests(upstream, lane, lane.vendorPath),
+        vendor: lane.lane === 'messages' ? 'anthropic' : 'openai',
+        rewrites,
+      }
     : undefined;
 
   return async (ctx) => {
@@ -325,42 +363,84 @@ export function createTextHandler(lane: TextLane, d: TextProxyDeps): (ctx: HttpC
     if (auth.expiresAtMs !== null && auth.expiresAtMs <= Date.now()) throw new ApiError('invalid_api_key', { message: 'The API key has expired.' });
     await answeredByFailStop(
       services,
-      ledger.reserve({ requestId, accountId: auth.accountId, keyId: auth.keyId, product: lane.product, model: req.model.id, holdInk: req.holdInk }),
+      within(
+        ctx.trace?.step('reserve'),
+        ledger.reserve({ requestId, accountId: auth.accountId, keyId: auth.keyId, product: lane.product, model: req.model.id, holdInk: req.holdInk }),
+      ),
     );
     ctx.keyConfirmed = true;
     services.metrics?.inkHeld(lane.product, req.model.id, req.holdInk);
+    ctx.trace?.held(req.holdInk);
 
-    const res = await answeredByFailStop(services, dispatch(env, ctx, req));
-    if (res.statusCode !== 200) return answeredByFailStop(services, refuseVendorStatus(env, ctx, res));
-    const rw = rewrites.get(req.model.id)!;
-    if (req.stream) return streamThrough(env, ctx, req, res, rw, startedMs, frame);
-    return answeredByFailStop(services, answerBody(env, ctx, req, res));
+    const { res, member } = await answeredByFailStop(services, dispatch(env, ctx, req));
+    try {
+      if (res.statusCode !== 200) return await answeredByFailStop(services, refuseVendorStatus(env, ctx, res));
+      const rw = rewrites.get(req.model.id)!;
+      if (req.stream) return await streamThrough(env, ctx, req, res, rw, startedMs, frame);
+      return await answeredByFailStop(services, answerBody(env, ctx, req, res));
+    } finally {
+      env.pool.end(member); // in flight until the answer is read: a slow deployment keeps its count
+    }
   };
 }
 
-/** Sends the request to the vendor; a failure to send releases the hold, one after sending keeps it. */
-async function dispatch(env: ProxyEnv, r: RequestScope, req: ParsedTextRequest): Promise<Dispatcher.ResponseData> {
-  const { lane, services, ledger, upstream } = env;
-  const cfg = services.config;
-  try {
-    return await upstream.pool.request({
-      path: env.path,
+/**
+ * The request's tries across the vendor's deployments (vendors/pool/try-loop.ts): a try moves to
+ * another only where the vendor certainly did not start work. One hold, one request id cover
+ * every try; the deadline is the one a single try had.
+ */
+function sendTries(env: ProxyEnv, r: RequestScope, req: ParsedTextRequest): Promise<TryResult> {
+  const up = env.services.config.upstream;
+  // A non-streaming answer's headers come only when the whole reply is written: a large
+  // reply takes minutes (the official SDKs wait 10). A stream's headers come at once.
+  const deadlineMs = performance.now() + (req.stream ? up.headersTimeoutMs : up.nonStreamTimeoutMs);
+  const { paths, headers } = env.members;
+  // Traced: one vendor span covers every try, and its traceparent goes with each (the span records no header).
+  const traced = r.trace?.vendorCall({ system: env.vendor, model: req.model.vendorModel, maxTokens: req.maxTokens, stream: req.stream }, {});
+  const extra = traced === undefined ? req.extraHeaders : { ...req.extraHeaders, ...traced };
+  return tryDeployments(env.pool, { maxTries: up.maxTries, deadlineMs }, (m, leftMs) =>
+    m.client.pool.request({
+      path: paths[m.index]!,
       method: 'POST',
-      headers: req.extraHeaders ? { ...lane.vendorHeaders, ...req.extraHeaders } : lane.vendorHeaders,
+      headers: extra ? { ...headers[m.index], ...extra } : headers[m.index],
       body: req.vendorBody,
-      // A non-streaming answer's headers come only when the whole reply is written: a large
-      // reply takes minutes (the official SDKs wait 10). A stream's headers come at once.
-      headersTimeout: req.stream ? cfg.upstream.headersTimeoutMs : cfg.upstream.nonStreamTimeoutMs,
+      headersTimeout: Math.max(1, Math.ceil(leftMs)),
+    }),
+  );
+}
+
+/**
+ * Sends the request to the vendor (its deployments in turn where allowed); a failure to send
+ * releases the hold, one after sending keeps it. Every deployment down: 503 with the soonest
+ * reopening as Retry-After, the hold released.
+ */
+async function dispatch(env: ProxyEnv, r: HttpContext, req: ParsedTextRequest): Promise<{ res: Dispatcher.ResponseData; member: number }> {
+  const { services, ledger } = env;
+  const tried = await sendTries(env, r, req);
+  r.tries = tried.tries;
+  if (tried.member >= 0) r.vendorDeployment = env.pool.members[tried.member]!.name;
+  if (tried.kind === 'answer') return tried;
+  r.trace?.vendorDone(undefined, undefined, tried.kind === 'none' ? new Error('every deployment unavailable') : tried.error);
+  if (tried.kind === 'none') {
+    await moveOrLog(
+      services,
+      r,
+      'release',
+      within(r.trace?.step('release'), ledger.release(r.requestId, 'every vendor deployment unavailable before the request was sent')),
+    );
+    throw new ApiError('provider_unavailable', {
+      message: 'Every deployment of the vendor is cooling down or refused the request before starting it; nothing was charged.',
+      retryAfterS: tried.retryAfterS,
     });
-  } catch (e) {
-    services.metrics?.upstreamError(env.vendor, neverSent(e) ? 'connect' : isTimeout(e) ? 'timeout' : 'dispatch');
-    if (neverSent(e)) {
-      await moveOrLog(services, r, 'release', ledger.release(r.requestId, 'vendor unreachable before the request was sent'));
-      throw new ApiError('provider_unavailable', { message: 'The vendor is unreachable.', retryAfterS: 30, cause: e });
-    }
-    await holdOpen(services, ledger, r, { reason: `dispatch failed: ${(e as Error).message.slice(0, 200)}` });
-    throw new ApiError('provider_error', { message: 'The vendor failed after the request was sent; the hold is kept until reconciled.', cause: e });
   }
+  const e = tried.error;
+  services.metrics?.upstreamError(env.vendor, neverSent(e) ? 'connect' : isTimeout(e) ? 'timeout' : 'dispatch');
+  if (neverSent(e)) {
+    await moveOrLog(services, r, 'release', within(r.trace?.step('release'), ledger.release(r.requestId, 'vendor unreachable before the request was sent')));
+    throw new ApiError('provider_unavailable', { message: 'The vendor is unreachable.', retryAfterS: 30, cause: e });
+  }
+  await holdOpen(services, ledger, r, { reason: `dispatch failed: ${(e as Error).message.slice(0, 200)}` });
+  throw new ApiError('provider_error', { message: 'The vendor failed after the request was sent; the hold is kept until reconciled.', cause: e });
 }
 
 /** A vendor answer other than 200: release or keep the hold as the status says, then throw the mapped error. */
@@ -372,9 +452,10 @@ async function refuseVendorStatus(env: ProxyEnv, r: RequestScope, res: Dispatche
   } catch {
     /* the status decides; the message is best effort */
   }
+  r.trace?.vendorDone(res.statusCode, undefined);
   services.metrics?.upstreamError(env.vendor, res.statusCode === 429 ? 'rate_limited' : res.statusCode < 500 ? 'status_4xx' : 'status_5xx');
   const mapped = mapVendorStatus(res.statusCode, text, res.headers, env.lane.promptParam);
-  if (mapped.release) await moveOrLog(services, r, 'release', ledger.release(r.requestId, `vendor ${res.statusCode}`));
+  if (mapped.release) await moveOrLog(services, r, 'release', within(r.trace?.step('release'), ledger.release(r.requestId, `vendor ${res.statusCode}`)));
   else await holdOpen(services, ledger, r, { vendorRequestId: storableId(headerValue(res.headers, VENDOR_ID_HEADERS)), reason: `vendor ${res.statusCode}` });
   throw mapped.error;
 }
@@ -387,7 +468,9 @@ async function answerBody(env: ProxyEnv, ctx: HttpContext, req: ParsedTextReques
   try {
     const buf = await readBounded(res.body, MAX_VENDOR_BODY_BYTES, services.config.upstream.streamTotalMs);
     result = lane.finishBody(JSON.parse(buf.toString('utf8')), req);
+    ctx.trace?.vendorDone(200, { usage: result.usage, finishReason: result.finishReason });
   } catch (e) {
+    ctx.trace?.vendorDone(200, undefined, e);
     services.metrics?.upstreamError(env.vendor, 'body');
     await holdOpen(services, ledger, ctx, {
       vendorRequestId: storableId(headerValue(res.headers, VENDOR_ID_HEADERS)),
@@ -401,10 +484,14 @@ async function answerBody(env: ProxyEnv, ctx: HttpContext, req: ParsedTextReques
   }
   const headers: Array<[string, string]> = [['X-Service-Request-Id', requestId]];
   try {
-    const s = await ledger.settle(requestId, result.chargeInk, { usage: result.usage, vendorRequestId: storableId(result.vendorRequestId) });
+    const s = await within(
+      ctx.trace?.step('settle'),
+      ledger.settle(requestId, result.chargeInk, { usage: result.usage, vendorRequestId: storableId(result.vendorRequestId) }),
+    );
     if (s.resolved) {
       headers.unshift(['X-Service-Ink-Charged', String(s.chargedInk)]);
       services.metrics?.inkCharged(lane.product, req.model.id, s.chargedInk);
+      ctx.trace?.charged(s.chargedInk);
     }
   } catch (e) {
     // The vendor ran and we hold the answer: deliver it. The hold stays open for reconciliation.
@@ -423,6 +510,7 @@ interface StreamRun {
   vendorIdRecorded: boolean;
   /** False once the lane's cap stopped the stream. */
   relaying: boolean;
+  /** The terminal event was written and the context told (once). */
 }
 
 async function streamThrough(
@@ -440,6 +528,7 @@ async function streamThrough(
   await pumpStream(env, ctx, res.body, rw, tally, run, startedMs);
   tally.end();
   const failure = run.failure;
+  ctx.trace?.vendorDone(200, { usage: tally.usage(), finishReason: tally.finishReason?.() }, failure);
   if (failure) env.services.metrics?.upstreamError(env.vendor, /time/.test(failure.message) ? 'timeout' : 'stream');
   let last: string;
   try {
@@ -540,6 +629,7 @@ function createRelay(
     if (run.firstByte) {
       run.firstByte = false;
       services.metrics?.firstToken(lane.lane, (performance.now() - startedMs) / 1000);
+      ctx.trace?.firstToken();
     }
     // A client that went away is not written to, but the vendor is read to its receipt.
     if (!ctx.aborted && !ctx.write(out) && !run.waiting) {
@@ -547,6 +637,8 @@ function createRelay(
       body.pause();
       void ctx.waitWritable().then(resume);
     }
+    // Said on every chunk from the receipt on (the few after it): marking it is idempotent.
+    if (tally.sawTerminal === true) ctx.receiptRelayed();
     return true;
   };
 }
@@ -583,9 +675,12 @@ async function settleStream(
   const usage = tally.usage();
   const vendorId = storableId(tally.vendorRequestId());
   try {
-    const s = await ledger.settle(requestId, charge, { usage, vendorRequestId: vendorId });
+    const s = await within(r.trace?.step('settle'), ledger.settle(requestId, charge, { usage, vendorRequestId: vendorId }));
     charged = s.resolved ? s.chargedInk : undefined;
-    if (charged !== undefined) services.metrics?.inkCharged(lane.product, req.model.id, charged);
+    if (charged !== undefined) {
+      services.metrics?.inkCharged(lane.product, req.model.id, charged);
+      r.trace?.charged(charged);
+    }
   } catch (e) {
     await settleFailed(services, ledger, r, charge, usage, vendorId, e);
   }

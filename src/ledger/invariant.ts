@@ -144,7 +144,20 @@ const CHECKS: ReadonlyArray<readonly [rule: string, sql: string]> = [
          OR (j.request_id IS NOT NULL AND (r.id IS NULL OR r.account_id <> j.account_id OR r.key_id <> j.key_id))
          OR (j.lease_id IS NOT NULL AND j.kind <> 'late_charge' AND (l.id IS NULL OR l.account_id <> j.account_id OR l.key_id <> j.key_id))`,
   ],
-  ['a request spends its own account through its own key', `SELECT r.id FROM requests r JOIN api_keys k ON k.id = r.key_id WHERE k.account_id <> r.account_id`],
+  // `requests` has no foreign key to api_keys (the flush checks each record against its lease
+  // instead): a request whose key is missing, or is a key of another account, is found here.
+  [
+    'a request spends its own account through its own key, which exists',
+    `SELECT r.id, r.account_id, r.key_id, k.account_id AS key_account FROM requests r
+       LEFT JOIN api_keys k ON k.id = r.key_id
+      WHERE k.id IS NULL OR k.account_id <> r.account_id`,
+  ],
+  [
+    "a request written from a lease names a lease that exists, and has the lease's account and key",
+    `SELECT r.id, r.lease_id, r.account_id, r.key_id, l.account_id AS lease_account, l.key_id AS lease_key FROM requests r
+       LEFT JOIN leases l ON l.id = r.lease_id
+      WHERE r.lease_id IS NOT NULL AND (l.id IS NULL OR l.account_id <> r.account_id OR l.key_id <> r.key_id)`,
+  ],
 ];
 
 export interface Violation {

@@ -22,13 +22,17 @@ export function abandonReserve(m: MoveContext, bg: BackgroundRetries, input: Res
 }
 
 export async function voidReservation(m: MoveContext, input: ReserveInput, now: () => Date): Promise<VoidOutcome> {
-  try {
-    const r = await m.pool.query(SQL.VOID_REQUEST, [input.requestId, input.accountId, input.keyId, input.product, input.model, 'reserve_abandoned', now()]);
-    if (r.rowCount === 1) return 'voided';
-  } catch (e) {
-    if ((e as { code?: unknown }).code === '23503') return 'no_account'; // unknown account/key: nothing could be held
-    throw e;
-  }
+  const r = await m.pool.query<{ key_known: boolean; voided: boolean }>(SQL.VOID_REQUEST, [
+    input.requestId,
+    input.accountId,
+    input.keyId,
+    input.product,
+    input.model,
+    'reserve_abandoned',
+    now(),
+  ]);
+  if (!r.rows[0]!.key_known) return 'no_account'; // unknown account/key: nothing could be held
+  if (r.rows[0]!.voided) return 'voided';
   const [row] = await runResolve(m, [{ id: input.requestId, kind: 'release', chargeInk: 0, usage: null, vendorRequestId: null, reason: 'reserve_abandoned' }]);
   if (row instanceof Error) throw row;
   return row!.result === 'ok' ? 'released' : 'already_resolved';

@@ -1,7 +1,10 @@
-// The ledger's SQL, one constant per statement. Holds move only through four functions:
-// ledger_reserve / ledger_resolve for batches and ledger_reserve_one / ledger_resolve_one for a
-// lone move. Each function's current definition is its own file in src/store/functions/ (e.g.
-// ledger_reserve.sql), applied by migrate when it changes. Credits move through the single
+// The ledger's SQL, one constant per statement. Wallets, holds and leases move only through the
+// SQL functions in src/store/functions/ (one file each, applied by migrate when it changes): durable
+// holds through ledger_reserve / ledger_resolve (batches) and ledger_reserve_one /
+// ledger_resolve_one (a lone move); escrow leases through ledger_lease_take, ledger_lease_return,
+// ledger_recall and ledger_lease_recover; leased requests' records through ledger_flush (the
+// journal written behind, src/ledger/write-behind.ts); ledger_instance_start and ledger_heartbeat
+// mark the instances that own leases. Credits move through the single
 // statements and the short transaction below. Each writes its journal rows in the same
 // transaction as the balances.
 import { recallNotifySql } from './recalls.js';
@@ -17,12 +20,18 @@ export const RESOLVE = `SELECT item, result, charged_total_ink, released_total_i
 /**
  * The tombstone for a reservation whose outcome the caller could not learn (the statement timed
  * out or the connection dropped mid-flight): it claims the id so a reserve still running on the
- * server finds it taken and takes nothing. No row: the reserve got there first (then we release it).
+ * server finds it taken and takes nothing. Not voided: the reserve got there first (then we release
+ * it). Written only for a key of the account (`requests` has no foreign key to api_keys; a reserve
+ * for any other pair could not have held anything): `key_known` false says so.
  */
-export const VOID_REQUEST = `INSERT INTO requests (id, account_id, key_id, product, model, hold_state, status,
-    hold_ink, hold_grant_ink, hold_payg_ink, grant_period, reason, created_at, resolved_at)
-  VALUES ($1, $2, $3, $4, $5, 'void', 'void', 0, 0, 0, 0, $6, $7, $7)
-  ON CONFLICT (id) DO NOTHING`;
+export const VOID_REQUEST = `WITH k AS (SELECT 1 FROM api_keys WHERE id = $3::text AND account_id = $2::text),
+  ins AS (
+    INSERT INTO requests (id, account_id, key_id, product, model, hold_state, status,
+                          hold_ink, hold_grant_ink, hold_payg_ink, grant_period, reason, created_at, resolved_at)
+    SELECT $1::text, $2::text, $3::text, $4::text, $5::text, 'void', 'void', 0, 0, 0, 0, $6::text, $7::timestamptz, $7::timestamptz FROM k
+    ON CONFLICT (id) DO NOTHING
+    RETURNING 1)
+  SELECT EXISTS (SELECT 1 FROM k) AS key_known, EXISTS (SELECT 1 FROM ins) AS voided`;
 
 export const MARK_USAGE_UNKNOWN = `UPDATE requests
      SET status = 'usage_unknown', vendor_request_id = coalesce($2, vendor_request_id), reason = coalesce($3, reason)

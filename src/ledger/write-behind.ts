@@ -1,4 +1,4 @@
-// The write-behind journal: request records of leased holds, written to Postgres by group commit.
+// The write-behind journal: request records of leased holds, written to Postgres by the journal flush (every `flushMs`; "group commit" names only store/group-commit.ts).
 //
 // A record joins the queue when its request starts (the hold came out of a lease), again when it
 // ends (settle, release, usage unknown) or learns its vendor id, unless it is already waiting.
@@ -178,6 +178,8 @@ export class WriteBehind {
   readonly stats = { flushes: 0, records: 0, failures: 0, late: 0, violations: 0 };
   /** Told each committed flush's duration (the metrics' flush histogram). */
   onFlushed: ((seconds: number, records: number) => void) | undefined;
+  /** Told each flush as it starts (its trace span, tracing/); the function it returns is told how it ended. */
+  onFlushStarted: ((batch: readonly JournalRecord[]) => ((error?: unknown) => void) | undefined) | undefined;
 
   constructor(
     private readonly pool: Pool,
@@ -284,6 +286,7 @@ export class WriteBehind {
     const durable = anyUnknown || !this.o.asyncCommit;
     let results: Array<'ok' | 'late' | 'deferred'>;
     const startedMs = performance.now();
+    const traced = this.onFlushStarted?.(batch);
     try {
       const res = await this.pool.query<{ item: number; result: FlushResult }>({
         name: durable ? 'ledger_flush' : 'ledger_flush_async_commit',
@@ -312,6 +315,7 @@ export class WriteBehind {
       });
       results = resultsByItem(res.rows, n);
     } catch (e) {
+      traced?.(e);
       const violation = flushViolation(e, batch);
       if (violation) return this.refuse(batch, violation);
       this.failures++;
@@ -323,6 +327,7 @@ export class WriteBehind {
       this.queue = again.concat(this.queue);
       return;
     }
+    traced?.();
     this.failures = 0;
     this.stats.flushes++;
     this.stats.records += n;

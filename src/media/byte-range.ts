@@ -19,20 +19,43 @@ export interface ByteRange {
 
 /** Longer Range headers are ignored (a real one is ~30 characters). */
 const MAX_RANGE_HEADER_CHARS = 200;
-// 15 digits stay inside Number.MAX_SAFE_INTEGER; bigger positions are not a range we can serve.
-const SINGLE_RE = /^bytes[ \t]*=[ \t]*(\d{0,15})[ \t]*-[ \t]*(\d{0,15})[ \t]*$/i;
+// Digits of any length (the header's cap bounds them): a position past Number.MAX_SAFE_INTEGER is
+// read exactly as "past the end of any object" (clampPosition), never rounded into a nearby number.
+const SINGLE_RE = /^bytes[ \t]*=[ \t]*(\d*)[ \t]*-[ \t]*(\d*)[ \t]*$/i;
+const MAX_SAFE_DIGITS = String(Number.MAX_SAFE_INTEGER).length;
 
-/** The one range a Range header asks for, or undefined: absent, unreadable, or several (all mean "send the whole"). */
+/**
+ * A position's digits as a number, exact up to Number.MAX_SAFE_INTEGER; anything larger is that
+ * bound, which lies past the end of every object a store holds (a first byte there is
+ * unsatisfiable, a last byte there is the object's end, a suffix that long is the whole object).
+ */
+export function clampPosition(digits: string): number {
+  const trimmed = digits.replace(/^0+(?=\d)/, '');
+  if (trimmed.length > MAX_SAFE_DIGITS) return Number.MAX_SAFE_INTEGER;
+  return Math.min(Number(trimmed), Number.MAX_SAFE_INTEGER);
+}
+
+/** a < b for two digit strings of any length, compared exactly (no conversion to a number). */
+function digitsLess(a: string, b: string): boolean {
+  const x = a.replace(/^0+(?=\d)/, '');
+  const y = b.replace(/^0+(?=\d)/, '');
+  return x.length !== y.length ? x.length < y.length : x < y;
+}
+
+/**
+ * The one range a Range header asks for, or undefined: absent, unreadable, backwards (`bytes=9-0`),
+ * or several (all mean "send the whole", RFC 9110 14.2). Positions of any size are read exactly:
+ * see clampPosition.
+ */
 export function parseRange(header: string | undefined): RangeSpec | undefined {
   if (header === undefined || header.length > MAX_RANGE_HEADER_CHARS) return undefined;
   const m = SINGLE_RE.exec(header);
   if (m === null) return undefined;
   const [first, last] = [m[1]!, m[2]!];
-  if (first === '') return last === '' ? undefined : { suffix: Number(last) };
-  const start = Number(first);
+  if (first === '') return last === '' ? undefined : { suffix: clampPosition(last) };
+  const start = clampPosition(first);
   if (last === '') return { start };
-  const end = Number(last);
-  return end < start ? undefined : { start, end };
+  return digitsLess(last, first) ? undefined : { start, end: clampPosition(last) };
 }
 
 /** The bytes `spec` selects in an object of `sizeBytes`, or 'unsatisfiable' (answered 416). */

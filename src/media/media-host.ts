@@ -157,15 +157,20 @@ export function strongMatch(header: string, etag: string): boolean {
   return !v.startsWith('W/') && !etag.startsWith('W/') && v === etag;
 }
 
-/** What writeMediaResponse needs from a transport (uWS: cork/writeStatus/writeHeader/write/onWritable/end). */
+/** What writeMediaResponse needs from a transport (the server adapts its HttpContext to it). */
 export interface MediaSink {
-  /** Status and headers; called once, before any body. */
-  head(status: number, headers: Headers): void;
+  /** Status and headers of a body of exactly `sizeBytes`, sent as its Content-Length; called once, before any body. */
+  head(status: number, headers: Headers, sizeBytes: number): void;
   /** Returns false when the transport is full; `drained` is then awaited before the next chunk. */
   write(chunk: Buffer): boolean;
   /** Resolves when writable again, and also when the client goes away (never hangs). */
   drained(): Promise<void>;
-  end(body?: string): void;
+  /** Ends a body whose `sizeBytes` were all written. */
+  end(): void;
+  /** Closes the connection mid-body: the store gave other than the declared bytes, so no clean end is possible. */
+  cut(): void;
+  /** A complete JSON answer (an error), with its Content-Length; for HEAD the length without the body. */
+  json(status: number, headers: Headers, body: string): void;
   /** Ends a HEAD answer: status, headers and the size of the body a GET would send, no body. */
   endHead(status: number, headers: Headers, sizeBytes: number): void;
   /** True for HEAD: the answer is sent without its body. */
@@ -174,29 +179,32 @@ export interface MediaSink {
   readonly aborted: boolean;
 }
 
-/** Sends a MediaResponse: JSON for errors, no body for 304, the stream with backpressure for 200 and 206. */
+/**
+ * Sends a MediaResponse, every one with a fixed length (never chunked): JSON for errors, no body
+ * for 302 and 304, the stream with backpressure for 200 and 206, declared by its size. A stream
+ * that gives more or fewer bytes than declared is cut, so the client sees the body incomplete.
+ */
 export async function writeMediaResponse(r: MediaResponse, sink: MediaSink): Promise<void> {
   if (r.status === 304) return sink.endHead(304, r.headers, r.sizeBytes);
   if (r.status === 302) return sink.endHead(302, r.headers, 0);
-  if (!('stream' in r)) {
-    const body = JSON.stringify(r.body);
-    if (sink.headOnly) return sink.endHead(r.status, r.headers, Buffer.byteLength(body));
-    sink.head(r.status, r.headers);
-    sink.end(body);
-    return;
-  }
+  if (!('stream' in r)) return sink.json(r.status, r.headers, JSON.stringify(r.body));
   if (sink.headOnly) {
     r.stream.destroy();
     sink.endHead(r.status, r.headers, r.sizeBytes);
     return;
   }
-  sink.head(r.status, r.headers);
+  sink.head(r.status, r.headers, r.sizeBytes);
+  let sentBytes = 0;
   try {
     for await (const chunk of r.stream as AsyncIterable<Buffer>) {
       if (sink.aborted) return;
+      sentBytes += chunk.length;
+      if (sentBytes > r.sizeBytes) break;
       if (!sink.write(chunk)) await sink.drained();
     }
-    if (!sink.aborted) sink.end();
+    if (sink.aborted) return;
+    if (sentBytes === r.sizeBytes) sink.end();
+    else sink.cut();
   } finally {
     r.stream.destroy();
   }

@@ -1,12 +1,13 @@
-// Where generation results live. The interface is what the job engine and the media host use;
+// Where generation results live. The interface is what the job runner and the media host use;
 // FsMediaStore is the local-filesystem default (an S3-compatible store implements the same three
 // calls: s3-media-store.ts). Writes go to a temp file that is fsynced and renamed into place, so a
 // crash or a failed source stream never leaves a half file under the final name. The content type
 // and a SHA-256 of the bytes (computed while writing: the strong ETag) travel inside the file as a
 // short header, so the data, its type and its validator appear in one atomic rename.
 import { createHash, randomUUID } from 'node:crypto';
-import { mkdir, open, readdir, rename, rm, stat, type FileHandle } from 'node:fs/promises';
-import { dirname, join } from 'node:path';
+import { constants } from 'node:fs';
+import { access, mkdir, open, readdir, rename, rm, stat, type FileHandle } from 'node:fs/promises';
+import { dirname, join, resolve } from 'node:path';
 import { Readable } from 'node:stream';
 import { resolveRange, type ByteRange, type RangeSpec } from './byte-range.js';
 
@@ -42,11 +43,16 @@ export interface MediaStore {
    * `contentDisposition`; undefined when there is no object under `key`.
    */
   presignedGet?(key: string, expiresInS: number, contentDisposition: string): Promise<string | undefined>;
-  /** Readiness probe of a remote store (rejects when it cannot serve); absent for a local one. */
+  /** Where results are kept, as /readyz names it: a directory of files, or an S3 bucket. */
+  readonly location: MediaLocation;
+  /** Readiness probe (rejects when it cannot serve): the bucket answers, or the directory is writable. */
   check?(): Promise<void>;
   /** Releases connections; absent when there is nothing to release. */
   close?(): Promise<void>;
 }
+
+/** A media store's place: files under `dir`, or objects under `prefix` in an S3 `bucket`. */
+export type MediaLocation = { readonly kind: 'files'; readonly dir: string } | { readonly kind: 's3'; readonly bucket: string; readonly prefix: string };
 
 export const MAX_MEDIA_KEY_CHARS = 256;
 // Segments of [a-z0-9_.-], not starting with '.', so no '.', '..', hidden names or the temp dir.
@@ -142,10 +148,25 @@ export class FsMediaStore implements MediaStore {
   private readonly tempDir: string;
   private readonly maxObjectBytes: number;
 
+  readonly location: MediaLocation;
+
   constructor(rootDir: string, opts: FsMediaStoreOptions = {}) {
     this.rootDir = rootDir;
+    this.location = { kind: 'files', dir: resolve(rootDir) };
     this.tempDir = join(rootDir, TEMP_DIR);
     this.maxObjectBytes = opts.maxObjectBytes ?? 2 * 1024 ** 3;
+  }
+
+  /** Readiness: results can be written here (the directory, or before the first result the nearest one above it). */
+  async check(): Promise<void> {
+    for (let dir = this.rootDir; ; dir = dirname(dir)) {
+      try {
+        await access(dir, constants.W_OK);
+        return;
+      } catch (e) {
+        if ((e as NodeJS.ErrnoException).code !== 'ENOENT' || dirname(dir) === dir) throw e;
+      }
+    }
   }
 
   private pathOf(key: string): string {

@@ -25,7 +25,16 @@ import { Agent as HttpAgent } from 'node:http';
 import { Agent as HttpsAgent } from 'node:https';
 import { Readable } from 'node:stream';
 import { parseContentRange, rangeHeader, resolveRange, type ByteRange, type RangeSpec } from './byte-range.js';
-import { checkContentType, emptyStream, InvalidMediaKeyError, isValidMediaKey, MediaTooLargeError, type MediaObject, type MediaStore } from './media-store.js';
+import {
+  checkContentType,
+  emptyStream,
+  InvalidMediaKeyError,
+  isValidMediaKey,
+  MediaTooLargeError,
+  type MediaLocation,
+  type MediaObject,
+  type MediaStore,
+} from './media-store.js';
 
 export interface S3MediaStoreOptions {
   readonly bucket: string;
@@ -83,8 +92,10 @@ function etagOf(etag: string | undefined, sizeBytes: number, lastModified: Date 
 export class S3MediaStore implements MediaStore {
   private readonly client: S3Client;
   private readonly where: string;
+  readonly location: MediaLocation;
 
   constructor(private readonly o: S3MediaStoreOptions) {
+    this.location = { kind: 's3', bucket: o.bucket, prefix: o.prefix };
     const agent = { keepAlive: true, maxSockets: o.maxSockets };
     this.client = new S3Client({
       region: o.region,

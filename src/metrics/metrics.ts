@@ -7,6 +7,8 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
 import { CounterCells, HistogramCells } from './cells.js';
 import { RequestMetrics } from './request-metrics.js';
 import { storeMetrics, type StoreFigures } from './store-metrics.js';
+import { registerPoolMetrics, type PoolFigures } from './vendor-pool-metrics.js';
+import { WebSocketMetrics } from './websocket-metrics.js';
 
 /** Seconds to a stream's first relayed byte. */
 const TTFT_BUCKETS_S = [0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 20, 60];
@@ -14,6 +16,8 @@ const FLUSH_BUCKETS_S = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5
 
 export type UpstreamErrorKind = 'connect' | 'dispatch' | 'rate_limited' | 'status_4xx' | 'status_5xx' | 'body' | 'stream' | 'timeout';
 export type LimitScope = 'key' | 'address';
+/** Why a failed authentication was refused without a store lookup. */
+export type AuthRefusalReason = 'over_budget' | 'negative_cache';
 
 /** What the metrics read from the escrow (ledger/escrow.ts) at scrape time; declared here so metrics import no ledger code. */
 export interface EscrowFigures {
@@ -44,11 +48,15 @@ export interface MetricsSources {
   store?: StoreFigures;
   /** Reads store-wide figures at most this often (ms). */
   storeScrapeMs?: number;
+  /** The vendor pools, per deployment (vendor-pool-metrics.ts). */
+  vendorPools?: () => readonly PoolFigures[];
 }
 
 export class GatewayMetrics {
   readonly registry = new Registry();
   readonly http = new RequestMetrics();
+  /** Responses over one WebSocket: sockets and turns (websocket-metrics.ts). */
+  readonly websockets = new WebSocketMetrics();
   private readonly ttft = new HistogramCells(
     'inkgate_time_to_first_token_seconds',
     'From the request line to the first streamed byte relayed to the client, by text lane.',
@@ -65,6 +73,11 @@ export class GatewayMetrics {
     'Requests refused 429 by the per-minute limit, by bucket scope (key or address).',
     ['scope'],
   );
+  private readonly authRefusals = new CounterCells(
+    'inkgate_auth_refusals_total',
+    'Failed authentications answered without a key lookup, by reason (over_budget: 429 for the address; negative_cache: 401 from memory).',
+    ['reason'],
+  );
   private readonly charged = new CounterCells(
     'inkgate_ink_charged_total',
     'Ink charged by settled requests (text, video, images) on this instance, by product and model.',
@@ -80,7 +93,9 @@ export class GatewayMetrics {
   constructor() {
     collectDefaultMetrics({ register: this.registry, eventLoopMonitoringPrecision: 20 });
     for (const m of this.http.promMetrics()) this.registry.registerMetric(m as unknown as Gauge);
-    for (const c of [this.ttft, this.upstreamErrors, this.refusals, this.charged, this.held]) this.registry.registerMetric(c.metric() as unknown as Gauge);
+    this.websockets.register(this.registry);
+    for (const c of [this.ttft, this.upstreamErrors, this.refusals, this.authRefusals, this.charged, this.held])
+      this.registry.registerMetric(c.metric() as unknown as Gauge);
     this.flush = new Histogram({
       name: 'inkgate_ledger_flush_duration_seconds',
       help: 'One committed group flush of the ledger journal.',
@@ -89,6 +104,7 @@ export class GatewayMetrics {
     });
     // Present from the first scrape, so a rate() over them has a starting point.
     for (const scope of ['key', 'address'] as const) this.refusals.inc(scope, '', 0);
+    for (const reason of ['over_budget', 'negative_cache'] as const) this.authRefusals.inc(reason, '', 0);
   }
 
   /** Reads the ledger's and the store's figures at scrape time. Called once, after the escrow started. */
@@ -140,6 +156,7 @@ export class GatewayMetrics {
       );
     }
     if (src.drift) this.attachDrift(src.drift);
+    if (src.vendorPools) registerPoolMetrics(this.registry, src.vendorPools);
     if (src.store) for (const m of storeMetrics(src.store, src.storeScrapeMs ?? 5000)) this.registry.registerMetric(m as unknown as Gauge);
   }
 
@@ -180,6 +197,11 @@ export class GatewayMetrics {
 
   rateLimited(scope: LimitScope): void {
     this.refusals.inc(scope);
+  }
+
+  /** A failed authentication refused without a key lookup. */
+  authRefused(reason: AuthRefusalReason): void {
+    this.authRefusals.inc(reason);
   }
 
   inkHeld(product: string, model: string, ink: number): void {

@@ -22,9 +22,27 @@ export interface CustomMetric {
 
 /** Seconds. From a cached 404 to a long completion stream. */
 export const DURATION_BUCKETS_S: readonly number[] = Object.freeze([0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300]);
-const STATUS_CLASSES = ['1xx', '2xx', '3xx', '4xx', '5xx'] as const;
-/** The route label of a request no route took (404, API closed, draining, media host). */
+/**
+ * `client_closed`: the client went away before its answer was complete (status 499 in the access
+ * log), counted apart so that no client can move the 5xx (or 4xx) rate by hanging up.
+ */
+const STATUS_CLASSES = ['1xx', '2xx', '3xx', '4xx', '5xx', 'client_closed'] as const;
+const CLIENT_CLOSED_CLASS = 5;
+/** The status the server gives a client that left early (http-context.ts CLIENT_CLOSED_STATUS). */
+const CLIENT_CLOSED_STATUS = 499;
+/** The route label of a request no route took (404, API closed, draining). */
 export const UNMATCHED_ROUTE = 'unmatched';
+/** The route label of a request refused for its HTTP framing before any route (server.ts FRAMING_ROUTE). */
+const FRAMING_ROUTE = 'framing';
+/** Methods kept as a label on the console and media routes; any other is `other` (labels stay bounded). */
+const NAMED_METHODS = new Set(['GET', 'HEAD', 'POST']);
+
+/** The method label: `any` where the method may be anything a client sent, else the method (bounded). */
+function methodLabel(method: string, route: string): string {
+  if (route === UNMATCHED_ROUTE || route === FRAMING_ROUTE) return 'any';
+  if (route.charCodeAt(0) === 0x2f) return method; // a route template: its own method
+  return NAMED_METHODS.has(method) ? method : 'other';
+}
 
 interface Cell {
   readonly labels: Readonly<{ route: string; method: string; status_class: string }>;
@@ -40,18 +58,19 @@ export class RequestMetrics {
 
   /** One finished request. `routeKey` is the route's method and template, never the raw path. */
   observe(method: string, route: string, status: number, seconds: number): void {
-    const key = route === UNMATCHED_ROUTE ? route : method + ' ' + route;
+    const label = methodLabel(method, route);
+    const key = label + ' ' + route;
     let row = this.byRoute.get(key);
     if (row === undefined) {
       row = new Array<Cell | undefined>(STATUS_CLASSES.length).fill(undefined);
       this.byRoute.set(key, row);
     }
-    let cls = Math.floor(status / 100) - 1;
-    if (cls < 0 || cls > 4) cls = 4; // a request that never got a status counts as a server failure
+    let cls = status === CLIENT_CLOSED_STATUS ? CLIENT_CLOSED_CLASS : Math.floor(status / 100) - 1;
+    if (cls < 0 || cls > CLIENT_CLOSED_CLASS) cls = 4; // a request that never got a status counts as a server failure
     let cell = row[cls];
     if (cell === undefined) {
       cell = {
-        labels: Object.freeze({ route, method: route === UNMATCHED_ROUTE ? 'any' : method, status_class: STATUS_CLASSES[cls]! }),
+        labels: Object.freeze({ route, method: label, status_class: STATUS_CLASSES[cls]! }),
         buckets: new Float64Array(this.bounds.length),
         count: 0,
         sum: 0,

@@ -1,7 +1,10 @@
 // /readyz: may a balancer send this instance requests? Yes when Postgres answers within the bound
 // and has every migration this build knows, Redis (when configured) answers within the bound, the
-// S3 media store (when configured) answers for its bucket within the bound, and the instance is not draining. Draining is checked first and needs no store: on SIGTERM the
-// answer turns 503 at once, so the balancer stops sending before the public port stops admitting.
+// media store answers within the bound (the S3 bucket to these credentials, or the results directory
+// is writable), and the instance is not draining. Draining is checked first and needs no store: on
+// SIGTERM the answer turns 503 at once, so the balancer stops sending before the public port stops
+// admitting. The answer names the media store in use (`mediaStoreIn`).
+import type { MediaLocation } from '../media/media-store.js';
 import type { Queryable } from '../store/pool.js';
 
 export interface ReadinessDeps {
@@ -10,9 +13,21 @@ export interface ReadinessDeps {
   readonly latestMigration: number;
   /** Asks Redis something when it is configured; undefined: no Redis. Rejects when it cannot answer. */
   readonly redis: (() => Promise<unknown>) | undefined;
-  /** Probes a remote media store (S3); undefined: results are local files, nothing to probe. */
+  /** Probes the media store (rejects when it cannot serve). */
   readonly mediaStore?: (() => Promise<unknown>) | undefined;
+  /** Which media store that is: a directory of files, or an S3 bucket. */
+  readonly mediaStoreIn: MediaLocation;
   readonly timeoutMs: number;
+  /** Each vendor's deployments and their states on this instance (shown, never a reason to fail). */
+  readonly vendors?: () => Readonly<Record<string, readonly DeploymentView[]>>;
+}
+
+/** One vendor deployment as /readyz lists it. */
+export interface DeploymentView {
+  readonly name: string;
+  readonly state: string;
+  readonly inFlight: number;
+  readonly reopensInS: number;
 }
 
 export type CheckResult = 'ok' | 'timeout' | 'failed' | 'behind' | 'not configured';
@@ -23,8 +38,15 @@ export interface Readiness {
   readonly postgres: CheckResult;
   readonly migrations: CheckResult;
   readonly redis: CheckResult;
-  /** The S3 media store: its bucket answers to these credentials ('not configured' for local files). */
+  /** The media store: its S3 bucket answers to these credentials, or its directory is writable. */
   readonly mediaStore: CheckResult;
+  /** The media store in use: `{kind: 'files', dir}` or `{kind: 's3', bucket, prefix}`. */
+  readonly mediaStoreIn: MediaLocation;
+  /**
+   * Each vendor's deployments: ready, half_open or cooling. Informational: a vendor cooling down is
+   * the same vendor for every instance, so failing readiness for it would only empty the balancer.
+   */
+  readonly vendors: Readonly<Record<string, ReadonlyArray<{ name: string; state: string; in_flight: number; reopens_in_s: number }>>>;
 }
 
 const TIMEOUT = Symbol('timeout');
@@ -55,7 +77,15 @@ export class ReadinessCheck {
     const [pg, redis, mediaStore] = await Promise.all([this.postgres(), this.probe(this.d.redis), this.probe(this.d.mediaStore)]);
     const usable = (c: CheckResult) => c === 'ok' || c === 'not configured';
     const ready = !draining && pg.postgres === 'ok' && pg.migrations === 'ok' && usable(redis) && usable(mediaStore);
-    return { ready, draining, postgres: pg.postgres, migrations: pg.migrations, redis, mediaStore };
+    return { ready, draining, postgres: pg.postgres, migrations: pg.migrations, redis, mediaStore, mediaStoreIn: this.d.mediaStoreIn, vendors: this.vendors() };
+  }
+
+  private vendors(): Readiness['vendors'] {
+    const out: Record<string, Readiness['vendors'][string]> = {};
+    for (const [vendor, list] of Object.entries(this.d.vendors?.() ?? {})) {
+      out[vendor] = list.map((m) => ({ name: m.name, state: m.state, in_flight: m.inFlight, reopens_in_s: m.reopensInS }));
+    }
+    return out;
   }
 
   private async postgres(): Promise<{ postgres: CheckResult; migrations: CheckResult }> {

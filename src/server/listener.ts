@@ -12,6 +12,8 @@ export interface EngineOptions {
   readonly headersTimeoutMs: number;
   readonly requestTimeoutMs: number;
   readonly maxHeaderBytes: number;
+  /** A WebSocket message above this closes its socket (1009); absent: 16 MiB. */
+  readonly maxWebSocketMessageBytes?: number;
 }
 
 export type OnRequest = (ctx: HttpContext) => void;

@@ -4,11 +4,9 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { ApiError } from '../errors.js';
 import type { BodyCollector } from './body-collector.js';
 import { HttpContext, MAX_HEADER_FIELDS, type HeaderList, type RequestSnapshot } from './http-context.js';
+import { closeWhenFlushed, unmapped } from './socket-context.js';
 
 const EMPTY = Buffer.alloc(0);
-
-/** `::ffff:1.2.3.4` (a dual-stack listener's IPv4 caller) as `1.2.3.4`, as uWS names it. */
-export const unmapped = (a: string): string => (a.startsWith('::ffff:') && a.includes('.') ? a.slice(7) : a);
 
 /** The path and query of a target: origin-form as sent, absolute-form (RFC 9112 3.2.2) reduced to its path. */
 function splitTarget(url: string): { path: string; query: string } | undefined {
@@ -25,19 +23,27 @@ function splitTarget(url: string): { path: string; query: string } | undefined {
 
 /** Why node's request cannot be served at all, or undefined. */
 function engineRefusal(req: IncomingMessage, headers: Record<string, string>, fields: number): ApiError | undefined {
+  // node's parser takes HTTP/0.9 (a request line without a version) and HTTP/2.0 request lines.
+  if (req.httpVersionMajor !== 1 || req.httpVersionMinor > 1) return new ApiError('http_version_not_supported');
+  const coding = headers['transfer-encoding'];
+  // node decodes chunked and passes any other coding through undecoded: refused rather than misread.
+  if (coding !== undefined && coding.trim().toLowerCase() !== 'chunked')
+    return new ApiError('unsupported_media_type', { message: 'The gateway decodes no Transfer-Encoding but chunked.', param: 'Transfer-Encoding' });
   if (fields > MAX_HEADER_FIELDS) return new ApiError('too_many_headers', { message: `A request may carry at most ${MAX_HEADER_FIELDS} header fields.` });
   if (req.httpVersionMajor === 1 && req.httpVersionMinor >= 1 && headers.host === undefined) return new ApiError('missing_host');
   return undefined;
 }
 
-function snapshot(req: IncomingMessage): RequestSnapshot {
+export function snapshot(req: IncomingMessage): RequestSnapshot {
   const raw = req.rawHeaders;
   const headers: Record<string, string> = Object.create(null) as Record<string, string>;
   let contentLengths = 0;
+  let hosts = 0;
   for (let i = 0; i + 1 < raw.length; i += 2) {
     const k = raw[i]!.toLowerCase();
     const v = raw[i + 1]!;
     if (k === 'content-length') contentLengths += v.includes(',') ? 2 : 1;
+    else if (k === 'host') hosts++;
     if (headers[k] === undefined) headers[k] = v;
   }
   const target = splitTarget(req.url ?? '/');
@@ -49,9 +55,13 @@ function snapshot(req: IncomingMessage): RequestSnapshot {
     headers,
     remoteAddress: unmapped(req.socket.remoteAddress ?? ''),
     contentLengths,
+    hosts,
     refusal,
   };
 }
+
+/** The context of each answer node is writing, for a refusal of its body from node's parser (node-engine.ts). */
+export const contexts = new WeakMap<ServerResponse, NodeContext>();
 
 export class NodeContext extends HttpContext {
   readonly admitsAfterParse = false;
@@ -61,6 +71,7 @@ export class NodeContext extends HttpContext {
 
   constructor(req: IncomingMessage, res: ServerResponse, proxied: string) {
     super(snapshot(req));
+    contexts.set(res, this);
     this.req = req;
     this.res = res;
     this.proxied = proxied;
@@ -103,6 +114,8 @@ export class NodeContext extends HttpContext {
     this.res.writeHead(status, h);
     // Node sends no body to HEAD by itself.
     this.res.end(this.method === 'HEAD' || text === '' ? undefined : text);
+    // node destroys the socket once the answer is flushed; bounded for a client that never reads it.
+    if (close && this.res.socket) closeWhenFlushed(this.res.socket);
   }
 
   protected sendHeadOnly(status: number, extra: HeaderList, contentLength: number): void {
@@ -112,11 +125,14 @@ export class NodeContext extends HttpContext {
     this.res.end();
   }
 
-  protected sendStreamHead(status: number, extra: HeaderList): void {
+  protected sendStreamHead(status: number, extra: HeaderList, contentLength?: number): void {
     // Not flushed: node sends the head with the first chunk, one write instead of two (a head
     // written alone was the dearest send of a stream in the profile). The vendor's first event
-    // follows its own head at once, so a client sees no later status.
-    this.res.writeHead(status, this.headerList(extra));
+    // follows its own head at once, so a client sees no later status. A declared length turns
+    // node's chunked framing off.
+    const h = this.headerList(extra);
+    if (contentLength !== undefined) h.push('Content-Length', String(contentLength));
+    this.res.writeHead(status, h);
   }
 
   protected closeConnection(): void {

@@ -1,13 +1,16 @@
 // The node:http engine: HTTP/1.1 keep-alive with pipelined requests answered in order, HTTP/1.0
 // (a stream ends with the close), header count and size limits, timeouts on slow heads and bodies,
-// and socket backpressure. Requests node cannot parse are answered with the error envelope.
+// and socket backpressure. Requests node cannot parse are answered with the error envelope, and
+// every connection answered and closed releases its descriptor once the answer has left.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { createServer as createNetServer, type Server as NetServer, type Socket } from 'node:net';
 import { ApiError, type ErrorCode } from '../errors.js';
 import type { EngineListener, EngineOptions, OnRequest } from './listener.js';
-import { framingFault, MAX_HEADER_FIELDS, newRequestId, retryAfter, statusLine } from './http-context.js';
-import { NodeContext } from './node-context.js';
+import { connectRefusal, framingFault, MAX_HEADER_FIELDS } from './http-context.js';
+import { contexts, NodeContext } from './node-context.js';
+import { closeWhenFlushed, methodOf, SocketContext } from './socket-context.js';
 import { parseProxyHeader } from './proxy-header.js';
+import { DEFAULT_WS_MESSAGE_BYTES, nodeUpgrades } from './ws-node.js';
 
 /** The caller's address from the connection's PROXY v2 header, per socket ('' when it had none). */
 const proxied = new WeakMap<Socket, string>();
@@ -15,13 +18,18 @@ const proxied = new WeakMap<Socket, string>();
 /** How often node checks heads and bodies against their timeouts. */
 const TIMEOUT_CHECK_MS = 1000;
 
-/** What node's parser refused a connection's bytes for, as the error table names it. */
-function parseRefusal(err: NodeJS.ErrnoException, maxHeaderBytes: number): ApiError | undefined {
+/** node's parser codes that are about the body's framing (everything else in a head is a header's). */
+const BODY_FRAMING = new Set(['HPE_INVALID_CONTENT_LENGTH', 'HPE_UNEXPECTED_CONTENT_LENGTH', 'HPE_INVALID_TRANSFER_ENCODING', 'HPE_INVALID_CHUNK_SIZE']);
+
+/** What node's parser refused a connection's bytes for, as the error table names it. `inBody`: the head was read. */
+function parseRefusal(err: NodeJS.ErrnoException, maxHeaderBytes: number, inBody: boolean): ApiError | undefined {
   switch (err.code) {
     case 'HPE_HEADER_OVERFLOW':
       return new ApiError('too_many_headers', { message: `The request head is larger than ${maxHeaderBytes} bytes.` });
     case 'ERR_HTTP_REQUEST_TIMEOUT':
       return new ApiError('request_timeout');
+    case 'HPE_INVALID_VERSION':
+      return new ApiError('http_version_not_supported');
     case 'ECONNRESET':
     case 'EPIPE':
       return undefined;
@@ -29,39 +37,41 @@ function parseRefusal(err: NodeJS.ErrnoException, maxHeaderBytes: number): ApiEr
       const why = (err as { reason?: string }).reason ?? err.message;
       // The same words as the uWS engine's own check (http-context.ts framingFault).
       if (err.code === 'HPE_UNEXPECTED_CONTENT_LENGTH' && /duplicate/i.test(why)) return new ApiError('invalid_body', { message: framingFault(2) });
-      const code: ErrorCode = err.code === 'HPE_INVALID_METHOD' || err.code === 'HPE_INVALID_URL' ? 'invalid_target' : 'invalid_body';
+      let code: ErrorCode = 'invalid_header';
+      if (err.code === 'HPE_INVALID_METHOD' || err.code === 'HPE_INVALID_URL') code = 'invalid_target';
+      else if (inBody || BODY_FRAMING.has(err.code ?? '')) code = 'invalid_body';
       return new ApiError(code, { message: `The request is not valid HTTP/1.1: ${String(why).slice(0, 120)}.` });
     }
   }
 }
 
-/** Writes the envelope straight to a socket whose request node could not parse, then closes it. */
-function answerClientError(err: NodeJS.ErrnoException, socket: Socket, maxHeaderBytes: number): void {
-  const e = parseRefusal(err, maxHeaderBytes);
+/**
+ * Answers a connection whose bytes node's parser refused (or whose head or body came too slowly),
+ * then closes it and releases its descriptor. A head never became a request: the refusal goes to
+ * the server as a SocketContext. A request whose body failed is answered through its own context.
+ */
+function answerClientError(err: NodeJS.ErrnoException, socket: Socket, o: EngineOptions, onRequest: OnRequest): void {
+  const answering = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage;
+  const ownBody = answering != null && !answering.headersSent && !answering.req.complete;
+  const e = parseRefusal(err, o.maxHeaderBytes, ownBody);
   if (e === undefined || !socket.writable) {
     socket.destroy();
     return;
   }
-  // Bytes after a good request failed to parse while that request is still being answered (node
-  // reads ahead): its answer goes out whole, then the connection ends. A refusal written now
-  // would overtake it.
-  const answering = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage;
   if (answering != null && !answering.writableFinished) {
-    // Unless it is that very request whose body failed (a bad chunk, too slow: nothing sent yet):
-    // then the refusal is its answer, and the close tells the handler the client is gone.
-    const ownBody = !answering.headersSent && !answering.req.complete;
-    if (!ownBody) {
-      answering.once('close', () => socket.end());
-      return;
-    }
+    // That very request's body failed (a bad chunk, too slow: nothing sent yet): the refusal is its answer.
+    const ctx = ownBody ? contexts.get(answering) : undefined;
+    if (ctx !== undefined) return void ctx.refuseBody(e);
+    // Bytes after a good request failed to parse while that request is still being answered (node
+    // reads ahead): its answer goes out whole, then the connection closes. A refusal written now
+    // would overtake it.
+    answering.once('close', () => {
+      socket.end();
+      closeWhenFlushed(socket);
+    });
+    return;
   }
-  const id = newRequestId();
-  const body = JSON.stringify(e.toBody(id));
-  const after = retryAfter(e);
-  socket.end(
-    `HTTP/1.1 ${statusLine(e.status)}\r\nCache-Control: no-store\r\nX-Request-Id: ${id}\r\nContent-Type: application/json\r\n` +
-      `Content-Length: ${Buffer.byteLength(body)}\r\n${after === undefined ? '' : `Retry-After: ${after}\r\n`}Connection: close\r\n\r\n${body}`,
-  );
+  onRequest(new SocketContext(socket, methodOf((err as { rawPacket?: Buffer }).rawPacket), e, proxied.get(socket) ?? ''));
 }
 
 function httpServer(o: EngineOptions, onRequest: OnRequest): Server {
@@ -84,7 +94,15 @@ function httpServer(o: EngineOptions, onRequest: OnRequest): Server {
   // request whose caller half-closed. An internal property of node:http (a test fails if a node
   // upgrade drops it); the answer's own framing still ends the exchange.
   (server as Server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true;
-  server.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => answerClientError(err, socket, o.maxHeaderBytes));
+  server.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => answerClientError(err, socket, o, onRequest));
+  // Without these listeners node closes a CONNECT unanswered and sends a bare 417 for an unknown
+  // Expect; with them both reach the server, which refuses them with the envelope (headRefusal).
+  server.on('connect', (_req: IncomingMessage, socket: Socket) => onRequest(new SocketContext(socket, 'CONNECT', connectRefusal(), proxied.get(socket) ?? '')));
+  server.on(
+    'upgrade',
+    nodeUpgrades(server, o.maxWebSocketMessageBytes ?? DEFAULT_WS_MESSAGE_BYTES, onRequest, (s) => proxied.get(s) ?? ''),
+  );
+  server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => onRequest(new NodeContext(req, res, proxied.get(req.socket) ?? '')));
   return server;
 }
 

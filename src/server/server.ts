@@ -6,13 +6,23 @@ import { ApiError, isApiError } from '../errors.js';
 import type { RateLimiter } from '../limits/rate-limiter.js';
 import { isStoreUnavailable, storeError, type Queryable } from '../store/pool.js';
 import type { Logger } from '../util/log.js';
-import type { HttpContext, AuthInfo } from './http-context.js';
+import { SERVED_METHODS, type HttpContext, type AuthInfo } from './http-context.js';
 import type { Route, Router } from './router.js';
 import { chooseEngine, type EngineChoice, type EngineListener, type EngineName, type EngineOptions } from './engine.js';
 import type { AccessLog } from './access-log.js';
+import { clipped } from '../errors.js';
+import { within, type Tracing } from '../tracing/hooks.js';
+import { WsHub, type WebSocketRoute, type WsMetrics } from './ws-hub.js';
 
-/** The route label of a request no route took (404, API closed, draining, the media host). */
+/** The route label of a request no route took (404, API closed, draining). */
 export const UNMATCHED_ROUTE = 'unmatched';
+
+/**
+ * The route label of a request refused for its HTTP framing before any route saw it: a head the
+ * engine cannot parse or that came too slowly (408), a version other than 1.0 and 1.1, a repeated
+ * Host or Content-Length, CONNECT, an unknown Expect, a chunked body on uWS.
+ */
+export const FRAMING_ROUTE = 'framing';
 
 /** The answer to a request that arrives while the server stops. */
 export const shuttingDown = (): ApiError => new ApiError('provider_unavailable', { message: 'This instance is shutting down; retry.', retryAfterS: 1 });
@@ -44,6 +54,21 @@ export interface ServerDeps {
   readonly metrics?: ServerMetrics;
   /** The caller's address for the public routes' limit (ops/client-address.ts); absent: the TCP peer. */
   readonly clientAddress?: (ctx: HttpContext) => string;
+  /** Failed authentications per caller address (limits/auth-failures.ts); absent: not limited. */
+  readonly authFailures?: AuthFailureGuard;
+  /** One server span per request (tracing/); absent: traces are off. */
+  readonly tracing?: Pick<Tracing, 'startRequest'>;
+  /** Paths that also take WebSockets whose messages are requests (ws-hub.ts); absent: none. */
+  readonly websockets?: { readonly routes: readonly WebSocketRoute[]; readonly metrics?: WsMetrics };
+}
+
+/** What the server needs of the failed-authentication budget (implemented by limits/auth-failures.ts). */
+export interface AuthFailureGuard {
+  /**
+   * Runs the key check: 429 first when the caller's address is over its budget; counts a 401 that
+   * cost a lookup. `address` is read only when some address is over its budget, or on a failure.
+   */
+  guard<T>(address: () => string, attempt: () => Promise<T>): Promise<T>;
 }
 
 /** What the server tells the metrics. Declared here so the HTTP layer imports no metrics code. */
@@ -88,7 +113,7 @@ export function toApiError(e: unknown, ctx: HttpContext): ApiError {
       return mapped as ApiError;
     }
   }
-  ctx.log.error({ path: ctx.path, err: e instanceof Error ? e.stack : String(e) }, 'http.unhandled_error');
+  ctx.log.error({ path: clipped(ctx.path), err: e instanceof Error ? e.stack : String(e) }, 'http.unhandled_error');
   return new ApiError('internal_error', { message: `The service failed; quote request id ${ctx.requestId}.` });
 }
 
@@ -98,21 +123,30 @@ interface Admission {
   inFlight: number;
   /** Called when the last admitted request ends during a drain. */
   drained: (() => void) | undefined;
+  /** The open WebSockets. */
+  readonly hub: WsHub;
+  /** The server's entry for a request (a WebSocket's turns come through it too). */
+  serve: (ctx: HttpContext) => void;
 }
 
 export async function startServer(d: ServerDeps): Promise<RunningServer> {
   const engine = chooseEngine(d.engine); // throws for `uws` where no native build loads
-  const admission: Admission = { draining: false, inFlight: 0, drained: undefined };
-  const listener = await engine.listen(d.listen, (ctx) => {
+  const hub = new WsHub(new Map((d.websockets?.routes ?? []).map((r) => [r.path, r])), d.websockets?.metrics);
+  const admission: Admission = { draining: false, inFlight: 0, drained: undefined, hub, serve: () => undefined };
+  // Every request, and every turn of a WebSocket (ws-turn-context.ts), comes through here.
+  const serve = (ctx: HttpContext): void => {
     const startedMs = performance.now();
     ctx.serverLog = d.log;
     if (d.accessLog && d.clientAddress) ctx.caller = d.clientAddress(ctx);
-    const later = handle(d, admission, ctx, startedMs);
-    if (!later && ctx.responded) {
-      d.metrics?.observe(ctx.method, UNMATCHED_ROUTE, ctx.status, (performance.now() - startedMs) / 1000);
-      d.accessLog?.(ctx, UNMATCHED_ROUTE, startedMs);
+    if (d.tracing) ctx.trace = d.tracing.startRequest(ctx.method, ctx.path, ctx.headers, ctx.requestId);
+    const label = handle(d, admission, ctx, startedMs);
+    if (label !== undefined) {
+      if (ctx.responded) record(d, ctx, label, startedMs);
+      else endTrace(ctx, label);
     }
-  });
+  };
+  admission.serve = serve;
+  const listener = await engine.listen(d.listen, serve);
   return {
     port: listener.port,
     engine: engine.name,
@@ -121,9 +155,22 @@ export async function startServer(d: ServerDeps): Promise<RunningServer> {
   };
 }
 
+/** Counts and logs a finished request under `route`, with 499 for a client that left before its answer was complete. */
+function record(d: ServerDeps, ctx: HttpContext, route: string, startedMs: number): void {
+  d.metrics?.observe(ctx.method, route, ctx.loggedStatus, (performance.now() - startedMs) / 1000);
+  d.accessLog?.(ctx, route, startedMs);
+  endTrace(ctx, route);
+}
+
+/** Ends the request's server span, if it has one, with what it answered. */
+function endTrace(ctx: HttpContext, route: string): void {
+  ctx.trace?.end(ctx.status, route, ctx.error?.code, ctx.auth?.keyPrefix);
+}
+
 /** Stops admitting, waits (at most drainMs) for the admitted requests to end, then closes every connection. */
 async function drain(admission: Admission, listener: EngineListener, drainMs: number): Promise<boolean> {
   admission.draining = true;
+  admission.hub.drain();
   listener.stopAccepting();
   let drained = true;
   if (admission.inFlight > 0) {
@@ -135,6 +182,7 @@ async function drain(admission: Admission, listener: EngineListener, drainMs: nu
       };
     });
   }
+  admission.hub.closeAll();
   listener.closeAll();
   return drained;
 }
@@ -214,69 +262,92 @@ const X_API_KEY_REFUSAL = new ApiError('invalid_api_key', {
     'No `Authorization: Bearer` key. An `x-api-key` header is not read here: send the key as a bearer token (Anthropic SDKs: `authToken`; Claude Code: ANTHROPIC_AUTH_TOKEN instead of ANTHROPIC_API_KEY).',
 });
 
+/** Sets ctx.auth from the request's bearer key, or throws the 401 (or the caller address's 429). */
+async function authenticateKey(d: ServerDeps, ctx: HttpContext, cached: boolean): Promise<void> {
+  const authorization = ctx.header('authorization');
+  const attempt = (): Promise<AuthInfo> => {
+    if (authorization === undefined && ctx.header('x-api-key') !== undefined) throw X_API_KEY_REFUSAL;
+    return cached ? d.keys.authenticateCached(authorization) : d.keys.authenticate(authorization);
+  };
+  // A failed authentication counts against the caller's address; a good key pays no round trip for it.
+  const guard = d.authFailures;
+  ctx.auth = await within(ctx.trace?.step('auth'), guard ? guard.guard(() => ctx.caller ?? d.clientAddress?.(ctx) ?? ctx.remoteAddress, attempt) : attempt());
+}
+
 /** Limit and authentication, then the route's handler. */
 async function run(d: ServerDeps, ctx: HttpContext, r: Route): Promise<void> {
   if (r.access === 'public') {
-    await spendPublic(d, ctx);
+    await within(ctx.trace?.step('limits'), spendPublic(d, ctx));
   } else {
-    const authorization = ctx.header('authorization');
-    if (authorization === undefined && ctx.header('x-api-key') !== undefined) throw X_API_KEY_REFUSAL;
-    ctx.auth = await (r.keyRecheckedByReserve ? d.keys.authenticateCached(authorization) : d.keys.authenticate(authorization));
+    await authenticateKey(d, ctx, r.keyRecheckedByReserve === true);
     const b = r.rateBucket;
-    await (b ? spend(d, b.prefix + ctx.auth.keyId, b.perMinute, b.message) : spend(d, 'key:' + ctx.auth.keyId, d.requestsPerMinute));
+    const keyId = ctx.auth!.keyId;
+    await within(ctx.trace?.step('limits'), b ? spend(d, b.prefix + keyId, b.perMinute, b.message) : spend(d, 'key:' + keyId, d.requestsPerMinute));
   }
   if (ctx.aborted) return;
   await r.handler(ctx);
 }
 
 /**
- * Answers at once what no route takes (framing error, draining, 404, API closed), else admits the
- * request to its route. True when the request is counted and logged later, when its answer ends.
+ * Answers a refused head with the envelope and closes the connection. On uWS only once uWS has
+ * parsed what it read with this head: whatever it made of the bytes behind it (a body it cannot
+ * frame, a smuggled request) then ends in the close, and never reaches a route.
  */
-function handle(d: ServerDeps, admission: Admission, ctx: HttpContext, startedMs: number): boolean {
+function refuse(d: ServerDeps, ctx: HttpContext, refusal: ApiError, startedMs: number): void {
+  if (ctx.aborted) return void record(d, ctx, FRAMING_ROUTE, startedMs);
+  ctx.sendError(refusal, true, refusal.code === 'method_not_allowed' ? [['Allow', SERVED_METHODS]] : undefined);
+  record(d, ctx, FRAMING_ROUTE, startedMs);
+}
+
+/**
+ * Answers at once what no route takes (framing error, draining, 404, API closed), else admits the
+ * request to its route. Returns the route label when the answer was given now, to be counted and
+ * logged; undefined when the request is counted and logged later, when its answer ends.
+ */
+function handle(d: ServerDeps, admission: Admission, ctx: HttpContext, startedMs: number): string | undefined {
   const path = ctx.path;
   if (ctx.refusal !== undefined) {
-    ctx.sendError(ctx.refusal, true);
-    return false;
+    ctx.holdReading();
+    if (ctx.admitsAfterParse) setImmediate(refuse, d, ctx, ctx.refusal, startedMs);
+    else refuse(d, ctx, ctx.refusal, startedMs);
+    return undefined;
   }
   if (admission.draining) {
     ctx.sendError(shuttingDown(), true);
-    return false;
+    return UNMATCHED_ROUTE;
   }
   if (!(path === '/v1' || path.startsWith('/v1/'))) {
     ctx.holdReading(); // the media host may answer later: no pipelined request read meanwhile
     const taken = d.other?.(ctx);
     if (taken) {
       // Answered later (or already): counted and logged once the answer has ended.
-      void taken.answered.finally(() => {
-        d.metrics?.observe(ctx.method, UNMATCHED_ROUTE, ctx.status, (performance.now() - startedMs) / 1000);
-        d.accessLog?.(ctx, taken.route, startedMs);
-      });
-      return true;
+      void taken.answered.finally(() => record(d, ctx, taken.route, startedMs));
+      return undefined;
     }
     ctx.sendError(new ApiError('not_found'));
-    return false;
+    return UNMATCHED_ROUTE;
   }
   if (!d.state.current.apiOpen) {
     ctx.sendError(new ApiError('external_api_disabled'));
-    return false;
+    return UNMATCHED_ROUTE;
   }
+  if (ctx.upgrade !== undefined) return openSocket(d, admission, ctx, startedMs);
   const m = d.router.match(ctx.method, path);
   if (m === undefined) {
     ctx.sendError(new ApiError('not_found', { message: `No route ${ctx.method} ${path}.` }));
-    return false;
+    return UNMATCHED_ROUTE;
   }
   if ('allow' in m) {
     // The API knows one answer for a path a client cannot use (docs/api/conventions.md): 404 not_found. Allow says what works.
     ctx.sendError(new ApiError('not_found', { message: `No route ${ctx.method} ${path}; this path takes ${m.allow}.` }), false, [['Allow', m.allow]]);
-    return false;
+    return UNMATCHED_ROUTE;
   }
   ctx.params = m.params;
   ctx.requestIdHeader = m.route.requestIdHeader;
   // The body reader is attached in this tick (uWS requires it); auth runs while the body arrives.
   if (m.route.bodyBytes !== undefined) ctx.collectBody(m.route.bodyBytes);
   else ctx.holdReading();
-  if (ctx.done) return false;
+  if (ctx.done) return m.route.pattern; // refused for its body's declared size or coding
   ctx.admitted = true;
   admission.inFlight++;
   // On uWS, started once it has parsed everything it read with this request: when that held a
@@ -284,7 +355,35 @@ function handle(d: ServerDeps, admission: Admission, ctx: HttpContext, startedMs
   // this request is dropped before anything ran or was charged (uws-context.ts, holdReading).
   if (ctx.admitsAfterParse) setImmediate(admit, d, admission, ctx, m.route, startedMs);
   else admit(d, admission, ctx, m.route, startedMs);
-  return true;
+  return undefined;
+}
+
+/**
+ * A WebSocket upgrade: the key is checked (a fresh look-up: a revoked key never gets a socket),
+ * then the route's check and the key's socket cap; any refusal is the HTTP answer, and the
+ * connection closes. Counted and logged as one request (101 when the socket opened); each turn on
+ * the socket is counted and logged on its own.
+ */
+function openSocket(d: ServerDeps, admission: Admission, ctx: HttpContext, startedMs: number): string | undefined {
+  const r = admission.hub.route(ctx.path);
+  if (r === undefined || ctx.method !== 'GET') {
+    ctx.sendError(new ApiError('not_found', { message: `No WebSocket at ${clipped(ctx.method, 16)} ${clipped(ctx.path)}.` }), true);
+    return UNMATCHED_ROUTE;
+  }
+  admission.inFlight++;
+  void authenticateKey(d, ctx, false)
+    .then(() => {
+      if (!ctx.aborted) admission.hub.accept(ctx, r, admission.serve);
+    })
+    .catch((e: unknown) => {
+      if (isApiError(e) && e.code === 'invalid_api_key') d.keys.forget(ctx.header('authorization'));
+      ctx.sendError(toApiError(e, ctx), true);
+    })
+    .finally(() => {
+      record(d, ctx, r.path, startedMs);
+      if (--admission.inFlight === 0) admission.drained?.();
+    });
+  return undefined;
 }
 
 function admit(d: ServerDeps, admission: Admission, ctx: HttpContext, r: Route, startedMs: number): void {
@@ -299,7 +398,8 @@ function admit(d: ServerDeps, admission: Admission, ctx: HttpContext, r: Route, 
 }
 
 function ended(d: ServerDeps, admission: Admission, ctx: HttpContext, r: Route, startedMs: number): void {
-  d.metrics?.observe(r.method, r.pattern, ctx.status, (performance.now() - startedMs) / 1000);
+  d.metrics?.observe(r.method, r.pattern, ctx.loggedStatus, (performance.now() - startedMs) / 1000);
   d.accessLog?.(ctx, r.pattern, startedMs);
+  endTrace(ctx, r.pattern);
   if (--admission.inFlight === 0) admission.drained?.();
 }

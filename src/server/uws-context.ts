@@ -1,5 +1,6 @@
 // One HTTP exchange on uWebSockets.js. uWS lends the request only during the handler's synchronous
 // call, so the snapshot is copied at once; writes are corked so each answer leaves in one syscall.
+import { ApiError } from '../errors.js';
 import { HttpContext, MAX_HEADER_FIELDS, statusLine, type HeaderList, type RequestSnapshot } from './http-context.js';
 import type { BodyCollector } from './body-collector.js';
 import type { HttpRequest, HttpResponse } from './uws-loader.js';
@@ -7,12 +8,21 @@ import type { HttpRequest, HttpResponse } from './uws-loader.js';
 /** Placeholder for the chunk field between writes (keeps no chunk alive). */
 const EMPTY_CHUNK = new Uint8Array(0);
 
+/**
+ * Refused before any route on uWS: a chunked body. This uWS build's chunk parser does not check
+ * the CRLF after chunk data, loses the next request after a trailer and closes on a chunk
+ * extension, so no chunked body is ever read here (RFC 9110 section 15.5.12 allows the 411).
+ */
+const CHUNKED_REFUSAL = (): ApiError => new ApiError('length_required', { param: 'Transfer-Encoding' });
+
 function snapshot(res: HttpResponse, req: HttpRequest): RequestSnapshot {
   const headers: Record<string, string> = Object.create(null) as Record<string, string>;
   let n = 0;
   let contentLengths = 0;
+  let hosts = 0;
   req.forEach((k, v) => {
     if (k === 'content-length') contentLengths += v.includes(',') ? 2 : 1;
+    else if (k === 'host') hosts++;
     if (++n > MAX_HEADER_FIELDS) return;
     // uWS lowercases names.
     if (headers[k] === undefined) headers[k] = v;
@@ -24,6 +34,8 @@ function snapshot(res: HttpResponse, req: HttpRequest): RequestSnapshot {
     headers,
     remoteAddress: Buffer.from(res.getRemoteAddressAsText()).toString(),
     contentLengths,
+    hosts,
+    refusal: headers['transfer-encoding'] !== undefined ? CHUNKED_REFUSAL() : undefined,
   };
 }
 
@@ -115,10 +127,14 @@ export class UwsContext extends HttpContext {
    * head sent alone was one of a stream's three dearest sends in the profile. The vendor's first
    * event follows its own head at once, so a client sees no later status.
    */
-  protected sendStreamHead(status: number, extra: HeaderList): void {
+  protected sendStreamHead(status: number, extra: HeaderList, contentLength?: number): void {
     this.headStatus = status;
     this.headExtra = extra;
+    if (contentLength !== undefined) this.sized = new SizedBody(contentLength);
   }
+
+  /** A stream declared by its length (startStream's contentLength), else undefined: chunked. */
+  private sized: SizedBody | undefined;
 
   /** A stream's head not sent yet (0: none pending). */
   private headStatus = 0;
@@ -135,6 +151,7 @@ export class UwsContext extends HttpContext {
 
   write(chunk: Uint8Array | string): boolean {
     if (this.aborted) return true;
+    if (this.sized !== undefined) return this.writeSized(this.sized, typeof chunk === 'string' ? Buffer.from(chunk) : chunk);
     // The chunk and the answer travel through fields so that the corked callback is made once per
     // response, not once per relayed chunk (the stream hot path allocates nothing per chunk).
     this.pendingChunk = chunk;
@@ -158,10 +175,42 @@ export class UwsContext extends HttpContext {
     });
   }
 
-  private readonly onWritable = (): boolean => {
+  private readonly onWritable = (offset: number): boolean => {
+    if (this.sized !== undefined && !this.sendSized(this.sized, offset)) return false;
     this.wakeWriter();
     return true;
   };
+
+  /**
+   * One chunk of a sized stream, through tryEnd (uWS writes our length as Content-Length and no
+   * chunked framing). What the socket does not take is not buffered by uWS: it is kept here and
+   * sent from onWritable, from the offset uWS reports; false until then, like write().
+   */
+  private writeSized(sized: SizedBody, chunk: Uint8Array): boolean {
+    if (sized.done) return true;
+    sized.rest = chunk;
+    sized.restOffset = -1;
+    this.res.cork(this.corkedSized);
+    return this.writeOk;
+  }
+
+  private readonly corkedSized = (): void => {
+    this.writePendingHead();
+    const sized = this.sized!;
+    this.writeOk = this.sendSized(sized, this.res.getWriteOffset());
+  };
+
+  /** Sends what is left of the kept chunk from `offset`; true once all of it is taken. Reading resumes before the last byte (the answer's end). */
+  private sendSized(sized: SizedBody, offset: number): boolean {
+    if (sized.done || sized.rest.length === 0) return true;
+    const rest = sized.restOffset < 0 ? sized.rest : sized.rest.subarray(offset - sized.restOffset);
+    if (offset + rest.length >= sized.totalBytes) this.releaseReading();
+    const [ok, done] = this.res.tryEnd(rest, sized.totalBytes);
+    sized.done = done;
+    sized.rest = ok ? EMPTY_CHUNK : rest;
+    sized.restOffset = offset;
+    return ok;
+  }
 
   protected closeConnection(): void {
     this.res.close();
@@ -169,10 +218,26 @@ export class UwsContext extends HttpContext {
 
   end(last?: Uint8Array | string): void {
     if (this.aborted) return;
+    if (this.sized !== undefined && last !== undefined && last.length > 0) this.write(last);
+    // A sized stream ends itself with its last byte (then uWS forbids touching the response); one
+    // that got fewer bytes than it declared cannot end cleanly: the connection is cut.
+    if (this.sized?.done === true) return;
+    if (this.sized !== undefined && this.sized.totalBytes > 0) return this.cutStream();
     this.res.cork(() => {
       this.writePendingHead();
       this.releaseReading();
       this.res.end(last);
     });
   }
+}
+
+/** The state of a stream declared by its length (uWS tryEnd). */
+class SizedBody {
+  /** True once uWS took the last byte: the answer is over. */
+  done = false;
+  /** The chunk (or what is left of it) the socket has not taken yet. */
+  rest: Uint8Array = EMPTY_CHUNK;
+  /** The response's write offset at rest's first byte; -1: not tried yet. */
+  restOffset = -1;
+  constructor(readonly totalBytes: number) {}
 }

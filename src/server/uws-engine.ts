@@ -3,9 +3,12 @@
 import type { EngineListener, EngineOptions, OnRequest } from './listener.js';
 import type { UsListenSocket, UwsModule } from './uws-loader.js';
 import { UwsContext } from './uws-context.js';
+import { DEFAULT_WS_MESSAGE_BYTES } from './ws-node.js';
+import { uwsWebSockets } from './ws-uws.js';
 
 export function listenUws(uws: UwsModule, o: EngineOptions, onRequest: OnRequest): Promise<EngineListener> {
   const app = uws.App();
+  app.ws('/*', uwsWebSockets(uws, o.maxWebSocketMessageBytes ?? DEFAULT_WS_MESSAGE_BYTES, onRequest));
   app.any('/*', (res, req) => onRequest(new UwsContext(res, req)));
   return new Promise((resolveL, reject) => {
     app.listen(o.host, o.port, (sock: UsListenSocket | false) => {

@@ -16,6 +16,8 @@ export interface UwsModule {
   readonly App: typeof UwsTypes.App;
   readonly us_listen_socket_close: typeof UwsTypes.us_listen_socket_close;
   readonly us_socket_local_port: typeof UwsTypes.us_socket_local_port;
+  /** The compression setting that turns permessage-deflate off (WebSockets). */
+  readonly DISABLED: UwsTypes.CompressOptions;
   /** Which package the build came from. */
   readonly source: string;
 }
@@ -27,10 +29,14 @@ function asNative(mod: unknown, source: string): UwsModule | undefined {
   const m = mod as Record<string, unknown> | null;
   if (m === null || typeof m !== 'object' || typeof m.App !== 'function' || typeof m.SSLApp !== 'function' || typeof m.getParts !== 'function')
     return undefined;
+  // `_cfg('silent')` sets the loop's no-mark flag: otherwise every answer carries `uWebSockets: 20`,
+  // naming the engine and its version to any client (checked on every answer in test/integration/edge-framing.test.ts).
+  if (typeof m._cfg === 'function') (m._cfg as (arg: string) => void)('silent');
   return {
     App: m.App as UwsModule['App'],
     us_listen_socket_close: m.us_listen_socket_close as UwsModule['us_listen_socket_close'],
     us_socket_local_port: m.us_socket_local_port as UwsModule['us_socket_local_port'],
+    DISABLED: m.DISABLED as UwsModule['DISABLED'],
     source,
   };
 }

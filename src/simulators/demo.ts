@@ -23,12 +23,20 @@ export interface DemoVendors {
 
 const DEMO_MODEL_SNAPSHOT = '20260901';
 
+/**
+ * The demo's video task: queued 5 s, done 15 s after it was made. The gateway first looks 5 s after
+ * submit (jobs.pollIntervalMs), then 10 s later (the wait doubles): that second look, 15 s after
+ * submit, finds the task done, so a demo video is ready in about 15 s (docs/simulators.md). A render
+ * a little longer would wait for the third look, at 35 s.
+ */
+export const DEMO_VIDEO_TIMING = Object.freeze({ queueMs: 5_000, renderMs: 15_000 });
+
 export async function startDemoVendors(): Promise<DemoVendors> {
   // Like the real APIs, the demo vendors answer with a dated snapshot of the model asked for.
   const anthropic = await startAnthropicSimulator({ apiKey: 'sk-ant-demo', tokenPaceMs: 20, modelSuffix: DEMO_MODEL_SNAPSHOT });
   const openai = await startOpenAISimulator({ apiKey: 'sk-openai-demo', tokenPaceMs: 20, modelSuffix: DEMO_MODEL_SNAPSHOT });
   const cert = selfSignedCert();
-  const ark = await startArkSimulator({ apiKey: 'ark-demo', renderMs: 20_000, queueMs: 5_000, tls: cert });
+  const ark = await startArkSimulator({ apiKey: 'ark-demo', ...DEMO_VIDEO_TIMING, tls: cert });
   const gemini = await startGeminiSimulator({ apiKey: 'gemini-demo' });
   return {
     config: {

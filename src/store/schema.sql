@@ -157,6 +157,8 @@ CREATE TABLE generations (
   claims integer DEFAULT 0 NOT NULL,
   result_width integer,
   result_height integer,
+  trace_parent text,
+  vendor_deployment text,
   CONSTRAINT generation_expiry CHECK (NOT result_expired OR state = 'succeeded'::text),
   CONSTRAINT generation_failure CHECK ((state <> ALL (ARRAY['failed'::text, 'voided'::text])) OR error_code IS NOT NULL AND COALESCE(charged_ink, 0::bigint) = 0),
   CONSTRAINT generation_lease CHECK ((lease_owner IS NULL) = (lease_expires_at IS NULL)),
@@ -192,6 +194,8 @@ CREATE TABLE generations (
   CONSTRAINT generations_result_resolution_check CHECK (length(result_resolution) <= 40),
   CONSTRAINT generations_result_width_check CHECK (result_width > 0),
   CONSTRAINT generations_state_check CHECK (state = ANY (ARRAY['submitting'::text, 'creating'::text, 'queued'::text, 'running'::text, 'succeeded'::text, 'failed'::text, 'voided'::text])),
+  CONSTRAINT generations_trace_parent_check CHECK (trace_parent ~ '^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'::text),
+  CONSTRAINT generations_vendor_deployment_check CHECK (char_length(vendor_deployment) >= 1 AND char_length(vendor_deployment) <= 300),
   CONSTRAINT generations_vendor_task_id_check CHECK (length(vendor_task_id) >= 1 AND length(vendor_task_id) <= 256)
 );
 CREATE INDEX generations_account_active ON generations USING btree (account_id) WHERE state = ANY (ARRAY['submitting'::text, 'creating'::text, 'queued'::text, 'running'::text]);
@@ -207,10 +211,13 @@ CREATE TABLE idempotency_keys (
   claimed_until timestamp with time zone NOT NULL,
   created_at timestamp with time zone NOT NULL,
   product text NOT NULL,
+  refused_at timestamp with time zone,
+  refusal jsonb,
   CONSTRAINT idempotency_keys_idem_key_check CHECK (length(idem_key) >= 1 AND length(idem_key) <= 128 AND idem_key ~ '^[A-Za-z0-9._:-]+$'::text),
   CONSTRAINT idempotency_keys_key_id_fkey FOREIGN KEY (key_id) REFERENCES api_keys(id),
   CONSTRAINT idempotency_keys_pkey PRIMARY KEY (key_id, product, idem_key),
-  CONSTRAINT idempotency_keys_product_check CHECK (product = ANY (ARRAY['video'::text, 'images'::text]))
+  CONSTRAINT idempotency_keys_product_check CHECK (product = ANY (ARRAY['video'::text, 'images'::text])),
+  CONSTRAINT idempotency_keys_refusal_check CHECK ((refused_at IS NULL) = (refusal IS NULL))
 );
 CREATE INDEX idempotency_keys_created ON idempotency_keys USING btree (created_at);
 
@@ -356,7 +363,6 @@ CREATE TABLE requests (
   CONSTRAINT request_charge_split CHECK ((charged_grant_ink + charged_payg_ink) = charged_ink AND charged_grant_ink <= hold_grant_ink AND charged_payg_ink <= hold_payg_ink),
   CONSTRAINT request_expired CHECK (expired_ink <= (hold_grant_ink - charged_grant_ink)),
   CONSTRAINT request_hold_split CHECK ((hold_grant_ink + hold_payg_ink) = hold_ink),
-  CONSTRAINT request_key_of_account FOREIGN KEY (key_id, account_id) REFERENCES api_keys(id, account_id),
   CONSTRAINT request_leased CHECK (NOT leased OR lease_id IS NOT NULL AND hold_state = 'open'::text AND status = 'running'::text),
   CONSTRAINT request_state CHECK (
     CASE
@@ -447,6 +453,24 @@ DECLARE
   out_r text[];
 BEGIN
   IF n = 0 THEN RETURN; END IF;
+  -- Every record's account and key are those of the lease it names (a lease's key is of its account
+  -- by lease_key_of_account): the one check of a flushed request's key, as `requests` has no
+  -- foreign key to api_keys. One probe of `leases` per distinct (lease, account, key) of the batch,
+  -- not per record. A record that names another key or account, or no lease at all, was forged or
+  -- corrupted: the whole batch is refused as an integrity violation, which stops the instance
+  -- (docs/ledger.md, Fail-stop).
+  SELECT d.id, d.lease_id, d.account_id, d.key_id, l.account_id AS lease_account, l.key_id AS lease_key INTO r
+    FROM (SELECT min(u.id) AS id, u.lease_id, u.account_id, u.key_id
+            FROM unnest(p_ids, p_leases, p_accounts, p_keys) AS u(id, lease_id, account_id, key_id)
+           GROUP BY u.lease_id, u.account_id, u.key_id) d
+    LEFT JOIN leases l ON l.id = d.lease_id
+   WHERE l.id IS NULL OR l.account_id IS DISTINCT FROM d.account_id OR l.key_id IS DISTINCT FROM d.key_id
+   LIMIT 1;
+  IF FOUND THEN
+    RAISE EXCEPTION 'journal record % names account % and key %, its lease % is of account % and key %',
+                    r.id, r.account_id, r.key_id, r.lease_id, r.lease_account, r.lease_key
+      USING ERRCODE = 'foreign_key_violation', CONSTRAINT = 'request_key_of_lease', TABLE = 'requests';
+  END IF;
   PERFORM 1 FROM (SELECT account_id FROM wallets WHERE account_id = ANY(p_accounts) ORDER BY account_id FOR UPDATE) x;
   PERFORM 1 FROM (SELECT id FROM api_keys WHERE id = ANY(p_keys) ORDER BY id FOR UPDATE) x;
   SELECT coalesce(array_agg(x.id), '{}') INTO ours

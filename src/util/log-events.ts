@@ -26,6 +26,14 @@ export const LOG_EVENTS = Object.freeze({
   'store.opened': spec('info', 'The database is ready: `kind` external (DATABASE_URL) or embedded (in `dir`).'),
   'store.embedded_initialising': spec('info', 'The embedded PostgreSQL initialises a fresh data directory (`dir`).'),
   'store.embedded_orphan_stopped': spec('info', 'A postmaster left by a killed run is stopped before this start takes its data directory (`pid`, `dir`).'),
+  'store.embedded_binaries_placed': spec(
+    'info',
+    'Run as root, the `postgres` user cannot run the binaries where they are (`from`): linked or copied to `dir`, once per version.',
+  ),
+  'store.embedded_data_placed': spec(
+    'info',
+    'Run as root, the `postgres` user cannot reach the data dir (`dataDir`): the database lives in `dir`, `<dataDir>/pg` links to it.',
+  ),
   'limits.backend': spec('info', 'The rate limiter in use: `kind` redis (shared by every instance) or memory (one instance only).'),
   'limits.redis_unavailable': spec('warn', 'Redis failed (`err`); limited routes answer 503 until it is back.'),
   'limits.not_ready': spec('warn', 'The rate limiter was not ready in time at start; limited routes answer 503 until it is.'),
@@ -38,11 +46,22 @@ export const LOG_EVENTS = Object.freeze({
   'ops.admin_listening': spec('info', 'The admin listener (/metrics, /healthz, /readyz) serves (`url`).'),
   'ops.draining': spec('info', 'Readiness fails while the balancer notices (`drain_delay_ms`); requests are still admitted.'),
   'ops.metrics_scrape_failed': spec('error', 'A /metrics scrape failed (`err`).'),
+  'tracing.started': spec('info', 'Traces are on: spans go to `endpoint` (OTLP/HTTP), sampled by `sampler` (`sampler_arg`) as `service_name`.'),
+  'tracing.export_failed': spec(
+    'warn',
+    'A batch of spans could not be exported (`endpoint`, `spans`, `failures`, `err`); they are dropped, requests are not affected.',
+  ),
   // The text lanes: a hold a request could not end.
   'text.hold_left_open': spec('warn', 'A text request ended without a usable charge; its hold stays open for reconciliation (`reason`, `vendor_request_id`).'),
   'text.settle_failed': spec('error', 'A known charge could not be written (`charge_ink`, `usage`, `err`); the hold stays open for reconciliation.'),
   'text.ledger_move_failed': spec('error', 'A ledger move on a failure path (`move`) failed (`err`); the hold stays open for reconciliation.'),
-  // Generations (video, images) and the job engine.
+  // Vendor pools (src/vendors/pool): a deployment taken out of and back into the choice.
+  'vendor.deployment_cooling': spec(
+    'warn',
+    'A vendor deployment is skipped for a while (`vendor`, `deployment`, `reason`, `reopens_in_ms`); requests go to the others.',
+  ),
+  'vendor.deployment_recovered': spec('info', 'A vendor deployment answered its half-open trial and takes requests again (`vendor`, `deployment`).'),
+  // Generations (video, images) and the job runner.
   'generations.url_refused': spec('info', "A client's URL was refused at submit (`param`, `host`, `detail`); the client got invalid_url."),
   'images.reference_refused': spec('info', 'A reference image could not be fetched when the job ran (`param`, `host`, `detail`).'),
   'images.queue_failed': spec('warn', 'An accepted image request could not be queued (`err`).'),
@@ -51,7 +70,11 @@ export const LOG_EVENTS = Object.freeze({
   'images.refund_not_open': spec('error', "A failed image generation's hold was not open to refund (`reason`)."),
   'images.settle_not_open': spec('error', "A succeeded image generation's hold was not open to settle (`reason`)."),
   'video.vendor_create_failed': spec('warn', 'The vendor did not create the video task (`err`); the generation fails and is refunded.'),
-  'video.task_orphaned': spec('warn', 'A vendor task was created but its generation had moved on (`task`); the task is left unused.'),
+  'video.task_orphaned': spec('warn', 'A vendor task was created but its generation had moved on (`task`, `deployment`); the task is left unused.'),
+  'video.deployment_unknown': spec(
+    'warn',
+    'The vendor deployment that created a task (`deployment`) is no longer configured; the generation fails and is refunded.',
+  ),
   'video.void_failed': spec('warn', 'The hold of a submit that failed could not be voided (`err`); recovered later.'),
   'video.release_not_open': spec('error', "A failed submit's hold was not open to release (`reason`)."),
   'video.result_fetch_refused': spec('warn', "The vendor's result URL was refused (`host`, `detail`)."),
@@ -59,7 +82,7 @@ export const LOG_EVENTS = Object.freeze({
   'video.price_failed': spec('error', "The row's price set no longer prices the clip (`err`); the hold is charged, never more."),
   'video.refund_not_open': spec('error', "A failed video generation's hold was not open to refund (`reason`)."),
   'video.settle_not_open': spec('error', "A succeeded video generation's hold was not open to settle (`reason`)."),
-  'jobs.claim_failed': spec('warn', 'The job engine could not claim due rows (`err`); it tries again on its next tick.'),
+  'jobs.claim_failed': spec('warn', 'The job runner could not claim due rows (`err`); it tries again on its next tick.'),
   'jobs.row_failed': spec('warn', 'Working one row failed (`state`, `err`); the row is claimed again once its lease lapses.'),
   'jobs.sweep_failed': spec('warn', 'A retention sweep failed (`err`); the next one retries.'),
   'media.retention_delete_failed': spec('warn', "An expired generation's media could not be deleted (`err`); the next sweep retries."),

@@ -8,6 +8,7 @@
 // chain can quote what a vendor or a client sent.
 import { pino, type Logger as PinoLogger } from 'pino';
 import { levelOf, type LogEvent } from './log-events.js';
+import { loopDelayMs, startLoopDelayProbe } from './loop-delay.js';
 
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error' | 'fatal' | 'silent';
 export type LogFields = Record<string, unknown>;
@@ -28,16 +29,40 @@ export interface Logger {
   child(bindings: LogFields): Logger;
   /** Writes out what a buffered logger still holds (at shutdown); absent where nothing is held. */
   flush?(): void;
+  /**
+   * Writes one `info` line whose fields the caller has already serialised (`"a":1,"b":"x"`, none
+   * that the redaction below names): `{"level":"info","time":...,<fields>,"msg":<msg>}`, the same
+   * line `info(fields, msg)` writes, without pino's generic walk of the fields. For the access log,
+   * a line per request (the request budget in docs/performance.md). Absent on a child.
+   */
+  infoLine?(fieldsJson: string, msg: LogEvent): void;
 }
 
 /** A buffered stdout logger holds at most this much when stdout is slower than the lines (more is dropped). */
 const BUFFERED_MAX_BYTES = 16 * 1024 * 1024;
 /**
  * It writes once this much is held, or every BUFFERED_FLUSH_MS: one write per line cost a thread
- * pool round trip per request (the bench's profile: ~8 % of a busy gateway's CPU in the write).
+ * pool round trip per request (the bench's profile: ~8 % of a busy gateway's CPU in the write);
+ * at 4 KiB the writes were still 3.6 % of a busy node-engine gateway (~20 µs a request, the request budget).
  */
-const BUFFERED_MIN_BYTES = 4096;
+export const BUFFERED_MIN_BYTES = 32 * 1024;
+/** One write's most (sonic-boom's own default, 16 KiB, must stay above the least). */
+const BUFFERED_MAX_WRITE_BYTES = 64 * 1024;
 const BUFFERED_FLUSH_MS = 1000;
+
+/** pino's number for `warn`: lines at it and above carry the event loop's delay. */
+const WARN_LEVEL = 40;
+const NO_FIELDS = Object.freeze({});
+
+/**
+ * A warn, error or fatal line's extra field: the event loop's delay at that moment (util/loop-delay.ts),
+ * so a store or Redis timeout logged after a long tick of ours is not read as the peer's slowness.
+ */
+function loopDelayField(_fields: object, level: number): object {
+  if (level < WARN_LEVEL) return NO_FIELDS;
+  const ms = loopDelayMs();
+  return ms === undefined ? NO_FIELDS : { loopDelayMs: ms };
+}
 
 const liteError = (v: unknown): unknown => (v instanceof Error ? { message: v.message, code: (v as { code?: unknown }).code } : v);
 
@@ -52,15 +77,20 @@ function fieldsOut(fields: Record<string, unknown>): Record<string, unknown> {
 /**
  * A logger at `level`. `write` (tests, the bench) receives each line without its newline instead
  * of stdout. `buffered` (the access log: a line per request) writes stdout asynchronously, in writes of at
- * least 4 KiB or once a second, so a busy instance does not make a system call per
+ * least 32 KiB or once a second, so a busy instance does not make a system call per
  * request nor wait on a slow reader of its stdout; what is held is bounded and dropped beyond
  * (BUFFERED_MAX_BYTES), and `flush` writes it out at shutdown. Other loggers write each line at
- * once: an error line must not wait.
+ * once: an error line must not wait. Warn lines and worse carry `loopDelayMs` (loopDelayField).
  */
 export function createLogger(level: LogLevel, write?: (line: string) => void, buffered = false, fd = 1): Logger {
+  if (level !== 'silent') startLoopDelayProbe();
   const stdout = write
     ? undefined
-    : pino.destination({ dest: fd, sync: !buffered, ...(buffered ? { minLength: BUFFERED_MIN_BYTES, maxLength: BUFFERED_MAX_BYTES } : {}) });
+    : pino.destination({
+        dest: fd,
+        sync: !buffered,
+        ...(buffered ? { minLength: BUFFERED_MIN_BYTES, maxWrite: BUFFERED_MAX_WRITE_BYTES, maxLength: BUFFERED_MAX_BYTES } : {}),
+      });
   const destination = write ? { write: (s: string) => write(s.endsWith('\n') ? s.slice(0, -1) : s) } : stdout!;
   const p: PinoLogger = pino(
     {
@@ -68,6 +98,10 @@ export function createLogger(level: LogLevel, write?: (line: string) => void, bu
       base: undefined,
       timestamp: pino.stdTimeFunctions.isoTime,
       formatters: { level: (label) => ({ level: label }) },
+      mixin: loopDelayField,
+      // pino's own merge writes the line's fields into the mixin's object: NO_FIELDS (shared) must
+      // stay untouched, and a line below warn costs no object of its own.
+      mixinMergeStrategy: (fields, extra) => (extra === NO_FIELDS ? fields : Object.assign(extra, fields)),
       // fieldsOut already reduced an Error to { message, code }: written as it is.
       serializers: { err: (v: unknown) => v },
       // Belt and braces: the code never puts these in a line; if it ever did, they are censored.
@@ -76,6 +110,10 @@ export function createLogger(level: LogLevel, write?: (line: string) => void, bu
     destination,
   );
   const logger: Logger = new PinoWrap(p);
+  logger.infoLine = (fieldsJson, msg) => {
+    if (!p.isLevelEnabled('info')) return;
+    destination.write(`{"level":"info","time":"${new Date().toISOString()}",${fieldsJson},"msg":${JSON.stringify(msg)}}\n`);
+  };
   if (buffered && stdout) {
     // What is held goes out within a second on a quiet instance; the timer keeps no process alive.
     const timer = setInterval(() => {

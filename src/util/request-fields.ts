@@ -213,3 +213,50 @@ export function fieldsSchema(table: FieldTable, ctx: SchemaContext): JsonSchema 
   }
   return { type: 'object', properties, ...(required.length ? { required } : {}), additionalProperties: false };
 }
+
+/** Names longer than this get no suggestion: the comparison's cost stays bounded whatever a client sends. */
+const SUGGEST_MAX_CHARS = 64;
+
+/** Edit distance of `a` and `b` (insertions, deletions, substitutions), or `limit + 1` once it is above `limit`. */
+function editDistance(a: string, b: string, limit: number): number {
+  if (Math.abs(a.length - b.length) > limit) return limit + 1;
+  let prev = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const row = [i];
+    let best = i;
+    for (let j = 1; j <= b.length; j++) {
+      row[j] = Math.min(prev[j]! + 1, row[j - 1]! + 1, prev[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1));
+      best = Math.min(best, row[j]!);
+    }
+    if (best > limit) return limit + 1;
+    prev = row;
+  }
+  return prev[b.length]!;
+}
+
+/**
+ * The known field an unknown top-level name most likely meant: one at most two edits away, or one
+ * the name begins (or that begins the name), four characters at least (`max_token`, `max_tokens_to_sample`
+ * for `max_tokens`). Undefined for none, and for names above SUGGEST_MAX_CHARS.
+ */
+export function closestField(name: string, known: Iterable<string>): string | undefined {
+  if (name.length > SUGGEST_MAX_CHARS) return undefined;
+  let best: string | undefined;
+  let bestScore = 3;
+  for (const k of known) {
+    const d = editDistance(name, k, 2);
+    const prefix = Math.min(name.length, k.length) >= 4 && (k.startsWith(name) || name.startsWith(k));
+    const score = d <= 2 ? d : prefix ? 2.5 : 3;
+    if (score < bestScore) {
+      best = k;
+      bestScore = score;
+    }
+  }
+  return best;
+}
+
+/** " Did you mean `max_tokens`?" for a close known field, else "". */
+export function didYouMean(name: string, known: Iterable<string>): string {
+  const k = closestField(name, known);
+  return k === undefined ? '' : ` Did you mean \`${k}\`?`;
+}

@@ -29,23 +29,35 @@ export function retryAfterSeconds(h: string | string[] | undefined): number | un
  * Reads a whole vendor body, bounded in size and, when `totalMs` is given, in total time: an idle
  * timeout alone lets a vendor that drips a byte just under it hold a request (and its hold) forever.
  */
-export async function readBounded(body: Dispatcher.ResponseData['body'], maxBytes: number, totalMs?: number): Promise<Buffer> {
-  const total = totalMs === undefined ? undefined : setTimeout(() => body.destroy(new Error(`vendor body not complete within ${totalMs} ms`)), totalMs);
-  try {
+export function readBounded(body: Dispatcher.ResponseData['body'], maxBytes: number, totalMs?: number): Promise<Buffer> {
+  // Listeners, not `for await`: the async iterator costs a promise and a few stream wrappers per
+  // chunk, and this runs for every non-streaming text answer (the request budget's profile).
+  return new Promise<Buffer>((resolveB, rejectB) => {
     const parts: Buffer[] = [];
     let n = 0;
-    for await (const c of body as AsyncIterable<Buffer>) {
+    let settled = false;
+    const total = totalMs === undefined ? undefined : setTimeout(() => body.destroy(new Error(`vendor body not complete within ${totalMs} ms`)), totalMs);
+    const done = (e: Error | undefined): void => {
+      if (settled) return;
+      settled = true;
+      if (total !== undefined) clearTimeout(total);
+      if (e === undefined) resolveB(parts.length === 1 ? parts[0]! : Buffer.concat(parts, n));
+      else rejectB(e);
+    };
+    body.on('data', (c: Buffer) => {
       n += c.length;
       if (n > maxBytes) {
+        done(new Error(`vendor body above ${maxBytes} bytes`));
         body.destroy();
-        throw new Error(`vendor body above ${maxBytes} bytes`);
+        return;
       }
       parts.push(c);
-    }
-    return Buffer.concat(parts, n);
-  } finally {
-    if (total !== undefined) clearTimeout(total);
-  }
+    });
+    body.once('end', () => done(undefined));
+    body.once('error', (e: Error) => done(e));
+    // Destroyed without an error (a cap crossed above, or by its owner): never a hang.
+    body.once('close', () => done(new Error('vendor body closed before its end')));
+  });
 }
 
 /**

@@ -75,7 +75,9 @@ eachEngine('the console end to end in Chromium', async (t, engine) => {
   const link = await s.link();
   await page.goto(link);
   await shot(page, 'signin');
-  // By keyboard: the button has the focus, Enter presses it.
+  // By keyboard: the button has the focus (autofocus, which the browser applies once the page is
+  // parsed: waited for, as Enter pressed before it goes nowhere), Enter presses it.
+  await page.waitForFunction(() => document.activeElement?.tagName === 'BUTTON', undefined, { timeout: 30_000 });
   await page.keyboard.press('Enter');
   await page.waitForURL(`${base}/console`);
   t.equal(await page.getByRole('heading', { level: 1 }).textContent(), 'Overview');

@@ -13,10 +13,14 @@ import { pidAlive } from '../../src/util/process.js';
 
 const root = join(import.meta.dirname, '..', '..');
 
+// `inkgate bench` as an operator runs it: the built tool (bin/inkgate.js builds dist/ first when it
+// is older than src/), so the simulators, gateways and proxy it starts load compiled JavaScript
+// instead of each transpiling the sources at start-up, which on a busy two-core machine took
+// minutes when two bench tests started a dozen children at once.
 export async function bench(t: Test, args: string[]): Promise<{ code: number | null; pid: number; rep: BenchReport; stderr: string }> {
-  const child = spawn(process.execPath, ['--import', './node_modules/@tapjs/typescript/dist/esm/import.mjs', 'bench/bench.ts', ...args], {
+  const child = spawn(process.execPath, ['bin/inkgate.js', 'bench', ...args], {
     cwd: root,
-    env: { ...process.env, TS_NODE_TRANSPILE_ONLY: '1', DATABASE_URL: testDatabaseUrl, REDIS_URL: testRedisUrl ?? '', INKGATE_CONFIG: '' },
+    env: { ...process.env, DATABASE_URL: testDatabaseUrl, REDIS_URL: testRedisUrl ?? '', INKGATE_CONFIG: '' },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   t.teardown(() => {

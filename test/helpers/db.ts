@@ -18,7 +18,11 @@ export interface TestDb {
 export async function testDb(t: Test): Promise<TestDb> {
   const schema = 't_' + randomBytes(6).toString('hex');
   const base = loadConfig({}, { db: { url: testDatabaseUrl, schema } });
-  const pool = createPool({ ...base.db, url: testDatabaseUrl });
+  // The test's own pool observes and sets up; it is not the product's. It waits seconds to connect
+  // and for an answer: on a busy two-core machine a fresh backend can take longer than the hot
+  // path's 800 ms to start, and an assertion that fails on that is about the machine, not the code.
+  // The product's pools keep the defaults (dbConfig below); lock and statement timeouts are as shipped.
+  const pool = createPool({ ...base.db, url: testDatabaseUrl, connectionTimeoutMs: TEST_POOL_CONNECT_MS, queryTimeoutMs: TEST_POOL_QUERY_MS });
   // Registered before the migration, so a set-up that fails there still drops what it made and
   // closes the pool. Bounded as a whole: a teardown that hangs holds the whole file until tap's
   // timeout.
@@ -35,6 +39,8 @@ export async function testDb(t: Test): Promise<TestDb> {
  */
 const DROP_LOCK_WAIT_MS = 10_000;
 const DROP_STATEMENT_MS = 30_000;
+const TEST_POOL_CONNECT_MS = 10_000;
+const TEST_POOL_QUERY_MS = 30_000;
 /** pool.end() waits for every checked-out client to come back: a leaked one would hold it for ever. */
 const POOL_END_MS = 5_000;
 
@@ -55,11 +61,14 @@ async function dropAndEnd(pool: Pool, schema: string): Promise<void> {
 export async function dropSchema(pool: Pool, schema: string): Promise<void> {
   const client = await pool.connect();
   try {
-    await client.query('BEGIN');
-    await client.query(`SET LOCAL statement_timeout = ${DROP_STATEMENT_MS}`);
-    await client.query(`SET LOCAL lock_timeout = ${DROP_LOCK_WAIT_MS}`);
-    await client.query({ text: `DROP SCHEMA IF EXISTS ${schema} CASCADE`, query_timeout: DROP_STATEMENT_MS + 2_000 } as QueryConfig);
-    await client.query('COMMIT');
+    // Every statement gets the drop's client-side limit, the COMMIT too: it syncs the WAL of a few
+    // hundred dropped objects, which on a loaded disk outlasts the pool's sub-second query timeout.
+    const run = (text: string) => client.query({ text, query_timeout: DROP_STATEMENT_MS + 2_000 } as QueryConfig);
+    await run('BEGIN');
+    await run(`SET LOCAL statement_timeout = ${DROP_STATEMENT_MS}`);
+    await run(`SET LOCAL lock_timeout = ${DROP_LOCK_WAIT_MS}`);
+    await run(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+    await run('COMMIT');
     client.release();
   } catch (e) {
     client.release(true);

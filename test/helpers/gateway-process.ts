@@ -1,22 +1,23 @@
 // A real gateway in a process of its own (its own pools, timers, leases and journal), for the
 // tests that kill an instance or run several side by side on one Postgres. The child runs the
-// source through the same TypeScript loader as the test, prints its URL when it serves, and on
+// compiled tree when it is fresh (else the sources through the tap loader), prints its URL when it serves, and on
 // SIGTERM closes the way the production entry point does (drain, write the journal, return leases).
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { dirname, resolve } from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
+import { fileURLToPath } from 'node:url';
 import type { Test } from 'tap';
 import type { Config, DeepPartial } from '../../src/config/config.js';
+import { productCode } from './product-code.js';
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
-const src = (p: string) => pathToFileURL(resolve(root, 'src', p)).href;
+const src = (p: string) => productCode().url(p);
 // Generous: a loaded two-core machine has taken 13 s to start one process, and tests start three at once.
 const READY_TIMEOUT_MS = 90_000;
 const STOP_TIMEOUT_MS = 20_000;
 const TAIL_BYTES = 4000;
 
-const CHILD = `
+const CHILD = () => `
 import { loadConfig } from '${src('config/config.js')}';
 import { createGateway } from '${src('gateway.js')}';
 import { silentLogger } from '${src('util/log.js')}';
@@ -48,8 +49,7 @@ export interface GatewayProcess {
 export async function startGatewayProcess(t: Test, config: DeepPartial<Config>, options: Record<string, unknown> = {}): Promise<GatewayProcess> {
   // Any free admin port, and no drain delay unless the test asks (a delay is for a real balancer).
   config = { ...config, admin: { port: 0, drainDelayMs: 0, ...config.admin } };
-  const tsLoader = process.execArgv.filter((a) => a.includes('typescript'));
-  const child = spawn(process.execPath, [...tsLoader, '--input-type=module', '-e', CHILD], {
+  const child = spawn(process.execPath, [...productCode().execArgv, '--input-type=module', '-e', CHILD()], {
     cwd: root,
     env: { ...process.env, CHILD_CONFIG: JSON.stringify(config), CHILD_OPTIONS: JSON.stringify(options) },
     stdio: ['ignore', 'pipe', 'pipe'],

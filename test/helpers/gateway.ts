@@ -64,8 +64,8 @@ export async function startTestGateway(t: Test, overrides: DeepPartial<Config> =
 const SET_UP_ATTEMPTS = 3;
 
 /**
- * Runs a set-up step (making accounts, keys, switching lanes) on the test's pool, whose limits are
- * the hot path's (a 900 ms query timeout). A set-up is not the behaviour under test: when the
+ * Runs a set-up step (making accounts, keys, switching lanes) on the test's pool (seconds of
+ * timeouts; the lock timeout is the hot path's). A set-up is not the behaviour under test: when the
  * machine's Postgres is slow to commit (another file's bulk writes hold the WAL, seen as
  * LWLock:WALWrite and IO waits, which no lock_timeout covers), the step is tried again, and after
  * SET_UP_ATTEMPTS it fails with a message saying it was the set-up. Retrying may leave an extra

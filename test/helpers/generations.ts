@@ -55,3 +55,20 @@ export function holdNextCreate(sim: { beforeCreate: (() => Promise<void>) | unde
   };
   return { entered, release };
 }
+
+/**
+ * Holds every Idempotency-Key claim (its INSERT waits on a table lock) until `release()`, so that
+ * concurrent submits line up at the claim and race for it together. The harness must give the
+ * pool a lock_timeout longer than the hold.
+ */
+export async function holdClaims(pool: Pool): Promise<{ release: () => Promise<void> }> {
+  const c = await pool.connect();
+  await c.query('BEGIN');
+  await c.query('LOCK TABLE idempotency_keys IN SHARE MODE');
+  return {
+    release: async () => {
+      await c.query('COMMIT');
+      c.release();
+    },
+  };
+}

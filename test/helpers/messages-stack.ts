@@ -10,6 +10,7 @@ import { textChargeInk } from '../../src/catalog/pricing.js';
 import { startTestGateway } from './gateway.js';
 import type { SseEvent } from './sse.js';
 import { assertLedgerInvariant } from './ledger-invariant.js';
+import type { Logger } from '../../src/util/log.js';
 
 export const ANTHROPIC_VENDOR_KEY = 'sk-ant-test-vendor';
 
@@ -18,16 +19,22 @@ export interface MessagesStackOptions {
   enable?: boolean;
   engine?: EngineName;
   config?: DeepPartial<Config>;
+  /** The gateway's logger (default silent). */
+  log?: Logger;
 }
 
 export async function startMessagesStack(t: Test, opts: MessagesStackOptions = {}) {
   const sim = await startAnthropicSimulator({ apiKey: ANTHROPIC_VENDOR_KEY });
   t.teardown(() => sim.close());
-  const g = await startTestGateway(t, {
-    ...opts.config,
-    vendors: { anthropic: { baseUrl: sim.url, apiKey: ANTHROPIC_VENDOR_KEY } },
-    ...(opts.engine ? { server: { engine: opts.engine } } : {}),
-  });
+  const g = await startTestGateway(
+    t,
+    {
+      ...opts.config,
+      vendors: { anthropic: { baseUrl: sim.url, apiKey: ANTHROPIC_VENDOR_KEY } },
+      ...(opts.engine ? { server: { engine: opts.engine } } : {}),
+    },
+    opts.log ? { log: opts.log } : {},
+  );
   if (opts.enable !== false) {
     await setLane(g.db.pool, 'messages', true);
     await g.gw.services.state.refresh();

@@ -33,7 +33,9 @@ export function parseExposition(text: string): Exposition {
     const labels: Record<string, string> = {};
     for (const l of (m[2] ?? '').matchAll(LABEL)) labels[l[1]!] = l[2]!.replace(/\\(.)/g, (_x, c: string) => (c === 'n' ? '\n' : c));
     const v = m[3] === '+Inf' ? Infinity : m[3] === '-Inf' ? -Infinity : Number(m[3]);
-    if (Number.isNaN(v) && m[3] !== 'NaN') throw new Error(`bad value in ${JSON.stringify(line)}`);
+    // prom-client writes NaN as `Nan` (an event-loop gauge before its first sample); Prometheus reads
+    // the value with Go's ParseFloat, which takes NaN in any case, so only other words are bad.
+    if (Number.isNaN(v) && !/^nan$/i.test(m[3]!)) throw new Error(`bad value in ${JSON.stringify(line)}`);
     samples.push({ name: m[1]!, labels, value: v });
   }
   const matching = (name: string, labels: Record<string, string> = {}) =>
@@ -48,4 +50,14 @@ export function parseExposition(text: string): Exposition {
     },
     sum: (name, labels) => matching(name, labels).reduce((a, s) => a + s.value, 0),
   };
+}
+
+/** The value of one series written exactly as the exposition writes it (`name{a="b"}`); NaN when absent. */
+export function seriesValue(text: string, series: string): number {
+  return Number(
+    text
+      .split('\n')
+      .find((l) => l.startsWith(`${series} `))
+      ?.split(' ')[1],
+  );
 }

@@ -16,6 +16,8 @@ export interface RateOptions {
   keys: number;
   perKeyPerS: number;
   durationMs: number;
+  /** The gateway's Redis command timeout (the shipped 200 ms unless given). */
+  redisCommandTimeoutMs?: number;
   log?: (m: string) => void;
 }
 
@@ -101,7 +103,7 @@ export function checkKey(samples: Sample[], quota: number, windowMs: number): Ra
 
 export async function runRateExact(o: RateOptions): Promise<RateReport> {
   const log = o.log ?? (() => undefined);
-  const stack = await startSoakStack({ keys: o.keys, inkPerKey: 1_000 });
+  const stack = await startSoakStack({ keys: o.keys, inkPerKey: 1_000, redisCommandTimeoutMs: o.redisCommandTimeoutMs });
   try {
     const quota = stack.config.limits.requestsPerMinute;
     const windowMs = 60_000;

@@ -31,7 +31,20 @@ export interface SoakOptions {
   sampleEveryMs: number;
   /** After SIGCONT the first 2xx must come within this (default 5000 ms); 503s are expected until then. */
   recoveryBudgetMs?: number;
-  /** "Flat": last-quarter median RSS <= second-quarter median x (1 + rssSlack) (default 0.2) ... */
+  /**
+   * No leak: the V8 heap's floor (its least in-use bytes after a full collection, every 5 s) in the
+   * last quarter <= its floor in the second quarter x (1 + heapSlack) (default 0.2), or + heapSlackMb
+   * (default 8) when that is more: in a 50-s run that catches a leak of about 10 KB a request; the
+   * 10-minute soak is the finer check. (Without the full collections the floor rose 45 -> 55 and
+   * 56 -> 76 MB on Node 24, which let garbage pile up; collected, it is flat: 51.8 -> 52.9 MB.) ...
+   */
+  heapSlack?: number;
+  heapSlackMb?: number;
+  /**
+   * ... and RSS bounded: last-quarter median <= second-quarter median x (1 + rssSlack) (default 0.5).
+   * RSS is not the leak measure: it follows the requests in flight (a pause piles them up) and
+   * whenever the allocator and V8 hand pages back, which Node 24 does later than Node 20.
+   */
   rssSlack?: number;
   /** ... and last-quarter median fds (client and pooled sockets excluded) <= second-quarter median + fdSlack (default 5). */
   fdSlack?: number;
@@ -83,6 +96,8 @@ export interface SoakReport {
   latencyMs: Record<string, { p50: number; p99: number; max: number }>;
   pauses: PauseReport[];
   rssMb: Quartiles;
+  /** The gateway's V8 heap in use: its floor (least value) in the second and in the last quarter. */
+  heapFloorMb: { secondQuarter: number; lastQuarter: number; samples: number; flat: boolean };
   /** Every descriptor, client connections included (they follow the load). */
   fds: Quartiles;
   /** Descriptors less our client's connections and the pooled sockets: what a leak would grow. */
@@ -118,10 +133,23 @@ const median = (xs: number[]): number => {
   return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
 };
 
+/** The least value of the second and of the last quarter of `series`: a heap's floor, what collections leave. */
+/** The second and the last quarter of `series`: the load has settled in the first, the last shows a drift. */
+function secondAndLastQuarter(series: number[]): [number[], number[]] {
+  const n = series.length;
+  return [series.slice(Math.floor(n / 4), Math.floor(n / 2)), series.slice(Math.floor((3 * n) / 4))];
+}
+
+function heapFloors(series: number[], slack: number, slackMb: number): SoakReport['heapFloorMb'] {
+  const [second, last] = secondAndLastQuarter(series);
+  const q2 = Math.min(...second);
+  const q4 = Math.min(...last);
+  return { secondQuarter: q2, lastQuarter: q4, samples: series.length, flat: series.length >= 8 && q4 <= Math.max(q2 * (1 + slack), q2 + slackMb) };
+}
+
 function quartiles(series: number[], flat: (q2: number, q4: number) => boolean): Quartiles {
   const n = series.length;
-  const q2 = series.slice(Math.floor(n / 4), Math.floor(n / 2));
-  const q4 = series.slice(Math.floor((3 * n) / 4));
+  const [q2, q4] = secondAndLastQuarter(series);
   const a = median(q2);
   const b = median(q4);
   return { samples: n, secondQuarterMedian: a, lastQuarterMedian: b, min: Math.min(...series), max: Math.max(...series), flat: n >= 8 && flat(a, b) };
@@ -281,6 +309,7 @@ export async function runSoak(stack: SoakStack, o: SoakOptions): Promise<SoakRep
   const ownFdSeries: number[] = [];
   const maxPooled: Record<string, number> = {};
   let gatewayGone = false;
+  const sampledFromMs = now();
   const sampler = setInterval(() => {
     const s = stack.sample();
     if (!s) {
@@ -358,6 +387,7 @@ export async function runSoak(stack: SoakStack, o: SoakOptions): Promise<SoakRep
   // In-flight requests end by themselves (every wait in the gateway is bounded; the client's too).
   await Promise.race([Promise.all([...inFlightSet]), sleep(60_000)]);
   clearInterval(sampler);
+  const sampledToMs = now();
 
   // --- Quiescence: generations finish (the gateway's engine runs on), no text hold is still running.
   const genDone = await until(60_000, async () => {
@@ -404,7 +434,7 @@ export async function runSoak(stack: SoakStack, o: SoakOptions): Promise<SoakRep
   // A 503 rate_limiter_unavailable with nothing paused is explained only by a stall of the
   // gateway's own event loop longer than the Redis command timeout (CPU starvation on a shared
   // machine), measured in the gateway (`LAG` lines) within a second of it: counted apart, not hidden.
-  const lags = stack.lags().map((l) => ({ atMs: l.atMs - t0, lagMs: l.lagMs }));
+  const lags = stack.lags().map((l) => ({ atMs: l.atMs - t0, lagMs: l.lagMs, heapBytes: l.heapBytes }));
   const stallMs = stack.config.redis.commandTimeoutMs * 0.75;
   const stalled = (r: Rec) => lags.some((l) => l.lagMs >= stallMs && l.atMs >= r.startMs - 1_000 && l.atMs <= r.endMs + 2_000);
   let stall503 = 0;
@@ -464,7 +494,12 @@ export async function runSoak(stack: SoakStack, o: SoakOptions): Promise<SoakRep
     return rep;
   });
 
-  const rssMb = quartiles(rssSeries, (a, b) => b <= a * (1 + (o.rssSlack ?? 0.2)));
+  const rssMb = quartiles(rssSeries, (a, b) => b <= a * (1 + (o.rssSlack ?? 0.5)));
+  const heapFloorMb = heapFloors(
+    lags.filter((l) => l.heapBytes >= 0 && l.atMs >= sampledFromMs && l.atMs <= sampledToMs).map((l) => l.heapBytes / 1048576),
+    o.heapSlack ?? 0.2,
+    o.heapSlackMb ?? 8,
+  );
   const fds = quartiles(fdSeries, () => true);
   const fdSlack = o.fdSlack ?? 5;
   const ownFds = quartiles(ownFdSeries, (a, b) => b <= a + fdSlack);
@@ -481,9 +516,13 @@ export async function runSoak(stack: SoakStack, o: SoakOptions): Promise<SoakRep
   if (!(finalOwnFds <= ownFds.secondQuarterMedian + fdSlack))
     failures.push(`open fds after the run: ${finalOwnFds}, second-quarter median under load ${ownFds.secondQuarterMedian} (allowed +${fdSlack})`);
   if (gatewayGone) failures.push('the gateway process went away during the soak');
+  if (!heapFloorMb.flat)
+    failures.push(
+      `V8 heap floor grew: second quarter ${heapFloorMb.secondQuarter.toFixed(1)} MB, last quarter ${heapFloorMb.lastQuarter.toFixed(1)} MB (allowed +${((o.heapSlack ?? 0.2) * 100).toFixed(0)}% or +${o.heapSlackMb ?? 8} MB, ${heapFloorMb.samples} samples)`,
+    );
   if (!rssMb.flat)
     failures.push(
-      `RSS not flat: second-quarter median ${rssMb.secondQuarterMedian.toFixed(1)} MB, last-quarter ${rssMb.lastQuarterMedian.toFixed(1)} MB (allowed +${((o.rssSlack ?? 0.2) * 100).toFixed(0)}%, ${rssMb.samples} samples)`,
+      `RSS ran away: second-quarter median ${rssMb.secondQuarterMedian.toFixed(1)} MB, last-quarter ${rssMb.lastQuarterMedian.toFixed(1)} MB (allowed +${((o.rssSlack ?? 0.5) * 100).toFixed(0)}%, ${rssMb.samples} samples)`,
     );
   if (!ownFds.flat)
     failures.push(
@@ -560,6 +599,7 @@ export async function runSoak(stack: SoakStack, o: SoakOptions): Promise<SoakRep
     latencyMs,
     pauses,
     rssMb,
+    heapFloorMb,
     fds,
     ownFds,
     finalOwnFds,
@@ -595,6 +635,9 @@ export function formatSoak(r: SoakReport): string[] {
       `pause ${p.target} at ${p.atS} s for ${p.pauseMs} ms: ${p.n503} x 503 ${JSON.stringify(p.codes503)}; first 2xx ${p.firstOkAfterMs} ms after SIGCONT; last 503 ${p.last503AfterMs} ms after`,
     );
   }
+  out.push(
+    `V8 heap floor MB: second quarter ${f(r.heapFloorMb.secondQuarter)}, last quarter ${f(r.heapFloorMb.lastQuarter)} (${r.heapFloorMb.samples} samples): ${r.heapFloorMb.flat ? 'flat' : 'GREW'}`,
+  );
   out.push(
     `RSS MB: second-quarter median ${f(r.rssMb.secondQuarterMedian)}, last-quarter median ${f(r.rssMb.lastQuarterMedian)} (min ${f(r.rssMb.min)}, max ${f(r.rssMb.max)}, ${r.rssMb.samples} samples): ${r.rssMb.flat ? 'flat' : 'NOT flat'}`,
   );

@@ -3,7 +3,7 @@
 // process) and the gateway in a child process. `stop()` tears everything down in reverse order.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { existsSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, rmSync, statSync } from 'node:fs';
+import { mkdtempSync, readFileSync, readdirSync, readlinkSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -21,32 +21,12 @@ import { startOpenAISimulator, type OpenAISimulator } from '../../src/simulators
 import { selfSignedCert } from '../../src/simulators/self-signed-cert.js';
 import { startPrivatePostgres, type PrivatePostgres } from './private-postgres.js';
 import { startPrivateRedis, type PrivateRedis } from './redis-server.js';
+import { productCode, TS_LOADER } from './product-code.js';
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
-const TS_LOADER = join(root, 'node_modules', '@tapjs', 'typescript', 'dist', 'esm', 'import.mjs');
 const CHILD = join(root, 'test', 'helpers', 'soak-gateway-child.ts');
 const CHILD_READY_MS = 60_000;
 const DIST = join(root, 'dist');
-
-/** Newest modification time under `dir` of files ending in `ext`. */
-function newestMtimeMs(dir: string, ext: string): number {
-  let newest = 0;
-  for (const e of readdirSync(dir, { withFileTypes: true })) {
-    const p = join(dir, e.name);
-    if (e.isDirectory()) newest = Math.max(newest, newestMtimeMs(p, ext));
-    else if (e.name.endsWith(ext)) newest = Math.max(newest, statSync(p).mtimeMs);
-  }
-  return newest;
-}
-
-/**
- * The compiled gateway (dist/, as `npm test` and `npm start` build it) when it is newer than every
- * source file: its RSS is then the gateway's own, without the TypeScript loader (~100 MB more).
- */
-function freshDist(): boolean {
-  const gw = join(DIST, 'gateway.js');
-  return existsSync(gw) && statSync(gw).mtimeMs >= newestMtimeMs(join(root, 'src'), '.ts');
-}
 
 /** The same entry as soak-gateway-child.ts, for the compiled tree (no loader needed). */
 const DIST_CHILD = (dist: string) => `
@@ -58,13 +38,14 @@ const cfg = loadConfig({}, arg.config);
 const gw = await createGateway(cfg, {
   skipMigrate: true,
   log: createLogger('error', (l) => process.stderr.write(l + '\\n')),
-  jobs: { owner: 'soak-gateway', fetch: { allowList: new Set(arg.allowList), ca: arg.ca }, engine: { timers: true } },
+  jobs: { owner: 'soak-gateway', fetch: { allowList: new Set(arg.allowList), ca: arg.ca }, runner: { timers: true } },
 });
 process.stdout.write('READY ' + gw.url + '\\n');
 const { monitorEventLoopDelay } = await import('node:perf_hooks');
 const lag = monitorEventLoopDelay({ resolution: 10 });
 lag.enable();
-setInterval(() => { process.stdout.write('LAG ' + Math.round(lag.max / 1e6) + '\\n'); lag.reset(); }, 1000).unref();
+let ticks = 0;
+setInterval(() => { const full = typeof gc === 'function' && ++ticks % 5 === 0; if (full) gc(); process.stdout.write('LAG ' + Math.round(lag.max / 1e6) + ' ' + (full ? process.memoryUsage().heapUsed : -1) + '\\n'); lag.reset(); }, 1000).unref();
 let closing = false;
 process.on('SIGTERM', () => { if (closing) return; closing = true; void gw.close().finally(() => process.exit(0)); });
 `;
@@ -96,7 +77,8 @@ export interface SoakStack {
    */
   sample(): { rssBytes: number; fds: number; clientFds: number } | undefined;
   /** The gateway's worst event-loop delay in each second (performance.now() of this process). */
-  lags(): ReadonlyArray<{ atMs: number; lagMs: number }>;
+  /** The gateway's own report each second: its loop's worst delay; every fifth, its V8 heap in use after a full collection (else -1). */
+  lags(): ReadonlyArray<{ atMs: number; lagMs: number; heapBytes: number }>;
   /** The gateway's TCP sockets by peer: postgres, redis, each simulator, clients, other. */
   sockets(): Record<string, number>;
   /** The last lines the gateway wrote to stderr (its error log). */
@@ -115,6 +97,8 @@ export interface SoakStackOptions {
   config?: DeepPartial<Config>;
   /** Ms between text deltas in the simulators (streams last ~12 x this). */
   tokenPaceMs?: number;
+  /** The gateway's Redis command timeout: the shipped 200 ms unless given. */
+  redisCommandTimeoutMs?: number;
   log?: (m: string) => void;
 }
 
@@ -254,7 +238,7 @@ export async function startSoakStack(o: SoakStackOptions): Promise<SoakStack> {
       dataDir,
       // The defaults, written out: a frozen Postgres must answer 503 within about a second.
       db: { url: pg.url, schema: 'public', poolMax: 20, connectionTimeoutMs: 800, queryTimeoutMs: 900, lockTimeoutMs: 500, statementTimeoutMs: 5_000 },
-      redis: { url: redis.url, commandTimeoutMs: 200, connectTimeoutMs: 500 },
+      redis: { url: redis.url, commandTimeoutMs: o.redisCommandTimeoutMs ?? 200, connectTimeoutMs: 500 },
       vendors: {
         anthropic: { baseUrl: anthropic.url, apiKey: 'sk-ant-soak' },
         openai: { baseUrl: openai.url, apiKey: 'sk-oai-soak' },
@@ -266,11 +250,13 @@ export async function startSoakStack(o: SoakStackOptions): Promise<SoakStack> {
     };
     const config = loadConfig({}, over);
     const arg = JSON.stringify({ config: over, allowList: [ark.contentHostPort], ca: cert.cert });
-    const compiled = freshDist();
-    const childArgs = compiled ? ['--input-type=module', '-e', DIST_CHILD(DIST), arg] : ['--import', TS_LOADER, CHILD, arg];
+    const compiled = productCode().compiled;
+    // --expose-gc: every fifth second the gateway collects fully before it reports its heap, so the
+    // leak check compares what is live, not how far V8 let garbage pile up between collections.
+    const childArgs = compiled ? ['--expose-gc', '--input-type=module', '-e', DIST_CHILD(DIST), arg] : ['--expose-gc', '--import', TS_LOADER, CHILD, arg];
     const child: ChildProcess = spawn(process.execPath, childArgs, {
       cwd: root,
-      env: { ...process.env, TS_NODE_TRANSPILE_ONLY: '1' },
+      env: process.env,
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     const errLines: string[] = [];
@@ -295,15 +281,15 @@ export async function startSoakStack(o: SoakStackOptions): Promise<SoakStack> {
       clearTimeout(t);
     });
     let out = '';
-    const lags: Array<{ atMs: number; lagMs: number }> = [];
+    const lags: Array<{ atMs: number; lagMs: number; heapBytes: number }> = [];
     let outCarry = '';
     child.stdout!.on('data', (d: Buffer) => {
       const lines = (outCarry + d.toString()).split('\n');
       outCarry = lines.pop() ?? '';
       for (const l of lines) {
-        const m = /^LAG (\d+)$/.exec(l);
+        const m = /^LAG (\d+) (-?\d+)$/.exec(l);
         if (m) {
-          lags.push({ atMs: performance.now(), lagMs: Number(m[1]) });
+          lags.push({ atMs: performance.now(), lagMs: Number(m[1]), heapBytes: Number(m[2]) });
           if (lags.length > MAX_LAG_SAMPLES) lags.shift();
         }
       }

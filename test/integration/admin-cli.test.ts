@@ -57,17 +57,18 @@ t.test('inkgate CLI', async (t) => {
   const reqs = await run('requests', '--account', acc.json.id, '--json');
   t.equal(reqs.code, 0, reqs.err);
 
-  // Errors: one clear line, exit status 1.
-  for (const argv of [
-    ['account', 'create', '--name', 'x', '--plan', 'platinum'],
-    ['key', 'create', '--name', 'x'],
-    ['lane', 'enable', 'telepathy'],
-    ['model', 'pause', 'gpt-9'],
-    ['frobnicate'],
-    ['topup', '--account', acc.json.id, '--usd', '-5'],
-  ]) {
+  // Errors: one clear line; exit status 1 for a refusal, 2 for a wrong command line.
+  for (const [argv, status] of [
+    [['account', 'create', '--name', 'x', '--plan', 'platinum'], 1],
+    [['key', 'create', '--name', 'x'], 2],
+    [['lane', 'enable', 'telepathy'], 2],
+    [['model', 'pause', 'gpt-9'], 1],
+    [['frobnicate'], 2],
+    [['topup', '--account', acc.json.id, '--usd', '-5'], 2],
+    [['topup', '--account', acc.json.id, '--usd', '5.001'], 2],
+  ] as const) {
     const r = await run(...argv);
-    t.equal(r.code, 1, argv.join(' '));
+    t.equal(r.code, status, argv.join(' '));
     t.equal(r.err.trim().split('\n').length, 1, `one line: ${r.err.trim()}`);
     t.match(r.err, /^inkgate: /);
   }
@@ -83,7 +84,7 @@ t.test('inkgate CLI', async (t) => {
     [['key', 'create', '--account', acc.json.id, '--name', 'other', '--usd', '5'], /unknown flag --usd/],
   ] as const) {
     const r = await run(...argv);
-    t.equal(r.code, 1, argv.join(' '));
+    t.equal(r.code, 2, `${argv.join(' ')}: a usage error`);
     t.match(r.err, why, r.err.trim());
     t.equal(r.err.trim().split('\n').length, 1, 'one line');
   }
@@ -127,4 +128,15 @@ t.test('inkgate ledger check: exit 0 on a consistent ledger, 1 with the broken r
   t.equal(bad.json.ok, false);
   t.match(bad.json.violations, [{ rule: /held pools = the durable open holds/, count: 1, rows: [{ account_id: acc.json.id, held_payg_ink: 1 }] }]);
   await g.db.pool.query('UPDATE wallets SET payg_ink = payg_ink + 1, held_payg_ink = held_payg_ink - 1 WHERE account_id = $1', [acc.json.id]);
+  // A request whose key does not exist (no foreign key stops such a row; the write paths check keys themselves).
+  await g.db.pool.query(
+    `INSERT INTO requests (id, account_id, key_id, product, model, hold_state, status, hold_ink, hold_grant_ink, hold_payg_ink,
+                           grant_period, created_at, resolved_at)
+     VALUES ('req_keyless_check', $1, 'key_missing0000', 'messages', 'sonnet', 'void', 'void', 0, 0, 0, 0, now(), now())`,
+    [acc.json.id],
+  );
+  const keyless = await run('ledger', 'check', '--json');
+  t.equal(keyless.code, 1, 'a request without its key exits 1');
+  t.match(keyless.json.violations, [{ rule: /its own key, which exists/, count: 1, rows: [{ id: 'req_keyless_check', key_id: 'key_missing0000' }] }]);
+  await g.db.pool.query(`DELETE FROM requests WHERE id = 'req_keyless_check'`);
 });

@@ -8,9 +8,9 @@ import { spawn } from 'node:child_process';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import t from 'tap';
+import { TS_LOADER } from '../helpers/product-code.js';
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
-const TS_LOADER = join(root, 'node_modules', '@tapjs', 'typescript', 'dist', 'esm', 'import.mjs');
 const CHILD = join(root, 'test', 'helpers', 'agent-stack-fault-child.ts');
 // A safety net only: the child is waited for by its exit event. It compiles the stack through the
 // TypeScript loader and migrates a schema (45 to 85 s measured on the shared two-core machine at a

@@ -14,7 +14,8 @@ async function setup(t: Test, keyCacheMs = 60_000) {
   const o = await startOpenAISimulator({ apiKey: 'sk-oai-cache' });
   t.teardown(() => Promise.all([a.close(), o.close()]));
   const g = await startTestGateway(t, {
-    auth: { keyCacheMs, keyCacheEntries: 2 },
+    // The negative cache is off here: these tests count the lookups the positive cache saves or forces.
+    auth: { keyCacheMs, keyCacheEntries: 2, unknownKeyMs: 0 },
     vendors: { anthropic: { baseUrl: a.url, apiKey: 'sk-ant-cache' }, openai: { baseUrl: o.url, apiKey: 'sk-oai-cache' } },
   });
   await setLane(g.db.pool, 'messages', true);

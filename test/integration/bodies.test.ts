@@ -91,8 +91,10 @@ eachEngine('bodies', async (t, engine) => {
     if (r2 instanceof Error) {
       t.match(r2.message, /other side closed|socket|reset|EPIPE/i, 'the gateway closed the connection at the cap');
     } else {
-      t.equal(r2.statusCode, 413);
-      t.equal(((await r2.body.json()) as any).error.code, 'payload_too_large');
+      // uWS refuses every chunked body up front (411: its chunk parser cannot be trusted); node reads it up to the cap.
+      const [status, code] = engine === 'uws' ? [411, 'length_required'] : [413, 'payload_too_large'];
+      t.equal(r2.statusCode, status);
+      t.equal(((await r2.body.json()) as any).error.code, code);
     }
     // Exactly at the cap is fine.
     const fits = JSON.stringify({ a: 'x'.repeat(CAP - 8) });

@@ -380,6 +380,11 @@ t.test("the overview's figures are GET /v1/me's: the account's Ink and each key'
   t.equal(fig('grant'), meCapped.ink.period_grant_remaining, 'period grant remaining');
   t.equal(fig('payg'), meCapped.ink.payg_balance, 'pay-as-you-go');
   t.match(overview.text, `(${(meCapped.ink.payg_balance / 100).toFixed(2)} USD)`, 'in USD at 1 Ink = 0.01 USD');
+  t.match(
+    overview.text,
+    `data-figure="usd-payg-equivalent">(${meCapped.ink.usd_payg_equivalent.toFixed(2)} USD at the pay-as-you-go rate)`,
+    "/v1/me's usd_payg_equivalent beside the whole balance, said to be the balance at the pay-as-you-go rate",
+  );
   t.equal(fig('charged'), meCapped.key.ink_charged + meOpen.key.ink_charged, "charged: the account's keys together");
   t.equal(fig('reserved'), meCapped.key.ink_reserved + meOpen.key.ink_reserved, 'reserved: the same');
   for (const me of [meCapped, meOpen]) {
@@ -541,6 +546,6 @@ t.test('inkgate console link prints a link that signs in once; an unknown accoun
   t.equal(twice.status, 403);
   const bad = await run('console', 'link', '--account', 'usr_nobody');
   t.equal(bad.code, 1);
-  t.match(bad.err, /unknown account usr_nobody/);
-  t.equal((await run('console', 'link')).code, 1, '--account is required');
+  t.match(JSON.parse(bad.out).error.message, /unknown account usr_nobody/, 'with --json the error is the JSON document on stdout');
+  t.equal((await run('console', 'link')).code, 2, '--account is required: a usage error');
 });

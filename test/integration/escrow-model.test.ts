@@ -1164,7 +1164,8 @@ t.test('a second settle of a leased hold while its end is being flushed is refus
 
 t.test('escrow model: several instances, one account, random interleavings; exact at the edge, no overspend', async (t) => {
   const before = { ...totals };
-  await property(t, false, 60, 40, 90_000);
+  // 32 runs: on a loaded two-core machine 60 did not fit the budget (35 ran); ESCROW_MODEL_RUNS runs more.
+  await property(t, false, 32, 40, 90_000);
   const d = (k: 'runs' | 'exactChecks' | 'leaseHolds' | 'exactHolds' | 'recalls') => totals[k] - before[k];
   t.comment(`totals: ${JSON.stringify(totals)}`);
   if (d('runs') >= 10) {
@@ -1176,7 +1177,7 @@ t.test('escrow model: several instances, one account, random interleavings; exac
 
 t.test('escrow model with kills: recovery of a lost instance, late flushes, never a double or unbacked charge', async (t) => {
   const before = { ...totals };
-  await property(t, true, 45, 40, 75_000);
+  await property(t, true, 24, 40, 75_000);
   t.comment(`totals: ${JSON.stringify(totals)}`);
   if (totals.runs - before.runs >= 10)
     t.ok(totals.kills > before.kills && totals.recovered > before.recovered, 'instances were killed and their leases recovered');

@@ -5,7 +5,7 @@
 // the cluster must be gone: no postgres process on the data dir, no postmaster.pid, its port closed.
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { existsSync, mkdtempSync, readdirSync, readFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { connect, createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -16,6 +16,8 @@ import { eachEngine } from '../helpers/engines.js';
 const root = new URL('../..', import.meta.url).pathname;
 // Generous: initdb and a first start take a few seconds, longer on a loaded machine.
 const EXIT_DEADLINE_MS = 90_000;
+// Three starts run initdb (about 8 s each on a quiet machine, several times that on a loaded one).
+t.setTimeout(360_000);
 
 interface Failed {
   readonly code: number | null;
@@ -156,3 +158,36 @@ t.test('the admin port taken under --demo: the gateway, the store and the simula
     'the gateway never announced it serves',
   );
 });
+
+/** What a start that fails before its store is up must show: exit 1, one line saying what to do, no stack, nothing running. */
+function checkRefused(t: Test, dir: string, r: Failed, cause: RegExp): void {
+  t.equal(r.signal, null, 'the process ended by itself');
+  t.equal(r.code, 1, 'exit code 1');
+  const lines = r.stderr.split('\n').filter((l) => l !== '' && !l.startsWith('inkgate: building dist/'));
+  t.equal(lines.length, 1, `one line on stderr: ${r.stderr}`);
+  t.match(lines[0], new RegExp(`^inkgate: start failed \\(store\\): ${cause.source}`), 'it says why and what to do');
+  t.notMatch(r.stderr, /^\s+at |Unhandled|node:events/m, 'no stack trace, no unhandled event');
+  t.same(processesOn(dir), [], 'no process runs on the data dir');
+}
+
+t.test('a data dir that cannot be created: one line, exit 1, nothing started', { timeout: 120_000 }, async (t) => {
+  const dir = dataDir(t);
+  writeFileSync(join(dir, 'a-file'), 'not a directory');
+  const target = join(dir, 'a-file', 'data');
+  const r = await runStart(target, { INKGATE_PORT: '0', INKGATE_ADMIN_PORT: '0' });
+  checkRefused(t, dir, r, /cannot create the data dir \S+ \(ENOTDIR\): set INKGATE_DATA_DIR to a directory this user can create, or set DATABASE_URL/);
+});
+
+t.test(
+  'as root, a database the postgres user cannot reach: one line, exit 1, nothing started',
+  { skip: process.getuid?.() === 0 ? false : 'needs root: only a root start runs PostgreSQL as another user', timeout: 120_000 },
+  async (t) => {
+    // A cluster directory already in place under a directory only root enters: it is not moved behind the operator's back.
+    const dir = dataDir(t);
+    const locked = join(dir, 'locked');
+    mkdirSync(join(locked, 'data', 'pg'), { recursive: true, mode: 0o700 });
+    chmodSync(locked, 0o700);
+    const r = await runStart(join(locked, 'data'), { INKGATE_PORT: '0', INKGATE_ADMIN_PORT: '0' });
+    checkRefused(t, dir, r, /embedded PostgreSQL: running as root, it runs as the 'postgres' user, which cannot reach the database in \S+\. Move/);
+  },
+);

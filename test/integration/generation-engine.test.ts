@@ -1,4 +1,4 @@
-// The job engine with its own timers on a real clock, against the Gemini simulator: a slow vendor
+// The job runner with its own timers on a real clock, against the Gemini simulator: a slow vendor
 // call holds one slot, not the instance (the other jobs are claimed and finish meanwhile). Also,
 // on the same gateway, what a client sees of URLs that cannot be fetched (one message whatever the
 // reason; the reason goes to the log) and of media links when the Host is one we will not echo.

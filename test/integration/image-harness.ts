@@ -1,5 +1,5 @@
 // Shared set-up of the image tests (not a test file itself): a real gateway on 127.0.0.1:0 with the
-// image routes, the Gemini simulator, a local HTTPS server for reference URLs, and the job engine
+// image routes, the Gemini simulator, a local HTTPS server for reference URLs, and the job runner
 // driven by tick() with an injected clock. No sleeps: time moves only when a test calls advance().
 import { runToEnd as runGenerationToEnd } from '../helpers/generations.js';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -8,12 +8,13 @@ import { join } from 'node:path';
 import type { Test } from 'tap';
 import type { Config, DeepPartial } from '../../src/config/config.js';
 import type { Services } from '../../src/services.js';
-import type { JobEngine } from '../../src/generations/engine.js';
+import type { JobRunner } from '../../src/generations/job-runner.js';
 import type { GenerationDeps as VideoDeps } from '../../src/generations/deps.js';
 import { solidPng } from '../../src/simulators/gemini/png.js';
 import { startGeminiSimulator, type GeminiSimulator } from '../../src/simulators/gemini/simulator.js';
 import { startTestGateway, type Reply, type TestGateway } from '../helpers/gateway.js';
 import { startHttpsServer, type TestHttpsServer } from '../helpers/https-server.js';
+import type { TestDeployment } from '../helpers/pool-vendors.js';
 
 export interface ImageHarness {
   readonly tg: TestGateway;
@@ -21,7 +22,7 @@ export interface ImageHarness {
   readonly sim: GeminiSimulator;
   readonly refs: TestHttpsServer;
   readonly deps: VideoDeps;
-  readonly engine: JobEngine;
+  readonly engine: JobRunner;
   readonly config: Config;
   /** The PNG the reference server serves at /ok*.png. */
   readonly refPng: Buffer;
@@ -39,7 +40,15 @@ export interface ImageHarness {
 /** Starts 2026-11-20T12:00:00Z, well inside a UTC day. */
 export const START_MS = Date.UTC(2026, 10, 20, 12, 0, 0);
 
-export async function startImageHarness(t: Test, opts: { config?: DeepPartial<Config>; geminiConfigured?: boolean } = {}): Promise<ImageHarness> {
+export async function startImageHarness(
+  t: Test,
+  opts: {
+    config?: DeepPartial<Config>;
+    geminiConfigured?: boolean;
+    /** Gemini as deployments around the simulator (given its base URL and key) instead of the simulator alone. */
+    deployments?: (url: string, apiKey: string) => TestDeployment[];
+  } = {},
+): Promise<ImageHarness> {
   let nowMs = START_MS;
   const clock = () => nowMs;
   const sim = await startGeminiSimulator();
@@ -79,13 +88,20 @@ export async function startImageHarness(t: Test, opts: { config?: DeepPartial<Co
     {
       ...over,
       dataDir,
-      vendors: { gemini: on ? { baseUrl: sim.url, apiKey: sim.apiKey } : { baseUrl: null, apiKey: null }, ...(over.vendors ?? {}) },
+      vendors: {
+        gemini: opts.deployments
+          ? { deployments: opts.deployments(sim.url, sim.apiKey) }
+          : on
+            ? { baseUrl: sim.url, apiKey: sim.apiKey }
+            : { baseUrl: null, apiKey: null },
+        ...(over.vendors ?? {}),
+      },
       jobs: { pollIntervalMs: 5_000, maxPollIntervalMs: 20_000, timeoutMs: 600_000, leaseMs: 30_000, batchSize: 50, ...(over.jobs ?? {}) },
     },
-    { jobs: { clock, fetch, owner: 'image-test-a', engine: { timers: false } } },
+    { jobs: { clock, fetch, owner: 'image-test-a', runner: { timers: false } } },
   );
   const services = tg.gw.services;
-  const { deps, engine } = tg.gw.jobs;
+  const { deps, runner: engine } = tg.gw.jobs;
   return {
     tg,
     services,

@@ -1,4 +1,5 @@
 // GET /v1/me: the account object of docs/api/me.md, and key lifecycle (revocation, expiry) on the very next request.
+import { readFileSync } from 'node:fs';
 import t from 'tap';
 import { createAccount, createKey, revokeKey } from '../../src/accounts/accounts.js';
 import { startTestGateway } from '../helpers/gateway.js';
@@ -16,6 +17,23 @@ t.test('/v1/me', async (t) => {
   t.same(r.json.ink, { balance: 0, period_grant_remaining: 0, payg_balance: 0, usd_payg_equivalent: 0 });
   const nolimit = await g.newKey();
   t.equal((await g.call('GET', '/v1/me', { key: nolimit.key })).json.key.ink_limit, null, 'no cap: null');
+});
+
+t.test('usd_payg_equivalent is the whole balance (grant and pay-as-you-go) at 100 Ink per USD', async (t) => {
+  const g = await startTestGateway(t);
+  const k = await g.newKey();
+  // The demo account's wallet: a 1000 Ink grant beside 5000 Ink (50 USD) of pay-as-you-go.
+  await g.gw.services.ledger.topUp(k.accountId, 5000, 'me test');
+  await g.gw.services.ledger.grant(k.accountId, 1000);
+  const { ink } = (await g.call('GET', '/v1/me', { key: k.key })).json;
+  t.same(ink, { balance: 6000, period_grant_remaining: 1000, payg_balance: 5000, usd_payg_equivalent: 60 });
+  t.equal(ink.usd_payg_equivalent, ink.balance / 100, 'balance / 100, as docs/api/me.md says');
+  t.not(ink.usd_payg_equivalent, ink.payg_balance / 100, 'not the pay-as-you-go wallet alone');
+  const doc = readFileSync(new URL('../../docs/api/me.md', import.meta.url), 'utf8');
+  t.match(
+    doc,
+    /\| `ink\.usd_payg_equivalent` \| the whole `balance` \(grant included\), valued at the pay-as-you-go rate of 100 Ink per USD: `balance \/ 100`/,
+  );
 });
 
 t.test('revocation and expiry take effect on the very next request', async (t) => {

@@ -23,7 +23,9 @@ async function cli(cfg: Config, ...argv: string[]): Promise<{ code: number; out:
     (s) => void (err += s),
     cfg,
   );
-  return { code, out: out === '' ? undefined : JSON.parse(out), err };
+  // With --json a failure is one JSON document on stdout ({"error":{...}}): `err` is then its message.
+  const doc = out === '' ? undefined : JSON.parse(out);
+  return { code, out: doc, err: doc?.error?.message ?? err };
 }
 
 t.test('media migrate --to s3 copies live results, skips them the second time, and --dry-run writes nothing', async (t) => {
@@ -95,7 +97,7 @@ t.test('media migrate --to s3 copies live results, skips them the second time, a
   t.equal(await local(kept2), undefined);
 
   const wrongTarget = await cli(cfgFor('migrated'), 'media', 'migrate', '--to', 'gcs');
-  t.equal(wrongTarget.code, 1);
+  t.equal(wrongTarget.code, 2, 'a usage error');
   t.match(wrongTarget.err, /--to must be s3/);
   const noBucket = await cli(loadConfig({}, { db: { url: h.tg.db.url, schema: h.tg.db.schema }, dataDir: h.config.dataDir }), 'media', 'migrate', '--to', 's3');
   t.equal(noBucket.code, 1);

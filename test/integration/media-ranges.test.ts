@@ -1,13 +1,17 @@
 // Signed media links over raw HTTP on both engines and both stores (a temp directory, an S3-protocol
 // server): Accept-Ranges, single ranges answered 206 (first bytes, middle, suffix, open-ended), 416
 // past the end, If-Range with a stale validator (200 whole), If-None-Match (304), HEAD, several
-// ranges (200 whole), Content-Disposition.
+// ranges (200 whole), Content-Disposition; positions past Number.MAX_SAFE_INTEGER; every answer
+// (200, 206, 403, 404, 416, GET and HEAD) framed by a fixed Content-Length, never chunked.
 import t, { type Test } from 'tap';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
+import { once } from 'node:events';
 import { request, type IncomingHttpHeaders } from 'node:http';
+import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { Readable } from 'node:stream';
 import { FsMediaStore, type MediaStore } from '../../src/media/media-store.js';
 import { signedMediaLink } from '../../src/media/signed-link.js';
 import type { EngineName } from '../../src/server/engine.js';
@@ -64,7 +68,7 @@ async function setup(t: Test, engine: EngineName, kind: 'fs' | 's3') {
   await media.put(KEY, data, 'video/mp4');
   const deps = g.gw.jobs.deps;
   const link = signedMediaLink(deps.mediaSecret, g.url, KEY, deps.clock(), 900).url;
-  return { link, data };
+  return { link, data, deps, origin: g.url, media };
 }
 
 for (const kind of ['fs', 's3'] as const) {
@@ -139,6 +143,138 @@ for (const kind of ['fs', 's3'] as const) {
     { timeout: 60_000 },
   );
 }
+
+const HUGE = '99999999999999999999999';
+
+/** The answer has a fixed length (`Content-Length`, no chunked framing) of `bytes`. */
+function fixedLength(t: Test, r: RawReply, bytes: number, label: string): void {
+  t.equal(r.headers['transfer-encoding'], undefined, `${label}: not chunked`);
+  t.equal(r.headers['content-length'], String(bytes), `${label}: Content-Length ${bytes}`);
+}
+
+for (const kind of ['fs', 's3'] as const) {
+  eachEngine(
+    `positions past MAX_SAFE_INTEGER, and a fixed Content-Length on every answer (GET and HEAD), ${kind} store`,
+    async (t, engine) => {
+      const { link, data, deps, origin } = await setup(t, engine, kind);
+
+      const firstPast = await raw(link, 'GET', { range: `bytes=${HUGE}-` });
+      t.equal(firstPast.status, 416, 'a first byte past any size: 416');
+      t.equal(firstPast.headers['content-range'], `bytes */${SIZE}`);
+      t.equal(JSON.parse(firstPast.body.toString()).error.code, 'range_not_satisfiable');
+      fixedLength(t, firstPast, firstPast.body.length, '416');
+      t.equal((await raw(link, 'GET', { range: `bytes=${HUGE}-${HUGE}` })).status, 416, 'both past any size: 416');
+
+      const lastPast = await raw(link, 'GET', { range: `bytes=0-${HUGE}` });
+      t.equal(lastPast.status, 206, 'a last byte past any size is clamped: 206');
+      t.equal(lastPast.headers['content-range'], `bytes 0-${SIZE - 1}/${SIZE}`);
+      t.ok(lastPast.body.equals(data));
+      fixedLength(t, lastPast, SIZE, '206 clamped');
+
+      const longSuffix = await raw(link, 'GET', { range: `bytes=-${HUGE}` });
+      t.equal(longSuffix.status, 206, 'a suffix longer than any file: the whole file as 206');
+      t.equal(longSuffix.headers['content-range'], `bytes 0-${SIZE - 1}/${SIZE}`);
+      t.ok(longSuffix.body.equals(data));
+
+      const backwards = await raw(link, 'GET', { range: `bytes=${HUGE}-5` });
+      t.equal(backwards.status, 200, 'backwards (compared exactly): ignored, the whole file');
+      fixedLength(t, backwards, SIZE, '200 after an ignored Range');
+
+      const whole = await raw(link, 'GET');
+      t.equal(whole.status, 200);
+      fixedLength(t, whole, SIZE, '200 whole file');
+      t.ok(whole.body.equals(data));
+      const part = await raw(link, 'GET', { range: 'bytes=100-199' });
+      t.equal(part.status, 206);
+      fixedLength(t, part, 100, '206');
+      t.ok(part.body.equals(data.subarray(100, 200)));
+
+      const badSig = link.replace(/sig=[^&]+/, 'sig=' + 'A'.repeat(43));
+      const expired = signedMediaLink(deps.mediaSecret, origin, KEY, deps.clock() - 3_600_000, 900).url;
+      const missing = signedMediaLink(deps.mediaSecret, origin, 'video/none.mp4', deps.clock(), 900).url;
+      for (const [label, url, status, code] of [
+        ['bad signature', badSig, 403, 'invalid_signature'],
+        ['expired link', expired, 403, 'link_expired'],
+        ['missing file', missing, 404, 'not_found'],
+      ] as const) {
+        const got = await raw(url, 'GET');
+        t.equal(got.status, status, `${label}: ${status}`);
+        t.equal(JSON.parse(got.body.toString()).error.code, code);
+        t.equal(got.headers['content-type'], 'application/json');
+        fixedLength(t, got, got.body.length, `${label} GET`);
+        const head = await raw(url, 'HEAD');
+        t.equal(head.status, status, `${label} HEAD: ${status}`);
+        t.equal(head.body.length, 0);
+        fixedLength(t, head, got.body.length, `${label} HEAD (the GET's length)`);
+      }
+      const head = await raw(link, 'HEAD');
+      fixedLength(t, head, SIZE, 'HEAD of the file');
+      const head416 = await raw(link, 'HEAD', { range: `bytes=${HUGE}-` });
+      t.equal(head416.status, 200, 'HEAD ignores Range');
+      fixedLength(t, head416, SIZE, 'HEAD with a Range');
+    },
+    { timeout: 60_000 },
+  );
+}
+
+/** A store that lends FsMediaStore's objects through a counter: how many bytes the gateway pulled, and when it stopped pulling. */
+function observedStore(inner: MediaStore, stallMs: number): { store: MediaStore; pulled: () => number; stalled: Promise<void> } {
+  let pulled = 0;
+  let onStall!: () => void;
+  const stalled = new Promise<void>((r) => (onStall = r));
+  async function* counted(src: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
+    for await (const chunk of src) {
+      pulled += chunk.length;
+      const timer = setTimeout(onStall, stallMs);
+      yield chunk;
+      clearTimeout(timer);
+    }
+  }
+  const store: MediaStore = {
+    location: inner.location,
+    put: (key, data, type) => inner.put(key, data, type),
+    delete: (key) => inner.delete(key),
+    open: async (key, range) => {
+      const obj = await inner.open(key, range);
+      return obj === undefined ? undefined : { ...obj, stream: Readable.from(counted(obj.stream)) };
+    },
+  };
+  return { store, pulled: () => pulled, stalled };
+}
+
+eachEngine(
+  'a client that stops reading a fixed-length download: the gateway stops reading the file, and the body then arrives whole',
+  async (t, engine) => {
+    const dir = mkdtempSync(join(tmpdir(), 'inkgate-ranges-'));
+    dirs.push(dir);
+    // A pull still waiting this long while the client reads nothing means the gateway is held by backpressure.
+    const seen = observedStore(new FsMediaStore(dir), 500);
+    const g = await startTestGateway(t, { server: { engine } }, { jobs: { media: seen.store } });
+    const big = randomBytes(48 * 1024 * 1024);
+    await seen.store.put('video/big-sized.mp4', big, 'video/mp4');
+    const deps = g.gw.jobs.deps;
+    const url = new URL(signedMediaLink(deps.mediaSecret, g.url, 'video/big-sized.mp4', deps.clock(), 900).url);
+    const sock = connect(Number(url.port), '127.0.0.1');
+    t.teardown(() => sock.destroy());
+    await once(sock, 'connect');
+    sock.pause();
+    sock.write(`GET ${url.pathname}${url.search} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n`);
+    await seen.stalled;
+    t.ok(seen.pulled() < big.length, `the gateway stopped at ${seen.pulled()} of ${big.length} bytes while the client read nothing`);
+    const chunks: Buffer[] = [];
+    sock.on('data', (c: Buffer) => chunks.push(c));
+    sock.resume();
+    await once(sock, 'end');
+    const all = Buffer.concat(chunks);
+    const headEnd = all.indexOf('\r\n\r\n');
+    const head = all.subarray(0, headEnd).toString('latin1').toLowerCase();
+    t.match(head, /^http\/1\.1 200 ok\r\n/);
+    t.match(head, new RegExp(`\r\ncontent-length: ${big.length}(\r\n|$)`), 'declared by its length');
+    t.notMatch(head, /transfer-encoding/, 'not chunked');
+    t.ok(all.subarray(headEnd + 4).equals(big), 'every byte, in order, after the pause');
+  },
+  { timeout: 120_000 },
+);
 
 /** Status, then how the body ended: 'end' (complete framing) or 'cut' (the connection closed first), and the bytes seen. */
 function readUntilEndOrCut(url: string, onHead: () => void): Promise<{ status: number; ended: 'end' | 'cut'; bytes: number }> {

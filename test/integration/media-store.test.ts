@@ -226,13 +226,13 @@ t.test('writeMediaResponse honours backpressure and sends the exact bytes', asyn
   await store.put('video/big.mp4', data, 'video/mp4');
   const r = await handleMediaRequest(req(signMediaPath(secret, '/media/video/big.mp4', NOW + 900)), store, secret, NOW);
   const got: Buffer[] = [];
-  let head: { status: number; headers: Headers } | undefined;
+  let head: { status: number; headers: Headers; sizeBytes: number } | undefined;
   let ended = false;
   let waits = 0;
   let n = 0;
   const sink: MediaSink = {
     aborted: false,
-    head: (status, headers) => (head = { status, headers }),
+    head: (status, headers, sizeBytes) => (head = { status, headers, sizeBytes }),
     write: (c) => {
       got.push(Buffer.from(c));
       return ++n % 2 === 0;
@@ -242,28 +242,39 @@ t.test('writeMediaResponse honours backpressure and sends the exact bytes', asyn
       return new Promise((res) => setImmediate(res));
     },
     end: () => (ended = true),
+    cut: () => t.fail('the whole file was sent'),
+    json: () => t.fail('not an error'),
     headOnly: false,
     endHead: () => t.fail('not a HEAD'),
   };
   await writeMediaResponse(r, sink);
   t.equal(head?.status, 200);
+  t.equal(head?.sizeBytes, data.length, 'the head declares the length');
   t.ok(ended);
   t.ok(waits > 0, `waited for drain ${waits} times`);
   t.ok(Buffer.concat(got).equals(data));
 
   const errSink: { body?: string } & MediaSink = {
     aborted: false,
-    head: () => undefined,
+    head: () => t.fail('an error is not streamed'),
     write: () => true,
     drained: async () => undefined,
-    end(b?: string) {
-      errSink.body = b;
+    end: () => t.fail('an error is not streamed'),
+    cut: () => t.fail('an error is not streamed'),
+    json(_status, _h, body) {
+      errSink.body = body;
     },
     headOnly: false,
     endHead: () => t.fail('not a HEAD'),
   };
   await writeMediaResponse(await handleMediaRequest({ path: '/media/x', query: '' }, store, secret, NOW), errSink);
   t.equal(JSON.parse(errSink.body!).error.code, 'invalid_signature');
+
+  // A store that gives fewer bytes than it declared: the body is cut, never ended cleanly.
+  let cut = false;
+  const shortSink: MediaSink = { ...sink, head: () => undefined, write: () => true, end: () => t.fail('not a clean end'), cut: () => (cut = true) };
+  await writeMediaResponse({ status: 200, sizeBytes: 10, headers: [], stream: Readable.from([Buffer.alloc(6)]) }, shortSink);
+  t.ok(cut, 'a short body is cut');
 
   // HEAD: the status, headers and size a GET would send, no body, the file closed unread.
   const heads: Array<{ status: number; sizeBytes: number }> = [];
@@ -273,6 +284,8 @@ t.test('writeMediaResponse honours backpressure and sends the exact bytes', asyn
     write: () => t.fail('HEAD writes no body') as never,
     drained: async () => undefined,
     end: () => t.fail('HEAD has no body to end'),
+    cut: () => t.fail('HEAD has no body to cut'),
+    json: (status, _h, body) => void heads.push({ status, sizeBytes: Buffer.byteLength(body) }),
     headOnly: true,
     endHead: (status, _h, sizeBytes) => void heads.push({ status, sizeBytes }),
   };

@@ -2,6 +2,7 @@
 // official Anthropic SDK through the messages lane, a 404, a 429), /healthz, and /readyz flipping
 // on a drain and while Postgres is frozen (through a TCP proxy: the shared server is never signalled).
 import Anthropic from '@anthropic-ai/sdk';
+import { join, resolve } from 'node:path';
 import t from 'tap';
 import { request } from 'undici';
 import { createAccount, createKey } from '../../src/accounts/accounts.js';
@@ -102,6 +103,8 @@ t.test('/healthz, and /readyz failing first on a drain', async (t) => {
   const ready = await get(admin.url + '/readyz');
   t.equal(ready.status, 200, ready.text);
   t.match(JSON.parse(ready.text), { ready: true, draining: false, postgres: 'ok', migrations: 'ok' });
+  // The file store (the default) is named with its directory, and checked: results can be written there.
+  t.match(JSON.parse(ready.text), { mediaStore: 'ok', mediaStoreIn: { kind: 'files', dir: join(resolve(g.gw.services.config.dataDir), 'media') } });
   g.gw.ops.readiness.drain();
   const drained = await get(admin.url + '/readyz');
   t.equal(drained.status, 503);

@@ -39,7 +39,7 @@ t.test('one bucket, two gateways: stored by one, served by the other, swept in b
   const b = await createGateway(cfgB, {
     log: silentLogger,
     skipMigrate: true,
-    jobs: { clock: h.sim.now, owner: 'test-instance-b', engine: { timers: false }, media: s3.store('shared-media', { endpoint: viaB.endpoint }) },
+    jobs: { clock: h.sim.now, owner: 'test-instance-b', runner: { timers: false }, media: s3.store('shared-media', { endpoint: viaB.endpoint }) },
   });
   t.teardown(() => b.close());
 
@@ -70,10 +70,10 @@ t.test('one bucket, two gateways: stored by one, served by the other, swept in b
   // Past the retention, B's sweep deletes all three objects in one DeleteObjects call.
   h.advance(7 * 86_400_000 + 1);
   viaB.seen.length = 0;
-  t.equal((await b.jobs.engine.sweep()).expired, 3);
+  t.equal((await b.jobs.runner.sweep()).expired, 3);
   t.same(viaB.seen, ['POST delete'], 'one batched delete');
   for (const id of ids) t.equal(await h.deps.media.open(resultKey(id)), undefined, `${id}: gone from the bucket`);
-  t.equal((await b.jobs.engine.sweep()).expired, 0, 'a second sweep has nothing to do');
+  t.equal((await b.jobs.runner.sweep()).expired, 0, 'a second sweep has nothing to do');
   const after = await request(`${b.url}/v1/video/generations/${ids[0]}/content`, { headers: { authorization: `Bearer ${key}` } });
   t.equal(after.statusCode, 410);
   await after.body.dump();

@@ -188,9 +188,9 @@ t.test('config: INKGATE_MEDIA_STORE=s3 and the INKGATE_S3_* variables build an S
 
 t.test('readiness reports the S3 store, and is not ready while its bucket is missing', async (t) => {
   const ok = await startTestGateway(t, {}, { jobs: { media: s3.store('inkgate-media') } });
-  t.match(await ok.gw.ops.readiness.check(), { ready: true, mediaStore: 'ok' });
+  t.match(await ok.gw.ops.readiness.check(), { ready: true, mediaStore: 'ok', mediaStoreIn: { kind: 's3', bucket: 'inkgate-media' } });
   const missing = await startTestGateway(t, {}, { jobs: { media: s3.store('no-such-bucket') } });
   t.match(await missing.gw.ops.readiness.check(), { ready: false, mediaStore: 'failed', postgres: 'ok' });
   const local = await startTestGateway(t);
-  t.match(await local.gw.ops.readiness.check(), { ready: true, mediaStore: 'not configured' });
+  t.match(await local.gw.ops.readiness.check(), { ready: true, mediaStore: 'ok', mediaStoreIn: { kind: 'files', dir: /^\/.*\/media$/ } });
 });

@@ -46,7 +46,9 @@ async function setup(t: Test, engine?: EngineName) {
       (s) => void (err += s),
       cfg,
     );
-    return { code, err, json: code === 0 ? JSON.parse(out) : undefined };
+    // With --json a failure is one JSON document on stdout: `err` is its message in the CLI's one-line form.
+    const doc = out === '' ? undefined : JSON.parse(out);
+    return { code, err: code === 0 ? err : `inkgate: ${doc?.error?.message}\n`, json: code === 0 ? doc : undefined };
   };
   const acc = (await cli('account', 'create', '--name', 'Frames', '--plan', 'pro')).json;
   t.equal((await cli('topup', '--account', acc.id, '--usd', '500')).code, 0);
@@ -323,12 +325,12 @@ t.test("CLI: key set changes a running gateway's remembered key; bad values chan
     ['key', 'set', k.id, '--ink-limit', '5', '--usage-frame', 'loud'],
   ]) {
     const r = await cli(...argv);
-    t.equal(r.code, 1, argv.join(' '));
+    t.equal(r.code, 2, `${argv.join(' ')}: a usage error`);
     t.match(r.err, /^inkgate: --usage-frame must be event, comment or none/, r.err.trim());
     t.equal(r.err.trim().split('\n').length, 1, 'one line');
   }
   const bare = await cli('key', 'set', k.id);
-  t.equal(bare.code, 1);
+  t.equal(bare.code, 2);
   t.match(bare.err, /key set needs --ink-limit or --usage-frame/);
   const unknown = await cli('key', 'set', 'key_nope', '--usage-frame', 'comment');
   t.equal(unknown.code, 1);
@@ -337,10 +339,10 @@ t.test("CLI: key set changes a running gateway's remembered key; bad values chan
 
   const before = (await cli('key', 'list', '--account', accountId)).json.length;
   const bad = await cli('key', 'create', '--account', accountId, '--name', 'loud', '--usage-frame', 'loud');
-  t.equal(bad.code, 1);
+  t.equal(bad.code, 2);
   t.match(bad.err, /^inkgate: --usage-frame must be event, comment or none, not "loud"/);
   const bareCreate = await cli('key', 'create', '--account', accountId, '--name', 'bare', '--usage-frame');
-  t.equal(bareCreate.code, 1);
+  t.equal(bareCreate.code, 2);
   t.match(bareCreate.err, /--usage-frame needs a value/);
   t.equal((await cli('key', 'list', '--account', accountId)).json.length, before, 'no key was created');
   await assertLedgerInvariant(t, g.db.pool);

@@ -1,4 +1,4 @@
-// Real crashes: a gateway in a child process (its own job engine on real timers) is SIGKILLed while
+// Real crashes: a gateway in a child process (its own job runner on real timers) is SIGKILLed while
 // a vendor create is in flight, and while it is downloading a finished result. This process then
 // plays "the instance that survived": once the dead one's leases lapse, tick() fails and refunds
 // the first (whether the vendor made a task is unknown) and finishes and settles the second.
@@ -9,6 +9,7 @@ import { dirname, resolve } from 'node:path';
 import t, { type Test } from 'tap';
 import { request } from 'undici';
 import { holdNextCreate } from '../helpers/generations.js';
+import { TS_LOADER } from '../helpers/product-code.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
 import { RENDER_MS, rowOf, runToEnd, startVideoHarness, walletOf } from './video-harness.js';
 
@@ -21,7 +22,7 @@ import { createGateway } from '${src('gateway.js')}';
 import { silentLogger } from '${src('util/log.js')}';
 const cfg = loadConfig({}, JSON.parse(process.env.CHILD_CONFIG));
 const fetch = { allowList: new Set(JSON.parse(process.env.CHILD_ALLOW)), ca: process.env.CHILD_CA };
-const gw = await createGateway(cfg, { skipMigrate: true, log: silentLogger, jobs: { owner: 'child-instance', fetch, engine: { timers: true } } });
+const gw = await createGateway(cfg, { skipMigrate: true, log: silentLogger, jobs: { owner: 'child-instance', fetch, runner: { timers: true } } });
 process.stdout.write('READY ' + gw.url + '\\n');
 `;
 
@@ -30,7 +31,7 @@ const pool = h.services.pool;
 const LEASE_MS = h.config.jobs.leaseMs;
 
 async function startChild(t: Test): Promise<{ child: ChildProcess; url: string }> {
-  const tsLoader = process.execArgv.filter((a) => a.includes('typescript'));
+  const tsLoader = ['--import', TS_LOADER];
   const config = {
     ...h.config,
     server: { ...h.config.server, port: 0 },

@@ -1,6 +1,6 @@
 // Shared set-up of the video tests (not a test file itself): a real gateway on 127.0.0.1:0 with the
 // video routes, the Ark simulator (its result files over HTTPS), a local HTTPS server for reference
-// URLs, and a job engine driven by tick() with the simulator's clock. No sleeps: time moves only
+// URLs, and a job runner driven by tick() with the simulator's clock. No sleeps: time moves only
 // when a test calls advance().
 import { runToEnd as runGenerationToEnd } from '../helpers/generations.js';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -11,11 +11,12 @@ import type { Config, DeepPartial } from '../../src/config/config.js';
 import type { MediaStore } from '../../src/media/media-store.js';
 import type { Logger } from '../../src/util/log.js';
 import type { Services } from '../../src/services.js';
-import { startJobEngine, type JobEngine } from '../../src/generations/engine.js';
+import { startJobRunner, type JobRunner } from '../../src/generations/job-runner.js';
 import { createGenerationDeps as createVideoDeps, type GenerationDeps as VideoDeps } from '../../src/generations/deps.js';
 import { startArkSimulator, type ArkSimulator, type ArkSimulatorOptions } from '../../src/simulators/ark/simulator.js';
 import { startTestGateway, type Reply, type TestGateway } from '../helpers/gateway.js';
 import { startHttpsServer, testCert, type TestHttpsServer } from '../helpers/https-server.js';
+import type { TestDeployment } from '../helpers/pool-vendors.js';
 
 export interface VideoHarness {
   readonly tg: TestGateway;
@@ -23,7 +24,7 @@ export interface VideoHarness {
   readonly sim: ArkSimulator;
   readonly refs: TestHttpsServer;
   readonly deps: VideoDeps;
-  readonly engine: JobEngine;
+  readonly engine: JobRunner;
   readonly config: Config;
   /** https://127.0.0.1:<port><path> on the reference server. */
   ref(path: string): string;
@@ -36,7 +37,7 @@ export interface VideoHarness {
   /** advance(ms) then one engine round. */
   step(ms: number): Promise<number>;
   /** A second engine (another "instance") over the same database. */
-  engineAs(owner: string): Promise<{ deps: VideoDeps; engine: JobEngine }>;
+  engineAs(owner: string): Promise<{ deps: VideoDeps; engine: JobRunner }>;
 }
 
 export const RENDER_MS = 60_000;
@@ -44,7 +45,15 @@ export const QUEUE_MS = 15_000;
 
 export async function startVideoHarness(
   t: Test,
-  opts: { config?: DeepPartial<Config>; sim?: ArkSimulatorOptions; arkConfigured?: boolean; media?: MediaStore; log?: Logger } = {},
+  opts: {
+    config?: DeepPartial<Config>;
+    sim?: ArkSimulatorOptions;
+    arkConfigured?: boolean;
+    media?: MediaStore;
+    log?: Logger;
+    /** Ark as deployments around the simulator (given its base URL and key) instead of the simulator alone. */
+    deployments?: (url: string, apiKey: string) => TestDeployment[];
+  } = {},
 ): Promise<VideoHarness> {
   const cert = testCert();
   const sim = await startArkSimulator({ renderMs: RENDER_MS, queueMs: QUEUE_MS, tls: cert, ...(opts.sim ?? {}) });
@@ -74,16 +83,23 @@ export async function startVideoHarness(
     {
       ...over,
       dataDir,
-      vendors: { ark: arkOn ? { baseUrl: sim.url, apiKey: sim.apiKey } : { baseUrl: null, apiKey: null }, ...(over.vendors ?? {}) },
+      vendors: {
+        ark: opts.deployments
+          ? { deployments: opts.deployments(sim.url, sim.apiKey) }
+          : arkOn
+            ? { baseUrl: sim.url, apiKey: sim.apiKey }
+            : { baseUrl: null, apiKey: null },
+        ...(over.vendors ?? {}),
+      },
       jobs: { pollIntervalMs: 5_000, maxPollIntervalMs: 20_000, timeoutMs: 600_000, leaseMs: 30_000, batchSize: 50, ...(over.jobs ?? {}) },
     },
     {
-      jobs: { clock: sim.now, fetch, owner: 'test-instance-a', engine: { timers: false }, ...(opts.media !== undefined ? { media: opts.media } : {}) },
+      jobs: { clock: sim.now, fetch, owner: 'test-instance-a', runner: { timers: false }, ...(opts.media !== undefined ? { media: opts.media } : {}) },
       ...(opts.log ? { log: opts.log } : {}),
     },
   );
   const services = tg.gw.services;
-  const { deps, engine } = tg.gw.jobs;
+  const { deps, runner: engine } = tg.gw.jobs;
 
   const h: VideoHarness = {
     tg,
@@ -110,7 +126,7 @@ export async function startVideoHarness(
     async engineAs(owner) {
       const d = await createVideoDeps(services, { clock: sim.now, fetch, owner });
       t.teardown(() => d.close());
-      const e = startJobEngine(services, d, { timers: false });
+      const e = startJobRunner(services, d, { timers: false });
       t.teardown(() => e.stop());
       return { deps: d, engine: e };
     },

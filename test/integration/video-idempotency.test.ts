@@ -1,9 +1,9 @@
 // Idempotency-Key on video submits: replay of the original 202 (one hold, one vendor task), whatever the body; was 422 on a
 // different body, a duplicate during the first one's admission waiting for its answer (409 only
-// when the wait is off), 20 duplicates at once, the 24-hour window, and a key freed by a submit
-// that ended in an error.
+// when the wait is off, after it otherwise), 20 duplicates at once, 20 duplicates of a submit the
+// vendor refuses (each gets its 502), the 24-hour window, and a key freed by a submit that ended in an error.
 import t, { type Test } from 'tap';
-import { holdNextCreate } from '../helpers/generations.js';
+import { holdClaims, holdNextCreate } from '../helpers/generations.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
 import { watchQueries } from '../helpers/query-watch.js';
 import { startVideoHarness, walletOf } from './video-harness.js';
@@ -149,4 +149,48 @@ check('the replay window is 24 hours', async (t) => {
   h.advance(25 * 3600_000);
   const swept = await h.engine.sweep();
   t.ok(swept.idempotencyKeysDropped >= 1, 'old claims are swept');
+});
+
+t.test('20 duplicates of a submit the vendor refuses: each gets the same 502 provider_error, one task tried, the one hold released', async (t) => {
+  // The claim gate keeps twenty INSERTs waiting on a lock: room in the pool, and a lock_timeout longer than the line-up.
+  const hg = await startVideoHarness(t, { config: { db: { poolMax: 40, lockTimeoutMs: 60_000 } } });
+  const gp = hg.services.pool;
+  const { key, accountId } = await hg.funded(1_000);
+  const creates = hg.sim.creates.length;
+  const refusedBody = { ...body, prompt: 'x [[sim:refuse]]' };
+  const gate = await holdClaims(gp);
+  const claims = watchQueries(t, gp, (q) => q.text.includes('INSERT INTO idempotency_keys') && q.values?.[2] === 'refused-burst');
+  const pending = Array.from({ length: 20 }, () => hg.submit(key, refusedBody, { 'idempotency-key': 'refused-burst' }));
+  await claims.until(20);
+  claims.stop();
+  await gate.release();
+  const replies = await Promise.all(pending);
+  t.same(
+    replies.map((r) => [r.status, r.json.error.code]),
+    Array(20).fill([502, 'provider_error']),
+    'every one the refusal: none 409',
+  );
+  t.equal(replies.filter((r) => r.headers['idempotent-replayed'] === 'true').length, 19, 'nineteen replays of the one refused');
+  t.equal(new Set(replies.map((r) => r.json.error.message)).size, 1, 'the same message');
+  t.equal(hg.sim.creates.length, creates + 1, 'one vendor create');
+  const holds = (await gp.query('SELECT hold_state FROM requests WHERE account_id = $1', [accountId])).rows;
+  t.same(holds, [{ hold_state: 'released' }], 'one hold, released');
+  t.equal((await walletOf(hg, accountId)).held, 0);
+  await assertLedgerInvariant(t, gp);
+});
+
+t.test('a duplicate waits for a first that stays unfinished, then 409 idempotency_key_in_use', async (t) => {
+  // The wait is the behaviour under test: 300 ms, so the duplicate gives up while the first is held in the vendor call.
+  const hw = await startVideoHarness(t, { config: { jobs: { idempotencyWaitMs: 300 } } });
+  const { key } = await hw.funded(1_000);
+  const create = holdNextCreate(hw.sim);
+  const first = hw.submit(key, body, { 'idempotency-key': 'stuck' });
+  await create.entered;
+  const startedMs = performance.now();
+  const dup = await hw.submit(key, body, { 'idempotency-key': 'stuck' });
+  t.same([dup.status, dup.json.error.code, dup.json.error.param], [409, 'idempotency_key_in_use', 'Idempotency-Key']);
+  t.ok(performance.now() - startedMs >= 300, 'answered only after the wait');
+  create.release();
+  t.equal((await first).status, 202);
+  await assertLedgerInvariant(t, hw.services.pool);
 });

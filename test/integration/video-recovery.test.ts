@@ -1,4 +1,4 @@
-// Crash safety of the job engine. A gateway killed at any point leaves a row in some intermediate
+// Crash safety of the job runner. A gateway killed at any point leaves a row in some intermediate
 // state under a lease that nobody renews; these tests plant exactly such rows (with the hold a real
 // submit would have taken) and show that tick() recovers each one once its lease lapses: resumed,
 // restarted, or failed and refunded, never left holding Ink, and the concurrency slot freed.

@@ -41,7 +41,7 @@ const g = await startTestGateway(
       ark: { baseUrl: ark.url, apiKey: ark.apiKey },
     },
   },
-  { log, jobs: { engine: { timers: false } } },
+  { log, jobs: { runner: { timers: false } } },
 );
 for (const lane of ['messages', 'responses', 'video', 'images'] as const) await setLane(g.db.pool, lane, true);
 await g.gw.services.state.refresh();

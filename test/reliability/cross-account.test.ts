@@ -26,7 +26,7 @@ const g = await startTestGateway(
     vendors: { ark: { baseUrl: ark.url, apiKey: ark.apiKey }, gemini: { baseUrl: gem.url, apiKey: gem.apiKey } },
     jobs: { pollIntervalMs: 5_000, maxPollIntervalMs: 20_000, timeoutMs: 600_000, leaseMs: 30_000 },
   },
-  { jobs: { clock: ark.now, fetch: { allowList: new Set([ark.contentHostPort]), ca: cert.cert }, engine: { timers: false } } },
+  { jobs: { clock: ark.now, fetch: { allowList: new Set([ark.contentHostPort]), ca: cert.cert }, runner: { timers: false } } },
 );
 await setLane(g.db.pool, 'video', true);
 await setLane(g.db.pool, 'images', true);
@@ -67,9 +67,9 @@ t.test("another account's video and image: 404 on every read, in every state", a
   t.equal(i.status, 202);
   await probe(t, b.key, v.json.id, 'video queued');
   await probe(t, b.key, i.json.id, 'image queued');
-  await g.gw.jobs.engine.tick(); // the image is made; the video is polled
+  await g.gw.jobs.runner.tick(); // the image is made; the video is polled
   ark.advance(RENDER_MS + 1_000);
-  await g.gw.jobs.engine.tick(); // the video is downloaded and settled
+  await g.gw.jobs.runner.tick(); // the video is downloaded and settled
   t.equal((await g.call('GET', `/v1/video/generations/${v.json.id}`, { key: a.key })).json.status, 'succeeded');
   t.equal((await g.call('GET', `/v1/images/generations/${i.json.id}`, { key: a.key })).json.status, 'succeeded');
   await probe(t, b.key, v.json.id, 'video succeeded');
@@ -81,7 +81,7 @@ t.test("another account's video and image: 404 on every read, in every state", a
   t.equal(other.json.error.message, never.json.error.message, 'same message as a never-existing id');
   // A failed one too (its /content answers result_unavailable to A only).
   const f = await g.call('POST', '/v1/images/generations', { key: a.key, body: { model: 'image-1', prompt: 'x [[sim:refuse]]' } });
-  await g.gw.jobs.engine.tick();
+  await g.gw.jobs.runner.tick();
   t.equal((await g.call('GET', `/v1/images/generations/${f.json.id}/content`, { key: a.key })).json.error.code, 'result_unavailable');
   await probe(t, b.key, f.json.id, 'image failed');
   // And A still sees all of its own.
@@ -120,7 +120,7 @@ t.test("another account's request record: no route shows it, and B's wallet view
   const meA = (await g.call('GET', '/v1/me', { key: a.key })).json;
   t.equal(meA.key.ink_reserved, v.json.ink_reserved, 'A sees its own hold');
   ark.advance(RENDER_MS + 1_000);
-  await g.gw.jobs.engine.tick();
+  await g.gw.jobs.runner.tick();
   await assertLedgerInvariant(t, pool);
 });
 
@@ -176,7 +176,7 @@ for (const kind of ['video', 'images'] as const) {
       'one hold per account: no account paid for another',
     );
     ark.advance(RENDER_MS + 1_000);
-    await g.gw.jobs.engine.tick();
+    await g.gw.jobs.runner.tick();
     await assertLedgerInvariant(t, pool);
   });
 }

@@ -462,7 +462,7 @@ t.test('generated bodies, headers, methods and paths against every route', async
           '/V1/models',
           '/v1//models',
           '/v1/models/../me',
-          '/favicon.ico',
+          '/favicon.png',
           '/media/x',
           '/media/x?exp=1&sig=2',
           '/media/' + 'a'.repeat(5000),

@@ -1,16 +1,16 @@
 // Vendor faults on the job products, injected by our own HTTP-aware fault proxy
 // (test/helpers/fault-proxy.ts) between inkgate and the Ark (video) and Gemini (image) simulators.
 // The text lanes have their own suite (vendor-faults.test.ts); here each fault hits one of the
-// three vendor calls the job engine makes, and must end in the answer docs/api/ and the README give:
+// three vendor calls the job runner makes, and must end in the answer docs/api/ and the README give:
 //
 //   video create (inside POST /v1/video/generations, before the 202)
 //     connection refused, reset, stall, garbage      -> 503 provider_unavailable, hold released, row voided
 //     a 2xx whose JSON is cut short (no task id)     -> 502 provider_error, hold released, row voided
 //     1-byte slices, slow drip                       -> 202, the task is created once
-//   video poll (GET task, by the job engine)         -> any fault is retried: the generation stays
+//   video poll (GET task, by the job runner)         -> any fault is retried: the generation stays
 //     queued/running with its hold, then succeeds and settles once when the vendor answers again;
 //     a fault that lasts past jobs.timeoutMs fails it `timeout` and refunds the whole hold
-//   image call (generateContent, by the job engine)
+//   image call (generateContent, by the job runner)
 //     refused, reset, stall, garbage                 -> retried with back-off, the client pays once
 //     a 2xx whose JSON is cut short                  -> failed provider_failed, refunded in full
 //     1-byte slices, slow drip                       -> succeeded, charged the fixed price
@@ -22,7 +22,6 @@ import t, { type Test } from 'tap';
 import { setLane } from '../../src/deployment/state.js';
 import { MAX_VENDOR_CALLS } from '../../src/generations/images/run.js';
 import { startArkSimulator } from '../../src/simulators/ark/simulator.js';
-import { GeminiClient } from '../../src/vendors/gemini/client.js';
 import { startGeminiSimulator } from '../../src/simulators/gemini/simulator.js';
 import { cutAt, startFaultProxy, type Fault, type FaultProxy } from '../helpers/fault-proxy.js';
 import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
@@ -49,10 +48,6 @@ const arkProxy = await startFaultProxy('127.0.0.1', ark.port);
 t.teardown(() => arkProxy.close());
 const gemProxy = await startFaultProxy('127.0.0.1', gem.port);
 t.teardown(() => gemProxy.close());
-// The production Gemini client waits up to jobs.imageCallTimeoutMs (180 s) for one image; the same
-// client class with a 1 s bound keeps the stall cases short.
-const gemini = new GeminiClient({ baseUrl: gemProxy.url('/v1beta'), apiKey: gem.apiKey, timeoutMs: VENDOR_CALL_MS, connectTimeoutMs: 1_000 });
-t.teardown(() => gemini.close());
 
 const g: TestGateway = await startTestGateway(
   t,
@@ -62,15 +57,23 @@ const g: TestGateway = await startTestGateway(
       gemini: { baseUrl: gemProxy.url('/v1beta'), apiKey: gem.apiKey },
     },
     upstream: { connectTimeoutMs: 1_000 },
-    jobs: { pollIntervalMs: POLL_MS, maxPollIntervalMs: 20_000, timeoutMs: JOB_TIMEOUT_MS, leaseMs: LEASE_MS, batchSize: 50 },
+    // The production Gemini client waits up to jobs.imageCallTimeoutMs (180 s) for one image; a 1 s
+    // bound keeps the stall cases short.
+    jobs: {
+      pollIntervalMs: POLL_MS,
+      maxPollIntervalMs: 20_000,
+      timeoutMs: JOB_TIMEOUT_MS,
+      leaseMs: LEASE_MS,
+      batchSize: 50,
+      imageCallTimeoutMs: VENDOR_CALL_MS,
+    },
   },
   {
     jobs: {
       clock: ark.now,
-      gemini,
       fetch: { allowList: new Set([ark.contentHostPort]), ca: cert.cert },
       owner: 'faults-instance',
-      engine: { timers: false },
+      runner: { timers: false },
     },
   },
 );
@@ -78,7 +81,7 @@ await setLane(g.db.pool, 'video', true);
 await setLane(g.db.pool, 'images', true);
 await g.gw.services.state.refresh();
 const pool = g.db.pool;
-const engine = g.gw.jobs.engine;
+const engine = g.gw.jobs.runner;
 const h = { services: g.gw.services };
 
 // ---- helpers ------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 // Faults: the gateway process killed mid-stream and mid-image. A real gateway runs in a
-// child process (its own pool, its own job engine on real timers) over a private schema; the
+// child process (its own pool, its own job runner on real timers) over a private schema; the
 // vendor simulators run here, so they outlive it. We SIGKILL the child while a Messages stream and
 // a Responses stream are half-way through (the simulators pace their deltas), and while an image
 // call is in flight. Then a fresh gateway on the same schema plays the restarted instance:
@@ -66,8 +66,8 @@ const { cli, operatorKey: newOperatorKey } = operatorCli(cliConfig);
 /** A fresh account with a key and Ink, made the way an operator would. */
 const operatorKey = (ink: number) => newOperatorKey('kill test', ink / 100);
 
-/** The doomed instance: a real gateway process on the shared schema, with a job engine on real timers. */
-const startChild = (t: Test) => startGatewayProcess(t, shared, { jobs: { owner: 'doomed-instance', engine: { timers: true } } });
+/** The doomed instance: a real gateway process on the shared schema, with a job runner on real timers. */
+const startChild = (t: Test) => startGatewayProcess(t, shared, { jobs: { owner: 'doomed-instance', runner: { timers: true } } });
 
 /** Starts a stream and resolves once `deltas` content deltas have arrived; the rest of the body keeps flowing into `text`. */
 async function openStream(url: string, path: string, key: string, body: unknown, deltaEvent: string, deltas: number) {
@@ -97,7 +97,7 @@ async function openStream(url: string, path: string, key: string, body: unknown,
 /** A fresh gateway on the same schema: the restarted instance. */
 async function restarted(t: Test, clock?: () => number): Promise<Gateway> {
   const cfg = loadConfig({}, shared);
-  const gw = await createGateway(cfg, { skipMigrate: true, log: silentLogger, jobs: { owner: 'restarted-instance', clock, engine: { timers: false } } });
+  const gw = await createGateway(cfg, { skipMigrate: true, log: silentLogger, jobs: { owner: 'restarted-instance', clock, runner: { timers: false } } });
   t.teardown(() => gw.close());
   return gw;
 }
@@ -270,14 +270,14 @@ t.test('SIGKILL mid-image: the survivor calls again after the lease lapses and s
   const gw = await restarted(t, () => Date.now() + offsetMs);
   const me = (await call(gw.url, 'GET', '/v1/me', { key: k.key })).json;
   t.equal(me.key.ink_reserved, 4, 'visible as key.ink_reserved after the restart');
-  t.equal(await gw.jobs.engine.tick(), 0, 'not taken while the lease could still be live');
+  t.equal(await gw.jobs.runner.tick(), 0, 'not taken while the lease could still be live');
   offsetMs = LEASE_MS + 1_000;
-  t.equal(await gw.jobs.engine.tick(), 1, 'taken once the lease lapsed');
+  t.equal(await gw.jobs.runner.tick(), 1, 'taken once the lease lapsed');
   t.equal(gemini.calls.length, calls + 2, 'the vendor was called again, once');
   const done = (await call(gw.url, 'GET', `/v1/images/generations/${id}`, { key: k.key })).json;
   t.equal(done.status, 'succeeded');
   t.equal(done.ink_charged, 4);
-  t.equal(await gw.jobs.engine.tick(), 0, 'nothing left to do');
+  t.equal(await gw.jobs.runner.tick(), 0, 'nothing left to do');
   const resolutions = (
     await db.pool.query(
       `SELECT count(*)::int AS n FROM ledger_journal j JOIN generations g ON g.request_id = j.request_id WHERE g.id = $1 AND j.kind IN ('settle', 'release', 'refund', 'reconcile')`,

@@ -24,7 +24,10 @@ t.test('the checker itself: it catches a 61st request in a window and a wrong re
 });
 
 t.test('10 keys at 100 requests/s for 63 s: exactly the quota in every 60-s span', async (t) => {
-  const r = await runRateExact({ keys: 10, perKeyPerS: 100, durationMs: 63_000, log: (m) => t.comment(m) });
+  // Exactness is the behaviour here, not Redis's timeout (store-faults tests keep the shipped 200 ms):
+  // on a two-core machine running other suites, a gateway tick longer than 200 ms between a
+  // command's send and its reply made a 503 rate_limiter_unavailable the sliding log never caused.
+  const r = await runRateExact({ keys: 10, perKeyPerS: 100, durationMs: 63_000, redisCommandTimeoutMs: 2_000, log: (m) => t.comment(m) });
   for (const l of formatRate(r)) t.comment(l);
   t.equal(r.quota, 60, 'the shipped quota');
   t.ok(r.sent >= 10 * 100 * 63 * 0.9, `${r.sent} requests offered`);

@@ -3,7 +3,7 @@
 // gateway in its own process, on a PRIVATE PostgreSQL and a PRIVATE redis-server, while Redis and
 // Postgres are paused (SIGSTOP ... SIGCONT, 3 s) in turn every 10 s. Goals: no 5xx but a pause's
 // 503 (rate_limiter_unavailable / provider_unavailable), a 2xx within 5 s of every SIGCONT, no
-// vendor call without a hold, no hold left open but usage_unknown ones, flat RSS and descriptors,
+// vendor call without a hold, no hold left open but usage_unknown ones, a flat V8 heap floor (no leak), a bounded RSS, flat descriptors,
 // the ledger invariant. The full run is `bench/soak.ts --minutes 10 --pauses`.
 import t from 'tap';
 import { formatSoak, runSoak, vendorCallsMatch } from '../helpers/soak-run.js';
@@ -35,7 +35,8 @@ t.test('mixed traffic with Redis and Postgres paused in turn: only 503s in pause
   }
   const fiveXx = Object.entries(r.statusCounts).filter(([s]) => s !== '503' && (s.startsWith('5') || s === 'wire error'));
   t.same(fiveXx, [], 'no 5xx but 503, no wire error');
-  t.ok(r.rssMb.flat, `RSS flat: ${r.rssMb.secondQuarterMedian.toFixed(1)} -> ${r.rssMb.lastQuarterMedian.toFixed(1)} MB`);
+  t.ok(r.heapFloorMb.flat, `V8 heap floor flat (no leak): ${r.heapFloorMb.secondQuarter.toFixed(1)} -> ${r.heapFloorMb.lastQuarter.toFixed(1)} MB`);
+  t.ok(r.rssMb.flat, `RSS bounded: ${r.rssMb.secondQuarterMedian.toFixed(1)} -> ${r.rssMb.lastQuarterMedian.toFixed(1)} MB`);
   t.ok(
     r.ownFds.flat,
     `fds (client and pooled sockets excluded) flat: ${r.ownFds.secondQuarterMedian} -> ${r.ownFds.lastQuarterMedian}, ${r.finalOwnFds} after the run`,

@@ -40,8 +40,12 @@ t.teardown(() => rmSync(dataDir, { recursive: true, force: true }));
 const shared = (instanceId: string): DeepPartial<Config> => ({
   dataDir,
   server: { host: '127.0.0.1', port: 0 },
-  db: { url: db.url, schema: db.schema },
-  redis: { url: redisUrl },
+  // Seconds, not the sub-second defaults: what is under test is that the edge is exact across three
+  // processes. Three cold pools opening connections at once for a burst of 60, on a busy two-core
+  // machine, took longer than 800 ms to connect: a 503 the edge never caused, whose released hold
+  // then let a 34th stream in. Store timeouts are the business of the store-faults tests.
+  db: { url: db.url, schema: db.schema, connectionTimeoutMs: 5_000, queryTimeoutMs: 5_000 },
+  redis: { url: redisUrl, commandTimeoutMs: 2_000 },
   limits: { requestsPerMinute: RATE_PER_MINUTE },
   vendors: { anthropic: { baseUrl: anthropic.url, apiKey: ANTHROPIC_KEY } },
   ledger: { instanceId },

@@ -141,7 +141,19 @@ t.test('SSE event ends and histogram summaries', async (t) => {
 
 t.test('arguments: bounded and checked', async (t) => {
   const o = parseBenchArgs([], false);
-  t.same(o.scenarios, ['latency', 'saturation', 'stream-saturation', 'open-loop', 'paced', 'billing', 'many-tenants', 'durability', 'engines', 'access-log']);
+  t.same(o.scenarios, [
+    'latency',
+    'saturation',
+    'stream-saturation',
+    'open-loop',
+    'paced',
+    'billing',
+    'many-tenants',
+    'durability',
+    'engines',
+    'access-log',
+    'pool',
+  ]);
   t.equal(o.cpuProfDir, null, 'no profile unless asked');
   t.equal(parseBenchArgs(['--cpu-prof', '/tmp/p'], false).cpuProfDir, '/tmp/p');
   t.same([o.tenantAccounts, o.tenantKeys], [100, 1000], 'many tenants: 1,000 keys over 100 accounts');
@@ -374,4 +386,39 @@ t.test('cpuprofile-top: self time by function and area, inclusive time by patter
   t.same(summarise(p, [], /^writev /).callers, [{ key: 'writev < main src/server/app.js:10', ms: 0.5 }], 'callers: the path up to the root');
   t.equal(area(frame('x', 'node:internal/streams/readable', 1)), 'node:streams/readable');
   t.equal(area(frame('x', 'file:///a/node_modules/@scope/pkg/lib/x.js', 1)), '@scope/pkg');
+});
+
+t.test('pool scenario: one deployment then two, under load; the goal is the CPU per request two less one', async (t) => {
+  const o = parseBenchArgs(['--scenario', 'pool', '--lane', 'messages', '--connections', '6'], false);
+  const set = fakeSet(['direct', 'plain proxy', 'inkgate (one deployment)', 'inkgate (two deployments)']);
+  t.same(
+    planRuns(o, set).runs.map((r) => `${r.kind}/${r.connections}/${r.target.name}`),
+    ['request/6/inkgate (one deployment)', 'request/6/inkgate (two deployments)', 'stream/6/inkgate (one deployment)', 'stream/6/inkgate (two deployments)'],
+  );
+  t.match(planRuns(o, fakeSet(['direct', 'plain proxy', 'inkgate'])).skipped, [{ scenario: 'pool', reason: /one vendor deployment and with two/ }]);
+  const run = (kind: RunKind, target: TargetName, cpu: number) =>
+    ({
+      lane: 'messages',
+      scenario: 'pool',
+      kind,
+      target,
+      connections: 6,
+      rps: 100,
+      failed: 0,
+      latency: { p50Ms: 1, p99Ms: 2 },
+      ttft: kind === 'stream' ? { p50Ms: 1 } : null,
+      own: { cpuUsPerRequest: cpu },
+    }) as unknown as RunResult;
+  const runs = [
+    run('request', 'inkgate (one deployment)', 300),
+    run('request', 'inkgate (two deployments)', 301.5),
+    run('stream', 'inkgate (one deployment)', 400),
+    run('stream', 'inkgate (two deployments)', 403),
+  ];
+  const pool = goals(runs, ['messages'], 20).filter((g) => g.goal.startsWith('pool:'));
+  t.match(pool, [
+    { goal: 'pool: CPU per request, two deployments less one (non-streaming)', value: 1.5, limit: 2, unit: 'µs', pass: true },
+    { goal: 'pool: CPU per request, two deployments less one (streaming)', value: 3, limit: 2, pass: false },
+  ]);
+  t.ok(ratios(runs).some((q) => q.of === 'inkgate (two deployments)' && q.vs === 'inkgate (one deployment)' && q.metric === 'own.cpuUsPerRequest'));
 });

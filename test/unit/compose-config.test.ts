@@ -3,9 +3,11 @@
 // reads (a misspelt name would be ignored silently), the values it sets load as a valid
 // configuration, and the Dockerfile's run stage copies files that exist and runs no compiler.
 import { existsSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { join, relative } from 'node:path';
 import t from 'tap';
 import { knownEnvironmentVariables, loadConfig, PROJECT_ROOT } from '../../src/config/config.js';
+import { ASSETS_DIR } from '../../src/console/static.js';
+import { FUNCTIONS_DIR, MIGRATIONS_DIR } from '../../src/store/migrate.js';
 
 interface Service {
   readonly name: string;
@@ -91,6 +93,11 @@ t.test('the Dockerfile: two stages, the run stage copies what exists and has no 
   t.notMatch(run, /\btsc\b|npm (ci|install)/, 'no compiler and no install in the run stage');
   t.match(stages[0]!, /npm prune --omit=dev/, 'dev dependencies (typescript) are pruned before the copy');
   for (const m of run.matchAll(/^COPY (?!--from)(\S+) /gm)) t.ok(existsSync(join(PROJECT_ROOT, m[1]!)), `COPY ${m[1]} exists`);
+  // dist/ holds compiled code only: every directory the code reads from src/ at run time is copied too.
+  for (const dir of [MIGRATIONS_DIR, FUNCTIONS_DIR, ASSETS_DIR]) {
+    const rel = relative(PROJECT_ROOT, dir);
+    t.match(run, new RegExp(`^COPY ${rel} \\./${rel}$`, 'm'), `the run stage copies ${rel}`);
+  }
   const pkg = JSON.parse(readFileSync(join(PROJECT_ROOT, 'package.json'), 'utf8')) as { devDependencies: Record<string, string> };
   t.ok('typescript' in pkg.devDependencies, 'typescript is a dev dependency (pruned)');
 });

@@ -4,7 +4,7 @@ import t, { type Test } from 'tap';
 import { closeSync, mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createLogger } from '../../src/util/log.js';
+import { BUFFERED_MIN_BYTES, createLogger } from '../../src/util/log.js';
 
 function tempFile(t: Test): { path: string; fd: number } {
   const dir = mkdtempSync(join(tmpdir(), 'inkgate-log-'));
@@ -42,15 +42,16 @@ t.test('buffered: held until flush, then every line whole and in order', async (
 t.test('buffered: a burst above the write size goes out without a flush', async (t) => {
   const { path, fd } = tempFile(t);
   const log = createLogger('info', undefined, true, fd);
-  const n = 200; // ~60 bytes each: three times the 4 KiB write size
+  // Lines of about 60 bytes: three times the write size in all.
+  const n = Math.ceil((3 * BUFFERED_MIN_BYTES) / 60);
   for (let i = 0; i < n; i++) log.info({ n: i }, 'http.request');
   // The writes are asynchronous: wait for the file to hold the first full write (bounded).
   let text = '';
-  for (let tries = 0; tries < 1000 && text.length < 4096; tries++) {
+  for (let tries = 0; tries < 1000 && text.length < BUFFERED_MIN_BYTES; tries++) {
     await new Promise((r) => setImmediate(r));
     text = readFileSync(path, 'utf8');
   }
-  t.ok(text.length >= 4096, `written before any flush: ${text.length} bytes`);
+  t.ok(text.length >= BUFFERED_MIN_BYTES, `written before any flush: ${text.length} bytes`);
   log.flush!();
   const all = readFileSync(path, 'utf8')
     .trimEnd()

@@ -1,5 +1,6 @@
 // The Anthropic simulator must be accepted by the official SDK pointed straight at it, and its
 // failure modes must look to the SDK like the real API's. Each test states what the SDK does.
+import { connect } from 'node:net';
 import t from 'tap';
 import Anthropic from '@anthropic-ai/sdk';
 import { startAnthropicSimulator, type AnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
@@ -645,22 +646,42 @@ t.test('setScenario applies directives to every request', async (t) => {
   t.equal(override.usage.output_tokens, 3, 'the message directive wins');
 });
 
-t.test('byte chunking from the options reaches the client as many small reads', async (t) => {
+/** The sizes of the HTTP chunks of a chunked response body, read off the wire. */
+async function chunkSizes(url: string, path: string, headers: Record<string, string>, body: string): Promise<number[]> {
+  const u = new URL(url);
+  const socket = connect(Number(u.port), u.hostname);
+  const head = [`POST ${path} HTTP/1.1`, `host: ${u.host}`, 'connection: close', `content-length: ${Buffer.byteLength(body)}`];
+  for (const [k, v] of Object.entries(headers)) head.push(`${k}: ${v}`);
+  // Written, not ended: a client that half-closes may be cut off by the server before the whole answer.
+  socket.write(`${head.join('\r\n')}\r\n\r\n${body}`);
+  const parts: Buffer[] = [];
+  for await (const c of socket) parts.push(c as Buffer);
+  const raw = Buffer.concat(parts);
+  let at = raw.indexOf('\r\n\r\n') + 4;
+  const sizes: number[] = [];
+  for (;;) {
+    const eol = raw.indexOf('\r\n', at);
+    const size = Number.parseInt(raw.subarray(at, eol).toString('latin1'), 16);
+    sizes.push(size);
+    if (size === 0 || Number.isNaN(size)) return sizes;
+    at = eol + 2 + size + 2;
+  }
+}
+
+t.test('byte chunking from the options: one byte per HTTP chunk on the wire, and the stream still frames whole', async (t) => {
   const s = await startAnthropicSimulator({ apiKey: KEY, chunking: 'byte', lineEnding: 'crlf' });
   t.teardown(() => s.close());
-  const res = await fetch(`${s.url}/v1/messages`, {
-    method: 'POST',
-    headers: { 'x-api-key': KEY, 'anthropic-version': '2023-06-01', 'content-type': 'application/json' },
-    body: JSON.stringify({ model: MODEL, max_tokens: 10, stream: true, messages: [{ role: 'user', content: 'hi' }] }),
-  });
-  let reads = 0;
+  const headers = { 'x-api-key': KEY, 'anthropic-version': '2023-06-01', 'content-type': 'application/json' };
+  const body = JSON.stringify({ model: MODEL, max_tokens: 10, stream: true, messages: [{ role: 'user', content: 'hi' }] });
+  // On the wire (how many reads a client makes of them depends on its timing, not on the simulator).
+  const sizes = await chunkSizes(s.url, '/v1/messages', headers, body);
+  t.equal(sizes.at(-1), 0, 'the body ends with the last chunk');
+  t.ok(sizes.length > 100, `${sizes.length - 1} chunks`);
+  t.same([...new Set(sizes.slice(0, -1))], [1], 'every chunk is one byte');
+  const res = await fetch(`${s.url}/v1/messages`, { method: 'POST', headers, body });
   const parts: Buffer[] = [];
-  for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
-    reads++;
-    parts.push(Buffer.from(chunk));
-  }
+  for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) parts.push(Buffer.from(chunk));
   const all = Buffer.concat(parts);
-  t.ok(reads > 1, `${reads} reads`);
   const framer = new SseFramer(4096);
   const tally = new MessagesUsageTally();
   for (const p of parts) {

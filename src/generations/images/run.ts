@@ -1,8 +1,8 @@
-// What the engine does with one claimed image row (it holds the lease):
+// What the job runner does with one claimed image row (it holds the lease):
 //   submitting  the submit's instance died before handing the row over: run it when an
 //               Idempotency-Key binds it (the client's retry finds it), else fail + refund (nobody has its id)
 //   queued      download the references (safeFetch, bounded), call Gemini (the call is the whole
-//               generation), store the image under a key derived from the id, then settle the fixed
+//               generation; across its deployments, moved only before the vendor started work), store the image under a key derived from the id, then settle the fixed
 //               price and mark succeeded in one transaction
 //   running     a worker died mid-call (Gemini keeps no task to find): call again, at most
 //               MAX_VENDOR_CALLS calls per generation, then fail + refund
@@ -11,7 +11,16 @@
 // refusal (IMAGE_SAFETY, promptFeedback.blockReason): `content_policy`. Every failure refunds in full.
 import type { Services } from '../../services.js';
 import type { Logger } from '../../util/log.js';
-import { GeminiError, type GeminiImageResult, type GeminiInlineImage } from '../../vendors/gemini/client.js';
+import {
+  type GeminiClient,
+  GeminiError,
+  type GeminiImageInput,
+  type GeminiImageResult,
+  type GeminiInlineImage,
+  geminiUnreachable,
+} from '../../vendors/gemini/client.js';
+import { callPooled, type Pooled } from '../../vendors/pool/job-pools.js';
+import type { VendorPool } from '../../vendors/pool/pool.js';
 import type { GenerationDeps } from '../deps.js';
 import { boundToKey, failGeneration, mediaKeyFor, pollDelayMs, succeedGeneration } from '../finish.js';
 import { markImageRunning, rescheduleImage, type FailureCode, type GenerationRow } from '../store.js';
@@ -42,7 +51,7 @@ export class ImageRunner {
     return this.services.config.jobs;
   }
 
-  /** Works one claimed row; `log` is the engine's child for it (generation, request_id). */
+  /** Works one claimed row; `log` is the runner's child for it (generation, request_id). */
   async run(row: GenerationRow, log: Logger): Promise<void> {
     switch (row.state) {
       case 'submitting': {
@@ -77,9 +86,9 @@ export class ImageRunner {
       throw e;
     }
     if (!(await markImageRunning(services.pool, row.id, deps.owner, deps.clock(), this.jobs.leaseMs))) return; // lost the lease
-    let result: GeminiImageResult;
+    let made: Pooled<GeminiImageResult>;
     try {
-      result = await deps.gemini.generateImage({
+      made = await this.callVendor(deps.gemini, {
         vendorModel: model.vendorModel,
         prompt: req.prompt,
         imageSize: req.size,
@@ -93,6 +102,7 @@ export class ImageRunner {
       if (e instanceof GeminiError && e.kind === 'unavailable') return this.later(log, { ...row, polls: row.polls + 1 }, msg);
       return this.fail(log, row, 'provider_failed', `The vendor did not make the image (${msg}); the hold was refunded.`);
     }
+    const result = made.value;
     if (result.kind === 'blocked') {
       const why = result.message ? `${result.reason}: ${result.message}` : result.reason;
       return this.fail(log, row, 'content_policy', `The vendor refused to make this image on safety grounds (${why.slice(0, 600)}); the hold was refunded.`);
@@ -100,7 +110,22 @@ export class ImageRunner {
     if (result.kind === 'no_image') {
       return this.fail(log, row, 'provider_failed', `The vendor finished (${result.reason}) without an image; the hold was refunded.`);
     }
-    return this.persist(log, row, req, result);
+    return this.persist(log, row, req, result, made.deployment);
+  }
+
+  /**
+   * The image call across the Gemini deployments, moved to another one only when the vendor
+   * certainly did not start work (vendors/pool/retry-rule.ts): an image is never made (or paid for) twice.
+   */
+  private callVendor(gemini: VendorPool<GeminiClient>, input: GeminiImageInput): Promise<Pooled<GeminiImageResult>> {
+    const cfg = this.services.config;
+    return callPooled(gemini, cfg.upstream.maxTries, cfg.jobs.imageCallTimeoutMs, {
+      send: (client, timeoutMs) => client.sendImage(input, timeoutMs),
+      read: (client, res) => client.readImage(res),
+      unreachable: geminiUnreachable,
+      none: (retryAfterS) =>
+        new GeminiError('unavailable', 'every image vendor deployment is cooling down, full or refused the call', undefined, undefined, retryAfterS),
+    });
   }
 
   /** Downloads each reference once, in order; Gemini takes them inline. */
@@ -145,7 +170,13 @@ export class ImageRunner {
     return { mimeType, data: bytes };
   }
 
-  private async persist(log: Logger, row: GenerationRow, req: NormalisedImageRequest, result: Extract<GeminiImageResult, { kind: 'image' }>): Promise<void> {
+  private async persist(
+    log: Logger,
+    row: GenerationRow,
+    req: NormalisedImageRequest,
+    result: Extract<GeminiImageResult, { kind: 'image' }>,
+    deployment: string,
+  ): Promise<void> {
     const { deps, services } = this;
     const pixels = imagePixelSize(result.bytes);
     const contentType = pixels?.contentType ?? (/^image\/[a-z0-9.+-]{1,60}$/.test(result.mimeType) ? result.mimeType : 'image/png');
@@ -179,6 +210,7 @@ export class ImageRunner {
         seed: null,
         nowMs: deps.clock(),
         vendorTaskId: result.responseId ?? `gemini:${row.id}`,
+        vendorDeployment: deployment,
         width: pixels?.width ?? null,
         height: pixels?.height ?? null,
       },

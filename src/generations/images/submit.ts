@@ -1,5 +1,5 @@
 // Submitting an image generation: the shared submit (../submit.ts, which documents the order of
-// answers), then the row is handed to the job engine (`queued`, due at once). The vendor is not
+// answers), then the row is handed to the job runner (`queued`, due at once). The vendor is not
 // called here: with Gemini the call is the generation itself (tens of seconds), so a worker makes
 // it and the client polls. Image counts (daily cap, concurrency) are kept apart from video's.
 import { imageInk } from '../../catalog/pricing.js';
@@ -15,8 +15,8 @@ import { validateImageRequest, type NormalisedImageRequest, type ValidatedImage 
 export const IMAGE_PRICE_SET = 'per_image';
 
 /**
- * Committed. Hand the row to the engine. If this fails the row stays `submitting` under our lease;
- * when the lease lapses the engine runs it (Idempotency-Key bound) or refunds it (nobody has its id).
+ * Committed. Hand the row to the job runner. If this fails the row stays `submitting` under our lease;
+ * when the lease lapses the job runner runs it (Idempotency-Key bound) or refunds it (nobody has its id).
  */
 async function handOver(services: Services, deps: GenerationDeps, log: Logger, row: GenerationRow): Promise<void> {
   await markImageQueued(services.pool, row.id, deps.owner, deps.clock()).catch((e: unknown) => {

@@ -1,9 +1,9 @@
-// What the engine does with one claimed video row (it holds the lease):
+// What the job runner does with one claimed video row (it holds the lease):
 //   submitting  the submit's instance died before calling the vendor: call it now when an Idempotency-Key
 //               binds the row (the client's retry will find it; never called, so no duplicate), else fail + refund
 //   creating    it died during the create call: whether a task exists is unknown, so fail + refund
 //               (never charge for a task we cannot find; never start a second one)
-//   queued/running  poll the vendor; on success download the result (safeFetch, bounded), store it
+//   queued/running  poll the deployment that created the task (its name is on the row); on success download the result (safeFetch, bounded), store it
 //               under a key derived from the id (a retry overwrites the same key), then settle on the
 //               delivered seconds and mark succeeded in one transaction; on failure refund in one transaction.
 import type { Services } from '../../services.js';
@@ -11,7 +11,8 @@ import type { Logger } from '../../util/log.js';
 import { videoSettleInk } from '../../catalog/pricing.js';
 import type { VideoPriceSet, VideoResolution } from '../../catalog/models.js';
 import { FetchRefusal, safeFetch } from '../../net/safe-fetch.js';
-import { ArkError, type ArkTask } from '../../vendors/ark/client.js';
+import { type ArkClient, ArkError, type ArkTask } from '../../vendors/ark/client.js';
+import { memberFor } from '../../vendors/pool/job-pools.js';
 import type { GenerationDeps } from '../deps.js';
 import { boundToKey, failGeneration, mediaKeyFor, pollDelayMs, succeedGeneration } from '../finish.js';
 import { reschedule, type FailureCode, type GenerationRow } from '../store.js';
@@ -36,7 +37,7 @@ export class VideoRunner {
     private readonly deps: GenerationDeps,
   ) {}
 
-  /** Works one claimed row; `log` is the engine's child for it (generation, request_id). */
+  /** Works one claimed row; `log` is the runner's child for it (generation, request_id). */
   async run(row: GenerationRow, log: Logger): Promise<void> {
     switch (row.state) {
       case 'submitting':
@@ -80,9 +81,16 @@ export class VideoRunner {
       if (pastDeadline) return this.fail(log, row, 'timeout', 'No result arrived in time; the hold was refunded.');
       return this.later(row, row.state as 'queued' | 'running', null, true);
     }
+    // Polls, cancel and download stay with the deployment that created the task (no other knows it).
+    const member = memberFor(deps.ark, row.vendor_deployment);
+    if (member === undefined) {
+      log.warn({ deployment: row.vendor_deployment }, 'video.deployment_unknown');
+      return this.fail(log, row, 'provider_failed', 'The vendor deployment that started the generation is no longer configured; the hold was refunded.');
+    }
+    const ark = member.client;
     let task: ArkTask;
     try {
-      task = await deps.ark.getTask(row.vendor_task_id);
+      task = await ark.getTask(row.vendor_task_id);
     } catch (e) {
       if (e instanceof ArkError && e.kind === 'not_found') {
         return this.fail(log, row, 'provider_failed', 'The vendor no longer knows the task; the hold was refunded.');
@@ -94,7 +102,7 @@ export class VideoRunner {
       case 'queued':
       case 'running':
         if (pastDeadline) {
-          deps.ark.cancelTask(task.id).catch(() => undefined); // only a queued task can be cancelled
+          ark.cancelTask(task.id).catch(() => undefined); // only a queued task can be cancelled
           return this.fail(log, row, 'timeout', `No result within ${Math.round(this.jobs.timeoutMs / 1000)} s; the hold was refunded.`);
         }
         // The vendor's word moves queued -> running (never back).
@@ -106,7 +114,7 @@ export class VideoRunner {
         return this.fail(log, row, 'provider_failed', `The vendor did not deliver the video (${why.slice(0, 400)}); the hold was refunded.`);
       }
       case 'succeeded':
-        return this.persist(log, row, task);
+        return this.persist(log, row, task, ark);
     }
   }
 
@@ -116,7 +124,7 @@ export class VideoRunner {
     await reschedule(this.services.pool, row.id, this.deps.owner, { state, progress, nextPollMs: now + delay, nowMs: now, pollError, persistFailed });
   }
 
-  private async persist(log: Logger, row: GenerationRow, task: ArkTask): Promise<void> {
+  private async persist(log: Logger, row: GenerationRow, task: ArkTask, ark: ArkClient): Promise<void> {
     const { deps, services } = this;
     if (task.videoUrl === undefined) {
       return this.fail(log, row, 'provider_failed', 'The vendor reported success without a video; the hold was refunded.');
@@ -124,7 +132,7 @@ export class VideoRunner {
     const key = resultKey(row.id);
     let stored: { sizeBytes: number; contentType: string };
     try {
-      stored = await this.download(log, task.videoUrl, key);
+      stored = await this.download(log, ark, task.videoUrl, key);
     } catch (e) {
       const reason = (e as Error).message.slice(0, 300);
       log.warn({ attempt: row.persist_attempts + 1, err: reason }, 'video.persist_failed');
@@ -163,7 +171,7 @@ export class VideoRunner {
   }
 
   /** Downloads the vendor's result and stores it under `key`. */
-  private async download(log: Logger, videoUrl: string, key: string): Promise<{ sizeBytes: number; contentType: string }> {
+  private async download(log: Logger, ark: ArkClient, videoUrl: string, key: string): Promise<{ sizeBytes: number; contentType: string }> {
     const { deps, services } = this;
     let url: URL;
     try {
@@ -171,11 +179,11 @@ export class VideoRunner {
     } catch {
       throw new Error('the vendor result URL is not a URL');
     }
-    // From the vendor's own API origin (operator-configured) directly; from anywhere else under
-    // the public-https rules.
+    // From the creating deployment's own API origin (operator-configured) directly; from anywhere
+    // else under the public-https rules.
     const bounds = { maxBytes: services.config.media.maxResultBytes, timeoutMs: deps.downloadTimeoutMs, accept: 'video/*' };
     const res =
-      (deps.ark ? await deps.ark.downloadOwnResult(url, bounds) : undefined) ??
+      (await ark.downloadOwnResult(url, bounds)) ??
       (await safeFetch(url, {
         ...bounds,
         param: 'video_url',

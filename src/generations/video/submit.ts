@@ -7,8 +7,10 @@ import { ApiError } from '../../errors.js';
 import type { Services } from '../../services.js';
 import type { Logger } from '../../util/log.js';
 import { isStoreUnavailable, withTx } from '../../store/pool.js';
-import { ArkError, type ArkCreateInput } from '../../vendors/ark/client.js';
-import type { GenerationDeps } from '../deps.js';
+import { type ArkClient, ArkError, type ArkCreateInput, unreachable } from '../../vendors/ark/client.js';
+import { callPooled, type Pooled } from '../../vendors/pool/job-pools.js';
+import type { VendorPool } from '../../vendors/pool/pool.js';
+import { arkCallTimeoutMs, type GenerationDeps } from '../deps.js';
 import { markCreating, markQueued, markVoided, type GenerationRow } from '../store.js';
 import { submitGeneration, type SubmitInput, type SubmitProduct, type SubmitResult } from '../submit.js';
 import { presentVideoAccepted } from './present.js';
@@ -41,7 +43,7 @@ async function voidSubmit(services: Services, deps: GenerationDeps, log: Logger,
       if (!r.resolved) log.error({ reason: r.reason }, 'video.release_not_open');
     });
   } catch (e) {
-    // The row stays `creating` under our lease; when the lease lapses the engine fails and refunds it.
+    // The row stays `creating` under our lease; when the lease lapses the job runner fails and refunds it.
     log.warn({ err: (e as Error).message }, 'video.void_failed');
   }
 }
@@ -67,10 +69,10 @@ async function retryStore<T>(fn: () => Promise<T>, tries = 3): Promise<T> {
 }
 
 /**
- * submitting -> creating -> (vendor create) -> queued, for a submit and for the engine's restart of
+ * submitting -> creating -> (vendor create) -> queued, for a submit and for the runner's restart of
  * one that died before calling the vendor. `refused` ends the row when the create fails. A task that
  * cannot be recorded because another instance took the row is an orphan we pay for: cancelled.
- * `log` has the generation bound (the submit's child, or the engine's for the row).
+ * `log` has the generation bound (the submit's child, or the runner's for the row).
  */
 export async function startTask(
   services: Services,
@@ -83,18 +85,36 @@ export async function startTask(
   const { pool, config } = services;
   const ark = deps.ark!;
   if (!(await markCreating(pool, row.id, deps.owner, deps.clock(), config.jobs.leaseMs))) return; // recovery already took it over (we stalled past the lease)
-  let taskId: string;
+  let created: Pooled<string>;
   try {
-    taskId = await ark.createTask(input);
+    created = await createOnPool(ark, config, input);
   } catch (e) {
     return refused(e);
   }
+  const taskId = created.value;
   // If this cannot be recorded at all, the row stays `creating` and recovery refunds it (the task is then an orphan we pay for).
-  if (!(await retryStore(() => markQueued(pool, row.id, deps.owner, taskId, deps.clock(), config.jobs.pollIntervalMs)))) {
+  if (!(await retryStore(() => markQueued(pool, row.id, deps.owner, taskId, created.deployment, deps.clock(), config.jobs.pollIntervalMs)))) {
     // Recovery failed the row (and refunded it) while the create was in flight: the task is an orphan.
-    log.warn({ task: taskId }, 'video.task_orphaned');
-    ark.cancelTask(taskId).catch(() => undefined);
+    log.warn({ task: taskId, deployment: created.deployment }, 'video.task_orphaned');
+    ark
+      .byName(created.deployment)
+      ?.client.cancelTask(taskId)
+      .catch(() => undefined);
   }
+}
+
+/**
+ * The task create across the Ark deployments: moved to another one only when the vendor certainly
+ * did not start work (vendors/pool/retry-rule.ts), so a clip is never rendered (or paid for) twice.
+ */
+function createOnPool(ark: VendorPool<ArkClient>, config: Services['config'], input: ArkCreateInput): Promise<Pooled<string>> {
+  return callPooled(ark, config.upstream.maxTries, arkCallTimeoutMs(config.jobs.leaseMs), {
+    send: (client, timeoutMs) => client.sendCreate(input, timeoutMs),
+    read: (client, res) => client.readCreate(res),
+    unreachable,
+    none: (retryAfterS) =>
+      new ArkError('unavailable', 'every video vendor deployment is cooling down, full or refused the task', undefined, undefined, retryAfterS),
+  });
 }
 
 /** Committed: from here on the row is a recovery point. A vendor that refuses voids the row and answers the client. */

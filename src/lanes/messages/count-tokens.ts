@@ -14,9 +14,11 @@ import { ApiError } from '../../errors.js';
 import type { HttpContext } from '../../server/http-context.js';
 import { readJsonObject } from '../../server/json-body.js';
 import type { Services } from '../../services.js';
-import { neverSent, type Upstream } from '../../vendors/text-upstream.js';
+import type { TextPool } from '../../vendors/pool/text-pools.js';
+import { tryDeployments } from '../../vendors/pool/try-loop.js';
+import { neverSent } from '../../vendors/text-upstream.js';
 import { readBounded } from '../../vendors/vendor-http.js';
-import { closedLaneMessage, isTimeout, mapVendorStatus, type TextLane } from '../text-proxy.js';
+import { closedLaneMessage, isTimeout, mapVendorStatus, memberRequests, type MemberRequests, type TextLane } from '../text-proxy.js';
 import { forwardedBetaHeader, parseCountTokensRequest } from './request.js';
 
 /** The vendor's count endpoint, after the base URL's path. */
@@ -28,25 +30,24 @@ export interface CountTokensDeps {
   readonly services: Services;
   /** The Messages lane: its product, lane switch and vendor headers. */
   readonly lane: TextLane;
-  /** The Messages lane's upstream (the same pool); undefined when the vendor is not configured. */
-  readonly upstream: Upstream | undefined;
+  /** The Messages lane's deployments (the same pool); undefined when the vendor is not configured. */
+  readonly upstream: TextPool | undefined;
 }
 
 export function createCountTokensHandler(d: CountTokensDeps): (ctx: HttpContext) => Promise<void> {
   const { services, lane, upstream } = d;
   const closedMessage = closedLaneMessage(lane, upstream !== undefined);
-  const path = upstream === undefined ? '' : upstream.basePath + VENDOR_COUNT_PATH;
+  const members = upstream === undefined ? undefined : memberRequests(upstream, lane, VENDOR_COUNT_PATH);
   return async (ctx) => {
     const snap = services.state.current;
-    if (upstream === undefined || !snap.lanes[lane.lane]) {
+    if (upstream === undefined || members === undefined || !snap.lanes[lane.lane]) {
       throw new ApiError('provider_unavailable', { message: closedMessage, retryAfterS: 300 });
     }
     const req = parseCountTokensRequest(await readJsonObject(ctx), services.catalog);
     const pausedFor = snap.paused.get(req.model.id);
     if (pausedFor !== undefined) throw new ApiError('provider_unavailable', { message: `${req.model.id} is paused.`, retryAfterS: pausedFor });
     const beta = forwardedBetaHeader(ctx.header('anthropic-beta') ?? ctx.header('vendor-beta'));
-    const headers = beta ? { ...lane.vendorHeaders, 'anthropic-beta': beta } : lane.vendorHeaders;
-    const { status, text, res } = await askVendor(services, upstream, path, headers, req.vendorBody);
+    const { status, text, res } = await askVendor(services, ctx, upstream, members, beta, req.vendorBody);
     if (status !== 200) throw mapVendorStatus(status, text, res.headers, lane.promptParam).error;
     if (!isCountAnswer(text)) {
       services.metrics?.upstreamError('anthropic', 'body');
@@ -63,26 +64,46 @@ export function createCountTokensHandler(d: CountTokensDeps): (ctx: HttpContext)
  */
 async function askVendor(
   services: Services,
-  upstream: Upstream,
-  path: string,
-  headers: Readonly<Record<string, string>>,
+  ctx: HttpContext,
+  pool: TextPool,
+  members: MemberRequests,
+  beta: string | undefined,
   body: string,
 ): Promise<{ status: number; text: string; res: Dispatcher.ResponseData }> {
   const timeoutMs = services.config.upstream.countTokensTimeoutMs;
-  let res: Dispatcher.ResponseData;
-  try {
-    res = await upstream.pool.request({ path, method: 'POST', headers, body, headersTimeout: timeoutMs });
-  } catch (e) {
+  // The same tries as a generation's (vendors/pool/try-loop.ts), within the count's own bound.
+  const tried = await tryDeployments(pool, { maxTries: services.config.upstream.maxTries, deadlineMs: performance.now() + timeoutMs }, (m, leftMs) =>
+    m.client.pool.request({
+      path: members.paths[m.index]!,
+      method: 'POST',
+      headers: beta ? { ...members.headers[m.index], 'anthropic-beta': beta } : members.headers[m.index],
+      body,
+      headersTimeout: Math.max(1, Math.ceil(leftMs)),
+    }),
+  );
+  ctx.tries = tried.tries;
+  if (tried.member >= 0) ctx.vendorDeployment = pool.members[tried.member]!.name;
+  if (tried.kind === 'none') {
+    throw new ApiError('provider_unavailable', {
+      message: 'Every deployment of the vendor is cooling down or refused the count.',
+      retryAfterS: tried.retryAfterS,
+    });
+  }
+  if (tried.kind === 'error') {
+    const e = tried.error;
     services.metrics?.upstreamError('anthropic', neverSent(e) ? 'connect' : isTimeout(e) ? 'timeout' : 'dispatch');
     if (neverSent(e)) throw new ApiError('provider_unavailable', { message: 'The vendor is unreachable.', retryAfterS: 30, cause: e });
     throw new ApiError('provider_error', { message: 'The vendor did not answer the count; nothing was charged.', cause: e });
   }
+  const res = tried.res;
   let text: string;
   try {
     text = (await readBounded(res.body, MAX_VENDOR_ANSWER_BYTES, timeoutMs)).toString('utf8');
   } catch (e) {
     services.metrics?.upstreamError('anthropic', 'body');
     throw new ApiError('provider_error', { message: 'The vendor answer to the count could not be read; nothing was charged.', cause: e });
+  } finally {
+    pool.end(tried.member);
   }
   if (res.statusCode !== 200)
     services.metrics?.upstreamError('anthropic', res.statusCode === 429 ? 'rate_limited' : res.statusCode < 500 ? 'status_4xx' : 'status_5xx');

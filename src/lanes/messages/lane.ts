@@ -46,6 +46,7 @@ export function messagesLane(cfg: Config, catalog: Catalog): TextLane {
       // would allow any coding, RFC 9110 12.5.3).
       'accept-encoding': 'identity',
     }),
+    keyHeader: (key) => ['x-api-key', key],
     parse(body, ctx): ParsedTextRequest {
       // metadata.user_id on the wire: a hash of the key id, stable per key, meaningless outside.
       const keyUserId = vendorUserHash(ctx.auth!.keyId);
@@ -58,6 +59,7 @@ export function messagesLane(cfg: Config, catalog: Catalog): TextLane {
         holdInk: messagesHoldInk(r.model, r.promptTokensEstimate, r.maxTokens),
         vendorBody: r.vendorBody,
         extraHeaders: beta ? { 'anthropic-beta': beta } : undefined,
+        maxTokens: r.maxTokens,
       };
     },
     newTally(req): StreamTally {
@@ -70,6 +72,7 @@ export function messagesLane(cfg: Config, catalog: Catalog): TextLane {
         usage: () => t.usage(),
         vendorRequestId: () => t.vendorMessageId,
         vendorError: () => t.errorEvent,
+        finishReason: () => t.stopReason,
       };
     },
     finishBody(json, req): BodyResult {
@@ -80,6 +83,7 @@ export function messagesLane(cfg: Config, catalog: Catalog): TextLane {
         usage: t.usage,
         vendorRequestId: t.vendorMessageId,
         clientBody: JSON.stringify(json),
+        finishReason: t.stopReason,
       };
     },
     // The form as asked: the named event by default; clients that refuse unknown event types

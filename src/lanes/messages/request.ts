@@ -26,7 +26,8 @@
 //   is not compared with one.
 import { ApiError } from '../../errors.js';
 import type { Catalog, TextModel } from '../../catalog/models.js';
-import { checkField, checkFieldItem } from '../../util/request-fields.js';
+import { clipped } from '../../errors.js';
+import { checkField, checkFieldItem, didYouMean } from '../../util/request-fields.js';
 import { promptTokensLowerBound, promptTokensUpperBound } from './prompt-estimate.js';
 import { COUNT_TOKENS_FIELDS, MESSAGES_FIELDS as F } from './request-fields.js';
 
@@ -161,8 +162,11 @@ export function parseCountTokensRequest(body: Record<string, unknown>, catalog: 
 function checkTopLevel(body: Record<string, unknown>, allowed: ReadonlySet<string>, catalog: Catalog, route: string): TextModel {
   if (!isObj(body)) fail('invalid_body', 'body', 'The request body must be a JSON object.');
   for (const key of Object.keys(body)) {
-    if (!allowed.has(key))
-      fail('unsupported_parameter', key, route === '/v1/messages' ? `\`${key}\` is not supported in v1.` : `\`${key}\` is not supported on ${route}.`);
+    if (allowed.has(key)) continue;
+    // The name is the client's: cut in the message as in `param` (ApiError cuts that), with a hint when it is close to a known one.
+    const shown = clipped(key);
+    const why = route === '/v1/messages' ? `\`${shown}\` is not supported in v1.` : `\`${shown}\` is not supported on ${route}.`;
+    fail('unsupported_parameter', key, why + didYouMean(key, allowed));
   }
   return resolveModel(body, catalog, route);
 }
@@ -212,7 +216,8 @@ function resolveModel(body: Obj, catalog: Catalog, route: string): TextModel {
   const model = typeof modelName === 'string' ? catalog.text(modelName, 'anthropic-messages') : undefined;
   if (model === undefined) {
     if (typeof modelName !== 'string') fail('unknown_model', 'model', `\`model\` must be a model id string; got ${describe(modelName)}.`);
-    fail('unknown_model', 'model', `Unknown model ${JSON.stringify(modelName.slice(0, 100))} for ${route}.`);
+    const elsewhere = catalog.text(modelName, 'openai-responses') === undefined ? '' : ': that model is served at /v1/responses';
+    fail('unknown_model', 'model', `Unknown model ${JSON.stringify(modelName.slice(0, 100))} for ${route}${elsewhere}.`);
   }
   return model;
 }

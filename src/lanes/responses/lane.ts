@@ -12,9 +12,16 @@ import { usageFrameText } from '../usage-frame.js';
 import { finishResponsesRequest, prepareResponsesRequest, type ResponsesRequest } from './request.js';
 import { countRequestTexts } from './token-count-pool.js';
 import { ResponsesUsageTally, tallyResponseBody, type ResponsesUsage } from './usage-tally.js';
+import { turnBody } from './ws-turn.js';
 
 function toParsed(r: ResponsesRequest): ParsedTextRequest {
-  return { model: r.model, stream: r.stream, holdInk: responsesHoldInk(r.promptTokensForHold, r.maxOutputTokens, r.model), vendorBody: r.vendorBody };
+  return {
+    model: r.model,
+    stream: r.stream,
+    holdInk: responsesHoldInk(r.promptTokensForHold, r.maxOutputTokens, r.model),
+    vendorBody: r.vendorBody,
+    maxTokens: r.maxOutputTokens,
+  };
 }
 
 /** Prices a Responses receipt (input includes the cached and cache-write parts); undefined when unusable. */
@@ -63,9 +70,11 @@ export function responsesLane(cfg: Config, catalog: Catalog): TextLane {
       // would allow any coding, RFC 9110 12.5.3).
       'accept-encoding': 'identity',
     }),
+    keyHeader: (key) => ['authorization', `Bearer ${key}`],
     parse(body, ctx): ParsedTextRequest | Promise<ParsedTextRequest> {
       const userHash = vendorUserHash(ctx.auth!.keyId);
-      const p = prepareResponsesRequest(body, catalog, { userHash });
+      // A WebSocket turn's `response.create` event: its envelope off, then the POST's own rules.
+      const p = prepareResponsesRequest(ctx.transport === 'websocket' ? turnBody(body) : body, catalog, { userHash });
       // A long prompt is counted off the event loop (token-count-pool.ts); a short one here.
       const counts = countRequestTexts(p.verbatimTexts, p.holdTexts, p.countChars);
       return counts instanceof Promise ? counts.then((c) => toParsed(finishResponsesRequest(p, c))) : toParsed(finishResponsesRequest(p, counts));
@@ -95,11 +104,16 @@ function responsesTally(req: ParsedTextRequest, capChars: number): StreamTally {
     // Text deltas add at most one character (UTF-16 unit) per byte of their event, so a chunk
     // shorter than what is left under the cap cannot cross it.
     mayCap: (bytes: number) => !t.sawTerminal && t.visibleTextChars + bytes > capChars,
+    get sawTerminal(): boolean {
+      return t.sawTerminal;
+    },
     end: () => t.end(),
     outcome: () => t.outcome(),
     chargeInk: () => (t.usageUsable ? charge(req.model, t.usage) : undefined),
     usage: () => usageRecord(t.usage),
     vendorRequestId: () => t.responseId,
+    // An incomplete response says why (max_output_tokens, content_filter); else its status.
+    finishReason: () => t.incompleteReason ?? t.status,
     inner: t,
     model: req.model.id,
   };
@@ -120,6 +134,7 @@ function finishResponsesBody(json: unknown, req: ParsedTextRequest): BodyResult 
     usage: usageRecord(t.usage),
     vendorRequestId: t.responseId,
     clientBody: JSON.stringify(json),
+    finishReason: t.incompleteReason ?? t.status,
   };
 }
 

@@ -2,77 +2,16 @@
 // v1 contract, resolves the product model, counts the prompt with the vendor's tokenizer
 // (o200k_base), checks the input envelope, sizes the Ink hold and builds the vendor body once. Pure.
 //
-// ---- POST /v1/responses request rules (docs/api/responses.md) ------------------------------------
-// Accepted top-level fields (validated, then forwarded unless said otherwise):
-//   model               required: `text-6-astra` or `astra`. Missing, null or anything else
-//                       (including a Messages model) answers `unknown_model`.
-//   input               required (`missing_input` when absent, null, "" or []): a string, or items:
-//                       messages (`type: "message"` or no type) with role user, assistant, system
-//                       or developer and content a string or parts `input_text`, `output_text`,
-//                       `refusal`; prior output items `message`, `reasoning` (must carry
-//                       `encrypted_content`), `function_call`, `function_call_output` (output a
-//                       string or `input_text` parts). A malformed item answers `invalid_input`
-//                       with `param` `input.N...`.
-//   instructions        string or null.
-//   max_output_tokens   integer from 16 (the vendor's minimum; `invalid_value` below, `invalid_type`
-//                       when not an integer) to 128,000 (`too_large` above); default 32,768. Always
-//                       sent to the vendor, so its cap is the one the hold assumed.
-//   stream, stream_options, parallel_tool_calls, max_tool_calls, temperature (0-2), top_p (0-1),
-//   truncation (auto | disabled), prompt_cache_key: as in the protocol.
-//   tools               client-executed tools: `{type: "function", name, description?, parameters?,
-//                       strict?}`, and `{type: "namespace", name, description?, tools: [function
-//                       tools]}` (function tools grouped under a name; namespaces do not nest). At
-//                       most 512 tool definitions in all, namespaces' own tools counted. A tool
-//                       without a name answers `invalid_tool`. Server tools (web_search,
-//                       file_search, code_interpreter, image_generation, mcp, computer use, shell,
-//                       ...) answer `unsupported_parameter` naming the tool: the service runs none.
-//   client_metadata     an object of at most 16 string values (keys up to 64 characters, values up
-//                       to 2,048, 8 KiB as JSON), forwarded as sent (coding agents send their
-//                       session ids here).
-//   tool_choice         `auto`, `none`, `required` or `{type: "function", name}`.
-//   reasoning           `{effort, summary}`; values are the vendor's to judge (`upstream_rejected`).
-//   text                `{format: {type: text | json_schema | json_object}, verbosity: low |
-//                       medium | high}`.
-//   include             only `reasoning.encrypted_content`; the service always adds it (see store).
-//   prompt_cache_retention  only `in_memory` (the default); `24h` answers `unsupported_parameter`
-//                       (it has the vendor keep prompt-derived data for a day).
-//   store               accepted (true, false or null) but always sent as `false`: the service keeps
-//                       no conversation state and offers no way to read a stored response back, so
-//                       nothing may depend on the vendor storing one. The response object says
-//                       `store: false`. Because nothing is stored, every request asks the vendor
-//                       for `reasoning.encrypted_content`, so reasoning items of an output can be
-//                       sent back as input as they are (the stateless form of a tool loop).
-//   metadata            accepted (an object of at most 16 string values, keys up to 64 and values up
-//                       to 512 characters) and not forwarded; the response echoes `metadata: {}`.
-//   user, safety_identifier  accepted (strings) and replaced: the vendor receives
-//                       `safety_identifier` = a hash of the key id, never the client's value.
-// Null for any optional field means "absent" (the protocol's own convention).
-// Rejected with 400 `unsupported_parameter`, `param` naming the field: previous_response_id and
-// conversation (vendor-side state), background, prompt (stored prompts), service_tier,
-// top_logprobs, tool types other than `function` and `namespace` (web_search, file_search,
-// code_interpreter, image_generation, mcp, computer_use_preview, local_shell, shell, apply_patch,
-// custom ...), image,
-// file and audio input anywhere (`input_image`, `input_file`, `input_audio`, `image_url` ...), built-in
-// tool call items and `item_reference` in input, any `include` value other than
-// reasoning.encrypted_content, and any top-level field not listed above. A rejected field sent as
-// null (or as its inert default: background false, top_logprobs 0) is ignored and not forwarded.
-// Prompt size: the prompt is counted with o200k_base, the vendor's tokenizer. Above 922,000 tokens
-// the request answers 413 `payload_too_large` (`param` input). The count used for that check is the
-// exact token count of the text the vendor reads verbatim (instructions, message text, function
-// call names and arguments, function outputs, tool names and descriptions), so it never exceeds
-// what the vendor counts: the vendor adds role and framing tokens on top. The hold uses that count
-// plus framing (4 tokens per input item, 8 per tool, 32 per request), tool parameter schemas and
-// the json_schema format as JSON, a quarter of each reasoning item's encrypted_content length, and
-// a margin of 2% + 64 tokens; the verbatim part is never taken below one token per 4 characters.
-// Counting cost on one core of the reference machine (2 cores, Node 20), exact count: English 1 MiB
-// ~70 ms, 4 MiB ~275 ms; CJK 1 MiB ~80 ms, 4 MiB ~320 ms; CJK without punctuation 4 MiB ~0.9 s;
-// worst case, 4 MiB of one repeated character, ~1.6-2.1 s (gpt-tokenizer's own countTokens takes
-// 39 s for 256 KiB of one character, and its merge cache retains request text, so it is not used).
-// -------------------------------------------------------------------------------------------------
+// The request rules (fields accepted, refused or replaced, prompt size, hold sizing) are
+// docs/api/responses.md, and the fields' table is request-fields.ts. Counting cost on one core of a
+// two-core machine, exact count: English 1 MiB ~70 ms, 4 MiB ~275 ms; CJK 4 MiB ~320 ms, without
+// punctuation ~0.9 s; 4 MiB of one repeated character ~1.6-2.1 s (gpt-tokenizer's own countTokens
+// takes 39 s for 256 KiB of one character and its merge cache keeps request text: not used).
 import { ApiError, type ErrorCode } from '../../errors.js';
 import type { Catalog, TextModel } from '../../catalog/models.js';
 import { responsesHoldInk } from '../../catalog/pricing.js';
-import { checkField, checkFieldItem } from '../../util/request-fields.js';
+import { clipped } from '../../errors.js';
+import { checkField, checkFieldItem, didYouMean } from '../../util/request-fields.js';
 import { RESPONSES_FIELDS as F } from './request-fields.js';
 import { countTexts, type TextCounts } from './token-count.js';
 
@@ -346,7 +285,8 @@ function checkTopLevelKeys(body: Obj): void {
       if (v === null || v === inert) continue;
       fail('unsupported_parameter', key, `\`${key}\` is not supported in v1: ${RESPONSES_REJECTED_FIELDS[key]}.`);
     }
-    fail('unsupported_parameter', key, `\`${key}\` is not supported in v1.`);
+    // The name is the client's: cut in the message as in `param` (ApiError cuts that), with a hint when it is close to a known one.
+    fail('unsupported_parameter', key, `\`${clipped(key)}\` is not supported in v1.${didYouMean(key, ACCEPTED)}`);
   }
 }
 
@@ -357,7 +297,8 @@ function resolveModel(body: Obj, catalog: Catalog): TextModel {
   if (model === undefined) {
     if (modelName === undefined) fail('unknown_model', 'model', '`model` is required: text-6-astra (or astra).');
     if (typeof modelName !== 'string') fail('unknown_model', 'model', `\`model\` must be a model id string; got ${describe(modelName)}.`);
-    fail('unknown_model', 'model', `Unknown model ${JSON.stringify(modelName.slice(0, 100))} for /v1/responses; use text-6-astra (or astra).`);
+    const elsewhere = catalog.text(modelName, 'anthropic-messages') === undefined ? '' : ': that model is served at /v1/messages';
+    fail('unknown_model', 'model', `Unknown model ${JSON.stringify(modelName.slice(0, 100))} for /v1/responses${elsewhere}; use text-6-astra (or astra).`);
   }
   return model;
 }

@@ -1,6 +1,6 @@
 // The token-count pool's worker thread (token-count-pool.ts): counts the texts of one request at a
-// time, off the event loop that serves every other client. Builds its own rank table (~200 ms,
-// ~5 MB) once, when the pool first starts it.
+// time, off the event loop that serves every other client. It starts with the pool's rank table
+// (workerData, shared memory: token-count.ts takes it from there), so it builds none of its own.
 import { parentPort } from 'node:worker_threads';
 import { countTexts } from './token-count.js';
 

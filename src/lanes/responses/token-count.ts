@@ -9,8 +9,8 @@
 //   slices of the whole request text: 100 unique ~0.9 MB bodies left 44 MB retained after GC. In a
 //   server that is an unbounded leak.
 // So this module does the same computation itself: the same split pattern (imported from the
-// package), the same ranks (the package's rank table, looked up by byte string in an
-// open-addressing table built once at start-up), whole-chunk lookup first (as tiktoken does), then
+// package), the same ranks (the package's rank list, looked up by byte string in an
+// open-addressing table built once at start-up, rank-table.ts), whole-chunk lookup first (as tiktoken does), then
 // byte-pair merges with a binary heap (lowest rank first, leftmost on ties: exactly the package's
 // order) in O(n log n) per chunk, and no cache. Special-token text such as "<|endoftext|>" counts as
 // ordinary text, as the vendor treats user text. test/unit/responses-request.test.ts checks the
@@ -18,70 +18,28 @@
 //
 // Cost (this machine, one core; measured figures are in request.ts's rules block): about 70 ms per
 // MiB of ordinary text, at most ~0.5 us per byte for a single run of one character. Memory: the rank
-// table (~5 MB, built in ~200 ms at import); a chunk longer than 4 KiB gets transient arrays of
+// table (~5 MB, built at import on a thread of its own: rank-table.ts); a chunk longer than 4 KiB gets transient arrays of
 // 32 bytes per byte of that chunk (a 4 MiB single-character body: ~128 MB for ~2 s), nothing retained.
-import bpeRanks from 'gpt-tokenizer/bpeRanks/o200k_base';
+import { workerData } from 'node:worker_threads';
 import { O200K_TOKEN_SPLIT_REGEX } from 'gpt-tokenizer/encodingParams/constants';
+import { BASE, hashBytes, mixHash, type RankTable } from './rank-table.js';
+import { loadRankTable } from './rank-table-cache.js';
 
 // ---------------------------------------------------------------------------------------------
-// Rank table, built once: every token's bytes in one pool, found by a polynomial hash (mixed) with
-// linear probing.
+// Rank table (rank-table.ts): read from its cache on disk, or built once on a thread of its own so
+// this one never loads the rank list (rank-table-cache.ts); the token-count pool's worker is handed
+// the same table (shared memory) when it starts.
 
-/** Polynomial hash base for byte strings. */
-const BASE = 0x01000193;
-
-const rankCount = bpeRanks.length;
-const tokenOffset = new Int32Array(rankCount);
-const tokenLength = new Int32Array(rankCount);
-const pool: Uint8Array = (() => {
-  const encoder = new TextEncoder();
-  const parts: Uint8Array[] = new Array(rankCount);
-  let total = 0;
-  for (let r = 0; r < rankCount; r++) {
-    const v = bpeRanks[r];
-    const bytes = v === undefined ? new Uint8Array(0) : typeof v === 'string' ? encoder.encode(v) : Uint8Array.from(v);
-    parts[r] = bytes;
-    tokenOffset[r] = total;
-    tokenLength[r] = v === undefined ? -1 : bytes.length;
-    total += bytes.length;
-  }
-  const out = new Uint8Array(total);
-  for (let r = 0; r < rankCount; r++) out.set(parts[r]!, tokenOffset[r]!);
-  return out;
-})();
+const table: RankTable = (workerData as { rankTable?: RankTable } | null)?.rankTable ?? (await loadRankTable());
+/** The table, for the token-count pool to hand its worker (token-count-pool.ts). */
+export const rankTable: RankTable = table;
+const { pool, tokenOffset, tokenLength, slots } = table;
+const slotMask = slots.length - 1;
 
 /** Longest token of the vocabulary in bytes (128 for o200k_base): no longer byte string has a rank. */
 export const O200K_MAX_TOKEN_BYTES: number = tokenLength.reduce((m, l) => Math.max(m, l), 0);
 
-let slotBits = 1;
-while (1 << slotBits < rankCount * 2) slotBits++;
-const slotMask = (1 << slotBits) - 1;
-/** rank + 1, 0 = empty. */
-const slots = new Int32Array(1 << slotBits);
-
-function hashBytes(buf: Uint8Array, start: number, end: number): number {
-  let h = 0;
-  for (let i = start; i < end; i++) h = (Math.imul(h, BASE) + buf[i]!) | 0;
-  return h;
-}
-
-/** Spreads the polynomial hash over the table (murmur3's finalizer). */
-function slotOf(h: number): number {
-  h ^= h >>> 16;
-  h = Math.imul(h, 0x85ebca6b);
-  h ^= h >>> 13;
-  h = Math.imul(h, 0xc2b2ae35);
-  h ^= h >>> 16;
-  return h & slotMask;
-}
-
-for (let r = 0; r < rankCount; r++) {
-  if (tokenLength[r]! < 0) continue;
-  const off = tokenOffset[r]!;
-  let i = slotOf(hashBytes(pool, off, off + tokenLength[r]!));
-  while (slots[i] !== 0) i = (i + 1) & slotMask;
-  slots[i] = r + 1;
-}
+const slotOf = (h: number): number => mixHash(h) & slotMask;
 
 /** The rank of the byte string buf[start, end) whose hash is `h`, or -1 when it is not a token. */
 function rankOfHashed(buf: Uint8Array, start: number, end: number, h: number): number {

@@ -306,10 +306,34 @@ function applyLineEnding(s: string, le: SimLineEnding): string {
   return le === 'lf' ? s : s.replace(/\n/g, le === 'crlf' ? '\r\n' : '\r');
 }
 
+/**
+ * Shaped pieces leave one per turn of the loop: Node 22 and later join the writes of one tick into
+ * one HTTP chunk, which would undo the shape asked for. Whatever is written or ended after them on
+ * the same response waits its turn behind them (`afterShaped`).
+ */
+const shapedTail = new WeakMap<ServerResponse, Promise<void>>();
+const nextTurn = (): Promise<void> => new Promise((r) => setImmediate(r));
+
+/** Runs `fn` once every shaped piece queued on `res` is written (at once when none is). */
+function afterShaped(res: ServerResponse, fn: () => void): void {
+  const tail = shapedTail.get(res);
+  if (tail === undefined) fn();
+  else
+    shapedTail.set(
+      res,
+      tail.then(() => (res.destroyed ? undefined : fn())),
+    );
+}
+
+/** Ends `res` after its shaped pieces. */
+function endShaped(res: ServerResponse): void {
+  afterShaped(res, () => res.end());
+}
+
 /** Writes `s` shaped; `cb` runs once the last piece is flushed to the socket. */
 function writeShaped(res: ServerResponse, s: string, shape: Shape, cb?: () => void): void {
   if (shape.chunkBytes === undefined && !shape.split) {
-    res.write(s, cb);
+    afterShaped(res, () => res.write(s, cb));
     return;
   }
   const buf = Buffer.from(s, 'utf8');
@@ -328,17 +352,19 @@ function writeShaped(res: ServerResponse, s: string, shape: Shape, cb?: () => vo
     pieces.push(buf);
   }
   const size = shape.chunkBytes;
-  res.cork();
-  for (let k = 0; k < pieces.length; k++) {
-    const p = pieces[k]!;
-    const last = k === pieces.length - 1;
-    if (size === undefined || p.length <= size) {
-      res.write(p, last ? cb : undefined);
-    } else {
-      for (let i = 0; i < p.length; i += size) res.write(p.subarray(i, i + size), last && i + size >= p.length ? cb : undefined);
-    }
+  const out: Buffer[] = [];
+  for (const p of pieces) {
+    if (size === undefined || p.length <= size) out.push(p);
+    else for (let i = 0; i < p.length; i += size) out.push(p.subarray(i, i + size));
   }
-  res.uncork();
+  const run = async (): Promise<void> => {
+    for (let k = 0; k < out.length; k++) {
+      if (res.destroyed) return;
+      res.write(out[k]!, k === out.length - 1 ? cb : undefined);
+      await nextTurn();
+    }
+  };
+  shapedTail.set(res, (shapedTail.get(res) ?? Promise.resolve()).then(run));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -709,7 +735,7 @@ class Sim {
         const half = json.slice(0, json.length >> 1);
         const mode = d.stop.mode;
         writeShaped(res, half, { ...shape, lineEnding: 'lf' }, mode === 'reset' ? () => res.socket?.end() : undefined);
-        if (mode === 'cut') res.end();
+        if (mode === 'cut') endShaped(res);
         rec.end = mode === 'cut' ? 'cut' : mode === 'reset' ? 'reset' : 'stalled';
         return;
       }
@@ -719,7 +745,7 @@ class Sim {
       } else {
         res.writeHead(200, { ...JSON_HEADERS, 'request-id': requestId });
         writeShaped(res, json, { ...shape, lineEnding: 'lf' });
-        res.end();
+        endShaped(res);
       }
       rec.end = 'complete';
     };
@@ -743,16 +769,16 @@ function streamFrames(
 ): void {
   const finish = (): void => {
     if (terminal === 'end') {
-      res.end();
+      endShaped(res);
       rec.end = upTo === r.frames.length ? 'complete' : 'cut';
     } else if (terminal === 'error') {
       writeShaped(res, applyLineEnding(OVERLOADED_EVENT, shape.lineEnding), shape);
-      res.end();
+      endShaped(res);
       rec.end = 'cut';
     } else if (terminal === 'reset') {
       rec.end = 'reset';
       // Close the connection without the chunked terminator once the bytes are flushed.
-      res.write('', () => res.socket?.end());
+      afterShaped(res, () => res.write('', () => res.socket?.end()));
     } else {
       rec.end = 'stalled';
     }

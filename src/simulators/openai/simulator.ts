@@ -101,6 +101,8 @@ export interface OpenAISimulator {
   origin: string;
   apiKey: string;
   requests: RecordedRequest[];
+  /** Every request received since the start, recorded or not. */
+  readonly requestCount: number;
   close(): Promise<void>;
 }
 
@@ -170,7 +172,9 @@ export async function startOpenAISimulator(opts: OpenAISimulatorOptions = {}): P
     },
   };
 
+  let requestCount = 0;
   const server = createServer({ noDelay: true }, (req, res) => {
+    requestCount++;
     handle(ctx, req, res).catch(() => {
       // Reading the body failed (client left mid-upload) or a write raced a close.
       if (!res.headersSent && !res.destroyed) {
@@ -193,6 +197,9 @@ export async function startOpenAISimulator(opts: OpenAISimulatorOptions = {}): P
     origin,
     apiKey,
     requests,
+    get requestCount() {
+      return requestCount;
+    },
     close(): Promise<void> {
       closing ??= new Promise<void>((resolve) => {
         server.close(() => resolve());

@@ -8,7 +8,7 @@
 -- never flushed, the wallet directly (never below zero); a start alone waits for its end.
 -- Per record: ok | late | deferred.
 -- The batch comes as parallel arrays, one per column: one jsonb argument decoded into the same
--- arrays measured slower (docs/performance.md, What a write-behind flush costs Postgres).
+-- arrays measured slower (docs/performance-history.md, the write-behind flush).
 CREATE OR REPLACE FUNCTION ledger_flush(p_instance text, p_epoch bigint, p_now timestamp with time zone, p_ids text[], p_accounts text[], p_keys text[], p_products text[], p_models text[], p_leases bigint[], p_holds bigint[], p_hold_grants bigint[], p_periods integer[], p_created timestamp with time zone[], p_vendor_ids text[], p_ends text[], p_charges bigint[], p_usage jsonb[], p_reasons text[], p_resolved timestamp with time zone[])
  RETURNS TABLE(item integer, result text)
  LANGUAGE plpgsql
@@ -22,6 +22,24 @@ DECLARE
   out_r text[];
 BEGIN
   IF n = 0 THEN RETURN; END IF;
+  -- Every record's account and key are those of the lease it names (a lease's key is of its account
+  -- by lease_key_of_account): the one check of a flushed request's key, as `requests` has no
+  -- foreign key to api_keys. One probe of `leases` per distinct (lease, account, key) of the batch,
+  -- not per record. A record that names another key or account, or no lease at all, was forged or
+  -- corrupted: the whole batch is refused as an integrity violation, which stops the instance
+  -- (docs/ledger.md, Fail-stop).
+  SELECT d.id, d.lease_id, d.account_id, d.key_id, l.account_id AS lease_account, l.key_id AS lease_key INTO r
+    FROM (SELECT min(u.id) AS id, u.lease_id, u.account_id, u.key_id
+            FROM unnest(p_ids, p_leases, p_accounts, p_keys) AS u(id, lease_id, account_id, key_id)
+           GROUP BY u.lease_id, u.account_id, u.key_id) d
+    LEFT JOIN leases l ON l.id = d.lease_id
+   WHERE l.id IS NULL OR l.account_id IS DISTINCT FROM d.account_id OR l.key_id IS DISTINCT FROM d.key_id
+   LIMIT 1;
+  IF FOUND THEN
+    RAISE EXCEPTION 'journal record % names account % and key %, its lease % is of account % and key %',
+                    r.id, r.account_id, r.key_id, r.lease_id, r.lease_account, r.lease_key
+      USING ERRCODE = 'foreign_key_violation', CONSTRAINT = 'request_key_of_lease', TABLE = 'requests';
+  END IF;
   PERFORM 1 FROM (SELECT account_id FROM wallets WHERE account_id = ANY(p_accounts) ORDER BY account_id FOR UPDATE) x;
   PERFORM 1 FROM (SELECT id FROM api_keys WHERE id = ANY(p_keys) ORDER BY id FOR UPDATE) x;
   SELECT coalesce(array_agg(x.id), '{}') INTO ours

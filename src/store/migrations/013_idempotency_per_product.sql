@@ -1,9 +1,9 @@
 -- Idempotency-Keys: one key space per product (video, images) and no body comparison.
 --
--- Why: the spec ("Idempotency (submit)") says a repeated submit with the same key on the same API
--- key within 24 hours returns the original 202 body with `Idempotent-Replayed: true`, and that a
--- new intent needs a new key. It names no error for a key reused with another body (010 answered
--- 422 idempotency_key_reused, a code the spec's tables do not have), so the original 202 is
+-- Why: the interface (docs/api, "Idempotency") answers a repeated submit with the same key on the
+-- same API key within 24 hours with the original 202 body and `Idempotent-Replayed: true`; a new
+-- intent needs a new key. It has no error for a key reused with another body (010 answered 422
+-- idempotency_key_reused, a code the error table does not have), so the original 202 is
 -- replayed whatever the body. The key space is per endpoint: a key first used on a video submit
 -- and then on an image submit starts an image generation instead of replaying a video.
 -- Deploying: stop instances older than 013 before it runs (their claims name body_hash and

@@ -128,6 +128,11 @@ export function parseTask(raw: unknown): ArkTask {
   };
 }
 
+/** A request that failed before any answer (refused, unreachable, timed out). */
+export function unreachable(e: unknown): ArkError {
+  return new ArkError('unavailable', `the vendor could not be reached: ${(e as Error).message}`);
+}
+
 export class ArkClient {
   private readonly agent: Agent;
   private readonly base: string;
@@ -144,7 +149,26 @@ export class ArkClient {
 
   /** Creates a task; returns its id. */
   async createTask(input: ArkCreateInput): Promise<string> {
-    const { status, body } = await this.call('POST', '/contents/generations/tasks', arkCreateBody(input));
+    let res: Dispatcher.ResponseData;
+    try {
+      res = await this.sendCreate(input, this.timeoutMs);
+    } catch (e) {
+      throw unreachable(e);
+    }
+    return this.readCreate(res);
+  }
+
+  /**
+   * The create request, its answer unread: a vendor pool's try loop (vendors/pool/try-loop.ts)
+   * looks at the status before deciding whether it may move on. Throws the transport's error as is.
+   */
+  sendCreate(input: ArkCreateInput, timeoutMs: number): Promise<Dispatcher.ResponseData> {
+    return this.send('POST', '/contents/generations/tasks', arkCreateBody(input), timeoutMs);
+  }
+
+  /** A create's answer: the task id, or ArkError. */
+  async readCreate(res: Dispatcher.ResponseData): Promise<string> {
+    const { status, body } = await this.answer('POST', res);
     const id = typeof body === 'object' && body !== null ? (body as Record<string, unknown>).id : undefined;
     if (typeof id !== 'string' || !TASK_ID_RE.test(id)) throw new ArkError('protocol', `the create answer (${status}) carries no task id`, status);
     return id;
@@ -199,21 +223,29 @@ export class ArkClient {
   private async call(method: Dispatcher.HttpMethod, path: string, json?: unknown): Promise<{ status: number; body: unknown }> {
     let res: Dispatcher.ResponseData;
     try {
-      res = await request(this.base + path, {
-        method,
-        dispatcher: this.agent,
-        headers: {
-          authorization: `Bearer ${this.opts.apiKey}`,
-          accept: 'application/json',
-          'accept-encoding': 'identity', // we parse the bytes as they come: no compressed answers
-          ...(json === undefined ? {} : { 'content-type': 'application/json' }),
-        },
-        body: json === undefined ? undefined : JSON.stringify(json),
-        signal: AbortSignal.timeout(this.timeoutMs),
-      });
+      res = await this.send(method, path, json, this.timeoutMs);
     } catch (e) {
-      throw new ArkError('unavailable', `the vendor could not be reached: ${(e as Error).message}`);
+      throw unreachable(e);
     }
+    return this.answer(method, res);
+  }
+
+  private send(method: Dispatcher.HttpMethod, path: string, json: unknown, timeoutMs: number): Promise<Dispatcher.ResponseData> {
+    return request(this.base + path, {
+      method,
+      dispatcher: this.agent,
+      headers: {
+        authorization: `Bearer ${this.opts.apiKey}`,
+        accept: 'application/json',
+        'accept-encoding': 'identity', // we parse the bytes as they come: no compressed answers
+        ...(json === undefined ? {} : { 'content-type': 'application/json' }),
+      },
+      body: json === undefined ? undefined : JSON.stringify(json),
+      signal: AbortSignal.timeout(Math.max(1, Math.floor(Math.min(this.timeoutMs, timeoutMs)))),
+    });
+  }
+
+  private async answer(method: Dispatcher.HttpMethod, res: Dispatcher.ResponseData): Promise<{ status: number; body: unknown }> {
     let body: unknown;
     try {
       body = await readVendorJson(res.body, MAX_RESPONSE_BYTES);

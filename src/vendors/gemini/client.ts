@@ -154,6 +154,12 @@ export function parseImageResponse(raw: unknown): GeminiImageResult {
   return { kind: 'no_image', reason: finish, responseId, usage };
 }
 
+/** A request that failed before any answer (refused, unreachable, timed out), or a bad model id. */
+export function geminiUnreachable(e: unknown): GeminiError {
+  if (e instanceof GeminiError) return e;
+  return new GeminiError('unavailable', `the vendor could not be reached: ${(e as Error).message}`);
+}
+
 export class GeminiClient {
   private readonly agent: Agent;
   private readonly base: string;
@@ -169,29 +175,42 @@ export class GeminiClient {
 
   /** One image. Resolves with the image or the vendor's refusal; throws GeminiError when the call itself failed. */
   async generateImage(input: GeminiImageInput): Promise<GeminiImageResult> {
-    if (!MODEL_RE.test(input.vendorModel)) throw new GeminiError('protocol', 'bad vendor model id');
-    const body = await this.call(`/models/${input.vendorModel}:generateContent`, geminiRequestBody(input));
-    return parseImageResponse(body);
+    let res: Dispatcher.ResponseData;
+    try {
+      res = await this.sendImage(input, this.timeoutMs);
+    } catch (e) {
+      throw geminiUnreachable(e);
+    }
+    return this.readImage(res);
+  }
+
+  /**
+   * The generateContent request, its answer unread: a vendor pool's try loop
+   * (vendors/pool/try-loop.ts) looks at the status before deciding whether it may move on.
+   * Throws GeminiError('protocol') for a bad model id, else the transport's error as is.
+   */
+  sendImage(input: GeminiImageInput, timeoutMs: number): Promise<Dispatcher.ResponseData> {
+    if (!MODEL_RE.test(input.vendorModel)) return Promise.reject(new GeminiError('protocol', 'bad vendor model id'));
+    return request(`${this.base}/models/${input.vendorModel}:generateContent`, {
+      method: 'POST',
+      dispatcher: this.agent,
+      // accept-encoding identity: we parse the bytes as they come, so no compressed answers.
+      headers: { 'x-goog-api-key': this.opts.apiKey, accept: 'application/json', 'accept-encoding': 'identity', 'content-type': 'application/json' },
+      body: JSON.stringify(geminiRequestBody(input)),
+      signal: AbortSignal.timeout(Math.max(1, Math.floor(Math.min(this.timeoutMs, timeoutMs)))),
+    });
+  }
+
+  /** A generateContent answer: the image or the vendor's refusal; GeminiError when the call failed. */
+  async readImage(res: Dispatcher.ResponseData): Promise<GeminiImageResult> {
+    return parseImageResponse(await this.answer(res));
   }
 
   async close(): Promise<void> {
     await this.agent.close();
   }
 
-  private async call(path: string, json: unknown): Promise<unknown> {
-    let res: Dispatcher.ResponseData;
-    try {
-      res = await request(this.base + path, {
-        method: 'POST',
-        dispatcher: this.agent,
-        // accept-encoding identity: we parse the bytes as they come, so no compressed answers.
-        headers: { 'x-goog-api-key': this.opts.apiKey, accept: 'application/json', 'accept-encoding': 'identity', 'content-type': 'application/json' },
-        body: JSON.stringify(json),
-        signal: AbortSignal.timeout(this.timeoutMs),
-      });
-    } catch (e) {
-      throw new GeminiError('unavailable', `the vendor could not be reached: ${(e as Error).message}`);
-    }
+  private async answer(res: Dispatcher.ResponseData): Promise<unknown> {
     let body: unknown;
     try {
       body = await readVendorJson(res.body, this.maxResponseBytes);

@@ -1,4 +1,4 @@
-// The job engine: every instance may run it. It keeps up to `batchSize` rows in hand: it claims due
+// The job runner: every instance may run it. It keeps up to `batchSize` rows in hand: it claims due
 // rows with FOR UPDATE SKIP LOCKED and a lease (store.claimDue), works each concurrently while
 // renewing its lease, and as soon as one finishes claims again for the free slot, so one slow row
 // (a 180-second image call) never holds back the other jobs of the instance. A crashed instance's
@@ -14,10 +14,10 @@ import { claimDue, renewLease, type GenerationRow } from './store.js';
 import { sweepRetention, type SweepReport } from './sweep.js';
 import { VideoRunner } from './video/run.js';
 
-/** Kinds of generation rows this engine works. */
+/** Kinds of generation rows this runner works. */
 export const JOB_KINDS = ['video', 'image'] as const;
 
-export interface JobEngine {
+export interface JobRunner {
   /** Claims due rows for the free slots now; resolves, with their number, once those rows are worked. */
   tick(): Promise<number>;
   /** One retention sweep now. */
@@ -28,7 +28,7 @@ export interface JobEngine {
   readonly working: number;
 }
 
-export interface JobEngineOptions {
+export interface JobRunnerOptions {
   /**
    * Claim every config.jobs.tickMs and whenever a row finishes, and sweep() every sweepIntervalMs
    * (default true). Without timers only tick() claims (tests drive it with their own clock).
@@ -36,11 +36,11 @@ export interface JobEngineOptions {
   timers?: boolean;
 }
 
-export function startJobEngine(services: Services, deps: GenerationDeps, opts: JobEngineOptions = {}): JobEngine {
-  return new Engine(services, deps, opts.timers ?? true);
+export function startJobRunner(services: Services, deps: GenerationDeps, opts: JobRunnerOptions = {}): JobRunner {
+  return new Runner(services, deps, opts.timers ?? true);
 }
 
-class Engine implements JobEngine {
+class Runner implements JobRunner {
   private readonly runners: { readonly video: VideoRunner; readonly image: ImageRunner };
   private readonly inFlight = new Set<Promise<unknown>>();
   private readonly timers: NodeJS.Timeout[] = [];
@@ -48,7 +48,7 @@ class Engine implements JobEngine {
   private inHand = 0;
   private claiming: Promise<unknown> | undefined;
   private claimAgain = false;
-  /** The engine's own lines; each row's carry its generation and request too (work). */
+  /** The runner's own lines; each row's carry its generation and request too (work). */
   private readonly log: Logger;
 
   constructor(
@@ -147,10 +147,14 @@ class Engine implements JobEngine {
       Math.max(50, Math.floor(leaseMs / 3)),
     );
     timer.unref();
+    // A span linked to the submit (tracing/), when the submit was traced; the finish hangs under it.
+    const span = services.tracing?.startJob(row);
     try {
       if (row.kind === 'video') await this.runners.video.run(row, log);
       else if (row.kind === 'image') await this.runners.image.run(row, log);
+      span?.end();
     } catch (e) {
+      span?.end(e);
       // A broken money rule stops the instance (fail-stop.ts); the row is claimed again elsewhere.
       if (isLedgerAssertion(e)) services.failStop?.trip(e);
       // The lease stays until it lapses; the row is then claimed again.

@@ -1,0 +1,219 @@
+// The write-behind flush checks every record's account and key against the lease it names
+// (`requests` has no foreign key to api_keys): a record naming another key of the account, another
+// account, a key that does not exist or a lease that does not exist is refused with its whole batch
+// as an integrity violation (SQLSTATE 23503), nothing of the batch is written, and the instance
+// fails stop. docs/ledger.md, Checking it.
+import t, { type Test } from 'tap';
+import { loadConfig } from '../../src/config/config.js';
+import { isLedgerAssertion, type LedgerAssertionError } from '../../src/ledger/assertion.js';
+import { Escrow } from '../../src/ledger/escrow.js';
+import { checkLedger } from '../../src/ledger/invariant.js';
+import { Ledger } from '../../src/ledger/ledger.js';
+import { type JournalRecord, WriteBehind } from '../../src/ledger/write-behind.js';
+import type { Pool } from '../../src/store/pool.js';
+import { testDb } from '../helpers/db.js';
+import { assertLedgerInvariant, newRequestId, seedAccount } from '../helpers/ledger-invariant.js';
+
+interface Lease {
+  readonly id: number;
+  readonly period: number;
+}
+
+async function takeLease(pool: Pool, instance: string, epoch: number, accountId: string, keyId: string): Promise<Lease> {
+  const r = await pool.query<{ result: string; lease_id: string; grant_period: number }>(
+    `SELECT * FROM ledger_lease_take(NULL, $1, $2, $3, $4, 1, 5000, 0, 1000, 1000, 3600000, now())`,
+    [accountId, keyId, instance, epoch],
+  );
+  if (r.rows[0]!.result !== 'ok') throw new Error(`lease take: ${r.rows[0]!.result}`);
+  return { id: Number(r.rows[0]!.lease_id), period: r.rows[0]!.grant_period };
+}
+
+/** A request that started and settled inside one flush window, as the escrow queues it. */
+function settled(lease: Lease, accountId: string, keyId: string): JournalRecord {
+  const now = new Date().toISOString();
+  return {
+    requestId: newRequestId(),
+    accountId,
+    keyId,
+    product: 'messages',
+    model: 'sonnet',
+    leaseId: lease.id,
+    holdInk: 100,
+    holdGrantInk: 0,
+    grantPeriod: lease.period,
+    createdAt: now,
+    vendorRequestId: null,
+    end: 'settle',
+    chargeInk: 10,
+    restGrantInk: 0,
+    restPaygInk: 90,
+    usage: '{"input_tokens":10,"output_tokens":20}',
+    reason: null,
+    resolvedAt: now,
+    queued: false,
+    endWritten: false,
+    waiters: undefined,
+  };
+}
+
+function journal(t: Test, pool: Pool, instanceId: string, epoch: number, violations: LedgerAssertionError[]): WriteBehind {
+  const wb = new WriteBehind(pool, {
+    instanceId,
+    epoch: () => epoch,
+    flushMs: 60_000,
+    flushMaxRecords: 1000,
+    journalMaxRecords: 1000,
+    asyncCommit: false,
+    now: () => new Date(),
+    log: () => undefined,
+    onEndWritten: () => undefined,
+    onViolation: (e) => void violations.push(e),
+  });
+  t.teardown(() => wb.close());
+  return wb;
+}
+
+/** What a refused batch must leave as it was: the lease, the wallet, the key. */
+async function money(pool: Pool, leaseId: number, accountId: string, keyId: string): Promise<unknown> {
+  const r = await pool.query(
+    `SELECT l.grant_ink, l.payg_ink, w.leased_payg_ink, w.charged_ink, k.ink_leased, k.ink_charged,
+            (SELECT count(*) FROM requests WHERE account_id = $2) AS requests,
+            (SELECT count(*) FROM ledger_journal WHERE lease_id = $1) AS journal
+       FROM leases l, wallets w, api_keys k WHERE l.id = $1 AND w.account_id = $2 AND k.id = $3`,
+    [leaseId, accountId, keyId],
+  );
+  return r.rows[0];
+}
+
+t.test("a record whose key or account is not its lease's is refused with its batch, and the fail-stop hears of it", async (t) => {
+  const db = await testDb(t);
+  const mine = await seedAccount(db.pool, { paygInk: 100_000, keyLimits: [null, null] });
+  const other = await seedAccount(db.pool, { paygInk: 100_000 });
+  const instance = `forge-${db.schema}`;
+  const epoch = Number((await db.pool.query('SELECT ledger_instance_start($1, now(), 0) AS e', [instance])).rows[0].e);
+  const lease = await takeLease(db.pool, instance, epoch, mine.accountId, mine.keyIds[0]!);
+  const [leaseKey, sibling] = mine.keyIds as [string, string];
+
+  const good = settled(lease, mine.accountId, leaseKey);
+  const okViolations: LedgerAssertionError[] = [];
+  const first = journal(t, db.pool, instance, epoch, okViolations);
+  first.start(good);
+  t.ok(await first.flushAll(10_000), "a record with its lease's account and key is written");
+  t.same(okViolations, []);
+  const before = await money(db.pool, lease.id, mine.accountId, leaseKey);
+
+  const forged: Array<[string, JournalRecord]> = [
+    ['another key of the same account', settled(lease, mine.accountId, sibling)],
+    ["another account and that account's key", settled(lease, other.accountId, other.keyIds[0]!)],
+    ["another account with the lease's key", settled(lease, other.accountId, leaseKey)],
+    ['a key that does not exist', settled(lease, mine.accountId, 'key_missing0000')],
+    ['a lease that does not exist', settled({ id: lease.id + 1_000_000, period: lease.period }, mine.accountId, leaseKey)],
+  ];
+  for (const [what, bad] of forged) {
+    const violations: LedgerAssertionError[] = [];
+    const wb = journal(t, db.pool, instance, epoch, violations);
+    // An honest record in the same batch: the refusal is all or nothing.
+    const honest = settled(lease, mine.accountId, leaseKey);
+    wb.start(honest);
+    wb.start(bad);
+    t.notOk(await wb.flushAll(10_000), `${what}: the batch is reported unwritten`);
+    t.equal(violations.length, 1, `${what}: the fail-stop was told once`);
+    t.ok(isLedgerAssertion(violations[0]), `${what}: as a LedgerAssertionError`);
+    t.match(violations[0]?.figures, { sqlstate: '23503', constraint: 'request_key_of_lease', table: 'requests', records: 2 }, what);
+    t.match(violations[0]?.message, bad.requestId, `${what}: the message names the forged record`);
+    t.equal(wb.pending, 0, `${what}: nothing waits for a retry`);
+    const rows = await db.pool.query('SELECT id FROM requests WHERE id = ANY($1)', [[honest.requestId, bad.requestId]]);
+    t.same(rows.rows, [], `${what}: neither record of the batch was written`);
+    t.same(await money(db.pool, lease.id, mine.accountId, leaseKey), before, `${what}: the lease, wallet and key did not move`);
+  }
+
+  // A record whose lease is no longer this instance's takes the late path: it is checked too.
+  const violations: LedgerAssertionError[] = [];
+  const stranger = journal(t, db.pool, `other-${db.schema}`, 1, violations);
+  stranger.start(settled(lease, mine.accountId, sibling));
+  t.notOk(await stranger.flushAll(10_000), 'a forged record on the late path is refused as well');
+  t.match(violations, [{ figures: { sqlstate: '23503', constraint: 'request_key_of_lease' } }]);
+  t.same(await money(db.pool, lease.id, mine.accountId, leaseKey), before, 'and moved nothing');
+  await assertLedgerInvariant(t, db.pool);
+});
+
+t.test('through the escrow: a forged record on its own lease halts the instance', async (t) => {
+  const db = await testDb(t);
+  const mine = await seedAccount(db.pool, { paygInk: 100_000, keyLimits: [null, null] });
+  const cfg = loadConfig({}, { ledger: { lease: { heartbeatMs: 60_000 } } });
+  const ledger = new Ledger(db.pool);
+  const violations: LedgerAssertionError[] = [];
+  const e = await Escrow.start({
+    pool: db.pool,
+    ledger,
+    config: cfg.ledger,
+    instanceId: `forge-escrow-${db.schema}`,
+    bus: { dbUrl: db.url, dbSchema: db.schema, connectTimeoutMs: 2000, redis: { ...cfg.redis, url: null } },
+    log: () => undefined,
+    failStop: (err) => void violations.push(err),
+  });
+  t.teardown(async () => {
+    await e.close();
+    await ledger.close();
+  });
+  const hold = { requestId: newRequestId(), accountId: mine.accountId, keyId: mine.keyIds[0]!, product: 'messages' as const, model: 'sonnet', holdInk: 50 };
+  await e.reserve(hold);
+  await e.settle(hold.requestId, 7);
+  t.ok(await e.journal.flushAll(10_000), 'the honest request is written');
+  const lease = (await db.pool.query('SELECT id, grant_period FROM leases WHERE key_id = $1', [mine.keyIds[0]])).rows[0];
+  e.journal.start(settled({ id: Number(lease.id), period: lease.grant_period }, mine.accountId, mine.keyIds[1]!));
+  t.notOk(await e.journal.flushAll(10_000), 'the forged record is not written');
+  t.equal(violations.length, 1, 'the fail-stop was told once');
+  t.match(violations[0]?.figures, { sqlstate: '23503', constraint: 'request_key_of_lease' });
+  t.ok(e.isHalted, 'the escrow halted: no more holds');
+  const rows = await db.pool.query('SELECT id, charged_ink FROM requests WHERE account_id = $1', [mine.accountId]);
+  t.same(rows.rows, [{ id: hold.requestId, charged_ink: '7' }], 'only the honest request is in the ledger');
+});
+
+t.test("ledger check finds a request whose key is missing, of another account, or not its lease's", async (t) => {
+  const db = await testDb(t);
+  const mine = await seedAccount(db.pool, { paygInk: 100_000, keyLimits: [null, null] });
+  const other = await seedAccount(db.pool, { paygInk: 100_000 });
+  t.same(await checkLedger(db.pool), [], 'a consistent ledger to start from');
+  // Rows the write paths refuse, written by hand: void requests move no Ink, so only the key rules can see them.
+  const insertVoid = (id: string, accountId: string, keyId: string, leaseId: number | null) =>
+    db.pool.query(
+      `INSERT INTO requests (id, account_id, key_id, product, model, hold_state, status, hold_ink, hold_grant_ink, hold_payg_ink,
+                             grant_period, created_at, resolved_at, lease_id)
+       VALUES ($1, $2, $3, 'messages', 'sonnet', 'void', 'void', 0, 0, 0, 0, now(), now(), $4)`,
+      [id, accountId, keyId, leaseId],
+    );
+  const missingKey = newRequestId();
+  const foreignKey = newRequestId();
+  const missingAccount = newRequestId();
+  await insertVoid(missingKey, mine.accountId, 'key_missing0000', null);
+  await insertVoid(foreignKey, mine.accountId, other.keyIds[0]!, null);
+  await insertVoid(missingAccount, 'usr_missing0000', mine.keyIds[0]!, null);
+  const found = await checkLedger(db.pool, 10);
+  t.same(
+    found.map((v) => v.rule),
+    ['a request spends its own account through its own key, which exists'],
+    'one rule broken',
+  );
+  t.same(
+    (found[0]!.rows as Array<{ id: string }>).map((r) => r.id).sort(),
+    [missingKey, foreignKey, missingAccount].sort(),
+    'naming each of the three requests',
+  );
+  await db.pool.query('DELETE FROM requests WHERE id = ANY($1)', [[missingKey, foreignKey, missingAccount]]);
+
+  const instance = `check-${db.schema}`;
+  const epoch = Number((await db.pool.query('SELECT ledger_instance_start($1, now(), 0) AS e', [instance])).rows[0].e);
+  const lease = await takeLease(db.pool, instance, epoch, mine.accountId, mine.keyIds[0]!);
+  const wrongLeaseKey = newRequestId();
+  const noLease = newRequestId();
+  await insertVoid(wrongLeaseKey, mine.accountId, mine.keyIds[1]!, lease.id);
+  await insertVoid(noLease, mine.accountId, mine.keyIds[0]!, lease.id + 1_000_000);
+  const again = await checkLedger(db.pool, 10);
+  t.same(
+    again.map((v) => v.rule),
+    ["a request written from a lease names a lease that exists, and has the lease's account and key"],
+    "a key of the account, but not the lease's, or no lease at all",
+  );
+  t.same((again[0]!.rows as Array<{ id: string }>).map((r) => r.id).sort(), [wrongLeaseKey, noLease].sort(), 'naming both requests');
+});
