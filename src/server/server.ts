@@ -13,6 +13,7 @@ import type { AccessLog } from './access-log.js';
 import { clipped } from '../errors.js';
 import { within, type Tracing } from '../tracing/hooks.js';
 import { WsHub, type WebSocketRoute, type WsMetrics } from './ws-hub.js';
+import { TurnSlices } from './turn-slices.js';
 
 /** The route label of a request no route took (404, API closed, draining). */
 export const UNMATCHED_ROUTE = 'unmatched';
@@ -127,12 +128,14 @@ interface Admission {
   readonly hub: WsHub;
   /** The server's entry for a request (a WebSocket's turns come through it too). */
   serve: (ctx: HttpContext) => void;
+  /** Request starts cut into slices of the thread's time, so a burst does not stall open streams. */
+  readonly slices: TurnSlices;
 }
 
 export async function startServer(d: ServerDeps): Promise<RunningServer> {
   const engine = chooseEngine(d.engine); // throws for `uws` where no native build loads
   const hub = new WsHub(new Map((d.websockets?.routes ?? []).map((r) => [r.path, r])), d.websockets?.metrics);
-  const admission: Admission = { draining: false, inFlight: 0, drained: undefined, hub, serve: () => undefined };
+  const admission: Admission = { draining: false, inFlight: 0, drained: undefined, hub, serve: () => undefined, slices: new TurnSlices() };
   // Every request, and every turn of a WebSocket (ws-turn-context.ts), comes through here.
   const serve = (ctx: HttpContext): void => {
     const startedMs = performance.now();
@@ -353,9 +356,14 @@ function handle(d: ServerDeps, admission: Admission, ctx: HttpContext, startedMs
   // On uWS, started once it has parsed everything it read with this request: when that held a
   // pipelined request, uWS has closed the connection (it refuses asynchronous pipelining) and
   // this request is dropped before anything ran or was charged (uws-context.ts, holdReading).
-  if (ctx.admitsAfterParse) setImmediate(admit, d, admission, ctx, m.route, startedMs);
-  else admit(d, admission, ctx, m.route, startedMs);
+  if (ctx.admitsAfterParse) setImmediate(admitInSlice, d, admission, ctx, m.route, startedMs);
+  else admitInSlice(d, admission, ctx, m.route, startedMs);
   return undefined;
+}
+
+/** Starts an admitted request in the current slice of the thread's time, or in a later turn when it is spent (turn-slices.ts). */
+function admitInSlice(d: ServerDeps, admission: Admission, ctx: HttpContext, r: Route, startedMs: number): void {
+  admission.slices.run(admit, d, admission, ctx, r, startedMs);
 }
 
 /**
