@@ -59,14 +59,27 @@ set -eu
 rm -rf "$STAGE"
 mkdir -p "$STAGE"
 cd "$STAGE"
-timeout -k 5 "$INSTALL_S" npm install --prefix "$STAGE" --no-save --no-audit --no-fund --loglevel=error "$SPEC"
+timeout -k 5 "$INSTALL_S" npm install --prefix "$STAGE" --no-save --no-audit --no-fund --loglevel=error --fetch-retries=5 "$SPEC"
 "$STAGE/node_modules/.bin/$BIN" --version >/dev/null
 rm -rf "$FINAL"
 mv "$STAGE" "$FINAL"
 `;
 
-/** The agent's binary, installed first when the cache lacks it. Throws when the install fails. */
+/**
+ * The agent's binary, installed first when the cache lacks it. A failed install is tried once more
+ * (said on stderr): the registry is a network peer, and a reset connection on a cold cache is not
+ * what the agent tests test. Throws when the second try fails too.
+ */
 export function agentBinary(name: AgentName): string {
+  try {
+    return installedAgent(name);
+  } catch (e) {
+    process.stderr.write(`# agent-clis: ${(e as Error).message.split('\n')[0]}; trying the install once more\n`);
+    return installedAgent(name);
+  }
+}
+
+function installedAgent(name: AgentName): string {
   const cli: AgentCli = AGENT_CLIS[name];
   const dir = dirOf(cli);
   const binary = binOf(dir, cli);
