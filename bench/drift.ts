@@ -177,7 +177,7 @@ interface GaugeRig {
 
 function gaugeRig(pool: Pool, pids: number[]): GaugeRig {
   const logged: string[] = [];
-  const gauge = new DriftGauge({ pool, intervalMs: 60_000, log: (msg, fields) => void logged.push(`${msg} ${JSON.stringify(fields ?? {})}`) });
+  const gauge = new DriftGauge({ pool, intervalMs: 60_000, log: (fields, event) => void logged.push(`${event} ${JSON.stringify(fields)}`) });
   return { gauge, logged, pid: () => pids[pids.length - 1] ?? 0 };
 }
 

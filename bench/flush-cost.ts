@@ -60,7 +60,7 @@ const wb = new WriteBehind(pool, {
   journalMaxRecords: 10_000_000,
   asyncCommit: true,
   now: () => new Date(),
-  log: (m, f) => console.error(m, f),
+  log: (fields, event) => console.error(event, fields),
   onEndWritten: () => undefined,
 });
 

@@ -164,7 +164,7 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
 /** OpenTelemetry traces when an endpoint is configured (tracing/); undefined, and nothing of the SDK loaded, otherwise. */
 async function startTraces(config: Config, log: Logger, cleanups: Cleanups): Promise<Tracing | undefined> {
   const sink = eventSink(log.child({ component: 'tracing' }));
-  const tracing = await startTracing(config.tracing, (msg, fields) => sink(msg, fields));
+  const tracing = await startTracing(config.tracing, sink);
   if (tracing) cleanups.push(() => tracing.shutdown(config.tracing.shutdownTimeoutMs));
   return tracing;
 }
@@ -202,8 +202,8 @@ function createFailStop(log: Logger, opts: GatewayOptions): { failStop: FailStop
   const sink = eventSink(log.child({ component: 'fail_stop' }));
   const failStop = new FailStop({
     // Each event at its table level (ledger.fail_stop is fatal), written out before the exit.
-    log: (msg, fields) => {
-      sink(msg, fields);
+    log: (fields, event) => {
+      sink(fields, event);
       log.flush?.();
     },
     halt: async () => {
@@ -224,7 +224,7 @@ async function startLedger(
   f: { failStop: FailStop; faults: EscrowFaults | undefined },
   cleanups: Cleanups,
 ): Promise<{ ledger: Ledger; keys: KeyAuthenticator; escrow: Escrow }> {
-  // The ledger's (msg, fields) callbacks: each event at the level log-events.ts gives it.
+  // The ledger's (fields, event) callback: each event at the level log-events.ts gives it.
   const ledgerLog = eventSink(log.child({ component: 'ledger' }));
   // Every reserve, the exact path and the generations' own transactions included, stops with the instance.
   const ledger = new Ledger(pool, { log: ledgerLog, stopped: () => f.failStop.stopped, failStop: (err) => f.failStop.trip(err) });

@@ -5,6 +5,8 @@
 // this module keeps is a bound: a fixed list of delays, then a log line, and close() waits for
 // what is running.
 import { isLedgerAssertion } from './assertion.js';
+import type { EventLog } from '../util/log.js';
+import type { LogEvent } from '../util/log-events.js';
 
 export class BackgroundRetries {
   private readonly running = new Set<Promise<void>>();
@@ -13,7 +15,7 @@ export class BackgroundRetries {
 
   constructor(
     private readonly delaysMs: readonly number[],
-    private readonly log: (msg: string, fields?: object) => void,
+    private readonly log: EventLog,
   ) {}
 
   /** Background work close() waits for. */
@@ -27,10 +29,10 @@ export class BackgroundRetries {
    * Runs `attempt` again `delaysMs[n]` from now and, while it fails, after each following delay;
    * when the delays run out (or the ledger closes) it logs `gaveUp`.
    */
-  retryLater(gaveUp: string, requestId: string, attempt: () => Promise<unknown>, n = 0): void {
+  retryLater(gaveUp: LogEvent, requestId: string, attempt: () => Promise<unknown>, n = 0): void {
     const delay = this.delaysMs[n];
     if (delay === undefined || this.closed) {
-      this.log(gaveUp, { requestId });
+      this.log({ requestId }, gaveUp);
       return;
     }
     const t = setTimeout(() => {
@@ -47,8 +49,8 @@ export class BackgroundRetries {
   }
 
   /** An attempt failed: try again later, unless it broke a money rule (the fail-stop has it). */
-  failed(e: unknown, gaveUp: string, requestId: string, attempt: () => Promise<unknown>, n = 0): void {
-    if (isLedgerAssertion(e)) this.log(gaveUp, { requestId, err: e.message });
+  failed(e: unknown, gaveUp: LogEvent, requestId: string, attempt: () => Promise<unknown>, n = 0): void {
+    if (isLedgerAssertion(e)) this.log({ requestId, err: e.message }, gaveUp);
     else this.retryLater(gaveUp, requestId, attempt, n);
   }
 

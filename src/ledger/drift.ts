@@ -8,6 +8,7 @@
 //   - live leases past their expiry by more than a minute (recovery is not running).
 // Read-only. Each run is a handful of statements bounded by the pool's statement timeout.
 import type { Pool, PoolClient } from '../store/pool.js';
+import type { EventLog } from '../util/log.js';
 
 /** What the last run found (zeros and no time on an instance that does not hold the lock). */
 export interface DriftFigures {
@@ -24,7 +25,7 @@ export interface DriftGaugeOptions {
   readonly pool: Pool;
   /** How often the leader runs (60 000 in a deployment). */
   readonly intervalMs: number;
-  readonly log: (msg: string, fields?: Record<string, unknown>) => void;
+  readonly log: EventLog;
   readonly now?: () => Date;
 }
 
@@ -114,15 +115,18 @@ export class DriftGauge {
         lastCheckS: Math.floor(nowMs / 1000),
       };
       if (drifted.rows.length > 0) {
-        this.o.log('ledger.drift', {
-          accounts: drifted.rows.length,
-          sample: drifted.rows.slice(0, SAMPLE_ACCOUNTS).map((r) => r.account_id),
-          note: 'run `inkgate ledger check`',
-        });
+        this.o.log(
+          {
+            accounts: drifted.rows.length,
+            sample: drifted.rows.slice(0, SAMPLE_ACCOUNTS).map((r) => r.account_id),
+            note: 'run `inkgate ledger check`',
+          },
+          'ledger.drift',
+        );
       }
       return this.last;
     } catch (e) {
-      this.o.log('ledger.drift_check_failed', { err: (e as Error).message });
+      this.o.log({ err: (e as Error).message }, 'ledger.drift_check_failed');
       this.dropLock(e as Error);
       return this.last;
     }

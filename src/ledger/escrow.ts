@@ -25,6 +25,7 @@ import { createRecallBus, type RecallBus, type RecallScope } from './recalls.js'
 import * as SQL from './statements.js';
 import type { TextBilling } from './text-billing.js';
 import { WriteBehind, type JournalRecord } from './write-behind.js';
+import type { EventLog } from '../util/log.js';
 
 type LedgerConfig = Config['ledger'];
 
@@ -35,7 +36,7 @@ export interface EscrowOptions {
   readonly config: LedgerConfig;
   readonly instanceId: string;
   readonly bus: { dbUrl: string; dbSchema: string; connectTimeoutMs: number; redis: Config['redis'] } | undefined;
-  readonly log: (msg: string, fields?: Record<string, unknown>) => void;
+  readonly log: EventLog;
   /** A key was revoked, expired or its cap edited elsewhere: authentication caches drop it. */
   readonly onKeyChanged?: (keyId: string) => void;
   /** An operator switch changed (heard on the bus): the deployment state re-reads them. */
@@ -155,7 +156,7 @@ export class Escrow implements TextBilling {
       e.bus = createRecallBus({
         ...o.bus,
         onRecall: (s) => void e.heard(s),
-        onError: (err) => o.log('ledger.recall_bus_error', { err }),
+        onError: (err) => o.log({ err }, 'ledger.recall_bus_error'),
         publishVia: o.pool,
       });
     }
@@ -380,7 +381,7 @@ export class Escrow implements TextBilling {
         if (first) this.stats.recalls++;
         const s: RecallScope = { accountId: scope.accountId, keyId: scope.keyId, why: 'edge' };
         await this.heard(s);
-        await this.bus?.publish(s).catch((err: Error) => this.log('ledger.recall_publish_failed', { err }));
+        await this.bus?.publish(s).catch((err: Error) => this.log({ err }, 'ledger.recall_publish_failed'));
       }
       first = false;
       if (performance.now() >= until) return false;
@@ -435,7 +436,7 @@ export class Escrow implements TextBilling {
     const usage = usageJson(details.usage);
     const vendorId = details.vendorRequestId === undefined ? undefined : checkVendorRequestId(details.vendorRequestId);
     const r = a.record;
-    if (chargeInk > r.holdInk) this.log('ledger.charge_above_hold', { requestId, chargeInk, holdInk: r.holdInk, kind: 'settle' });
+    if (chargeInk > r.holdInk) this.log({ requestId, chargeInk, holdInk: r.holdInk, kind: 'settle' }, 'ledger.charge_above_hold');
     // The vendor's id is bookkeeping, not money: kept even if the end is refused, so that the hold
     // left open can still be matched by reconciliation.
     if (vendorId !== undefined) r.vendorRequestId = vendorId;
@@ -550,7 +551,7 @@ export class Escrow implements TextBilling {
       if (this.heartbeat) clearInterval(this.heartbeat);
     }
     if (this.o.failStop) this.o.failStop(e);
-    else this.log('ledger.assertion_failed', { err: e.message, figures: e.figures, note: 'no fail-stop handler: moves stopped' });
+    else this.log({ err: e.message, figures: e.figures, note: 'no fail-stop handler: moves stopped' }, 'ledger.assertion_failed');
   }
 
   /** True once a broken money rule halted this escrow. */
@@ -567,7 +568,7 @@ export class Escrow implements TextBilling {
     if (this.heartbeat) clearInterval(this.heartbeat);
     await this.ticking;
     const written = await this.journal.flushAll(CLOSE_FLUSH_MS);
-    if (!written) this.log('ledger.halt_unwritten', { records: this.journal.pending, note: 'left for lease recovery' });
+    if (!written) this.log({ records: this.journal.pending, note: 'left for lease recovery' }, 'ledger.halt_unwritten');
     this.journal.close();
     await this.bus?.close();
     this.bus = undefined;
@@ -575,7 +576,7 @@ export class Escrow implements TextBilling {
 
   private async waitWritten(r: JournalRecord): Promise<void> {
     if (!(await this.journal.whenWritten(r, WRITE_WAIT_MS))) {
-      this.log('ledger.end_not_yet_written', { request_id: r.requestId, end: r.end, note: 'kept in the journal queue; written when the store answers' });
+      this.log({ request_id: r.requestId, end: r.end, note: 'kept in the journal queue; written when the store answers' }, 'ledger.end_not_yet_written');
     }
   }
 
@@ -652,12 +653,12 @@ export class Escrow implements TextBilling {
         if (close) this.closeLocal(lease);
       } else {
         // lease_gone: recovered meanwhile (its Ink went back there); mismatch: a bug, left to recovery.
-        if (result !== 'lease_gone') this.log('ledger.lease_return_refused', { lease_id: lease.id, result, why });
+        if (result !== 'lease_gone') this.log({ lease_id: lease.id, result, why }, 'ledger.lease_return_refused');
         this.closeLocal(lease);
       }
     } catch (e) {
       lease.undoReturn(g, p);
-      this.log('ledger.lease_return_failed', { lease_id: lease.id, why, err: e as Error });
+      this.log({ lease_id: lease.id, why, err: e as Error }, 'ledger.lease_return_failed');
     } finally {
       lease.returning = false;
       lease.returnDone = undefined;
@@ -675,7 +676,7 @@ export class Escrow implements TextBilling {
   private superseded(): void {
     if (!this.leasing) return;
     this.leasing = false;
-    this.log('ledger.instance_superseded', { instance_id: this.instanceId, epoch: this.epoch });
+    this.log({ instance_id: this.instanceId, epoch: this.epoch }, 'ledger.instance_superseded');
     for (const lease of this.byId.values()) {
       lease.expire();
       lease.drain();
@@ -725,7 +726,7 @@ export class Escrow implements TextBilling {
       }
       await this.recoverExpired();
     } catch (e) {
-      this.log('ledger.heartbeat_failed', { err: e as Error });
+      this.log({ err: e as Error }, 'ledger.heartbeat_failed');
     }
   }
 
@@ -739,7 +740,7 @@ export class Escrow implements TextBilling {
       try {
         if (await this.recover(row.id, 'lease expired')) n++;
       } catch (e) {
-        this.log('ledger.lease_recover_failed', { lease_id: row.id, err: e as Error });
+        this.log({ lease_id: row.id, err: e as Error }, 'ledger.lease_recover_failed');
       }
     }
     return n;
@@ -750,7 +751,7 @@ export class Escrow implements TextBilling {
     const kept = r.rows[0]?.kept;
     if (kept === null || kept === undefined) return false;
     this.stats.recovered++;
-    this.log('ledger.lease_recovered', { lease_id: leaseId, why, holds_kept: kept });
+    this.log({ lease_id: leaseId, why, holds_kept: kept }, 'ledger.lease_recovered');
     return true;
   }
 
@@ -772,7 +773,7 @@ export class Escrow implements TextBilling {
     await this.ticking;
     await Promise.all([...this.byId.values()].map((l) => this.retire(l, 'shutting down')));
     const written = await this.journal.flushAll(CLOSE_FLUSH_MS);
-    if (!written) this.log('ledger.close_unwritten', { records: this.journal.pending, note: 'left for lease recovery' });
+    if (!written) this.log({ records: this.journal.pending, note: 'left for lease recovery' }, 'ledger.close_unwritten');
     // Closing a lease waits for its last write; a return still running finishes first.
     for (let round = 0; round < 3 && this.byId.size > 0; round++) {
       await Promise.all([...this.returns]);
@@ -784,7 +785,7 @@ export class Escrow implements TextBilling {
       const left = await this.pool.query<{ id: number }>(SQL.OWN_LIVE_LEASES, [this.instanceId, this.epoch]);
       for (const row of left.rows) await this.recover(row.id, 'left at shutdown');
     } catch (e) {
-      this.log('ledger.close_leases_left', { leases: this.byId.size, err: e as Error, note: 'recovered when they expire' });
+      this.log({ leases: this.byId.size, err: e as Error, note: 'recovered when they expire' }, 'ledger.close_leases_left');
     }
     this.journal.close();
     await this.bus?.close();

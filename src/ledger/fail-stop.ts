@@ -12,6 +12,7 @@
 // Operational errors (a database away, a timeout) never come here: they keep their own paths.
 import { ApiError } from '../errors.js';
 import type { LedgerAssertionError } from './assertion.js';
+import type { EventLog } from '../util/log.js';
 
 /** EX_SOFTWARE (sysexits.h): an internal software error. A supervisor restarts the process. */
 export const FAIL_STOP_EXIT_CODE = 70;
@@ -25,7 +26,7 @@ export function stoppedAnswer(): ApiError {
 }
 
 export interface FailStopOptions {
-  readonly log: (msg: string, fields: Record<string, unknown>) => void;
+  readonly log: EventLog;
   /** Stops admissions and moves, writes the known-good journal, keeps the leases (Escrow.halt). Bounded by its own timeouts. */
   readonly halt: () => Promise<void>;
   /** Ends the process (main.ts: process.exit); tests inject one to observe it. */
@@ -56,16 +57,16 @@ export class FailStop {
   /** The one handler: idempotent, never throws (its callers are catch blocks). */
   trip(err: LedgerAssertionError): void {
     if (this.first !== undefined) {
-      this.o.log('ledger.assertion_after_fail_stop', { err: err.message, figures: err.figures });
+      this.o.log({ err: err.message, figures: err.figures }, 'ledger.assertion_after_fail_stop');
       return;
     }
     this.first = err;
-    this.o.log('ledger.fail_stop', { err: err.message, figures: err.figures, stack: err.stack, note: 'admissions stopped; leases left for recovery; exiting' });
+    this.o.log({ err: err.message, figures: err.figures, stack: err.stack, note: 'admissions stopped; leases left for recovery; exiting' }, 'ledger.fail_stop');
     this.done = (async () => {
       try {
         await this.o.halt();
       } catch (e) {
-        this.o.log('ledger.fail_stop_halt_failed', { err: (e as Error).message });
+        this.o.log({ err: (e as Error).message }, 'ledger.fail_stop_halt_failed');
       }
       this.o.exit(FAIL_STOP_EXIT_CODE);
     })();

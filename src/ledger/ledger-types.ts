@@ -4,6 +4,7 @@
 // reconcile.ts) and every caller can share them without importing one another.
 import type { TextUsage } from '../catalog/pricing.js';
 import type { LedgerAssertionError } from './assertion.js';
+import type { EventLog } from '../util/log.js';
 
 export const PRODUCTS = ['messages', 'responses', 'video', 'images'] as const;
 export type Product = (typeof PRODUCTS)[number];
@@ -135,7 +136,7 @@ export interface LedgerOptions {
    * in a caller's transaction, then answers 503 before it touches the store.
    */
   stopped?: () => boolean;
-  log?: (msg: string, fields?: object) => void;
+  log?: EventLog;
   /** Group concurrent moves into one statement and one commit (default true). */
   batching?: boolean;
   /** Most moves per statement (default 128). */

@@ -44,13 +44,14 @@ import { RequestMarks } from './request-marks.js';
 import { abandonReserve } from './reserve-void.js';
 import { reserveOutcome, runReserve, type ReserveRow } from './reserve.js';
 import { resolveOutcome, returnItem, runResolve, settleItem, type ResolveItem, type ResolveRow } from './resolve.js';
+import type { EventLog } from '../util/log.js';
 
 export type * from './ledger-types.js';
 
 export class Ledger {
   private readonly now: () => Date;
   private readonly stopped: () => boolean;
-  private readonly log: (msg: string, fields?: object) => void;
+  private readonly log: EventLog;
   private readonly m: MoveContext;
   private readonly reserveBatch: GroupCommit<ReserveInput, ReserveRow | Error> | undefined;
   private readonly resolveBatch: GroupCommit<ResolveItem, ResolveRow | Error> | undefined;

@@ -18,6 +18,7 @@ import { usageJson, wholeInk } from './move-input.js';
 import type { MoveContext } from './move-statement.js';
 import { resolveResult, runResolve, type ResolveItem, type ResolveRow } from './resolve.js';
 import * as SQL from './statements.js';
+import type { EventLog } from '../util/log.js';
 
 const MAX_RECONCILE_RECORDS = 1_000_000;
 const RECONCILE_CHUNK = 500;
@@ -30,7 +31,7 @@ interface Run {
   readonly opts: ReconcileOptions;
   readonly report: ReconcileReport;
   readonly push: Push;
-  readonly log: (msg: string, fields?: object) => void;
+  readonly log: EventLog;
 }
 
 /**

@@ -10,9 +10,10 @@ import { storeError, type Pool } from '../store/pool.js';
 import type { BackgroundRetries } from './background.js';
 import { checkRequestId, MAX_REASON_CHARS, text } from './move-input.js';
 import * as SQL from './statements.js';
+import type { EventLog } from '../util/log.js';
 
 export interface RequestMarksOptions {
-  readonly log: (msg: string, fields?: object) => void;
+  readonly log: EventLog;
   /** Group vendor ids named in the same turn into one statement (undefined: one statement each). */
   readonly batch: { maxItems: number; maxQueued: number } | undefined;
 }
@@ -42,7 +43,7 @@ export class RequestMarks {
     } catch (e) {
       storeError(e);
     }
-    if (n !== 1) this.o.log('ledger.usage_unknown_not_open', { requestId });
+    if (n !== 1) this.o.log({ requestId }, 'ledger.usage_unknown_not_open');
   }
 
   /**

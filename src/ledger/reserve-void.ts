@@ -11,13 +11,14 @@ import type { ReserveInput } from './ledger-types.js';
 import type { MoveContext } from './move-statement.js';
 import { runResolve } from './resolve.js';
 import * as SQL from './statements.js';
+import type { EventLog } from '../util/log.js';
 
 export type VoidOutcome = 'voided' | 'released' | 'already_resolved' | 'no_account';
 
 /** Claims the id of a reservation whose outcome is unknown, or releases the hold if it was taken; retried in the background. */
-export function abandonReserve(m: MoveContext, bg: BackgroundRetries, input: ReserveInput, now: () => Date, log: (msg: string, fields?: object) => void): void {
+export function abandonReserve(m: MoveContext, bg: BackgroundRetries, input: ReserveInput, now: () => Date, log: EventLog): void {
   const requestId = input.requestId;
-  const tryVoid = () => voidReservation(m, input, now).then((outcome) => log('ledger.reserve_abandoned', { requestId, outcome }));
+  const tryVoid = () => voidReservation(m, input, now).then((outcome) => log({ requestId, outcome }, 'ledger.reserve_abandoned'));
   bg.track(tryVoid().catch((e: unknown) => bg.failed(e, 'ledger.reserve_abandon_failed', requestId, tryVoid)));
 }
 

@@ -19,6 +19,7 @@ import type { RecordedUsage, ResolveResult } from './ledger-types.js';
 import { checkRequestId, MAX_REASON_CHARS, text, usageJson, wholeInk } from './move-input.js';
 import { byItem, checkedMove, lockParam, skew, lockTimedOut, overloaded, retryAlone, type LockWait, type MoveContext } from './move-statement.js';
 import * as SQL from './statements.js';
+import type { EventLog } from '../util/log.js';
 
 const RESOLVE_KINDS = ['settle', 'release', 'refund', 'reconcile'] as const;
 type ResolveKind = (typeof RESOLVE_KINDS)[number];
@@ -168,7 +169,7 @@ async function resolveOne(m: MoveContext, it: ResolveItem, q: Queryable): Promis
 }
 
 /** The caller's answer for one resolve row (a broken rule or an outage is thrown). */
-export function resolveOutcome(item: ResolveItem, row: ResolveRow | Error, log: (msg: string, fields?: object) => void): ResolveResult {
+export function resolveOutcome(item: ResolveItem, row: ResolveRow | Error, log: EventLog): ResolveResult {
   // The hold still sits in an instance's Ink lease (its request is running there): it ends through
   // that instance's journal, or through the lease's recovery, never by a resolution from outside.
   if (row instanceof Error && (row as { constraint?: unknown }).constraint === 'request_leased') return { resolved: false, reason: 'in_lease' };
@@ -182,11 +183,11 @@ export function resolveOutcome(item: ResolveItem, row: ResolveRow | Error, log: 
 }
 
 /** A row already asserted before its COMMIT (assertResolved), as the caller's answer. */
-export function resolveResult(item: ResolveItem, row: ResolveRow, log: (msg: string, fields?: object) => void): ResolveResult {
+export function resolveResult(item: ResolveItem, row: ResolveRow, log: EventLog): ResolveResult {
   if (row.result !== 'ok') return { resolved: false, reason: row.result };
   const held = row.held_total_ink ?? 0;
   if (charges(item.kind) && item.chargeInk > held) {
-    log('ledger.charge_above_hold', { requestId: item.id, chargeInk: item.chargeInk, holdInk: held, kind: item.kind });
+    log({ requestId: item.id, chargeInk: item.chargeInk, holdInk: held, kind: item.kind }, 'ledger.charge_above_hold');
   }
   return { resolved: true, chargedInk: row.charged_total_ink ?? 0, releasedInk: row.released_total_ink ?? 0, expiredInk: row.expired_total_ink ?? 0 };
 }

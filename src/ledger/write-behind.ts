@@ -18,6 +18,7 @@
 import type { Pool } from '../store/pool.js';
 import { isLedgerAssertion, type LedgerAssertionError, schemaViolation } from './assertion.js';
 import type { Product } from './ledger.js';
+import type { EventLog } from '../util/log.js';
 
 export type EndKind = 'settle' | 'release' | 'unknown';
 
@@ -59,7 +60,7 @@ export interface WriteBehindOptions {
   /** Batches without unknown usage commit without waiting for the WAL flush (write-behind mode). */
   readonly asyncCommit: boolean;
   readonly now: () => Date;
-  readonly log: (msg: string, fields?: Record<string, unknown>) => void;
+  readonly log: EventLog;
   /** Told when a record's end is written (the escrow closes drained leases then). */
   readonly onEndWritten: (r: JournalRecord) => void;
   /** A broken money rule met while taking in a committed batch: the fail-stop, never a retry. */
@@ -320,7 +321,7 @@ export class WriteBehind {
       if (violation) return this.refuse(batch, violation);
       this.failures++;
       this.stats.failures++;
-      if (this.failures === 1 || this.failures % 100 === 0) this.o.log('ledger.flush_failed', { records: n, failures: this.failures, err: e as Error });
+      if (this.failures === 1 || this.failures % 100 === 0) this.o.log({ records: n, failures: this.failures, err: e as Error }, 'ledger.flush_failed');
       // Back to the front, in order; a record touched meanwhile is already queued again.
       const again = batch.filter((r) => !r.queued);
       for (const r of again) r.queued = true;
@@ -343,7 +344,7 @@ export class WriteBehind {
       if (result === 'deferred') continue; // its lease was recovered: the start waits for its end (late path)
       if (result === 'late') {
         this.stats.late++;
-        this.o.log('ledger.late_flush', { request_id: r.requestId, lease_id: r.leaseId, end: ends[i], charge_ink: r.chargeInk });
+        this.o.log({ request_id: r.requestId, lease_id: r.leaseId, end: ends[i], charge_ink: r.chargeInk }, 'ledger.late_flush');
       }
       // Once per record, even if it was queued again after its end (a late vendor id): the counters
       // and the lease's bookkeeping must not see the same end twice.
@@ -364,7 +365,7 @@ export class WriteBehind {
     this.queue = this.queue.filter((r) => !this.refused.has(r));
     this.stats.violations++;
     if (this.o.onViolation) this.o.onViolation(violation);
-    else this.o.log('ledger.assertion_failed', { err: violation.message, figures: violation.figures, note: 'no fail-stop handler: the batch is not retried' });
+    else this.o.log({ err: violation.message, figures: violation.figures, note: 'no fail-stop handler: the batch is not retried' }, 'ledger.assertion_failed');
   }
 
   /** Tells the escrow an end is written; a broken rule there goes to the fail-stop, the batch's other records still count. */

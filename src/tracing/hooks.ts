@@ -4,6 +4,8 @@
 // traces are on (`tracing.endpoint` set). Off, nothing of the SDK is loaded and every hook is an
 // `undefined` checked with `?.`: the hot path pays one property read per hook.
 
+import type { EventLog } from '../util/log.js';
+
 /** A child span of a request: the authentication, the limits, the hold, the settle... */
 export type StepName = 'auth' | 'limits' | 'reserve' | 'settle' | 'release' | 'usage_unknown';
 
@@ -99,4 +101,4 @@ export function within<T>(span: StepSpan | undefined, work: Promise<T>): Promise
 }
 
 /** Where tracing tells the operator about itself (its log events). */
-export type TracingLog = (msg: 'tracing.started' | 'tracing.export_failed', fields: Record<string, unknown>) => void;
+export type TracingLog = EventLog;

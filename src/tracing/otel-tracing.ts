@@ -108,7 +108,7 @@ class LoggedExporter implements SpanExporter {
       if (result.code !== ExportResultCode.SUCCESS) {
         this.failures++;
         if (this.failures === 1 || this.failures % 100 === 0)
-          this.log('tracing.export_failed', { endpoint: this.endpoint, spans: spans.length, failures: this.failures, err: result.error?.message });
+          this.log({ endpoint: this.endpoint, spans: spans.length, failures: this.failures, err: result.error?.message }, 'tracing.export_failed');
       } else this.failures = 0;
       done(result);
     });
@@ -170,7 +170,7 @@ export class OtelTracing implements Tracing {
       propagator: new W3CTraceContextPropagator(),
       carried: (requestId, span) => this.remember(requestId, span.spanContext()),
     };
-    log('tracing.started', { endpoint: shown, sampler: cfg.sampler, sampler_arg: cfg.samplerArg, service_name: cfg.serviceName });
+    log({ endpoint: shown, sampler: cfg.sampler, sampler_arg: cfg.samplerArg, service_name: cfg.serviceName }, 'tracing.started');
   }
 
   startRequest(method: string, path: string, headers: Readonly<Record<string, string>>, requestId: string): RequestTrace {

@@ -118,6 +118,8 @@ export const LOG_EVENTS = Object.freeze({
 export type LogEvent = keyof typeof LOG_EVENTS;
 
 /** The level an event is written at, or undefined for an id not in the table. */
+export function levelOf(event: LogEvent): EventLevel;
+export function levelOf(event: string): EventLevel | undefined;
 export function levelOf(event: string): EventLevel | undefined {
   return Object.hasOwn(LOG_EVENTS, event) ? LOG_EVENTS[event as LogEvent].level : undefined;
 }

@@ -394,8 +394,8 @@ class Run {
         config: cfg.ledger,
         instanceId: `i${idx}-${this.schema}`,
         bus: { dbUrl: testDatabaseUrl, dbSchema: this.schema, connectTimeoutMs: 2000, redis: { ...cfg.redis, url: null } },
-        log: (msg, fields) => {
-          this.logs.push({ inst: idx, msg, fields: JSON.stringify(fields ?? {}, (_k, v: unknown) => (v instanceof Error ? v.message : v)) });
+        log: (fields, msg) => {
+          this.logs.push({ inst: idx, msg, fields: JSON.stringify(fields, (_k, v: unknown) => (v instanceof Error ? v.message : v)) });
         },
         now: this.clock,
       });

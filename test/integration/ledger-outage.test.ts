@@ -158,7 +158,7 @@ t.test('a Postgres that completes the handshake and then never answers a query: 
   const cleaned = new Promise<{ msg: string; fields?: object }>((r) => (cleanup = r));
   const ledger = new Ledger(deadPool, {
     abandonRetryMs: [],
-    log: (msg, fields) => {
+    log: (fields, msg) => {
       if (msg.startsWith('ledger.reserve_abandon')) cleanup({ msg, fields });
     },
   });
@@ -178,7 +178,7 @@ t.test('a reserve that times out on our side while the server still runs it: the
   let cleanup: (v: { msg: string; fields?: object }) => void = () => undefined;
   const cleaned = new Promise<{ msg: string; fields?: object }>((r) => (cleanup = r));
   const ledger = new Ledger(slowPool, {
-    log: (msg, fields) => {
+    log: (fields, msg) => {
       if (msg.startsWith('ledger.reserve_abandon')) cleanup({ msg, fields });
     },
   });

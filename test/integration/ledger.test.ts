@@ -32,7 +32,7 @@ function ledgerTest(name: string, fn: (t: Test, c: Ctx) => Promise<void>, extra:
     t.test(`${name} [${path}]`, async (t) => {
       const logs: Ctx['logs'] = [];
       const opts = { ...pathOpts, ...extra };
-      const ledger = new Ledger(pool, { log: (msg, fields) => logs.push({ msg, fields }), ...opts });
+      const ledger = new Ledger(pool, { log: (fields, msg) => logs.push({ msg, fields }), ...opts });
       try {
         await fn(t, { ledger, logs, opts });
       } finally {

@@ -89,7 +89,7 @@ t.test('the fail-stop: one trip, logged with figures, halt before exit, exit non
   const steps: string[] = [];
   const lines: Array<{ msg: string; fields: Record<string, unknown> }> = [];
   const fs = new FailStop({
-    log: (msg, fields) => void lines.push({ msg, fields }),
+    log: (fields, msg) => void lines.push({ msg, fields }),
     halt: async () => void steps.push('halt'),
     exit: (code) => void steps.push(`exit ${code}`),
   });

@@ -18,7 +18,7 @@ const sources = tsSources(SRC)
 
 /**
  * The event ids the code writes, with where: every literal shaped like an id of a known area
- * (`'ledger.flush_failed'`, wherever it is passed: a logger, a `(msg, fields)` callback, a
+ * (`'ledger.flush_failed'`, wherever it is passed: a logger, a `(fields, event)` callback, a
  * helper that logs it later), every literal a logger is called with alone (`log.warn('...')`; the formatter may add a trailing comma), and
  * every literal a `log('...'` callback gets (the ledger's): prose there is caught as well.
  */
@@ -108,22 +108,26 @@ t.test("the logger writes (fields, msg) in pino's order, with each child's bindi
   t.equal(lines.length, 4);
 });
 
-t.test("a (msg, fields) callback writes each event at the table's level", async (t) => {
+t.test("a (fields, event) callback writes each event at the table's level", async (t) => {
   const { lines, log } = recorder();
   const sink = eventSink(log.child({ component: 'ledger' }));
-  sink('ledger.lease_recovered', { lease_id: 7 });
-  sink('ledger.fail_stop', { err: 'x' });
-  sink('ledger.flush_failed');
-  sink('ledger.not_in_the_table', { n: 1 });
+  sink({ lease_id: 7 }, 'ledger.lease_recovered');
+  sink({ err: 'x' }, 'ledger.fail_stop');
+  sink({}, 'ledger.flush_failed');
+  // A name missing from the table does not compile (the type check runs with the lint).
+  const unknownName = (): void => {
+    // @ts-expect-error 'ledger.not_in_the_table' is not an event of log-events.ts
+    sink({ n: 1 }, 'ledger.not_in_the_table');
+  };
+  void unknownName;
   t.same(
     lines.map((l) => [l.level, l.msg, l.component]),
     [
       ['info', 'ledger.lease_recovered', 'ledger'],
       ['fatal', 'ledger.fail_stop', 'ledger'],
       ['error', 'ledger.flush_failed', 'ledger'],
-      ['error', 'ledger.not_in_the_table', 'ledger'],
     ],
-    'an id missing from the table is still written, at error',
+    'each at its level',
   );
   t.equal(lines[0]!.lease_id, 7);
 });
