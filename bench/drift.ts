@@ -128,8 +128,10 @@ async function seed(pool: Pool, o: DriftBenchOptions): Promise<number> {
   const t0 = performance.now();
   const c = await pool.connect();
   try {
-    // Bulk load: no statement timeout, no waiting for each commit's flush (a bench schema).
-    await c.query('SET statement_timeout = 0; SET synchronous_commit = off');
+    // Bulk load: no statement timeout, no waiting for each commit's flush (a bench schema), and a
+    // lock wait of seconds rather than the hot path's 500 ms: on a shared server a bulk insert can
+    // queue briefly behind other sessions, and a seed refused for that measures nothing.
+    await c.query("SET statement_timeout = 0; SET synchronous_commit = off; SET lock_timeout = '30s'");
     await c.query('BEGIN');
     for (const sql of seedStatements(o.accounts, o.requests, o.openPerAccount)) {
       const s0 = performance.now();

@@ -14,7 +14,8 @@ import { testDb, type TestDb } from '../helpers/db.js';
 import { assertLedgerInvariant, newRequestId, seedAccount } from '../helpers/ledger-invariant.js';
 
 async function escrow(t: Test, db: TestDb, violations: LedgerAssertionError[]): Promise<Escrow> {
-  const cfg = loadConfig({}, { ledger: { lease: { heartbeatMs: 60_000 } } });
+  // Only the test's own flushAll writes (no timed flush may write a batch before a lock is taken).
+  const cfg = loadConfig({}, { ledger: { flushMs: 10_000, lease: { heartbeatMs: 60_000 } } });
   const ledger = new Ledger(db.pool);
   const e = await Escrow.start({
     pool: db.pool,
