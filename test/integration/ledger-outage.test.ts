@@ -76,11 +76,15 @@ for (const batching of [true, false]) {
 }
 
 t.test('a batch kept waiting past its short lock timeout by a busy wallet is retried whole, not split into single moves', async (t) => {
-  const ledger = new Ledger(pool, { batchLockTimeoutMs: 50 });
+  // The retry waits the session's lock_timeout: seconds here, so the test's own unlock (a COMMIT on
+  // another connection) lands inside it however busy the machine is.
+  const patient = createPool({ ...db.dbConfig, url: db.url, lockTimeoutMs: 5_000 });
+  t.teardown(() => patient.end());
+  const ledger = new Ledger(patient, { batchLockTimeoutMs: 50 });
   t.teardown(() => ledger.close());
   const a = await seedAccount(pool, { paygInk: 10_000 });
   // Count the batch statements the ledger sends (a split would send one per item).
-  const reserves = watchQueries(t, pool, (q) => q.name?.startsWith('ledger_reserve') === true);
+  const reserves = watchQueries(t, patient, (q) => q.name?.startsWith('ledger_reserve') === true);
   const unlock = await lockWallet(a.accountId);
   const inputs = Array.from({ length: 10 }, () => input(a));
   const all = Promise.all(inputs.map((i) => timed(ledger.reserve(i))));
@@ -173,8 +177,9 @@ t.test('a Postgres that completes the handshake and then never answers a query: 
 });
 
 t.test('a reserve that times out on our side while the server still runs it: the id is claimed first, so the late reserve takes nothing', async (t) => {
-  // Client-side timeout (300 ms) shorter than the server's lock wait (5 s): the classic unknown outcome.
-  const slowPool = createPool({ ...db.dbConfig, url: db.url, poolMax: 4, queryTimeoutMs: 300, lockTimeoutMs: 5000, statementTimeoutMs: 10_000 });
+  // Client-side timeout (1.5 s) shorter than the server's lock wait (5 s): the classic unknown
+  // outcome. Not shorter: the id's claim runs on the same pool, and must not time out on a busy machine.
+  const slowPool = createPool({ ...db.dbConfig, url: db.url, poolMax: 4, queryTimeoutMs: 1_500, lockTimeoutMs: 5000, statementTimeoutMs: 10_000 });
   let cleanup: (v: { msg: string; fields?: object }) => void = () => undefined;
   const cleaned = new Promise<{ msg: string; fields?: object }>((r) => (cleanup = r));
   const ledger = new Ledger(slowPool, {

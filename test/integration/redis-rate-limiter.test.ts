@@ -112,20 +112,37 @@ t.test('exactly the limit per key per window, Retry-After until the oldest leave
 });
 
 t.test('the window slides: slots free one window after their own request, not at a boundary', async (t) => {
-  const limiter = limiterFor(t, 2000);
+  // Waiting for real time to pass is the point here. A 4 s window with margins of several hundred ms
+  // on each side, so a late timer on a loaded machine moves no slot across a boundary.
+  const windowMs = 4000;
+  const limiter = limiterFor(t, windowMs);
   await ready(limiter);
   const t0 = performance.now();
   t.equal((await takeMany(limiter, 'k', 5, 3)).filter((d) => d.allowed).length, 3);
-  await delay(1000 - (performance.now() - t0)); // waiting for real time to pass is the point here
+  const firstDoneMs = performance.now();
+  await delay(2000 - (performance.now() - t0));
+  const secondFromMs = performance.now();
   t.equal((await takeMany(limiter, 'k', 5, 3)).filter((d) => d.allowed).length, 2, 'full at 5');
-  await delay(2150 - (performance.now() - t0)); // the first 3 have left, the other 2 have not
+  const secondToMs = performance.now();
+  await delay(firstDoneMs - t0 + windowMs + 400 - (performance.now() - t0)); // the first 3 have left, the other 2 have not
+  const askedFromMs = performance.now();
   const after = await takeMany(limiter, 'k', 5, 4);
+  const askedToMs = performance.now();
+  t.ok(askedToMs < secondFromMs + windowMs, 'asked before the second batch could leave (else the test ran too late to say anything)');
   t.same(
     after.slice(0, 3),
     [2, 1, 0].map((remaining) => ({ allowed: true, remaining })),
     '3 freed slots',
   );
-  t.same(after[3], { allowed: false, retryAfterS: 1 }, 'the next slot frees in under a second');
+  // The next slot frees when the oldest of the second batch leaves: one window after it was taken.
+  const soonestS = Math.max(1, Math.ceil((secondFromMs + windowMs - askedToMs) / 1000));
+  const latestS = Math.ceil((secondToMs + windowMs - askedFromMs) / 1000);
+  const denied = after[3] as { allowed: boolean; retryAfterS: number };
+  t.equal(denied.allowed, false, 'the fourth is denied');
+  t.ok(
+    denied.retryAfterS >= soonestS && denied.retryAfterS <= latestS,
+    `Retry-After ${denied.retryAfterS} s: when the oldest left leaves (${soonestS}-${latestS} s)`,
+  );
 });
 
 t.test('200 parallel takes, limit 60, two instances: exactly 60 allowed', async (t) => {

@@ -178,7 +178,7 @@ t.test('video: faults on the vendor create (inside the submit)', async (t) => {
 
   for (const f of [
     { kind: 'slices', sliceBytes: 1 },
-    { kind: 'drip', sliceBytes: 4, delayMs: 60 },
+    { kind: 'drip', sliceBytes: 4, delayMs: 20 },
   ] as const) {
     await faultCase(t, `${f.kind} -> 202, one task, then succeeds and settles once`, arkProxy, f, async (t) => {
       const k = await funded();
@@ -258,7 +258,7 @@ t.test('video: faults on the vendor poll are retried; the generation settles onc
 
   for (const f of [
     { kind: 'slices', sliceBytes: 1 },
-    { kind: 'drip', sliceBytes: 64, delayMs: 60 },
+    { kind: 'drip', sliceBytes: 64, delayMs: 20 },
   ] as const) {
     await t.test(`${f.kind} on the poll -> succeeded at once, settled once`, async (t) => {
       const k = await funded();
