@@ -166,7 +166,7 @@ t.test('/readyz fails while Redis does not answer, and recovers', async (t) => {
       server: { port: 0 },
       db: { url: db.url, schema: db.schema },
       redis: { url: `redis://127.0.0.1:${proxy.port}`, keyPrefix: `inkgate:${db.schema}:` },
-      admin: { port: 0, readyTimeoutMs: 500 },
+      admin: { port: 0, readyTimeoutMs: 2_000 },
     },
   );
   const gw = await createGateway(cfg, { log: silentLogger, skipMigrate: true });
