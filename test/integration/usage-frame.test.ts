@@ -37,28 +37,33 @@ async function setup(t: Test, engine?: EngineName) {
   await setLane(g.db.pool, 'responses', true);
   await g.gw.services.state.refresh();
   const cfg = loadConfig({}, { db: { url: g.db.url, schema: g.db.schema } });
-  const cli = async (...argv: string[]) => {
+  /** The command as typed, without --json: its exit status and what it printed where. */
+  const plain = async (...argv: string[]) => {
     let out = '';
     let err = '';
     const code = await runCli(
-      [...argv, '--json'],
+      argv,
       (s) => void (out += s),
       (s) => void (err += s),
       cfg,
     );
-    // With --json a failure is one JSON document on stdout: `err` is its message in the CLI's one-line form.
-    const doc = out === '' ? undefined : JSON.parse(out);
-    return { code, err: code === 0 ? err : `inkgate: ${doc?.error?.message}\n`, json: code === 0 ? doc : undefined };
+    return { code, out, err };
+  };
+  /** With --json: one JSON document on stdout, the answer or (on a failure) `{ error }`. */
+  const cli = async (...argv: string[]) => {
+    const r = await plain(...argv, '--json');
+    const doc = r.out === '' ? undefined : JSON.parse(r.out);
+    return { code: r.code, err: r.err, json: r.code === 0 ? doc : undefined, error: r.code === 0 ? undefined : doc?.error };
   };
   const acc = (await cli('account', 'create', '--name', 'Frames', '--plan', 'pro')).json;
   t.equal((await cli('topup', '--account', acc.id, '--usd', '500')).code, 0);
   /** A key made by the operator's CLI, with `--usage-frame` when given. */
   const key = async (name: string, frame?: string): Promise<{ id: string; key: string; usage_frame: string }> => {
     const r = await cli('key', 'create', '--account', acc.id, '--name', name, ...(frame ? ['--usage-frame', frame] : []));
-    if (r.code !== 0) throw new Error(r.err);
+    if (r.code !== 0) throw new Error(JSON.stringify(r.error));
     return r.json;
   };
-  return { g, anthropic, openai, cli, key, accountId: acc.id as string };
+  return { g, anthropic, openai, cli, plain, key, accountId: acc.id as string };
 }
 
 const me = async (g: TestGateway, key: string) => (await g.call('GET', '/v1/me', { key })).json;
@@ -290,7 +295,7 @@ eachEngine('an unknown X-Service-Usage-Frame is a 400 naming the header, refused
 });
 
 t.test("CLI: key set changes a running gateway's remembered key; bad values change nothing", async (t) => {
-  const { g, key, cli, accountId } = await setup(t);
+  const { g, key, cli, plain, accountId } = await setup(t);
   const k = await key('edited');
   // Remembered by the gateway (the key cache) in the default form.
   await assertMessagesForm(t, g, k.key, await stream(g, '/v1/messages', k.key, 'before'), 'event', 0);
@@ -324,24 +329,29 @@ t.test("CLI: key set changes a running gateway's remembered key; bad values chan
     ['key', 'set', k.id, '--usage-frame', 'EVENT '],
     ['key', 'set', k.id, '--ink-limit', '5', '--usage-frame', 'loud'],
   ]) {
-    const r = await cli(...argv);
+    const r = await plain(...argv);
     t.equal(r.code, 2, `${argv.join(' ')}: a usage error`);
     t.match(r.err, /^inkgate: --usage-frame must be event, comment or none/, r.err.trim());
     t.equal(r.err.trim().split('\n').length, 1, 'one line');
   }
-  const bare = await cli('key', 'set', k.id);
+  const bare = await plain('key', 'set', k.id);
   t.equal(bare.code, 2);
   t.match(bare.err, /key set needs --ink-limit or --usage-frame/);
-  const unknown = await cli('key', 'set', 'key_nope', '--usage-frame', 'comment');
+  const unknown = await plain('key', 'set', 'key_nope', '--usage-frame', 'comment');
   t.equal(unknown.code, 1);
   t.match(unknown.err, /unknown key key_nope/);
   t.same(await row(), { usage_frame: 'none', ink_limit: null }, 'nothing changed');
 
   const before = (await cli('key', 'list', '--account', accountId)).json.length;
-  const bad = await cli('key', 'create', '--account', accountId, '--name', 'loud', '--usage-frame', 'loud');
+  const bad = await plain('key', 'create', '--account', accountId, '--name', 'loud', '--usage-frame', 'loud');
   t.equal(bad.code, 2);
   t.match(bad.err, /^inkgate: --usage-frame must be event, comment or none, not "loud"/);
-  const bareCreate = await cli('key', 'create', '--account', accountId, '--name', 'bare', '--usage-frame');
+  // With --json the same refusal is one document on stdout, nothing on stderr.
+  const badJson = await cli('key', 'create', '--account', accountId, '--name', 'loud', '--usage-frame', 'loud');
+  t.equal(badJson.code, 2);
+  t.match(badJson.error?.message, /^--usage-frame must be event, comment or none, not "loud"/);
+  t.equal(badJson.err, '', 'nothing on stderr');
+  const bareCreate = await plain('key', 'create', '--account', accountId, '--name', 'bare', '--usage-frame');
   t.equal(bareCreate.code, 2);
   t.match(bareCreate.err, /--usage-frame needs a value/);
   t.equal((await cli('key', 'list', '--account', accountId)).json.length, before, 'no key was created');
