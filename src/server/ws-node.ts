@@ -76,8 +76,11 @@ class UpgradeContext extends RawSocketContext {
     if (this.done) return;
     this.responded = true;
     this.status = 101;
-    this.upgraded = true;
+    // Marked upgraded only once `ws` has taken the socket: a handshake it refuses itself (a bad
+    // Sec-WebSocket-Key or version, a client already gone) ends in a close that must count as an
+    // abort, or the key's socket slot taken for this request would never be given back.
     this.wss.handleUpgrade(this.req, this.socket, this.head, (ws) => {
+      this.upgraded = true;
       const peer = new NodePeer(ws);
       const h = open(peer);
       ws.on('message', (data, isBinary) => h.message(data as Buffer, isBinary));

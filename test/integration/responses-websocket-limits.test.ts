@@ -3,6 +3,7 @@
 import OpenAI from 'openai';
 import { startWsStack, WsConversation } from '../helpers/responses-ws.js';
 import { eachEngine } from '../helpers/engines.js';
+import { rawExchange } from '../helpers/raw-socket.js';
 
 eachEngine('limits: sockets per key, the body cap per message, a request budget counting turns', async (t, engine) => {
   const s = await startWsStack(t, engine, { limits: { textBodyBytes: 4096, requestsPerMinute: 3 }, responses: { websocket: { maxSocketsPerKey: 1 } } });
@@ -35,4 +36,29 @@ eachEngine('limits: sockets per key, the body cap per message, a request budget 
     'three turns held and settled; nothing held for the refusals',
   );
   await s.ledgerCheck();
+});
+
+eachEngine('a handshake refused for its own headers gives the key its socket slot back', async (t, engine) => {
+  const s = await startWsStack(t, engine, { responses: { websocket: { maxSocketsPerKey: 1 } } });
+  const port = Number(new URL(s.g.url).port);
+  // A valid API key, then a Sec-WebSocket-Key that is not 16 bytes in base64: the WebSocket layer
+  // refuses the handshake itself, after the API key took its slot. Three in a row, past the cap of one.
+  for (let i = 0; i < 3; i++) {
+    const r = await rawExchange(
+      port,
+      (sock) =>
+        sock.write(
+          `GET /v1/responses HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${s.k.key}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n` +
+            `Sec-WebSocket-Key: not-a-key\r\nSec-WebSocket-Version: 13\r\n\r\n`,
+        ),
+      10_000,
+      (buf) => buf.includes('\r\n\r\n'),
+    );
+    t.match(r.buf.toString('latin1'), /^HTTP\/1\.1 4\d\d /, `attempt ${i + 1}: refused with a 4xx, no socket opened`);
+  }
+  // The slot was given back each time: a proper socket for the key still opens and serves.
+  const c = new WsConversation(s.client);
+  t.equal((await c.turn({ model: 'astra', input: 'after the refusals' })).at(-1)?.type, 'service.usage', 'a socket opens and serves a turn');
+  c.close();
+  await c.closedP;
 });
