@@ -6,6 +6,7 @@ import { fileURLToPath } from 'node:url';
 import { Compile } from '../util/typed-schema.js';
 import { type Config, ConfigSchema } from './config-schema.js';
 import { resolveVendorDeployments, VENDORS } from './vendor-deployments.js';
+import { plainHttpUrl } from './http-url.js';
 
 export type { Config } from './config-schema.js';
 export { deploymentsOf, vendorBaseUrl, type VendorDeployment, type VendorId } from './vendor-deployments.js';
@@ -177,15 +178,7 @@ export function loadConfig(env: Env = process.env, overrides: DeepPartial<Config
  * proxy's prefix, is kept); returned without its trailing slash, so a path joins with one `/`.
  */
 function linkBaseUrl(name: string, raw: string): string {
-  let url: URL;
-  try {
-    url = new URL(raw);
-  } catch {
-    throw new Error(`config: ${name} is not a URL: ${JSON.stringify(raw)}`);
-  }
-  if ((url.protocol !== 'http:' && url.protocol !== 'https:') || url.username !== '' || url.password !== '' || url.search !== '' || url.hash !== '') {
-    throw new Error(`config: ${name} must be an http(s) URL without credentials, query or fragment: ${JSON.stringify(raw)}`);
-  }
+  const url = plainHttpUrl(name, raw);
   return url.origin + url.pathname.replace(/\/+$/, '');
 }
 
@@ -195,15 +188,5 @@ function checkMediaStore(media: Config['media']): void {
   if (s3.prefix !== '' && !s3.prefix.endsWith('/')) s3.prefix += '/';
   if (media.store !== 's3') return;
   if (s3.bucket === null) throw new Error('config: media.store is s3 but media.s3.bucket (INKGATE_S3_BUCKET) is not set');
-  if (s3.endpoint !== null) {
-    let url: URL;
-    try {
-      url = new URL(s3.endpoint);
-    } catch {
-      throw new Error(`config: media.s3.endpoint is not a URL: ${JSON.stringify(s3.endpoint)}`);
-    }
-    if ((url.protocol !== 'http:' && url.protocol !== 'https:') || url.username !== '' || url.password !== '' || url.search !== '') {
-      throw new Error('config: media.s3.endpoint must be an http(s) URL without credentials or query (credentials come from the AWS variables)');
-    }
-  }
+  if (s3.endpoint !== null) plainHttpUrl('media.s3.endpoint', s3.endpoint, ' (credentials come from the AWS variables)');
 }

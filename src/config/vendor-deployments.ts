@@ -7,6 +7,8 @@
 // After loading, `deployments` is the list the pools are built from, and `baseUrl` / `apiKey`
 // are the first deployment's (what "this vendor is configured" reads).
 
+import { plainHttpUrl } from './http-url.js';
+
 export const VENDORS = ['anthropic', 'openai', 'ark', 'gemini'] as const;
 export type VendorId = (typeof VENDORS)[number];
 
@@ -42,15 +44,7 @@ const VENDOR_API_PATHS: Readonly<Record<VendorId, string>> = Object.freeze({ ant
  * path (a proxy's prefix) is kept as written.
  */
 export function vendorBaseUrl(vendor: VendorId, raw: string): string {
-  let url: URL;
-  try {
-    url = new URL(raw);
-  } catch {
-    throw new Error(`config: vendors.${vendor}.baseUrl is not a URL: ${JSON.stringify(raw)}`);
-  }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new Error(`config: vendors.${vendor}.baseUrl must be http(s): ${JSON.stringify(raw)}`);
-  if (url.search !== '' || url.hash !== '') throw new Error(`config: vendors.${vendor}.baseUrl must have no query or fragment: ${JSON.stringify(raw)}`);
-  if (url.username !== '' || url.password !== '') throw new Error(`config: vendors.${vendor}.baseUrl must carry no credentials (the key has its own setting)`);
+  const url = plainHttpUrl(`vendors.${vendor}.baseUrl`, raw, ' (the key has its own setting)');
   let path = url.pathname.replace(/\/+$/, '');
   const apiPath = VENDOR_API_PATHS[vendor];
   if (vendor === 'anthropic' && path.endsWith('/v1')) path = path.slice(0, -3);

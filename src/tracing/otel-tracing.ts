@@ -46,6 +46,7 @@ import {
 } from './attributes.js';
 import { OtelRequestTrace, stepOf, type RequestTraceEnv } from './request-trace.js';
 import type { FlushedRecord, RequestTrace, StepSpan, TracedJob, Tracing, TracingLog } from './hooks.js';
+import { shownUrl } from '../config/http-url.js';
 
 /**
  * Request spans remembered for the journal flush that will carry their records. A hold taken on
@@ -121,16 +122,6 @@ class LoggedExporter implements SpanExporter {
   }
 }
 
-/** The endpoint as the log shows it: no user info nor query (a token may hide there). */
-function shownEndpoint(endpoint: string): string {
-  try {
-    const u = new URL(endpoint);
-    return u.origin + u.pathname;
-  } catch {
-    return '(not a URL)';
-  }
-}
-
 /** A W3C traceparent as a remote span context, or undefined. */
 function remoteContext(traceparent: string | null): SpanContext | undefined {
   const m = traceparent === null ? null : TRACEPARENT.exec(traceparent);
@@ -149,7 +140,7 @@ export class OtelTracing implements Tracing {
   constructor(cfg: Config['tracing'], endpoint: string, log: TracingLog) {
     const version = String((JSON.parse(readFileSync(join(PROJECT_ROOT, 'package.json'), 'utf8')) as { version: unknown }).version);
     const exporter = new OTLPTraceExporter({ url: endpoint, timeoutMillis: cfg.exportTimeoutMs });
-    const shown = shownEndpoint(endpoint);
+    const shown = shownUrl(endpoint);
     this.provider = new TracerProvider({
       resource: resourceFromAttributes({ [ATTR_SERVICE_NAME]: cfg.serviceName, [ATTR_SERVICE_VERSION]: version }),
       sampler: new LinkedSampler(namedSampler(cfg.sampler, cfg.samplerArg)),

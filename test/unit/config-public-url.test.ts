@@ -33,3 +33,31 @@ t.test('console links: INKGATE_CONSOLE_URL, else INKGATE_PUBLIC_URL, else the li
   t.same(consoleLinkBase(neither, 'http://127.0.0.1:5555/'), { url: 'http://127.0.0.1:5555', source: 'listener' }, 'the demo: where it really listens');
   t.same(consoleLinkBase(neither), { url: 'http://[::1]:9001', source: 'INKGATE_HOST/INKGATE_PORT' }, 'the CLI: a guess from the configuration');
 });
+
+t.test('a refused URL is never repeated with its credentials or query (the error reaches logs and stderr)', async (t) => {
+  const cases: Array<[Record<string, string>, RegExp]> = [
+    [{ INKGATE_PUBLIC_URL: 'https://user:s3cret@api.example.com/' }, /server\.publicUrl/],
+    [{ INKGATE_CONSOLE_URL: 'https://console.example.com/?token=s3cret' }, /console\.url/],
+    [{ INKGATE_OPENAI_BASE_URL: 'https://proxy.example.com/v1?key=s3cret', INKGATE_OPENAI_API_KEY: 'sk-x' }, /vendors\.openai\.baseUrl/],
+    [{ INKGATE_ANTHROPIC_BASE_URL: 'https://u:s3cret@api.example.com', INKGATE_ANTHROPIC_API_KEY: 'sk-x' }, /vendors\.anthropic\.baseUrl/],
+    [{ INKGATE_PUBLIC_URL: 'https://u:s3cret@[bad' }, /server\.publicUrl \(INKGATE_PUBLIC_URL\) is not a URL/],
+  ];
+  for (const [env, names] of cases) {
+    let message = '';
+    try {
+      loadConfig(env);
+    } catch (e) {
+      message = (e as Error).message;
+    }
+    t.match(message, names, `refused: ${message}`);
+    t.notMatch(message, /s3cret/, 'the secret is not in the message');
+  }
+  // What can be shown still is: the host and path the operator wrote.
+  let shown = '';
+  try {
+    loadConfig({ INKGATE_PUBLIC_URL: 'https://user:s3cret@api.example.com/x?y=1' });
+  } catch (e) {
+    shown = (e as Error).message;
+  }
+  t.match(shown, /"https:\/\/api\.example\.com\/x"/);
+});
