@@ -3,22 +3,24 @@
 // instance's own (no shared store): it is read from one instance's /readyz, by default the admin
 // listener this configuration names; `unknown` when that instance does not answer.
 import { request } from 'undici';
-import { AdminError } from '../accounts/accounts.js';
+import { selfBaseUrl } from '../console/console.js';
 import { deploymentsOf, VENDORS } from '../config/vendor-deployments.js';
 import { keyPrefixOf } from '../vendors/pool/pool.js';
-import type { AdminCommand } from './command.js';
+import { type AdminCommand, UsageError } from './command.js';
 
 const READYZ_TIMEOUT_MS = 2000;
 
 type States = Record<string, ReadonlyArray<{ name: string; state: string; reopens_in_s: number }>>;
 
-/** The instance's deployment states, or undefined when it does not answer in time. */
-async function instanceStates(adminUrl: string): Promise<States | undefined> {
+/** The instance's deployment states, or undefined (said on stderr, with why) when it does not answer in time. */
+async function instanceStates(adminUrl: string, note?: (line: string) => void): Promise<States | undefined> {
+  const url = `${adminUrl.replace(/\/+$/, '')}/readyz`;
   try {
-    const r = await request(`${adminUrl.replace(/\/+$/, '')}/readyz`, { headersTimeout: READYZ_TIMEOUT_MS, bodyTimeout: READYZ_TIMEOUT_MS });
+    const r = await request(url, { headersTimeout: READYZ_TIMEOUT_MS, bodyTimeout: READYZ_TIMEOUT_MS });
     const body = (await r.body.json()) as { vendors?: States };
     return body.vendors ?? {};
-  } catch {
+  } catch (e) {
+    note?.(`${url} did not answer (${(e as Error).message}): every state is unknown`);
     return undefined;
   }
 }
@@ -28,9 +30,9 @@ export const vendorCommands: Readonly<Record<string, AdminCommand>> = {
     usage: 'vendor list [--admin URL]',
     summary: "each vendor deployment: name, host, weight, key prefix, and its state on one instance (its /readyz; default this configuration's admin listener)",
     run: async (a, ctx) => {
-      const admin = typeof a.flags.admin === 'string' ? a.flags.admin : `http://${ctx.config.admin.host}:${ctx.config.admin.port}`;
-      if (!/^https?:\/\//.test(admin)) throw new AdminError('--admin must be an http(s) URL of an instance admin listener');
-      const states = await instanceStates(admin);
+      const admin = typeof a.flags.admin === 'string' ? a.flags.admin : selfBaseUrl(ctx.config.admin.host, ctx.config.admin.port);
+      if (!/^https?:\/\//.test(admin)) throw new UsageError('--admin must be an http(s) URL of an instance admin listener');
+      const states = await instanceStates(admin, ctx.note);
       return VENDORS.flatMap((vendor) =>
         deploymentsOf(ctx.config.vendors, vendor).map((d) => {
           const seen = states?.[vendor]?.find((s) => s.name === d.name);

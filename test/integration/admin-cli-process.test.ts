@@ -158,7 +158,7 @@ t.test('every command: one run that succeeds (exit 0), one that fails (exit 1, o
     'vendor list': {
       ok: ['vendor', 'list', '--admin', 'http://127.0.0.1:9'],
       fail: ['vendor', 'list', '--admin', 'ftp://127.0.0.1'],
-      status: 1,
+      status: 2, // a bad flag value is a usage error (docs/admin-cli.md)
       why: /--admin must be an http\(s\) URL/,
     },
   };
@@ -197,6 +197,11 @@ t.test('every command: one run that succeeds (exit 0), one that fails (exit 1, o
   t.equal(jsonOf(byJob('topup', 'ok')).credited_ink, 150, 'the top-up was made');
   t.match(jsonOf(byJob('release', 'ok')), { request: heldRequest, released_ink: 40 });
   t.match(jsonOf(byJob('account create', 'ok')).id, /^usr_/);
+  t.match(
+    byJob('vendor list', 'ok').stderr,
+    /http:\/\/127\.0\.0\.1:9\/readyz did not answer .*every state is unknown/,
+    'an instance that does not answer is said, with why',
+  );
 });
 
 t.test('ledger check exits 1 and names the broken rule when a balance disagrees with the journal', async (t) => {
