@@ -12,7 +12,7 @@ export const START_SLICE_MS = 5;
 export class TurnSlices {
   private open = false;
   private openedMs = 0;
-  /** Starts deferred so far (a counter for the metrics and tests, never reset). */
+  /** Starts deferred so far, never reset (read by the tests). */
   deferred = 0;
 
   constructor(private readonly sliceMs: number = START_SLICE_MS) {}
@@ -39,8 +39,15 @@ export class TurnSlices {
   /** Runs `start(...args)` now when the current slice has time left, else in a later turn, in order. */
   run<A extends unknown[]>(start: (...args: A) => void, ...args: A): void {
     if (this.take()) start(...args);
-    else setImmediate(() => this.run(start, ...args));
+    else setImmediate(this.rerun, start, args);
   }
+
+  private rerunDeferred<A extends unknown[]>(start: (...args: A) => void, args: A): void {
+    this.run(start, ...args);
+  }
+
+  /** Bound once: a deferred start costs the immediate and its arguments' array, no closure of its own. */
+  private readonly rerun = this.rerunDeferred.bind(this);
 
   private readonly close = (): void => {
     this.open = false;
