@@ -28,12 +28,19 @@ export const DURATION_BUCKETS_S: readonly number[] = Object.freeze([0.001, 0.002
  */
 const STATUS_CLASSES = ['1xx', '2xx', '3xx', '4xx', '5xx', 'client_closed'] as const;
 const CLIENT_CLOSED_CLASS = 5;
-/** The status the server gives a client that left early (http-context.ts CLIENT_CLOSED_STATUS). */
-const CLIENT_CLOSED_STATUS = 499;
+/**
+ * The status the access log and the metrics give a request whose client went away before its
+ * answer was complete (nginx's 499): the client's doing, so never counted as a server failure.
+ */
+export const CLIENT_CLOSED_STATUS = 499;
 /** The route label of a request no route took (404, API closed, draining). */
 export const UNMATCHED_ROUTE = 'unmatched';
-/** The route label of a request refused for its HTTP framing before any route (server.ts FRAMING_ROUTE). */
-const FRAMING_ROUTE = 'framing';
+/**
+ * The route label of a request refused for its HTTP framing before any route saw it: a head the
+ * engine cannot parse or that came too slowly (408), a version other than 1.0 and 1.1, a repeated
+ * Host or Content-Length, CONNECT, an unknown Expect, a chunked body on uWS.
+ */
+export const FRAMING_ROUTE = 'framing';
 /** Methods kept as a label on the console and media routes; any other is `other` (labels stay bounded). */
 const NAMED_METHODS = new Set(['GET', 'HEAD', 'POST']);
 

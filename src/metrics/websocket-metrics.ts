@@ -1,13 +1,14 @@
 // The WebSocket transport's figures (server/ws-hub.ts): sockets open now, sockets opened, and turns
 // by how they ended. Counted in plain fields, read when Prometheus scrapes; labels from a fixed list.
 import { Counter, Gauge, type Registry } from 'prom-client';
+import { CLIENT_CLOSED_STATUS } from './request-metrics.js';
 
 /** How a turn ended, from the status its request got (499: the client closed the socket mid-turn). */
 const OUTCOMES = ['streamed', 'refused', 'failed', 'client_closed'] as const;
 type Outcome = (typeof OUTCOMES)[number];
 
 function outcomeOf(status: number): Outcome {
-  if (status === 499) return 'client_closed';
+  if (status === CLIENT_CLOSED_STATUS) return 'client_closed';
   if (status >= 500) return 'failed';
   if (status >= 400) return 'refused';
   return 'streamed';

@@ -8,6 +8,7 @@ import { silentLogger, type Logger } from '../util/log.js';
 import { BodyCollector, tooLarge } from './body-collector.js';
 import type { RequestTrace } from '../tracing/hooks.js';
 import type { WsUpgrade } from './ws-peer.js';
+import { CLIENT_CLOSED_STATUS } from '../metrics/request-metrics.js';
 
 const STATUS_LINES: Record<number, string> = {
   200: '200 OK',
@@ -102,12 +103,6 @@ export function retryAfter(err: ApiError): string | undefined {
 export function framingFault(contentLengths: number): string | undefined {
   return contentLengths > 1 ? 'The request carries more than one Content-Length header.' : undefined;
 }
-
-/**
- * The status the access log and the metrics give a request whose client went away before its
- * answer was complete (nginx's 499): the client's doing, so never counted as a server failure.
- */
-export const CLIENT_CLOSED_STATUS = 499;
 
 /** The methods the gateway serves (a CONNECT is answered 405 with them in Allow). */
 export const SERVED_METHODS = 'GET, HEAD, POST';

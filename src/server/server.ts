@@ -14,16 +14,7 @@ import { clipped } from '../errors.js';
 import { within, type Tracing } from '../tracing/hooks.js';
 import { WsHub, type WebSocketRoute, type WsMetrics } from './ws-hub.js';
 import { TurnSlices } from './turn-slices.js';
-
-/** The route label of a request no route took (404, API closed, draining). */
-export const UNMATCHED_ROUTE = 'unmatched';
-
-/**
- * The route label of a request refused for its HTTP framing before any route saw it: a head the
- * engine cannot parse or that came too slowly (408), a version other than 1.0 and 1.1, a repeated
- * Host or Content-Length, CONNECT, an unknown Expect, a chunked body on uWS.
- */
-export const FRAMING_ROUTE = 'framing';
+import { FRAMING_ROUTE, UNMATCHED_ROUTE } from '../metrics/request-metrics.js';
 
 /** The answer to a request that arrives while the server stops. */
 export const shuttingDown = (): ApiError => new ApiError('provider_unavailable', { message: 'This instance is shutting down; retry.', retryAfterS: 1 });
@@ -159,8 +150,8 @@ export async function startServer(d: ServerDeps): Promise<RunningServer> {
 }
 
 /** Counts and logs a finished request under `route`, with 499 for a client that left before its answer was complete. */
-function record(d: ServerDeps, ctx: HttpContext, route: string, startedMs: number): void {
-  d.metrics?.observe(ctx.method, route, ctx.loggedStatus, (performance.now() - startedMs) / 1000);
+function record(d: ServerDeps, ctx: HttpContext, route: string, startedMs: number, method = ctx.method): void {
+  d.metrics?.observe(method, route, ctx.loggedStatus, (performance.now() - startedMs) / 1000);
   d.accessLog?.(ctx, route, startedMs);
   endTrace(ctx, route);
 }
@@ -406,8 +397,6 @@ function admit(d: ServerDeps, admission: Admission, ctx: HttpContext, r: Route, 
 }
 
 function ended(d: ServerDeps, admission: Admission, ctx: HttpContext, r: Route, startedMs: number): void {
-  d.metrics?.observe(r.method, r.pattern, ctx.loggedStatus, (performance.now() - startedMs) / 1000);
-  d.accessLog?.(ctx, r.pattern, startedMs);
-  endTrace(ctx, r.pattern);
+  record(d, ctx, r.pattern, startedMs, r.method);
   if (--admission.inFlight === 0) admission.drained?.();
 }
