@@ -121,11 +121,18 @@ function cliMessage(e: unknown): string {
   return msg.split('\n')[0]!;
 }
 
+/** A required flag's value; a usage error naming the flag when it is missing or empty. */
+export function need(args: Pick<ParsedArgs, 'flags'>, name: string): string {
+  const v = args.flags[name];
+  if (typeof v !== 'string' || v === '') throw new UsageError(`--${name} is required`);
+  return v;
+}
+
 /** The command words: the leading words before the first flag (global switches may come first). */
 export function commandWords(argv: string[]): string[] {
   const words: string[] = [];
   for (const a of argv) {
-    if (a === '--json' || a === '--help') continue;
+    if (a.startsWith('--') && Object.hasOwn(GLOBAL_FLAGS, a.slice(2))) continue;
     if (a.startsWith('-')) break;
     words.push(a);
   }

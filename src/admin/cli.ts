@@ -73,15 +73,14 @@ function fail(io: Io, code: ErrorCode, message: string): number {
 const messageOf = (e: unknown): string => (e instanceof Error ? e.message : String(e));
 
 /** What the command line asks for: help (printed here), or one command with its arguments checked. */
-type Plan = { help: string; exit: number } | { name: string; args: ParsedArgs };
+type Plan = { help: string } | { name: string; args: ParsedArgs };
 
 function plan(argv: string[]): Plan {
   const name = findCommand(commandWords(argv));
   const args = parseArgs(argv, name ? flagsOfUsage(commands[name]!.usage) : GLOBAL_FLAGS);
   const wantsHelp = args.flags.help === true || args.positional[0] === 'help';
-  if (wantsHelp && name && args.flags.help === true)
-    return { help: `usage: inkgate ${commands[name]!.usage}\n      ${commands[name]!.summary}\n`, exit: EXIT.ok };
-  if (wantsHelp) return { help: usage(), exit: EXIT.ok };
+  if (wantsHelp && name && args.flags.help === true) return { help: `usage: inkgate ${commands[name]!.usage}\n      ${commands[name]!.summary}\n` };
+  if (wantsHelp) return { help: usage() };
   if (args.positional.length === 0) throw new UsageError('no command given; run inkgate help');
   if (!name) throw new UsageError(`unknown command ${JSON.stringify(args.positional.join(' '))}; run inkgate help`);
   checkAgainstUsage(commands[name]!.usage, name.split(' ').length, args);
@@ -105,8 +104,8 @@ export async function runCli(
     return fail(io, e instanceof UsageError ? 'usage_error' : 'command_failed', messageOf(e));
   }
   if ('help' in p) {
-    (p.exit === EXIT.ok ? out : err)(p.help);
-    return p.exit;
+    out(p.help);
+    return EXIT.ok;
   }
   let cfg: Config;
   try {

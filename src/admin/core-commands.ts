@@ -15,14 +15,9 @@ import {
 import { isUsageFrame, USAGE_FRAME_CHOICES, type UsageFrame } from '../accounts/usage-frame.js';
 import { LANES, pauseModel, resumeModel, setApiOpen, setLane, type Lane } from '../deployment/state.js';
 import { migrateAll } from '../store/migrate.js';
-import type { ParsedArgs } from './args.js';
+import { need, type ParsedArgs } from './args.js';
 import { UsageError, type AdminCommand } from './command.js';
 
-const need = (args: ParsedArgs, name: string): string => {
-  const v = args.flags[name];
-  if (typeof v !== 'string' || v === '') throw new UsageError(`--${name} is required`);
-  return v;
-};
 const wholeInk = (v: string, name: string): number => {
   if (!/^\d{1,15}$/.test(v)) throw new UsageError(`--${name} must be a whole number of Ink`);
   return Number(v);
@@ -162,7 +157,7 @@ export const coreCommands: Record<string, AdminCommand> = {
     },
   },
   'lane enable': {
-    usage: 'lane enable messages|responses|video|images',
+    usage: `lane enable ${LANES.join('|')}`,
     summary: 'open a lane (text lanes: after vendor certification)',
     run: async (a, ctx) => {
       const l = lane(a.positional[0]);
@@ -171,7 +166,7 @@ export const coreCommands: Record<string, AdminCommand> = {
     },
   },
   'lane disable': {
-    usage: 'lane disable messages|responses|video|images',
+    usage: `lane disable ${LANES.join('|')}`,
     summary: 'close a lane: cards show available: false, calls answer 503',
     run: async (a, ctx) => {
       const l = lane(a.positional[0]);

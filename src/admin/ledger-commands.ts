@@ -6,15 +6,10 @@ import type { Catalog } from '../catalog/models.js';
 import { textChargeInk } from '../catalog/pricing.js';
 import type { ReconcileReport, RequestRecord, VendorUsageRecord } from '../ledger/ledger.js';
 import { readUsageFile } from '../ledger/reconcile-file.js';
+import { need } from './args.js';
 import { UsageError, type AdminCommand } from './command.js';
 
 type Args = Parameters<AdminCommand['run']>[0];
-
-const need = (a: Args, name: string): string => {
-  const v = a.flags[name];
-  if (typeof v !== 'string' || v === '') throw new UsageError(`--${name} is required`);
-  return v;
-};
 
 const optionalWhole = (a: Args, name: string, min: number, max: number): number | undefined => {
   const v = a.flags[name];
