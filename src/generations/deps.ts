@@ -11,7 +11,7 @@ import type { Resolver } from '../net/safe-fetch.js';
 import type { Queryable } from '../store/pool.js';
 import { ArkClient } from '../vendors/ark/client.js';
 import { GeminiClient } from '../vendors/gemini/client.js';
-import { createJobPool } from '../vendors/pool/job-pools.js';
+import { createVendorPool } from '../vendors/pool/from-config.js';
 import type { VendorPool } from '../vendors/pool/pool.js';
 
 export interface FetchDeps {
@@ -68,7 +68,7 @@ export async function createGenerationDeps(services: Services, opts: GenerationD
   const cfg = services.config;
   const mediaSecret = await loadMediaSecret(services.pool);
   const media = opts.media ?? (await configuredMediaStore(cfg));
-  const ark = createJobPool(
+  const ark = createVendorPool(
     'ark',
     cfg,
     services.log,
@@ -81,7 +81,7 @@ export async function createGenerationDeps(services: Services, opts: GenerationD
         timeoutMs: arkCallTimeoutMs(cfg.jobs.leaseMs),
       }),
   );
-  const gemini = createJobPool(
+  const gemini = createVendorPool(
     'gemini',
     cfg,
     services.log,

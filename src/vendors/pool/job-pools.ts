@@ -1,21 +1,11 @@
-// The generation vendors' pools (Ark for video, Gemini for images): one client per deployment, made
-// at start-up, and the one call of a job that may move between deployments (a video's task create,
+// The generation vendors' pools (Ark for video, Gemini for images; made by from-config.ts): the one
+// call of a job that may move between deployments (a video's task create,
 // an image's generateContent) under the same retry rule and try limits as the text lanes. Once a
 // vendor task exists, everything about it (polls, cancel, the download) goes to the deployment
 // that created it: memberFor() finds it by the name stored on the generation row.
 import type { Dispatcher } from 'undici';
-import { type Config, deploymentsOf, type VendorDeployment } from '../../config/config.js';
-import type { Logger } from '../../util/log.js';
-import { type PoolMember, VendorPool } from './pool.js';
-import { cooldownOf, logPoolChanges } from './text-pools.js';
+import type { PoolMember, VendorPool } from './pool.js';
 import { tryDeployments } from './try-loop.js';
-
-/** The pool of a generation vendor, or undefined when it has no deployment (its submits then answer 503). */
-export function createJobPool<C>(vendor: 'ark' | 'gemini', cfg: Config, log: Logger, makeClient: (d: VendorDeployment) => C): VendorPool<C> | undefined {
-  const list = deploymentsOf(cfg.vendors, vendor);
-  if (list.length === 0) return undefined;
-  return new VendorPool(vendor, list, makeClient, { cooldown: cooldownOf(cfg), onChange: logPoolChanges(log) });
-}
 
 /** How one pooled call is sent and read, and what its failures become (the vendor client's own errors). */
 export interface PooledCall<C, T> {
