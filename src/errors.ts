@@ -106,8 +106,6 @@ export interface ApiErrorOptions {
   cause?: unknown;
 }
 
-/** An error with a stable code from the table; the server turns it into the error envelope. */
-
 // What a client controls and a log line or an error body repeats (field names, paths, model ids,
 // header values) is cut to a few hundred characters, marked as cut: one request must not be able
 // to write a megabyte of log, nor have a megabyte echoed back in `param`.
@@ -128,6 +126,7 @@ export function clipped(s: string, maxChars: number = CLIP_CHARS): string {
 /** An error message's most characters (the longest of ours is a few hundred). */
 const MAX_MESSAGE_CHARS = 1_000;
 
+/** An error with a stable code from the table; the server turns it into the error envelope. */
 export class ApiError extends Error {
   readonly code: ErrorCode;
   readonly status: number;

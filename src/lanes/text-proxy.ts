@@ -84,9 +84,9 @@ export interface TextLane {
   readonly promptParam: string;
   /** A promise when the parse takes work off the event loop (a long Responses prompt's token count). */
   parse(body: Record<string, unknown>, ctx: HttpContext): ParsedTextRequest | Promise<ParsedTextRequest>;
-  /** Fixed vendor headers (our key, protocol version), precomputed once. */
+  /** Fixed vendor headers (protocol version, content type), precomputed once; no key. */
   readonly vendorHeaders: Readonly<Record<string, string>>;
-  /** The header carrying a deployment's key, in place of the one in vendorHeaders. */
+  /** The header carrying a deployment's key, added to vendorHeaders per deployment (memberRequests). */
   keyHeader(apiKey: string): readonly [string, string];
   newTally(req: ParsedTextRequest): StreamTally;
   finishBody(json: unknown, req: ParsedTextRequest): BodyResult;
@@ -510,7 +510,6 @@ interface StreamRun {
   vendorIdRecorded: boolean;
   /** False once the lane's cap stopped the stream. */
   relaying: boolean;
-  /** The terminal event was written and the context told (once). */
 }
 
 async function streamThrough(

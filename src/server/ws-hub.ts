@@ -40,10 +40,6 @@ export class WsHub implements SessionOwner {
     return this.routes.get(path.length > 1 && path.endsWith('/') ? path.slice(0, -1) : path);
   }
 
-  get open(): number {
-    return this.sessions.size;
-  }
-
   /**
    * Opens the socket for an authenticated request (`ctx.auth` set), or throws the refusal. `serve`
    * takes each turn through the server's request path.

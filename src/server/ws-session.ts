@@ -66,10 +66,6 @@ export class WsSession implements TurnSocket, WsHandlers {
     this.lifeTimer = setTimeout(() => this.closeWhenIdle(WS_CLOSE.normal, 'The socket reached its maximum lifetime; open a new one.'), times.maxLifeMs);
   }
 
-  get busy(): boolean {
-    return this.turn !== undefined;
-  }
-
   message(data: Buffer, isBinary: boolean): void {
     if (this.isClosed) return;
     this.idleTimer.refresh();

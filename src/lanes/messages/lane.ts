@@ -30,14 +30,12 @@ function sseEvent(name: string, data: unknown): string {
 }
 
 export function messagesLane(cfg: Config, catalog: Catalog): TextLane {
-  const apiKey = cfg.vendors.anthropic.apiKey ?? '';
   return {
     product: 'messages',
     lane: 'messages',
     vendorPath: '/v1/messages',
     promptParam: 'messages',
     vendorHeaders: Object.freeze({
-      'x-api-key': apiKey,
       // The protocol version header toward the vendor is ours; a client's value is never forwarded.
       'anthropic-version': cfg.vendors.anthropic.version,
       'content-type': 'application/json',

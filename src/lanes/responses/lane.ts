@@ -63,7 +63,6 @@ export function responsesLane(cfg: Config, catalog: Catalog): TextLane {
     vendorPath: '/responses',
     promptParam: 'input',
     vendorHeaders: Object.freeze({
-      authorization: `Bearer ${cfg.vendors.openai.apiKey ?? ''}`,
       'content-type': 'application/json',
       accept: 'application/json',
       // We read and relay the bytes as they are: no compressed answers (an absent Accept-Encoding

@@ -8,7 +8,7 @@ import type { WebSocketRoute } from '../../server/ws-hub.js';
 import type { Services } from '../../services.js';
 import { closedLaneMessage } from '../text-proxy.js';
 
-export const RESPONSES_PATH = '/v1/responses';
+const RESPONSES_PATH = '/v1/responses';
 
 export function responsesWebSocketRoute(services: Services, configured: boolean, cfg: Config['responses']['websocket']): WebSocketRoute {
   const closed = closedLaneMessage({ product: 'responses', lane: 'responses' }, configured);
