@@ -21,7 +21,8 @@ import type { Services } from '../services.js';
 import { forEachEvent, modelRewrite, rewriteModels, SseFramer, type ModelRewrite } from './sse-framer.js';
 import { neverSent } from '../vendors/text-upstream.js';
 import type { TextPool } from '../vendors/pool/text-pools.js';
-import { type TryResult, tryDeployments } from '../vendors/pool/try-loop.js';
+import type { TryResult } from '../vendors/pool/try-loop.js';
+import { type MemberRequests, memberRequests, noteTries, postAcross, type VendorHeaders } from './vendor-send.js';
 import { readBounded } from '../vendors/vendor-http.js';
 import { requestedUsageFrame } from './usage-frame.js';
 import { within } from '../tracing/hooks.js';
@@ -75,7 +76,7 @@ export interface BodyResult {
   readonly finishReason?: string;
 }
 
-export interface TextLane {
+export interface TextLane extends VendorHeaders {
   readonly product: 'messages' | 'responses';
   readonly lane: Lane;
   /** Path on the vendor, appended to the base URL's path. */
@@ -84,10 +85,6 @@ export interface TextLane {
   readonly promptParam: string;
   /** A promise when the parse takes work off the event loop (a long Responses prompt's token count). */
   parse(body: Record<string, unknown>, ctx: HttpContext): ParsedTextRequest | Promise<ParsedTextRequest>;
-  /** Fixed vendor headers (protocol version, content type), precomputed once; no key. */
-  readonly vendorHeaders: Readonly<Record<string, string>>;
-  /** The header carrying a deployment's key, added to vendorHeaders per deployment (memberRequests). */
-  keyHeader(apiKey: string): readonly [string, string];
   newTally(req: ParsedTextRequest): StreamTally;
   finishBody(json: unknown, req: ParsedTextRequest): BodyResult;
   /** The closing usage frame in the form the request asked for (the lane may map it to one it can send); '' for none. */
@@ -289,22 +286,6 @@ export interface TextProxyDeps {
   readonly upstream: TextPool | undefined;
 }
 
-/** Per deployment (by member index): the vendor path and the lane's headers with that deployment's key. */
-export interface MemberRequests {
-  readonly paths: readonly string[];
-  readonly headers: ReadonlyArray<Readonly<Record<string, string>>>;
-}
-
-export function memberRequests(pool: TextPool, lane: TextLane, vendorPath: string): MemberRequests {
-  return {
-    paths: pool.members.map((m) => m.client.basePath + vendorPath),
-    headers: pool.members.map((m) => {
-      const [name, value] = lane.keyHeader(m.client.apiKey);
-      return Object.freeze({ ...lane.vendorHeaders, [name]: value });
-    }),
-  };
-}
-
 /** What every request of one lane's handler shares: built once, when the handler is made. */
 interface ProxyEnv {
   readonly lane: TextLane;
@@ -394,19 +375,10 @@ function sendTries(env: ProxyEnv, r: RequestScope, req: ParsedTextRequest): Prom
   // A non-streaming answer's headers come only when the whole reply is written: a large
   // reply takes minutes (the official SDKs wait 10). A stream's headers come at once.
   const deadlineMs = performance.now() + (req.stream ? up.headersTimeoutMs : up.nonStreamTimeoutMs);
-  const { paths, headers } = env.members;
   // Traced: one vendor span covers every try, and its traceparent goes with each (the span records no header).
   const traced = r.trace?.vendorCall({ system: env.vendor, model: req.model.vendorModel, maxTokens: req.maxTokens, stream: req.stream }, {});
   const extra = traced === undefined ? req.extraHeaders : { ...req.extraHeaders, ...traced };
-  return tryDeployments(env.pool, { maxTries: up.maxTries, deadlineMs }, (m, leftMs) =>
-    m.client.pool.request({
-      path: paths[m.index]!,
-      method: 'POST',
-      headers: extra ? { ...headers[m.index], ...extra } : headers[m.index],
-      body: req.vendorBody,
-      headersTimeout: Math.max(1, Math.ceil(leftMs)),
-    }),
-  );
+  return postAcross(env.pool, env.members, { maxTries: up.maxTries, deadlineMs }, req.vendorBody, extra);
 }
 
 /**
@@ -417,8 +389,7 @@ function sendTries(env: ProxyEnv, r: RequestScope, req: ParsedTextRequest): Prom
 async function dispatch(env: ProxyEnv, r: HttpContext, req: ParsedTextRequest): Promise<{ res: Dispatcher.ResponseData; member: number }> {
   const { services, ledger } = env;
   const tried = await sendTries(env, r, req);
-  r.tries = tried.tries;
-  if (tried.member >= 0) r.vendorDeployment = env.pool.members[tried.member]!.name;
+  noteTries(r, env.pool, tried);
   if (tried.kind === 'answer') return tried;
   r.trace?.vendorDone(undefined, undefined, tried.kind === 'none' ? new Error('every deployment unavailable') : tried.error);
   if (tried.kind === 'none') {

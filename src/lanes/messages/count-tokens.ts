@@ -15,10 +15,10 @@ import type { HttpContext } from '../../server/http-context.js';
 import { readJsonObject } from '../../server/json-body.js';
 import type { Services } from '../../services.js';
 import type { TextPool } from '../../vendors/pool/text-pools.js';
-import { tryDeployments } from '../../vendors/pool/try-loop.js';
 import { neverSent } from '../../vendors/text-upstream.js';
 import { readBounded } from '../../vendors/vendor-http.js';
-import { closedLaneMessage, isTimeout, mapVendorStatus, memberRequests, type MemberRequests, type TextLane } from '../text-proxy.js';
+import { closedLaneMessage, isTimeout, mapVendorStatus, type TextLane } from '../text-proxy.js';
+import { type MemberRequests, memberRequests, noteTries, postAcross } from '../vendor-send.js';
 import { forwardedBetaHeader, parseCountTokensRequest } from './request.js';
 
 /** The vendor's count endpoint, after the base URL's path. */
@@ -72,17 +72,9 @@ async function askVendor(
 ): Promise<{ status: number; text: string; res: Dispatcher.ResponseData }> {
   const timeoutMs = services.config.upstream.countTokensTimeoutMs;
   // The same tries as a generation's (vendors/pool/try-loop.ts), within the count's own bound.
-  const tried = await tryDeployments(pool, { maxTries: services.config.upstream.maxTries, deadlineMs: performance.now() + timeoutMs }, (m, leftMs) =>
-    m.client.pool.request({
-      path: members.paths[m.index]!,
-      method: 'POST',
-      headers: beta ? { ...members.headers[m.index], 'anthropic-beta': beta } : members.headers[m.index],
-      body,
-      headersTimeout: Math.max(1, Math.ceil(leftMs)),
-    }),
-  );
-  ctx.tries = tried.tries;
-  if (tried.member >= 0) ctx.vendorDeployment = pool.members[tried.member]!.name;
+  const limits = { maxTries: services.config.upstream.maxTries, deadlineMs: performance.now() + timeoutMs };
+  const tried = await postAcross(pool, members, limits, body, beta ? { 'anthropic-beta': beta } : undefined);
+  noteTries(ctx, pool, tried);
   if (tried.kind === 'none') {
     throw new ApiError('provider_unavailable', {
       message: 'Every deployment of the vendor is cooling down or refused the count.',
