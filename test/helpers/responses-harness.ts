@@ -3,6 +3,7 @@
 import OpenAI from 'openai';
 import type { Test } from 'tap';
 import { request } from 'undici';
+import { textChargeInk, textUsageFromResponses } from '../../src/catalog/pricing.js';
 import { setLane } from '../../src/deployment/state.js';
 import { startOpenAISimulator, type OpenAISimulator } from '../../src/simulators/openai/simulator.js';
 import { startTestGateway, type TestGateway } from './gateway.js';
@@ -42,4 +43,20 @@ export async function rawResponsesStream(g: TestGateway, key: string, body: Reco
   });
   const text = await r.body.text();
   return { status: r.statusCode, headers: r.headers, text, events: parseSse(text), comments: sseComments(text) };
+}
+
+/** What a Responses usage object (`response.usage` of the terminal event or the answer) prices to. */
+export function responsesCharge(
+  usage: { input_tokens: number; output_tokens: number; input_tokens_details?: { cached_tokens?: number; cache_write_tokens?: number } | null },
+  model = 'text-6-astra',
+): number {
+  return textChargeInk(
+    model,
+    textUsageFromResponses({
+      inputTokens: usage.input_tokens,
+      cachedTokens: usage.input_tokens_details?.cached_tokens ?? 0,
+      cacheWriteTokens: usage.input_tokens_details?.cache_write_tokens ?? 0,
+      outputTokens: usage.output_tokens,
+    }),
+  );
 }

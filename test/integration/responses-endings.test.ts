@@ -6,25 +6,15 @@ import type { AddressInfo } from 'node:net';
 import t, { type Test } from 'tap';
 import { request } from 'undici';
 import { ResponsesUsageTally } from '../../src/lanes/responses/usage-tally.js';
-import { textChargeInk, textUsageFromResponses } from '../../src/catalog/pricing.js';
 import type { OpenAISimulator } from '../../src/simulators/openai/simulator.js';
 import { writtenRequest } from '../helpers/gateway.js';
-import { me, rawResponsesStream, startResponsesHarness } from '../helpers/responses-harness.js';
+import { me, rawResponsesStream, responsesCharge, startResponsesHarness } from '../helpers/responses-harness.js';
 
 const setup = startResponsesHarness;
 const rawStream = rawResponsesStream;
 
 const usageFrame = (comments: string[]) => JSON.parse(comments.at(-1)!.slice('service.usage '.length));
-const chargeOf = (u: any): number =>
-  textChargeInk(
-    'text-6-astra',
-    textUsageFromResponses({
-      inputTokens: u.input_tokens,
-      cachedTokens: u.input_tokens_details?.cached_tokens ?? 0,
-      cacheWriteTokens: u.input_tokens_details?.cache_write_tokens ?? 0,
-      outputTokens: u.output_tokens,
-    }),
-  );
+const chargeOf = (u: any): number => responsesCharge(u);
 
 const CAP = 40;
 const FULL_TEXT_OF_100 = 'long reply [[sim:tokens=100]]';

@@ -2,7 +2,7 @@
 import t from 'tap';
 import { responsesHoldInk, textChargeInk, textUsageFromResponses } from '../../src/catalog/pricing.js';
 import { writtenRequest } from '../helpers/gateway.js';
-import { me, rawResponsesStream, startResponsesHarness, VENDOR_KEY } from '../helpers/responses-harness.js';
+import { me, rawResponsesStream, responsesCharge, startResponsesHarness, VENDOR_KEY } from '../helpers/responses-harness.js';
 import { eachEngine } from '../helpers/engines.js';
 
 const setup = startResponsesHarness;
@@ -17,15 +17,7 @@ eachEngine('official SDK: responses.create through inkgate', async (t, engine) =
   t.ok(resp.output_text.length > 0, 'output_text');
   t.equal(resp.status, 'completed');
   const u = resp.usage!;
-  const expected = textChargeInk(
-    'text-6-astra',
-    textUsageFromResponses({
-      inputTokens: u.input_tokens,
-      cachedTokens: u.input_tokens_details?.cached_tokens ?? 0,
-      cacheWriteTokens: 0,
-      outputTokens: u.output_tokens,
-    }),
-  );
+  const expected = responsesCharge(u);
   t.equal(Number(response.headers.get('x-service-ink-charged')), expected);
   t.match(response.headers.get('x-service-request-id'), /^req_/);
   const m = await me(g, k.key);
@@ -68,18 +60,7 @@ eachEngine('official SDK: stream, responses.stream() + finalResponse(), and the 
   t.match(frame.request_id, /^req_/);
   t.equal(frame.usd_payg_charged, frame.ink_charged / 100);
   const usage = JSON.parse(raw.events.at(-1)!.data).response.usage;
-  t.equal(
-    frame.ink_charged,
-    textChargeInk(
-      'text-6-astra',
-      textUsageFromResponses({
-        inputTokens: usage.input_tokens,
-        cachedTokens: usage.input_tokens_details?.cached_tokens ?? 0,
-        cacheWriteTokens: 0,
-        outputTokens: usage.output_tokens,
-      }),
-    ),
-  );
+  t.equal(frame.ink_charged, responsesCharge(usage));
   t.equal((await me(g, k.key)).key.ink_reserved, 0);
   await invariant();
 });

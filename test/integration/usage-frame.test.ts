@@ -5,7 +5,7 @@
 import t, { type Test } from 'tap';
 import { request } from 'undici';
 import { runCli } from '../../src/admin/cli.js';
-import { textChargeInk, textUsageFromResponses } from '../../src/catalog/pricing.js';
+import { responsesCharge as usageCharge } from '../helpers/responses-harness.js';
 import { loadConfig } from '../../src/config/config.js';
 import { setLane } from '../../src/deployment/state.js';
 import type { EngineName } from '../../src/server/engine.js';
@@ -103,16 +103,7 @@ async function stream(
 const messagesCharge = (events: SseEvent[]): number => messagesStreamCharge(events);
 
 function responsesCharge(events: SseEvent[]): number {
-  const u = JSON.parse(events.find((e) => e.event === 'response.completed')!.data).response.usage;
-  return textChargeInk(
-    'text-6-astra',
-    textUsageFromResponses({
-      inputTokens: u.input_tokens,
-      cachedTokens: u.input_tokens_details?.cached_tokens ?? 0,
-      cacheWriteTokens: 0,
-      outputTokens: u.output_tokens,
-    }),
-  );
+  return usageCharge(JSON.parse(events.find((e) => e.event === 'response.completed')!.data).response.usage);
 }
 
 /**

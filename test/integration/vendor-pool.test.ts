@@ -5,7 +5,7 @@
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 import t, { type Test } from 'tap';
-import { textChargeInk, textUsageFromResponses } from '../../src/catalog/pricing.js';
+import { responsesCharge } from '../helpers/responses-harness.js';
 import { setLane } from '../../src/deployment/state.js';
 import { startAnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
 import { startOpenAISimulator } from '../../src/simulators/openai/simulator.js';
@@ -88,16 +88,7 @@ async function oneCall(s: Stack, i: number): Promise<number> {
   let charged = Number.NaN;
   for await (const ev of events) {
     if (ev.type !== 'response.completed') continue;
-    const u = ev.response.usage!;
-    charged = textChargeInk(
-      'text-6-astra',
-      textUsageFromResponses({
-        inputTokens: u.input_tokens,
-        cachedTokens: u.input_tokens_details?.cached_tokens ?? 0,
-        cacheWriteTokens: 0,
-        outputTokens: u.output_tokens,
-      }),
-    );
+    charged = responsesCharge(ev.response.usage!);
   }
   return charged;
 }

@@ -12,7 +12,8 @@
 import t, { type Test } from 'tap';
 import { request } from 'undici';
 import { setLane, type Lane } from '../../src/deployment/state.js';
-import { textChargeInk, textUsageFromResponses } from '../../src/catalog/pricing.js';
+import { textChargeInk } from '../../src/catalog/pricing.js';
+import { responsesCharge } from '../helpers/responses-harness.js';
 import { startAnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
 import { startOpenAISimulator } from '../../src/simulators/openai/simulator.js';
 import { cutAt, startFaultProxy, type Fault, type FaultProxy } from '../helpers/fault-proxy.js';
@@ -65,17 +66,6 @@ const MESSAGES: LaneSpec = {
   },
   errorCode: (d) => d?.error?.code,
 };
-
-const responsesCharge = (u: any) =>
-  textChargeInk(
-    'text-6-astra',
-    textUsageFromResponses({
-      inputTokens: u.input_tokens,
-      cachedTokens: u.input_tokens_details?.cached_tokens ?? 0,
-      cacheWriteTokens: 0,
-      outputTokens: u.output_tokens,
-    }),
-  );
 
 const RESPONSES: LaneSpec = {
   lane: 'responses',
