@@ -15,6 +15,7 @@ import { eachEngine } from '../helpers/engines.js';
 import { startTestGateway } from '../helpers/gateway.js';
 import { parseExposition } from '../helpers/prometheus.js';
 import { rawExchange } from '../helpers/raw-socket.js';
+import { watchQueries } from '../helpers/query-watch.js';
 
 const VENDOR_KEY = 'sk-ant-accounting';
 /** A line is written when its answer has ended; a refused or aborted one within this (generous, loaded machine). */
@@ -73,6 +74,8 @@ const idOf = (raw: string): string => /\r\nx-request-id: (req_[0-9a-f]{32})/i.ex
 eachEngine('a client that hangs up before its answer is 499 client_closed, not a 5xx', async (t, engine) => {
   const { g, k, lineWhere, metrics, port, accessLines } = await setup(t, engine);
   await g.gw.services.ledger.topUp(k.accountId, 10_000, 'test');
+  // The key's lookup (its statements are find_live_key*): sent once the gateway has had the head.
+  const lookups = watchQueries(t, g.gw.services.pool, (q) => /^find_live_key/.test(q.name ?? ''));
   // A body promised and never finished: the handler waits for it, then the client resets the connection.
   await rawExchange(
     port,
@@ -80,9 +83,8 @@ eachEngine('a client that hangs up before its answer is 499 client_closed, not a
       s.write(
         `POST /v1/messages HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${k.key}\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"model":`,
       );
-      // Gone once the gateway has had the head (its key check runs while the body is awaited): a
-      // second is long past that even on a loaded machine, and far inside the request's 60 s cap.
-      setTimeout(() => s.resetAndDestroy(), 1_000);
+      // Gone once the gateway has had the head: its key check runs while the body is awaited.
+      void lookups.until(1).then(() => s.resetAndDestroy());
     },
     LINE_BOUND_MS,
   );
