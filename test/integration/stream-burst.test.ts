@@ -44,6 +44,8 @@ t.test(`${STREAMS} streams started at once keep the gateway's event loop moving`
     limits: { requestsPerMinute: 100_000 },
   });
   const client = new Anthropic({ baseURL: gw.url, authToken: key.key, apiKey: null, maxRetries: 0 });
+  /** Every stream's charge as the client was told it (the service.usage event), warm-ups included. */
+  const told: number[] = [];
   const stream = async (): Promise<string> => {
     const s = await client.messages.create({
       model: 'sonnet',
@@ -52,7 +54,10 @@ t.test(`${STREAMS} streams started at once keep the gateway's event loop moving`
       messages: [{ role: 'user', content: `burst [[sim:pace=${PACE_MS}]] [[sim:tokens=${DELTAS}]]` }],
     });
     let text = '';
-    for await (const ev of s) if (ev.type === 'content_block_delta' && ev.delta.type === 'text_delta') text += ev.delta.text;
+    for await (const ev of s) {
+      if (ev.type === 'content_block_delta' && ev.delta.type === 'text_delta') text += ev.delta.text;
+      if ((ev as { type: string }).type === 'service.usage') told.push((ev as unknown as { ink_charged: number }).ink_charged);
+    }
     return text;
   };
   const metrics = async () => parseExposition(await (await fetch(`${gw.adminUrl}/metrics`)).text());
@@ -74,5 +79,12 @@ t.test(`${STREAMS} streams started at once keep the gateway's event loop moving`
   t.equal(await gw.stop(), 0, 'the gateway drains and stops cleanly');
   const open = await db.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM requests WHERE hold_state = 'open'`);
   t.equal(open.rows[0]!.n, 0, 'no hold left open');
+  t.equal(told.length, 1 + 20 + STREAMS, 'every stream told its charge');
+  const charged = await db.pool.query<{ n: string }>('SELECT ink_charged::text AS n FROM api_keys WHERE id = $1', [key.id]);
+  t.equal(
+    Number(charged.rows[0]!.n),
+    told.reduce((a, b) => a + b, 0),
+    'billed once: the key was charged exactly the sum of what its streams were told',
+  );
   await assertLedgerInvariant(t, db.pool);
 });
