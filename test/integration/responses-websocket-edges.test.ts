@@ -6,6 +6,7 @@ import type { Test } from 'tap';
 import { eachEngine } from '../helpers/engines.js';
 import { operatorCli } from '../helpers/operator-cli.js';
 import { startWsStack, TERMINAL, upgradeAnswer, WsConversation, type WsEvent } from '../helpers/responses-ws.js';
+import { responsesCharge } from '../helpers/responses-harness.js';
 
 /** A turn that runs at least TOKENS * (PACE_MS - 1) ms: the simulator waits PACE_MS before each delta (a timer may fire 1 ms early). */
 const PACE_MS = 20;
@@ -116,11 +117,15 @@ eachEngine('at maxLifeMs a socket closes (1000): an idle one at once, one runnin
 eachEngine("usage frame none, the key's or the upgrade request's: nothing after the terminal event", async (t, engine) => {
   const s = await startWsStack(t, engine);
   let logged = 0;
+  /** By key: what the client can tell it was charged (a terminal event's usage, priced; or the usage event). */
+  const told = new Map<string, number>();
+  const tell = (keyId: string, ink: number) => told.set(keyId, (told.get(keyId) ?? 0) + ink);
   /** Runs `n` turns that end at their terminal event; each next one's events follow the last with nothing between. */
-  const framelessTurns = async (c: WsConversation, n: number, what: string): Promise<void> => {
+  const framelessTurns = async (c: WsConversation, n: number, what: string, keyId: string): Promise<void> => {
     for (let i = 0; i < n; i++) {
       c.send({ model: 'astra', input: `${what} ${i}` });
       const ev = await c.readTurn(true);
+      tell(keyId, responsesCharge((ev.at(-1) as unknown as { response: { usage: Parameters<typeof responsesCharge>[0] } }).response.usage));
       t.equal(ev[0]?.type, 'response.created', `${what} ${i}: the turn's first event follows the last turn's terminal event`);
       t.equal(ev.filter((e) => TERMINAL.has(e.type)).length, 1, `${what} ${i}: ends with its terminal event`);
       t.equal(ev.at(-1)?.type, 'response.completed');
@@ -136,19 +141,17 @@ eachEngine("usage frame none, the key's or the upgrade request's: nothing after 
       `${what}: no service.usage before the socket closed`,
     );
   };
-  await framelessTurns(new WsConversation(s.client, { 'X-Service-Usage-Frame': 'none' }), 2, 'X-Service-Usage-Frame: none on the upgrade');
+  await framelessTurns(new WsConversation(s.client, { 'X-Service-Usage-Frame': 'none' }), 2, 'X-Service-Usage-Frame: none on the upgrade', s.k.keyId);
 
   const k2 = await s.g.newKey({ name: 'frameless' });
   await s.g.gw.services.ledger.topUp(k2.accountId, 500_000, 'test');
   t.match(await operatorCli(s.g.config).cli('key', 'set', k2.keyId, '--usage-frame', 'none'), { usage_frame: 'none' }, 'inkgate key set --usage-frame none');
   const client2 = new OpenAI({ baseURL: s.g.url + '/v1', apiKey: k2.key, maxRetries: 0 });
-  await framelessTurns(new WsConversation(client2), 2, "the key's usage frame none");
+  await framelessTurns(new WsConversation(client2), 2, "the key's usage frame none", k2.keyId);
   const over = new WsConversation(client2, { 'X-Service-Usage-Frame': 'event' });
-  t.match(
-    (await over.turn({ model: 'astra', input: 'with the frame' })).at(-1),
-    { type: 'service.usage', ink_charged: Number },
-    'the header overrides the key',
-  );
+  const usage = (await over.turn({ model: 'astra', input: 'with the frame' })).at(-1);
+  t.match(usage, { type: 'service.usage', ink_charged: Number }, 'the header overrides the key');
+  tell(k2.keyId, (usage as unknown as { ink_charged: number }).ink_charged);
   over.close();
   await over.closedP;
 
@@ -168,6 +171,7 @@ eachEngine("usage frame none, the key's or the upgrade request's: nothing after 
       rows.reduce((a, r) => a + r.charged, 0),
       'the key charged once per turn, frame or none',
     );
+    t.equal(me.key.ink_charged, told.get(k.keyId), 'and what its client can tell, turn by turn');
     t.equal(me.key.ink_reserved, 0, 'nothing held');
   }
   await s.ledgerCheck();
@@ -177,6 +181,8 @@ eachEngine('the next response.create sent on the terminal event waits for the ru
   // Each settle written before it answers (the ledger's sync durability): the turn's end comes well after its terminal event.
   const s = await startWsStack(t, engine, { ledger: { durability: 'sync' } });
   const turns = 10;
+  /** What the client can tell it was charged, turn by turn: the usage event, or the terminal event's usage priced. */
+  let toldInk = 0;
   for (const frame of ['event', 'none'] as const) {
     const c = new WsConversation(s.client, { 'X-Service-Usage-Frame': frame });
     const seen: string[] = [];
@@ -187,6 +193,9 @@ eachEngine('the next response.create sent on the terminal event waits for the ru
     while (ended < turns) {
       const e = await c.next();
       seen.push(e.type);
+      if (frame === 'event' && e.type === 'service.usage') toldInk += (e as unknown as { ink_charged: number }).ink_charged;
+      if (frame === 'none' && e.type === 'response.completed')
+        toldInk += responsesCharge((e as unknown as { response: { usage: Parameters<typeof responsesCharge>[0] } }).response.usage);
       // As an agent loop does: the next request as soon as the response is there, its charge not awaited.
       if ((TERMINAL.has(e.type) || e.type === 'error') && sent < turns) send();
       // Each message ends with one event: its usage event (its terminal one with none), or an error.
@@ -209,5 +218,6 @@ eachEngine('the next response.create sent on the terminal event waits for the ru
     rows.reduce((a, r) => a + r.charged, 0),
     'charged once each',
   );
+  t.equal((await s.me()).key.ink_charged, toldInk, 'and what the client can tell, turn by turn');
   await s.ledgerCheck();
 });
