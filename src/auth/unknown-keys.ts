@@ -13,6 +13,8 @@
 //
 // Bounded in lifetime and in size: insertion-ordered, the oldest entry leaves first.
 
+import { ExpiringKeys } from '../util/expiring-keys.js';
+
 export interface UnknownKeysOptions {
   /** How long a key found not live is refused from memory (0: off). */
   readonly unknownKeyMs: number;
@@ -23,13 +25,14 @@ export interface UnknownKeysOptions {
 }
 
 export class UnknownKeys {
-  /** Key hash (latin1) -> until when (ms on nowMs) it is refused; the first entry is the oldest. */
-  private readonly entries = new Map<string, number>();
+  /** Key hashes (latin1) refused from memory, each until its time is up. */
+  private readonly entries: ExpiringKeys;
 
   constructor(private readonly opts: UnknownKeysOptions) {
     if (!Number.isInteger(opts.unknownKeyEntries) || opts.unknownKeyEntries < 1) {
       throw new TypeError(`unknown keys: unknownKeyEntries must be a positive integer, got ${opts.unknownKeyEntries}`);
     }
+    this.entries = new ExpiringKeys(opts.unknownKeyEntries, opts.nowMs);
   }
 
   /** Entries held (expired ones included until they are met or pushed out). */
@@ -39,19 +42,11 @@ export class UnknownKeys {
 
   /** True while `id` (a key hash as latin1) is remembered as not live; an expired entry is dropped. */
   has(id: string): boolean {
-    if (this.entries.size === 0) return false;
-    const until = this.entries.get(id);
-    if (until === undefined) return false;
-    if (until > this.opts.nowMs()) return true;
-    this.entries.delete(id);
-    return false;
+    return this.entries.leftMs(id) > 0;
   }
 
   /** Remembers that the store found no live key for `id`. */
   add(id: string): void {
-    if (this.opts.unknownKeyMs === 0) return;
-    this.entries.delete(id);
-    if (this.entries.size >= this.opts.unknownKeyEntries) this.entries.delete(this.entries.keys().next().value!);
-    this.entries.set(id, this.opts.nowMs() + this.opts.unknownKeyMs);
+    if (this.opts.unknownKeyMs > 0) this.entries.add(id, this.opts.unknownKeyMs);
   }
 }

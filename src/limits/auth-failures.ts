@@ -17,6 +17,7 @@ import { isIP } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { ApiError } from '../errors.js';
 import type { RateLimiter } from './rate-limiter.js';
+import { ExpiringKeys } from '../util/expiring-keys.js';
 
 /** Addresses remembered as over their budget at once; the oldest is forgotten first (it costs one more lookup). */
 const DEFAULT_MAX_REFUSED = 10_000;
@@ -69,21 +70,18 @@ function addressBlock(address: string): string {
 }
 
 export class AuthFailureBudget {
-  /** Failure bucket -> until when (ms on nowMs) it is refused; the first entry is the oldest. */
-  private readonly refused = new Map<string, number>();
+  /** Failure buckets over their budget, each refused until its Retry-After is up. */
+  private readonly refused: ExpiringKeys;
   private readonly limiter: RateLimiter;
   private readonly perMinute: number;
   private readonly counts: (e: unknown) => boolean;
-  private readonly maxRefused: number;
-  private readonly nowMs: () => number;
   private readonly onRefused: (() => void) | undefined;
 
   constructor(o: AuthFailureBudgetOptions) {
     this.limiter = o.limiter;
     this.perMinute = o.perMinute;
     this.counts = o.counts;
-    this.maxRefused = o.maxRefused ?? DEFAULT_MAX_REFUSED;
-    this.nowMs = o.nowMs ?? (() => performance.now());
+    this.refused = new ExpiringKeys(o.maxRefused ?? DEFAULT_MAX_REFUSED, o.nowMs ?? (() => performance.now()));
     this.onRefused = o.onRefused;
   }
 
@@ -106,13 +104,8 @@ export class AuthFailureBudget {
 
   /** Throws the 429 while `bucket` is remembered as over its budget. */
   private refuseIfKnown(bucket: string): void {
-    const until = this.refused.get(bucket);
-    if (until === undefined) return;
-    const waitMs = until - this.nowMs();
-    if (waitMs <= 0) {
-      this.refused.delete(bucket);
-      return;
-    }
+    const waitMs = this.refused.leftMs(bucket);
+    if (waitMs === 0) return;
     this.onRefused?.();
     throw overBudget(Math.max(1, Math.ceil(waitMs / 1000)));
   }
@@ -126,9 +119,7 @@ export class AuthFailureBudget {
       return failure;
     }
     if (decision.allowed) return failure;
-    this.refused.delete(bucket);
-    if (this.refused.size >= this.maxRefused) this.refused.delete(this.refused.keys().next().value!);
-    this.refused.set(bucket, this.nowMs() + decision.retryAfterS * 1000);
+    this.refused.add(bucket, decision.retryAfterS * 1000);
     this.onRefused?.();
     return overBudget(decision.retryAfterS);
   }
