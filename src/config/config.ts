@@ -17,6 +17,9 @@ const here = dirname(fileURLToPath(import.meta.url));
 export const PROJECT_ROOT = resolve(here, '..', '..');
 const DEFAULT_FILE = resolve(PROJECT_ROOT, 'config', 'default.json');
 
+/** This product's version, from its package.json (the OpenAPI document and the traces' service.version). */
+export const packageVersion = (): string => String((JSON.parse(readFileSync(resolve(PROJECT_ROOT, 'package.json'), 'utf8')) as { version: unknown }).version);
+
 const validator = Compile(ConfigSchema);
 
 export type DeepPartial<T> = { [K in keyof T]?: T[K] extends object ? (T[K] extends unknown[] ? T[K] : DeepPartial<T[K]>) : T[K] };

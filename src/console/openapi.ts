@@ -1,10 +1,5 @@
-// GET /v1/openapi.json: the API as an OpenAPI 3.1 document, built once at start-up from the
-// endpoint table (api-reference.ts), the error table and the catalogue. Public, like /v1/models:
-// it describes the API and holds nothing of an account.
-import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
 import type { Catalog } from '../catalog/models.js';
-import { PROJECT_ROOT } from '../config/config.js';
+import { packageVersion } from '../config/config.js';
 import type { Route } from '../server/router.js';
 import { endpointErrors, ENDPOINTS, openApiPath, type Endpoint } from './api-reference.js';
 
@@ -68,8 +63,6 @@ export function buildOpenApi(c: Catalog, version: string): Record<string, unknow
     },
   };
 }
-
-const packageVersion = (): string => String((JSON.parse(readFileSync(join(PROJECT_ROOT, 'package.json'), 'utf8')) as { version: string }).version);
 
 export function openApiRoute(c: Catalog, version: string = packageVersion()): Route {
   const text = JSON.stringify(buildOpenApi(c, version));

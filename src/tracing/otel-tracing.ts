@@ -30,9 +30,7 @@ import {
   type SamplingResult,
   type SpanExporter,
 } from '@opentelemetry/sdk-trace';
-import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
-import { PROJECT_ROOT, type Config } from '../config/config.js';
+import { type Config, packageVersion } from '../config/config.js';
 import {
   ATTR_SERVICE_NAME,
   ATTR_SERVICE_VERSION,
@@ -138,7 +136,7 @@ export class OtelTracing implements Tracing {
   private readonly jobs = new WeakMap<TracedJob, Span>();
 
   constructor(cfg: Config['tracing'], endpoint: string, log: TracingLog) {
-    const version = String((JSON.parse(readFileSync(join(PROJECT_ROOT, 'package.json'), 'utf8')) as { version: unknown }).version);
+    const version = packageVersion();
     const exporter = new OTLPTraceExporter({ url: endpoint, timeoutMillis: cfg.exportTimeoutMs });
     const shown = shownUrl(endpoint);
     this.provider = new TracerProvider({
