@@ -376,7 +376,7 @@ function sendTries(env: ProxyEnv, r: RequestScope, req: ParsedTextRequest): Prom
   // reply takes minutes (the official SDKs wait 10). A stream's headers come at once.
   const deadlineMs = performance.now() + (req.stream ? up.headersTimeoutMs : up.nonStreamTimeoutMs);
   // Traced: one vendor span covers every try, and its traceparent goes with each (the span records no header).
-  const traced = r.trace?.vendorCall({ system: env.vendor, model: req.model.vendorModel, maxTokens: req.maxTokens, stream: req.stream }, {});
+  const traced = r.trace?.vendorCall({ system: env.vendor, model: req.model.vendorModel, maxTokens: req.maxTokens });
   const extra = traced === undefined ? req.extraHeaders : { ...req.extraHeaders, ...traced };
   return postAcross(env.pool, env.members, { maxTries: up.maxTries, deadlineMs }, req.vendorBody, extra);
 }

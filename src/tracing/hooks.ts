@@ -21,7 +21,6 @@ export interface VendorCall {
   /** The vendor's model id sent (gen_ai.request.model). */
   readonly model: string;
   readonly maxTokens: number | undefined;
-  readonly stream: boolean;
 }
 
 /** What the vendor reported at the end of a call. */
@@ -40,8 +39,8 @@ export interface RequestTrace {
   /** The Ink held and charged (inkgate.ink.held, inkgate.ink.charged) on the server span. */
   held(ink: number): void;
   charged(ink: number): void;
-  /** Starts the vendor CLIENT span; returns `headers` plus the `traceparent` the vendor receives. */
-  vendorCall(call: VendorCall, headers: Readonly<Record<string, string>>): Record<string, string>;
+  /** Starts the vendor CLIENT span; returns the headers (`traceparent`) the vendor receives. */
+  vendorCall(call: VendorCall): Record<string, string>;
   /** An event on the vendor span when the stream's first event is relayed. */
   firstToken(): void;
   /** Ends the vendor span: the vendor's status (undefined: no answer), what it reported, the error that ended it. */

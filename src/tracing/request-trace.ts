@@ -112,8 +112,8 @@ export class OtelRequestTrace implements RequestTrace {
     if (this.recording) this.span.setAttribute(INK_CHARGED, ink);
   }
 
-  vendorCall(call: VendorCall, headers: Readonly<Record<string, string>>): Record<string, string> {
-    const out: Record<string, string> = { ...headers };
+  vendorCall(call: VendorCall): Record<string, string> {
+    const out: Record<string, string> = {};
     if (!this.recording) {
       // Not sampled here: the vendor still gets the trace (its flags say not sampled).
       this.env.propagator.inject(this.parent, out, HEADER_SETTER);
