@@ -69,8 +69,10 @@ export async function keyState(q: Queryable, keyId: string, product: Idempotency
 
 /**
  * Takes the key for `generationId`: a new key, one past its window, or one whose holder let go (its
- * claim lapsed or was refused, and no live generation came of it). A refusal this submit did not
- * see at its first look (`seenRefusedAt`) was recorded while it was on its way to the claim: it is a
+ * claim lapsed or was refused, and no live generation came of it). A refused claim lapsed when the
+ * refusal was recorded, so it is taken over by the refusal alone, never by comparing two
+ * instances' clocks: only by a submit that saw that very refusal at its first look
+ * (`seenRefusedAt`). One it did not see was recorded while it was on its way to the claim: it is a
  * duplicate of the refused submit, owed that refusal, so it does not take the key over.
  */
 export async function claimKey(
@@ -91,9 +93,8 @@ export async function claimKey(
             claimed_until = EXCLUDED.claimed_until, created_at = EXCLUDED.created_at,
             refused_at = NULL, refusal = NULL
       WHERE k.created_at <= $7
-         OR (k.claimed_until <= $6
-             AND (k.refused_at IS NULL OR k.refused_at = $8)
-             AND NOT EXISTS (SELECT 1 FROM generations g WHERE g.id = k.generation_id AND g.state <> 'voided'))
+         OR (NOT EXISTS (SELECT 1 FROM generations g WHERE g.id = k.generation_id AND g.state <> 'voided')
+             AND CASE WHEN k.refused_at IS NULL THEN k.claimed_until <= $6 ELSE k.refused_at = $8 END)
      RETURNING k.generation_id`,
     [keyId, product, idemKey, generationId, new Date(nowMs + ttlMs), new Date(nowMs), new Date(nowMs - IDEMPOTENCY_WINDOW_MS), seenRefusedAt],
   );
