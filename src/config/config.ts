@@ -5,7 +5,7 @@ import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Compile } from '../util/typed-schema.js';
 import { type Config, ConfigSchema } from './config-schema.js';
-import { resolveVendorDeployments, VENDORS } from './vendor-deployments.js';
+import { resolveVendorDeployments, splitList, VENDORS } from './vendor-deployments.js';
 import { plainHttpUrl } from './http-url.js';
 
 export type { Config } from './config-schema.js';
@@ -52,13 +52,7 @@ const int = (name: string, v: string | undefined): number | undefined => {
   return n;
 };
 const str = (v: string | undefined): string | undefined => (v === undefined || v === '' ? undefined : v);
-const list = (v: string | undefined): string[] | undefined =>
-  v === undefined || v.trim() === ''
-    ? undefined
-    : v
-        .split(',')
-        .map((x) => x.trim())
-        .filter((x) => x !== '');
+const list = (v: string | undefined): string[] | undefined => (v === undefined || v.trim() === '' ? undefined : splitList(v));
 const num = (name: string, v: string | undefined): number | undefined => {
   if (v === undefined || v.trim() === '') return undefined;
   const n = Number(v);

@@ -54,7 +54,8 @@ export function vendorBaseUrl(vendor: VendorId, raw: string): string {
 
 const envName = (vendor: VendorId, what: 'BASE_URL' | 'API_KEY'): string => `INKGATE_${vendor.toUpperCase()}_${what}`;
 
-const splitList = (v: string): string[] =>
+/** The items of a comma-separated setting, trimmed, empty ones left out. */
+export const splitList = (v: string): string[] =>
   v
     .split(',')
     .map((x) => x.trim())

@@ -15,6 +15,7 @@ import { assertLedgerInvariant } from './ledger-invariant.js';
 import { createLogger } from '../../src/util/log.js';
 import type { LoggedLine } from './log-lines.js';
 import { operatorCli } from './operator-cli.js';
+import { me as meOf } from './responses-harness.js';
 
 const VENDOR_KEY = 'sk-openai-ws-vendor';
 
@@ -38,7 +39,7 @@ export async function startWsStack(t: Test, engine: EngineName, gateway: Record<
     t.match(report, { ok: true, violations: [] }, 'inkgate ledger check: ok');
     await assertLedgerInvariant(t, g.db.pool);
   };
-  const me = async (key = k.key) => (await g.call('GET', '/v1/me', { key })).json;
+  const me = (key = k.key) => meOf(g, key);
   /**
    * The key's request records, once `expected` are written and none is running any more (the
    * settle follows the vendor's end; records are written behind, in group commits), bounded.
