@@ -132,6 +132,60 @@ const keyChanged = (update: string): string => `WITH k AS (${update} RETURNING i
     l AS (UPDATE leases SET recall_at = coalesce(recall_at, now()) WHERE key_id IN (SELECT id FROM k) AND state = 'live')
   SELECT ${recallNotifySql(null, 'id', 'key')} FROM k`;
 
+/**
+ * Leases of a key that some instance may still hold from: live, not drained (its owner has not yet
+ * stopped holding from it and given its spare Ink back), not past its expiry (past it, its owner
+ * stops by itself: its own deadline comes earlier, `ledger.lease.deadlineMarginMs`). A take that
+ * committed while the change waited for the key's row escapes the change's recall; the owner's
+ * heartbeat finds the key changed and drains it, so it is counted here too.
+ */
+const KEY_LEASES_HOLDING = `SELECT count(*)::int AS leases, count(DISTINCT instance_id)::int AS instances FROM leases
+   WHERE key_id = $1 AND state = 'live' AND drained_at IS NULL AND expires_at > now()`;
+
+/**
+ * How long a key's change may wait to be in force: a lease's lifetime (a stopped instance's lease
+ * expires by then), and two heartbeats for a lease renewed just before the change.
+ */
+export const inForceBoundMs = (lease: { readonly ttlMs: number; readonly heartbeatMs: number }): number => lease.ttlMs + 2 * lease.heartbeatMs;
+
+/** How often a change in force is checked while it waits (a CLI or console action, not a request). */
+const IN_FORCE_POLL_MS = 20;
+
+export interface InForceWait {
+  /** Give up after this long (a lease's lifetime: by then every lease in scope has ended). */
+  readonly boundMs: number;
+  /** Told once, when the wait lasts longer than a moment: how many instances still hold from the key. */
+  readonly onWait?: (instances: number) => void;
+  /** When to call onWait. */
+  readonly noteAfterMs?: number;
+}
+
+/**
+ * Resolves once a change of the key (revoke, expiry, cap or frame edit) is in force on every
+ * instance: none holds from a lease the key had before the change (a hold without a lease reads the
+ * key's row, so it sees the change at once). An instance hears of the change within milliseconds
+ * (NOTIFY) or at its next heartbeat (a second), so this usually waits a few milliseconds; a stopped
+ * instance is waited for until its lease expires. Throws an AdminError when the bound passes first.
+ */
+export async function keyChangeInForce(db: Queryable, keyId: string, wait: InForceWait): Promise<void> {
+  const start = performance.now();
+  let noted = false;
+  for (;;) {
+    const r = (await db.query<{ leases: number; instances: number }>(KEY_LEASES_HOLDING, [keyId])).rows[0]!;
+    if (r.leases === 0) return;
+    const waitedMs = performance.now() - start;
+    if (waitedMs >= wait.boundMs)
+      throw new AdminError(
+        `the change is saved, but ${r.instances} instance(s) still hold Ink for key ${keyId} after ${Math.round(waitedMs)} ms; they stop once their lease expires`,
+      );
+    if (!noted && waitedMs >= (wait.noteAfterMs ?? 0)) {
+      noted = true;
+      wait.onWait?.(r.instances);
+    }
+    await new Promise((resolve) => setTimeout(resolve, IN_FORCE_POLL_MS));
+  }
+}
+
 export async function revokeKey(db: Queryable, keyId: string): Promise<void> {
   const r = await db.query(keyChanged('UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1'), [keyId]);
   if (r.rowCount === 0) throw new AdminError(`unknown key ${keyId}`);

@@ -4,6 +4,8 @@ import {
   AdminError,
   createAccount,
   createKey,
+  inForceBoundMs,
+  keyChangeInForce,
   listKeys,
   listPlans,
   revokeKey,
@@ -16,7 +18,7 @@ import { isUsageFrame, USAGE_FRAME_CHOICES, type UsageFrame } from '../accounts/
 import { LANES, pauseModel, resumeModel, setApiOpen, setLane, type Lane } from '../deployment/state.js';
 import { migrateAll } from '../store/migrate.js';
 import { need, type ParsedArgs } from './args.js';
-import { UsageError, type AdminCommand } from './command.js';
+import { UsageError, type AdminCommand, type AdminContext } from './command.js';
 
 const wholeInk = (v: string, name: string): number => {
   if (!/^\d{1,15}$/.test(v)) throw new UsageError(`--${name} must be a whole number of Ink`);
@@ -28,6 +30,21 @@ const usageFrameFlag = (v: string): UsageFrame => {
   if (!isUsageFrame(v)) throw new UsageError(`--usage-frame must be ${USAGE_FRAME_CHOICES}, not ${JSON.stringify(v)}`);
   return v;
 };
+
+/**
+ * A key's change is saved and announced; the command returns once every instance has it in force
+ * (none holds from a lease the key had before), so the next request anywhere sees it. A wait longer
+ * than a moment (an instance that is stopped) is told on stderr.
+ */
+async function inForce(ctx: AdminContext, keyId: string): Promise<true> {
+  const boundMs = inForceBoundMs(ctx.config.ledger.lease);
+  await keyChangeInForce(ctx.pool, keyId, {
+    boundMs,
+    noteAfterMs: 500,
+    onWait: (n) => ctx.note?.(`waiting for ${n} instance(s) to stop holding Ink for key ${keyId} (at most ${Math.ceil(boundMs / 1000)} s)`),
+  });
+  return true;
+}
 
 /** `key set`'s changes: only the flags given; at least one. */
 function keyChanges(a: ParsedArgs): KeyChanges {
@@ -102,11 +119,11 @@ export const coreCommands: Record<string, AdminCommand> = {
   },
   'key revoke': {
     usage: 'key revoke KEY_ID',
-    summary: 'refuse the key from the next request on',
+    summary: 'refuse the key from the next request on, on every instance (returns once all have it in force)',
     run: async (a, ctx) => {
       const id = a.positional[0]!; // required by the usage line (args.ts)
       await revokeKey(ctx.pool, id);
-      return { id, revoked: true };
+      return { id, revoked: true, in_force: await inForce(ctx, id) };
     },
   },
   'key set-limit': {
@@ -117,7 +134,7 @@ export const coreCommands: Record<string, AdminCommand> = {
       const v = need(a, 'ink-limit');
       const limit = v === 'none' ? null : wholeInk(v, 'ink-limit');
       await setKeyLimit(ctx.pool, id, limit);
-      return { id, ink_limit: limit };
+      return { id, ink_limit: limit, in_force: await inForce(ctx, id) };
     },
   },
   'key set': {
@@ -131,6 +148,7 @@ export const coreCommands: Record<string, AdminCommand> = {
         id,
         ...(changes.inkLimit !== undefined ? { ink_limit: changes.inkLimit } : {}),
         ...(changes.usageFrame !== undefined ? { usage_frame: changes.usageFrame } : {}),
+        in_force: await inForce(ctx, id),
       };
     },
   },

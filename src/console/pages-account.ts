@@ -1,6 +1,6 @@
 // Overview (the same figures as GET /v1/me) and API keys (create, list, revoke, edit the cap and
 // the usage frame).
-import { AdminError, createKeyIn, revokeKey, setKeyLimit, updateKey, type CreatedKey } from '../accounts/accounts.js';
+import { AdminError, createKeyIn, inForceBoundMs, keyChangeInForce, revokeKey, setKeyLimit, updateKey, type CreatedKey } from '../accounts/accounts.js';
 import { DEFAULT_USAGE_FRAME, isUsageFrame, USAGE_FRAMES, type UsageFrame } from '../accounts/usage-frame.js';
 import { inkToUsd } from '../catalog/pricing.js';
 import { withTx } from '../store/pool.js';
@@ -183,8 +183,22 @@ async function ownKey(p: SignedIn): Promise<string> {
   return id;
 }
 
+/**
+ * The page that follows a key's change is shown once every instance has the change in force, as
+ * with the CLI. Past the bound the change is saved all the same, and the page shows it: an
+ * instance still holding from the key's lease stops when that lease expires.
+ */
+async function inForce(p: SignedIn, keyId: string): Promise<void> {
+  const lease = p.d.services.config.ledger.lease;
+  await keyChangeInForce(p.d.services.pool, keyId, { boundMs: inForceBoundMs(lease) }).catch((e: unknown) => {
+    if (!(e instanceof AdminError)) throw e;
+  });
+}
+
 export async function revokeKeyAction(p: SignedIn): Promise<void> {
-  await revokeKey(p.d.services.pool, await ownKey(p));
+  const id = await ownKey(p);
+  await revokeKey(p.d.services.pool, id);
+  await inForce(p, id);
   redirect(p.ctx, '/console/keys');
 }
 
@@ -197,6 +211,7 @@ export async function limitKeyAction(p: SignedIn): Promise<void> {
     return keysPage(p, undefined, (e as Error).message);
   }
   await setKeyLimit(p.d.services.pool, id, limit);
+  await inForce(p, id);
   redirect(p.ctx, '/console/keys');
 }
 
@@ -210,5 +225,6 @@ export async function usageFrameKeyAction(p: SignedIn): Promise<void> {
     return keysPage(p, undefined, (e as Error).message);
   }
   await updateKey(p.d.services.pool, id, { usageFrame });
+  await inForce(p, id);
   redirect(p.ctx, '/console/keys');
 }
