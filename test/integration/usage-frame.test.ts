@@ -295,7 +295,7 @@ t.test("CLI: key set changes a running gateway's remembered key; bad values chan
   const heard = g.gw.services.escrow.nextKeyChange(k.id);
   const set = await cli('key', 'set', k.id, '--usage-frame', 'comment');
   t.equal(set.code, 0, set.err);
-  t.same(set.json, { id: k.id, usage_frame: 'comment' });
+  t.same(set.json, { id: k.id, usage_frame: 'comment', in_force: true });
   await heard;
   let charged = (await me(g, k.key)).key.ink_charged;
   await assertMessagesForm(t, g, k.key, await stream(g, '/v1/messages', k.key, 'after'), 'comment', charged);
@@ -303,7 +303,7 @@ t.test("CLI: key set changes a running gateway's remembered key; bad values chan
   const both = g.gw.services.escrow.nextKeyChange(k.id);
   const set2 = await cli('key', 'set', k.id, '--usage-frame', 'none', '--ink-limit', '90000');
   t.equal(set2.code, 0, set2.err);
-  t.same(set2.json, { id: k.id, ink_limit: 90000, usage_frame: 'none' });
+  t.same(set2.json, { id: k.id, ink_limit: 90000, usage_frame: 'none', in_force: true });
   await both;
   t.same(await row(), { usage_frame: 'none', ink_limit: 90000 });
   t.equal((await me(g, k.key)).key.ink_limit, 90000);

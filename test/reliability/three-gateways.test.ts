@@ -4,7 +4,7 @@
 //     60 sent at once to the three, the rest 402 insufficient_ink;
 //   - a key cap of 13.5 holds admits exactly 13 of 30;
 //   - the per-key rate limit is shared: 130 requests over the three admit exactly the quota;
-//   - a revoked key is refused by every process within one second of the revoke.
+//   - a revoked key is refused by every process from the first request after the revoke returns.
 // The ledger invariant holds after each case.
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -14,7 +14,6 @@ import { request } from 'undici';
 import { loadConfig, type Config, type DeepPartial } from '../../src/config/config.js';
 import { startAnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
 import { testDb } from '../helpers/db.js';
-import { msUntilEachSees } from '../helpers/each-sees.js';
 import { testRedisUrl } from '../helpers/env.js';
 import { startGatewayProcess, type GatewayProcess } from '../helpers/gateway-process.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
@@ -23,9 +22,6 @@ import { sharedRedisUrl } from '../helpers/redis-server.js';
 
 const ANTHROPIC_KEY = 'sk-ant-three';
 const RATE_PER_MINUTE = 100;
-// Time is the behaviour: docs/ledger.md promises a revoked key is refused on every instance within
-// one second (measured 4-8 ms, the revoke's NOTIFY); the documented second is kept as the bound.
-const REVOKE_WITHIN_MS = 1000;
 // Streams that stay open (60 deltas 100 ms apart, about 6 s) while every other one is admitted or
 // refused: each admitted one keeps its hold for the whole test of the edge. Seconds of margin: on a
 // loaded machine a burst's admissions (lookups, lease takes, recalls) can take more than one.
@@ -135,19 +131,20 @@ t.test('the rate limit is shared by the three processes', async (t) => {
   await assertLedgerInvariant(t, db.pool);
 });
 
-t.test('a revoked key is refused by every process within one second', async (t) => {
+t.test('a revoked key is refused by every process from the request after the revoke returns', async (t) => {
   const a = await account('three revoke', 100_000);
   // Each process has seen the key (cached, with a lease of its own) before the revoke.
   for (const g of gateways) t.equal((await send(g, a.key, body('before', false))).status, 200);
-  await cli('key', 'revoke', a.keyId);
-  const revokedAt = performance.now();
-  const refused = async (g: GatewayProcess): Promise<boolean> => {
+  const startedAt = performance.now();
+  const revoke = await cli('key', 'revoke', a.keyId);
+  // The revoke returns once every process stopped holding from its lease for the key (the NOTIFY,
+  // or at worst the heartbeat). Its time includes the command's own start, so it is only shown.
+  t.comment(`the revoke returned in force after ${(performance.now() - startedAt).toFixed(1)} ms`);
+  t.equal(revoke.in_force, true, 'the revoke says it is in force');
+  for (const [i, g] of gateways.entries()) {
     const r = await send(g, a.key, body('after', false));
     await r.done;
-    return r.status === 401;
-  };
-  const refusedAfterMs = await msUntilEachSees(gateways, refused, revokedAt, 5 * REVOKE_WITHIN_MS);
-  t.comment(`refused after ${refusedAfterMs.map((ms) => ms.toFixed(1)).join(', ')} ms`);
-  for (const [i, ms] of refusedAfterMs.entries()) t.ok(ms <= REVOKE_WITHIN_MS, `process ${i}: refused within ${REVOKE_WITHIN_MS} ms (${ms.toFixed(1)})`);
+    t.equal(r.status, 401, `process ${i}: the first request after the revoke is refused`);
+  }
   await assertLedgerInvariant(t, db.pool);
 });
