@@ -10,6 +10,9 @@ COPY package.json package-lock.json ./
 RUN npm ci --no-audit --no-fund
 COPY tsconfig.json tsconfig.build.json ./
 COPY src ./src
+# The demo's vendor simulators and the bench tool are compiled with the product (npm run demo, inkgate bench).
+COPY simulators ./simulators
+COPY bench/tool ./bench/tool
 RUN npx tsc -p tsconfig.build.json \
  && npm prune --omit=dev --no-audit --no-fund
 

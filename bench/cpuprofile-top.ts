@@ -26,14 +26,15 @@ export interface CpuProfile {
   readonly timeDeltas?: readonly number[];
 }
 
-/** Where a frame's code lives, short: src/lanes/x.ts, undici/lib/..., node:internal/..., or the VM's own. */
+/** Where a frame's code lives, short: src/lanes/x.ts (or .js), simulators/..., undici/lib/..., node:internal/..., or the VM's own. */
 export function shortUrl(url: string): string {
   if (url === '') return '';
   const u = url.replace(/^file:\/\//, '');
   const nm = u.lastIndexOf('/node_modules/');
   if (nm >= 0) return u.slice(nm + '/node_modules/'.length);
-  const m = /\/(dist|src|bench|test)\/(.*)$/.exec(u);
-  return m ? `${m[1] === 'dist' ? 'src' : m[1]}/${m[2]}` : u;
+  // The compiled tree mirrors the repository (dist/src, dist/simulators, dist/bench/tool).
+  const m = /\/(src|simulators|bench|test)\/(.*)$/.exec(u.replace('/dist/', '/'));
+  return m ? `${m[1]}/${m[2]}` : u;
 }
 
 /** The area a frame's self time is summed under. */

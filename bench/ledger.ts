@@ -27,7 +27,7 @@ import { loadConfig } from '../src/config/config.js';
 import { Ledger } from '../src/ledger/ledger.js';
 import { migrate } from '../src/store/migrate.js';
 import { createPool, type Pool } from '../src/store/pool.js';
-import { ledgerViolations } from '../test/helpers/ledger-invariant.js';
+import { checkLedger } from '../src/ledger/invariant.js';
 
 export interface BenchOptions {
   url: string;
@@ -299,7 +299,7 @@ export async function runLedgerBench(opts: BenchOptions): Promise<{ settings: Re
       }
     }
 
-    const v = await ledgerViolations(pool);
+    const v = (await checkLedger(pool, 3)).map((x) => `${x.rule}: ${JSON.stringify(x.rows)}`);
     if (v.length > 0) throw new Error(`ledger invariant broken after the bench: ${v.join('; ')}`);
     opts.log('ledger invariant holds over the whole ledger bench schema');
 

@@ -15,7 +15,7 @@ import { MessagesUsageTally, tallyMessageBody } from '../src/lanes/messages/usag
 import { parseMessagesRequest } from '../src/lanes/messages/request.js';
 import { MemoryRateLimiter } from '../src/limits/memory-rate-limiter.js';
 import { GatewayMetrics } from '../src/metrics/metrics.js';
-import { startAnthropicSimulator } from '../src/simulators/anthropic/simulator.js';
+import { startAnthropicSimulator } from '../simulators/anthropic/simulator.js';
 import { createAccessLog } from '../src/server/access-log.js';
 import type { HttpContext } from '../src/server/http-context.js';
 import { newRequestId } from '../src/server/http-context.js';

@@ -8,7 +8,7 @@ const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 ensureBuilt();
 let code = 1;
 try {
-  const { runCli } = await import(join(root, 'dist', 'admin', 'cli.js'));
+  const { runCli } = await import(join(root, 'dist', 'src', 'admin', 'cli.js'));
   code = await runCli(process.argv.slice(2));
 } catch (e) {
   process.stderr.write(`inkgate: ${e instanceof Error ? e.message.split('\n')[0] : String(e)}\n`);

@@ -1,5 +1,6 @@
 #!/usr/bin/env node
-// `npm start`: builds dist/ when it is missing or older than src/, then runs the gateway.
+// `npm start`: builds dist/ when it is missing or older than what it compiles (src/, simulators/,
+// bench/tool/), then runs the gateway.
 import { spawnSync } from 'node:child_process';
 import { existsSync, readdirSync, statSync } from 'node:fs';
 import { join, dirname } from 'node:path';
@@ -17,11 +18,12 @@ function newest(dir) {
 }
 
 export function ensureBuilt() {
-  const out = join(root, 'dist', 'main.js');
+  const out = join(root, 'dist', 'src', 'main.js');
   const tsc = join(root, 'node_modules', '.bin', 'tsc');
   // A runtime image ships dist/ and no compiler (Dockerfile): what was built is what runs.
   if (existsSync(out) && !existsSync(tsc)) return;
-  if (existsSync(out) && statSync(out).mtimeMs >= newest(join(root, 'src'))) return;
+  const sources = ['src', 'simulators', join('bench', 'tool')].map((d) => newest(join(root, d)));
+  if (existsSync(out) && statSync(out).mtimeMs >= Math.max(...sources)) return;
   process.stderr.write('inkgate: building dist/ ...\n');
   // On this node, not whichever `#!/usr/bin/env node` would find first on PATH.
   const r = spawnSync(process.execPath, [tsc, '-p', 'tsconfig.build.json'], { cwd: root, stdio: 'inherit' });
@@ -30,6 +32,6 @@ export function ensureBuilt() {
 
 if (import.meta.url === `file://${process.argv[1]}`) {
   ensureBuilt();
-  const { main } = await import(join(root, 'dist', 'main.js'));
+  const { main } = await import(join(root, 'dist', 'src', 'main.js'));
   await main(process.argv.slice(2));
 }

@@ -8,7 +8,6 @@ import { Ledger } from './ledger/ledger.js';
 import { openDatabase, type Database } from './store/connect.js';
 import { createPool } from './store/pool.js';
 import { createLogger, type Logger } from './util/log.js';
-import { startDemoVendors } from './simulators/demo.js';
 import type { AdminServer } from './ops/admin-server.js';
 import { drainAndClose, serveAdmin } from './ops/serve.js';
 import { demoSignInLink } from './console/demo-link.js';
@@ -119,6 +118,8 @@ function announce(
 /** The vendor simulators, and the configuration that points the gateway at them. */
 async function startDemo(log: Logger, up: Startup): Promise<{ config: Config; videoFetch: { allowList: ReadonlySet<string>; ca: string } }> {
   up.step = 'demo vendor simulators';
+  // Loaded only for the demo: a gateway serving real vendors never loads the simulators.
+  const { startDemoVendors } = await import('../simulators/demo.js');
   const vendors = await startDemoVendors();
   up.stops.push({ what: 'demo vendor simulators', run: () => vendors.close() });
   up.step = 'configuration';

@@ -98,7 +98,7 @@ if (env.DATABASE_URL) {
   console.log("# stores: PostgreSQL at 127.0.0.1:5432/test (the machine's)");
 } else {
   tmp = mkdtempSync(join(tmpdir(), 'inkgate-test-'));
-  const { startEmbeddedPostgres } = await import(join(root, 'dist', 'store', 'embedded.js'));
+  const { startEmbeddedPostgres } = await import(join(root, 'dist', 'src', 'store', 'embedded.js'));
   embedded = await startEmbeddedPostgres(tmp, (event, fields) => console.log(`# ${event} ${JSON.stringify(fields)}`));
   env.TEST_DATABASE_URL = embedded.url;
   console.log('# stores: embedded PostgreSQL (127.0.0.1:5432 did not answer)');

@@ -127,8 +127,8 @@ async function openaiResponsesStream(url, key) {
 
 async function main() {
   console.log(`# smoke-start: node ${process.version} (${process.execPath})`);
-  if (!existsSync(join(root, 'dist', 'main.js'))) {
-    result(false, 'dist/ is built', 'dist/main.js is missing: run `npm run build` first');
+  if (!existsSync(join(root, 'dist', 'src', 'main.js'))) {
+    result(false, 'dist/ is built', 'dist/src/main.js is missing: run `npm run build` first');
     return;
   }
   const dataDir = mkdtempSync(join(tmpdir(), 'inkgate-smoke-'));

@@ -1,7 +1,7 @@
 // The gateway the text benches measure: billing on (real Postgres ledger), both text lanes open and
 // pointed at the simulators, limits raised out of the way, one funded key.
 import { loadConfig } from '../../src/config/config.js';
-import { prepareBenchGateway } from '../../src/bench/bench-account.js';
+import { prepareBenchGateway } from '../tool/bench-account.js';
 import { createGateway, type Gateway } from '../../src/gateway.js';
 import { silentLogger } from '../../src/util/log.js';
 import { benchDatabaseUrl } from './env.js';

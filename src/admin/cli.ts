@@ -93,8 +93,8 @@ export async function runCli(
   err: (s: string) => unknown = (s) => process.stderr.write(s),
   config?: Config,
 ): Promise<number> {
-  // The bench measures targets, not the database: it never opens the operator's (src/bench).
-  if (argv[0] === 'bench') return (await import('../bench/cli.js')).runBench(argv.slice(1), out, err);
+  // The bench measures targets, not the database: it never opens the operator's (bench/tool).
+  if (argv[0] === 'bench') return (await import('../../bench/tool/cli.js')).runBench(argv.slice(1), out, err);
   // Known before parsing, so even a refused command line is answered in JSON when --json was asked.
   const io: Io = { out, err, json: argv.includes('--json') };
   let p: Plan;

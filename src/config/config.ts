@@ -1,6 +1,6 @@
 // Configuration: environment > INKGATE_CONFIG file > config/default.json, validated once against
 // config-schema.ts and frozen. This folder is the only place that reads process.env.
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Compile } from '../util/typed-schema.js';
@@ -12,9 +12,15 @@ export type { Config } from './config-schema.js';
 export { deploymentsOf, vendorBaseUrl, type VendorDeployment, type VendorId } from './vendor-deployments.js';
 type Env = Readonly<Record<string, string | undefined>>;
 
-const here = dirname(fileURLToPath(import.meta.url));
-/** Project root: src/config -> ../.. (also right for dist/config). */
-export const PROJECT_ROOT = resolve(here, '..', '..');
+/**
+ * Project root: the nearest folder above this file that holds package.json. From the sources that
+ * is src/config/../..; from the compiled tree (dist/src/config) one level more.
+ */
+export const PROJECT_ROOT = ((): string => {
+  let dir = dirname(fileURLToPath(import.meta.url));
+  for (let up = 0; up < 4 && !existsSync(resolve(dir, 'package.json')); up++) dir = dirname(dir);
+  return dir;
+})();
 const DEFAULT_FILE = resolve(PROJECT_ROOT, 'config', 'default.json');
 
 /** This product's version, from its package.json (the OpenAPI document and the traces' service.version). */

@@ -3,9 +3,9 @@
 import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import type { Test } from 'tap';
-import type { BenchReport } from '../../src/bench/report.js';
-import type { RunResult } from '../../src/bench/scenarios.js';
-import { figure } from '../../src/bench/goals.js';
+import type { BenchReport } from '../../bench/tool/report.js';
+import type { RunResult } from '../../bench/tool/scenarios.js';
+import { figure } from '../../bench/tool/goals.js';
 import { createPool } from '../../src/store/pool.js';
 import { loadConfig } from '../../src/config/config.js';
 import { testDatabaseUrl, testRedisUrl } from './env.js';

@@ -5,8 +5,8 @@ import { request } from 'undici';
 import { createAccount } from '../../src/accounts/accounts.js';
 import { setLane } from '../../src/deployment/state.js';
 import { createSignInLink } from '../../src/console/sessions.js';
-import { startAnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
-import { startOpenAISimulator } from '../../src/simulators/openai/simulator.js';
+import { startAnthropicSimulator } from '../../simulators/anthropic/simulator.js';
+import { startOpenAISimulator } from '../../simulators/openai/simulator.js';
 import { startTestGateway, type TestGateway } from './gateway.js';
 import type { EngineName } from '../../src/server/engine.js';
 

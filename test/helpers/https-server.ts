@@ -6,7 +6,7 @@ import { once } from 'node:events';
 import { createServer as createHttpsServer, type Server } from 'node:https';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createServer as createTcpServer, type Socket } from 'node:net';
-import { selfSignedCert, type SelfSignedCert } from '../../src/simulators/self-signed-cert.js';
+import { selfSignedCert, type SelfSignedCert } from '../../simulators/self-signed-cert.js';
 
 export type TestCert = SelfSignedCert;
 

@@ -3,7 +3,7 @@
 // comparison, and the ledger rows those tests read back.
 import { request } from 'undici';
 import type { Pool } from '../../src/store/pool.js';
-import type { AnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
+import type { AnthropicSimulator } from '../../simulators/anthropic/simulator.js';
 import type { Test } from 'tap';
 import { call, type Reply } from './gateway.js';
 import type { SseEvent } from './sse.js';

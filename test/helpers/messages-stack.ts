@@ -5,7 +5,7 @@ import type { Test } from 'tap';
 import type { Config, DeepPartial } from '../../src/config/config.js';
 import { setLane } from '../../src/deployment/state.js';
 import type { EngineName } from '../../src/server/engine.js';
-import { startAnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
+import { startAnthropicSimulator } from '../../simulators/anthropic/simulator.js';
 import { textChargeInk } from '../../src/catalog/pricing.js';
 import { startTestGateway } from './gateway.js';
 import type { SseEvent } from './sse.js';

@@ -8,6 +8,8 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const DIST = join(root, 'dist');
+/** What the build compiles into dist/ (tsconfig.build.json). */
+const COMPILED_DIRS = ['src', 'simulators', join('bench', 'tool')];
 /** The `--import` that runs this repository's TypeScript (test/loader/register.js), as a file URL: it holds whatever the child's cwd. */
 export const TS_LOADER = pathToFileURL(join(root, 'test', 'loader', 'register.js')).href;
 
@@ -29,6 +31,8 @@ export interface ProductCode {
   readonly execArgv: readonly string[];
   /** The file URL of a module of the product, by its path under src/ written with `.js`. */
   url(srcPath: string): string;
+  /** The same for a module outside src/ that the build compiles too, e.g. `simulators/demo.js`. */
+  rootUrl(path: string): string;
 }
 
 let cached: ProductCode | undefined;
@@ -36,12 +40,16 @@ let cached: ProductCode | undefined;
 /** Decided once per test process: dist/ does not change while tests run. */
 export function productCode(): ProductCode {
   if (cached) return cached;
-  const gw = join(DIST, 'gateway.js');
-  const compiled = existsSync(gw) && statSync(gw).mtimeMs >= newestMtimeMs(join(root, 'src'), '.ts');
+  const gw = join(DIST, 'src', 'gateway.js');
+  const newestSource = Math.max(...COMPILED_DIRS.map((d) => newestMtimeMs(join(root, d), '.ts')));
+  const compiled = existsSync(gw) && statSync(gw).mtimeMs >= newestSource;
+  // dist/ mirrors the repository (dist/src, dist/simulators, dist/bench/tool).
+  const rootUrl = (p: string) => pathToFileURL(resolve(compiled ? DIST : root, p)).href;
   cached = {
     compiled,
     execArgv: compiled ? [] : ['--import', TS_LOADER],
-    url: (p) => pathToFileURL(resolve(root, compiled ? 'dist' : 'src', p)).href,
+    url: (p) => rootUrl(join('src', p)),
+    rootUrl,
   };
   return cached;
 }

@@ -5,7 +5,7 @@ import type { Test } from 'tap';
 import { request } from 'undici';
 import { textChargeInk, textUsageFromResponses } from '../../src/catalog/pricing.js';
 import { setLane } from '../../src/deployment/state.js';
-import { startOpenAISimulator, type OpenAISimulator } from '../../src/simulators/openai/simulator.js';
+import { startOpenAISimulator, type OpenAISimulator } from '../../simulators/openai/simulator.js';
 import { startTestGateway, type TestGateway } from './gateway.js';
 import { assertLedgerInvariant } from './ledger-invariant.js';
 import { parseSse, sseComments } from './sse.js';

@@ -9,7 +9,7 @@ import { ResponsesWS } from 'openai/resources/responses/ws';
 import type { Test } from 'tap';
 import { setLane } from '../../src/deployment/state.js';
 import type { EngineName } from '../../src/server/engine.js';
-import { startOpenAISimulator } from '../../src/simulators/openai/simulator.js';
+import { startOpenAISimulator } from '../../simulators/openai/simulator.js';
 import { startTestGateway } from './gateway.js';
 import { assertLedgerInvariant } from './ledger-invariant.js';
 import { createLogger } from '../../src/util/log.js';

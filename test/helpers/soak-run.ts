@@ -1,7 +1,7 @@
 // Mixed traffic at a steady rate against the soak stack (test/helpers/soak-stack.ts), optionally
 // pausing Redis and Postgres (SIGSTOP ... SIGCONT) on a schedule, then the checks: status counts,
 // what happened around each pause, RSS and open descriptors of the gateway, open holds, vendor
-// calls against holds, and the ledger invariant. Shared by bench/soak.ts and
+// calls against holds, and the ledger invariant. Shared by test/soak.ts and
 // test/reliability/soak.test.ts; it decides pass/fail itself (`failures`), the callers print.
 import { Agent } from 'undici';
 import { ledgerViolations } from './ledger-invariant.js';

@@ -14,11 +14,11 @@ import { LANES, setLane } from '../../src/deployment/state.js';
 import { Ledger } from '../../src/ledger/ledger.js';
 import { migrate } from '../../src/store/migrate.js';
 import { createPool, type Pool } from '../../src/store/pool.js';
-import { startAnthropicSimulator, type AnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
-import { startArkSimulator, type ArkSimulator } from '../../src/simulators/ark/simulator.js';
-import { startGeminiSimulator, type GeminiSimulator } from '../../src/simulators/gemini/simulator.js';
-import { startOpenAISimulator, type OpenAISimulator } from '../../src/simulators/openai/simulator.js';
-import { selfSignedCert } from '../../src/simulators/self-signed-cert.js';
+import { startAnthropicSimulator, type AnthropicSimulator } from '../../simulators/anthropic/simulator.js';
+import { startArkSimulator, type ArkSimulator } from '../../simulators/ark/simulator.js';
+import { startGeminiSimulator, type GeminiSimulator } from '../../simulators/gemini/simulator.js';
+import { startOpenAISimulator, type OpenAISimulator } from '../../simulators/openai/simulator.js';
+import { selfSignedCert } from '../../simulators/self-signed-cert.js';
 import { startPrivatePostgres, type PrivatePostgres } from './private-postgres.js';
 import { startPrivateRedis, type PrivateRedis } from './redis-server.js';
 import { productCode, TS_LOADER } from './product-code.js';
@@ -26,7 +26,7 @@ import { productCode, TS_LOADER } from './product-code.js';
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const CHILD = join(root, 'test', 'helpers', 'soak-gateway-child.ts');
 const CHILD_READY_MS = 60_000;
-const DIST = join(root, 'dist');
+const DIST = join(root, 'dist', 'src');
 
 /** The same entry as soak-gateway-child.ts, for the compiled tree (no loader needed). */
 const DIST_CHILD = (dist: string) => `

@@ -4,7 +4,7 @@ import Anthropic from '@anthropic-ai/sdk';
 import t, { type Test } from 'tap';
 import { request } from 'undici';
 import { setLane } from '../../src/deployment/state.js';
-import { startAnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
+import { startAnthropicSimulator } from '../../simulators/anthropic/simulator.js';
 import { createLogger } from '../../src/util/log.js';
 import { eachEngine } from '../helpers/engines.js';
 import { startTestGateway } from '../helpers/gateway.js';

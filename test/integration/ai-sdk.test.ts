@@ -12,8 +12,8 @@ import t, { type Test } from 'tap';
 import { createAccount, createKey } from '../../src/accounts/accounts.js';
 import type { UsageFrame } from '../../src/accounts/usage-frame.js';
 import { setLane } from '../../src/deployment/state.js';
-import { startAnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
-import { startOpenAISimulator } from '../../src/simulators/openai/simulator.js';
+import { startAnthropicSimulator } from '../../simulators/anthropic/simulator.js';
+import { startOpenAISimulator } from '../../simulators/openai/simulator.js';
 import { journalWritten, startTestGateway, type TestGateway } from '../helpers/gateway.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
 

@@ -4,8 +4,8 @@
 import t, { type Test } from 'tap';
 import { revokeKey } from '../../src/accounts/accounts.js';
 import { setLane } from '../../src/deployment/state.js';
-import { startAnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
-import { startOpenAISimulator } from '../../src/simulators/openai/simulator.js';
+import { startAnthropicSimulator } from '../../simulators/anthropic/simulator.js';
+import { startOpenAISimulator } from '../../simulators/openai/simulator.js';
 import { journalWritten, startTestGateway } from '../helpers/gateway.js';
 import { assertLedgerInvariant, keyOf } from '../helpers/ledger-invariant.js';
 

@@ -9,7 +9,7 @@ import { loadConfig } from '../../src/config/config.js';
 import { setLane } from '../../src/deployment/state.js';
 import type { EngineName } from '../../src/server/engine.js';
 import { serveAdmin } from '../../src/ops/serve.js';
-import { startAnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
+import { startAnthropicSimulator } from '../../simulators/anthropic/simulator.js';
 import { createLogger, silentLogger } from '../../src/util/log.js';
 import { eachEngine } from '../helpers/engines.js';
 import { startTestGateway } from '../helpers/gateway.js';

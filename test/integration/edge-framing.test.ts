@@ -9,7 +9,7 @@ import t, { type Test } from 'tap';
 import { request } from 'undici';
 import { setLane } from '../../src/deployment/state.js';
 import type { EngineName } from '../../src/server/engine.js';
-import { startAnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
+import { startAnthropicSimulator } from '../../simulators/anthropic/simulator.js';
 import { eachEngine } from '../helpers/engines.js';
 import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
 import { rawExchange } from '../helpers/raw-socket.js';

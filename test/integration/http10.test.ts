@@ -2,7 +2,7 @@
 // framing (no chunked encoding, the stream ended by the close) and charges it once; uWS leaves it
 // unanswered until its idle timeout and nothing is held or charged.
 import { setLane } from '../../src/deployment/state.js';
-import { startAnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
+import { startAnthropicSimulator } from '../../simulators/anthropic/simulator.js';
 import { eachEngine } from '../helpers/engines.js';
 import { startTestGateway, journalWritten } from '../helpers/gateway.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';

@@ -5,7 +5,7 @@ import t, { type Test } from 'tap';
 import { handleMediaRequest } from '../../src/media/media-host.js';
 import { imageResultKey, MAX_VENDOR_CALLS } from '../../src/generations/images/run.js';
 import { imagePixelSize } from '../../src/generations/images/image-size.js';
-import { GEMINI_PIXEL_SIZES } from '../../src/simulators/gemini/simulator.js';
+import { GEMINI_PIXEL_SIZES } from '../../simulators/gemini/simulator.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
 import { rowOf, runToEnd, startImageHarness, walletOf } from './image-harness.js';
 

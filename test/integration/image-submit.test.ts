@@ -4,7 +4,7 @@
 import t, { type Test } from 'tap';
 import { setAccountPlan } from '../../src/accounts/accounts.js';
 import { admissionCounts } from '../../src/generations/store.js';
-import { startArkSimulator } from '../../src/simulators/ark/simulator.js';
+import { startArkSimulator } from '../../simulators/ark/simulator.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
 import { rowOf, runToEnd, START_MS, startImageHarness, walletOf } from './image-harness.js';
 

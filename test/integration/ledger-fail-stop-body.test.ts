@@ -11,7 +11,7 @@ import { setLane } from '../../src/deployment/state.js';
 import { createGateway, type Gateway } from '../../src/gateway.js';
 import { FAIL_STOP_EXIT_CODE } from '../../src/ledger/fail-stop.js';
 import { checkLedger } from '../../src/ledger/invariant.js';
-import { startAnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
+import { startAnthropicSimulator } from '../../simulators/anthropic/simulator.js';
 import { silentLogger } from '../../src/util/log.js';
 import { testDb } from '../helpers/db.js';
 import { fundedKey } from '../helpers/gateway.js';

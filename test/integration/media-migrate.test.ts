@@ -7,7 +7,7 @@ import t from 'tap';
 import { runCli } from '../../src/admin/cli.js';
 import { loadConfig, type Config } from '../../src/config/config.js';
 import { resultKey } from '../../src/generations/video/run.js';
-import { SAMPLE_MP4_PATH } from '../../src/simulators/ark/simulator.js';
+import { SAMPLE_MP4_PATH } from '../../simulators/ark/simulator.js';
 import { readAll } from '../helpers/media-store-contract.js';
 import { startS3, useS3CredentialsInEnv } from '../helpers/s3-server.js';
 import { runToEnd, startVideoHarness } from './video-harness.js';

@@ -2,7 +2,7 @@
 // what the vendor produced, and no socket or hold is left behind.
 import { request, Agent } from 'undici';
 import { setLane } from '../../src/deployment/state.js';
-import { startAnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
+import { startAnthropicSimulator } from '../../simulators/anthropic/simulator.js';
 import { startTestGateway } from '../helpers/gateway.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
 import { eachEngine } from '../helpers/engines.js';

@@ -10,7 +10,7 @@ import { loadConfig } from '../../src/config/config.js';
 import { setLane } from '../../src/deployment/state.js';
 import { createGateway } from '../../src/gateway.js';
 import { serveAdmin } from '../../src/ops/serve.js';
-import { startAnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
+import { startAnthropicSimulator } from '../../simulators/anthropic/simulator.js';
 import { silentLogger } from '../../src/util/log.js';
 import { testDb } from '../helpers/db.js';
 import { startTestGateway } from '../helpers/gateway.js';

@@ -6,7 +6,7 @@ import type { AddressInfo } from 'node:net';
 import t, { type Test } from 'tap';
 import { request } from 'undici';
 import { ResponsesUsageTally } from '../../src/lanes/responses/usage-tally.js';
-import type { OpenAISimulator } from '../../src/simulators/openai/simulator.js';
+import type { OpenAISimulator } from '../../simulators/openai/simulator.js';
 import { writtenRequest } from '../helpers/gateway.js';
 import { me, rawResponsesStream, responsesCharge, startResponsesHarness } from '../helpers/responses-harness.js';
 

@@ -4,7 +4,7 @@
 import { once } from 'node:events';
 import { createServer, type Server } from 'node:http';
 import { WebSocket } from 'ws';
-import { IdSource, planReply, readRequestFacts } from '../../src/simulators/openai/simulator-reply.js';
+import { IdSource, planReply, readRequestFacts } from '../../simulators/openai/simulator-reply.js';
 import { eachEngine } from '../helpers/engines.js';
 import { startWsStack } from '../helpers/responses-ws.js';
 

@@ -13,7 +13,7 @@ import { createAccount, createKey } from '../../src/accounts/accounts.js';
 import { setLane } from '../../src/deployment/state.js';
 import { loadMediaSecret } from '../../src/generations/deps.js';
 import { Ledger } from '../../src/ledger/ledger.js';
-import { startGeminiSimulator } from '../../src/simulators/gemini/simulator.js';
+import { startGeminiSimulator } from '../../simulators/gemini/simulator.js';
 import { signedMediaLink } from '../../src/media/signed-link.js';
 import { testDb } from '../helpers/db.js';
 import { startGatewayProcess } from '../helpers/gateway-process.js';

@@ -10,7 +10,7 @@ import { request } from 'undici';
 import { loadConfig } from '../../src/config/config.js';
 import { createGateway } from '../../src/gateway.js';
 import { resultKey } from '../../src/generations/video/run.js';
-import { SAMPLE_MP4_PATH } from '../../src/simulators/ark/simulator.js';
+import { SAMPLE_MP4_PATH } from '../../simulators/ark/simulator.js';
 import { silentLogger } from '../../src/util/log.js';
 import { recordingProxy, startS3 } from '../helpers/s3-server.js';
 import { runToEnd, startVideoHarness } from './video-harness.js';

@@ -9,7 +9,7 @@ import t, { type Test } from 'tap';
 import { loadConfig, type Config, type DeepPartial } from '../../src/config/config.js';
 import { setLane } from '../../src/deployment/state.js';
 import { createGateway, type Gateway } from '../../src/gateway.js';
-import { startAnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
+import { startAnthropicSimulator } from '../../simulators/anthropic/simulator.js';
 import { FUNCTIONS_DIR, listFunctionFiles, migrateAll } from '../../src/store/migrate.js';
 import { silentLogger } from '../../src/util/log.js';
 import { testDb, type TestDb } from '../helpers/db.js';

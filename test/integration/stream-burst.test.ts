@@ -8,7 +8,7 @@ import t from 'tap';
 import { createAccount, createKey } from '../../src/accounts/accounts.js';
 import { setLane } from '../../src/deployment/state.js';
 import { Ledger } from '../../src/ledger/ledger.js';
-import { startAnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
+import { startAnthropicSimulator } from '../../simulators/anthropic/simulator.js';
 import { testDb } from '../helpers/db.js';
 import { startGatewayProcess } from '../helpers/gateway-process.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';

@@ -7,7 +7,7 @@ import { ERRORS, type ErrorCode } from '../../src/errors.js';
 import { setLane } from '../../src/deployment/state.js';
 import { COUNT_TOKENS_FIELDS, MESSAGES_FIELDS } from '../../src/lanes/messages/request-fields.js';
 import { RESPONSES_FIELDS } from '../../src/lanes/responses/request-fields.js';
-import { startAnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
+import { startAnthropicSimulator } from '../../simulators/anthropic/simulator.js';
 import { isJsonType, type FieldRule, type FieldTable } from '../../src/util/request-fields.js';
 import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
 import { startResponsesHarness } from '../helpers/responses-harness.js';

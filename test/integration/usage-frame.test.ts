@@ -9,8 +9,8 @@ import { responsesCharge as usageCharge } from '../helpers/responses-harness.js'
 import { loadConfig } from '../../src/config/config.js';
 import { setLane } from '../../src/deployment/state.js';
 import type { EngineName } from '../../src/server/engine.js';
-import { startAnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
-import { startOpenAISimulator } from '../../src/simulators/openai/simulator.js';
+import { startAnthropicSimulator } from '../../simulators/anthropic/simulator.js';
+import { startOpenAISimulator } from '../../simulators/openai/simulator.js';
 import { eachEngine } from '../helpers/engines.js';
 import { startTestGateway, writtenRequest, type TestGateway } from '../helpers/gateway.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';

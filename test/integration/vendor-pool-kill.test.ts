@@ -4,7 +4,7 @@
 import t from 'tap';
 import { request } from 'undici';
 import { setLane } from '../../src/deployment/state.js';
-import { startAnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
+import { startAnthropicSimulator } from '../../simulators/anthropic/simulator.js';
 import { journalWritten, startTestGateway } from '../helpers/gateway.js';
 import { assertLedgerInvariant, keyOf } from '../helpers/ledger-invariant.js';
 import { recordingLogger } from '../helpers/log-lines.js';

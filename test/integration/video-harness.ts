@@ -13,7 +13,7 @@ import type { Logger } from '../../src/util/log.js';
 import type { Services } from '../../src/services.js';
 import { startJobRunner, type JobRunner } from '../../src/generations/job-runner.js';
 import { createGenerationDeps as createVideoDeps, type GenerationDeps as VideoDeps } from '../../src/generations/deps.js';
-import { startArkSimulator, type ArkSimulator, type ArkSimulatorOptions } from '../../src/simulators/ark/simulator.js';
+import { startArkSimulator, type ArkSimulator, type ArkSimulatorOptions } from '../../simulators/ark/simulator.js';
 import { startTestGateway, type Reply, type TestGateway } from '../helpers/gateway.js';
 import { startHttpsServer, testCert, type TestHttpsServer } from '../helpers/https-server.js';
 import type { TestDeployment } from '../helpers/pool-vendors.js';

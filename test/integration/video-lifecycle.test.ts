@@ -6,7 +6,7 @@ import t, { type Test } from 'tap';
 import { revokeKey } from '../../src/accounts/accounts.js';
 import { videoClipInk } from '../../src/catalog/pricing.js';
 import { handleMediaRequest } from '../../src/media/media-host.js';
-import { SAMPLE_MP4_PATH } from '../../src/simulators/ark/simulator.js';
+import { SAMPLE_MP4_PATH } from '../../simulators/ark/simulator.js';
 import { resultKey, MAX_PERSIST_ATTEMPTS } from '../../src/generations/video/run.js';
 import { mediaHostHandler } from '../../src/generations/routes.js';
 import { KeyAuthenticator } from '../../src/auth/authenticate.js';

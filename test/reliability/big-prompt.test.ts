@@ -5,7 +5,7 @@
 import t from 'tap';
 import { request } from 'undici';
 import { setLane } from '../../src/deployment/state.js';
-import { startOpenAISimulator } from '../../src/simulators/openai/simulator.js';
+import { startOpenAISimulator } from '../../simulators/openai/simulator.js';
 import { warmTokenCountPool } from '../../src/lanes/responses/token-count-pool.js';
 import { startTestGateway } from '../helpers/gateway.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';

@@ -7,8 +7,8 @@
 // across states, products and the request record, and ends with the ledger invariant.
 import t, { type Test } from 'tap';
 import { setLane } from '../../src/deployment/state.js';
-import { startArkSimulator } from '../../src/simulators/ark/simulator.js';
-import { startGeminiSimulator } from '../../src/simulators/gemini/simulator.js';
+import { startArkSimulator } from '../../simulators/ark/simulator.js';
+import { startGeminiSimulator } from '../../simulators/gemini/simulator.js';
 import { startTestGateway, type Reply } from '../helpers/gateway.js';
 import { testCert } from '../helpers/https-server.js';
 import { holdNextCreate } from '../helpers/generations.js';

@@ -19,7 +19,7 @@ import { setLane } from '../../src/deployment/state.js';
 import { createGateway, type Gateway } from '../../src/gateway.js';
 import { createPool } from '../../src/store/pool.js';
 import { createLogger } from '../../src/util/log.js';
-import { startAnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
+import { startAnthropicSimulator } from '../../simulators/anthropic/simulator.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
 import { fundedKey } from '../helpers/gateway.js';
 import { messagesProbe, walletRow, type Answer } from '../helpers/messages-probe.js';

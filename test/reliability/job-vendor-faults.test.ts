@@ -21,8 +21,8 @@
 import t, { type Test } from 'tap';
 import { setLane } from '../../src/deployment/state.js';
 import { MAX_VENDOR_CALLS } from '../../src/generations/images/run.js';
-import { startArkSimulator } from '../../src/simulators/ark/simulator.js';
-import { startGeminiSimulator } from '../../src/simulators/gemini/simulator.js';
+import { startArkSimulator } from '../../simulators/ark/simulator.js';
+import { startGeminiSimulator } from '../../simulators/gemini/simulator.js';
 import { cutAt, startFaultProxy, type Fault, type FaultProxy } from '../helpers/fault-proxy.js';
 import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
 import { rowOf, walletOf } from '../helpers/generations.js';

@@ -14,7 +14,7 @@ import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import { loadConfig, type Config, type DeepPartial } from '../../src/config/config.js';
 import { setLane } from '../../src/deployment/state.js';
-import { startAnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
+import { startAnthropicSimulator } from '../../simulators/anthropic/simulator.js';
 import { testDb } from '../helpers/db.js';
 import { call } from '../helpers/gateway.js';
 import { startGatewayProcess, type GatewayProcess } from '../helpers/gateway-process.js';

@@ -19,9 +19,9 @@ import { loadConfig, type Config, type DeepPartial } from '../../src/config/conf
 import { createGateway, type Gateway } from '../../src/gateway.js';
 import { textChargeInk, textUsageFromResponses } from '../../src/catalog/pricing.js';
 import { silentLogger } from '../../src/util/log.js';
-import { startAnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
-import { startGeminiSimulator } from '../../src/simulators/gemini/simulator.js';
-import { startOpenAISimulator } from '../../src/simulators/openai/simulator.js';
+import { startAnthropicSimulator } from '../../simulators/anthropic/simulator.js';
+import { startGeminiSimulator } from '../../simulators/gemini/simulator.js';
+import { startOpenAISimulator } from '../../simulators/openai/simulator.js';
 import { testDb } from '../helpers/db.js';
 import { call } from '../helpers/gateway.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';

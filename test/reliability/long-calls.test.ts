@@ -6,7 +6,7 @@
 // 502 and leaves its hold open, and the log says which hold and why.
 import t from 'tap';
 import { setLane } from '../../src/deployment/state.js';
-import { startAnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
+import { startAnthropicSimulator } from '../../simulators/anthropic/simulator.js';
 import { createLogger } from '../../src/util/log.js';
 import { startTestGateway, writtenRequest } from '../helpers/gateway.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';

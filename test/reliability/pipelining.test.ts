@@ -8,8 +8,8 @@
 import type { Socket } from 'node:net';
 import t, { type Test } from 'tap';
 import { setLane } from '../../src/deployment/state.js';
-import { startAnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
-import { startOpenAISimulator } from '../../src/simulators/openai/simulator.js';
+import { startAnthropicSimulator } from '../../simulators/anthropic/simulator.js';
+import { startOpenAISimulator } from '../../simulators/openai/simulator.js';
 import { journalWritten } from '../helpers/gateway.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
 import { rawExchange } from '../helpers/raw-socket.js';

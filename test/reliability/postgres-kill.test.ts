@@ -21,7 +21,7 @@ import { createGateway } from '../../src/gateway.js';
 import { textChargeInk } from '../../src/catalog/pricing.js';
 import { createPool } from '../../src/store/pool.js';
 import { silentLogger } from '../../src/util/log.js';
-import { startAnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
+import { startAnthropicSimulator } from '../../simulators/anthropic/simulator.js';
 import { fundedKey } from '../helpers/gateway.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
 import { assertUsageUnknownStream, keyRow, messagesProbe, requestRow, resolutions, textOf, walletRow } from '../helpers/messages-probe.js';

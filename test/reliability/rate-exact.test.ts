@@ -1,5 +1,5 @@
 // "10 keys at 100 requests/s: each key gets exactly its 60 per minute", the CI variant of
-// the rate part of bench/soak.ts. The real 60-s window (limits.requestsPerMinute = 60), run for
+// the rate part of test/soak.ts. The real 60-s window (limits.requestsPerMinute = 60), run for
 // 63 s so the window rolls once: each key's first 60 requests pass in its first 0.6 s, the rest
 // are refused until each of them leaves the window 60 s later, then 60 pass again. Shorter windows
 // would test another configuration than the one we ship. A private Postgres and a private

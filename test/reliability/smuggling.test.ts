@@ -13,8 +13,8 @@
 import type { Test } from 'tap';
 import { request } from 'undici';
 import { setLane } from '../../src/deployment/state.js';
-import { startAnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
-import { startOpenAISimulator } from '../../src/simulators/openai/simulator.js';
+import { startAnthropicSimulator } from '../../simulators/anthropic/simulator.js';
+import { startOpenAISimulator } from '../../simulators/openai/simulator.js';
 import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
 import { startHeaderTap, type HeaderTap, type TappedRequest } from '../helpers/header-tap.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';

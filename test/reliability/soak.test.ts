@@ -1,10 +1,10 @@
-// Load and soak, the CI variant of bench/soak.ts: about 50 s of mixed traffic (Messages
+// Load and soak, the CI variant of test/soak.ts: about 50 s of mixed traffic (Messages
 // and Responses, streamed and not, video and image submits and polls) at 60 requests/s against a
 // gateway in its own process, on a PRIVATE PostgreSQL and a PRIVATE redis-server, while Redis and
 // Postgres are paused (SIGSTOP ... SIGCONT, 3 s) in turn every 10 s. Goals: no 5xx but a pause's
 // 503 (rate_limiter_unavailable / provider_unavailable), a 2xx within 5 s of every SIGCONT, no
 // vendor call without a hold, no hold left open but usage_unknown ones, a flat V8 heap floor (no leak), a bounded RSS, flat descriptors,
-// the ledger invariant. The full run is `bench/soak.ts --minutes 10 --pauses`.
+// the ledger invariant. The full run is `test/soak.ts --minutes 10 --pauses`.
 import t from 'tap';
 import { formatSoak, runSoak, vendorCallsMatch } from '../helpers/soak-run.js';
 import { startSoakStack } from '../helpers/soak-stack.js';

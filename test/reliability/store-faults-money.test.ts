@@ -20,7 +20,7 @@ import { setLane } from '../../src/deployment/state.js';
 import { createGateway, type Gateway } from '../../src/gateway.js';
 import { textChargeInk } from '../../src/catalog/pricing.js';
 import { silentLogger } from '../../src/util/log.js';
-import { startAnthropicSimulator, type AnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
+import { startAnthropicSimulator, type AnthropicSimulator } from '../../simulators/anthropic/simulator.js';
 import { testDb, type TestDb } from '../helpers/db.js';
 import { call, journalWritten, startTestGateway } from '../helpers/gateway.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';

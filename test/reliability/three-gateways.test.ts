@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import t from 'tap';
 import { request } from 'undici';
 import { loadConfig, type Config, type DeepPartial } from '../../src/config/config.js';
-import { startAnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
+import { startAnthropicSimulator } from '../../simulators/anthropic/simulator.js';
 import { testDb } from '../helpers/db.js';
 import { testRedisUrl } from '../helpers/env.js';
 import { startGatewayProcess, type GatewayProcess } from '../helpers/gateway-process.js';

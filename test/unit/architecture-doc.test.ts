@@ -9,7 +9,7 @@ const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const page = readFileSync(join(root, 'docs', 'architecture.md'), 'utf8');
 
 /** Repository paths in backticks: src/..., test/..., docs/..., config/..., bench/... */
-const PATH_RE = /`((?:src|test|docs|config|bench)\/[A-Za-z0-9_./-]+)`/g;
+const PATH_RE = /`((?:src|simulators|test|docs|config|bench)\/[A-Za-z0-9_./-]+)`/g;
 
 t.test('every path the page names exists', async (t) => {
   const paths = new Set([...page.matchAll(PATH_RE)].map((m) => m[1]!));

@@ -1,16 +1,16 @@
-// The bench's load generators (src/bench/load.ts) against real HTTP servers on 127.0.0.1: the
+// The bench's load generators (bench/tool/load.ts) against real HTTP servers on 127.0.0.1: the
 // open loop counts latency from the scheduled send time, so a stall the target imposes shows in
 // p99 and max even though it held back the sends (no coordinated omission); the uncorrected
 // service time beside it shows what a naive generator would have reported.
 import { createServer, type Server } from 'node:http';
 import t from 'tap';
-import { parseBenchArgs } from '../../src/bench/args.js';
-import { closedLoop, countEventEnds, openLoop } from '../../src/bench/load.js';
-import { newHistogram, recordMs, summarize } from '../../src/bench/histogram.js';
-import { goals, ratios } from '../../src/bench/goals.js';
-import { planRuns, profileFile, type RunKind, type RunResult } from '../../src/bench/scenarios.js';
-import type { Target, TargetName, TargetSet } from '../../src/bench/targets.js';
-import type { LaneName } from '../../src/bench/args.js';
+import { parseBenchArgs } from '../../bench/tool/args.js';
+import { closedLoop, countEventEnds, openLoop } from '../../bench/tool/load.js';
+import { newHistogram, recordMs, summarize } from '../../bench/tool/histogram.js';
+import { goals, ratios } from '../../bench/tool/goals.js';
+import { planRuns, profileFile, type RunKind, type RunResult } from '../../bench/tool/scenarios.js';
+import type { Target, TargetName, TargetSet } from '../../bench/tool/targets.js';
+import type { LaneName } from '../../bench/tool/args.js';
 import { area, summarise, type CpuProfile } from '../../bench/cpuprofile-top.js';
 
 async function listen(s: Server): Promise<string> {
@@ -182,7 +182,7 @@ t.test('arguments: bounded and checked', async (t) => {
 });
 
 t.test('children inherit the loader and profiling flags, not an eval script or a debugger port', async (t) => {
-  const { childExecArgv } = await import('../../src/bench/targets.js');
+  const { childExecArgv } = await import('../../bench/tool/targets.js');
   t.same(childExecArgv(['--import', './loader.mjs', '--input-type=module', '-e', 'code()', '--cpu-prof', '--inspect=9229']), [
     '--import',
     './loader.mjs',
@@ -349,7 +349,7 @@ t.test('cpuprofile-top: self time by function and area, inclusive time by patter
   const p: CpuProfile = {
     nodes: [
       { id: 1, callFrame: frame('(root)'), children: [2, 5, 6] },
-      { id: 2, callFrame: frame('main', 'file:///x/dist/server/app.js', 9), children: [3, 4] },
+      { id: 2, callFrame: frame('main', 'file:///x/dist/src/server/app.js', 9), children: [3, 4] },
       { id: 3, callFrame: frame('writev') },
       { id: 4, callFrame: frame('helper', 'file:///x/node_modules/undici/lib/a.js', 1) },
       { id: 5, callFrame: frame('(idle)') },

@@ -5,7 +5,7 @@ import { readFileSync } from 'node:fs';
 import t from 'tap';
 import { loadConfig } from '../../src/config/config.js';
 import { pollDelayMs } from '../../src/generations/finish.js';
-import { DEMO_VIDEO_TIMING } from '../../src/simulators/demo.js';
+import { DEMO_VIDEO_TIMING } from '../../simulators/demo.js';
 
 const doc = readFileSync(new URL('../../docs/simulators.md', import.meta.url), 'utf8').replace(/\s+/g, ' ');
 

@@ -10,7 +10,7 @@ import { imagePixelSize } from '../../src/generations/images/image-size.js';
 import { MAX_IMAGE_PROMPT_CHARS, validateImageRequest } from '../../src/generations/images/validate.js';
 import { imageInk } from '../../src/catalog/pricing.js';
 import { geminiRequestBody, parseImageResponse } from '../../src/vendors/gemini/client.js';
-import { crc32, solidPng } from '../../src/simulators/gemini/png.js';
+import { crc32, solidPng } from '../../simulators/gemini/png.js';
 
 const catalog = defaultCatalog();
 const url = (i: number) => `https://cdn.example.com/ref/${i}.png`;

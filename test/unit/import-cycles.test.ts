@@ -9,9 +9,10 @@ import { SRC, tsSources } from '../helpers/source-tree.js';
 // Static imports and re-exports (`import type` too) and dynamic import('...') of a relative path.
 const IMPORT = /(?:^|[\s;])(?:import|export)\s[^'"]*?from\s+['"](\.{1,2}\/[^'"]+)['"]|import\(\s*['"](\.{1,2}\/[^'"]+)['"]\s*\)/g;
 
-export function importGraph(root: string): Map<string, string[]> {
+/** The imports of every module under `dirs` (default: `root` itself), as paths relative to `root`. */
+export function importGraph(root: string, dirs: readonly string[] = [root]): Map<string, string[]> {
   const graph = new Map<string, string[]>();
-  for (const file of tsSources(root)) {
+  for (const file of dirs.flatMap((d) => tsSources(d))) {
     const text = readFileSync(file, 'utf8');
     const deps = new Set<string>();
     for (const m of text.matchAll(IMPORT)) {
@@ -112,6 +113,17 @@ t.test('src/ has no import cycle, types included', async (t) => {
   const found = cycles(g);
   t.same(
     found.map((c) => `${loopIn(g, c)} (all of: ${c.join(' ')})`),
+    [],
+    'no cycle',
+  );
+});
+
+t.test('src/ and the tools built with it (simulators/, bench/tool/) have no import cycle between them', async (t) => {
+  const root = resolve(SRC, '..');
+  const g = importGraph(root, [SRC, resolve(root, 'simulators'), resolve(root, 'bench', 'tool')]);
+  t.ok([...g.keys()].some((f) => f.startsWith('simulators/')) && [...g.keys()].some((f) => f.startsWith('bench/tool/')), 'the tools are read');
+  t.same(
+    cycles(g).map((c) => `${loopIn(g, c)} (all of: ${c.join(' ')})`),
     [],
     'no cycle',
   );

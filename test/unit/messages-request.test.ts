@@ -8,7 +8,7 @@ import { countTokens as countCl100k } from 'gpt-tokenizer/encoding/cl100k_base';
 import { ApiError } from '../../src/errors.js';
 import { loadCatalog } from '../../src/catalog/models.js';
 import { messagesHoldInk } from '../../src/catalog/pricing.js';
-import { countInput } from '../../src/simulators/anthropic/scenarios.js';
+import { countInput } from '../../simulators/anthropic/scenarios.js';
 import {
   forwardedBetaHeader,
   parseMessagesRequest,

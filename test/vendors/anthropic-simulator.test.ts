@@ -3,8 +3,8 @@
 import { connect } from 'node:net';
 import t from 'tap';
 import Anthropic from '@anthropic-ai/sdk';
-import { startAnthropicSimulator, type AnthropicSimulator } from '../../src/simulators/anthropic/simulator.js';
-import { thinkingSignature } from '../../src/simulators/anthropic/scenarios.js';
+import { startAnthropicSimulator, type AnthropicSimulator } from '../../simulators/anthropic/simulator.js';
+import { thinkingSignature } from '../../simulators/anthropic/scenarios.js';
 import { SseFramer, forEachEvent } from '../../src/lanes/sse-framer.js';
 import { MessagesUsageTally, tallyMessageBody } from '../../src/lanes/messages/usage-tally.js';
 

@@ -1,7 +1,7 @@
 import t from 'tap';
 import OpenAI from 'openai';
 import { request } from 'undici';
-import { startOpenAISimulator, simulatedInputTokens, DEFAULT_REPLY_TOKENS, type OpenAISimulator } from '../../src/simulators/openai/simulator.js';
+import { startOpenAISimulator, simulatedInputTokens, DEFAULT_REPLY_TOKENS, type OpenAISimulator } from '../../simulators/openai/simulator.js';
 import { ResponsesUsageTally } from '../../src/lanes/responses/usage-tally.js';
 
 const API_KEY = 'sk-test-openai-sim';

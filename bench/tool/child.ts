@@ -13,8 +13,8 @@ import { dirname, join } from 'node:path';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import type { LaneName } from './args.js';
 import type { ProxyUpstream } from './plain-proxy.js';
-import type { Logger } from '../util/log.js';
-import type { Config, DeepPartial } from '../config/config.js';
+import type { Logger } from '../../src/util/log.js';
+import type { Config, DeepPartial } from '../../src/config/config.js';
 
 export type ChildRole = 'sims' | 'gateway' | 'proxy' | 'db';
 
@@ -131,8 +131,8 @@ function probe(): { mark(): ProcessSnapshot; read(): ProcessSnapshot } {
 }
 
 async function startSims(c: SimsChildConfig): Promise<Started> {
-  const { startAnthropicSimulator } = await import('../simulators/anthropic/simulator.js');
-  const { startOpenAISimulator } = await import('../simulators/openai/simulator.js');
+  const { startAnthropicSimulator } = await import('../../simulators/anthropic/simulator.js');
+  const { startOpenAISimulator } = await import('../../simulators/openai/simulator.js');
   const pair = async () =>
     [
       await startAnthropicSimulator({ apiKey: c.keys.anthropic, maxRecordedRequests: 0 }),
@@ -167,11 +167,11 @@ function gatewayOverrides(c: GatewayChildConfig, dataDir: string): DeepPartial<C
 }
 
 async function startInkgate(c: GatewayChildConfig): Promise<Started> {
-  const { loadConfig, tracingEnvironment } = await import('../config/config.js');
-  const { createGateway } = await import('../gateway.js');
+  const { loadConfig, tracingEnvironment } = await import('../../src/config/config.js');
+  const { createGateway } = await import('../../src/gateway.js');
   const { prepareBenchGateway, prepareTenants } = await import('./bench-account.js');
-  const { createLogger } = await import('../util/log.js');
-  const { checkLedger } = await import('../ledger/invariant.js');
+  const { createLogger } = await import('../../src/util/log.js');
+  const { checkLedger } = await import('../../src/ledger/invariant.js');
   // Nothing is printed, but error lines are counted: a failed settle under load is a finding.
   let errorsLogged = 0;
   const firstErrors: string[] = [];
@@ -233,7 +233,7 @@ async function startProxy(c: ProxyChildConfig): Promise<Started> {
 }
 
 async function startDb(): Promise<Started> {
-  const { startEmbeddedPostgres } = await import('../store/embedded.js');
+  const { startEmbeddedPostgres } = await import('../../src/store/embedded.js');
   const dir = mkdtempSync(join(tmpdir(), 'inkgate-bench-pg-'));
   const h = await startEmbeddedPostgres(dir, () => undefined);
   let postmasterPid: number | null = null;

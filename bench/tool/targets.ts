@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url';
 import type { BenchOptions, LaneName } from './args.js';
 import { selfStarted } from './args.js';
 import { postgresServerProcess } from './postgres-cpu.js';
-import { loadUws } from '../server/uws-loader.js';
+import { loadUws } from '../../src/server/uws-loader.js';
 import type { BenchProcess } from './bench-process.js';
 import type { ChildRole, GatewayChildConfig, LedgerAudit, ProcessSnapshot, ProxyChildConfig, SimsChildConfig } from './child.js';
 

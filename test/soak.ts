@@ -2,15 +2,15 @@
 // PostgreSQL and a private redis-server, optionally pausing them; then 10 keys at 100 requests/s
 // each against the per-key limit. Loopback only, bounded. Exit status 1 when a goal is missed.
 //
-//   node --import ./test/loader/register.js bench/soak.ts \
+//   node --import ./test/loader/register.js test/soak.ts \ (npm run bench:soak --)
 //     [--minutes 10] [--pauses] [--rate 60] [--keys 200] [--rate-minutes 2 | --no-rate] [--json]
 //
 // --pauses: SIGSTOP Redis for 3 s, and separately Postgres for 3 s, each once every two minutes
 // (one pause every minute, alternating). The CI variants are test/reliability/soak.test.ts and
 // test/reliability/rate-exact.test.ts.
-import { formatRate, runRateExact } from '../test/helpers/soak-rate.js';
-import { formatSoak, runSoak } from '../test/helpers/soak-run.js';
-import { startSoakStack } from '../test/helpers/soak-stack.js';
+import { formatRate, runRateExact } from './helpers/soak-rate.js';
+import { formatSoak, runSoak } from './helpers/soak-run.js';
+import { startSoakStack } from './helpers/soak-stack.js';
 
 function arg(name: string, dflt: number): number {
   const i = process.argv.indexOf(name);

@@ -1,8 +1,8 @@
 // What every benched inkgate needs before the first request: both text lanes open and one key on
 // an account with more Ink than any run can spend (10 million USD).
-import { createAccount, createKey } from '../accounts/accounts.js';
-import { setLane } from '../deployment/state.js';
-import type { Gateway } from '../gateway.js';
+import { createAccount, createKey } from '../../src/accounts/accounts.js';
+import { setLane } from '../../src/deployment/state.js';
+import type { Gateway } from '../../src/gateway.js';
 
 const BENCH_INK = 1_000_000_000;
 /** Accounts and keys are made this many at a time (each is a transaction of its own). */

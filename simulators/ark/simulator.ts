@@ -27,7 +27,7 @@ import { createServer as createHttpServer, type IncomingMessage, type Server, ty
 import { createServer as createHttpsServer } from 'node:https';
 import type { AddressInfo, Socket } from 'node:net';
 import { resolve } from 'node:path';
-import { PROJECT_ROOT } from '../../config/config.js';
+import { PROJECT_ROOT } from '../../src/config/config.js';
 import { readJsonObject } from '../read-json-body.js';
 
 export const DEFAULT_ARK_SIM_API_KEY = 'ark-sim-key-0000';

@@ -3,7 +3,7 @@
 // measuring tool); 1 only when the tool itself fails (bad arguments, a target that cannot start).
 import { writeFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
-import { loadConfig } from '../config/config.js';
+import { loadConfig } from '../../src/config/config.js';
 import { BenchUsageError, parseBenchArgs, selfStarted, USAGE, type BenchOptions } from './args.js';
 import { goals, ratios, type AuditResult } from './goals.js';
 import { createProgress, type Progress } from './progress.js';
