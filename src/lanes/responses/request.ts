@@ -7,13 +7,41 @@
 // two-core machine, exact count: English 1 MiB ~70 ms, 4 MiB ~275 ms; CJK 4 MiB ~320 ms, without
 // punctuation ~0.9 s; 4 MiB of one repeated character ~1.6-2.1 s (gpt-tokenizer's own countTokens
 // takes 39 s for 256 KiB of one character and its merge cache keeps request text: not used).
-import { ApiError, type ErrorCode } from '../../errors.js';
 import type { Catalog, TextModel } from '../../catalog/models.js';
 import { responsesHoldInk } from '../../catalog/pricing.js';
 import { clipped } from '../../errors.js';
 import { checkField, checkFieldItem, didYouMean } from '../../util/request-fields.js';
 import { RESPONSES_FIELDS as F } from './request-fields.js';
 import { countTexts, type TextCounts } from './token-count.js';
+import {
+  addVerbatim,
+  type Count,
+  fail,
+  HOLD_CHARS_PER_TOKEN,
+  HOLD_ITEM_OVERHEAD_TOKENS,
+  HOLD_MARGIN_PERCENT,
+  HOLD_MARGIN_TOKENS,
+  HOLD_REQUEST_OVERHEAD_TOKENS,
+  HOLD_TOOL_OVERHEAD_TOKENS,
+  INCLUDE_ENCRYPTED_REASONING,
+  isObj,
+  type Obj,
+  optional,
+} from './request-count.js';
+import { checkInput } from './request-input.js';
+import { checkToolFields } from './request-tools.js';
+
+export {
+  HOLD_CHARS_PER_TOKEN,
+  HOLD_ENCRYPTED_CHARS_PER_TOKEN,
+  HOLD_ITEM_OVERHEAD_TOKENS,
+  HOLD_MARGIN_PERCENT,
+  HOLD_MARGIN_TOKENS,
+  HOLD_REQUEST_OVERHEAD_TOKENS,
+  HOLD_TOOL_OVERHEAD_TOKENS,
+  INCLUDE_ENCRYPTED_REASONING,
+} from './request-count.js';
+export { MAX_TOOL_DEFINITIONS } from './request-tools.js';
 
 export interface ResponsesRequest {
   /** The resolved product model. */
@@ -40,20 +68,6 @@ export interface ParseResponsesOptions {
 }
 
 export { RESPONSES_MIN_OUTPUT_TOKENS } from './request-fields.js';
-/** Hold framing: per input item (role and turn markers), per tool, per request. */
-export const HOLD_ITEM_OVERHEAD_TOKENS = 4;
-export const HOLD_TOOL_OVERHEAD_TOKENS = 8;
-export const HOLD_REQUEST_OVERHEAD_TOKENS = 32;
-/** Hold margin over the count: +2% + 64 tokens. */
-export const HOLD_MARGIN_PERCENT = 2;
-export const HOLD_MARGIN_TOKENS = 64;
-/** The hold assumes at least one token per this many characters of verbatim text. */
-export const HOLD_CHARS_PER_TOKEN = 4;
-/** Characters of a reasoning item's encrypted_content per token assumed for the hold. */
-export const HOLD_ENCRYPTED_CHARS_PER_TOKEN = 4;
-/** The one `include` value accepted; always sent (store is false). */
-export const INCLUDE_ENCRYPTED_REASONING = 'reasoning.encrypted_content';
-
 /** The allow-list: the table's fields (request-fields.ts). */
 export const RESPONSES_ACCEPTED_FIELDS: readonly string[] = Object.freeze(Object.keys(F));
 
@@ -66,35 +80,6 @@ export const RESPONSES_REJECTED_FIELDS: Readonly<Record<string, string>> = Objec
   top_logprobs: 'log-probabilities are not offered in v1',
 });
 
-/** Why parts of accepted fields are refused (messages of the `unsupported_parameter` answers). */
-const WHY_TOOLS = 'send function tools, or namespaces of function tools';
-/**
- * Tools the vendor runs itself. Named in the refusal: a coding agent's user must learn which of
- * its tools to turn off (the service runs and bills no server tools).
- */
-const SERVER_TOOLS: ReadonlySet<string> = new Set([
-  'web_search',
-  'web_search_preview',
-  'web_search_preview_2025_03_11',
-  'web_search_2025_08_26',
-  'file_search',
-  'code_interpreter',
-  'image_generation',
-  'mcp',
-  'computer',
-  'computer_use',
-  'computer_use_preview',
-  'local_shell',
-  'shell',
-  'apply_patch',
-  'tool_search',
-]);
-/** At most this many tool definitions per request, the tools inside namespaces counted. */
-export const MAX_TOOL_DEFINITIONS = 512;
-const WHY_ITEMS = 'text only; built-in tool call items and item references are not offered';
-
-type Obj = Record<string, unknown>;
-const isObj = (v: unknown): v is Obj => typeof v === 'object' && v !== null && !Array.isArray(v);
 const describe = (v: unknown): string => (v === null ? 'null' : Array.isArray(v) ? 'array' : typeof v);
 
 const ACCEPTED: ReadonlySet<string> = new Set(RESPONSES_ACCEPTED_FIELDS);
@@ -108,49 +93,6 @@ const REJECTED_INERT: ReadonlyMap<string, unknown> = new Map<string, unknown>([
   ['top_logprobs', 0],
 ]);
 
-const ROLES: ReadonlySet<string> = new Set(['user', 'assistant', 'system', 'developer']);
-/** Media content parts, in messages and in function outputs. */
-const MEDIA_PARTS: ReadonlySet<string> = new Set(['input_image', 'input_file', 'input_audio', 'image_url', 'image', 'file', 'audio', 'input_video', 'video']);
-/** Input items that belong to built-in or custom tools, or that need vendor-side state. */
-const UNSUPPORTED_ITEMS: ReadonlySet<string> = new Set([
-  'item_reference',
-  'file_search_call',
-  'web_search_call',
-  'computer_call',
-  'computer_call_output',
-  'code_interpreter_call',
-  'image_generation_call',
-  'local_shell_call',
-  'local_shell_call_output',
-  'shell_call',
-  'shell_call_output',
-  'apply_patch_call',
-  'apply_patch_call_output',
-  'mcp_list_tools',
-  'mcp_approval_request',
-  'mcp_approval_response',
-  'mcp_call',
-  'custom_tool_call',
-  'custom_tool_call_output',
-  'compaction',
-]);
-const TOOL_CHOICE_MODES: ReadonlySet<string> = new Set(['auto', 'none', 'required']);
-/** tool_choice object types that name a rejected tool kind. */
-const TOOL_CHOICE_UNSUPPORTED: ReadonlySet<string> = new Set([
-  'allowed_tools',
-  'file_search',
-  'web_search',
-  'web_search_preview',
-  'web_search_preview_2025_03_11',
-  'computer_use_preview',
-  'code_interpreter',
-  'image_generation',
-  'mcp',
-  'custom',
-  'local_shell',
-  'shell',
-  'apply_patch',
-]);
 const FORMAT_TYPES: ReadonlySet<string> = new Set(['text', 'json_schema', 'json_object']);
 const VERBOSITIES: ReadonlySet<string> = new Set(['low', 'medium', 'high']);
 const METADATA_MAX_KEYS = 16;
@@ -178,28 +120,6 @@ const FORWARDED: readonly string[] = [
   'prompt_cache_retention',
   'client_metadata',
 ];
-
-function fail(code: ErrorCode, param: string, message: string): never {
-  throw new ApiError(code, { param, message });
-}
-
-/** What the one walk over the body collects for counting: the counts themselves come after it. */
-interface Count {
-  /** Text the vendor reads verbatim: its exact tokens are the envelope count. */
-  verbatimTexts: string[];
-  /** UTF-16 code units of that verbatim text (for the hold's four-characters-per-token floor). */
-  chars: number;
-  /** Text the hold budgets in some form (schemas, summaries): see holdTokensOf. */
-  holdTexts: string[];
-  /** Extra tokens the hold assumes beyond the verbatim count, before the margin and holdTexts. */
-  extra: number;
-}
-
-/** Counts text the vendor reads verbatim: its exact tokens and its length. */
-function addVerbatim(count: Count, text: string): void {
-  count.verbatimTexts.push(text);
-  count.chars += text.length;
-}
 
 /**
  * Budgets text the hold assumes the vendor reads in some form (schemas, summaries): its o200k
@@ -329,18 +249,6 @@ function checkStream(body: Obj, model: TextModel): unknown {
   return stream;
 }
 
-/** tools, tool_choice, parallel_tool_calls, max_tool_calls. */
-function checkToolFields(body: Obj, count: Count): void {
-  const tools = optional(body, 'tools');
-  checkField('tools', F.tools, tools);
-  if (tools !== undefined) checkTools(tools as unknown[], count);
-  const toolChoice = optional(body, 'tool_choice');
-  checkField('tool_choice', F.tool_choice, toolChoice);
-  if (toolChoice !== undefined) checkToolChoice(toolChoice);
-  checkField('parallel_tool_calls', F.parallel_tool_calls, optional(body, 'parallel_tool_calls'));
-  checkField('max_tool_calls', F.max_tool_calls, optional(body, 'max_tool_calls'));
-}
-
 /** reasoning: shapes only; which efforts and summaries a model takes is the vendor's to say. */
 function checkReasoning(body: Obj): void {
   const reasoning = optional(body, 'reasoning');
@@ -425,214 +333,6 @@ export function finishResponsesRequest(p: PreparedResponsesRequest, counts: Text
   const holdInk = responsesHoldInk(promptTokensForHold, p.maxOutputTokens, model);
 
   return { model, stream: p.stream, maxOutputTokens: p.maxOutputTokens, promptTokens, promptTokensForHold, holdInk, vendorBody: p.vendorBody };
-}
-
-/** The field's value, with null read as absent. */
-function optional(body: Obj, key: string): unknown {
-  const v = body[key];
-  return v === null ? undefined : v;
-}
-
-// ---------------------------------------------------------------------------------------------
-// input
-
-function checkInput(input: unknown, count: Count): void {
-  checkField('input', F.input, input === null ? undefined : input);
-  if (typeof input === 'string') {
-    addVerbatim(count, input);
-    count.extra += HOLD_ITEM_OVERHEAD_TOKENS;
-    return;
-  }
-  // A non-empty array: the table (F.input) checked the type.
-  const items = input as unknown[];
-  for (let i = 0; i < items.length; i++) {
-    checkItem(items[i], `input.${i}`, count);
-    count.extra += HOLD_ITEM_OVERHEAD_TOKENS;
-  }
-}
-
-function badInput(param: string, message: string): never {
-  fail('invalid_input', param, message);
-}
-
-function requireString(item: Obj, key: string, path: string): string {
-  const v = item[key];
-  if (typeof v !== 'string') badInput(`${path}.${key}`, `\`${path}.${key}\` must be a string.`);
-  return v;
-}
-
-function checkItem(item: unknown, path: string, count: Count): void {
-  if (!isObj(item)) badInput(path, `\`${path}\` must be an object (an input item).`);
-  const type = item.type;
-  if (type === undefined || type === 'message') {
-    checkMessage(item, path, count);
-    return;
-  }
-  if (typeof type !== 'string') badInput(`${path}.type`, `\`${path}.type\` must be a string.`);
-  switch (type) {
-    case 'reasoning': {
-      // With store false the vendor cannot look a reasoning item up by id: it must come back whole.
-      const enc = item.encrypted_content;
-      if (typeof enc !== 'string' || enc.length === 0) {
-        badInput(
-          `${path}.encrypted_content`,
-          `\`${path}\` is a reasoning item without \`encrypted_content\`; the service keeps no state, so reasoning items must be sent back as returned (the service always requests ${INCLUDE_ENCRYPTED_REASONING}), or left out.`,
-        );
-      }
-      count.extra += Math.ceil(enc.length / HOLD_ENCRYPTED_CHARS_PER_TOKEN);
-      const summary = item.summary;
-      if (summary !== undefined) {
-        if (!Array.isArray(summary)) badInput(`${path}.summary`, `\`${path}.summary\` must be an array.`);
-        for (let k = 0; k < summary.length; k++) {
-          const s: unknown = summary[k];
-          if (!isObj(s) || typeof s.text !== 'string')
-            badInput(`${path}.summary.${k}`, `\`${path}.summary.${k}\` must be a summary_text part with a string \`text\`.`);
-          count.holdTexts.push(s.text);
-        }
-      }
-      return;
-    }
-    case 'function_call': {
-      requireString(item, 'call_id', path);
-      const name = requireString(item, 'name', path);
-      const args = requireString(item, 'arguments', path);
-      // A call of a function inside a namespace names the namespace too (echoed back as returned).
-      if (typeof item.namespace === 'string') addVerbatim(count, item.namespace);
-      addVerbatim(count, name);
-      addVerbatim(count, args);
-      return;
-    }
-    case 'function_call_output': {
-      requireString(item, 'call_id', path);
-      const output = item.output;
-      if (typeof output === 'string') {
-        addVerbatim(count, output);
-        return;
-      }
-      if (!Array.isArray(output)) badInput(`${path}.output`, `\`${path}.output\` must be a string or an array of input_text parts.`);
-      for (let k = 0; k < output.length; k++) countTextPart(output[k], `${path}.output.${k}`, count, false);
-      return;
-    }
-    default:
-      if (UNSUPPORTED_ITEMS.has(type)) {
-        fail('unsupported_parameter', `${path}.type`, `Input items of type "${type}" are not supported in v1: ${WHY_ITEMS}.`);
-      }
-      if (MEDIA_PARTS.has(type)) fail('unsupported_parameter', `${path}.type`, `"${type}" input is not supported in v1: text only.`);
-      badInput(`${path}.type`, `Unknown input item type ${JSON.stringify(type.slice(0, 100))}.`);
-  }
-}
-
-function checkMessage(item: Obj, path: string, count: Count): void {
-  const role = item.role;
-  if (typeof role !== 'string' || !ROLES.has(role)) badInput(`${path}.role`, `\`${path}.role\` must be one of user, assistant, system, developer.`);
-  const content = item.content;
-  if (typeof content === 'string') {
-    addVerbatim(count, content);
-    return;
-  }
-  if (!Array.isArray(content)) badInput(`${path}.content`, `\`${path}.content\` must be a string or an array of content parts.`);
-  for (let k = 0; k < content.length; k++) countTextPart(content[k], `${path}.content.${k}`, count, true);
-}
-
-/** A text content part: input_text everywhere; output_text and refusal in messages only. */
-function countTextPart(part: unknown, path: string, count: Count, inMessage: boolean): void {
-  if (!isObj(part)) badInput(path, `\`${path}\` must be a content part object.`);
-  const type = part.type;
-  if (typeof type !== 'string') badInput(`${path}.type`, `\`${path}.type\` must be a string.`);
-  if (type === 'input_text' || (inMessage && type === 'output_text')) {
-    addVerbatim(count, requireString(part, 'text', path));
-    return;
-  }
-  if (inMessage && type === 'refusal') {
-    addVerbatim(count, requireString(part, 'refusal', path));
-    return;
-  }
-  if (MEDIA_PARTS.has(type)) fail('unsupported_parameter', `${path}.type`, `"${type}" content is not supported in v1: text only.`);
-  badInput(`${path}.type`, `Unknown content part type ${JSON.stringify(type.slice(0, 100))}.`);
-}
-
-// ---------------------------------------------------------------------------------------------
-// tools, tool_choice, text, metadata
-
-function checkTools(tools: unknown[], count: Count): void {
-  const seen = { definitions: 0 };
-  for (let i = 0; i < tools.length; i++) checkTool(tools[i], `tools.${i}`, count, seen, false);
-}
-
-/** One tool definition: a function tool, or (at the top level only) a namespace of them. */
-function checkTool(t: unknown, path: string, count: Count, seen: { definitions: number }, inNamespace: boolean): void {
-  if (++seen.definitions > MAX_TOOL_DEFINITIONS)
-    fail('too_long', 'tools', `\`tools\` may hold at most ${MAX_TOOL_DEFINITIONS} tool definitions, those inside namespaces counted.`);
-  if (!isObj(t)) fail('invalid_tool', path, `\`${path}\` must be a tool object.`);
-  const type = t.type;
-  if (type === 'namespace' && !inNamespace) {
-    checkNamespace(t, path, count, seen);
-    return;
-  }
-  if (type !== 'function') refuseToolType(type, path, inNamespace);
-  const name = t.name;
-  if (typeof name !== 'string' || name.length === 0) fail('invalid_tool', `${path}.name`, `\`${path}.name\` must be a non-empty string.`);
-  addVerbatim(count, name);
-  addDescription(t, path, count);
-  const parameters = t.parameters;
-  if (parameters !== undefined && parameters !== null) {
-    if (!isObj(parameters)) fail('invalid_type', `${path}.parameters`, `\`${path}.parameters\` must be a JSON Schema object.`);
-    count.holdTexts.push(JSON.stringify(parameters));
-  }
-  const strict = t.strict;
-  if (strict !== undefined && strict !== null && typeof strict !== 'boolean') fail('invalid_type', `${path}.strict`, `\`${path}.strict\` must be a boolean.`);
-  count.extra += HOLD_TOOL_OVERHEAD_TOKENS;
-}
-
-/** `{type: "namespace", name, description?, tools}`: client function tools grouped under a name. */
-function checkNamespace(t: Obj, path: string, count: Count, seen: { definitions: number }): void {
-  const name = t.name;
-  if (typeof name !== 'string' || name.length === 0) fail('invalid_tool', `${path}.name`, `\`${path}.name\` must be a non-empty string.`);
-  addVerbatim(count, name);
-  addDescription(t, path, count);
-  const inner = t.tools;
-  if (!Array.isArray(inner) || inner.length === 0) fail('invalid_tool', `${path}.tools`, `\`${path}.tools\` must be a non-empty array of function tools.`);
-  for (let k = 0; k < inner.length; k++) checkTool(inner[k], `${path}.tools.${k}`, count, seen, true);
-  count.extra += HOLD_TOOL_OVERHEAD_TOKENS;
-}
-
-function addDescription(t: Obj, path: string, count: Count): void {
-  const description = t.description;
-  if (description === undefined || description === null) return;
-  if (typeof description !== 'string') fail('invalid_type', `${path}.description`, `\`${path}.description\` must be a string.`);
-  addVerbatim(count, description);
-}
-
-/** A tool type other than function (or namespace at the top level): why it is refused. */
-function refuseToolType(type: unknown, path: string, inNamespace: boolean): never {
-  if (typeof type !== 'string') fail('invalid_tool', `${path}.type`, `\`${path}.type\` must be "function"${inNamespace ? '' : ' or "namespace"'}.`);
-  const shown = JSON.stringify(type.slice(0, 100));
-  if (type === 'namespace') fail('invalid_tool', `${path}.type`, `\`${path}\` is a namespace inside a namespace; namespaces do not nest.`);
-  if (SERVER_TOOLS.has(type)) {
-    fail(
-      'unsupported_parameter',
-      `${path}.type`,
-      `The ${shown} tool is a server tool, run by the vendor; this service runs and bills no server tools. Remove ${shown} from \`tools\` (turn it off in your client) and ${WHY_TOOLS}.`,
-    );
-  }
-  fail('unsupported_parameter', `${path}.type`, `Tools of type ${shown} are not supported in v1: ${WHY_TOOLS}.`);
-}
-
-function checkToolChoice(tc: unknown): void {
-  if (typeof tc === 'string') {
-    if (!TOOL_CHOICE_MODES.has(tc)) fail('invalid_enum', 'tool_choice', '`tool_choice` must be "auto", "none", "required" or {type: "function", name}.');
-    return;
-  }
-  if (!isObj(tc)) fail('invalid_type', 'tool_choice', '`tool_choice` must be a string or an object.');
-  const type = tc.type;
-  if (type === 'function') {
-    if (typeof tc.name !== 'string' || tc.name.length === 0) fail('invalid_type', 'tool_choice.name', '`tool_choice.name` must be a non-empty string.');
-    return;
-  }
-  if (typeof type === 'string' && TOOL_CHOICE_UNSUPPORTED.has(type)) {
-    fail('unsupported_parameter', 'tool_choice.type', `\`tool_choice\` of type "${type}" is not supported in v1: only function tools.`);
-  }
-  fail('invalid_enum', 'tool_choice.type', '`tool_choice.type` must be "function".');
 }
 
 function checkText(text: Obj, count: Count): void {
