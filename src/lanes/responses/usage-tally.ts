@@ -32,61 +32,24 @@
 // `output_item.done` are parsed too, and each text delta's escaped text is kept (see RelayedOutput).
 
 import { createParser, type EventSourceMessage, type EventSourceParser } from 'eventsource-parser';
-import { count, isObject, scanCount } from './raw-json.js';
+import { count, isObject } from './raw-json.js';
+import { type DeltaSpan, scanSequenceNumber, scanTextDelta } from './delta-scan.js';
+import {
+  emptyUsage,
+  str,
+  readErrorEvent,
+  readResponseError,
+  readResponsesUsage,
+  type ResponsesErrorInfo,
+  type ResponsesTallyOutcome,
+  type ResponsesTallyResult,
+  type ResponsesTerminalEvent,
+  type ResponsesUsage,
+} from './usage-fields.js';
+
+export { scanTextDeltaChars } from './delta-scan.js';
+export type { ResponsesTallyResult, ResponsesUsage } from './usage-fields.js';
 import { KEPT_ITEM_EVENTS, RelayedOutput } from './relayed-output.js';
-
-export type ResponsesTerminalEvent = 'response.completed' | 'response.incomplete' | 'response.failed';
-export type ResponsesTallyOutcome = 'complete' | 'usage_unknown' | 'incomplete_stream';
-
-/** Usage buckets as the vendor reported them; undefined = not reported (never read as 0). */
-export interface ResponsesUsage {
-  inputTokens: number | undefined;
-  /** `input_tokens_details.cached_tokens`: a part of inputTokens, read from cache. */
-  cachedTokens: number | undefined;
-  /** `input_tokens_details.cache_write_tokens` (listed in openai 6.49 types); a part of inputTokens. */
-  cacheWriteTokens: number | undefined;
-  outputTokens: number | undefined;
-  /** `output_tokens_details.reasoning_tokens`: a part of outputTokens. */
-  reasoningTokens: number | undefined;
-  totalTokens: number | undefined;
-}
-
-export interface ResponsesErrorInfo {
-  code: string | null;
-  message: string;
-  param: string | null;
-  /** 'flat' = SDK type `{type:"error",code,message,param}`; 'nested' = first-party `{type:"error",error:{…}}`. */
-  shape: 'flat' | 'nested';
-}
-
-/** Plain-data result of a tally, for logging and settlement. */
-export interface ResponsesTallyResult {
-  outcome: ResponsesTallyOutcome;
-  terminalEvent: ResponsesTerminalEvent | undefined;
-  /** `response.status` of the terminal snapshot (or of the non-stream body). */
-  status: string | undefined;
-  usage: ResponsesUsage;
-  /** True when usage had both input_tokens and output_tokens as non-negative integers. */
-  usageUsable: boolean;
-  responseId: string | undefined;
-  model: string | undefined;
-  incompleteReason: string | undefined;
-  /** First `error` event of the stream. */
-  error: ResponsesErrorInfo | undefined;
-  /** `response.error` of a failed terminal snapshot (or non-stream body). */
-  responseError: { code: string | null; message: string } | undefined;
-  /** Highest sequence_number seen; -1 when none. */
-  maxSequenceNumber: number;
-  /** Sum of `.length` (UTF-16 code units) of all `response.output_text.delta` deltas. */
-  visibleTextChars: number;
-  eventCount: number;
-  sawDone: boolean;
-  /**
-   * First parse problem: an event whose data is not JSON (skipped, tallying goes on) or an event
-   * larger than maxEventChars (tallying stops there).
-   */
-  parseError: string | undefined;
-}
 
 export interface ResponsesUsageTallyOptions {
   /**
@@ -115,123 +78,6 @@ const PARSED_EVENTS: ReadonlySet<string> = new Set([
   'response.output_text.delta',
   'error',
 ]);
-
-const SEQ_KEY = '"sequence_number":';
-
-function emptyUsage(): ResponsesUsage {
-  return {
-    inputTokens: undefined,
-    cachedTokens: undefined,
-    cacheWriteTokens: undefined,
-    outputTokens: undefined,
-    reasoningTokens: undefined,
-    totalTokens: undefined,
-  };
-}
-
-function str(v: unknown): string | undefined {
-  return typeof v === 'string' ? v : undefined;
-}
-
-function strOrNull(v: unknown): string | null {
-  return typeof v === 'string' ? v : null;
-}
-
-/** Reads a Responses `usage` object; returns the buckets and whether they are usable for settlement. */
-export function readResponsesUsage(raw: unknown): { usage: ResponsesUsage; usable: boolean } {
-  const usage = emptyUsage();
-  if (!isObject(raw)) return { usage, usable: false };
-  usage.inputTokens = count(raw.input_tokens);
-  usage.outputTokens = count(raw.output_tokens);
-  usage.totalTokens = count(raw.total_tokens);
-  const inDetails = raw.input_tokens_details;
-  if (isObject(inDetails)) {
-    usage.cachedTokens = count(inDetails.cached_tokens);
-    usage.cacheWriteTokens = count(inDetails.cache_write_tokens);
-  }
-  const outDetails = raw.output_tokens_details;
-  if (isObject(outDetails)) usage.reasoningTokens = count(outDetails.reasoning_tokens);
-  return { usage, usable: usage.inputTokens !== undefined && usage.outputTokens !== undefined };
-}
-
-function readErrorEvent(data: Record<string, unknown>): ResponsesErrorInfo {
-  const nested = data.error;
-  if (isObject(nested)) {
-    return {
-      code: strOrNull(nested.code),
-      message: str(nested.message) ?? '',
-      param: strOrNull(nested.param),
-      shape: 'nested',
-    };
-  }
-  return { code: strOrNull(data.code), message: str(data.message) ?? '', param: strOrNull(data.param), shape: 'flat' };
-}
-
-function readResponseError(v: unknown): { code: string | null; message: string } | undefined {
-  if (!isObject(v)) return undefined;
-  return { code: strOrNull(v.code), message: str(v.message) ?? '' };
-}
-
-const scanSequenceNumber = (data: string): number => scanCount(data, SEQ_KEY);
-
-const DELTA_TYPE = '"type":"response.output_text.delta"';
-const DELTA_KEY = '"delta":"';
-
-/** Where the raw (still escaped) `delta` string of the last scanned text delta lies in its data. */
-interface DeltaSpan {
-  start: number;
-  end: number;
-}
-
-const unusedSpan: DeltaSpan = { start: 0, end: 0 };
-
-/**
- * The UTF-16 length `JSON.parse` would give the `delta` string of a text-delta event, read from
- * the raw JSON: each escape (`\n`, `\"`, `\uXXXX`, ...) is one code unit, every other character
- * is itself. Returns -1 (the caller then parses the event) unless the data says it is a text delta
- * and has exactly one `"delta":"` key with a well-formed string after it. Neither pattern can occur
- * inside a JSON string value, where every quote is escaped. It does not check the rest of the
- * event is valid JSON: a malformed delta still counts, and the client's SDK reports it.
- */
-export function scanTextDeltaChars(data: string): number {
-  return scanTextDelta(data, unusedSpan);
-}
-
-/** scanTextDeltaChars that also says where the escaped string lies (`span`, reused: no allocation). */
-function scanTextDelta(data: string, span: DeltaSpan): number {
-  if (data.indexOf(DELTA_TYPE) === -1) return -1;
-  const at = data.indexOf(DELTA_KEY);
-  if (at === -1) return -1;
-  let n = 0;
-  const len = data.length;
-  const start = at + DELTA_KEY.length;
-  for (let i = start; i < len; i++) {
-    const c = data.charCodeAt(i);
-    if (c === 34) {
-      if (data.indexOf(DELTA_KEY, i) !== -1) return -1;
-      span.start = start;
-      span.end = i;
-      return n;
-    }
-    if (c < 0x20) return -1;
-    if (c === 92) {
-      const e = data.charCodeAt(i + 1);
-      if (e === 117) {
-        for (let k = 2; k < 6; k++) {
-          const h = data.charCodeAt(i + k) | 0x20;
-          if (!((h >= 48 && h <= 57) || (h >= 97 && h <= 102))) return -1;
-        }
-        i += 5;
-      } else if (e === 34 || e === 92 || e === 47 || e === 98 || e === 102 || e === 110 || e === 114 || e === 116) {
-        i += 1;
-      } else {
-        return -1;
-      }
-    }
-    n++;
-  }
-  return -1;
-}
 
 /**
  * Streaming tally. Feed it the upstream bytes as they pass (whole events or any split), then
