@@ -9,8 +9,6 @@
 // - After dispatch without a usable receipt: keep the hold; never charge 0 or the hold.
 import type { Dispatcher } from 'undici';
 import type { UsageFrame } from '../accounts/usage-frame.js';
-import type { TextModel } from '../catalog/models.js';
-import type { Lane } from '../deployment/state.js';
 import { ApiError } from '../errors.js';
 import { isLedgerAssertion } from '../ledger/assertion.js';
 import { stoppedAnswer } from '../ledger/fail-stop.js';
@@ -22,77 +20,13 @@ import { forEachEvent, modelRewrite, rewriteModels, SseFramer, type ModelRewrite
 import { neverSent } from '../vendors/text-upstream.js';
 import type { TextPool } from '../vendors/pool/text-pools.js';
 import type { TryResult } from '../vendors/pool/try-loop.js';
-import { type MemberRequests, memberRequests, noteTries, postAcross, type VendorHeaders } from './vendor-send.js';
+import { type MemberRequests, memberRequests, noteTries, postAcross } from './vendor-send.js';
 import { readBounded } from '../vendors/vendor-http.js';
 import { requestedUsageFrame } from './usage-frame.js';
 import { within } from '../tracing/hooks.js';
-
-export interface ParsedTextRequest {
-  readonly model: TextModel;
-  readonly stream: boolean;
-  readonly holdInk: number;
-  readonly vendorBody: string;
-  /** Per-request vendor headers the lane allows (already filtered). */
-  readonly extraHeaders?: Readonly<Record<string, string>>;
-  /** The output token cap sent to the vendor (a trace's gen_ai.request.max_tokens). */
-  readonly maxTokens?: number;
-}
-
-export type StreamOutcome = 'complete' | 'usage_unknown' | 'incomplete_stream';
-
-export interface StreamTally {
-  push(chunk: Buffer): void;
-  end(): void;
-  outcome(): StreamOutcome;
-  /** Whole Ink for what the vendor reported; undefined when the receipt cannot be priced. */
-  chargeInk(): number | undefined;
-  /** Usage buckets for the request record (unknown buckets absent). */
-  usage(): object;
-  vendorRequestId(): string | undefined;
-  /** The vendor's own error event, when one arrived (passed on inside our final error frame). */
-  vendorError?(): { type?: string; message?: string } | undefined;
-  /** True when the lane wants the proxy to stop reading (the service's own output cap). */
-  readonly capped?: boolean;
-  /** Why the vendor stopped (stop_reason, a response's status), for a trace's gen_ai.response.finish_reasons. */
-  finishReason?(): string | undefined;
-  /** True once the stream's terminal event has been read (lanes that know it; the others leave it out). */
-  readonly sawTerminal?: boolean;
-  /**
-   * True when `bytes` more bytes of stream could cross the lane's cap (lanes without one leave it
-   * out). The proxy then feeds that chunk event by event, so the events before the one that
-   * crosses are still relayed (the first ones carry `response.created`, which the SDK needs).
-   */
-  mayCap?(bytes: number): boolean;
-}
-
-export interface BodyResult {
-  /** undefined when the body carries no usable usage receipt */
-  readonly chargeInk: number | undefined;
-  readonly usage: object;
-  readonly vendorRequestId: string | undefined;
-  /** The body the client receives (model ids rewritten). */
-  readonly clientBody: string;
-  /** Why the vendor stopped, as in StreamTally.finishReason. */
-  readonly finishReason?: string;
-}
-
-export interface TextLane extends VendorHeaders {
-  readonly product: 'messages' | 'responses';
-  readonly lane: Lane;
-  /** Path on the vendor, appended to the base URL's path. */
-  readonly vendorPath: string;
-  /** The request field that carries the prompt (`param` of a 413). */
-  readonly promptParam: string;
-  /** A promise when the parse takes work off the event loop (a long Responses prompt's token count). */
-  parse(body: Record<string, unknown>, ctx: HttpContext): ParsedTextRequest | Promise<ParsedTextRequest>;
-  newTally(req: ParsedTextRequest): StreamTally;
-  finishBody(json: unknown, req: ParsedTextRequest): BodyResult;
-  /** The closing usage frame in the form the request asked for (the lane may map it to one it can send); '' for none. */
-  usageFrame(inkCharged: number, requestId: string, tally: StreamTally, form: UsageFrame): string;
-  errorFrame(code: 'usage_unknown' | 'incomplete_stream', message: string, requestId: string, tally: StreamTally): string;
-  /** Settles a stream the service stopped at its own cap (Responses); absent when there is none. */
-  cappedFrame?(inkCharged: number, requestId: string, tally: StreamTally, form: UsageFrame): string;
-}
+import { type BodyResult, closedLaneMessage, type ParsedTextRequest, type StreamTally, type TextLane } from './text-lane.js';
+import { ERROR_EVENT, headerValue, isTimeout, mapVendorStatus, storableId, VENDOR_ID_HEADERS, withoutErrorEvents } from './vendor-answer.js';
+import { answeredByFailStop, holdOpen, moveOrLog, type RequestScope, settleFailed } from './text-billing-moves.js';
 
 const MAX_VENDOR_BODY_BYTES = 32 * 1024 * 1024;
 const MAX_VENDOR_ERROR_BYTES = 256 * 1024;
@@ -101,183 +35,6 @@ const STREAM_HEADERS: ReadonlyArray<readonly [string, string]> = [
   ['Content-Type', 'text/event-stream; charset=utf-8'],
   ['X-Accel-Buffering', 'no'],
 ];
-
-/** undici's own timeouts (headers, body idle) and our total cap. */
-export function isTimeout(e: unknown): boolean {
-  const code = (e as { code?: unknown }).code;
-  return code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT' || code === 'UND_ERR_CONNECT_TIMEOUT';
-}
-
-function vendorMessage(text: string): string {
-  try {
-    const j = JSON.parse(text) as { error?: { message?: unknown } | string; message?: unknown };
-    const e = j.error;
-    if (e && typeof e === 'object' && typeof e.message === 'string') return e.message.slice(0, 2000);
-    if (typeof e === 'string') return e.slice(0, 2000);
-    if (typeof j.message === 'string') return j.message.slice(0, 2000);
-  } catch {
-    /* not JSON */
-  }
-  return text.slice(0, 500) || 'The vendor refused the request.';
-}
-
-function retryAfterOf(headers: Dispatcher.ResponseData['headers'], fallbackS: number): number {
-  const v = headers['retry-after'];
-  const n = Number(Array.isArray(v) ? v[0] : v);
-  return Number.isFinite(n) && n >= 1 ? Math.min(Math.ceil(n), 3600) : fallbackS;
-}
-
-const PROMPT_TOO_LONG = /prompt is too long|context[_ ]length|maximum context|too many (input )?tokens|input exceeds/i;
-
-/**
- * Maps a vendor refusal to the documented answer (docs/api/errors.md) and says whether the hold goes back. `promptParam`
- * names the lane's prompt field for the 413 (`messages`, `input`).
- */
-export function mapVendorStatus(
-  status: number,
-  text: string,
-  headers: Dispatcher.ResponseData['headers'],
-  promptParam: string,
-): { error: ApiError; release: boolean } {
-  const msg = vendorMessage(text);
-  // The vendor's own "prompt is too long" is our 413 (docs/api/errors.md): we never refuse first on a guess.
-  if ((status === 400 || status === 422) && PROMPT_TOO_LONG.test(msg)) {
-    return {
-      error: new ApiError('payload_too_large', { message: `The prompt is longer than the model's context: ${msg}`, param: promptParam }),
-      release: true,
-    };
-  }
-  // Its gateway refusing before running (docs/api/errors.md: its 400, 404, 413, 415, 422) is the client's to fix.
-  if (status === 400 || status === 404 || status === 413 || status === 415 || status === 422) {
-    return { error: new ApiError('upstream_rejected', { message: msg }), release: true };
-  }
-  if (status === 429 || status === 529 || status === 503) {
-    return {
-      error: new ApiError('provider_unavailable', { message: `The vendor is at capacity or rate-limiting: ${msg}`, retryAfterS: retryAfterOf(headers, 30) }),
-      release: true,
-    };
-  }
-  if (status === 401 || status === 402 || status === 403) {
-    // Our vendor account was refused (credentials, billing): nothing ran, and it is not the
-    // client's doing; an operator must act. The vendor's message is not passed on.
-    return { error: new ApiError('provider_error', { message: 'The vendor refused the service account; nothing was charged.' }), release: true };
-  }
-  // Other 4xx are the vendor refusing before running; 5xx may have run: keep the hold.
-  if (status < 500) return { error: new ApiError('upstream_rejected', { message: msg }), release: true };
-  return {
-    error: new ApiError('provider_error', { message: `The vendor failed (${status}); the hold is kept until the vendor's record reconciles it.` }),
-    release: false,
-  };
-}
-
-/** `event: error` at an event's start or on one of its lines. */
-const ERROR_EVENT = Buffer.from('event: error');
-const isErrorEvent = (ev: Buffer): boolean => {
-  const at = ev.indexOf(ERROR_EVENT);
-  return at === 0 || (at > 0 && (ev[at - 1] === 0x0a || ev[at - 1] === 0x0d));
-};
-
-/**
- * The vendor's own mid-stream error events are held back (the tally has read them): the stream's
- * single final `error` event is ours, carrying the vendor's error type and message with our code.
- * Rare path: only runs when the bytes contain `event: error`.
- */
-function withoutErrorEvents(buf: Buffer): Buffer {
-  const kept: Buffer[] = [];
-  forEachEvent(buf, (ev) => {
-    if (!isErrorEvent(ev)) kept.push(ev);
-  });
-  return kept.length === 1 ? kept[0]! : Buffer.concat(kept);
-}
-
-/**
- * Where the vendors put their own id of a request (Anthropic `request-id`, OpenAI `x-request-id`):
- * kept on a hold whose outcome is unknown, so reconciliation can find the vendor's record of it.
- */
-const VENDOR_ID_HEADERS = ['request-id', 'x-request-id'] as const;
-
-function headerValue(headers: Dispatcher.ResponseData['headers'], names: readonly string[]): string | undefined {
-  for (const n of names) {
-    const v = headers[n];
-    if (typeof v === 'string') return v;
-    if (Array.isArray(v) && typeof v[0] === 'string') return v[0];
-  }
-  return undefined;
-}
-
-/** A vendor id the ledger can store (1 to 256 characters); another one is dropped, never fatal to a move. */
-const storableId = (v: string | undefined): string | undefined => (v !== undefined && v.length >= 1 && v.length <= 256 ? v : undefined);
-
-/** The request a billing line is about: its id (the hold's) and its logger, read only when a line is written. */
-type RequestScope = Pick<HttpContext, 'requestId' | 'log' | 'trace'>;
-
-/**
- * A ledger move on a failure path must not replace the answer the client is owed: if it fails, it
- * is logged and the hold stays open, listed by reconciliation.
- */
-async function moveOrLog(services: Services, r: RequestScope, what: string, move: Promise<unknown>): Promise<void> {
-  try {
-    await move;
-  } catch (e) {
-    violation(services, e);
-    r.log.error({ move: what, err: e as Error }, 'text.ledger_move_failed');
-  }
-}
-
-/**
- * A broken money rule is never caught to carry on: it goes to the fail-stop and on up (the request
- * ends without a billing answer; the instance stops). Any other error is the caller's to handle.
- */
-function violation(services: Services, e: unknown): void {
-  if (!isLedgerAssertion(e)) return;
-  services.failStop?.trip(e);
-  throw e;
-}
-
-/**
- * Before a response has started, a broken money rule met by a request's move (reserve, release,
- * settle, an unknown-usage mark) is answered with the fail-stop's own 503 (`stoppedAnswer`:
- * provider_unavailable, Retry-After; docs/api/errors.md), never a generic 500: the instance is
- * stopping and the client's retry belongs on another one. The rule reaches the fail-stop first
- * (tripping is idempotent): it is handed on, never caught to carry on. A stream that has started
- * keeps its own ending (streamThrough); any other error passes through unchanged.
- */
-async function answeredByFailStop<T>(services: Services, move: Promise<T>): Promise<T> {
-  try {
-    return await move;
-  } catch (e) {
-    if (!isLedgerAssertion(e)) throw e;
-    services.failStop?.trip(e);
-    throw stoppedAnswer();
-  }
-}
-
-/**
- * Leaves the hold open for reconciliation (usage_unknown) and says so in the log, with why and the
- * vendor's request id when there is one: an operator reconciling sees every open hold explained.
- */
-function holdOpen(services: Services, ledger: TextBilling, r: RequestScope, info: { vendorRequestId?: string; reason: string }): Promise<void> {
-  r.log.warn({ vendor_request_id: info.vendorRequestId ?? null, reason: info.reason }, 'text.hold_left_open');
-  return moveOrLog(services, r, 'markUsageUnknown', within(r.trace?.step('usage_unknown'), ledger.markUsageUnknownEventually(r.requestId, info)));
-}
-
-/**
- * A settle that could not be written leaves a charge we know: mark the hold usage_unknown with the
- * vendor id (best effort), so reconciliation can match it to the vendor's record.
- */
-async function settleFailed(
-  services: Services,
-  ledger: TextBilling,
-  r: RequestScope,
-  chargeInk: number,
-  usage: object,
-  vendorRequestId: string | undefined,
-  e: unknown,
-): Promise<void> {
-  violation(services, e);
-  r.log.error({ vendor_request_id: vendorRequestId, charge_ink: chargeInk, usage, err: e as Error }, 'text.settle_failed');
-  await holdOpen(services, ledger, r, { vendorRequestId, reason: 'settle failed' });
-}
 
 export interface TextProxyDeps {
   readonly services: Services;
@@ -297,13 +54,6 @@ interface ProxyEnv {
   readonly vendor: 'anthropic' | 'openai';
   /** Per model: the bytes that start the vendor's model field, and ours to put in its place. */
   readonly rewrites: ReadonlyMap<string, ModelRewrite>;
-}
-
-/** Said to whoever calls a closed lane, often someone who just ran `npm start`: what opens it. */
-export function closedLaneMessage(lane: Pick<TextLane, 'product' | 'lane'>, configured: boolean): string {
-  return !configured
-    ? `The ${lane.product} lane has no vendor configured on this deployment. An operator sets the vendor's base URL and key, then runs \`inkgate lane enable ${lane.lane}\`; \`npm run demo\` does both against local simulators.`
-    : `The ${lane.product} lane is not enabled on this deployment. An operator opens it with \`inkgate lane enable ${lane.lane}\`; \`npm run demo\` runs every lane against local simulators.`;
 }
 
 export function createTextHandler(lane: TextLane, d: TextProxyDeps): (ctx: HttpContext) => Promise<void> {

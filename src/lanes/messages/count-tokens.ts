@@ -17,7 +17,8 @@ import type { Services } from '../../services.js';
 import type { TextPool } from '../../vendors/pool/text-pools.js';
 import { neverSent } from '../../vendors/text-upstream.js';
 import { readBounded } from '../../vendors/vendor-http.js';
-import { closedLaneMessage, isTimeout, mapVendorStatus, type TextLane } from '../text-proxy.js';
+import { closedLaneMessage, type TextLane } from '../text-lane.js';
+import { isTimeout, mapVendorStatus } from '../vendor-answer.js';
 import { type MemberRequests, memberRequests, noteTries, postAcross } from '../vendor-send.js';
 import { forwardedBetaHeader, parseCountTokensRequest } from './request.js';
 

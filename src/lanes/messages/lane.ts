@@ -4,7 +4,7 @@ import { vendorUserHash } from '../../accounts/api-key.js';
 import type { Catalog } from '../../catalog/models.js';
 import type { Config } from '../../config/config.js';
 import { messagesHoldInk, textChargeInk } from '../../catalog/pricing.js';
-import type { BodyResult, ParsedTextRequest, StreamTally, TextLane } from '../text-proxy.js';
+import type { BodyResult, ParsedTextRequest, StreamTally, TextLane } from '../text-lane.js';
 import { usageFrameText } from '../usage-frame.js';
 import { forwardedBetaHeader, parseMessagesRequest } from './request.js';
 import { MessagesUsageTally, tallyMessageBody, type MessagesUsage } from './usage-tally.js';

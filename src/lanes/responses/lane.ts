@@ -7,7 +7,7 @@ import type { Catalog, TextModel } from '../../catalog/models.js';
 import type { Config } from '../../config/config.js';
 import type { UsageFrame } from '../../accounts/usage-frame.js';
 import { responsesHoldInk, textChargeInk, textUsageFromResponses } from '../../catalog/pricing.js';
-import type { BodyResult, ParsedTextRequest, StreamTally, TextLane } from '../text-proxy.js';
+import type { BodyResult, ParsedTextRequest, StreamTally, TextLane } from '../text-lane.js';
 import { usageFrameText } from '../usage-frame.js';
 import { finishResponsesRequest, prepareResponsesRequest, type ResponsesRequest } from './request.js';
 import { countRequestTexts } from './token-count-pool.js';

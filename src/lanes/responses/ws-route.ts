@@ -6,7 +6,7 @@ import { ApiError } from '../../errors.js';
 import { stoppedAnswer } from '../../ledger/fail-stop.js';
 import type { WebSocketRoute } from '../../server/ws-hub.js';
 import type { Services } from '../../services.js';
-import { closedLaneMessage } from '../text-proxy.js';
+import { closedLaneMessage } from '../text-lane.js';
 
 const RESPONSES_PATH = '/v1/responses';
 
