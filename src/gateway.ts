@@ -204,7 +204,7 @@ function createFailStop(log: Logger, opts: GatewayOptions): { failStop: FailStop
     // Each event at its table level (ledger.fail_stop is fatal), written out before the exit.
     log: (fields, event) => {
       sink(fields, event);
-      log.flush?.();
+      void log.flush?.();
     },
     halt: async () => {
       for (const step of haltSteps) await step();

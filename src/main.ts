@@ -194,7 +194,7 @@ async function runStops(stops: readonly Stop[], log: Logger | undefined, boundMs
  */
 async function failStopExit(code: number, db: Database, log: Logger): Promise<never> {
   process.stderr.write('inkgate: stopped on a broken ledger rule (see the ledger.fail_stop log line); restart to recover\n');
-  log.flush?.();
+  await log.flush?.();
   if (db.kind !== 'external') {
     await Promise.race([db.stop().catch(() => undefined), new Promise((r) => setTimeout(r, FAILED_START_STOP_MS))]);
   }

@@ -27,8 +27,12 @@ export interface Logger {
   readonly fatal: LogFn;
   /** A logger whose every line also carries `bindings` (a request's `request_id`, a part's `component`). */
   child(bindings: LogFields): Logger;
-  /** Writes out what a buffered logger still holds (at shutdown); absent where nothing is held. */
-  flush?(): void;
+  /**
+   * Writes out what a buffered logger still holds (at shutdown), after the write in flight, so no
+   * line overtakes another; resolves once written or after BUFFERED_FLUSH_WAIT_MS (a reader of
+   * stdout that stopped reading cannot hold a shutdown). Absent where nothing is held.
+   */
+  flush?(): Promise<void>;
   /**
    * Writes one `info` line whose fields the caller has already serialised (`"a":1,"b":"x"`, none
    * that the redaction below names): `{"level":"info","time":...,<fields>,"msg":<msg>}`, the same
@@ -46,6 +50,8 @@ const BUFFERED_MAX_BYTES = 16 * 1024 * 1024;
  * at 4 KiB the writes were still 3.6 % of a busy node-engine gateway (~20 µs a request, the request budget).
  */
 export const BUFFERED_MIN_BYTES = 32 * 1024;
+/** A shutdown waits at most this long for a buffered logger's writes. */
+const BUFFERED_FLUSH_WAIT_MS = 2_000;
 /** One write's most (sonic-boom's own default, 16 KiB, must stay above the least). */
 const BUFFERED_MAX_WRITE_BYTES = 64 * 1024;
 const BUFFERED_FLUSH_MS = 1000;
@@ -126,11 +132,26 @@ export function createLogger(level: LogLevel, write?: (line: string) => void, bu
     timer.unref();
     logger.flush = () => {
       clearInterval(timer);
-      try {
-        stdout.flushSync();
-      } catch {
-        /* nothing held, or stdout is gone: nothing more to do at shutdown */
-      }
+      return new Promise<void>((resolve) => {
+        const bound = setTimeout(resolve, BUFFERED_FLUSH_WAIT_MS);
+        bound.unref();
+        // flush(cb) waits for the write in flight and whatever follows it above the write size;
+        // what is left below that size is written at once after it, in order.
+        const rest = () => {
+          try {
+            stdout.flushSync();
+          } catch {
+            /* nothing held, or stdout is gone: nothing more to do at shutdown */
+          }
+          clearTimeout(bound);
+          resolve();
+        };
+        try {
+          stdout.flush(rest);
+        } catch {
+          rest();
+        }
+      });
     };
   }
   return logger;

@@ -251,12 +251,16 @@ class Model {
 // ---------------------------------------------------------------------------------------------
 // Reaching into an instance (only to stop a "killed" one and to wait for its background work)
 
-interface EscrowInternals {
+/** The escrow's lease book (src/ledger/lease-book.ts): its timers and the work it runs in the background. */
+interface LeaseBookInternals {
   heartbeat: NodeJS.Timeout | undefined;
-  bus: { close(): Promise<void> } | undefined;
   keys: Map<string, { acquiring: Promise<unknown> | undefined }>;
   returns: Set<Promise<void>>;
   ticking: Promise<void> | undefined;
+}
+interface EscrowInternals {
+  bus: { close(): Promise<void> } | undefined;
+  book: LeaseBookInternals;
 }
 const inner = (e: Escrow): EscrowInternals => e as unknown as EscrowInternals;
 const journalFlushing = (e: Escrow): Promise<void> | undefined => (e.journal as unknown as { flushing: Promise<void> | undefined }).flushing;
@@ -667,9 +671,9 @@ class Run {
   private async quiesce(i: Inst): Promise<void> {
     const x = inner(i.e);
     for (let round = 0; round < 3; round++) {
-      await Promise.allSettled([...x.keys.values()].map((k) => k.acquiring).filter((p) => p !== undefined));
-      await Promise.allSettled([...x.returns]);
-      await x.ticking;
+      await Promise.allSettled([...x.book.keys.values()].map((k) => k.acquiring).filter((p) => p !== undefined));
+      await Promise.allSettled([...x.book.returns]);
+      await x.book.ticking;
       await journalFlushing(i.e);
     }
   }
@@ -679,7 +683,7 @@ class Run {
     i.killed = true;
     totals.kills++;
     const x = inner(i.e);
-    if (x.heartbeat) clearInterval(x.heartbeat);
+    if (x.book.heartbeat) clearInterval(x.book.heartbeat);
     // What it had sent before it "died" may still commit; nothing after.
     for (;;) {
       i.e.journal.close();
@@ -932,7 +936,7 @@ class Run {
     }
     for (const i of this.live()) {
       const x = inner(i.e);
-      await Promise.allSettled([...x.returns]);
+      await Promise.allSettled([...x.book.returns]);
     }
     await this.check();
     await this.agree(true);

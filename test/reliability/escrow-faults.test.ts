@@ -217,7 +217,7 @@ t.test('Postgres paused 5 s (SIGSTOP, whole cluster): a leased key keeps being s
   await until('A load under way', () => (aAll.length >= 3 + WARM_LOAD_REQUESTS ? true : undefined));
   const stats0 = { ...escrow.stats };
   // Diagnostics only: A's lease as the gateway holds it (spare Ink, not counting holds in flight).
-  const spareOfA = () => (escrow as unknown as { byKey: Map<string, { spareInk: number }> }).byKey.get(ka.keyId)?.spareInk;
+  const spareOfA = () => (escrow as unknown as { book: { byKey: Map<string, { spareInk: number }> } }).book.byKey.get(ka.keyId)?.spareInk;
   const spareAtPause = spareOfA();
 
   // A busy gateway's pool keeps idle connections (idleTimeoutMillis 30 s): make sure this one has
