@@ -2,9 +2,10 @@
 // lines (declarations, methods, arrows and function expressions alike, counted from the opening
 // brace to the closing one). A function past it is named with its place so it can be split into
 // helpers that each do one job. The measure itself is tested on a small sample first, so a broken
-// walk cannot pass the tree by finding nothing.
+// walk cannot pass the tree by finding nothing. Also measured here: no file in src/ over
+// MAX_FILE_LINES, and the performance page kept to a dashboard.
 import { readFileSync } from 'node:fs';
-import { relative } from 'node:path';
+import { join, relative } from 'node:path';
 import t from 'tap';
 import ts from 'typescript';
 import { SRC, tsSources } from '../helpers/source-tree.js';
@@ -75,4 +76,23 @@ t.test(`no function in src/ has a body over ${MAX_BODY_LINES} lines`, async (t) 
   }
   t.ok(measured > 1000, `functions measured (${measured})`);
   t.same(long, [], 'functions to split into helpers');
+});
+
+/** A file that grows past this has grown a second job: split it (house style). */
+const MAX_FILE_LINES = 450;
+
+t.test(`no TypeScript file in src/ is over ${MAX_FILE_LINES} lines`, async (t) => {
+  const long = tsSources(SRC)
+    .map((file) => ({ file: relative(SRC, file), lines: readFileSync(file, 'utf8').split('\n').length - 1 }))
+    .filter((f) => f.lines > MAX_FILE_LINES)
+    .map((f) => `${f.file} (${f.lines} lines)`);
+  t.same(long, [], 'files to split by job');
+});
+
+/** The performance page is a dashboard: the latest figure of each bench; the rest is its history. */
+const MAX_DASHBOARD_BYTES = 12_000;
+
+t.test(`docs/performance.md stays a dashboard (at most ${MAX_DASHBOARD_BYTES} bytes)`, async (t) => {
+  const bytes = readFileSync(join(SRC, '..', 'docs', 'performance.md')).length;
+  t.ok(bytes <= MAX_DASHBOARD_BYTES, `${bytes} bytes; move older figures to docs/performance-history.md`);
 });
