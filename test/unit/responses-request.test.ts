@@ -11,6 +11,16 @@ import { loadCatalog } from '../../src/catalog/models.js';
 import { responsesHoldInk } from '../../src/catalog/pricing.js';
 import {
   CLIENT_METADATA_LIMITS,
+  parseResponsesRequest,
+  RESPONSES_ACCEPTED_FIELDS,
+  RESPONSES_MIN_OUTPUT_TOKENS,
+  RESPONSES_REJECTED_FIELDS,
+  type ResponsesRequest,
+} from '../../src/lanes/responses/request.js';
+import * as hold from '../../src/lanes/responses/request-count.js';
+import { MAX_TOOL_DEFINITIONS } from '../../src/lanes/responses/request-tools.js';
+
+const {
   HOLD_CHARS_PER_TOKEN,
   HOLD_ENCRYPTED_CHARS_PER_TOKEN,
   HOLD_ITEM_OVERHEAD_TOKENS,
@@ -19,13 +29,7 @@ import {
   HOLD_REQUEST_OVERHEAD_TOKENS,
   HOLD_TOOL_OVERHEAD_TOKENS,
   INCLUDE_ENCRYPTED_REASONING,
-  MAX_TOOL_DEFINITIONS,
-  parseResponsesRequest,
-  RESPONSES_ACCEPTED_FIELDS,
-  RESPONSES_MIN_OUTPUT_TOKENS,
-  RESPONSES_REJECTED_FIELDS,
-  type ResponsesRequest,
-} from '../../src/lanes/responses/request.js';
+} = hold;
 import { countO200kTokens, O200K_MAX_TOKEN_BYTES } from '../../src/lanes/responses/token-count.js';
 
 type Obj = Record<string, any>;

@@ -31,18 +31,6 @@ import {
 import { checkInput } from './request-input.js';
 import { checkToolFields } from './request-tools.js';
 
-export {
-  HOLD_CHARS_PER_TOKEN,
-  HOLD_ENCRYPTED_CHARS_PER_TOKEN,
-  HOLD_ITEM_OVERHEAD_TOKENS,
-  HOLD_MARGIN_PERCENT,
-  HOLD_MARGIN_TOKENS,
-  HOLD_REQUEST_OVERHEAD_TOKENS,
-  HOLD_TOOL_OVERHEAD_TOKENS,
-  INCLUDE_ENCRYPTED_REASONING,
-} from './request-count.js';
-export { MAX_TOOL_DEFINITIONS } from './request-tools.js';
-
 export interface ResponsesRequest {
   /** The resolved product model. */
   model: TextModel;
