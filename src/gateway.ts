@@ -15,11 +15,8 @@ import { FailStop } from './ledger/fail-stop.js';
 import { DriftGauge } from './ledger/drift.js';
 import { Ledger } from './ledger/ledger.js';
 import { UnbilledLedger } from './ledger/unbilled.js';
-import { messagesLane } from './lanes/messages/lane.js';
-import { createCountTokensHandler } from './lanes/messages/count-tokens.js';
-import { responsesLane } from './lanes/responses/lane.js';
 import { responsesWebSocketRoute } from './lanes/responses/ws-route.js';
-import { createTextHandler } from './lanes/text-proxy.js';
+import { textRoutes } from './lanes/routes.js';
 import { createTextPool, type TextPool } from './vendors/pool/text-pools.js';
 import { startJobRunner, type JobRunner, type JobRunnerOptions } from './generations/job-runner.js';
 import { createGenerationDeps, type GenerationDeps, type GenerationDepsOptions } from './generations/deps.js';
@@ -293,44 +290,10 @@ function startDrift(s: Services, opts: GatewayOptions, cleanups: Cleanups): Drif
 /** The /v1 routes: catalogue, account, the text lanes, generations, the OpenAPI document (and a test's extras). */
 function apiRoutes(services: Services, generationDeps: GenerationDeps, opts: GatewayOptions, pools: VendorPools): Route[] {
   const { config, catalog, escrow, pool, state } = services;
-  const text = config.limits.textBodyBytes;
-  const textLedger = opts.unbilled ? new UnbilledLedger() : escrow;
-  const messages = messagesLane(config, catalog);
-  const anthropic = pools.anthropic;
   const routes: Route[] = [
     ...catalogRoutes(config, catalog, state),
     ...accountRoutes(pool, escrow),
-    {
-      method: 'POST',
-      pattern: '/v1/messages',
-      access: 'key',
-      keyRecheckedByReserve: true,
-      requestIdHeader: 'request-id',
-      bodyBytes: text,
-      handler: createTextHandler(messages, { services, ledger: textLedger, upstream: anthropic }),
-    },
-    {
-      // Not billed, so no reserve re-checks the key: it is looked up on every call.
-      method: 'POST',
-      pattern: '/v1/messages/count_tokens',
-      access: 'key',
-      requestIdHeader: 'request-id',
-      bodyBytes: text,
-      rateBucket: {
-        prefix: 'count-tokens:',
-        perMinute: config.limits.countTokensPerMinute,
-        message: `More than ${config.limits.countTokensPerMinute} token counts per minute on this key (the count_tokens limit, apart from the key's other requests).`,
-      },
-      handler: createCountTokensHandler({ services, lane: messages, upstream: anthropic }),
-    },
-    {
-      method: 'POST',
-      pattern: '/v1/responses',
-      access: 'key',
-      keyRecheckedByReserve: true,
-      bodyBytes: text,
-      handler: createTextHandler(responsesLane(config, catalog), { services, ledger: textLedger, upstream: pools.openai }),
-    },
+    ...textRoutes(services, { ledger: opts.unbilled ? new UnbilledLedger() : escrow, catalog, anthropic: pools.anthropic, openai: pools.openai }),
     ...videoRoutes(services, generationDeps),
     ...imageRoutes(services, generationDeps),
     openApiRoute(catalog),
