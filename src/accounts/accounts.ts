@@ -142,22 +142,13 @@ const keyChanged = (update: string): string => `WITH k AS (${update} RETURNING i
 const KEY_LEASES_HOLDING = `SELECT count(*)::int AS leases, count(DISTINCT instance_id)::int AS instances FROM leases
    WHERE key_id = $1 AND state = 'live' AND drained_at IS NULL AND expires_at > now()`;
 
-/**
- * How long a key's change may wait to be in force: a lease's lifetime (a stopped instance's lease
- * expires by then), and two heartbeats for a lease renewed just before the change.
- */
-export const inForceBoundMs = (lease: { readonly ttlMs: number; readonly heartbeatMs: number }): number => lease.ttlMs + 2 * lease.heartbeatMs;
-
 /** How often a change in force is checked while it waits (a CLI or console action, not a request). */
 const IN_FORCE_POLL_MS = 20;
 
-export interface InForceWait {
-  /** Give up after this long (a lease's lifetime: by then every lease in scope has ended). */
-  readonly boundMs: number;
-  /** Told once, when the wait lasts longer than a moment: how many instances still hold from the key. */
-  readonly onWait?: (instances: number) => void;
-  /** When to call onWait. */
-  readonly noteAfterMs?: number;
+/** Told once, when the wait lasts longer than `afterMs`: how many instances still hold from the key, and the bound. */
+export interface InForceNote {
+  readonly afterMs: number;
+  readonly note: (instances: number, boundMs: number) => void;
 }
 
 /**
@@ -165,22 +156,30 @@ export interface InForceWait {
  * instance: none holds from a lease the key had before the change (a hold without a lease reads the
  * key's row, so it sees the change at once). An instance hears of the change within milliseconds
  * (NOTIFY) or at its next heartbeat (a second), so this usually waits a few milliseconds; a stopped
- * instance is waited for until its lease expires. Throws an AdminError when the bound passes first.
+ * instance is waited for until its lease expires. The bound is a lease's lifetime (`lease.ttlMs`:
+ * a stopped instance's lease expires by then) and two heartbeats for a lease renewed just before
+ * the change. Throws an AdminError when the bound passes first.
  */
-export async function keyChangeInForce(db: Queryable, keyId: string, wait: InForceWait): Promise<void> {
+export async function keyChangeInForce(
+  db: Queryable,
+  keyId: string,
+  lease: { readonly ttlMs: number; readonly heartbeatMs: number },
+  wait?: InForceNote,
+): Promise<void> {
+  const boundMs = lease.ttlMs + 2 * lease.heartbeatMs;
   const start = performance.now();
-  let noted = false;
+  let noted = wait === undefined;
   for (;;) {
     const r = (await db.query<{ leases: number; instances: number }>(KEY_LEASES_HOLDING, [keyId])).rows[0]!;
     if (r.leases === 0) return;
     const waitedMs = performance.now() - start;
-    if (waitedMs >= wait.boundMs)
+    if (waitedMs >= boundMs)
       throw new AdminError(
         `the change is saved, but ${r.instances} instance(s) still hold Ink for key ${keyId} after ${Math.round(waitedMs)} ms; they stop once their lease expires`,
       );
-    if (!noted && waitedMs >= (wait.noteAfterMs ?? 0)) {
+    if (!noted && waitedMs >= wait!.afterMs) {
       noted = true;
-      wait.onWait?.(r.instances);
+      wait!.note(r.instances, boundMs);
     }
     await new Promise((resolve) => setTimeout(resolve, IN_FORCE_POLL_MS));
   }

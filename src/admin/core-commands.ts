@@ -4,7 +4,6 @@ import {
   AdminError,
   createAccount,
   createKey,
-  inForceBoundMs,
   keyChangeInForce,
   listKeys,
   listPlans,
@@ -37,11 +36,9 @@ const usageFrameFlag = (v: string): UsageFrame => {
  * than a moment (an instance that is stopped) is told on stderr.
  */
 async function inForce(ctx: AdminContext, keyId: string): Promise<true> {
-  const boundMs = inForceBoundMs(ctx.config.ledger.lease);
-  await keyChangeInForce(ctx.pool, keyId, {
-    boundMs,
-    noteAfterMs: 500,
-    onWait: (n) => ctx.note?.(`waiting for ${n} instance(s) to stop holding Ink for key ${keyId} (at most ${Math.ceil(boundMs / 1000)} s)`),
+  await keyChangeInForce(ctx.pool, keyId, ctx.config.ledger.lease, {
+    afterMs: 500,
+    note: (n, boundMs) => ctx.note?.(`waiting for ${n} instance(s) to stop holding Ink for key ${keyId} (at most ${Math.ceil(boundMs / 1000)} s)`),
   });
   return true;
 }

@@ -1,6 +1,6 @@
 // Overview (the same figures as GET /v1/me) and API keys (create, list, revoke, edit the cap and
 // the usage frame).
-import { AdminError, createKeyIn, inForceBoundMs, keyChangeInForce, revokeKey, setKeyLimit, updateKey, type CreatedKey } from '../accounts/accounts.js';
+import { AdminError, createKeyIn, keyChangeInForce, revokeKey, setKeyLimit, updateKey, type CreatedKey } from '../accounts/accounts.js';
 import { DEFAULT_USAGE_FRAME, isUsageFrame, USAGE_FRAMES, type UsageFrame } from '../accounts/usage-frame.js';
 import { inkToUsd } from '../catalog/pricing.js';
 import { withTx } from '../store/pool.js';
@@ -189,8 +189,7 @@ async function ownKey(p: SignedIn): Promise<string> {
  * instance still holding from the key's lease stops when that lease expires.
  */
 async function inForce(p: SignedIn, keyId: string): Promise<void> {
-  const lease = p.d.services.config.ledger.lease;
-  await keyChangeInForce(p.d.services.pool, keyId, { boundMs: inForceBoundMs(lease) }).catch((e: unknown) => {
+  await keyChangeInForce(p.d.services.pool, keyId, p.d.services.config.ledger.lease).catch((e: unknown) => {
     if (!(e instanceof AdminError)) throw e;
   });
 }
