@@ -28,7 +28,7 @@ export async function moveOrLog(services: Services, r: RequestScope, what: strin
  * A broken money rule is never caught to carry on: it goes to the fail-stop and on up (the request
  * ends without a billing answer; the instance stops). Any other error is the caller's to handle.
  */
-export function violation(services: Services, e: unknown): void {
+function violation(services: Services, e: unknown): void {
   if (!isLedgerAssertion(e)) return;
   services.failStop?.trip(e);
   throw e;

@@ -25,7 +25,7 @@ import { readBounded } from '../vendors/vendor-http.js';
 import { requestedUsageFrame } from './usage-frame.js';
 import { within } from '../tracing/hooks.js';
 import { type BodyResult, closedLaneMessage, type ParsedTextRequest, type StreamTally, type TextLane } from './text-lane.js';
-import { ERROR_EVENT, headerValue, isTimeout, mapVendorStatus, storableId, VENDOR_ID_HEADERS, withoutErrorEvents } from './vendor-answer.js';
+import { headerValue, isTimeout, mapVendorStatus, storableId, VENDOR_ID_HEADERS, withoutErrorEvents } from './vendor-answer.js';
 import { answeredByFailStop, holdOpen, moveOrLog, type RequestScope, settleFailed } from './text-billing-moves.js';
 
 const MAX_VENDOR_BODY_BYTES = 32 * 1024 * 1024;
@@ -341,11 +341,8 @@ function createRelay(
       body.destroy();
       return false;
     }
-    let out = events;
-    if (out.indexOf(ERROR_EVENT) !== -1) {
-      out = withoutErrorEvents(out);
-      if (out.length === 0) return true;
-    }
+    const out = withoutErrorEvents(events);
+    if (out.length === 0) return true;
     if (run.firstByte) {
       run.firstByte = false;
       services.metrics?.firstToken(lane.lane, (performance.now() - startedMs) / 1000);

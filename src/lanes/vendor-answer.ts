@@ -73,7 +73,7 @@ export function mapVendorStatus(
 }
 
 /** `event: error` at an event's start or on one of its lines. */
-export const ERROR_EVENT = Buffer.from('event: error');
+const ERROR_EVENT = Buffer.from('event: error');
 const isErrorEvent = (ev: Buffer): boolean => {
   const at = ev.indexOf(ERROR_EVENT);
   return at === 0 || (at > 0 && (ev[at - 1] === 0x0a || ev[at - 1] === 0x0d));
@@ -82,9 +82,10 @@ const isErrorEvent = (ev: Buffer): boolean => {
 /**
  * The vendor's own mid-stream error events are held back (the tally has read them): the stream's
  * single final `error` event is ours, carrying the vendor's error type and message with our code.
- * Rare path: only runs when the bytes contain `event: error`.
+ * The bytes come back as they are (no copy) unless they contain `event: error`: the rare path.
  */
 export function withoutErrorEvents(buf: Buffer): Buffer {
+  if (buf.indexOf(ERROR_EVENT) === -1) return buf;
   const kept: Buffer[] = [];
   forEachEvent(buf, (ev) => {
     if (!isErrorEvent(ev)) kept.push(ev);

@@ -19,7 +19,6 @@ export const HOLD_ENCRYPTED_CHARS_PER_TOKEN = 4;
 export const INCLUDE_ENCRYPTED_REASONING = 'reasoning.encrypted_content';
 
 export type Obj = Record<string, unknown>;
-export const isObj = (v: unknown): v is Obj => typeof v === 'object' && v !== null && !Array.isArray(v);
 
 export function fail(code: ErrorCode, param: string, message: string): never {
   throw new ApiError(code, { param, message });

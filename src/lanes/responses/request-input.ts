@@ -10,9 +10,9 @@ import {
   HOLD_ENCRYPTED_CHARS_PER_TOKEN,
   HOLD_ITEM_OVERHEAD_TOKENS,
   INCLUDE_ENCRYPTED_REASONING,
-  isObj,
   type Obj,
 } from './request-count.js';
+import { isObject } from './raw-json.js';
 
 const WHY_ITEMS = 'text only; built-in tool call items and item references are not offered';
 
@@ -69,7 +69,7 @@ function requireString(item: Obj, key: string, path: string): string {
 }
 
 function checkItem(item: unknown, path: string, count: Count): void {
-  if (!isObj(item)) badInput(path, `\`${path}\` must be an object (an input item).`);
+  if (!isObject(item)) badInput(path, `\`${path}\` must be an object (an input item).`);
   const type = item.type;
   if (type === undefined || type === 'message') {
     checkMessage(item, path, count);
@@ -92,7 +92,7 @@ function checkItem(item: unknown, path: string, count: Count): void {
         if (!Array.isArray(summary)) badInput(`${path}.summary`, `\`${path}.summary\` must be an array.`);
         for (let k = 0; k < summary.length; k++) {
           const s: unknown = summary[k];
-          if (!isObj(s) || typeof s.text !== 'string')
+          if (!isObject(s) || typeof s.text !== 'string')
             badInput(`${path}.summary.${k}`, `\`${path}.summary.${k}\` must be a summary_text part with a string \`text\`.`);
           count.holdTexts.push(s.text);
         }
@@ -143,7 +143,7 @@ function checkMessage(item: Obj, path: string, count: Count): void {
 
 /** A text content part: input_text everywhere; output_text and refusal in messages only. */
 function countTextPart(part: unknown, path: string, count: Count, inMessage: boolean): void {
-  if (!isObj(part)) badInput(path, `\`${path}\` must be a content part object.`);
+  if (!isObject(part)) badInput(path, `\`${path}\` must be a content part object.`);
   const type = part.type;
   if (typeof type !== 'string') badInput(`${path}.type`, `\`${path}.type\` must be a string.`);
   if (type === 'input_text' || (inMessage && type === 'output_text')) {

@@ -3,7 +3,8 @@
 // which of its tools to turn off.
 import { checkField } from '../../util/request-fields.js';
 import { RESPONSES_FIELDS as F } from './request-fields.js';
-import { addVerbatim, type Count, fail, HOLD_TOOL_OVERHEAD_TOKENS, isObj, type Obj, optional } from './request-count.js';
+import { addVerbatim, type Count, fail, HOLD_TOOL_OVERHEAD_TOKENS, type Obj, optional } from './request-count.js';
+import { isObject } from './raw-json.js';
 
 /** Why parts of accepted fields are refused (messages of the `unsupported_parameter` answers). */
 const WHY_TOOLS = 'send function tools, or namespaces of function tools';
@@ -68,7 +69,7 @@ function checkTools(tools: unknown[], count: Count): void {
 function checkTool(t: unknown, path: string, count: Count, seen: { definitions: number }, inNamespace: boolean): void {
   if (++seen.definitions > MAX_TOOL_DEFINITIONS)
     fail('too_long', 'tools', `\`tools\` may hold at most ${MAX_TOOL_DEFINITIONS} tool definitions, those inside namespaces counted.`);
-  if (!isObj(t)) fail('invalid_tool', path, `\`${path}\` must be a tool object.`);
+  if (!isObject(t)) fail('invalid_tool', path, `\`${path}\` must be a tool object.`);
   const type = t.type;
   if (type === 'namespace' && !inNamespace) {
     checkNamespace(t, path, count, seen);
@@ -81,7 +82,7 @@ function checkTool(t: unknown, path: string, count: Count, seen: { definitions: 
   addDescription(t, path, count);
   const parameters = t.parameters;
   if (parameters !== undefined && parameters !== null) {
-    if (!isObj(parameters)) fail('invalid_type', `${path}.parameters`, `\`${path}.parameters\` must be a JSON Schema object.`);
+    if (!isObject(parameters)) fail('invalid_type', `${path}.parameters`, `\`${path}.parameters\` must be a JSON Schema object.`);
     count.holdTexts.push(JSON.stringify(parameters));
   }
   const strict = t.strict;
@@ -128,7 +129,7 @@ function checkToolChoice(tc: unknown): void {
     if (!TOOL_CHOICE_MODES.has(tc)) fail('invalid_enum', 'tool_choice', '`tool_choice` must be "auto", "none", "required" or {type: "function", name}.');
     return;
   }
-  if (!isObj(tc)) fail('invalid_type', 'tool_choice', '`tool_choice` must be a string or an object.');
+  if (!isObject(tc)) fail('invalid_type', 'tool_choice', '`tool_choice` must be a string or an object.');
   const type = tc.type;
   if (type === 'function') {
     if (typeof tc.name !== 'string' || tc.name.length === 0) fail('invalid_type', 'tool_choice.name', '`tool_choice.name` must be a non-empty string.');

@@ -24,10 +24,10 @@ import {
   HOLD_REQUEST_OVERHEAD_TOKENS,
   HOLD_TOOL_OVERHEAD_TOKENS,
   INCLUDE_ENCRYPTED_REASONING,
-  isObj,
   type Obj,
   optional,
 } from './request-count.js';
+import { isObject } from './raw-json.js';
 import { checkInput } from './request-input.js';
 import { checkToolFields } from './request-tools.js';
 
@@ -142,7 +142,7 @@ export function parseResponsesRequest(body: Record<string, unknown>, catalog: Ca
 
 /** Validates the body and builds the vendor request; the counting is left to the caller. */
 export function prepareResponsesRequest(body: Record<string, unknown>, catalog: Catalog, opts: ParseResponsesOptions): PreparedResponsesRequest {
-  if (!isObj(body)) fail('invalid_body', 'body', 'The request body must be a JSON object.');
+  if (!isObject(body)) fail('invalid_body', 'body', 'The request body must be a JSON object.');
   checkTopLevelKeys(body);
   const model = resolveModel(body, catalog);
   const maxOutputTokens = readMaxOutputTokens(body, model);
@@ -326,14 +326,14 @@ export function finishResponsesRequest(p: PreparedResponsesRequest, counts: Text
 function checkText(text: Obj, count: Count): void {
   const format = text.format;
   if (format !== undefined && format !== null) {
-    if (!isObj(format)) fail('invalid_type', 'text.format', '`text.format` must be an object.');
+    if (!isObject(format)) fail('invalid_type', 'text.format', '`text.format` must be an object.');
     const type = format.type;
     if (typeof type !== 'string' || !FORMAT_TYPES.has(type))
       fail('invalid_enum', 'text.format.type', '`text.format.type` must be "text", "json_schema" or "json_object".');
     if (type === 'json_schema') {
       if (typeof format.name !== 'string' || format.name.length === 0)
         fail('invalid_type', 'text.format.name', '`text.format.name` must be a non-empty string.');
-      if (!isObj(format.schema)) fail('invalid_type', 'text.format.schema', '`text.format.schema` must be a JSON Schema object.');
+      if (!isObject(format.schema)) fail('invalid_type', 'text.format.schema', '`text.format.schema` must be a JSON Schema object.');
       const description = format.description;
       if (description !== undefined && description !== null && typeof description !== 'string') {
         fail('invalid_type', 'text.format.description', '`text.format.description` must be a string.');
