@@ -449,7 +449,7 @@ AS $function$
 #variable_conflict use_column
 DECLARE
   n integer := coalesce(cardinality(p_ids), 0);
-  ours bigint[]; late boolean[]; r record; x record; i integer; c bigint; cg bigint; have bigint; g bigint;
+  ours bigint[]; late boolean[]; r record; x record; i integer; c bigint; cg bigint; have bigint; g bigint; asked bigint;
   out_r text[];
 BEGIN
   IF n = 0 THEN RETURN; END IF;
@@ -575,9 +575,14 @@ BEGIN
     END IF;
     SELECT grant_ink, payg_ink INTO x FROM wallets WHERE account_id = p_accounts[i];
     have := x.grant_ink + x.payg_ink;
+    -- The key's room too (its row is locked above): a capped key that spent the recovered Ink since
+    -- must not end up past its limit. The shortfall is the operator's, as with the wallet's.
+    SELECT least(have, coalesce(greatest(k.ink_limit - (k.ink_charged + k.ink_reserved + k.ink_leased), 0), have)) INTO have
+      FROM api_keys k WHERE k.id = p_keys[i];
     IF p_ends[i] = 'settle' THEN
       -- Recovery never saw this request: the lease's Ink went back, so the charge comes from the wallet.
-      c := least(greatest(coalesce(p_charges[i], 0), 0), p_holds[i], have);
+      asked := least(greatest(coalesce(p_charges[i], 0), 0), p_holds[i]);
+      c := least(asked, have);
       cg := least(c, x.grant_ink);
       INSERT INTO requests (id, account_id, key_id, product, model, hold_state, status, hold_ink, hold_grant_ink, hold_payg_ink,
                             grant_period, charged_ink, charged_grant_ink, charged_payg_ink, usage, vendor_request_id, reason,
@@ -590,14 +595,14 @@ BEGIN
       UPDATE api_keys SET ink_charged = ink_charged + c WHERE id = p_keys[i];
       INSERT INTO ledger_journal (at, kind, account_id, key_id, request_id, lease_id, amount_ink, grant_ink, payg_ink, charged_ink, note)
       VALUES (p_now, 'late_charge', p_accounts[i], p_keys[i], p_ids[i], p_leases[i], c, -cg, -(c - cg), c,
-              CASE WHEN c < least(greatest(coalesce(p_charges[i], 0), 0), p_holds[i]) THEN 'wallet short of the charge' END);
+              CASE WHEN c < asked THEN 'wallet or key limit short of the charge' END);
     ELSIF p_ends[i] = 'release' THEN
       INSERT INTO requests (id, account_id, key_id, product, model, hold_state, status, hold_ink, hold_grant_ink, hold_payg_ink,
                             grant_period, reason, created_at, resolved_at, lease_id, leased)
       VALUES (p_ids[i], p_accounts[i], p_keys[i], p_products[i], p_models[i], 'void', 'void', 0, 0, 0,
               p_periods[i], coalesce(p_reasons[i], 'released after its lease was recovered'), p_created[i], p_resolved[i], p_leases[i], false);
     ELSE
-      -- Usage unknown: keep a durable hold, as much of it as the wallet still has.
+      -- Usage unknown: keep a durable hold, as much of it as the wallet and the key's limit still allow.
       c := least(p_holds[i], have);
       g := least(c, x.grant_ink);
       INSERT INTO requests (id, account_id, key_id, product, model, hold_state, status, hold_ink, hold_grant_ink, hold_payg_ink,

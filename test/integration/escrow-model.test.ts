@@ -1118,6 +1118,25 @@ const COUNTEREXAMPLES: Array<{ name: string; setup: Setup; steps: Op[]; kills?: 
       { op: 'reserve', inst: 1, key: 0, hold: 1000 },
     ],
   },
+  {
+    // Instance 0 settles a key-0 hold in memory and dies before writing it; recovery gives the
+    // lease's Ink back, and the capped key spends it on instance 1; then the dead instance's
+    // settlement arrives late. Charged in full it would put the key past its cap (70 open + 40
+    // charged > 80): the late charge takes what the key's limit still allows, as it takes what the
+    // wallet still has.
+    name: "a late settlement never puts a capped key past its limit after the key spent the recovered lease's Ink",
+    setup: { ...EDGE, instances: 2, grant: 100, payg: 0, cap: 80, minHolds: 4, walletPermille: 500, keyPermille: 500 },
+    kills: true,
+    steps: [
+      { op: 'topup', ink: 500 },
+      { op: 'reserve', inst: 0, key: 0, hold: 40 },
+      { op: 'settle', pick: 0, charge: 200, via: 0 },
+      { op: 'kill', inst: 0 },
+      { op: 'recover', via: 0 },
+      { op: 'reserve', inst: 1, key: 0, hold: 70 },
+      { op: 'late', inst: 0 },
+    ],
+  },
 ];
 
 t.test('escrow model: shrunk counterexamples', async (t) => {

@@ -2,7 +2,8 @@
 // (`requests` has no foreign key to api_keys): a record naming another key of the account, another
 // account, a key that does not exist or a lease that does not exist is refused with its whole batch
 // as an integrity violation (SQLSTATE 23503), nothing of the batch is written, and the instance
-// fails stop. docs/ledger.md, Checking it.
+// fails stop. docs/ledger.md, Checking it. On the late path, a capped key's limit bounds what a
+// record charges or keeps (docs/ledger.md, A late flush).
 import t, { type Test } from 'tap';
 import { loadConfig } from '../../src/config/config.js';
 import { isLedgerAssertion, type LedgerAssertionError } from '../../src/ledger/assertion.js';
@@ -19,10 +20,10 @@ interface Lease {
   readonly period: number;
 }
 
-async function takeLease(pool: Pool, instance: string, epoch: number, accountId: string, keyId: string): Promise<Lease> {
+async function takeLease(pool: Pool, instance: string, epoch: number, accountId: string, keyId: string, wantInk = 5000): Promise<Lease> {
   const r = await pool.query<{ result: string; lease_id: string; grant_period: number }>(
-    `SELECT * FROM ledger_lease_take(NULL, $1, $2, $3, $4, 1, 5000, 0, 1000, 1000, 3600000, now())`,
-    [accountId, keyId, instance, epoch],
+    `SELECT * FROM ledger_lease_take(NULL, $1, $2, $3, $4, 1, $5, 0, 1000, 1000, 3600000, now())`,
+    [accountId, keyId, instance, epoch, wantInk],
   );
   if (r.rows[0]!.result !== 'ok') throw new Error(`lease take: ${r.rows[0]!.result}`);
   return { id: Number(r.rows[0]!.lease_id), period: r.rows[0]!.grant_period };
@@ -134,6 +135,44 @@ t.test("a record whose key or account is not its lease's is refused with its bat
   t.notOk(await stranger.flushAll(10_000), 'a forged record on the late path is refused as well');
   t.match(violations, [{ figures: { sqlstate: '23503', constraint: 'request_key_of_lease' } }]);
   t.same(await money(db.pool, lease.id, mine.accountId, leaseKey), before, 'and moved nothing');
+  await assertLedgerInvariant(t, db.pool);
+});
+
+t.test("on the late path a capped key's limit bounds what is charged or kept, as the wallet's balance does", async (t) => {
+  // A lease recovered (or taken by another instance) gave its Ink back, and the key may have spent
+  // it since: what arrives late takes only what the key's limit still allows; the shortfall is the
+  // operator's and is noted on the journal row.
+  const db = await testDb(t);
+  const mine = await seedAccount(db.pool, { paygInk: 100_000, keyLimits: [150] });
+  const key = mine.keyIds[0]!;
+  const instance = `owner-${db.schema}`;
+  const epoch = Number((await db.pool.query('SELECT ledger_instance_start($1, now(), 0) AS e', [instance])).rows[0].e);
+  const lease = await takeLease(db.pool, instance, epoch, mine.accountId, key, 30); // the key has 120 of room left
+  const used = async () => Number((await db.pool.query('SELECT ink_charged + ink_reserved + ink_leased AS u FROM api_keys WHERE id = $1', [key])).rows[0].u);
+  t.equal(await used(), 30);
+  const stranger = journal(t, db.pool, `other-${db.schema}`, 1, []);
+  const unknown = (): JournalRecord => ({ ...settled(lease, mine.accountId, key), end: 'unknown', chargeInk: 0, resolvedAt: null });
+
+  const kept = unknown();
+  stranger.start(kept);
+  const charged = { ...settled(lease, mine.accountId, key), chargeInk: 90 };
+  stranger.start(charged);
+  const keptNothing = unknown();
+  stranger.start(keptNothing);
+  t.ok(await stranger.flushAll(10_000), 'the late records are written');
+  t.equal(stranger.stats.late, 3, 'on the late path');
+  const rows = new Map(
+    (await db.pool.query('SELECT id, hold_state, status, hold_ink, charged_ink FROM requests WHERE account_id = $1', [mine.accountId])).rows.map((r) => [
+      r.id,
+      r,
+    ]),
+  );
+  t.match(rows.get(kept.requestId), { status: 'usage_unknown', hold_ink: '100' }, 'an unknown-usage hold the key has room for is kept whole');
+  t.match(rows.get(charged.requestId), { hold_state: 'settled', charged_ink: '20' }, 'a settlement takes only the 20 Ink of room left');
+  t.match(rows.get(keptNothing.requestId), { status: 'usage_unknown', hold_ink: '0' }, 'an unknown-usage hold past the limit keeps nothing');
+  t.equal(await used(), 150, 'the key ends at its limit, not past it');
+  const note = await db.pool.query(`SELECT note FROM ledger_journal WHERE request_id = $1 AND kind = 'late_charge'`, [charged.requestId]);
+  t.same(note.rows, [{ note: 'wallet or key limit short of the charge' }], 'the shortfall is noted');
   await assertLedgerInvariant(t, db.pool);
 });
 
