@@ -10,8 +10,6 @@
 import type { Dispatcher } from 'undici';
 import type { UsageFrame } from '../accounts/usage-frame.js';
 import { ApiError } from '../errors.js';
-import { isLedgerAssertion } from '../ledger/assertion.js';
-import { stoppedAnswer } from '../ledger/fail-stop.js';
 import type { TextBilling } from '../ledger/text-billing.js';
 import type { HttpContext } from '../server/http-context.js';
 import { readJsonObject } from '../server/json-body.js';
@@ -23,10 +21,8 @@ import type { TryResult } from '../vendors/pool/try-loop.js';
 import { type MemberRequests, memberRequests, noteTries, postAcross } from './vendor-send.js';
 import { readBounded } from '../vendors/vendor-http.js';
 import { requestedUsageFrame } from './usage-frame.js';
-import { within } from '../tracing/hooks.js';
 import { type BodyResult, closedLaneMessage, type ParsedTextRequest, type StreamTally, type TextLane } from './text-lane.js';
 import { headerValue, isTimeout, mapVendorStatus, storableId, VENDOR_ID_HEADERS, withoutErrorEvents } from './vendor-answer.js';
-import { answeredByFailStop, holdOpen, moveOrLog, type RequestScope, settleFailed } from './text-billing-moves.js';
 
 const MAX_VENDOR_BODY_BYTES = 32 * 1024 * 1024;
 const MAX_VENDOR_ERROR_BYTES = 256 * 1024;
@@ -38,7 +34,8 @@ const STREAM_HEADERS: ReadonlyArray<readonly [string, string]> = [
 
 export interface TextProxyDeps {
   readonly services: Services;
-  readonly ledger: TextBilling;
+  /** The one billing boundary: every move of the request's hold, and the fail-stop around them. */
+  readonly billing: TextBilling;
   /** The vendor's deployments (vendors/pool); undefined when none is configured. */
   readonly upstream: TextPool | undefined;
 }
@@ -47,7 +44,7 @@ export interface TextProxyDeps {
 interface ProxyEnv {
   readonly lane: TextLane;
   readonly services: Services;
-  readonly ledger: TextBilling;
+  readonly billing: TextBilling;
   readonly pool: TextPool;
   /** Each deployment's path for this lane (its base URL's path + the lane's) and headers. */
   readonly members: MemberRequests;
@@ -57,7 +54,7 @@ interface ProxyEnv {
 }
 
 export function createTextHandler(lane: TextLane, d: TextProxyDeps): (ctx: HttpContext) => Promise<void> {
-  const { services, ledger, upstream } = d;
+  const { services, billing, upstream } = d;
   const rewrites = new Map<string, ModelRewrite>();
   for (const m of services.catalog.models) {
     if (m.type === 'text') rewrites.set(m.id, modelRewrite(m.vendorModel, m.id));
@@ -67,7 +64,7 @@ export function createTextHandler(lane: TextLane, d: TextProxyDeps): (ctx: HttpC
     ? {
         lane,
         services,
-        ledger,
+        billing,
         pool: upstream,
         members: memberRequests(upstream, lane, lane.vendorPath),
         vendor: lane.lane === 'messages' ? 'anthropic' : 'openai',
@@ -77,7 +74,7 @@ export function createTextHandler(lane: TextLane, d: TextProxyDeps): (ctx: HttpC
 
   return async (ctx) => {
     const startedMs = performance.now();
-    if (services.failStop?.stopped) throw stoppedAnswer();
+    billing.admit();
     const snap = services.state.current;
     if (!env || !snap.lanes[lane.lane]) {
       throw new ApiError('provider_unavailable', { message: closedMessage, retryAfterS: 300 });
@@ -92,23 +89,15 @@ export function createTextHandler(lane: TextLane, d: TextProxyDeps): (ctx: HttpC
     const requestId = ctx.requestId;
     // A hold from a lease does not read the key row: a remembered key that expired since is refused here.
     if (auth.expiresAtMs !== null && auth.expiresAtMs <= Date.now()) throw new ApiError('invalid_api_key', { message: 'The API key has expired.' });
-    await answeredByFailStop(
-      services,
-      within(
-        ctx.trace?.step('reserve'),
-        ledger.reserve({ requestId, accountId: auth.accountId, keyId: auth.keyId, product: lane.product, model: req.model.id, holdInk: req.holdInk }),
-      ),
-    );
+    await billing.hold(ctx, { requestId, accountId: auth.accountId, keyId: auth.keyId, product: lane.product, model: req.model.id, holdInk: req.holdInk });
     ctx.keyConfirmed = true;
-    services.metrics?.inkHeld(lane.product, req.model.id, req.holdInk);
-    ctx.trace?.held(req.holdInk);
 
-    const { res, member } = await answeredByFailStop(services, dispatch(env, ctx, req));
+    const { res, member } = await dispatch(env, ctx, req);
     try {
-      if (res.statusCode !== 200) return await answeredByFailStop(services, refuseVendorStatus(env, ctx, res));
+      if (res.statusCode !== 200) return await refuseVendorStatus(env, ctx, res);
       const rw = rewrites.get(req.model.id)!;
       if (req.stream) return await streamThrough(env, ctx, req, res, rw, startedMs, frame);
-      return await answeredByFailStop(services, answerBody(env, ctx, req, res));
+      return await answerBody(env, ctx, req, res);
     } finally {
       env.pool.end(member); // in flight until the answer is read: a slow deployment keeps its count
     }
@@ -120,7 +109,7 @@ export function createTextHandler(lane: TextLane, d: TextProxyDeps): (ctx: HttpC
  * another only where the vendor certainly did not start work. One hold, one request id cover
  * every try; the deadline is the one a single try had.
  */
-function sendTries(env: ProxyEnv, r: RequestScope, req: ParsedTextRequest): Promise<TryResult> {
+function sendTries(env: ProxyEnv, r: HttpContext, req: ParsedTextRequest): Promise<TryResult> {
   const up = env.services.config.upstream;
   // A non-streaming answer's headers come only when the whole reply is written: a large
   // reply takes minutes (the official SDKs wait 10). A stream's headers come at once.
@@ -137,18 +126,13 @@ function sendTries(env: ProxyEnv, r: RequestScope, req: ParsedTextRequest): Prom
  * reopening as Retry-After, the hold released.
  */
 async function dispatch(env: ProxyEnv, r: HttpContext, req: ParsedTextRequest): Promise<{ res: Dispatcher.ResponseData; member: number }> {
-  const { services, ledger } = env;
+  const { services, billing } = env;
   const tried = await sendTries(env, r, req);
   noteTries(r, env.pool, tried);
   if (tried.kind === 'answer') return tried;
   r.trace?.vendorDone(undefined, undefined, tried.kind === 'none' ? new Error('every deployment unavailable') : tried.error);
   if (tried.kind === 'none') {
-    await moveOrLog(
-      services,
-      r,
-      'release',
-      within(r.trace?.step('release'), ledger.release(r.requestId, 'every vendor deployment unavailable before the request was sent')),
-    );
+    await billing.release(r, 'every vendor deployment unavailable before the request was sent');
     throw new ApiError('provider_unavailable', {
       message: 'Every deployment of the vendor is cooling down or refused the request before starting it; nothing was charged.',
       retryAfterS: tried.retryAfterS,
@@ -157,16 +141,16 @@ async function dispatch(env: ProxyEnv, r: HttpContext, req: ParsedTextRequest): 
   const e = tried.error;
   services.metrics?.upstreamError(env.vendor, neverSent(e) ? 'connect' : isTimeout(e) ? 'timeout' : 'dispatch');
   if (neverSent(e)) {
-    await moveOrLog(services, r, 'release', within(r.trace?.step('release'), ledger.release(r.requestId, 'vendor unreachable before the request was sent')));
+    await billing.release(r, 'vendor unreachable before the request was sent');
     throw new ApiError('provider_unavailable', { message: 'The vendor is unreachable.', retryAfterS: 30, cause: e });
   }
-  await holdOpen(services, ledger, r, { reason: `dispatch failed: ${(e as Error).message.slice(0, 200)}` });
+  await billing.keepOpen(r, { reason: `dispatch failed: ${(e as Error).message.slice(0, 200)}` });
   throw new ApiError('provider_error', { message: 'The vendor failed after the request was sent; the hold is kept until reconciled.', cause: e });
 }
 
 /** A vendor answer other than 200: release or keep the hold as the status says, then throw the mapped error. */
-async function refuseVendorStatus(env: ProxyEnv, r: RequestScope, res: Dispatcher.ResponseData): Promise<never> {
-  const { services, ledger } = env;
+async function refuseVendorStatus(env: ProxyEnv, r: HttpContext, res: Dispatcher.ResponseData): Promise<never> {
+  const { services, billing } = env;
   let text = '';
   try {
     text = (await readBounded(res.body, MAX_VENDOR_ERROR_BYTES, services.config.upstream.streamTotalMs)).toString('utf8');
@@ -176,14 +160,14 @@ async function refuseVendorStatus(env: ProxyEnv, r: RequestScope, res: Dispatche
   r.trace?.vendorDone(res.statusCode, undefined);
   services.metrics?.upstreamError(env.vendor, res.statusCode === 429 ? 'rate_limited' : res.statusCode < 500 ? 'status_4xx' : 'status_5xx');
   const mapped = mapVendorStatus(res.statusCode, text, res.headers, env.lane.promptParam);
-  if (mapped.release) await moveOrLog(services, r, 'release', within(r.trace?.step('release'), ledger.release(r.requestId, `vendor ${res.statusCode}`)));
-  else await holdOpen(services, ledger, r, { vendorRequestId: storableId(headerValue(res.headers, VENDOR_ID_HEADERS)), reason: `vendor ${res.statusCode}` });
+  if (mapped.release) await billing.release(r, `vendor ${res.statusCode}`);
+  else await billing.keepOpen(r, { vendorRequestId: storableId(headerValue(res.headers, VENDOR_ID_HEADERS)), reason: `vendor ${res.statusCode}` });
   throw mapped.error;
 }
 
 /** A non-streaming answer: read it, settle on its receipt, send it with the charge in a header. */
 async function answerBody(env: ProxyEnv, ctx: HttpContext, req: ParsedTextRequest, res: Dispatcher.ResponseData): Promise<void> {
-  const { lane, services, ledger } = env;
+  const { lane, services, billing } = env;
   const requestId = ctx.requestId;
   let result: BodyResult;
   try {
@@ -193,31 +177,20 @@ async function answerBody(env: ProxyEnv, ctx: HttpContext, req: ParsedTextReques
   } catch (e) {
     ctx.trace?.vendorDone(200, undefined, e);
     services.metrics?.upstreamError(env.vendor, 'body');
-    await holdOpen(services, ledger, ctx, {
+    await billing.keepOpen(ctx, {
       vendorRequestId: storableId(headerValue(res.headers, VENDOR_ID_HEADERS)),
       reason: `unreadable vendor body: ${(e as Error).message.slice(0, 200)}`,
     });
     throw new ApiError('provider_error', { message: 'The vendor answer could not be read; the hold is kept until reconciled.', cause: e });
   }
   if (result.chargeInk === undefined) {
-    await holdOpen(services, ledger, ctx, { vendorRequestId: storableId(result.vendorRequestId), reason: 'no usable usage receipt' });
+    await billing.keepOpen(ctx, { vendorRequestId: storableId(result.vendorRequestId), reason: 'no usable usage receipt' });
     throw new ApiError('provider_error', { message: 'The vendor answered without a usable usage receipt; the hold is kept until reconciled.' });
   }
   const headers: Array<[string, string]> = [['X-Service-Request-Id', requestId]];
-  try {
-    const s = await within(
-      ctx.trace?.step('settle'),
-      ledger.settle(requestId, result.chargeInk, { usage: result.usage, vendorRequestId: storableId(result.vendorRequestId) }),
-    );
-    if (s.resolved) {
-      headers.unshift(['X-Service-Ink-Charged', String(s.chargedInk)]);
-      services.metrics?.inkCharged(lane.product, req.model.id, s.chargedInk);
-      ctx.trace?.charged(s.chargedInk);
-    }
-  } catch (e) {
-    // The vendor ran and we hold the answer: deliver it. The hold stays open for reconciliation.
-    await settleFailed(services, ledger, ctx, result.chargeInk, result.usage, storableId(result.vendorRequestId), e);
-  }
+  // The vendor ran and we hold the answer: it is delivered whether or not the charge was recorded.
+  const charged = await billing.settle(ctx, { product: lane.product, id: req.model.id }, result.chargeInk, result.usage, storableId(result.vendorRequestId));
+  if (charged !== undefined) headers.unshift(['X-Service-Ink-Charged', String(charged)]);
   ctx.sendJson(200, result.clientBody, headers);
 }
 
@@ -256,7 +229,7 @@ async function streamThrough(
   } catch (e) {
     // A broken money rule (the fail-stop has it): the stream still ends, with no charge in it, and
     // the error goes on up. The hold stays open; recovery keeps it for reconciliation.
-    if (isLedgerAssertion(e))
+    if (env.billing.stopped)
       ctx.end(
         env.lane.errorFrame(
           'usage_unknown',
@@ -319,8 +292,7 @@ function createRelay(
   run: StreamRun,
   startedMs: number,
 ): (events: Buffer) => boolean {
-  const { services, ledger, lane } = env;
-  const requestId = ctx.requestId;
+  const { services, billing, lane } = env;
   const resume = () => {
     run.waiting = false;
     body.resume();
@@ -333,8 +305,7 @@ function createRelay(
       const vendorId = storableId(tally.vendorRequestId());
       if (vendorId !== undefined) {
         run.vendorIdRecorded = true;
-        // Not awaited: a broken rule met here already went to the fail-stop (moveOrLog), so its rethrow ends here.
-        moveOrLog(services, ctx, 'setVendorRequestId', ledger.setVendorRequestId(requestId, vendorId)).catch(() => undefined);
+        billing.noteVendorId(ctx, vendorId);
       }
     }
     if (tally.capped) {
@@ -366,18 +337,18 @@ function createRelay(
  */
 async function settleStream(
   env: ProxyEnv,
-  r: RequestScope,
+  r: HttpContext,
   req: ParsedTextRequest,
   tally: StreamTally,
   failure: Error | undefined,
   frame: UsageFrame,
 ): Promise<string> {
-  const { lane, services, ledger } = env;
+  const { lane, billing } = env;
   const requestId = r.requestId;
   const outcome = tally.capped ? 'capped' : tally.outcome();
   const charge = outcome === 'capped' ? req.holdInk : outcome === 'usage_unknown' ? undefined : tally.chargeInk();
   if (charge === undefined) {
-    await holdOpen(services, ledger, r, {
+    await billing.keepOpen(r, {
       vendorRequestId: storableId(tally.vendorRequestId()),
       reason: failure ? `stream failed: ${failure.message.slice(0, 200)}` : 'no usage receipt',
     });
@@ -388,19 +359,7 @@ async function settleStream(
       tally,
     );
   }
-  let charged: number | undefined;
-  const usage = tally.usage();
-  const vendorId = storableId(tally.vendorRequestId());
-  try {
-    const s = await within(r.trace?.step('settle'), ledger.settle(requestId, charge, { usage, vendorRequestId: vendorId }));
-    charged = s.resolved ? s.chargedInk : undefined;
-    if (charged !== undefined) {
-      services.metrics?.inkCharged(lane.product, req.model.id, charged);
-      r.trace?.charged(charged);
-    }
-  } catch (e) {
-    await settleFailed(services, ledger, r, charge, usage, vendorId, e);
-  }
+  const charged = await billing.settle(r, { product: lane.product, id: req.model.id }, charge, tally.usage(), storableId(tally.vendorRequestId()));
   if (charged === undefined) return lane.errorFrame('usage_unknown', 'The charge could not be recorded; the hold is kept until reconciled.', requestId, tally);
   if (outcome === 'incomplete_stream') {
     return lane.errorFrame(

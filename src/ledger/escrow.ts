@@ -33,7 +33,7 @@ import { type ActiveHold, type EndDeps, endInLease, type EscrowFaults, keepInLea
 export type { EscrowFaults } from './leased-end.js';
 import { createRecallBus, type RecallBus, type RecallScope } from './recalls.js';
 import * as SQL from './statements.js';
-import type { TextBilling } from './text-billing.js';
+import type { TextMoves } from './text-billing.js';
 import { WriteBehind, type JournalRecord } from './write-behind.js';
 import type { EventLog } from '../util/log.js';
 
@@ -66,7 +66,7 @@ const ALREADY_RESOLVED: ResolveResult = Object.freeze({ resolved: false, reason:
 
 const unavailable = (message: string, cause?: unknown) => new ApiError('provider_unavailable', { message, retryAfterS: 1, cause });
 
-export class Escrow implements TextBilling {
+export class Escrow implements TextMoves {
   private readonly pool: Pool;
   private readonly ledger: Ledger;
   private readonly cfg: LedgerConfig;

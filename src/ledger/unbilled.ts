@@ -2,9 +2,9 @@
 // "billing off" runs only: it measures what billing costs by taking it away. It is reachable only
 // through `GatewayOptions.unbilled` (code, never configuration), so no deployment can run free.
 import type { Hold, ReserveInput, ResolveResult } from './ledger.js';
-import type { TextBilling } from './text-billing.js';
+import type { TextMoves } from './text-billing.js';
 
-export class UnbilledLedger implements TextBilling {
+export class UnbilledLedger implements TextMoves {
   async reserve(input: ReserveInput): Promise<Hold> {
     return { requestId: input.requestId, holdInk: input.holdInk, grantInk: input.holdInk, paygInk: 0 };
   }
