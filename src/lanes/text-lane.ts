@@ -1,5 +1,16 @@
 // What a text lane (Messages, Responses) supplies to the shared proxy (text-proxy.ts): its parse,
 // its tally of a stream and of a body, and its frames. The proxy does the rest, the same for both.
+// Every hook is required (a lane without a cap says so: `mayCap` false, `capped` false), and the
+// proxy calls them in one fixed order, the request's lifecycle:
+//   1. `parse` the body (refusals here hold nothing);        the proxy holds `holdInk`, sends.
+//   2. A 200 stream: `newTally`, then per vendor chunk, framed to whole events:
+//      `mayCap(bytes)` (true: the chunk goes event by event), `push(events)`, then `capped` (true:
+//      the proxy stops reading and relays nothing more), `sawTerminal` (the receipt was relayed).
+//   3. At the stream's end: `end`, then `finishReason`, `usage`, `outcome` (or `capped`),
+//      `chargeInk`, `vendorRequestId`; the proxy settles.
+//   4. The last frame: `usageFrame` (settled), `cappedFrame` (settled at the cap), or `errorFrame`
+//      (no charge recorded, or no terminal event), which reads `vendorError`.
+//   A 200 body instead: `finishBody`, then the proxy settles and sends it.
 import type { UsageFrame } from '../accounts/usage-frame.js';
 import type { TextModel } from '../catalog/models.js';
 import type { Lane } from '../deployment/state.js';
@@ -29,19 +40,19 @@ export interface StreamTally {
   usage(): object;
   vendorRequestId(): string | undefined;
   /** The vendor's own error event, when one arrived (passed on inside our final error frame). */
-  vendorError?(): { type?: string; message?: string } | undefined;
-  /** True when the lane wants the proxy to stop reading (the service's own output cap). */
-  readonly capped?: boolean;
+  vendorError(): { type?: string; message?: string } | undefined;
+  /** True when the lane wants the proxy to stop reading (the service's own output cap; false for a lane without one). */
+  readonly capped: boolean;
   /** Why the vendor stopped (stop_reason, a response's status), for a trace's gen_ai.response.finish_reasons. */
-  finishReason?(): string | undefined;
-  /** True once the stream's terminal event has been read (lanes that know it; the others leave it out). */
-  readonly sawTerminal?: boolean;
+  finishReason(): string | undefined;
+  /** True once the stream's terminal event has been read. */
+  readonly sawTerminal: boolean;
   /**
-   * True when `bytes` more bytes of stream could cross the lane's cap (lanes without one leave it
-   * out). The proxy then feeds that chunk event by event, so the events before the one that
-   * crosses are still relayed (the first ones carry `response.created`, which the SDK needs).
+   * True when `bytes` more bytes of stream could cross the lane's cap (always false for a lane
+   * without one). The proxy then feeds that chunk event by event, so the events before the one
+   * that crosses are still relayed (the first ones carry `response.created`, which the SDK needs).
    */
-  mayCap?(bytes: number): boolean;
+  mayCap(bytes: number): boolean;
 }
 
 export interface BodyResult {
@@ -69,8 +80,8 @@ export interface TextLane extends VendorHeaders {
   /** The closing usage frame in the form the request asked for (the lane may map it to one it can send); '' for none. */
   usageFrame(inkCharged: number, requestId: string, tally: StreamTally, form: UsageFrame): string;
   errorFrame(code: 'usage_unknown' | 'incomplete_stream', message: string, requestId: string, tally: StreamTally): string;
-  /** Settles a stream the service stopped at its own cap (Responses); absent when there is none. */
-  cappedFrame?(inkCharged: number, requestId: string, tally: StreamTally, form: UsageFrame): string;
+  /** The last frame of a stream the service stopped at its own cap (a lane without a cap never gets here). */
+  cappedFrame(inkCharged: number, requestId: string, tally: StreamTally, form: UsageFrame): string;
 }
 
 /** Said to whoever calls a closed lane, often someone who just ran `npm start`: what opens it. */

@@ -221,7 +221,7 @@ async function streamThrough(
   await pumpStream(env, ctx, res.body, rw, tally, run, startedMs);
   tally.end();
   const failure = run.failure;
-  ctx.trace?.vendorDone(200, { usage: tally.usage(), finishReason: tally.finishReason?.() }, failure);
+  ctx.trace?.vendorDone(200, { usage: tally.usage(), finishReason: tally.finishReason() }, failure);
   if (failure) env.services.metrics?.upstreamError(env.vendor, /time/.test(failure.message) ? 'timeout' : 'stream');
   let last: string;
   try {
@@ -274,7 +274,7 @@ function pumpStream(
       if (framed === null) return;
       const out = rewriteModels(framed, rw);
       // Near the cap, one event at a time, so that what comes before the crossing event is relayed.
-      if (tally.mayCap?.(out.length)) forEachEvent(out, relayEach);
+      if (tally.mayCap(out.length)) forEachEvent(out, relayEach);
       else relayEach(out);
     });
     body.once('end', () => finish());
@@ -326,7 +326,7 @@ function createRelay(
       void ctx.waitWritable().then(resume);
     }
     // Said on every chunk from the receipt on (the few after it): marking it is idempotent.
-    if (tally.sawTerminal === true) ctx.receiptRelayed();
+    if (tally.sawTerminal) ctx.receiptRelayed();
     return true;
   };
 }
@@ -369,6 +369,6 @@ async function settleStream(
       tally,
     );
   }
-  if (outcome === 'capped' && lane.cappedFrame) return lane.cappedFrame(charged, requestId, tally, frame);
+  if (outcome === 'capped') return lane.cappedFrame(charged, requestId, tally, frame);
   return lane.usageFrame(charged, requestId, tally, frame);
 }

@@ -64,6 +64,12 @@ export function messagesLane(cfg: Config, catalog: Catalog): TextLane {
       const t = new MessagesUsageTally();
       return {
         push: (c) => t.push(c),
+        // The service puts no cap of its own on a Messages stream: max_tokens bounds it at the vendor.
+        mayCap: () => false,
+        capped: false,
+        get sawTerminal(): boolean {
+          return t.state.messageStop;
+        },
         end: () => t.end(),
         outcome: () => t.outcome(),
         chargeInk: () => charge(req.model, t.usage()),
@@ -87,10 +93,12 @@ export function messagesLane(cfg: Config, catalog: Catalog): TextLane {
     // The form as asked: the named event by default; clients that refuse unknown event types
     // (the Vercel AI SDK's Anthropic provider) ask for the comment or for none.
     usageFrame: (inkCharged, requestId, _tally, form) => usageFrameText(form, inkCharged, requestId),
+    // Never reached while `capped` stays false; were it reached, the charge is said as ever.
+    cappedFrame: (inkCharged, requestId, _tally, form) => usageFrameText(form, inkCharged, requestId),
     errorFrame(code, message, requestId, tally) {
       // The protocol's error event shape, with our code and request id inside `error`. A vendor
       // error (e.g. overloaded_error) is passed on here, in the one final error event.
-      const v = tally.vendorError?.();
+      const v = tally.vendorError();
       const type = v?.type ?? 'provider_error';
       const text = v?.message ? `${v.message} (${message})` : message;
       return sseEvent('error', { type: 'error', error: { type, code, message: text, request_id: requestId } });

@@ -113,6 +113,8 @@ function responsesTally(req: ParsedTextRequest, capChars: number): StreamTally {
     vendorRequestId: () => t.responseId,
     // An incomplete response says why (max_output_tokens, content_filter); else its status.
     finishReason: () => t.incompleteReason ?? t.status,
+    // A Responses stream passes the vendor's error events on as they come (no final error to carry).
+    vendorError: () => undefined,
     inner: t,
     model: req.model.id,
   };
