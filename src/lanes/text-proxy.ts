@@ -23,6 +23,7 @@ import { readBounded } from '../vendors/vendor-http.js';
 import { requestedUsageFrame } from './usage-frame.js';
 import { type BodyResult, closedLaneMessage, type ParsedTextRequest, type StreamTally, type TextLane } from './text-lane.js';
 import { headerValue, isTimeout, mapVendorStatus, storableId, VENDOR_ID_HEADERS, withoutErrorEvents } from './vendor-answer.js';
+import { ClientWriter, FirstByte, VendorIdOnce } from './relay-pieces.js';
 
 const MAX_VENDOR_BODY_BYTES = 32 * 1024 * 1024;
 const MAX_VENDOR_ERROR_BYTES = 256 * 1024;
@@ -197,11 +198,6 @@ async function answerBody(env: ProxyEnv, ctx: HttpContext, req: ParsedTextReques
 /** One stream's mutable state, shared by its event handlers (one object per request). */
 interface StreamRun {
   failure: Error | undefined;
-  firstByte: boolean;
-  /** The client's socket is full: the vendor's body is paused until it drains. */
-  waiting: boolean;
-  /** The vendor's id is on the request record (set once, not awaited). */
-  vendorIdRecorded: boolean;
   /** False once the lane's cap stopped the stream. */
   relaying: boolean;
 }
@@ -217,7 +213,7 @@ async function streamThrough(
 ): Promise<void> {
   const tally = env.lane.newTally(req);
   ctx.startStream(200, [...STREAM_HEADERS, ['X-Service-Request-Id', ctx.requestId]]);
-  const run: StreamRun = { failure: undefined, firstByte: true, waiting: false, vendorIdRecorded: false, relaying: true };
+  const run: StreamRun = { failure: undefined, relaying: true };
   await pumpStream(env, ctx, res.body, rw, tally, run, startedMs);
   tally.end();
   const failure = run.failure;
@@ -254,7 +250,7 @@ function pumpStream(
   startedMs: number,
 ): Promise<void> {
   const framer = new SseFramer(MAX_PENDING_EVENT_BYTES);
-  const relay = createRelay(env, ctx, body, tally, run, startedMs);
+  const relay = createRelay(env, ctx, body, tally, startedMs);
   const relayEach = (ev: Buffer): void => {
     if (run.relaying) run.relaying = relay(ev);
   };
@@ -283,48 +279,38 @@ function pumpStream(
   });
 }
 
-/** The per-request relay: tallies and writes whole events; false once the lane's cap stopped the stream. */
+/**
+ * The per-request relay, composed of its pieces in the order each chunk of whole events meets
+ * them (framing and the model rewrite came before, in pumpStream): the lane's tally, the vendor's
+ * id on the record (VendorIdOnce), the lane's cap, the vendor's error events held back for the
+ * final frame, the first byte's mark (FirstByte), the write with backpressure (ClientWriter), the
+ * receipt's mark. Returns false once the lane's cap stopped the stream.
+ */
 function createRelay(
   env: ProxyEnv,
   ctx: HttpContext,
   body: Dispatcher.ResponseData['body'],
   tally: StreamTally,
-  run: StreamRun,
   startedMs: number,
 ): (events: Buffer) => boolean {
-  const { services, billing, lane } = env;
-  const resume = () => {
-    run.waiting = false;
-    body.resume();
-  };
+  const { services, lane } = env;
+  const vendorId = new VendorIdOnce(env.billing, ctx);
+  const firstByte = new FirstByte(() => {
+    services.metrics?.firstToken(lane.lane, (performance.now() - startedMs) / 1000);
+    ctx.trace?.firstToken();
+  });
+  const writer = new ClientWriter(ctx, body);
   return (events) => {
     tally.push(events);
-    // The vendor's id goes on the request record as soon as the stream names it (not awaited, once):
-    // a crash mid-stream then leaves a hold that reconciliation can match to the vendor's record.
-    if (!run.vendorIdRecorded) {
-      const vendorId = storableId(tally.vendorRequestId());
-      if (vendorId !== undefined) {
-        run.vendorIdRecorded = true;
-        billing.noteVendorId(ctx, vendorId);
-      }
-    }
+    vendorId.look(tally);
     if (tally.capped) {
       body.destroy();
       return false;
     }
     const out = withoutErrorEvents(events);
     if (out.length === 0) return true;
-    if (run.firstByte) {
-      run.firstByte = false;
-      services.metrics?.firstToken(lane.lane, (performance.now() - startedMs) / 1000);
-      ctx.trace?.firstToken();
-    }
-    // A client that went away is not written to, but the vendor is read to its receipt.
-    if (!ctx.aborted && !ctx.write(out) && !run.waiting) {
-      run.waiting = true;
-      body.pause();
-      void ctx.waitWritable().then(resume);
-    }
+    firstByte.relayed();
+    writer.write(out);
     // Said on every chunk from the receipt on (the few after it): marking it is idempotent.
     if (tally.sawTerminal) ctx.receiptRelayed();
     return true;
