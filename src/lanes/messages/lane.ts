@@ -60,25 +60,7 @@ export function messagesLane(cfg: Config, catalog: Catalog): TextLane {
         maxTokens: r.maxTokens,
       };
     },
-    newTally(req): StreamTally {
-      const t = new MessagesUsageTally();
-      return {
-        push: (c) => t.push(c),
-        // The service puts no cap of its own on a Messages stream: max_tokens bounds it at the vendor.
-        mayCap: () => false,
-        capped: false,
-        get sawTerminal(): boolean {
-          return t.state.messageStop;
-        },
-        end: () => t.end(),
-        outcome: () => t.outcome(),
-        chargeInk: () => charge(req.model, t.usage()),
-        usage: () => t.usage(),
-        vendorRequestId: () => t.vendorMessageId,
-        vendorError: () => t.errorEvent,
-        finishReason: () => t.stopReason,
-      };
-    },
+    newTally: messagesTally,
     finishBody(json, req): BodyResult {
       const t = tallyMessageBody(json);
       if (json && typeof json === 'object' && 'model' in json) (json as Record<string, unknown>).model = req.model.id;
@@ -103,5 +85,25 @@ export function messagesLane(cfg: Config, catalog: Catalog): TextLane {
       const text = v?.message ? `${v.message} (${message})` : message;
       return sseEvent('error', { type: 'error', error: { type, code, message: text, request_id: requestId } });
     },
+  };
+}
+
+/** The stream tally: usage on the side. The service puts no cap of its own on a Messages stream (max_tokens bounds it at the vendor). */
+function messagesTally(req: ParsedTextRequest): StreamTally {
+  const t = new MessagesUsageTally();
+  return {
+    push: (c) => t.push(c),
+    mayCap: () => false,
+    capped: false,
+    get sawTerminal(): boolean {
+      return t.state.messageStop;
+    },
+    end: () => t.end(),
+    outcome: () => t.outcome(),
+    chargeInk: () => charge(req.model, t.usage()),
+    usage: () => t.usage(),
+    vendorRequestId: () => t.vendorMessageId,
+    vendorError: () => t.errorEvent,
+    finishReason: () => t.stopReason,
   };
 }
