@@ -3,7 +3,7 @@
 // holds through ledger_reserve / ledger_resolve (batches) and ledger_reserve_one /
 // ledger_resolve_one (a lone move); escrow leases through ledger_lease_take, ledger_lease_return,
 // ledger_recall and ledger_lease_recover; leased requests' records through ledger_flush (the
-// journal written behind, src/ledger/write-behind.ts); ledger_instance_start and ledger_heartbeat
+// journal written behind, src/ledger/write-behind.ts; its steps ledger_flush_leased and ledger_flush_late); ledger_instance_start and ledger_heartbeat
 // mark the instances that own leases. Credits move through the single
 // statements and the short transaction below. Each writes its journal rows in the same
 // transaction as the balances.
