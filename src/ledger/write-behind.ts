@@ -96,6 +96,8 @@ export function flushViolation(e: unknown, batch: readonly JournalRecord[]): Led
 
 /** Back-off between failed flushes: the store is away; try again soon, never in a tight loop. */
 const RETRY_MS = [10, 25, 50, 100, 250, 500, 1000] as const;
+/** Failures in a row after which a failing flush is logged as an error (the first is a warning). */
+const FAILED_AFTER = 5;
 
 type FlushResult = 'ok' | 'late' | 'deferred';
 
@@ -321,7 +323,11 @@ export class WriteBehind {
       if (violation) return this.refuse(batch, violation);
       this.failures++;
       this.stats.failures++;
-      if (this.failures === 1 || this.failures % 100 === 0) this.o.log({ records: n, failures: this.failures, err: e as Error }, 'ledger.flush_failed');
+      // One failure under load (a lock wait past lock_timeout) is retried and passes: a warning. A
+      // run of them is the store in trouble: an error, repeated now and then while it lasts.
+      const fields = { records: n, failures: this.failures, err: e as Error };
+      if (this.failures === 1) this.o.log(fields, 'ledger.flush_retried');
+      else if (this.failures === FAILED_AFTER || this.failures % 100 === 0) this.o.log(fields, 'ledger.flush_failed');
       // Back to the front, in order; a record touched meanwhile is already queued again.
       const again = batch.filter((r) => !r.queued);
       for (const r of again) r.queued = true;

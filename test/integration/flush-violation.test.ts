@@ -129,16 +129,27 @@ t.test('an outage keeps the retry path: connection refused, then a lock wait cut
     journalMaxRecords: 10,
     asyncCommit: false,
     now: () => new Date(),
-    log: () => undefined,
+    log: (fields, event) => void logged.push([event, (fields as { failures: number }).failures]),
     onEndWritten: () => undefined,
     onViolation: (err) => void violations.push(err),
   });
+  const logged: Array<[string, number]> = [];
   t.teardown(() => wb.close());
   wb.start(record);
   t.notOk(await wb.flushAll(1500), 'not written while the store refuses connections');
   t.ok(wb.stats.failures >= 1, `${wb.stats.failures} failed flushes, retried`);
   t.equal(wb.size, 1, 'the record is still to be written (retried, not dropped)');
   t.same(violations, [], 'not a violation');
+  while (wb.stats.failures < 6) t.notOk(await wb.flushAll(1500), 'still refused');
+  // The first failure is a warning (a lock wait under load passes on retry); a run of five is an error.
+  t.same(
+    logged,
+    [
+      ['ledger.flush_retried', 1],
+      ['ledger.flush_failed', 5],
+    ],
+    `after ${wb.stats.failures} failures in a row: one warning at the first, one error at the fifth`,
+  );
 
   // A lock held elsewhere: the flush waits past its lock timeout, fails, and is retried until the lock goes.
   const e = await escrow(t, db, violations);
