@@ -93,8 +93,14 @@ export const LOG_EVENTS = Object.freeze({
   'ledger.fail_stop_halt_failed': spec('error', "The fail-stop's halt failed (`err`); the process exits all the same."),
   'ledger.halt_unwritten': spec('error', 'At a fail-stop, journal records (`records`) were not written; left for lease recovery.'),
   'ledger.close_unwritten': spec('error', 'At shutdown, journal records (`records`) were not written; left for lease recovery.'),
-  'ledger.flush_retried': spec('warn', 'A journal write failed (`records`, `failures`, `err`) and is retried, the records kept: a lock wait or a slow store, once.'),
-  'ledger.flush_failed': spec('error', 'The journal could not be written five times in a row, and every hundredth after (`records`, `failures`, `err`); still retried, the records kept.'),
+  'ledger.flush_retried': spec(
+    'warn',
+    'A journal write failed (`records`, `failures`, `err`) and is retried, the records kept: a lock wait or a slow store, once.',
+  ),
+  'ledger.flush_failed': spec(
+    'error',
+    'The journal could not be written five times in a row, and every hundredth after (`records`, `failures`, `err`); still retried, the records kept.',
+  ),
   'ledger.late_flush': spec('warn', 'A journal record reached the store after its lease was recovered; recorded on the late path.'),
   'ledger.end_not_yet_written': spec('warn', 'A request end is not in the store yet; it stays queued and is written when the store answers.'),
   'ledger.charge_above_hold': spec('warn', 'A charge above the hold was asked (`chargeInk`, `holdInk`); the hold is charged, never more.'),
