@@ -10,7 +10,9 @@
 import type { Dispatcher } from 'undici';
 import type { UsageFrame } from '../accounts/usage-frame.js';
 import { ApiError } from '../errors.js';
+import type { ReserveInput } from '../ledger/ledger.js';
 import type { TextBilling } from '../ledger/text-billing.js';
+import type { ServeStep } from '../server/router.js';
 import type { HttpContext } from '../server/http-context.js';
 import { readJsonObject } from '../server/json-body.js';
 import type { Services } from '../services.js';
@@ -54,7 +56,11 @@ interface ProxyEnv {
   readonly rewrites: ReadonlyMap<string, ModelRewrite>;
 }
 
-export function createTextHandler(lane: TextLane, d: TextProxyDeps): (ctx: HttpContext) => Promise<void> {
+/**
+ * The lane's handler, in the two phases of a billed route (server/router.ts): the first checks and
+ * parses with nothing held; the serve step it returns starts with the hold, which re-checks the key.
+ */
+export function createTextHandler(lane: TextLane, d: TextProxyDeps): (ctx: HttpContext) => Promise<ServeStep> {
   const { services, billing, upstream } = d;
   const rewrites = new Map<string, ModelRewrite>();
   for (const m of services.catalog.models) {
@@ -90,19 +96,23 @@ export function createTextHandler(lane: TextLane, d: TextProxyDeps): (ctx: HttpC
     const requestId = ctx.requestId;
     // A hold from a lease does not read the key row: a remembered key that expired since is refused here.
     if (auth.expiresAtMs !== null && auth.expiresAtMs <= Date.now()) throw new ApiError('invalid_api_key', { message: 'The API key has expired.' });
-    await billing.hold(ctx, { requestId, accountId: auth.accountId, keyId: auth.keyId, product: lane.product, model: req.model.id, holdInk: req.holdInk });
-    ctx.keyConfirmed = true;
-
-    const { res, member } = await dispatch(env, ctx, req);
-    try {
-      if (res.statusCode !== 200) return await refuseVendorStatus(env, ctx, res);
-      const rw = rewrites.get(req.model.id)!;
-      if (req.stream) return await streamThrough(env, ctx, req, res, rw, startedMs, frame);
-      return await answerBody(env, ctx, req, res);
-    } finally {
-      env.pool.end(member); // in flight until the answer is read: a slow deployment keeps its count
-    }
+    const hold = { requestId, accountId: auth.accountId, keyId: auth.keyId, product: lane.product, model: req.model.id, holdInk: req.holdInk };
+    return () => serve(env, ctx, req, hold, frame, startedMs);
   };
+}
+
+/** From the hold on: the hold, the vendor's answer, and the charge. */
+async function serve(env: ProxyEnv, ctx: HttpContext, req: ParsedTextRequest, hold: ReserveInput, frame: UsageFrame, startedMs: number): Promise<void> {
+  await env.billing.hold(ctx, hold);
+  const { res, member } = await dispatch(env, ctx, req);
+  try {
+    if (res.statusCode !== 200) return await refuseVendorStatus(env, ctx, res);
+    const rw = env.rewrites.get(req.model.id)!;
+    if (req.stream) return await streamThrough(env, ctx, req, res, rw, startedMs, frame);
+    return await answerBody(env, ctx, req, res);
+  } finally {
+    env.pool.end(member); // in flight until the answer is read: a slow deployment keeps its count
+  }
 }
 
 /**

@@ -155,11 +155,6 @@ export abstract class HttpContext {
   /** The route's extra name for X-Request-Id (Route.requestIdHeader), set once the route is known. */
   requestIdHeader: string | undefined;
   auth: AuthInfo | undefined;
-  /**
-   * The key was found live by a statement of this request itself (the text lanes' reserve), so an
-   * error after this point is not a revoked key's: the server skips its fresh look-up.
-   */
-  keyConfirmed = false;
   aborted = false;
   /** The gateway cut its own answer (cutStream): an abort that is not the client's doing. */
   private cut = false;

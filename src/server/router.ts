@@ -26,8 +26,17 @@ export interface Route {
    * main one, so that its calls cannot use up the key's other requests; `message` words its 429.
    */
   readonly rateBucket?: { readonly prefix: string; readonly perMinute: number; readonly message: string };
-  readonly handler: (ctx: HttpContext) => Promise<void>;
+  /**
+   * The route's work. A billed route's comes in two phases: the handler parses and validates with
+   * nothing held, and returns its serve step, which starts with the hold. The hold re-checks the
+   * key (keyRecheckedByReserve), so the server knows which errors came before that check from the
+   * phase they came from, not from a flag.
+   */
+  readonly handler: (ctx: HttpContext) => Promise<void | ServeStep>;
 }
+
+/** A billed route's second phase: from its hold on (the hold confirmed the key). */
+export type ServeStep = () => Promise<void>;
 
 interface Compiled {
   readonly route: Route;

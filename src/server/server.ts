@@ -7,7 +7,7 @@ import type { RateLimiter } from '../limits/rate-limiter.js';
 import { isStoreUnavailable, storeError, type Queryable } from '../store/pool.js';
 import type { Logger } from '../util/log.js';
 import { SERVED_METHODS, type HttpContext, type AuthInfo } from './http-context.js';
-import type { Route, Router } from './router.js';
+import type { Route, Router, ServeStep } from './router.js';
 import { chooseEngine, type EngineChoice, type EngineListener, type EngineName, type EngineOptions } from './engine.js';
 import type { AccessLog } from './access-log.js';
 import { clipped } from '../errors.js';
@@ -181,30 +181,27 @@ async function drain(admission: Admission, listener: EngineListener, drainMs: nu
   return drained;
 }
 
-/** The error answer of a route that threw, after re-checking a remembered key where that decides the answer. */
-async function answerFailure(d: ServerDeps, ctx: HttpContext, r: Route, e: unknown): Promise<void> {
-  const keys = d.keys;
-  if (
-    r.keyRecheckedByReserve &&
-    ctx.auth !== undefined &&
-    !ctx.keyConfirmed &&
-    keys.caching &&
-    !ctx.done &&
-    isApiError(e) &&
-    e.status < 500 &&
-    e.status !== 429
-  ) {
-    // A remembered key got a client error before its reserve could re-check it (validation,
-    // 415): look it up afresh, so a key revoked since gets its 401 (docs/api/authentication.md:
-    // refused at once), not the other error. Not for a 503 (a store outage, a paused model: no
-    // second wait) nor a 429 (a client over its limit must not buy a lookup per refusal).
-    try {
-      await keys.authenticate(ctx.header('authorization'));
-    } catch (fresh) {
-      if (isApiError(fresh) && fresh.code === 'invalid_api_key') e = fresh;
-    }
+/**
+ * The error of a billed route's first phase (before its hold could re-check the key): a
+ * remembered key that got a client error there (validation, 415) is looked up afresh, so a key
+ * revoked since gets its 401 (docs/api/authentication.md: refused at once), not the other error.
+ * Not for a 503 (a store outage, a paused model: no second wait) nor a 429 (a client over its
+ * limit must not buy a lookup per refusal).
+ */
+async function beforeHoldError(d: ServerDeps, ctx: HttpContext, e: unknown): Promise<unknown> {
+  if (ctx.auth === undefined || !d.keys.caching || ctx.done || !isApiError(e) || e.status >= 500 || e.status === 429) return e;
+  try {
+    await d.keys.authenticate(ctx.header('authorization'));
+  } catch (fresh) {
+    if (isApiError(fresh) && fresh.code === 'invalid_api_key') return fresh;
   }
-  // The key is revoked or expired (found by its reserve or just now): forget it, so the next request looks it up.
+  return e;
+}
+
+/** The error answer of a route that threw. */
+function answerFailure(d: ServerDeps, ctx: HttpContext, r: Route, e: unknown): void {
+  const keys = d.keys;
+  // The key is revoked or expired (found by its hold or just now): forget it, so the next request looks it up.
   if (r.keyRecheckedByReserve && isApiError(e) && e.code === 'invalid_api_key') keys.forget(ctx.header('authorization'));
   if (ctx.done) return;
   ctx.sendError(toApiError(e, ctx));
@@ -279,7 +276,13 @@ async function run(d: ServerDeps, ctx: HttpContext, r: Route): Promise<void> {
     await within(ctx.trace?.step('limits'), b ? spend(d, b.prefix + keyId, b.perMinute, b.message) : spend(d, 'key:' + keyId, d.requestsPerMinute));
   }
   if (ctx.aborted) return;
-  await r.handler(ctx);
+  let serve: ServeStep | void;
+  try {
+    serve = await r.handler(ctx);
+  } catch (e) {
+    throw r.keyRecheckedByReserve ? await beforeHoldError(d, ctx, e) : e;
+  }
+  if (serve) await serve();
 }
 
 /**

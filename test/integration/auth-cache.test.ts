@@ -90,6 +90,14 @@ t.test('a remembered key revoked since gets 401, not the error its request would
   const live = await g.call('POST', '/v1/messages', { key: k.key, body: { model: 'sonnet' } });
   t.equal(live.status, 400);
   t.equal(live.json.error.code, 'missing_max_tokens');
+  // A client error after the hold (the vendor's 400) costs no lookup: the hold re-checked the key.
+  const lookupsBeforeVendor = lookups();
+  const refused = await g.call('POST', '/v1/messages', {
+    key: k.key,
+    body: { ...message, messages: [{ role: 'user', content: 'x [[sim:status=400]]' }] },
+  });
+  t.equal(refused.status, 400, "the vendor's refusal");
+  t.equal(lookups(), lookupsBeforeVendor, 'no fresh lookup after the hold');
 
   await revokeKey(g.db.pool, k.keyId);
   const vendorCallsBefore = a.requests.length + o.requests.length;
