@@ -11,6 +11,7 @@ import type { RateLimiter } from './limits/rate-limiter.js';
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import { Escrow, type EscrowFaults } from './ledger/escrow.js';
+import { TextBilling } from './ledger/text-billing.js';
 import { FailStop } from './ledger/fail-stop.js';
 import { DriftGauge } from './ledger/drift.js';
 import { Ledger } from './ledger/ledger.js';
@@ -123,8 +124,10 @@ export async function createGateway(config: Config, opts: GatewayOptions = {}): 
     const vendorPools = createVendorPools(services, cleanups);
     const readiness = startOps(services, metrics, generationDeps, drift, vendorPools);
     haltSteps.unshift(() => readiness.drain()); // a balancer stops sending here first
-    const routes = apiRoutes(services, generationDeps, opts, vendorPools);
-    const websockets = [responsesWebSocketRoute(services, vendorPools.openai !== undefined, config.responses.websocket)];
+    // The text path's one billing boundary, shared by the lanes' routes and the Responses socket.
+    const billing = new TextBilling(opts.unbilled ? new UnbilledLedger() : escrow, failStop, metrics);
+    const routes = apiRoutes(services, generationDeps, opts, vendorPools, billing);
+    const websockets = [responsesWebSocketRoute(services, billing, vendorPools.openai !== undefined, config.responses.websocket)];
     const running = await serveHttp(
       services,
       { accessLog: opts.accessLog ?? opts.log, metrics, keys, clientAddress, generationDeps, routes, websockets },
@@ -288,12 +291,12 @@ function startDrift(s: Services, opts: GatewayOptions, cleanups: Cleanups): Drif
 }
 
 /** The /v1 routes: catalogue, account, the text lanes, generations, the OpenAPI document (and a test's extras). */
-function apiRoutes(services: Services, generationDeps: GenerationDeps, opts: GatewayOptions, pools: VendorPools): Route[] {
+function apiRoutes(services: Services, generationDeps: GenerationDeps, opts: GatewayOptions, pools: VendorPools, billing: TextBilling): Route[] {
   const { config, catalog, escrow, pool, state } = services;
   const routes: Route[] = [
     ...catalogRoutes(config, catalog, state),
     ...accountRoutes(pool, escrow),
-    ...textRoutes(services, { ledger: opts.unbilled ? new UnbilledLedger() : escrow, catalog, anthropic: pools.anthropic, openai: pools.openai }),
+    ...textRoutes(services, { billing, catalog, anthropic: pools.anthropic, openai: pools.openai }),
     ...videoRoutes(services, generationDeps),
     ...imageRoutes(services, generationDeps),
     openApiRoute(catalog),

@@ -2,7 +2,7 @@
 // (text-proxy.ts), and the Messages token count, which is not billed. The billed two are marked so
 // the server knows their reserve re-checks a remembered key (keyRecheckedByReserve).
 import type { Catalog } from '../catalog/models.js';
-import { TextBilling, type TextMoves } from '../ledger/text-billing.js';
+import type { TextBilling } from '../ledger/text-billing.js';
 import type { Route } from '../server/router.js';
 import type { Services } from '../services.js';
 import type { TextPool } from '../vendors/pool/text-pools.js';
@@ -13,8 +13,8 @@ import { createTextHandler } from './text-proxy.js';
 
 /** What the text routes bill through and send to. */
 export interface TextRouteDeps {
-  /** The escrow, or a ledger that bills nothing (a bench's billing-off gateway). */
-  readonly ledger: TextMoves;
+  /** The one billing boundary (over the escrow, or over a ledger that bills nothing: a bench's billing-off gateway). */
+  readonly billing: TextBilling;
   readonly catalog: Catalog;
   /** Each text vendor's deployments; undefined where none is configured (the lane then says what opens it). */
   readonly anthropic: TextPool | undefined;
@@ -25,8 +25,7 @@ export function textRoutes(services: Services, d: TextRouteDeps): Route[] {
   const { config } = services;
   const bodyBytes = config.limits.textBodyBytes;
   const messages = messagesLane(config, d.catalog);
-  // One boundary for both lanes: every move of a text request's hold goes through it.
-  const billing = new TextBilling(d.ledger, services.failStop, services.metrics);
+  const billing = d.billing;
   return [
     {
       method: 'POST',

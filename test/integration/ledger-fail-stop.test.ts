@@ -24,6 +24,7 @@ import { recordingLogger } from '../helpers/log-lines.js';
 import { assertLedgerInvariant } from '../helpers/ledger-invariant.js';
 import { messagesProbe } from '../helpers/messages-probe.js';
 import { parseSse } from '../helpers/sse.js';
+import { upgradeAnswer } from '../helpers/responses-ws.js';
 
 const VENDOR_KEY = 'sk-ant-fail-stop';
 const INSTANCE_ID = 'fail-stop-a';
@@ -133,6 +134,10 @@ t.test('the instance stops on the broken rule and exits non-zero', async (t) => 
   const video = await call(gw1.url, 'POST', '/v1/video/generations', { key: account.key, body: { model: 'veo-fast', prompt: 'a cat' } });
   t.equal(video.status, 503, 'a generation submit is refused too');
   t.equal(video.json?.error?.code ?? video.json?.error?.type, 'provider_unavailable');
+  const socket = await upgradeAnswer(gw1.url, account.key);
+  t.equal(socket.status, 503, 'a Responses WebSocket is not opened');
+  t.equal(socket.json?.error?.code, 'provider_unavailable');
+  t.match(socket.json?.error?.message, /internal ledger fault/, "the fail-stop's answer");
   t.match(await gw1.ops.readiness.check(), { ready: false, draining: true }, 'readiness fails');
   const line = errors.find((e) => e.msg === 'ledger.fail_stop');
   t.ok(line, 'the violation is logged');

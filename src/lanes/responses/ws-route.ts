@@ -3,14 +3,14 @@
 // lane is: a closed lane is the same 503 a POST gets, before the upgrade.
 import type { Config } from '../../config/config.js';
 import { ApiError } from '../../errors.js';
-import { stoppedAnswer } from '../../ledger/fail-stop.js';
+import type { TextBilling } from '../../ledger/text-billing.js';
 import type { WebSocketRoute } from '../../server/ws-hub.js';
 import type { Services } from '../../services.js';
 import { closedLaneMessage } from '../text-lane.js';
 
 const RESPONSES_PATH = '/v1/responses';
 
-export function responsesWebSocketRoute(services: Services, configured: boolean, cfg: Config['responses']['websocket']): WebSocketRoute {
+export function responsesWebSocketRoute(services: Services, billing: TextBilling, configured: boolean, cfg: Config['responses']['websocket']): WebSocketRoute {
   const closed = closedLaneMessage({ product: 'responses', lane: 'responses' }, configured);
   return {
     path: RESPONSES_PATH,
@@ -18,7 +18,7 @@ export function responsesWebSocketRoute(services: Services, configured: boolean,
     idleMs: cfg.idleTimeoutMs,
     maxLifeMs: cfg.maxLifeMs,
     check: () => {
-      if (services.failStop?.stopped) throw stoppedAnswer();
+      billing.admit(); // a stopped instance opens no socket (the fail-stop's 503)
       if (!configured || !services.state.current.lanes.responses) throw new ApiError('provider_unavailable', { message: closed, retryAfterS: 300 });
     },
   };
