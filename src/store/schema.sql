@@ -489,7 +489,7 @@ AS $function$
 DECLARE
   n integer := coalesce(cardinality(p_ids), 0);
   out_r text[] := array_fill('ok'::text, ARRAY[n]);
-  r record; x record; i integer; c bigint; cg bigint; have bigint; g bigint; asked bigint;
+  r record; x record; i integer; c bigint; cg bigint; room bigint; g bigint; asked bigint;
 BEGIN
   IF n = 0 THEN RETURN out_r; END IF;
   -- The late path: records whose lease is not (or no longer) this instance's.
@@ -512,16 +512,22 @@ BEGIN
       END IF;
       CONTINUE;
     END IF;
-    SELECT grant_ink, payg_ink INTO x FROM wallets WHERE account_id = p_accounts[i];
-    have := x.grant_ink + x.payg_ink;
-    -- The key's room too (its row is locked above): a capped key that spent the recovered Ink since
-    -- must not end up past its limit. The shortfall is the operator's, as with the wallet's.
-    SELECT least(have, coalesce(greatest(k.ink_limit - (k.ink_charged + k.ink_reserved + k.ink_leased), 0), have)) INTO have
-      FROM api_keys k WHERE k.id = p_keys[i];
+    -- What the wallet still has and the key's limit still allows (a capped key may have spent the
+    -- recovered Ink since; the shortfall is the operator's). Read under the rows' own locks, so this
+    -- step is safe alone too (in ledger_flush they are held already). A missing row would read as
+    -- no bound at all: refused as the integrity violation it is.
+    SELECT w.grant_ink, w.grant_ink + w.payg_ink AS balance, k.ink_limit - (k.ink_charged + k.ink_reserved + k.ink_leased) AS key_room
+      INTO x FROM wallets w, api_keys k WHERE w.account_id = p_accounts[i] AND k.id = p_keys[i]
+       FOR UPDATE OF w, k;
+    IF NOT FOUND THEN
+      RAISE EXCEPTION 'late journal record % names account % and key %, which do not both exist', p_ids[i], p_accounts[i], p_keys[i]
+        USING ERRCODE = 'foreign_key_violation', CONSTRAINT = 'request_key_of_lease', TABLE = 'requests';
+    END IF;
+    room := least(x.balance, greatest(coalesce(x.key_room, x.balance), 0));
     IF p_ends[i] = 'settle' THEN
       -- Recovery never saw this request: the lease's Ink went back, so the charge comes from the wallet.
       asked := least(greatest(coalesce(p_charges[i], 0), 0), p_holds[i]);
-      c := least(asked, have);
+      c := least(asked, room);
       cg := least(c, x.grant_ink);
       INSERT INTO requests (id, account_id, key_id, product, model, hold_state, status, hold_ink, hold_grant_ink, hold_payg_ink,
                             grant_period, charged_ink, charged_grant_ink, charged_payg_ink, usage, vendor_request_id, reason,
@@ -542,7 +548,7 @@ BEGIN
               p_periods[i], coalesce(p_reasons[i], 'released after its lease was recovered'), p_created[i], p_resolved[i], p_leases[i], false);
     ELSE
       -- Usage unknown: keep a durable hold, as much of it as the wallet and the key's limit still allow.
-      c := least(p_holds[i], have);
+      c := least(p_holds[i], room);
       g := least(c, x.grant_ink);
       INSERT INTO requests (id, account_id, key_id, product, model, hold_state, status, hold_ink, hold_grant_ink, hold_payg_ink,
                             grant_period, vendor_request_id, reason, created_at, lease_id, leased)

@@ -176,6 +176,32 @@ t.test("on the late path a capped key's limit bounds what is charged or kept, as
   await assertLedgerInvariant(t, db.pool);
 });
 
+t.test('the late step alone refuses a record whose wallet or key is missing, rather than charge it unbounded', async (t) => {
+  // ledger_flush refuses such a record before its steps run; its late step checks again, as a
+  // missing row would otherwise read as no bound on the charge.
+  const db = await testDb(t);
+  const mine = await seedAccount(db.pool, { paygInk: 1_000 });
+  const late = (accountId: string, keyId: string) =>
+    db.pool.query(
+      `SELECT ledger_flush_late(now(), '{}'::bigint[], ARRAY[$1::text], ARRAY[$2::text], ARRAY[$3::text], ARRAY['messages'], ARRAY['sonnet'],
+              ARRAY[1::bigint], ARRAY[100::bigint], ARRAY[0::bigint], ARRAY[0], ARRAY[now()], ARRAY[NULL::text], ARRAY['settle'],
+              ARRAY[50::bigint], ARRAY[NULL::jsonb], ARRAY[NULL::text], ARRAY[now()])`,
+      [newRequestId(), accountId, keyId],
+    );
+  for (const [what, accountId, keyId] of [
+    ['a key that does not exist', mine.accountId, 'key_missing0000'],
+    ['an account that does not exist', 'usr_missing0000', mine.keyIds[0]!],
+  ] as const) {
+    const err = await late(accountId, keyId).then(
+      () => undefined,
+      (e: { code?: string; constraint?: string }) => e,
+    );
+    t.match(err, { code: '23503', constraint: 'request_key_of_lease' }, `${what}: refused as an integrity violation`);
+  }
+  t.equal(Number((await db.pool.query('SELECT charged_ink FROM wallets WHERE account_id = $1', [mine.accountId])).rows[0].charged_ink), 0, 'nothing charged');
+  await assertLedgerInvariant(t, db.pool);
+});
+
 t.test('through the escrow: a forged record on its own lease halts the instance', async (t) => {
   const db = await testDb(t);
   const mine = await seedAccount(db.pool, { paygInk: 100_000, keyLimits: [null, null] });
