@@ -25,7 +25,6 @@ export function textRoutes(services: Services, d: TextRouteDeps): Route[] {
   const { config } = services;
   const bodyBytes = config.limits.textBodyBytes;
   const messages = messagesLane(config, d.catalog);
-  const billing = d.billing;
   return [
     {
       method: 'POST',
@@ -34,7 +33,7 @@ export function textRoutes(services: Services, d: TextRouteDeps): Route[] {
       keyRecheckedByReserve: true,
       requestIdHeader: 'request-id',
       bodyBytes,
-      handler: createTextHandler(messages, { services, billing, upstream: d.anthropic }),
+      handler: createTextHandler(messages, { services, billing: d.billing, upstream: d.anthropic }),
     },
     {
       // Not billed, so no reserve re-checks the key: it is looked up on every call.
@@ -56,7 +55,7 @@ export function textRoutes(services: Services, d: TextRouteDeps): Route[] {
       access: 'key',
       keyRecheckedByReserve: true,
       bodyBytes,
-      handler: createTextHandler(responsesLane(config, d.catalog), { services, billing, upstream: d.openai }),
+      handler: createTextHandler(responsesLane(config, d.catalog), { services, billing: d.billing, upstream: d.openai }),
     },
   ];
 }

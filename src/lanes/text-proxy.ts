@@ -200,7 +200,7 @@ async function answerBody(env: ProxyEnv, ctx: HttpContext, req: ParsedTextReques
   }
   const headers: Array<[string, string]> = [['X-Service-Request-Id', requestId]];
   // The vendor ran and we hold the answer: it is delivered whether or not the charge was recorded.
-  const charged = await billing.settle(ctx, { product: lane.product, id: req.model.id }, result.chargeInk, result.usage, storableId(result.vendorRequestId));
+  const charged = await billing.settle(ctx, lane.product, req.model.id, result.chargeInk, result.usage, storableId(result.vendorRequestId));
   if (charged !== undefined) headers.unshift(['X-Service-Ink-Charged', String(charged)]);
   ctx.sendJson(200, result.clientBody, headers);
 }
@@ -355,7 +355,7 @@ async function settleStream(
       tally,
     );
   }
-  const charged = await billing.settle(r, { product: lane.product, id: req.model.id }, charge, tally.usage(), storableId(tally.vendorRequestId()));
+  const charged = await billing.settle(r, lane.product, req.model.id, charge, tally.usage(), storableId(tally.vendorRequestId()));
   if (charged === undefined) return lane.errorFrame('usage_unknown', 'The charge could not be recorded; the hold is kept until reconciled.', requestId, tally);
   if (outcome === 'incomplete_stream') {
     return lane.errorFrame(

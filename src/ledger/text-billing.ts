@@ -81,7 +81,8 @@ export class TextBilling {
    */
   async settle(
     r: BillingScope,
-    model: { product: string; id: string },
+    product: string,
+    model: string,
     chargeInk: number,
     usage: object,
     vendorRequestId: string | undefined,
@@ -89,7 +90,7 @@ export class TextBilling {
     try {
       const s = await within(r.trace?.step('settle'), this.moves.settle(r.requestId, chargeInk, { usage, vendorRequestId }));
       if (!s.resolved) return undefined;
-      this.metrics?.inkCharged(model.product, model.id, s.chargedInk);
+      this.metrics?.inkCharged(product, model, s.chargedInk);
       r.trace?.charged(s.chargedInk);
       return s.chargedInk;
     } catch (e) {

@@ -5,6 +5,7 @@ import type { Catalog } from '../../catalog/models.js';
 import type { Config } from '../../config/config.js';
 import { messagesHoldInk, textChargeInk } from '../../catalog/pricing.js';
 import type { BodyResult, ParsedTextRequest, StreamTally, TextLane } from '../text-lane.js';
+import type { UsageFrame } from '../../accounts/usage-frame.js';
 import { usageFrameText } from '../usage-frame.js';
 import { forwardedBetaHeader, parseMessagesRequest } from './request.js';
 import { MessagesUsageTally, tallyMessageBody, type MessagesUsage } from './usage-tally.js';
@@ -74,9 +75,9 @@ export function messagesLane(cfg: Config, catalog: Catalog): TextLane {
     },
     // The form as asked: the named event by default; clients that refuse unknown event types
     // (the Vercel AI SDK's Anthropic provider) ask for the comment or for none.
-    usageFrame: (inkCharged, requestId, _tally, form) => usageFrameText(form, inkCharged, requestId),
+    usageFrame: chargeFrame,
     // Never reached while `capped` stays false; were it reached, the charge is said as ever.
-    cappedFrame: (inkCharged, requestId, _tally, form) => usageFrameText(form, inkCharged, requestId),
+    cappedFrame: chargeFrame,
     errorFrame(code, message, requestId, tally) {
       // The protocol's error event shape, with our code and request id inside `error`. A vendor
       // error (e.g. overloaded_error) is passed on here, in the one final error event.
@@ -106,4 +107,9 @@ function messagesTally(req: ParsedTextRequest): StreamTally {
     vendorError: () => t.errorEvent,
     finishReason: () => t.stopReason,
   };
+}
+
+/** The closing frame that says the charge, in the form the request asked for. */
+function chargeFrame(inkCharged: number, requestId: string, _tally: StreamTally, form: UsageFrame): string {
+  return usageFrameText(form, inkCharged, requestId);
 }
