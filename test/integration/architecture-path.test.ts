@@ -1,9 +1,10 @@
 // docs/architecture.md's walks through one text request and one video job name, per step, the
 // files and functions that do it. test/unit/architecture-doc.test.ts checks that each function is
 // in its file; this test checks the claims themselves: a real streamed /v1/messages request through
-// the gateway, on each engine, and real video jobs run every named function. V8's precise coverage (node:inspector, call counts) says
-// which functions ran, in this process, where the gateway runs; nothing is replaced or spied on.
-// A named SQL function is checked by what only it writes: the request's row written from its lease.
+// the gateway, on each engine, and real video jobs run every named function. V8's precise coverage
+// (node:inspector, call counts) says which functions ran, in this process, where the gateway runs;
+// nothing is replaced or spied on. A named SQL function is checked by what only it writes: the
+// request's row written from its lease.
 //
 // Two requests cover the table: step 5 checks and parses a body of up to 64 KiB on the serving
 // thread and a larger one on the worker (whose isolate the coverage does not see), so one of each;

@@ -121,6 +121,7 @@ t.test('an outage keeps the retry path: connection refused, then a lock wait cut
     endWritten: false,
     waiters: undefined,
   };
+  const logged: Array<[string, number]> = [];
   const wb = new WriteBehind(away, {
     instanceId: 'x',
     epoch: () => 1,
@@ -133,7 +134,6 @@ t.test('an outage keeps the retry path: connection refused, then a lock wait cut
     onEndWritten: () => undefined,
     onViolation: (err) => void violations.push(err),
   });
-  const logged: Array<[string, number]> = [];
   t.teardown(() => wb.close());
   wb.start(record);
   t.notOk(await wb.flushAll(1500), 'not written while the store refuses connections');
