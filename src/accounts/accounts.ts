@@ -33,23 +33,23 @@ export interface KeyRow {
 
 export class AdminError extends Error {}
 
-export async function listPlans(db: Queryable): Promise<PlanRow[]> {
-  return (await db.query<PlanRow>('SELECT * FROM plans ORDER BY period_grant_ink, id')).rows;
+export async function listPlans(database: Queryable): Promise<PlanRow[]> {
+  return (await database.query<PlanRow>('SELECT * FROM plans ORDER BY period_grant_ink, id')).rows;
 }
 
 export async function createAccount(pool: Pool, input: { name: string; planId: string }): Promise<{ id: string }> {
   const id = newId('usr_');
-  return withTx(pool, async (c) => {
-    const plan = await c.query('SELECT 1 FROM plans WHERE id = $1', [input.planId]);
+  return withTx(pool, async (client) => {
+    const plan = await client.query('SELECT 1 FROM plans WHERE id = $1', [input.planId]);
     if (plan.rowCount === 0) throw new AdminError(`unknown plan ${JSON.stringify(input.planId)}`);
-    await c.query('INSERT INTO accounts (id, name, plan_id) VALUES ($1, $2, $3)', [id, input.name, input.planId]);
-    await c.query('INSERT INTO wallets (account_id) VALUES ($1)', [id]);
+    await client.query('INSERT INTO accounts (id, name, plan_id) VALUES ($1, $2, $3)', [id, input.name, input.planId]);
+    await client.query('INSERT INTO wallets (account_id) VALUES ($1)', [id]);
     return { id };
   });
 }
 
-export async function setAccountPlan(db: Queryable, accountId: string, planId: string): Promise<void> {
-  const r = await db.query('UPDATE accounts SET plan_id = $2 WHERE id = $1', [accountId, planId]);
+export async function setAccountPlan(database: Queryable, accountId: string, planId: string): Promise<void> {
+  const r = await database.query('UPDATE accounts SET plan_id = $2 WHERE id = $1', [accountId, planId]);
   if (r.rowCount === 0) throw new AdminError(`unknown account ${accountId}`);
 }
 
@@ -83,12 +83,12 @@ export async function createKey(pool: Pool, input: NewKey): Promise<CreatedKey> 
  * the same one, so a refused key leaves the nonce unused). `made` gives the id and key material
  * when the caller derives them (the console's playground key); by default both are random.
  */
-export async function createKeyIn(c: Queryable, input: NewKey, made?: (id: string) => KeyMaterial): Promise<CreatedKey> {
+export async function createKeyIn(client: Queryable, input: NewKey, made?: (id: string) => KeyMaterial): Promise<CreatedKey> {
   const usageFrame = input.usageFrame ?? DEFAULT_USAGE_FRAME;
   if (!isUsageFrame(usageFrame)) throw new AdminError(`--usage-frame must be ${USAGE_FRAME_CHOICES}`);
   const id = newId('key_');
   const k = made ? made(id) : generateKey();
-  const acc = await c.query<{ paid: boolean; topups_completed: number }>(
+  const acc = await client.query<{ paid: boolean; topups_completed: number }>(
     `SELECT p.paid, w.topups_completed FROM accounts a JOIN plans p ON p.id = a.plan_id
        JOIN wallets w ON w.account_id = a.id WHERE a.id = $1`,
     [input.accountId],
@@ -98,7 +98,7 @@ export async function createKeyIn(c: Queryable, input: NewKey, made?: (id: strin
   if (!row.paid && row.topups_completed === 0) {
     throw new AdminError('creating a key needs a paid plan or at least one completed Ink top-up');
   }
-  await c.query(
+  await client.query(
     `INSERT INTO api_keys (id, account_id, name, key_hash, prefix, last4, ink_limit, expires_at, usage_frame)
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
     [id, input.accountId, input.name, k.hash, k.prefix, k.last4, input.inkLimit ?? null, input.expiresAt ?? null, usageFrame],
@@ -115,11 +115,11 @@ export async function createKeyIn(c: Queryable, input: NewKey, made?: (id: strin
   };
 }
 
-export async function listKeys(db: Queryable, accountId?: string): Promise<KeyRow[]> {
+export async function listKeys(database: Queryable, accountId?: string): Promise<KeyRow[]> {
   const cols = 'id, account_id, name, prefix, last4, ink_limit, ink_charged, ink_reserved, expires_at, revoked_at, created_at, usage_frame';
   const r = accountId
-    ? await db.query<KeyRow>(`SELECT ${cols} FROM api_keys WHERE account_id = $1 ORDER BY created_at`, [accountId])
-    : await db.query<KeyRow>(`SELECT ${cols} FROM api_keys ORDER BY created_at LIMIT 1000`);
+    ? await database.query<KeyRow>(`SELECT ${cols} FROM api_keys WHERE account_id = $1 ORDER BY created_at`, [accountId])
+    : await database.query<KeyRow>(`SELECT ${cols} FROM api_keys ORDER BY created_at LIMIT 1000`);
   return r.rows;
 }
 
@@ -161,7 +161,7 @@ export interface InForceNote {
  * the change. Throws an AdminError when the bound passes first.
  */
 export async function keyChangeInForce(
-  db: Queryable,
+  database: Queryable,
   keyId: string,
   lease: { readonly ttlMs: number; readonly heartbeatMs: number },
   wait?: InForceNote,
@@ -170,7 +170,7 @@ export async function keyChangeInForce(
   const start = performance.now();
   let noted = wait === undefined;
   for (;;) {
-    const r = (await db.query<{ leases: number; instances: number }>(KEY_LEASES_HOLDING, [keyId])).rows[0]!;
+    const r = (await database.query<{ leases: number; instances: number }>(KEY_LEASES_HOLDING, [keyId])).rows[0]!;
     if (r.leases === 0) return;
     const waitedMs = performance.now() - start;
     if (waitedMs >= boundMs)
@@ -185,14 +185,14 @@ export async function keyChangeInForce(
   }
 }
 
-export async function revokeKey(db: Queryable, keyId: string): Promise<void> {
-  const r = await db.query(keyChanged('UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1'), [keyId]);
+export async function revokeKey(database: Queryable, keyId: string): Promise<void> {
+  const r = await database.query(keyChanged('UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1'), [keyId]);
   if (r.rowCount === 0) throw new AdminError(`unknown key ${keyId}`);
 }
 
 /** Edits a key's lifetime cap (null removes it). Lowering it below what was spent blocks new holds only. */
-export async function setKeyLimit(db: Queryable, keyId: string, inkLimit: number | null): Promise<void> {
-  await updateKey(db, keyId, { inkLimit });
+export async function setKeyLimit(database: Queryable, keyId: string, inkLimit: number | null): Promise<void> {
+  await updateKey(database, keyId, { inkLimit });
 }
 
 export interface KeyChanges {
@@ -205,14 +205,14 @@ export interface KeyChanges {
  * Edits a key's settings in one statement (all or nothing): its cap and how its streams carry the
  * usage frame. Every instance hears of it as of a cap edit, and drops the key from its cache.
  */
-export async function updateKey(db: Queryable, keyId: string, changes: KeyChanges): Promise<void> {
+export async function updateKey(database: Queryable, keyId: string, changes: KeyChanges): Promise<void> {
   const { inkLimit, usageFrame } = changes;
   if (inkLimit !== undefined && inkLimit !== null && (!Number.isSafeInteger(inkLimit) || inkLimit < 0))
     throw new AdminError('--ink-limit must be a whole number of Ink >= 0');
   if (usageFrame !== undefined && !isUsageFrame(usageFrame)) throw new AdminError(`--usage-frame must be ${USAGE_FRAME_CHOICES}`);
   if (inkLimit === undefined && usageFrame === undefined) throw new AdminError('nothing to change');
   // $3/$5 say whether the field is given: a cap of null is a change (no cap), not "leave it".
-  const r = await db.query(
+  const r = await database.query(
     keyChanged(`UPDATE api_keys SET ink_limit = CASE WHEN $3 THEN $2::bigint ELSE ink_limit END,
        usage_frame = CASE WHEN $5 THEN $4::text ELSE usage_frame END WHERE id = $1`),
     [keyId, inkLimit ?? null, inkLimit !== undefined, usageFrame ?? null, usageFrame !== undefined],
@@ -239,8 +239,8 @@ const FIND_LIVE_KEY = { name: 'find_live_key', text: `SELECT ${LIVE_KEY_COLUMNS}
 const FIND_LIVE_KEYS = { name: 'find_live_keys', text: `SELECT k.key_hash, ${LIVE_KEY_COLUMNS} WHERE k.key_hash = ANY($1::bytea[]) AND ${LIVE}` };
 
 /** The key behind a hash, only when it is live: not revoked, not expired. One indexed read, no cache. */
-export async function findLiveKey(db: Queryable, hash: Buffer): Promise<AuthRow | undefined> {
-  const r = await db.query<AuthRow>({ ...FIND_LIVE_KEY, values: [hash] });
+export async function findLiveKey(database: Queryable, hash: Buffer): Promise<AuthRow | undefined> {
+  const r = await database.query<AuthRow>({ ...FIND_LIVE_KEY, values: [hash] });
   return r.rows[0];
 }
 
@@ -248,9 +248,9 @@ export async function findLiveKey(db: Queryable, hash: Buffer): Promise<AuthRow 
  * The live keys behind several hashes in one indexed read (concurrent requests authenticated
  * together, see auth/authenticate.ts), one answer per hash in order; no cache.
  */
-export async function findLiveKeys(db: Queryable, hashes: Buffer[]): Promise<Array<AuthRow | undefined>> {
-  if (hashes.length === 1) return [await findLiveKey(db, hashes[0]!)];
-  const r = await db.query<AuthRow & { key_hash: Buffer }>({ ...FIND_LIVE_KEYS, values: [hashes] });
+export async function findLiveKeys(database: Queryable, hashes: Buffer[]): Promise<Array<AuthRow | undefined>> {
+  if (hashes.length === 1) return [await findLiveKey(database, hashes[0]!)];
+  const r = await database.query<AuthRow & { key_hash: Buffer }>({ ...FIND_LIVE_KEYS, values: [hashes] });
   const byHash = new Map<string, AuthRow>();
   for (const row of r.rows) {
     byHash.set(row.key_hash.toString('latin1'), {

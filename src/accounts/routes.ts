@@ -35,8 +35,8 @@ export interface AccountObject {
  * The account object for a key, or undefined when the key is gone. One indexed read; its figures
  * come from ink-figures.ts, which the console's overview uses too.
  */
-export async function readAccountObject(db: Queryable, keyId: string): Promise<AccountObject | undefined> {
-  const r = await db.query<MeRow>(
+export async function readAccountObject(database: Queryable, keyId: string): Promise<AccountObject | undefined> {
+  const r = await database.query<MeRow>(
     `SELECT a.id AS user_id, k.id AS key_id, k.prefix, k.name, ${KEY_SPEND_COLUMNS}, ${ACCOUNT_INK_COLUMNS}
        FROM api_keys k JOIN accounts a ON a.id = k.account_id JOIN wallets w ON w.account_id = a.id
        ${KEY_SPEND_JOIN}
@@ -55,7 +55,7 @@ export async function readAccountObject(db: Queryable, keyId: string): Promise<A
 }
 
 /** `escrow`: this instance's unflushed records are written first (read-your-writes). */
-export function accountRoutes(db: Queryable, escrow?: Pick<Escrow, 'beforeView'>): Route[] {
+export function accountRoutes(database: Queryable, escrow?: Pick<Escrow, 'beforeView'>): Route[] {
   return [
     {
       method: 'GET',
@@ -63,7 +63,7 @@ export function accountRoutes(db: Queryable, escrow?: Pick<Escrow, 'beforeView'>
       access: 'key',
       handler: async (ctx) => {
         await escrow?.beforeView();
-        const body = await readAccountObject(db, ctx.auth!.keyId);
+        const body = await readAccountObject(database, ctx.auth!.keyId);
         if (!body) throw new ApiError('invalid_api_key');
         ctx.sendJson(200, body);
       },

@@ -30,8 +30,8 @@ export interface AccountView {
   chargedInk: number;
 }
 
-export async function readAccount(db: Queryable, accountId: string): Promise<AccountView | undefined> {
-  const r = await db.query(
+export async function readAccount(database: Queryable, accountId: string): Promise<AccountView | undefined> {
+  const r = await database.query(
     `SELECT a.name, p.id AS plan_id, p.label, p.paid, p.period_grant_ink, p.period_days, w.period_started_at, w.topups_completed,
             ${ACCOUNT_INK_COLUMNS}, ${ACCOUNT_RESERVED_COLUMN}, w.charged_ink
        FROM accounts a JOIN plans p ON p.id = a.plan_id JOIN wallets w ON w.account_id = a.id
@@ -72,8 +72,8 @@ export interface KeyView {
 }
 
 /** The account's keys, newest first, each with its GET /v1/me spend. At most 500. */
-export async function readKeys(db: Queryable, accountId: string): Promise<KeyView[]> {
-  const r = await db.query(
+export async function readKeys(database: Queryable, accountId: string): Promise<KeyView[]> {
+  const r = await database.query(
     `SELECT k.id, k.name, k.prefix, k.last4, k.expires_at, k.revoked_at, k.created_at, k.usage_frame, ${KEY_SPEND_COLUMNS}, (pk.key_id IS NOT NULL) AS playground
        FROM api_keys k
        LEFT JOIN console_playground_keys pk ON pk.key_id = k.id
@@ -81,22 +81,22 @@ export async function readKeys(db: Queryable, accountId: string): Promise<KeyVie
       WHERE k.account_id = $1 ORDER BY k.created_at DESC, k.id LIMIT 500`,
     [accountId],
   );
-  return r.rows.map((x) => ({
-    id: x.id,
-    name: x.name,
-    prefix: x.prefix,
-    last4: x.last4,
-    spend: keySpend(x),
-    expiresAt: x.expires_at,
-    revokedAt: x.revoked_at,
-    createdAt: x.created_at,
-    playground: x.playground,
-    usageFrame: x.usage_frame,
+  return r.rows.map((row) => ({
+    id: row.id,
+    name: row.name,
+    prefix: row.prefix,
+    last4: row.last4,
+    spend: keySpend(row),
+    expiresAt: row.expires_at,
+    revokedAt: row.revoked_at,
+    createdAt: row.created_at,
+    playground: row.playground,
+    usageFrame: row.usage_frame,
   }));
 }
 
-export async function keyOfAccount(db: Queryable, accountId: string, keyId: string): Promise<boolean> {
-  return ((await db.query('SELECT 1 FROM api_keys WHERE id = $1 AND account_id = $2', [keyId, accountId])).rowCount ?? 0) > 0;
+export async function keyOfAccount(database: Queryable, accountId: string, keyId: string): Promise<boolean> {
+  return ((await database.query('SELECT 1 FROM api_keys WHERE id = $1 AND account_id = $2', [keyId, accountId])).rowCount ?? 0) > 0;
 }
 
 export interface UsageFilter {
@@ -122,30 +122,30 @@ export const USAGE_PAGE_ROWS = 100;
 export const CSV_MAX_ROWS = 10_000;
 
 /** Request records, newest first, filtered; `limit` rows at most. */
-export async function readRequests(db: Queryable, accountId: string, f: UsageFilter, limit: number): Promise<RequestView[]> {
-  const r = await db.query(
+export async function readRequests(database: Queryable, accountId: string, filter: UsageFilter, limit: number): Promise<RequestView[]> {
+  const r = await database.query(
     `SELECT id, key_id, product, model, status, hold_ink, charged_ink, usage, created_at FROM requests
       WHERE account_id = $1 AND ($2::text IS NULL OR key_id = $2) AND ($3::text IS NULL OR model = $3)
         AND ($4::date IS NULL OR (created_at >= $4::date::timestamp AT TIME ZONE 'UTC' AND created_at < ($4::date + 1)::timestamp AT TIME ZONE 'UTC'))
       ORDER BY created_at DESC, id DESC LIMIT $5`,
-    [accountId, f.keyId ?? null, f.model ?? null, f.day ?? null, limit],
+    [accountId, filter.keyId ?? null, filter.model ?? null, filter.day ?? null, limit],
   );
-  return r.rows.map((x) => ({
-    id: x.id,
-    keyId: x.key_id,
-    product: x.product,
-    model: x.model,
-    status: x.status,
-    holdInk: Number(x.hold_ink),
-    chargedInk: Number(x.charged_ink),
-    usage: x.usage,
-    createdAt: x.created_at,
+  return r.rows.map((row) => ({
+    id: row.id,
+    keyId: row.key_id,
+    product: row.product,
+    model: row.model,
+    status: row.status,
+    holdInk: Number(row.hold_ink),
+    chargedInk: Number(row.charged_ink),
+    usage: row.usage,
+    createdAt: row.created_at,
   }));
 }
 
 /** Ink charged per UTC day and model over the last `days` days. */
-export async function readDailyInk(db: Queryable, accountId: string, days: number): Promise<Array<{ day: string; model: string; ink: number }>> {
-  const r = await db.query(
+export async function readDailyInk(database: Queryable, accountId: string, days: number): Promise<Array<{ day: string; model: string; ink: number }>> {
+  const r = await database.query(
     `SELECT to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS day, model, sum(charged_ink)::bigint AS ink FROM requests
       WHERE account_id = $1 AND created_at >= (now() AT TIME ZONE 'UTC')::date - ($2::int - 1)
       GROUP BY 1, 2 ORDER BY 1, 2`,
@@ -165,21 +165,21 @@ export interface GenerationView {
   createdAt: Date;
 }
 
-export async function readGenerations(db: Queryable, accountId: string, limit: number): Promise<GenerationView[]> {
-  const r = await db.query(
+export async function readGenerations(database: Queryable, accountId: string, limit: number): Promise<GenerationView[]> {
+  const r = await database.query(
     `SELECT id, kind, model, state, charged_ink, media_key, result_expired, created_at FROM generations
       WHERE account_id = $1 ORDER BY created_at DESC, id DESC LIMIT $2`,
     [accountId, limit],
   );
-  return r.rows.map((x) => ({
-    id: x.id,
-    kind: x.kind,
-    model: x.model,
-    state: x.state,
-    chargedInk: x.charged_ink === null ? null : Number(x.charged_ink),
-    hasMedia: x.media_key !== null,
-    expired: x.result_expired,
-    createdAt: x.created_at,
+  return r.rows.map((row) => ({
+    id: row.id,
+    kind: row.kind,
+    model: row.model,
+    state: row.state,
+    chargedInk: row.charged_ink === null ? null : Number(row.charged_ink),
+    hasMedia: row.media_key !== null,
+    expired: row.result_expired,
+    createdAt: row.created_at,
   }));
 }
 
@@ -203,12 +203,12 @@ export interface JournalView {
  * ledger even while requests settle). `balanceInk` is the wallet's unspent Ink in that snapshot.
  */
 export async function readJournal(
-  db: Queryable,
+  database: Queryable,
   accountId: string,
   beforeId: number | undefined,
   limit: number,
 ): Promise<{ rows: JournalView[]; balanceInk: number }> {
-  const r = await db.query(
+  const r = await database.query(
     `WITH w AS (SELECT credited_ink - charged_ink - expired_ink AS total FROM wallets WHERE account_id = $1),
           newer AS (SELECT coalesce(sum(credited_ink - charged_ink - expired_ink), 0)::bigint AS d FROM ledger_journal
                      WHERE account_id = $1 AND $2::bigint IS NOT NULL AND id >= $2),

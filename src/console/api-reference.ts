@@ -27,7 +27,7 @@ export interface Endpoint {
   readonly summary: string;
   readonly auth: 'key' | 'public';
   /** The JSON body's schema (POST). */
-  readonly body?: (c: Catalog) => JsonSchema;
+  readonly body?: (catalog: Catalog) => JsonSchema;
   /** The success answer: status, content type, schema. */
   readonly ok: { readonly status: number; readonly type: string; readonly schema: JsonSchema; readonly description: string };
   readonly errors: readonly ErrorCode[];
@@ -44,16 +44,16 @@ const obj = (properties: Record<string, JsonSchema>, required: string[] = [], ex
   ...(required.length ? { required } : {}),
   ...extra,
 });
-const ids = (c: Catalog, type: string, protocol?: string): string[] =>
-  c.listed
+const ids = (catalog: Catalog, type: string, protocol?: string): string[] =>
+  catalog.listed
     .filter((m) => m.type === type && (protocol === undefined || (m as { protocol?: string }).protocol === protocol))
     .flatMap((m) => [m.id, ...m.aliases]);
 
 /** A text lane's model enum and largest output cap, from the catalogue the lane resolves models in. */
-const textLaneSchemaContext = (c: Catalog, protocol: string): SchemaContext => ({
-  modelIds: ids(c, 'text', protocol),
+const textLaneSchemaContext = (catalog: Catalog, protocol: string): SchemaContext => ({
+  modelIds: ids(catalog, 'text', protocol),
   maxOutputTokens: Math.max(
-    ...c.listed
+    ...catalog.listed
       .filter((m) => m.type === 'text' && (m as { protocol?: string }).protocol === protocol)
       .map((m) => (m as { constraints: { maxOutputTokens: number } }).constraints.maxOutputTokens),
   ),
@@ -123,7 +123,7 @@ const submitEp = (
   kind: 'video' | 'images',
   title: string,
   summary: string,
-  body: (c: Catalog) => JsonSchema,
+  body: (catalog: Catalog) => JsonSchema,
   extraErrors: readonly ErrorCode[],
   example: string,
 ): Endpoint => ({
@@ -335,8 +335,8 @@ export const ENDPOINTS: readonly Endpoint[] = [
 ];
 
 /** The error rows an endpoint can answer, from the one error table. */
-export function endpointErrors(e: Endpoint): Array<{ code: ErrorCode; status: number; type: string; message: string }> {
-  return [...new Set(e.errors)].map((code) => ({ code, ...ERRORS[code] })).sort((a, b) => a.status - b.status || a.code.localeCompare(b.code));
+export function endpointErrors(endpoint: Endpoint): Array<{ code: ErrorCode; status: number; type: string; message: string }> {
+  return [...new Set(endpoint.errors)].map((code) => ({ code, ...ERRORS[code] })).sort((a, b) => a.status - b.status || a.code.localeCompare(b.code));
 }
 
 /** `/v1/models/:id` -> `/v1/models/{id}` (OpenAPI's path template). */

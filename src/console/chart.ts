@@ -21,21 +21,21 @@ export function dailyInkChart(points: ReadonlyArray<{ day: string; model: string
     bottom = 24,
     barW = (W - left) / days;
   const bars: string[] = [];
-  dayList.forEach((d, i) => {
+  dayList.forEach((day, dayIndex) => {
     let y = H - bottom;
-    models.forEach((m, mi) => {
-      const v = byDay.get(d)?.get(m) ?? 0;
+    models.forEach((model, modelIndex) => {
+      const v = byDay.get(day)?.get(model) ?? 0;
       if (v === 0) return;
       const h = Math.max(1, ((H - bottom - 8) * v) / max);
       y -= h;
       bars.push(
-        `<rect x="${(left + i * barW + 1).toFixed(1)}" y="${y.toFixed(1)}" width="${Math.max(1, barW - 2).toFixed(1)}" height="${h.toFixed(1)}" fill="${COLOURS[mi % COLOURS.length]}"><title>${esc(d)} ${esc(m)}: ${v} Ink</title></rect>`,
+        `<rect x="${(left + dayIndex * barW + 1).toFixed(1)}" y="${y.toFixed(1)}" width="${Math.max(1, barW - 2).toFixed(1)}" height="${h.toFixed(1)}" fill="${COLOURS[modelIndex % COLOURS.length]}"><title>${esc(day)} ${esc(model)}: ${v} Ink</title></rect>`,
       );
     });
   });
   const labels = [0, Math.floor(days / 2), days - 1].map(
-    (i, n) =>
-      `<text x="${(n === 2 ? W : left + i * barW).toFixed(1)}" y="${H - 6}" font-size="11"${n === 2 ? ' text-anchor="end"' : ''}>${esc(dayList[i]!.slice(5))}</text>`,
+    (dayIndex, labelIndex) =>
+      `<text x="${(labelIndex === 2 ? W : left + dayIndex * barW).toFixed(1)}" y="${H - 6}" font-size="11"${labelIndex === 2 ? ' text-anchor="end"' : ''}>${esc(dayList[dayIndex]!.slice(5))}</text>`,
   );
   const legend = models
     .map(

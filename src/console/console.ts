@@ -27,7 +27,7 @@ interface ConsoleRoute {
   readonly re: RegExp;
   readonly access: Access;
   /** Public pages take a PageCtx (no session); the others get a SignedIn once handle() checked it. */
-  readonly run: (p: SignedIn) => Promise<void>;
+  readonly run: (pageCtx: SignedIn) => Promise<void>;
 }
 
 const ID = '([A-Za-z0-9_-]{1,128})';
@@ -53,9 +53,9 @@ const ROUTES: readonly ConsoleRoute[] = [
   { method: 'GET', re: new RegExp(`^/console/reference/${ID}$`), access: 'public', run: referencePage },
 ];
 
-export function consoleHandler(d: ConsoleDeps): (ctx: HttpContext) => OtherAnswer {
+export function consoleHandler(deps: ConsoleDeps): (ctx: HttpContext) => OtherAnswer {
   // The caller as the /v1 limits see it: behind a balancer the peer is not the caller.
-  const clientAddress = clientAddressResolver(d.services.config.server);
+  const clientAddress = clientAddressResolver(deps.services.config.server);
   const answered = (p: Promise<void>): OtherAnswer => ({ route: 'console', answered: p });
   return (ctx) => {
     if (ctx.path === FAVICON_PATH) {
@@ -71,11 +71,11 @@ export function consoleHandler(d: ConsoleDeps): (ctx: HttpContext) => OtherAnswe
     // uWS wants the body reader attached in this tick.
     if (ctx.method === 'POST') ctx.collectBody(FORM_BODY_BYTES);
     if (ctx.done) return answered(Promise.resolve());
-    return answered(handle(d, ctx, path, clientAddress(ctx)).catch((e: unknown) => failPage(ctx, e)));
+    return answered(handle(deps, ctx, path, clientAddress(ctx)).catch((e: unknown) => failPage(ctx, e)));
   };
 }
 
-async function handle(d: ConsoleDeps, ctx: HttpContext, path: string, address: string): Promise<void> {
+async function handle(deps: ConsoleDeps, ctx: HttpContext, path: string, address: string): Promise<void> {
   const method = ctx.method === 'HEAD' ? 'GET' : ctx.method;
   let route: ConsoleRoute | undefined;
   let params: string[] = [];
@@ -89,19 +89,19 @@ async function handle(d: ConsoleDeps, ctx: HttpContext, path: string, address: s
   }
   if (!route) throw new PageError(404, 'There is no console page at this address.');
   // Every console page reads the store (the session at least): bounded per client address.
-  const budget = await d.services.limiter.take('console:' + address, d.services.config.limits.publicRequestsPerMinute);
+  const budget = await deps.services.limiter.take('console:' + address, deps.services.config.limits.publicRequestsPerMinute);
   if (!budget.allowed) throw new PageError(429, 'Too many console requests from this address; wait a minute and try again.');
-  const session = await findSession(d.services.pool, cookieValue(ctx.header('cookie'), SESSION_COOKIE));
+  const session = await findSession(deps.services.pool, cookieValue(ctx.header('cookie'), SESSION_COOKIE));
   if (route.access !== 'public' && session === undefined) {
     if (method === 'GET') return redirect(ctx, '/console/signin');
     throw new PageError(401, 'You are not signed in (or your session ended). Ask for a new sign-in link.');
   }
-  if (method === 'POST' && !sameOrigin(d, ctx)) throw new PageError(403, 'The form was sent from another site.');
+  if (method === 'POST' && !sameOrigin(deps, ctx)) throw new PageError(403, 'The form was sent from another site.');
   const form = method === 'POST' ? await readForm(ctx) : new URLSearchParams();
   if (route.access === 'csrf' && !csrfOk(session!, form.get('csrf') ?? ctx.header('x-csrf-token'))) {
     throw new PageError(403, 'The form was not sent from this console session (missing or wrong CSRF token). Reload the page and try again.');
   }
-  const p: PageCtx = { ctx, d, session, query: new URLSearchParams(ctx.query), form, params };
+  const p: PageCtx = { ctx, d: deps, session, query: new URLSearchParams(ctx.query), form, params };
   await route.run(p as SignedIn);
 }
 
@@ -110,7 +110,7 @@ async function handle(d: ConsoleDeps, ctx: HttpContext, path: string, address: s
  * console.url or server.publicUrl behind a proxy). "null" (a sandboxed or privacy-stripped sender) is refused too. A
  * post without Origin is not a browser's cross-site form, and the CSRF token still applies to it.
  */
-function sameOrigin(d: ConsoleDeps, ctx: HttpContext): boolean {
+function sameOrigin(deps: ConsoleDeps, ctx: HttpContext): boolean {
   const origin = ctx.header('origin');
   if (origin === undefined) return true;
   let host: string;
@@ -120,7 +120,7 @@ function sameOrigin(d: ConsoleDeps, ctx: HttpContext): boolean {
     return false;
   }
   if (host !== '' && host === ctx.header('host')) return true;
-  const configured = d.services.config.console.url ?? d.services.config.server.publicUrl;
+  const configured = deps.services.config.console.url ?? deps.services.config.server.publicUrl;
   return configured !== null && host === new URL(configured).host;
 }
 
@@ -146,16 +146,16 @@ async function readForm(ctx: HttpContext): Promise<URLSearchParams> {
   throw new PageError(415, 'Forms must be sent as application/x-www-form-urlencoded.');
 }
 
-function failPage(ctx: HttpContext, e: unknown): void {
+function failPage(ctx: HttpContext, error: unknown): void {
   // Mid-stream (the playground's relay ends its own answer) there is nothing left to say.
   if (ctx.done) return;
   let status: number;
   let message: string;
-  if (e instanceof PageError) {
-    status = e.status;
-    message = e.message;
+  if (error instanceof PageError) {
+    status = error.status;
+    message = error.message;
   } else {
-    const err = e instanceof ApiError ? e : toApiError(e, ctx);
+    const err = error instanceof ApiError ? error : toApiError(error, ctx);
     status = err.status;
     message = err.message;
   }

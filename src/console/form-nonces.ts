@@ -15,11 +15,11 @@ export const NONCES_PER_SESSION = 64;
 export type NonceClaim = { readonly state: 'claimed' } | { readonly state: 'used'; readonly keyId: string | null } | { readonly state: 'unknown' };
 
 /** A fresh nonce for one form of `sessionId`; it lives as long as the session. */
-export async function issueFormNonce(db: Queryable, sessionId: string): Promise<string> {
+export async function issueFormNonce(database: Queryable, sessionId: string): Promise<string> {
   const nonce = newToken();
   const session = sha256(sessionId);
   // One statement: the oldest beyond the limit go as the new one comes.
-  await db.query(
+  await database.query(
     `WITH old AS (DELETE FROM console_form_nonces WHERE nonce_hash IN (
                     SELECT nonce_hash FROM console_form_nonces WHERE session_hash = $2
                      ORDER BY created_at DESC OFFSET $3))
@@ -35,16 +35,16 @@ export async function issueFormNonce(db: Queryable, sessionId: string): Promise<
  * post racing the first waits on the row lock and then finds it used. Another session's nonce,
  * an expired one and a made-up one are all 'unknown'.
  */
-export async function claimFormNonce(c: Queryable, sessionId: string, nonce: string): Promise<NonceClaim> {
+export async function claimFormNonce(client: Queryable, sessionId: string, nonce: string): Promise<NonceClaim> {
   if (!TOKEN_RE.test(nonce)) return { state: 'unknown' };
   const key = [sha256(nonce), sha256(sessionId)];
-  const won = await c.query(
+  const won = await client.query(
     `UPDATE console_form_nonces SET used_at = now()
       WHERE nonce_hash = $1 AND session_hash = $2 AND used_at IS NULL AND expires_at > now()`,
     key,
   );
   if (won.rowCount === 1) return { state: 'claimed' };
-  const used = await c.query<{ key_id: string | null }>(
+  const used = await client.query<{ key_id: string | null }>(
     'SELECT key_id FROM console_form_nonces WHERE nonce_hash = $1 AND session_hash = $2 AND used_at IS NOT NULL',
     key,
   );
@@ -53,6 +53,6 @@ export async function claimFormNonce(c: Queryable, sessionId: string, nonce: str
 }
 
 /** Remembers which key a claimed nonce created (named on the "already created" page). */
-export async function recordNonceKey(c: Queryable, nonce: string, keyId: string): Promise<void> {
-  await c.query('UPDATE console_form_nonces SET key_id = $2 WHERE nonce_hash = $1', [sha256(nonce), keyId]);
+export async function recordNonceKey(client: Queryable, nonce: string, keyId: string): Promise<void> {
+  await client.query('UPDATE console_form_nonces SET key_id = $2 WHERE nonce_hash = $1', [sha256(nonce), keyId]);
 }

@@ -6,8 +6,8 @@ import type { HttpContext } from '../server/http-context.js';
 const ESC: Readonly<Record<string, string>> = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' };
 
 /** Escapes text for an HTML element body or a quoted attribute value. */
-export function esc(v: unknown): string {
-  return String(v ?? '').replace(/[&<>"']/g, (c) => ESC[c]!);
+export function esc(value: unknown): string {
+  return String(value ?? '').replace(/[&<>"']/g, (c) => ESC[c]!);
 }
 
 export const CSP =
@@ -48,17 +48,17 @@ const NAV: ReadonlyArray<readonly [string, string]> = [
 
 const navHref = (id: string): string => (id === 'overview' ? '/console' : `/console/${id}`);
 
-export function page(o: PageOptions, body: string): string {
+export function page(options: PageOptions, body: string): string {
   const nav =
-    o.csrf === undefined
+    options.csrf === undefined
       ? ''
-      : `<nav aria-label="Console"><ul>${NAV.map(([id, label]) => `<li><a href="${navHref(id)}"${o.nav === id ? ' aria-current="page"' : ''}>${label}</a></li>`).join('')}</ul>
-<form method="post" action="/console/signout" class="signout">${csrfField(o.csrf)}<span>${esc(o.accountName)}</span> <button type="submit">Sign out</button></form></nav>`;
-  const scripts = (o.scripts ?? []).map((s) => `<script src="/console/static/${s}" defer></script>`).join('');
+      : `<nav aria-label="Console"><ul>${NAV.map(([id, label]) => `<li><a href="${navHref(id)}"${options.nav === id ? ' aria-current="page"' : ''}>${label}</a></li>`).join('')}</ul>
+<form method="post" action="/console/signout" class="signout">${csrfField(options.csrf)}<span>${esc(options.accountName)}</span> <button type="submit">Sign out</button></form></nav>`;
+  const scripts = (options.scripts ?? []).map((s) => `<script src="/console/static/${s}" defer></script>`).join('');
   return `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>${esc(o.title)} · inkgate console</title><link rel="icon" href="/favicon.ico" type="image/svg+xml"><link rel="stylesheet" href="/console/static/console.css">${scripts}</head>
-<body><header><a class="brand" href="/console">inkgate</a>${nav}</header><main id="main"><h1>${esc(o.title)}</h1>
+<title>${esc(options.title)} · inkgate console</title><link rel="icon" href="/favicon.ico" type="image/svg+xml"><link rel="stylesheet" href="/console/static/console.css">${scripts}</head>
+<body><header><a class="brand" href="/console">inkgate</a>${nav}</header><main id="main"><h1>${esc(options.title)}</h1>
 ${body}</main></body></html>`;
 }
 
@@ -67,8 +67,8 @@ export const csrfField = (token: string): string => `<input type="hidden" name="
 /** Ink with thousands separators (a figure, not a string with units). */
 export const ink = (n: number | string | null | undefined): string => (n === null || n === undefined ? '—' : Number(n).toLocaleString('en-US'));
 
-export const time = (d: Date | null | undefined): string =>
-  d ? `<time datetime="${d.toISOString()}">${d.toISOString().slice(0, 19).replace('T', ' ')}</time>` : '—';
+export const time = (date: Date | null | undefined): string =>
+  date ? `<time datetime="${date.toISOString()}">${date.toISOString().slice(0, 19).replace('T', ' ')}</time>` : '—';
 
 export function table(head: readonly string[], rows: readonly string[][], caption?: string): string {
   if (rows.length === 0) return `<p class="empty">${esc(caption ? `No ${caption.toLowerCase()} yet.` : 'Nothing yet.')}</p>`;

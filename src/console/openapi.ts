@@ -21,35 +21,35 @@ const errorBody = {
   },
 };
 
-function operation(e: Endpoint, c: Catalog): Record<string, unknown> {
+function operation(endpoint: Endpoint, catalog: Catalog): Record<string, unknown> {
   const responses: Record<string, unknown> = {
-    [String(e.ok.status)]: { description: e.ok.description, content: { [e.ok.type]: { schema: e.ok.schema } } },
+    [String(endpoint.ok.status)]: { description: endpoint.ok.description, content: { [endpoint.ok.type]: { schema: endpoint.ok.schema } } },
   };
   const byStatus = new Map<number, string[]>();
-  for (const er of endpointErrors(e)) byStatus.set(er.status, [...(byStatus.get(er.status) ?? []), er.code]);
+  for (const er of endpointErrors(endpoint)) byStatus.set(er.status, [...(byStatus.get(er.status) ?? []), er.code]);
   for (const [status, codes] of byStatus) {
     responses[String(status)] = {
       description: `Error codes: ${codes.join(', ')}`,
       content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } },
     };
   }
-  const params = [...e.pattern.matchAll(/:([a-z_]+)/g)].map((m) => ({ name: m[1], in: 'path', required: true, schema: { type: 'string' } }));
+  const params = [...endpoint.pattern.matchAll(/:([a-z_]+)/g)].map((m) => ({ name: m[1], in: 'path', required: true, schema: { type: 'string' } }));
   return {
-    operationId: e.slug.replace(/-([a-z])/g, (_m, x: string) => x.toUpperCase()),
-    summary: e.title,
-    description: e.summary,
-    ...(e.auth === 'public' ? { security: [] } : {}),
+    operationId: endpoint.slug.replace(/-([a-z])/g, (_m, x: string) => x.toUpperCase()),
+    summary: endpoint.title,
+    description: endpoint.summary,
+    ...(endpoint.auth === 'public' ? { security: [] } : {}),
     ...(params.length ? { parameters: params } : {}),
-    ...(e.body ? { requestBody: { required: true, content: { 'application/json': { schema: e.body(c) } } } } : {}),
+    ...(endpoint.body ? { requestBody: { required: true, content: { 'application/json': { schema: endpoint.body(catalog) } } } } : {}),
     responses,
   };
 }
 
-export function buildOpenApi(c: Catalog, version: string): Record<string, unknown> {
+export function buildOpenApi(catalog: Catalog, version: string): Record<string, unknown> {
   const paths: Record<string, Record<string, unknown>> = {};
   for (const e of ENDPOINTS) {
     const p = (paths[openApiPath(e.pattern)] ??= {});
-    p[e.method.toLowerCase()] = operation(e, c);
+    p[e.method.toLowerCase()] = operation(e, catalog);
   }
   return {
     openapi: '3.1.0',
@@ -64,7 +64,7 @@ export function buildOpenApi(c: Catalog, version: string): Record<string, unknow
   };
 }
 
-export function openApiRoute(c: Catalog, version: string = packageVersion()): Route {
-  const text = JSON.stringify(buildOpenApi(c, version));
+export function openApiRoute(catalog: Catalog, version: string = packageVersion()): Route {
+  const text = JSON.stringify(buildOpenApi(catalog, version));
   return { method: 'GET', pattern: '/v1/openapi.json', access: 'public', handler: async (ctx) => ctx.sendJson(200, text) };
 }

@@ -24,27 +24,27 @@ const WORDS: Readonly<Record<string, string>> = {
   lease_flush: 'Requests charged from set-aside Ink',
 };
 
-function moved(j: JournalView): string {
+function moved(entry: JournalView): string {
   const parts: string[] = [];
-  if (j.creditedInk) parts.push(`+${ink(j.creditedInk)} added`);
-  if (j.chargedInk) parts.push(`−${ink(j.chargedInk)} charged`);
-  if (j.expiredInk) parts.push(`−${ink(j.expiredInk)} expired`);
+  if (entry.creditedInk) parts.push(`+${ink(entry.creditedInk)} added`);
+  if (entry.chargedInk) parts.push(`−${ink(entry.chargedInk)} charged`);
+  if (entry.expiredInk) parts.push(`−${ink(entry.expiredInk)} expired`);
   return parts.join(', ') || '<span class="muted">moved within the wallet</span>';
 }
 
-export async function billingPage(p: SignedIn): Promise<void> {
-  await p.d.services.escrow.beforeView();
-  const beforeRaw = p.query.get('before') ?? '';
+export async function billingPage(pageCtx: SignedIn): Promise<void> {
+  await pageCtx.d.services.escrow.beforeView();
+  const beforeRaw = pageCtx.query.get('before') ?? '';
   const before = /^\d{1,18}$/.test(beforeRaw) ? Number(beforeRaw) : undefined;
-  const showHolds = p.query.get('holds') === '1';
-  const { rows, balanceInk } = await readJournal(p.d.services.pool, p.session.accountId, before, PAGE_ROWS);
+  const showHolds = pageCtx.query.get('holds') === '1';
+  const { rows, balanceInk } = await readJournal(pageCtx.d.services.pool, pageCtx.session.accountId, before, PAGE_ROWS);
   const visible = showHolds ? rows : rows.filter((j) => j.creditedInk || j.chargedInk || j.expiredInk);
-  const out = visible.map((j) => [
-    time(j.at),
-    esc(WORDS[j.kind] ?? j.kind),
-    j.requestId ? `<a href="/console/requests/${esc(j.requestId)}"><code>${esc(j.requestId)}</code></a>` : esc(j.note ?? ''),
-    moved(j),
-    `<span data-balance>${ink(j.balanceAfterInk)}</span>`,
+  const out = visible.map((entry) => [
+    time(entry.at),
+    esc(WORDS[entry.kind] ?? entry.kind),
+    entry.requestId ? `<a href="/console/requests/${esc(entry.requestId)}"><code>${esc(entry.requestId)}</code></a>` : esc(entry.note ?? ''),
+    moved(entry),
+    `<span data-balance>${ink(entry.balanceAfterInk)}</span>`,
   ]);
   const older =
     rows.length === PAGE_ROWS
@@ -53,5 +53,5 @@ export async function billingPage(p: SignedIn): Promise<void> {
   const body = `<p>Unspent Ink now (available and reserved): <strong data-figure="unspent">${ink(balanceInk)} Ink</strong>.</p>
 <p>${showHolds ? '<a href="/console/billing">Hide holds and internal moves</a>' : '<a href="/console/billing?holds=1">Show holds and internal moves too</a>'}</p>
 ${table(['Time (UTC)', 'Entry', 'Request or note', 'Ink', 'Unspent after'], out, 'Journal entries')}${older}`;
-  sendHtml(p.ctx, 200, page({ title: 'Billing', nav: 'billing', csrf: p.session.csrf, accountName: p.session.accountName }, body));
+  sendHtml(pageCtx.ctx, 200, page({ title: 'Billing', nav: 'billing', csrf: pageCtx.session.csrf, accountName: pageCtx.session.accountName }, body));
 }

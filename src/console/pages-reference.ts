@@ -4,18 +4,19 @@ import { endpointErrors, ENDPOINTS, openApiPath, type JsonSchema } from './api-r
 import { PageError, type PageCtx } from './context.js';
 import { esc, page, sendHtml, table } from './html.js';
 
-function typeOf(s: JsonSchema): string {
-  if (Array.isArray(s.oneOf)) return (s.oneOf as JsonSchema[]).map(typeOf).join(' or ');
-  if (s.type === 'array') return `array of ${s.items ? typeOf(s.items as JsonSchema) : 'any'}`;
-  return Array.isArray(s.type) ? (s.type as string[]).join(' or ') : String(s.type ?? 'any');
+function typeOf(schema: JsonSchema): string {
+  if (Array.isArray(schema.oneOf)) return (schema.oneOf as JsonSchema[]).map(typeOf).join(' or ');
+  if (schema.type === 'array') return `array of ${schema.items ? typeOf(schema.items as JsonSchema) : 'any'}`;
+  return Array.isArray(schema.type) ? (schema.type as string[]).join(' or ') : String(schema.type ?? 'any');
 }
 
-function rules(s: JsonSchema): string {
+function rules(schema: JsonSchema): string {
   const out: string[] = [];
-  if (typeof s.description === 'string') out.push(esc(s.description));
-  if (Array.isArray(s.enum)) out.push(`one of ${(s.enum as unknown[]).map((v) => `<code>${esc(v)}</code>`).join(', ')}`);
-  if (s.const !== undefined) out.push(`always <code>${esc(s.const)}</code>`);
-  for (const k of ['minimum', 'maximum', 'minLength', 'maxLength', 'minItems', 'maxItems'] as const) if (s[k] !== undefined) out.push(`${k} ${esc(s[k])}`);
+  if (typeof schema.description === 'string') out.push(esc(schema.description));
+  if (Array.isArray(schema.enum)) out.push(`one of ${(schema.enum as unknown[]).map((v) => `<code>${esc(v)}</code>`).join(', ')}`);
+  if (schema.const !== undefined) out.push(`always <code>${esc(schema.const)}</code>`);
+  for (const k of ['minimum', 'maximum', 'minLength', 'maxLength', 'minItems', 'maxItems'] as const)
+    if (schema[k] !== undefined) out.push(`${k} ${esc(schema[k])}`);
   return out.join('; ');
 }
 
@@ -31,22 +32,22 @@ function fields(schema: JsonSchema): string {
 
 const head = (p: PageCtx, title: string) => ({ title, nav: 'reference', csrf: p.session?.csrf, accountName: p.session?.accountName });
 
-export async function referenceIndexPage(p: PageCtx): Promise<void> {
-  const rows = ENDPOINTS.map((e) => [
-    `<a href="/console/reference/${esc(e.slug)}">${esc(e.title)}</a>`,
-    `<code>${e.method} ${esc(openApiPath(e.pattern))}</code>`,
-    e.auth === 'key' ? 'API key' : 'none',
-    esc(e.summary),
+export async function referenceIndexPage(pageCtx: PageCtx): Promise<void> {
+  const rows = ENDPOINTS.map((endpoint) => [
+    `<a href="/console/reference/${esc(endpoint.slug)}">${esc(endpoint.title)}</a>`,
+    `<code>${endpoint.method} ${esc(openApiPath(endpoint.pattern))}</code>`,
+    endpoint.auth === 'key' ? 'API key' : 'none',
+    esc(endpoint.summary),
   ]);
   const body = `<p>Every endpoint of the API. The same descriptions make the OpenAPI 3.1 document at <a href="/v1/openapi.json"><code>/v1/openapi.json</code></a>.</p>
 ${table(['Endpoint', 'Method and path', 'Key', 'What it does'], rows, 'Endpoints')}`;
-  sendHtml(p.ctx, 200, page(head(p, 'API reference'), body));
+  sendHtml(pageCtx.ctx, 200, page(head(pageCtx, 'API reference'), body));
 }
 
-export async function referencePage(p: PageCtx): Promise<void> {
-  const e = ENDPOINTS.find((x) => x.slug === p.params[0]);
+export async function referencePage(pageCtx: PageCtx): Promise<void> {
+  const e = ENDPOINTS.find((x) => x.slug === pageCtx.params[0]);
   if (!e) throw new PageError(404, 'There is no such endpoint.');
-  const body = e.body ? e.body(p.d.services.catalog) : undefined;
+  const body = e.body ? e.body(pageCtx.d.services.catalog) : undefined;
   const errs = endpointErrors(e).map((x) => [String(x.status), `<code>${esc(x.code)}</code>`, esc(x.type), esc(x.message)]);
   const html = `<p><code class="endpoint">${e.method} ${esc(openApiPath(e.pattern))}</code></p><p>${esc(e.summary)}</p>
 <p>Authentication: ${e.auth === 'key' ? '<code>Authorization: Bearer &lt;key&gt;</code>' : 'none (a valid key, if sent, counts the call against its rate limit)'}.</p>
@@ -56,5 +57,5 @@ export async function referencePage(p: PageCtx): Promise<void> {
 ${table(['Status', 'Code', 'Type', 'Meaning'], errs, 'Errors')}
 <h2>Examples</h2><pre><code>${esc(e.curl)}</code></pre>${e.sdk ? `<p>${esc(e.sdk.lang)}:</p><pre><code>${esc(e.sdk.code)}</code></pre>` : ''}
 <p class="muted">More in <code>${esc(e.doc)}</code> in the repository. <a href="/console/reference">All endpoints</a></p>`;
-  sendHtml(p.ctx, 200, page(head(p, e.title), html));
+  sendHtml(pageCtx.ctx, 200, page(head(pageCtx, e.title), html));
 }

@@ -10,11 +10,11 @@ const CHART_DAYS = 30;
 const DAY_RE = /^\d{4}-\d{2}-\d{2}$/;
 const ID_RE = /^[A-Za-z0-9_.:-]{1,200}$/;
 
-function filterOf(q: URLSearchParams): UsageFilter {
+function filterOf(query: URLSearchParams): UsageFilter {
   const f: UsageFilter = {};
-  const key = q.get('key') ?? '';
-  const model = q.get('model') ?? '';
-  const day = q.get('day') ?? '';
+  const key = query.get('key') ?? '';
+  const model = query.get('model') ?? '';
+  const day = query.get('day') ?? '';
   if (ID_RE.test(key)) f.keyId = key;
   if (ID_RE.test(model)) f.model = model;
   if (DAY_RE.test(day) && !Number.isNaN(Date.parse(day))) f.day = day;
@@ -23,15 +23,15 @@ function filterOf(q: URLSearchParams): UsageFilter {
 
 const bucket = (u: Record<string, unknown> | null, k: string): string => (u && typeof u[k] === 'number' ? ink(u[k] as number) : '—');
 
-export async function usagePage(p: SignedIn): Promise<void> {
-  await p.d.services.escrow.beforeView();
-  const db = p.d.services.pool;
-  const f = filterOf(p.query);
+export async function usagePage(pageCtx: SignedIn): Promise<void> {
+  await pageCtx.d.services.escrow.beforeView();
+  const db = pageCtx.d.services.pool;
+  const f = filterOf(pageCtx.query);
   const [rows, keys, daily, gens] = await Promise.all([
-    readRequests(db, p.session.accountId, f, USAGE_PAGE_ROWS),
-    readKeys(db, p.session.accountId),
-    readDailyInk(db, p.session.accountId, CHART_DAYS),
-    readGenerations(db, p.session.accountId, 50),
+    readRequests(db, pageCtx.session.accountId, f, USAGE_PAGE_ROWS),
+    readKeys(db, pageCtx.session.accountId),
+    readDailyInk(db, pageCtx.session.accountId, CHART_DAYS),
+    readGenerations(db, pageCtx.session.accountId, 50),
   ]);
   const models = [...new Set([...daily.map((d) => d.model), ...rows.map((r) => r.model)])].sort();
   const opt = (v: string, label: string, cur: string | undefined) => `<option value="${esc(v)}"${v === (cur ?? '') ? ' selected' : ''}>${esc(label)}</option>`;
@@ -44,27 +44,27 @@ export async function usagePage(p: SignedIn): Promise<void> {
 <label>Day <input type="date" name="day" value="${esc(f.day ?? '')}"></label>
 <button type="submit">Filter</button> <a href="/console/usage.csv${qs.toString() ? '?' + esc(qs.toString()) : ''}" download>Export CSV</a></form>`;
   const keyName = new Map(keys.map((k) => [k.id, k.name]));
-  const reqRows = rows.map((r) => [
-    `<a href="/console/requests/${esc(r.id)}"><code>${esc(r.id)}</code></a>`,
-    esc(keyName.get(r.keyId) ?? r.keyId),
-    esc(r.model),
-    bucket(r.usage, 'input_tokens'),
-    bucket(r.usage, 'output_tokens'),
-    bucket(r.usage, 'cache_read_tokens'),
-    bucket(r.usage, 'cache_write_tokens'),
-    ink(r.holdInk),
-    ink(r.chargedInk),
-    esc(r.status),
-    time(r.createdAt),
+  const reqRows = rows.map((request) => [
+    `<a href="/console/requests/${esc(request.id)}"><code>${esc(request.id)}</code></a>`,
+    esc(keyName.get(request.keyId) ?? request.keyId),
+    esc(request.model),
+    bucket(request.usage, 'input_tokens'),
+    bucket(request.usage, 'output_tokens'),
+    bucket(request.usage, 'cache_read_tokens'),
+    bucket(request.usage, 'cache_write_tokens'),
+    ink(request.holdInk),
+    ink(request.chargedInk),
+    esc(request.status),
+    time(request.createdAt),
   ]);
-  const genRows = gens.map((g) => [
-    `<code>${esc(g.id)}</code>`,
-    esc(g.kind),
-    esc(g.model),
-    esc(g.state),
-    g.chargedInk === null ? '—' : ink(g.chargedInk),
-    time(g.createdAt),
-    g.hasMedia && !g.expired ? `<a href="${esc(mediaLink(p, g.id))}">Download</a>` : g.expired ? 'expired' : '—',
+  const genRows = gens.map((generation) => [
+    `<code>${esc(generation.id)}</code>`,
+    esc(generation.kind),
+    esc(generation.model),
+    esc(generation.state),
+    generation.chargedInk === null ? '—' : ink(generation.chargedInk),
+    time(generation.createdAt),
+    generation.hasMedia && !generation.expired ? `<a href="${esc(mediaLink(pageCtx, generation.id))}">Download</a>` : generation.expired ? 'expired' : '—',
   ]);
   const body = `${dailyInkChart(daily, CHART_DAYS, new Date())}
 <section aria-labelledby="req"><h2 id="req">Requests</h2>${filters}
@@ -72,31 +72,31 @@ ${table(['Request id', 'Key', 'Model', 'Input', 'Output', 'Cache read', 'Cache w
 ${rows.length === USAGE_PAGE_ROWS ? `<p class="muted">The newest ${USAGE_PAGE_ROWS} shown; narrow the filters or export CSV for more.</p>` : ''}</section>
 <section aria-labelledby="gen"><h2 id="gen">Generations (video and images)</h2>
 ${table(['Generation', 'Kind', 'Model', 'State', 'Charged', 'Created (UTC)', 'Result'], genRows, 'Generations')}</section>`;
-  sendHtml(p.ctx, 200, page({ title: 'Usage', nav: 'usage', csrf: p.session.csrf, accountName: p.session.accountName }, body));
+  sendHtml(pageCtx.ctx, 200, page({ title: 'Usage', nav: 'usage', csrf: pageCtx.session.csrf, accountName: pageCtx.session.accountName }, body));
 }
 
 /** The console's download address: it answers with a fresh signed media link (signed on click, not on page load). */
 const mediaLink = (_p: SignedIn, generationId: string): string => `/console/generations/${generationId}`;
 
-export async function generationDownload(p: SignedIn): Promise<void> {
-  const r = await p.d.services.pool.query<{ media_key: string | null; result_expired: boolean }>(
+export async function generationDownload(pageCtx: SignedIn): Promise<void> {
+  const r = await pageCtx.d.services.pool.query<{ media_key: string | null; result_expired: boolean }>(
     'SELECT media_key, result_expired FROM generations WHERE id = $1 AND account_id = $2',
-    [p.params[0]!, p.session.accountId],
+    [pageCtx.params[0]!, pageCtx.session.accountId],
   );
   const g = r.rows[0];
   if (!g) throw new PageError(404, 'There is no such generation on this account.');
   if (g.media_key === null || g.result_expired)
     throw new PageError(404, 'This generation has no result to download (not finished, failed, or past its retention).');
-  const cfg = p.d.services.config;
+  const cfg = pageCtx.d.services.config;
   // Same origin unless the deployment serves media elsewhere (config.mediaUrl), as the API's links.
-  const link = signedMediaLink(p.d.mediaSecret, cfg.mediaUrl ?? '', g.media_key, p.d.mediaClock(), cfg.media.linkTtlS);
-  redirect(p.ctx, link.url);
+  const link = signedMediaLink(pageCtx.d.mediaSecret, cfg.mediaUrl ?? '', g.media_key, pageCtx.d.mediaClock(), cfg.media.linkTtlS);
+  redirect(pageCtx.ctx, link.url);
 }
 
 const CSV_HEAD = 'request_id,key_id,product,model,input_tokens,output_tokens,cache_read_tokens,cache_write_tokens,hold_ink,charged_ink,status,created_at\n';
 
-function csvCell(v: unknown): string {
-  const s = v === null || v === undefined ? '' : String(v);
+function csvCell(value: unknown): string {
+  const s = value === null || value === undefined ? '' : String(value);
   // A leading =, +, - or @ would be read as a formula by a spreadsheet.
   const safe = /^[=+\-@]/.test(s) ? `'${s}` : s;
   return /[",\n\r]/.test(safe) ? `"${safe.replace(/"/g, '""')}"` : safe;
@@ -107,20 +107,20 @@ export function usageCsvText(rows: readonly RequestView[]): string {
   return (
     CSV_HEAD +
     rows
-      .map((r) =>
+      .map((request) =>
         [
-          r.id,
-          r.keyId,
-          r.product,
-          r.model,
-          u(r, 'input_tokens'),
-          u(r, 'output_tokens'),
-          u(r, 'cache_read_tokens'),
-          u(r, 'cache_write_tokens'),
-          r.holdInk,
-          r.chargedInk,
-          r.status,
-          r.createdAt.toISOString(),
+          request.id,
+          request.keyId,
+          request.product,
+          request.model,
+          u(request, 'input_tokens'),
+          u(request, 'output_tokens'),
+          u(request, 'cache_read_tokens'),
+          u(request, 'cache_write_tokens'),
+          request.holdInk,
+          request.chargedInk,
+          request.status,
+          request.createdAt.toISOString(),
         ]
           .map(csvCell)
           .join(','),
@@ -130,27 +130,27 @@ export function usageCsvText(rows: readonly RequestView[]): string {
   );
 }
 
-export async function usageCsv(p: SignedIn): Promise<void> {
-  await p.d.services.escrow.beforeView();
-  const rows = await readRequests(p.d.services.pool, p.session.accountId, filterOf(p.query), CSV_MAX_ROWS);
+export async function usageCsv(pageCtx: SignedIn): Promise<void> {
+  await pageCtx.d.services.escrow.beforeView();
+  const rows = await readRequests(pageCtx.d.services.pool, pageCtx.session.accountId, filterOf(pageCtx.query), CSV_MAX_ROWS);
   const text = usageCsvText(rows);
   const headers = [
     ...SECURITY_HEADERS,
     ['Content-Type', 'text/csv; charset=utf-8'] as const,
     ['Content-Disposition', 'attachment; filename="inkgate-usage.csv"'] as const,
   ];
-  if (p.ctx.method === 'HEAD') return p.ctx.sendHead(200, headers, Buffer.byteLength(text));
-  p.ctx.startStream(200, headers);
-  p.ctx.end(text);
+  if (pageCtx.ctx.method === 'HEAD') return pageCtx.ctx.sendHead(200, headers, Buffer.byteLength(text));
+  pageCtx.ctx.startStream(200, headers);
+  pageCtx.ctx.end(text);
 }
 
-export async function requestPage(p: SignedIn): Promise<void> {
-  await p.d.services.escrow.beforeView();
-  const id = p.params[0]!;
-  const r = await p.d.services.pool.query(
+export async function requestPage(pageCtx: SignedIn): Promise<void> {
+  await pageCtx.d.services.escrow.beforeView();
+  const id = pageCtx.params[0]!;
+  const r = await pageCtx.d.services.pool.query(
     `SELECT id, key_id, product, model, status, hold_ink, charged_ink, usage, vendor_request_id, reason, created_at, resolved_at
        FROM requests WHERE id = $1 AND account_id = $2`,
-    [id, p.session.accountId],
+    [id, pageCtx.session.accountId],
   );
   const x = r.rows[0];
   // Another account's request id answers exactly like an unknown one.
@@ -169,5 +169,5 @@ export async function requestPage(p: SignedIn): Promise<void> {
     ['Resolved', time(x.resolved_at)],
   ];
   const body = `<dl class="detail">${rows.map(([k, v]) => `<div><dt>${k}</dt><dd>${v}</dd></div>`).join('')}</dl><p><a href="/console/usage">Back to usage</a></p>`;
-  sendHtml(p.ctx, 200, page({ title: 'Request', nav: 'usage', csrf: p.session.csrf, accountName: p.session.accountName }, body));
+  sendHtml(pageCtx.ctx, 200, page({ title: 'Request', nav: 'usage', csrf: pageCtx.session.csrf, accountName: pageCtx.session.accountName }, body));
 }

@@ -17,18 +17,18 @@ export const PLAYGROUND_MAX_TOKENS = 4096;
 const secrets = new WeakMap<Queryable, Promise<Buffer>>();
 
 /** The deployment's console secret, created by the first instance that needs it. */
-export function consoleSecret(db: Queryable): Promise<Buffer> {
-  let p = secrets.get(db);
+export function consoleSecret(database: Queryable): Promise<Buffer> {
+  let p = secrets.get(database);
   if (p) return p;
   p = (async () => {
-    await db.query('INSERT INTO console_secret (singleton, secret) VALUES (true, $1) ON CONFLICT (singleton) DO NOTHING', [randomBytes(32)]);
-    const r = await db.query<{ secret: Buffer }>('SELECT secret FROM console_secret WHERE singleton');
+    await database.query('INSERT INTO console_secret (singleton, secret) VALUES (true, $1) ON CONFLICT (singleton) DO NOTHING', [randomBytes(32)]);
+    const r = await database.query<{ secret: Buffer }>('SELECT secret FROM console_secret WHERE singleton');
     return r.rows[0]!.secret;
-  })().catch((e: unknown) => {
-    secrets.delete(db);
-    throw e;
+  })().catch((error: unknown) => {
+    secrets.delete(database);
+    throw error;
   });
-  secrets.set(db, p);
+  secrets.set(database, p);
   return p;
 }
 
@@ -53,12 +53,12 @@ export async function playgroundKey(pool: Pool, accountId: string): Promise<stri
   // Created with its derived value from the start, and recorded in the same transaction: a failure
   // leaves no stray key behind. Concurrent first calls queue on the account's row (a lock that
   // request records' foreign keys do not wait on): the first creates, the others find its key.
-  return withTx(pool, async (c) => {
-    await c.query('SELECT 1 FROM accounts WHERE id = $1 FOR NO KEY UPDATE', [accountId]);
-    const made = await c.query<{ key_id: string }>(LIVE_PLAYGROUND_KEY, [accountId]);
+  return withTx(pool, async (client) => {
+    await client.query('SELECT 1 FROM accounts WHERE id = $1 FOR NO KEY UPDATE', [accountId]);
+    const made = await client.query<{ key_id: string }>(LIVE_PLAYGROUND_KEY, [accountId]);
     if (made.rows[0]) return rawKeyFor(secret, made.rows[0].key_id);
-    const created = await createKeyIn(c, { accountId, name: PLAYGROUND_KEY_NAME }, (id) => keyFromRaw(rawKeyFor(secret, id)));
-    await c.query(
+    const created = await createKeyIn(client, { accountId, name: PLAYGROUND_KEY_NAME }, (id) => keyFromRaw(rawKeyFor(secret, id)));
+    await client.query(
       `INSERT INTO console_playground_keys (account_id, key_id) VALUES ($1, $2)
        ON CONFLICT (account_id) DO UPDATE SET key_id = EXCLUDED.key_id, created_at = now()`,
       [accountId, created.id],
@@ -76,11 +76,11 @@ export interface PlaygroundInput {
 }
 
 /** The /v1 body for a playground call, in the lane's own protocol. */
-export function playgroundBody(p: PlaygroundInput): string {
-  if (p.lane === 'messages') {
-    return JSON.stringify({ model: p.model, max_tokens: p.maxTokens, stream: p.stream, messages: [{ role: 'user', content: p.prompt }] });
+export function playgroundBody(input: PlaygroundInput): string {
+  if (input.lane === 'messages') {
+    return JSON.stringify({ model: input.model, max_tokens: input.maxTokens, stream: input.stream, messages: [{ role: 'user', content: input.prompt }] });
   }
-  return JSON.stringify({ model: p.model, max_output_tokens: p.maxTokens, stream: p.stream, input: p.prompt });
+  return JSON.stringify({ model: input.model, max_output_tokens: input.maxTokens, stream: input.stream, input: input.prompt });
 }
 
 /**
@@ -91,7 +91,7 @@ export function playgroundBody(p: PlaygroundInput): string {
 export async function callSelf(
   base: string,
   key: string,
-  p: PlaygroundInput,
+  input: PlaygroundInput,
   timeoutMs: number,
   onAbort: (abort: () => void) => void,
 ): Promise<{ res: Dispatcher.ResponseData; done: () => void }> {
@@ -100,11 +100,11 @@ export async function callSelf(
   onAbort(abort);
   const timer = setTimeout(abort, timeoutMs);
   try {
-    const res = await request(`${base}/v1/${p.lane}`, {
+    const res = await request(`${base}/v1/${input.lane}`, {
       method: 'POST',
       // The page reads the charge from the usage frame: asked for whatever the key's setting is.
       headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-service-usage-frame': 'event' },
-      body: playgroundBody(p),
+      body: playgroundBody(input),
       headersTimeout: timeoutMs,
       bodyTimeout: timeoutMs,
       signal: ac.signal,

@@ -13,11 +13,11 @@ export const newToken = (): string => randomBytes(32).toString('base64url');
 export class ConsoleError extends Error {}
 
 /** A one-time sign-in link token for `accountId`, valid `ttlMs`. */
-export async function createSignInLink(db: Queryable, accountId: string, ttlMs: number): Promise<{ token: string; expiresAt: Date }> {
+export async function createSignInLink(database: Queryable, accountId: string, ttlMs: number): Promise<{ token: string; expiresAt: Date }> {
   const token = newToken();
   // One statement: housekeeping on the way (links and sessions a day past their end are of no use
   // to anyone), and the link inserted only for an account that exists.
-  const r = await db.query<{ expires_at: Date }>(
+  const r = await database.query<{ expires_at: Date }>(
     `WITH old_links AS (DELETE FROM console_links WHERE expires_at < now() - interval '1 day'),
           old_sessions AS (DELETE FROM console_sessions WHERE expires_at < now() - interval '1 day')
      INSERT INTO console_links (token_hash, account_id, expires_at)
@@ -33,10 +33,14 @@ export async function createSignInLink(db: Queryable, accountId: string, ttlMs: 
  * Uses a link once and opens a session in the same statement: a second use, an expired link or a
  * made-up token finds no row and opens nothing. Returns the session id for the cookie.
  */
-export async function redeemSignInLink(db: Queryable, token: string, sessionTtlMs: number): Promise<{ sessionId: string; accountId: string } | undefined> {
+export async function redeemSignInLink(
+  database: Queryable,
+  token: string,
+  sessionTtlMs: number,
+): Promise<{ sessionId: string; accountId: string } | undefined> {
   if (!TOKEN_RE.test(token)) return undefined;
   const sessionId = newToken();
-  const r = await db.query<{ account_id: string }>(
+  const r = await database.query<{ account_id: string }>(
     `WITH used AS (
        UPDATE console_links SET used_at = now()
         WHERE token_hash = $1 AND used_at IS NULL AND expires_at > now() RETURNING account_id)
@@ -56,9 +60,9 @@ export interface Session {
 }
 
 /** The live session behind a cookie value, or undefined (unknown, expired, signed out). */
-export async function findSession(db: Queryable, sessionId: string | undefined): Promise<Session | undefined> {
+export async function findSession(database: Queryable, sessionId: string | undefined): Promise<Session | undefined> {
   if (sessionId === undefined || !TOKEN_RE.test(sessionId)) return undefined;
-  const r = await db.query<{ account_id: string; name: string }>(
+  const r = await database.query<{ account_id: string; name: string }>(
     `SELECT s.account_id, a.name FROM console_sessions s JOIN accounts a ON a.id = s.account_id
       WHERE s.id_hash = $1 AND s.revoked_at IS NULL AND s.expires_at > now()`,
     [sha256(sessionId)],
@@ -67,8 +71,8 @@ export async function findSession(db: Queryable, sessionId: string | undefined):
   return row ? { id: sessionId, accountId: row.account_id, accountName: row.name, csrf: csrfToken(sessionId) } : undefined;
 }
 
-export async function endSession(db: Queryable, sessionId: string): Promise<void> {
-  await db.query('UPDATE console_sessions SET revoked_at = coalesce(revoked_at, now()) WHERE id_hash = $1', [sha256(sessionId)]);
+export async function endSession(database: Queryable, sessionId: string): Promise<void> {
+  await database.query('UPDATE console_sessions SET revoked_at = coalesce(revoked_at, now()) WHERE id_hash = $1', [sha256(sessionId)]);
 }
 
 export function csrfToken(sessionId: string): string {

@@ -7,25 +7,25 @@ import type { CustomMetric } from './request-metrics.js';
 
 type Labels = Readonly<Record<string, string>>;
 
-function labelsOf(names: readonly string[], a: string, b: string): Labels {
-  return Object.freeze(names.length === 1 ? { [names[0]!]: a } : { [names[0]!]: a, [names[1]!]: b });
+function labelsOf(names: readonly string[], first: string, second: string): Labels {
+  return Object.freeze(names.length === 1 ? { [names[0]!]: first } : { [names[0]!]: first, [names[1]!]: second });
 }
 
-/** Cells found by (a, b); `b` is '' for a one-label metric. */
+/** Cells found by their label values (first, second); `second` is '' for a one-label metric. */
 class Cells<C> {
   private readonly rows = new Map<string, Map<string, C>>();
-  constructor(private readonly make: (a: string, b: string) => C) {}
+  constructor(private readonly make: (first: string, second: string) => C) {}
 
-  get(a: string, b: string): C {
-    let row = this.rows.get(a);
+  get(first: string, second: string): C {
+    let row = this.rows.get(first);
     if (row === undefined) {
       row = new Map();
-      this.rows.set(a, row);
+      this.rows.set(first, row);
     }
-    let c = row.get(b);
+    let c = row.get(second);
     if (c === undefined) {
-      c = this.make(a, b);
-      row.set(b, c);
+      c = this.make(first, second);
+      row.set(second, c);
     }
     return c;
   }
@@ -48,8 +48,8 @@ export class CounterCells {
     this.cells = new Cells((a, b) => ({ labels: labelsOf(labelNames, a, b), value: 0 }));
   }
 
-  inc(a: string, b = '', by = 1): void {
-    this.cells.get(a, b).value += by;
+  inc(first: string, second = '', amount = 1): void {
+    this.cells.get(first, second).value += amount;
   }
 
   metric(): CustomMetric {
@@ -78,8 +78,8 @@ export class HistogramCells {
     this.cells = new Cells((a, b) => ({ labels: labelsOf(labelNames, a, b), buckets: new Float64Array(bounds.length), count: 0, sum: 0 }));
   }
 
-  observe(a: string, b: string, value: number): void {
-    const c = this.cells.get(a, b);
+  observe(first: string, second: string, value: number): void {
+    const c = this.cells.get(first, second);
     c.count++;
     c.sum += value;
     const bounds = this.bounds;

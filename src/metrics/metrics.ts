@@ -161,7 +161,7 @@ export class GatewayMetrics {
   }
 
   /** The drift gauge's figures; only the instance with `inkgate_ledger_drift_leader` 1 runs it (alert on the max over instances). */
-  private attachDrift(d: DriftSource): void {
+  private attachDrift(drift: DriftSource): void {
     const gauge = (name: string, help: string, read: () => number) =>
       new Gauge({
         name,
@@ -171,18 +171,20 @@ export class GatewayMetrics {
           this.set(read());
         },
       });
-    gauge('inkgate_ledger_drift_leader', '1 on the instance that holds the lock and runs the ledger drift checks, else 0.', () => (d.figures.leader ? 1 : 0));
+    gauge('inkgate_ledger_drift_leader', '1 on the instance that holds the lock and runs the ledger drift checks, else 0.', () =>
+      drift.figures.leader ? 1 : 0,
+    );
     gauge(
       'inkgate_ledger_drift_accounts',
       'Wallets touched since the previous drift check that break conservation or whose leased or held pools disagree with their leases and holds.',
-      () => d.figures.driftAccounts,
+      () => drift.figures.driftAccounts,
     );
-    gauge('inkgate_ledger_stale_holds', 'Holds open for more than a day (reconciliation owed).', () => d.figures.staleHolds);
-    gauge('inkgate_ledger_expired_leases', 'Live leases more than a minute past their expiry (recovery is not running).', () => d.figures.expiredLeases);
+    gauge('inkgate_ledger_stale_holds', 'Holds open for more than a day (reconciliation owed).', () => drift.figures.staleHolds);
+    gauge('inkgate_ledger_expired_leases', 'Live leases more than a minute past their expiry (recovery is not running).', () => drift.figures.expiredLeases);
     gauge(
       'inkgate_ledger_drift_last_check_timestamp_seconds',
       'Unix time of the last completed drift check on this instance (0: none).',
-      () => d.figures.lastCheckS,
+      () => drift.figures.lastCheckS,
     );
   }
 

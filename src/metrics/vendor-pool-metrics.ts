@@ -17,8 +17,8 @@ export interface PoolFigures {
 }
 
 export function registerPoolMetrics(registry: Registry, pools: () => readonly PoolFigures[]): void {
-  const each = (fn: (vendor: string, m: PoolFigures['members'][number]) => void) => {
-    for (const p of pools()) for (const m of p.members) fn(p.vendor, m);
+  const each = (visit: (vendor: string, member: PoolFigures['members'][number]) => void) => {
+    for (const p of pools()) for (const m of p.members) visit(p.vendor, m);
   };
   new Counter({
     name: 'inkgate_vendor_requests_total',
@@ -37,8 +37,8 @@ export function registerPoolMetrics(registry: Registry, pools: () => readonly Po
     registers: [registry],
     collect() {
       this.reset();
-      each((vendor, m) => {
-        for (const [reason, n] of Object.entries(m.moved)) this.inc({ vendor, deployment: m.name, reason }, n);
+      each((vendor, member) => {
+        for (const [reason, n] of Object.entries(member.moved)) this.inc({ vendor, deployment: member.name, reason }, n);
       });
     },
   });
@@ -49,8 +49,8 @@ export function registerPoolMetrics(registry: Registry, pools: () => readonly Po
     registers: [registry],
     collect() {
       this.reset();
-      each((vendor, m) => {
-        for (const [reason, n] of Object.entries(m.cooldowns)) this.inc({ vendor, deployment: m.name, reason }, n);
+      each((vendor, member) => {
+        for (const [reason, n] of Object.entries(member.cooldowns)) this.inc({ vendor, deployment: member.name, reason }, n);
       });
     },
   });

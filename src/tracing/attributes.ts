@@ -48,11 +48,11 @@ export function tokenCount(usage: object | undefined, camel: 'inputTokens' | 'ou
  * What `error.type` says of an error: its code when it has one of ours (an ApiError), else its
  * class name. Never its message, which may quote a vendor's answer.
  */
-export function errorType(e: unknown): string {
-  if (e !== null && typeof e === 'object') {
-    const code = (e as { code?: unknown }).code;
+export function errorType(error: unknown): string {
+  if (error !== null && typeof error === 'object') {
+    const code = (error as { code?: unknown }).code;
     if (typeof code === 'string' && /^[A-Za-z0-9_.-]{1,64}$/.test(code)) return code;
-    const name = (e as { name?: unknown }).name;
+    const name = (error as { name?: unknown }).name;
     if (typeof name === 'string' && name.length <= 64) return name;
   }
   return 'error';

@@ -88,13 +88,13 @@ export interface Tracing {
 export function within<T>(span: StepSpan | undefined, work: Promise<T>): Promise<T> {
   if (span === undefined) return work;
   return work.then(
-    (v) => {
+    (value) => {
       span.end();
-      return v;
+      return value;
     },
-    (e: unknown) => {
-      span.end(e);
-      throw e;
+    (error: unknown) => {
+      span.end(error);
+      throw error;
     },
   );
 }

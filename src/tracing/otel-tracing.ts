@@ -166,12 +166,12 @@ export class OtelTracing implements Tracing {
     return new OtelRequestTrace(this.env, requestId, method, path, headers);
   }
 
-  private remember(requestId: string, c: SpanContext): void {
+  private remember(requestId: string, spanContext: SpanContext): void {
     if (this.carried.size >= MAX_CARRIED) {
       const oldest = this.carried.keys().next();
       if (!oldest.done) this.carried.delete(oldest.value);
     }
-    this.carried.set(requestId, c);
+    this.carried.set(requestId, spanContext);
   }
 
   startFlush(batch: readonly FlushedRecord[]): ((error?: unknown) => void) | undefined {
