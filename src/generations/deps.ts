@@ -51,9 +51,9 @@ export interface GenerationDepsOptions {
 }
 
 /** Reads the shared media-link secret, creating it on first start (every instance then reads the same one). */
-export async function loadMediaSecret(q: Queryable): Promise<Buffer> {
-  await q.query('INSERT INTO media_secret (singleton, secret) VALUES (true, $1) ON CONFLICT (singleton) DO NOTHING', [randomBytes(32)]);
-  const r = await q.query<{ secret: Buffer }>('SELECT secret FROM media_secret WHERE singleton');
+export async function loadMediaSecret(database: Queryable): Promise<Buffer> {
+  await database.query('INSERT INTO media_secret (singleton, secret) VALUES (true, $1) ON CONFLICT (singleton) DO NOTHING', [randomBytes(32)]);
+  const r = await database.query<{ secret: Buffer }>('SELECT secret FROM media_secret WHERE singleton');
   const s = r.rows[0]?.secret;
   if (!Buffer.isBuffer(s) || s.length !== 32) throw new Error('media secret missing or malformed');
   return s;
@@ -72,10 +72,10 @@ export async function createGenerationDeps(services: Services, opts: GenerationD
     'ark',
     cfg,
     services.log,
-    (d) =>
+    (deployment) =>
       new ArkClient({
-        baseUrl: d.baseUrl,
-        apiKey: d.apiKey,
+        baseUrl: deployment.baseUrl,
+        apiKey: deployment.apiKey,
         connectTimeoutMs: cfg.upstream.connectTimeoutMs,
         // A create must be answered well inside the submit's lease, or recovery would race it.
         timeoutMs: arkCallTimeoutMs(cfg.jobs.leaseMs),
@@ -85,10 +85,10 @@ export async function createGenerationDeps(services: Services, opts: GenerationD
     'gemini',
     cfg,
     services.log,
-    (d) =>
+    (deployment) =>
       new GeminiClient({
-        baseUrl: d.baseUrl,
-        apiKey: d.apiKey,
+        baseUrl: deployment.baseUrl,
+        apiKey: deployment.apiKey,
         connectTimeoutMs: cfg.upstream.connectTimeoutMs,
         // The call is the whole generation (a 4K image with thinking): the job runner renews the lease meanwhile.
         timeoutMs: cfg.jobs.imageCallTimeoutMs,

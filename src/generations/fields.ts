@@ -35,8 +35,8 @@ export interface ValidateOptions {
 /** `null` is the same as leaving an optional field out. */
 export const givenIn =
   (body: Record<string, unknown>) =>
-  (k: string): unknown =>
-    body[k] === null ? undefined : body[k];
+  (field: string): unknown =>
+    body[field] === null ? undefined : body[field];
 
 /**
  * The catalogue entry named by `model`, or 400 unknown_model. `name`: "video model"; `pick`: what
@@ -60,36 +60,36 @@ export function refuseUnknownFields(body: Record<string, unknown>, known: Readon
 }
 
 /** An optional prompt, checked against its row (type, length in characters). */
-export function parsePrompt(v: unknown, rule: FieldRule): string | undefined {
-  if (v === undefined) return undefined;
-  checkField('prompt', rule, v);
-  return v as string;
+export function parsePrompt(value: unknown, rule: FieldRule): string | undefined {
+  if (value === undefined) return undefined;
+  checkField('prompt', rule, value);
+  return value as string;
 }
 
 /**
  * An optional field whose values are the chosen model's own list: checked against its row, then
  * against `offered` (the row's code answers either way, naming the model's list).
  */
-export function parseModelChoice<T extends string>(v: unknown, field: string, rule: FieldRule, offered: readonly T[]): T | undefined {
-  if (v === undefined) return undefined;
+export function parseModelChoice<T extends string>(value: unknown, field: string, rule: FieldRule, offered: readonly T[]): T | undefined {
+  if (value === undefined) return undefined;
   const onlyModel = () => `\`${field}\` must be one of ${offered.join(', ')}.`;
-  checkField(field, rule, v, onlyModel);
-  if (!offered.includes(v as T)) throw bad(rule.code ?? 'invalid_enum', field, onlyModel());
-  return v as T;
+  checkField(field, rule, value, onlyModel);
+  if (!offered.includes(value as T)) throw bad(rule.code ?? 'invalid_enum', field, onlyModel());
+  return value as T;
 }
 
 /** An optional seed: an integer inside its row's bounds (-1 asks for a random one). */
-export function parseSeed(v: unknown, rule: FieldRule): number | undefined {
-  if (v === undefined) return undefined;
-  checkField('seed', rule, v, () => `\`seed\` must be an integer from ${rule.minimum} to ${rule.maximum}.`);
-  return v as number;
+export function parseSeed(value: unknown, rule: FieldRule): number | undefined {
+  if (value === undefined) return undefined;
+  checkField('seed', rule, value, () => `\`seed\` must be an integer from ${rule.minimum} to ${rule.maximum}.`);
+  return value as number;
 }
 
 /** Optional metadata: a JSON object no larger than its row allows, stored and echoed. */
-export function parseMetadata(v: unknown, rule: FieldRule): Record<string, unknown> | undefined {
-  if (v === undefined) return undefined;
-  checkField('metadata', rule, v);
-  return v as Record<string, unknown>;
+export function parseMetadata(value: unknown, rule: FieldRule): Record<string, unknown> | undefined {
+  if (value === undefined) return undefined;
+  checkField('metadata', rule, value);
+  return value as Record<string, unknown>;
 }
 
 /**
@@ -126,7 +126,7 @@ function allowListed(raw: string, allowList: ReadonlySet<string>): URL | undefin
  * be fetched before admission), and returned normalised. An empty list is the same as none.
  */
 export function parseUrlList(
-  v: unknown,
+  value: unknown,
   field: string,
   rule: FieldRule,
   cap: number,
@@ -134,14 +134,14 @@ export function parseUrlList(
   allowList: ReadonlySet<string> | undefined,
   urls: CheckedUrl[],
 ): string[] | undefined {
-  if (v === undefined) return undefined;
-  checkField(field, rule, v);
-  const list = v as unknown[];
+  if (value === undefined) return undefined;
+  checkField(field, rule, value);
+  const list = value as unknown[];
   const most = Math.min(cap, rule.maxItems ?? cap);
   if (list.length > most) throw bad('too_many', field, `\`${field}\` holds ${list.length} URLs; ${capOwner} accepts at most ${most}.`);
   if (list.length === 0) return undefined;
-  return list.map((raw: unknown, i) => {
-    const param = `${field}[${i}]`;
+  return list.map((raw: unknown, index) => {
+    const param = `${field}[${index}]`;
     const u = parseUrlField(raw, param, allowList);
     urls.push({ param, url: u });
     return u.href;

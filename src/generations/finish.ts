@@ -48,29 +48,29 @@ export async function failGeneration(
   // Traced (tracing/): a finish span under the row's job span, linked to its submit.
   await within(
     services.tracing?.jobStep(row, 'finish'),
-    withTx(services.pool, async (c) => {
-      if (!(await markFailed(c, row.id, deps.owner, code, message, deps.clock()))) return;
-      const r = await services.ledger.using(c).refund(row.request_id, code);
+    withTx(services.pool, async (client) => {
+      if (!(await markFailed(client, row.id, deps.owner, code, message, deps.clock()))) return;
+      const r = await services.ledger.using(client).refund(row.request_id, code);
       if (!r.resolved) log.error({ reason: r.reason }, tag === 'video' ? 'video.refund_not_open' : 'images.refund_not_open');
     }),
   );
 }
 
-/** The row -> succeeded and its hold settled to `s.chargedInk`, in one transaction. */
+/** The row -> succeeded and its hold settled to `update.chargedInk`, in one transaction. */
 export async function succeedGeneration(
   services: Services,
   deps: GenerationDeps,
   log: Logger,
   tag: 'video' | 'images',
   row: GenerationRow,
-  s: SuccessUpdate,
+  update: SuccessUpdate,
   settle: { usage: object; vendorRequestId?: string },
 ): Promise<void> {
   const chargedInk = await within(
     services.tracing?.jobStep(row, 'finish'),
-    withTx(services.pool, async (c) => {
-      if (!(await markSucceeded(c, row.id, deps.owner, s))) return undefined; // lost the lease: whoever holds the row now finishes it
-      const r = await services.ledger.using(c).settle(row.request_id, s.chargedInk, settle);
+    withTx(services.pool, async (client) => {
+      if (!(await markSucceeded(client, row.id, deps.owner, update))) return undefined; // lost the lease: whoever holds the row now finishes it
+      const r = await services.ledger.using(client).settle(row.request_id, update.chargedInk, settle);
       if (!r.resolved) log.error({ reason: r.reason }, tag === 'video' ? 'video.settle_not_open' : 'images.settle_not_open');
       return r.resolved ? r.chargedInk : undefined;
     }),

@@ -48,8 +48,8 @@ interface KeyRow {
   g_state: string | null;
 }
 
-export async function keyState(q: Queryable, keyId: string, product: IdempotencyProduct, idemKey: string, nowMs: number): Promise<KeyState> {
-  const r = await q.query<KeyRow>(
+export async function keyState(database: Queryable, keyId: string, product: IdempotencyProduct, idemKey: string, nowMs: number): Promise<KeyState> {
+  const r = await database.query<KeyRow>(
     `SELECT k.generation_id, k.claimed_until, k.created_at, k.refused_at, k.refusal, g.state AS g_state
        FROM idempotency_keys k LEFT JOIN generations g ON g.id = k.generation_id
       WHERE k.key_id = $1 AND k.product = $2 AND k.idem_key = $3`,
@@ -63,7 +63,7 @@ export async function keyState(q: Queryable, keyId: string, product: Idempotency
   const inFlight = k.g_state === 'submitting' || k.g_state === 'creating' || (unborn && k.claimed_until.getTime() > nowMs);
   if (!accepted && !inFlight) return { kind: 'free' };
   if (inFlight) return { kind: 'in_use' };
-  const row = await getGeneration(q, k.generation_id);
+  const row = await getGeneration(database, k.generation_id);
   return row ? { kind: 'replay', row } : { kind: 'in_use' };
 }
 
@@ -76,7 +76,7 @@ export async function keyState(q: Queryable, keyId: string, product: Idempotency
  * duplicate of the refused submit, owed that refusal, so it does not take the key over.
  */
 export async function claimKey(
-  q: Queryable,
+  database: Queryable,
   keyId: string,
   product: IdempotencyProduct,
   idemKey: string,
@@ -85,7 +85,7 @@ export async function claimKey(
   ttlMs: number,
   seenRefusedAt: Date | null,
 ): Promise<boolean> {
-  const r = await q.query(
+  const r = await database.query(
     `INSERT INTO idempotency_keys AS k (key_id, product, idem_key, generation_id, claimed_until, created_at)
      VALUES ($1, $2, $3, $4, $5, $6)
      ON CONFLICT (key_id, product, idem_key) DO UPDATE
@@ -101,8 +101,8 @@ export async function claimKey(
   return r.rowCount === 1;
 }
 
-export async function dropClaim(q: Queryable, keyId: string, product: IdempotencyProduct, idemKey: string, generationId: string): Promise<void> {
-  await q.query('DELETE FROM idempotency_keys WHERE key_id = $1 AND product = $2 AND idem_key = $3 AND generation_id = $4', [
+export async function dropClaim(database: Queryable, keyId: string, product: IdempotencyProduct, idemKey: string, generationId: string): Promise<void> {
+  await database.query('DELETE FROM idempotency_keys WHERE key_id = $1 AND product = $2 AND idem_key = $3 AND generation_id = $4', [
     keyId,
     product,
     idemKey,
@@ -114,9 +114,9 @@ export async function dropClaim(q: Queryable, keyId: string, product: Idempotenc
 export class ReplayedRefusal extends ApiError {}
 
 /** The claim's record of a refusal, rebuilt as the error to throw; undefined for a code this version does not know. */
-function replayRefusal(r: StoredRefusal): ReplayedRefusal | undefined {
-  if (!Object.hasOwn(ERRORS, r.code)) return undefined;
-  return new ReplayedRefusal(r.code as ErrorCode, { message: r.message, param: r.param, retryAfterS: r.retry_after_s });
+function replayRefusal(refusal: StoredRefusal): ReplayedRefusal | undefined {
+  if (!Object.hasOwn(ERRORS, refusal.code)) return undefined;
+  return new ReplayedRefusal(refusal.code as ErrorCode, { message: refusal.message, param: refusal.param, retryAfterS: refusal.retry_after_s });
 }
 
 const keyInUse = (): ApiError =>
@@ -148,8 +148,8 @@ export interface KeyClaim {
 const waiters = new Map<string, Set<() => void>>();
 const waiterName = (c: Pick<KeyClaim, 'keyId' | 'product' | 'idemKey'>): string => `${c.product}\n${c.keyId}\n${c.idemKey}`;
 
-/** Resolves after `ms`, or sooner when the submit holding the key on this instance ends. */
-function pauseOrWake(name: string, ms: number): Promise<void> {
+/** Resolves after `delayMs`, or sooner when the submit holding the key on this instance ends. */
+function pauseOrWake(name: string, delayMs: number): Promise<void> {
   return new Promise((resolve) => {
     let set = waiters.get(name);
     if (set === undefined) waiters.set(name, (set = new Set()));
@@ -160,7 +160,7 @@ function pauseOrWake(name: string, ms: number): Promise<void> {
       if (own.size === 0 && waiters.get(name) === own) waiters.delete(name);
       resolve();
     };
-    const timer = setTimeout(done, ms);
+    const timer = setTimeout(done, delayMs);
     own.add(done);
   });
 }
@@ -182,16 +182,16 @@ const IN_USE_MAX_PAUSE_MS = 250;
  * refusal at its first look came after it, and the key is free for it.
  */
 async function settledAnswer(
-  q: Queryable,
-  c: KeyClaim,
+  database: Queryable,
+  claim: KeyClaim,
   present: (row: GenerationRow) => Record<string, unknown>,
   sawHeld: boolean,
 ): Promise<{ body: Record<string, unknown>; replayed: true } | FirstLook> {
-  const name = waiterName(c);
+  const name = waiterName(claim);
   let pauseMs = IN_USE_FIRST_PAUSE_MS;
   let held = sawHeld;
   for (;;) {
-    const st = await keyState(q, c.keyId, c.product, c.idemKey, c.clock());
+    const st = await keyState(database, claim.keyId, claim.product, claim.idemKey, claim.clock());
     if (st.kind === 'free') return { seenRefusedAt: null };
     if (st.kind === 'replay') return answerForKey(st, present);
     if (st.kind === 'refused') {
@@ -200,7 +200,7 @@ async function settledAnswer(
       throw replay;
     }
     held = true;
-    const left = c.waitUntil - performance.now();
+    const left = claim.waitUntil - performance.now();
     if (left <= 0) throw keyInUse();
     await pauseOrWake(name, Math.min(pauseMs, left));
     pauseMs = Math.min(pauseMs * 2, IN_USE_MAX_PAUSE_MS);
@@ -218,11 +218,11 @@ export interface FirstLook {
  * submit and claims the key with it.
  */
 export async function priorAnswer(
-  q: Queryable,
-  c: KeyClaim,
+  database: Queryable,
+  claim: KeyClaim,
   present: (row: GenerationRow) => Record<string, unknown>,
 ): Promise<{ body: Record<string, unknown>; replayed: true } | FirstLook> {
-  return settledAnswer(q, c, present, false);
+  return settledAnswer(database, claim, present, false);
 }
 
 /** Claims that fail on a key that then reads as free before a submit gives up (a racer took and let go of it each time). */
@@ -235,13 +235,14 @@ const MAX_CLAIM_TRIES = 8;
  * claimed on the next try. Undefined: claimed, admit.
  */
 export async function claimOrAnswer(
-  q: Queryable,
-  c: KeyClaim & FirstLook & { generationId: string; ttlMs: number },
+  database: Queryable,
+  claim: KeyClaim & FirstLook & { generationId: string; ttlMs: number },
   present: (row: GenerationRow) => Record<string, unknown>,
 ): Promise<{ body: Record<string, unknown>; replayed: true } | undefined> {
   for (let attempt = 0; attempt < MAX_CLAIM_TRIES; attempt++) {
-    if (await claimKey(q, c.keyId, c.product, c.idemKey, c.generationId, c.clock(), c.ttlMs, c.seenRefusedAt)) return undefined;
-    const owed = await settledAnswer(q, c, present, true);
+    if (await claimKey(database, claim.keyId, claim.product, claim.idemKey, claim.generationId, claim.clock(), claim.ttlMs, claim.seenRefusedAt))
+      return undefined;
+    const owed = await settledAnswer(database, claim, present, true);
     if ('body' in owed) return owed;
   }
   throw keyInUse();
@@ -254,35 +255,35 @@ export async function claimOrAnswer(
  * the waiters on this instance are woken. Never throws: a claim left as it was lapses by itself.
  */
 export async function settleClaim(
-  q: Queryable,
-  c: Pick<KeyClaim, 'keyId' | 'product' | 'idemKey' | 'clock'> & { generationId: string; committed: boolean },
+  database: Queryable,
+  claim: Pick<KeyClaim, 'keyId' | 'product' | 'idemKey' | 'clock'> & { generationId: string; committed: boolean },
   error?: unknown,
 ): Promise<void> {
   try {
-    if (error instanceof ApiError) await recordRefusal(q, c, error, c.clock());
-    else if (error !== undefined && !c.committed) await dropClaim(q, c.keyId, c.product, c.idemKey, c.generationId);
+    if (error instanceof ApiError) await recordRefusal(database, claim, error, claim.clock());
+    else if (error !== undefined && !claim.committed) await dropClaim(database, claim.keyId, claim.product, claim.idemKey, claim.generationId);
   } catch {
     // The store failed: the claim lapses at claimed_until, and the waiters answer 409 by then.
   } finally {
-    wakeWaiters(waiterName(c));
+    wakeWaiters(waiterName(claim));
   }
 }
 
 async function recordRefusal(
-  q: Queryable,
-  c: { keyId: string; product: IdempotencyProduct; idemKey: string; generationId: string },
-  e: ApiError,
+  database: Queryable,
+  claim: { keyId: string; product: IdempotencyProduct; idemKey: string; generationId: string },
+  error: ApiError,
   nowMs: number,
 ) {
   const refusal: StoredRefusal = {
-    code: e.code,
-    message: e.message,
-    ...(e.param !== undefined ? { param: e.param } : {}),
-    ...(e.retryAfterS !== undefined ? { retry_after_s: e.retryAfterS } : {}),
+    code: error.code,
+    message: error.message,
+    ...(error.param !== undefined ? { param: error.param } : {}),
+    ...(error.retryAfterS !== undefined ? { retry_after_s: error.retryAfterS } : {}),
   };
-  await q.query(
+  await database.query(
     `UPDATE idempotency_keys SET refused_at = $5, refusal = $6, claimed_until = $5
       WHERE key_id = $1 AND product = $2 AND idem_key = $3 AND generation_id = $4`,
-    [c.keyId, c.product, c.idemKey, c.generationId, new Date(nowMs), JSON.stringify(refusal)],
+    [claim.keyId, claim.product, claim.idemKey, claim.generationId, new Date(nowMs), JSON.stringify(refusal)],
   );
 }

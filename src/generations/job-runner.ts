@@ -94,11 +94,11 @@ class Runner implements JobRunner {
     while (this.inFlight.size > 0) await Promise.allSettled([...this.inFlight]);
   }
 
-  private track<T>(p: Promise<T>): Promise<T> {
-    this.inFlight.add(p);
-    const drop = () => this.inFlight.delete(p);
-    void p.then(drop, drop);
-    return p;
+  private track<T>(promise: Promise<T>): Promise<T> {
+    this.inFlight.add(promise);
+    const drop = () => this.inFlight.delete(promise);
+    void promise.then(drop, drop);
+    return promise;
   }
 
   /** Claims rows for the free slots and starts each; resolves with their work. */

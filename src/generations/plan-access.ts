@@ -12,8 +12,8 @@ export interface GenerationAccess {
 }
 
 /** Reads the account's access; `lock` takes the account row for the admission transaction. */
-export async function generationAccess(q: Queryable, accountId: string, lock: boolean, paygDailyCap: number): Promise<GenerationAccess | undefined> {
-  const r = await q.query<GenerationAccess>(
+export async function generationAccess(database: Queryable, accountId: string, lock: boolean, paygDailyCap: number): Promise<GenerationAccess | undefined> {
+  const r = await database.query<GenerationAccess>(
     `SELECT p.video_allowed OR w.topups_completed > 0 AS allowed,
             CASE WHEN p.video_allowed THEN p.daily_generation_cap ELSE $2::int END AS daily_generation_cap
        FROM accounts a JOIN plans p ON p.id = a.plan_id JOIN wallets w ON w.account_id = a.id
@@ -35,8 +35,14 @@ export function secondsUntilUtcMidnight(nowMs: number): number {
 }
 
 /** The account's access, or 403 tier_gated. */
-export async function requireAccess(q: Queryable, accountId: string, lock: boolean, paygDailyCap: number, kind: GenerationKind): Promise<GenerationAccess> {
-  const row = await generationAccess(q, accountId, lock, paygDailyCap);
+export async function requireAccess(
+  database: Queryable,
+  accountId: string,
+  lock: boolean,
+  paygDailyCap: number,
+  kind: GenerationKind,
+): Promise<GenerationAccess> {
+  const row = await generationAccess(database, accountId, lock, paygDailyCap);
   if (!row?.allowed) {
     throw new ApiError('tier_gated', {
       message: `${kind === 'video' ? 'Video' : 'Image generation'} needs a paid plan or pay-as-you-go Ink: upgrade, or top up the wallet.`,

@@ -27,8 +27,8 @@ export interface ResourceShape {
   readonly object: string;
   /** Name of the result object (`video`, `image`). */
   readonly resultField: string;
-  /** The result object of a live result; `l` is its fresh signed link. */
-  result(row: GenerationRow, l: SignedLink): Record<string, unknown>;
+  /** The result object of a live result; `link` is its fresh signed link. */
+  result(row: GenerationRow, link: SignedLink): Record<string, unknown>;
   /** Shows `progress` while queued or running, and the vendor's `seed` (video does; images do not). */
   readonly progressAndSeed: boolean;
 }

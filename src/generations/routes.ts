@@ -50,7 +50,7 @@ export function mediaOrigin(services: Services, deps: GenerationDeps, ctx: HttpC
   return `http://${listen.includes(':') ? `[${listen}]` : listen}${port === undefined ? '' : `:${port}`}`;
 }
 
-export function generationRoutes(services: Services, deps: GenerationDeps, p: GenerationProduct): Route[] {
+export function generationRoutes(services: Services, deps: GenerationDeps, product: GenerationProduct): Route[] {
   const ttlS = services.config.media.linkTtlS;
   const retentionMs = services.config.media.retentionDays * 86_400_000;
   // A link never outlives its result: it expires at the end of the 15 minutes or of the
@@ -62,10 +62,10 @@ export function generationRoutes(services: Services, deps: GenerationDeps, p: Ge
   };
   const own = async (ctx: HttpContext): Promise<GenerationRow> => {
     const id = ctx.params[0] ?? '';
-    const row = p.idPattern.test(id) ? await getGeneration(services.pool, id) : undefined;
+    const row = product.idPattern.test(id) ? await getGeneration(services.pool, id) : undefined;
     // Another account's generation and one never accepted (voided) look exactly like an unknown id.
-    if (!row || row.kind !== p.kind || row.account_id !== ctx.auth!.accountId || row.state === 'voided') {
-      throw new ApiError('generation_not_found', { message: `No ${p.noun} with this id on your account.` });
+    if (!row || row.kind !== product.kind || row.account_id !== ctx.auth!.accountId || row.state === 'voided') {
+      throw new ApiError('generation_not_found', { message: `No ${product.noun} with this id on your account.` });
     }
     // Past its retention the result is gone at once, not when the hourly sweep gets to its file.
     return withRetention(row, deps.clock(), services.config.media.retentionDays);
@@ -73,9 +73,9 @@ export function generationRoutes(services: Services, deps: GenerationDeps, p: Ge
   return [
     {
       method: 'POST',
-      pattern: p.path,
+      pattern: product.path,
       access: 'key',
-      bodyBytes: p.bodyBytes,
+      bodyBytes: product.bodyBytes,
       handler: async (ctx) => {
         const body = await readJsonObject(ctx);
         const input = {
@@ -86,10 +86,10 @@ export function generationRoutes(services: Services, deps: GenerationDeps, p: Ge
           log: ctx.log,
           traceParent: ctx.trace?.traceparent(),
         };
-        const r = await p.submit(services, deps, input).catch((e: unknown) => {
-          if (!(e instanceof ReplayedRefusal)) throw e;
+        const r = await product.submit(services, deps, input).catch((error: unknown) => {
+          if (!(error instanceof ReplayedRefusal)) throw error;
           // The refusal of the submit this one waited for: its status and error, marked as a replay.
-          ctx.sendError(e, false, [['Idempotent-Replayed', 'true']]);
+          ctx.sendError(error, false, [['Idempotent-Replayed', 'true']]);
           return undefined;
         });
         if (r !== undefined) ctx.sendJson(202, r.body, r.replayed ? [['Idempotent-Replayed', 'true']] : undefined);
@@ -97,16 +97,16 @@ export function generationRoutes(services: Services, deps: GenerationDeps, p: Ge
     },
     {
       method: 'GET',
-      pattern: `${p.path}/:id`,
+      pattern: `${product.path}/:id`,
       access: 'key',
       handler: async (ctx) => {
         const row = await own(ctx);
-        ctx.sendJson(200, p.present(row, linker(ctx, row)));
+        ctx.sendJson(200, product.present(row, linker(ctx, row)));
       },
     },
     {
       method: 'GET',
-      pattern: `${p.path}/:id/content`,
+      pattern: `${product.path}/:id/content`,
       access: 'key',
       handler: async (ctx) => {
         const row = await own(ctx);
@@ -161,12 +161,12 @@ export function mediaHostHandler(deps: Pick<GenerationDeps, 'media' | 'mediaSecr
     };
     const answered = handleMediaRequest(req, deps.media, deps.mediaSecret, Math.floor(deps.clock() / 1000))
       .then((r) => writeMediaResponse(r, sink))
-      .catch((e: unknown) => {
+      .catch((error: unknown) => {
         // The store failed (a missing object is not an error: that is the 404 above). Not a 404, which
         // would tell the client the result is gone: a 503 to retry. Mid-body, the connection is cut so
         // the client sees the body incomplete (and resumes with a Range), never a clean short end.
         if (!ctx.responded)
-          ctx.sendError(new ApiError('provider_unavailable', { message: 'The media store did not answer; retry shortly.', retryAfterS: 5, cause: e }));
+          ctx.sendError(new ApiError('provider_unavailable', { message: 'The media store did not answer; retry shortly.', retryAfterS: 5, cause: error }));
         else ctx.cutStream();
       });
     return { route: 'media', answered };

@@ -71,38 +71,38 @@ export interface NewGeneration {
 }
 
 /** The new row, `submitting`, leased to the submitting instance; due for recovery when that lease lapses. */
-export async function insertGeneration(q: Queryable, g: NewGeneration): Promise<GenerationRow> {
-  const r = await q.query<GenerationRow>(
+export async function insertGeneration(database: Queryable, generation: NewGeneration): Promise<GenerationRow> {
+  const r = await database.query<GenerationRow>(
     `INSERT INTO generations (id, kind, account_id, key_id, request_id, model, state, request, price_set, hold_ink,
                               created_at, updated_at, lease_owner, lease_expires_at, next_poll_at, trace_parent)
      VALUES ($1, $2, $3, $4, $5, $6, 'submitting', $7, $8, $9, $10, $10, $11, $12, $12, $13)
      RETURNING *`,
     [
-      g.id,
-      g.kind,
-      g.accountId,
-      g.keyId,
-      g.requestId,
-      g.model,
-      JSON.stringify(g.request),
-      g.priceSet,
-      g.holdInk,
-      d(g.nowMs),
-      g.owner,
-      d(g.nowMs + g.leaseMs),
-      g.traceParent ?? null,
+      generation.id,
+      generation.kind,
+      generation.accountId,
+      generation.keyId,
+      generation.requestId,
+      generation.model,
+      JSON.stringify(generation.request),
+      generation.priceSet,
+      generation.holdInk,
+      d(generation.nowMs),
+      generation.owner,
+      d(generation.nowMs + generation.leaseMs),
+      generation.traceParent ?? null,
     ],
   );
   return r.rows[0]!;
 }
 
-export async function getGeneration(q: Queryable, id: string): Promise<GenerationRow | undefined> {
-  return (await q.query<GenerationRow>('SELECT * FROM generations WHERE id = $1', [id])).rows[0];
+export async function getGeneration(database: Queryable, id: string): Promise<GenerationRow | undefined> {
+  return (await database.query<GenerationRow>('SELECT * FROM generations WHERE id = $1', [id])).rows[0];
 }
 
 /** submitting -> creating: the vendor create call is about to go out (after this, its outcome is unknown until recorded). */
-export async function markCreating(q: Queryable, id: string, owner: string, nowMs: number, leaseMs: number): Promise<boolean> {
-  const r = await q.query(
+export async function markCreating(database: Queryable, id: string, owner: string, nowMs: number, leaseMs: number): Promise<boolean> {
+  const r = await database.query(
     `UPDATE generations SET state = 'creating', updated_at = $3, lease_expires_at = $4, next_poll_at = $4
       WHERE id = $1 AND state = 'submitting' AND lease_owner = $2`,
     [id, owner, d(nowMs), d(nowMs + leaseMs)],
@@ -112,7 +112,7 @@ export async function markCreating(q: Queryable, id: string, owner: string, nowM
 
 /** creating -> queued: the vendor task id is recorded; the lease is let go and the first poll scheduled. */
 export async function markQueued(
-  q: Queryable,
+  database: Queryable,
   id: string,
   owner: string,
   taskId: string,
@@ -120,7 +120,7 @@ export async function markQueued(
   nowMs: number,
   firstPollMs: number,
 ): Promise<boolean> {
-  const r = await q.query(
+  const r = await database.query(
     `UPDATE generations SET state = 'queued', vendor_task_id = $3, vendor_deployment = $6, updated_at = $4, next_poll_at = $5,
             lease_owner = NULL, lease_expires_at = NULL
       WHERE id = $1 AND state = 'creating' AND lease_owner = $2`,
@@ -131,14 +131,14 @@ export async function markQueued(
 
 /** submitting|creating -> voided (refused at submit): run with the ledger's release in one transaction. */
 export async function markVoided(
-  q: Queryable,
+  database: Queryable,
   id: string,
   owner: string,
   code: 'provider_error' | 'provider_unavailable',
   message: string,
   nowMs: number,
 ): Promise<boolean> {
-  const r = await q.query(
+  const r = await database.query(
     `UPDATE generations SET state = 'voided', error_code = $3, error_message = $4, charged_ink = 0, completed_at = $5, updated_at = $5,
             lease_owner = NULL, lease_expires_at = NULL
       WHERE id = $1 AND state IN ('submitting', 'creating') AND lease_owner = $2`,
@@ -153,8 +153,15 @@ export async function markVoided(
  * Claims up to `limit` due rows of `kinds` whose lease is free or lapsed: one statement, SKIP LOCKED,
  * so instances never wait on each other and never take the same row.
  */
-export async function claimDue(q: Queryable, kinds: readonly string[], owner: string, nowMs: number, leaseMs: number, limit: number): Promise<GenerationRow[]> {
-  const r = await q.query<GenerationRow>(
+export async function claimDue(
+  database: Queryable,
+  kinds: readonly string[],
+  owner: string,
+  nowMs: number,
+  leaseMs: number,
+  limit: number,
+): Promise<GenerationRow[]> {
+  const r = await database.query<GenerationRow>(
     `UPDATE generations g SET lease_owner = $2, lease_expires_at = $4, claims = g.claims + 1
       WHERE g.id IN (
         SELECT id FROM generations
@@ -169,8 +176,8 @@ export async function claimDue(q: Queryable, kinds: readonly string[], owner: st
   return r.rows;
 }
 
-export async function renewLease(q: Queryable, id: string, owner: string, nowMs: number, leaseMs: number): Promise<boolean> {
-  const r = await q.query('UPDATE generations SET lease_expires_at = $3 WHERE id = $1 AND lease_owner = $2 AND state IN ' + ACTIVE_SQL, [
+export async function renewLease(database: Queryable, id: string, owner: string, nowMs: number, leaseMs: number): Promise<boolean> {
+  const r = await database.query('UPDATE generations SET lease_expires_at = $3 WHERE id = $1 AND lease_owner = $2 AND state IN ' + ACTIVE_SQL, [
     id,
     owner,
     d(nowMs + leaseMs),
@@ -180,17 +187,17 @@ export async function renewLease(q: Queryable, id: string, owner: string, nowMs:
 
 /** queued|running stays active: record what the vendor said and when to look again; let go of the lease. */
 export async function reschedule(
-  q: Queryable,
+  database: Queryable,
   id: string,
   owner: string,
-  u: { state: 'queued' | 'running'; progress: number | null; nextPollMs: number; nowMs: number; pollError: boolean; persistFailed?: boolean },
+  update: { state: 'queued' | 'running'; progress: number | null; nextPollMs: number; nowMs: number; pollError: boolean; persistFailed?: boolean },
 ): Promise<boolean> {
-  const r = await q.query(
+  const r = await database.query(
     `UPDATE generations SET state = $3, progress = coalesce($4, progress), next_poll_at = $5, updated_at = $6,
             polls = polls + 1, poll_errors = poll_errors + $7, persist_attempts = persist_attempts + $8,
             lease_owner = NULL, lease_expires_at = NULL
       WHERE id = $1 AND lease_owner = $2 AND state IN ('queued', 'running')`,
-    [id, owner, u.state, u.progress, d(u.nextPollMs), d(u.nowMs), u.pollError ? 1 : 0, u.persistFailed ? 1 : 0],
+    [id, owner, update.state, update.progress, d(update.nextPollMs), d(update.nowMs), update.pollError ? 1 : 0, update.persistFailed ? 1 : 0],
   );
   return r.rowCount === 1;
 }
@@ -214,8 +221,8 @@ export interface SuccessUpdate {
 }
 
 /** queued|running -> succeeded; run with the ledger's settle in one transaction. */
-export async function markSucceeded(q: Queryable, id: string, owner: string, s: SuccessUpdate): Promise<boolean> {
-  const r = await q.query(
+export async function markSucceeded(database: Queryable, id: string, owner: string, update: SuccessUpdate): Promise<boolean> {
+  const r = await database.query(
     `UPDATE generations SET state = 'succeeded', progress = NULL, charged_ink = $3, media_key = $4, media_content_type = $5,
             media_size_bytes = $6, result_duration_s = $7, result_resolution = $8, result_aspect_ratio = $9, result_seed = $10,
             completed_at = $11, updated_at = $11, lease_owner = NULL, lease_expires_at = NULL,
@@ -225,27 +232,27 @@ export async function markSucceeded(q: Queryable, id: string, owner: string, s: 
     [
       id,
       owner,
-      s.chargedInk,
-      s.mediaKey,
-      s.contentType,
-      s.sizeBytes,
-      s.durationS,
-      s.resolution,
-      s.aspectRatio,
-      s.seed,
-      d(s.nowMs),
-      s.vendorTaskId ?? null,
-      s.width ?? null,
-      s.height ?? null,
-      s.vendorDeployment ?? null,
+      update.chargedInk,
+      update.mediaKey,
+      update.contentType,
+      update.sizeBytes,
+      update.durationS,
+      update.resolution,
+      update.aspectRatio,
+      update.seed,
+      d(update.nowMs),
+      update.vendorTaskId ?? null,
+      update.width ?? null,
+      update.height ?? null,
+      update.vendorDeployment ?? null,
     ],
   );
   return r.rowCount === 1;
 }
 
 /** Any active state -> failed; run with the ledger's refund in one transaction. */
-export async function markFailed(q: Queryable, id: string, owner: string, code: FailureCode, message: string, nowMs: number): Promise<boolean> {
-  const r = await q.query(
+export async function markFailed(database: Queryable, id: string, owner: string, code: FailureCode, message: string, nowMs: number): Promise<boolean> {
+  const r = await database.query(
     `UPDATE generations SET state = 'failed', progress = NULL, charged_ink = 0, error_code = $3, error_message = $4,
             completed_at = $5, updated_at = $5, lease_owner = NULL, lease_expires_at = NULL
       WHERE id = $1 AND lease_owner = $2 AND state IN ${ACTIVE_SQL}`,
@@ -259,12 +266,12 @@ export async function markFailed(q: Queryable, id: string, owner: string, code: 
  * `dayStartMs`. Video and images are counted apart: each has its own concurrency slots and daily count.
  */
 export async function admissionCounts(
-  q: Queryable,
+  database: Queryable,
   accountId: string,
   dayStartMs: number,
   kind: 'video' | 'image' = 'video',
 ): Promise<{ active: number; today: number }> {
-  const r = await q.query<{ active: number; today: number }>(
+  const r = await database.query<{ active: number; today: number }>(
     `SELECT (SELECT count(*) FROM generations WHERE account_id = $1 AND kind = $3 AND state IN ${ACTIVE_SQL})::int AS active,
             (SELECT count(*) FROM generations WHERE account_id = $1 AND kind = $3 AND created_at >= $2 AND state <> 'voided')::int AS today`,
     [accountId, d(dayStartMs), kind],
@@ -276,8 +283,8 @@ export async function admissionCounts(
 // Image rows (migration 011): no vendor task to poll; the vendor call is the generation.
 
 /** submitting -> queued (image): the submit is done; the row is let go and due at once for a worker. */
-export async function markImageQueued(q: Queryable, id: string, owner: string, nowMs: number): Promise<boolean> {
-  const r = await q.query(
+export async function markImageQueued(database: Queryable, id: string, owner: string, nowMs: number): Promise<boolean> {
+  const r = await database.query(
     `UPDATE generations SET state = 'queued', updated_at = $3, next_poll_at = $3, lease_owner = NULL, lease_expires_at = NULL
       WHERE id = $1 AND kind = 'image' AND state = 'submitting' AND lease_owner = $2`,
     [id, owner, d(nowMs)],
@@ -286,8 +293,8 @@ export async function markImageQueued(q: Queryable, id: string, owner: string, n
 }
 
 /** submitting|queued|running -> running (image), under the claimer's lease: a vendor call is about to go out (`polls` counts the calls). */
-export async function markImageRunning(q: Queryable, id: string, owner: string, nowMs: number, leaseMs: number): Promise<boolean> {
-  const r = await q.query(
+export async function markImageRunning(database: Queryable, id: string, owner: string, nowMs: number, leaseMs: number): Promise<boolean> {
+  const r = await database.query(
     `UPDATE generations SET state = 'running', updated_at = $3, lease_expires_at = $4, polls = polls + 1
       WHERE id = $1 AND kind = 'image' AND lease_owner = $2 AND state IN ('submitting', 'queued', 'running')`,
     [id, owner, d(nowMs), d(nowMs + leaseMs)],
@@ -296,8 +303,8 @@ export async function markImageRunning(q: Queryable, id: string, owner: string, 
 }
 
 /** Image row back to `queued` after an unavailable vendor: due again at `nextPollMs`; the lease is let go. */
-export async function rescheduleImage(q: Queryable, id: string, owner: string, nextPollMs: number, nowMs: number): Promise<boolean> {
-  const r = await q.query(
+export async function rescheduleImage(database: Queryable, id: string, owner: string, nextPollMs: number, nowMs: number): Promise<boolean> {
+  const r = await database.query(
     `UPDATE generations SET state = 'queued', next_poll_at = $3, updated_at = $4, poll_errors = poll_errors + 1,
             lease_owner = NULL, lease_expires_at = NULL
       WHERE id = $1 AND kind = 'image' AND lease_owner = $2 AND state IN ('submitting', 'queued', 'running')`,

@@ -62,14 +62,14 @@ export interface SubmitProduct<R, V extends Validated<R>> {
   validate(body: Record<string, unknown>, catalog: Catalog, opts: ValidateOptions): V;
   vendorReady(deps: GenerationDeps): boolean;
   /** The hold and the price set it was computed from. */
-  price(v: V, services: Services): { holdInk: number; priceSet: string };
+  price(validated: V, services: Services): { holdInk: number; priceSet: string };
   presentAccepted(row: GenerationRow): Record<string, unknown>;
   /** Work after the admission committed (the row is a recovery point from then on); may throw. */
-  afterCommit(services: Services, deps: GenerationDeps, log: Logger, row: GenerationRow, v: V): Promise<void>;
+  afterCommit(services: Services, deps: GenerationDeps, log: Logger, row: GenerationRow, validated: V): Promise<void>;
 }
 
 export async function submitGeneration<R, V extends Validated<R>>(
-  p: SubmitProduct<R, V>,
+  product: SubmitProduct<R, V>,
   services: Services,
   deps: GenerationDeps,
   input: SubmitInput,
@@ -83,36 +83,36 @@ export async function submitGeneration<R, V extends Validated<R>>(
   const keyed: KeyClaim | undefined =
     idemKey === undefined
       ? undefined
-      : { keyId: auth.keyId, product: p.product, idemKey, clock: deps.clock, waitUntil: performance.now() + config.jobs.idempotencyWaitMs };
+      : { keyId: auth.keyId, product: product.product, idemKey, clock: deps.clock, waitUntil: performance.now() + config.jobs.idempotencyWaitMs };
   let seenRefusedAt: Date | null = null;
   if (keyed !== undefined) {
-    const prior = await priorAnswer(pool, keyed, p.presentAccepted);
+    const prior = await priorAnswer(pool, keyed, product.presentAccepted);
     if ('body' in prior) return prior;
     seenRefusedAt = prior.seenRefusedAt;
   }
 
-  const v = p.validate(input.body, services.catalog, { allowList: deps.fetch.allowList });
-  const plan = await requireAccess(pool, auth.accountId, false, config.jobs.paygDailyCap, p.kind);
+  const v = product.validate(input.body, services.catalog, { allowList: deps.fetch.allowList });
+  const plan = await requireAccess(pool, auth.accountId, false, config.jobs.paygDailyCap, product.kind);
   const down = unavailability(config, services.state.current, v.model);
-  if (down !== null || !p.vendorReady(deps)) {
+  if (down !== null || !product.vendorReady(deps)) {
     throw new ApiError('provider_unavailable', {
-      message: down?.reason === 'paused' ? `${v.model.id} is paused; retry after Retry-After.` : p.notAvailable,
+      message: down?.reason === 'paused' ? `${v.model.id} is paused; retry after Retry-After.` : product.notAvailable,
       retryAfterS: down?.retryAfterS ?? 300,
     });
   }
-  const price = p.price(v, services);
-  const id = newId(p.idPrefix);
+  const price = product.price(v, services);
+  const id = newId(product.idPrefix);
   if (keyed !== undefined) {
-    const owed = await claimOrAnswer(pool, { ...keyed, seenRefusedAt, generationId: id, ttlMs: claimTtlMs(services, v.urls.length) }, p.presentAccepted);
+    const owed = await claimOrAnswer(pool, { ...keyed, seenRefusedAt, generationId: id, ttlMs: claimTtlMs(services, v.urls.length) }, product.presentAccepted);
     if (owed) return owed;
   }
   let row: GenerationRow | undefined;
   let failure: unknown;
   try {
-    row = await admit(p, services, deps, input, v, { id, ...price, plan });
+    row = await admit(product, services, deps, input, v, { id, ...price, plan });
     // From here on the lines are about this generation too.
-    await p.afterCommit(services, deps, input.log.child({ generation: row.id }), row, v);
-    return { body: p.presentAccepted(row), replayed: false };
+    await product.afterCommit(services, deps, input.log.child({ generation: row.id }), row, v);
+    return { body: product.presentAccepted(row), replayed: false };
   } catch (e) {
     failure = e;
     throw e;
@@ -124,44 +124,55 @@ export async function submitGeneration<R, V extends Validated<R>>(
 
 /** The cheap look at the counts, the URL checks, then the admission transaction. */
 async function admit<R, V extends Validated<R>>(
-  p: SubmitProduct<R, V>,
+  product: SubmitProduct<R, V>,
   services: Services,
   deps: GenerationDeps,
   input: SubmitInput,
-  v: V,
-  a: { id: string; holdInk: number; priceSet: string; plan: Awaited<ReturnType<typeof requireAccess>> },
+  validated: V,
+  admission: { id: string; holdInk: number; priceSet: string; plan: Awaited<ReturnType<typeof requireAccess>> },
 ): Promise<GenerationRow> {
   const { config, pool, ledger } = services;
   const { auth } = input;
   const maxRunning = config.jobs.maxRunningPerAccount;
   // A cheap look first, so a submit that will be refused fetches nothing.
-  checkAdmissionCounts(a.plan, await admissionCounts(pool, auth.accountId, utcDayStartMs(deps.clock()), p.kind), maxRunning, deps.clock(), p.kind);
-  await checkUrlsFetchable(v.urls, services, deps, input.log);
+  checkAdmissionCounts(
+    admission.plan,
+    await admissionCounts(pool, auth.accountId, utcDayStartMs(deps.clock()), product.kind),
+    maxRunning,
+    deps.clock(),
+    product.kind,
+  );
+  await checkUrlsFetchable(validated.urls, services, deps, input.log);
   // The authoritative admission: the account row lock serialises admissions of one account, and the
   // counts are read by a later statement, so they see every admission committed before the lock.
-  const row = await withTx(pool, async (c) => {
-    const locked = await requireAccess(c, auth.accountId, true, config.jobs.paygDailyCap, p.kind);
+  const row = await withTx(pool, async (client) => {
+    const locked = await requireAccess(client, auth.accountId, true, config.jobs.paygDailyCap, product.kind);
     const nowMs = deps.clock();
-    checkAdmissionCounts(locked, await admissionCounts(c, auth.accountId, utcDayStartMs(nowMs), p.kind), maxRunning, nowMs, p.kind);
-    await ledger
-      .using(c)
-      .reserve({ requestId: input.requestId, accountId: auth.accountId, keyId: auth.keyId, product: p.product, model: v.model.id, holdInk: a.holdInk });
-    return insertGeneration(c, {
-      id: a.id,
-      kind: p.kind,
+    checkAdmissionCounts(locked, await admissionCounts(client, auth.accountId, utcDayStartMs(nowMs), product.kind), maxRunning, nowMs, product.kind);
+    await ledger.using(client).reserve({
+      requestId: input.requestId,
+      accountId: auth.accountId,
+      keyId: auth.keyId,
+      product: product.product,
+      model: validated.model.id,
+      holdInk: admission.holdInk,
+    });
+    return insertGeneration(client, {
+      id: admission.id,
+      kind: product.kind,
       accountId: auth.accountId,
       keyId: auth.keyId,
       requestId: input.requestId,
-      model: v.model.id,
-      request: v.request as unknown as Record<string, unknown>,
-      priceSet: a.priceSet,
-      holdInk: a.holdInk,
+      model: validated.model.id,
+      request: validated.request as unknown as Record<string, unknown>,
+      priceSet: admission.priceSet,
+      holdInk: admission.holdInk,
       nowMs,
       owner: deps.owner,
       leaseMs: config.jobs.leaseMs,
       traceParent: input.traceParent,
     });
   });
-  services.metrics?.inkHeld(p.product, v.model.id, a.holdInk); // once committed
+  services.metrics?.inkHeld(product.product, validated.model.id, admission.holdInk); // once committed
   return row;
 }

@@ -59,9 +59,9 @@ export async function sweepRetention(services: Services, deps: Pick<GenerationDe
   const cutoff = new Date(retentionCutoffMs(now, services.config.media.retentionDays));
   let expired = 0;
   for (let i = 0; i < MAX_BATCHES; i++) {
-    const n = await withTx(services.pool, async (c) => {
+    const n = await withTx(services.pool, async (client) => {
       const rows = (
-        await c.query<{ id: string; media_key: string }>(
+        await client.query<{ id: string; media_key: string }>(
           `SELECT id, media_key FROM generations
             WHERE state = 'succeeded' AND NOT result_expired AND completed_at <= $1
             ORDER BY completed_at LIMIT $2 FOR UPDATE SKIP LOCKED`,
@@ -70,7 +70,7 @@ export async function sweepRetention(services: Services, deps: Pick<GenerationDe
       ).rows;
       // The files first: a record says expired only once its file is gone.
       const gone = await deleteResults(log, deps.media, rows);
-      if (gone.length > 0) await c.query('UPDATE generations SET result_expired = true, updated_at = $2 WHERE id = ANY($1)', [gone, new Date(now)]);
+      if (gone.length > 0) await client.query('UPDATE generations SET result_expired = true, updated_at = $2 WHERE id = ANY($1)', [gone, new Date(now)]);
       return { seen: rows.length, expired: gone.length };
     });
     expired += n.expired;

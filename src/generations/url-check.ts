@@ -24,14 +24,14 @@ export async function fetchClientUrl(
   deps: GenerationDeps,
   log: Logger,
   url: URL,
-  o: Pick<SafeFetchOptions, 'param' | 'method' | 'accept'> & { maxBytes?: number },
+  options: Pick<SafeFetchOptions, 'param' | 'method' | 'accept'> & { maxBytes?: number },
   event: LogEvent,
 ): Promise<SafeFetchResult> {
   const m = services.config.media;
   try {
     return await safeFetch(url, {
-      ...o,
-      maxBytes: o.maxBytes ?? m.referenceMaxBytes,
+      ...options,
+      maxBytes: options.maxBytes ?? m.referenceMaxBytes,
       timeoutMs: m.referenceTimeoutMs,
       maxRedirects: m.referenceMaxRedirects,
       allowList: deps.fetch.allowList,
@@ -39,24 +39,25 @@ export async function fetchClientUrl(
       ca: deps.fetch.ca,
     });
   } catch (e) {
-    if (e instanceof FetchRefusal) log.info({ param: o.param, method: o.method, host: url.host, detail: e.detail }, event);
+    if (e instanceof FetchRefusal) log.info({ param: options.param, method: options.method, host: url.host, detail: e.detail }, event);
     throw e;
   }
 }
 
 /** One URL: HEAD, and one GET when the server refuses HEAD (signed object-store URLs answer 403/405). */
-async function checkOne(services: Services, deps: GenerationDeps, log: Logger, u: CheckedUrl): Promise<ApiError | null> {
+async function checkOne(services: Services, deps: GenerationDeps, log: Logger, checkedUrl: CheckedUrl): Promise<ApiError | null> {
   try {
-    await fetchClientUrl(services, deps, log, u.url, { param: u.param, method: 'HEAD' }, 'generations.url_refused');
+    await fetchClientUrl(services, deps, log, checkedUrl.url, { param: checkedUrl.param, method: 'HEAD' }, 'generations.url_refused');
     return null;
   } catch (e) {
-    if (!(e instanceof FetchRefusal) || e.answeredStatus === undefined) return e instanceof ApiError ? e : new ApiError('invalid_url', { param: u.param });
+    if (!(e instanceof FetchRefusal) || e.answeredStatus === undefined)
+      return e instanceof ApiError ? e : new ApiError('invalid_url', { param: checkedUrl.param });
   }
   try {
-    await fetchClientUrl(services, deps, log, u.url, { param: u.param, method: 'GET' }, 'generations.url_refused');
+    await fetchClientUrl(services, deps, log, checkedUrl.url, { param: checkedUrl.param, method: 'GET' }, 'generations.url_refused');
     return null;
   } catch (e) {
-    return e instanceof ApiError ? e : new ApiError('invalid_url', { param: u.param });
+    return e instanceof ApiError ? e : new ApiError('invalid_url', { param: checkedUrl.param });
   }
 }
 

@@ -35,10 +35,10 @@ export function clampPosition(digits: string): number {
   return Math.min(Number(trimmed), Number.MAX_SAFE_INTEGER);
 }
 
-/** a < b for two digit strings of any length, compared exactly (no conversion to a number). */
-function digitsLess(a: string, b: string): boolean {
-  const x = a.replace(/^0+(?=\d)/, '');
-  const y = b.replace(/^0+(?=\d)/, '');
+/** left < right for two digit strings of any length, compared exactly (no conversion to a number). */
+function digitsLess(left: string, right: string): boolean {
+  const x = left.replace(/^0+(?=\d)/, '');
+  const y = right.replace(/^0+(?=\d)/, '');
   return x.length !== y.length ? x.length < y.length : x < y;
 }
 
@@ -77,8 +77,8 @@ export function rangeHeader(spec: RangeSpec): string {
 const CONTENT_RANGE_RE = /^bytes (\d{1,15})-(\d{1,15})\/(\d{1,15})$/;
 
 /** Reads `Content-Range: bytes a-b/size`; undefined for any other form. */
-export function parseContentRange(v: string | undefined): (ByteRange & { sizeBytes: number }) | undefined {
-  const m = v === undefined ? null : CONTENT_RANGE_RE.exec(v);
+export function parseContentRange(header: string | undefined): (ByteRange & { sizeBytes: number }) | undefined {
+  const m = header === undefined ? null : CONTENT_RANGE_RE.exec(header);
   if (m === null) return undefined;
   const r = { start: Number(m[1]), end: Number(m[2]), sizeBytes: Number(m[3]) };
   return r.start <= r.end && r.end < r.sizeBytes ? r : undefined;

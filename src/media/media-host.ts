@@ -145,8 +145,8 @@ export function etagListMatches(header: string, etag: string): boolean {
   const v = header.trim();
   if (v === '*') return true;
   const opaque = etag.startsWith('W/') ? etag.slice(2) : etag;
-  return v.split(',').some((t) => {
-    const tag = t.trim();
+  return v.split(',').some((rawTag) => {
+    const tag = rawTag.trim();
     return (tag.startsWith('W/') ? tag.slice(2) : tag) === opaque;
   });
 }
@@ -184,28 +184,28 @@ export interface MediaSink {
  * for 302 and 304, the stream with backpressure for 200 and 206, declared by its size. A stream
  * that gives more or fewer bytes than declared is cut, so the client sees the body incomplete.
  */
-export async function writeMediaResponse(r: MediaResponse, sink: MediaSink): Promise<void> {
-  if (r.status === 304) return sink.endHead(304, r.headers, r.sizeBytes);
-  if (r.status === 302) return sink.endHead(302, r.headers, 0);
-  if (!('stream' in r)) return sink.json(r.status, r.headers, JSON.stringify(r.body));
+export async function writeMediaResponse(response: MediaResponse, sink: MediaSink): Promise<void> {
+  if (response.status === 304) return sink.endHead(304, response.headers, response.sizeBytes);
+  if (response.status === 302) return sink.endHead(302, response.headers, 0);
+  if (!('stream' in response)) return sink.json(response.status, response.headers, JSON.stringify(response.body));
   if (sink.headOnly) {
-    r.stream.destroy();
-    sink.endHead(r.status, r.headers, r.sizeBytes);
+    response.stream.destroy();
+    sink.endHead(response.status, response.headers, response.sizeBytes);
     return;
   }
-  sink.head(r.status, r.headers, r.sizeBytes);
+  sink.head(response.status, response.headers, response.sizeBytes);
   let sentBytes = 0;
   try {
-    for await (const chunk of r.stream as AsyncIterable<Buffer>) {
+    for await (const chunk of response.stream as AsyncIterable<Buffer>) {
       if (sink.aborted) return;
       sentBytes += chunk.length;
-      if (sentBytes > r.sizeBytes) break;
+      if (sentBytes > response.sizeBytes) break;
       if (!sink.write(chunk)) await sink.drained();
     }
     if (sink.aborted) return;
-    if (sentBytes === r.sizeBytes) sink.end();
+    if (sentBytes === response.sizeBytes) sink.end();
     else sink.cut();
   } finally {
-    r.stream.destroy();
+    response.stream.destroy();
   }
 }

@@ -123,9 +123,9 @@ function parseHeader(head: Buffer, key: string): FileHeader {
  * time. A version 1 file has no hash: size, inode and mtime instead, which change on every put
  * (a put is a rename of a new file), so the tag still changes whenever the bytes may have.
  */
-function fileEtag(h: FileHeader, sizeBytes: number, st: { ino: number; mtimeMs: number }): string {
-  if (h.sha256 !== undefined) return `"${sizeBytes.toString(36)}-${h.sha256.slice(0, 32)}"`;
-  return `"${sizeBytes.toString(36)}-i${st.ino.toString(36)}-m${Math.floor(st.mtimeMs).toString(36)}"`;
+function fileEtag(header: FileHeader, sizeBytes: number, stats: { ino: number; mtimeMs: number }): string {
+  if (header.sha256 !== undefined) return `"${sizeBytes.toString(36)}-${header.sha256.slice(0, 32)}"`;
+  return `"${sizeBytes.toString(36)}-i${stats.ino.toString(36)}-m${Math.floor(stats.mtimeMs).toString(36)}"`;
 }
 
 export interface FsMediaStoreOptions {
@@ -133,10 +133,10 @@ export interface FsMediaStoreOptions {
   readonly maxObjectBytes?: number;
 }
 
-async function writeAll(fh: FileHandle, buf: Buffer): Promise<void> {
+async function writeAll(handle: FileHandle, buf: Buffer): Promise<void> {
   let off = 0;
   while (off < buf.length) {
-    const { bytesWritten } = await fh.write(buf, off, buf.length - off);
+    const { bytesWritten } = await handle.write(buf, off, buf.length - off);
     off += bytesWritten;
   }
 }

@@ -30,11 +30,11 @@ const PAGE = 500;
 const MAX_FAILURES_LISTED = 20;
 
 /** The media keys of live results, oldest first, a page at a time (keyset on completed_at, id). */
-async function* liveKeys(db: Queryable): AsyncGenerator<string> {
+async function* liveKeys(database: Queryable): AsyncGenerator<string> {
   let after: { at: Date; id: string } | undefined;
   for (;;) {
     const rows = (
-      await db.query<{ id: string; media_key: string; completed_at: Date }>(
+      await database.query<{ id: string; media_key: string; completed_at: Date }>(
         `SELECT id, media_key, completed_at FROM generations
           WHERE state = 'succeeded' AND NOT result_expired AND media_key IS NOT NULL
             AND ($1::timestamptz IS NULL OR (completed_at, id) > ($1, $2))
@@ -61,11 +61,11 @@ async function digestOf(stream: Readable): Promise<{ sha256: string; sizeBytes: 
 }
 
 /** The destination's copy reads back as `want`, or it is deleted and this throws. */
-async function verifyCopy(to: MediaStore, key: string, want: { sha256: string; sizeBytes: number }): Promise<void> {
-  const back = await to.open(key);
+async function verifyCopy(destination: MediaStore, key: string, want: { sha256: string; sizeBytes: number }): Promise<void> {
+  const back = await destination.open(key);
   const got = back === undefined ? undefined : await digestOf(back.stream);
   if (got !== undefined && got.sha256 === want.sha256 && got.sizeBytes === want.sizeBytes) return;
-  await to.delete(key);
+  await destination.delete(key);
   throw new Error(
     `the copy of ${key} did not verify (${got === undefined ? 'not found' : `${got.sizeBytes} bytes, sha256 ${got.sha256.slice(0, 12)}`} against ${want.sizeBytes} bytes, sha256 ${want.sha256.slice(0, 12)}); removed at the destination`,
   );
@@ -76,9 +76,9 @@ type Outcome = 'copied' | 'skipped' | 'missing';
 /** Copies one key (verified), or skips it when already there; what happened, and the bytes written. */
 async function copyOne(
   from: MediaStore,
-  to: MediaStore,
+  destination: MediaStore,
   key: string,
-  o: { dryRun: boolean; removeSource: boolean },
+  options: { dryRun: boolean; removeSource: boolean },
 ): Promise<{ what: Outcome; bytes: number; removed: boolean }> {
   const src = await from.open(key);
   if (src === undefined) return { what: 'missing', bytes: 0, removed: false };
@@ -86,14 +86,14 @@ async function copyOne(
   let bytes = 0;
   try {
     // One byte of the destination says whether it is there already, and its size.
-    const there = await to.open(key, { start: 0, end: 0 });
+    const there = await destination.open(key, { start: 0, end: 0 });
     there?.stream.destroy();
     if (there !== undefined && there.sizeBytes === src.sizeBytes) {
       what = 'skipped';
-      if (!o.removeSource || o.dryRun) return { what, bytes, removed: false };
-      await verifyCopy(to, key, await digestOf(src.stream)); // before the source may go
+      if (!options.removeSource || options.dryRun) return { what, bytes, removed: false };
+      await verifyCopy(destination, key, await digestOf(src.stream)); // before the source may go
     } else {
-      if (o.dryRun) return { what, bytes, removed: false };
+      if (options.dryRun) return { what, bytes, removed: false };
       const h = createHash('sha256');
       let sizeBytes = 0;
       const hashing = new Transform({
@@ -104,27 +104,27 @@ async function copyOne(
         },
       });
       src.stream.once('error', (e) => hashing.destroy(e));
-      bytes = (await to.put(key, src.stream.pipe(hashing), src.contentType)).sizeBytes;
-      await verifyCopy(to, key, { sha256: h.digest('hex'), sizeBytes });
+      bytes = (await destination.put(key, src.stream.pipe(hashing), src.contentType)).sizeBytes;
+      await verifyCopy(destination, key, { sha256: h.digest('hex'), sizeBytes });
     }
   } finally {
     src.stream.destroy();
   }
-  if (o.removeSource) await from.delete(key);
-  return { what, bytes, removed: o.removeSource };
+  if (options.removeSource) await from.delete(key);
+  return { what, bytes, removed: options.removeSource };
 }
 
 export async function migrateMedia(
-  db: Queryable,
+  database: Queryable,
   from: MediaStore,
-  to: MediaStore,
+  destination: MediaStore,
   opts: { dryRun?: boolean; removeSource?: boolean } = {},
 ): Promise<MigrateReport> {
   const report: MigrateReport = { copied: 0, removed: 0, skipped: 0, missing: 0, failed: 0, copiedBytes: 0, failures: [] };
   const o = { dryRun: opts.dryRun === true, removeSource: opts.removeSource === true };
-  for await (const key of liveKeys(db)) {
+  for await (const key of liveKeys(database)) {
     try {
-      const { what, bytes, removed } = await copyOne(from, to, key, o);
+      const { what, bytes, removed } = await copyOne(from, destination, key, o);
       report[what]++;
       report.copiedBytes += bytes;
       if (removed) report.removed++;

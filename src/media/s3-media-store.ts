@@ -76,8 +76,8 @@ const MISSING_KEY_CODES = new Set(['NoSuchKey', 'NotFound']);
 /** S3's cap on keys per DeleteObjects call. */
 const DELETE_BATCH = 1000;
 
-const codeOf = (e: unknown): string =>
-  e instanceof S3ServiceException ? e.name : ((e as { name?: string; Code?: string } | null)?.Code ?? (e as Error | null)?.name ?? 'Error');
+const codeOf = (error: unknown): string =>
+  error instanceof S3ServiceException ? error.name : ((error as { name?: string; Code?: string } | null)?.Code ?? (error as Error | null)?.name ?? 'Error');
 const statusOf = (e: unknown): number | undefined => (e as { $metadata?: { httpStatusCode?: number } } | null)?.$metadata?.httpStatusCode;
 
 /**
@@ -94,30 +94,30 @@ export class S3MediaStore implements MediaStore {
   private readonly where: string;
   readonly location: MediaLocation;
 
-  constructor(private readonly o: S3MediaStoreOptions) {
-    this.location = { kind: 's3', bucket: o.bucket, prefix: o.prefix };
-    const agent = { keepAlive: true, maxSockets: o.maxSockets };
+  constructor(private readonly options: S3MediaStoreOptions) {
+    this.location = { kind: 's3', bucket: options.bucket, prefix: options.prefix };
+    const agent = { keepAlive: true, maxSockets: options.maxSockets };
     this.client = new S3Client({
-      region: o.region,
-      ...(o.endpoint !== undefined ? { endpoint: o.endpoint } : {}),
-      forcePathStyle: o.forcePathStyle,
-      ...(o.credentials !== undefined ? { credentials: o.credentials } : {}),
+      region: options.region,
+      ...(options.endpoint !== undefined ? { endpoint: options.endpoint } : {}),
+      forcePathStyle: options.forcePathStyle,
+      ...(options.credentials !== undefined ? { credentials: options.credentials } : {}),
       maxAttempts: 2,
       // Checksums only where S3 requires them: the streamed trailing checksums the SDK adds by
       // default are not understood by every S3-compatible store (older MinIO, R2 on some calls).
       requestChecksumCalculation: 'WHEN_REQUIRED',
       responseChecksumValidation: 'WHEN_REQUIRED',
       requestHandler: {
-        connectionTimeout: Math.min(o.timeoutMs, 5_000),
-        requestTimeout: o.uploadPartTimeoutMs,
+        connectionTimeout: Math.min(options.timeoutMs, 5_000),
+        requestTimeout: options.uploadPartTimeoutMs,
         throwOnRequestTimeout: true,
-        socketTimeout: o.idleTimeoutMs,
+        socketTimeout: options.idleTimeoutMs,
         httpAgent: new HttpAgent(agent),
         httpsAgent: new HttpsAgent(agent),
       },
     });
-    this.where = `bucket ${JSON.stringify(o.bucket)}${o.endpoint !== undefined ? ` at ${o.endpoint}` : ''}`;
-    if (o.presignedRedirect === true) this.presignedGet = (key, expiresInS, disposition) => this.presign(key, expiresInS, disposition);
+    this.where = `bucket ${JSON.stringify(options.bucket)}${options.endpoint !== undefined ? ` at ${options.endpoint}` : ''}`;
+    if (options.presignedRedirect === true) this.presignedGet = (key, expiresInS, disposition) => this.presign(key, expiresInS, disposition);
   }
 
   readonly presignedGet?: (key: string, expiresInS: number, contentDisposition: string) => Promise<string | undefined>;
@@ -129,24 +129,29 @@ export class S3MediaStore implements MediaStore {
   private async presign(key: string, expiresInS: number, contentDisposition: string): Promise<string | undefined> {
     const Key = this.objectKey(key);
     try {
-      await this.call(`head ${key}`, (abortSignal) => this.client.send(new HeadObjectCommand({ Bucket: this.o.bucket, Key }), { abortSignal }));
+      await this.call(`head ${key}`, (abortSignal) => this.client.send(new HeadObjectCommand({ Bucket: this.options.bucket, Key }), { abortSignal }));
     } catch (e) {
       if (MISSING_KEY_CODES.has((e as MediaStoreError).code)) return undefined;
       throw e;
     }
-    const cmd = new GetObjectCommand({ Bucket: this.o.bucket, Key, ResponseContentDisposition: contentDisposition, ResponseCacheControl: 'private, no-store' });
+    const cmd = new GetObjectCommand({
+      Bucket: this.options.bucket,
+      Key,
+      ResponseContentDisposition: contentDisposition,
+      ResponseCacheControl: 'private, no-store',
+    });
     return getSignedUrl(this.client, cmd, { expiresIn: Math.max(1, Math.floor(expiresInS)) });
   }
 
   private objectKey(key: string): string {
     if (!isValidMediaKey(key)) throw new InvalidMediaKeyError(key);
-    return this.o.prefix + key;
+    return this.options.prefix + key;
   }
 
   /** Runs one SDK call under the store's deadline (retries included), with its errors made readable. */
   private async call<T>(what: string, run: (signal: AbortSignal) => Promise<T>): Promise<T> {
     const ac = new AbortController();
-    const timer = setTimeout(() => ac.abort(), this.o.timeoutMs);
+    const timer = setTimeout(() => ac.abort(), this.options.timeoutMs);
     try {
       return await run(ac.signal);
     } catch (e) {
@@ -157,10 +162,10 @@ export class S3MediaStore implements MediaStore {
   }
 
   /** An error that says what to fix: the bucket is missing, the credentials are refused, the store does not answer. */
-  private explain(what: string, e: unknown, timedOut: boolean): Error {
-    if (e instanceof MediaTooLargeError || e instanceof MediaStoreError) return e;
-    const code = codeOf(e);
-    const status = statusOf(e);
+  private explain(what: string, error: unknown, timedOut: boolean): Error {
+    if (error instanceof MediaTooLargeError || error instanceof MediaStoreError) return error;
+    const code = codeOf(error);
+    const status = statusOf(error);
     if (timedOut || code === 'TimeoutError' || code === 'AbortError')
       return new MediaStoreError(`media store: ${what} on ${this.where} got no answer in time`, 'timeout');
     // A HEAD has no body to name the error: a 404 on the bucket itself means the bucket.
@@ -174,13 +179,13 @@ export class S3MediaStore implements MediaStore {
         status,
       );
     }
-    return new MediaStoreError(`media store: ${what} on ${this.where} failed: ${code}: ${(e as Error)?.message ?? String(e)}`, code, status);
+    return new MediaStoreError(`media store: ${what} on ${this.where} failed: ${code}: ${(error as Error)?.message ?? String(error)}`, code, status);
   }
 
   async put(key: string, data: Buffer | Readable, contentType: string): Promise<{ sizeBytes: number }> {
     const Key = this.objectKey(key);
     checkContentType(contentType);
-    const max = this.o.maxObjectBytes;
+    const max = this.options.maxObjectBytes;
     if (Buffer.isBuffer(data) && data.length > max) throw new MediaTooLargeError(max);
     let size = 0;
     let sourceError: unknown;
@@ -202,9 +207,9 @@ export class S3MediaStore implements MediaStore {
     const Body = Buffer.isBuffer(data) ? data : Readable.from(counted(data as AsyncIterable<Buffer | string>));
     const upload = new Upload({
       client: this.client,
-      params: { Bucket: this.o.bucket, Key, Body, ContentType: contentType },
-      partSize: this.o.partSizeBytes,
-      queueSize: this.o.uploadQueueSize,
+      params: { Bucket: this.options.bucket, Key, Body, ContentType: contentType },
+      partSize: this.options.partSizeBytes,
+      queueSize: this.options.uploadQueueSize,
       // We abort a failed multipart upload ourselves: lib-storage's own abort, when it fails (a
       // store without AbortMultipartUpload, a store that stopped), throws in place of the cause.
       leavePartsOnError: true,
@@ -224,7 +229,7 @@ export class S3MediaStore implements MediaStore {
    */
   private async abortUpload(key: string, Key: string, UploadId: string): Promise<void> {
     await this.call(`abort upload of ${key}`, (abortSignal) =>
-      this.client.send(new AbortMultipartUploadCommand({ Bucket: this.o.bucket, Key, UploadId }), { abortSignal }),
+      this.client.send(new AbortMultipartUploadCommand({ Bucket: this.options.bucket, Key, UploadId }), { abortSignal }),
     ).catch(() => undefined);
   }
 
@@ -252,7 +257,7 @@ export class S3MediaStore implements MediaStore {
       return await this.call(`get ${key}`, (abortSignal) =>
         this.client.send(
           new GetObjectCommand({
-            Bucket: this.o.bucket,
+            Bucket: this.options.bucket,
             Key,
             ...(range !== undefined ? { Range: range } : {}),
             ...(ifMatch !== undefined ? { IfMatch: ifMatch } : {}),
@@ -272,7 +277,7 @@ export class S3MediaStore implements MediaStore {
   /** The object's facts with an empty stream: the answer to a range past its end. */
   private async unsatisfiable(key: string, Key: string): Promise<MediaObject | undefined> {
     try {
-      const h = await this.call(`head ${key}`, (abortSignal) => this.client.send(new HeadObjectCommand({ Bucket: this.o.bucket, Key }), { abortSignal }));
+      const h = await this.call(`head ${key}`, (abortSignal) => this.client.send(new HeadObjectCommand({ Bucket: this.options.bucket, Key }), { abortSignal }));
       const sizeBytes = h.ContentLength ?? 0;
       return {
         stream: emptyStream(),
@@ -309,7 +314,7 @@ export class S3MediaStore implements MediaStore {
   async delete(key: string): Promise<void> {
     const Key = this.objectKey(key);
     // S3 answers a delete of a missing key with success: idempotent as the interface asks.
-    await this.call(`delete ${key}`, (abortSignal) => this.client.send(new DeleteObjectCommand({ Bucket: this.o.bucket, Key }), { abortSignal }));
+    await this.call(`delete ${key}`, (abortSignal) => this.client.send(new DeleteObjectCommand({ Bucket: this.options.bucket, Key }), { abortSignal }));
   }
 
   /**
@@ -324,10 +329,10 @@ export class S3MediaStore implements MediaStore {
       const objects = batch.map((k) => ({ Key: this.objectKey(k) }));
       try {
         const r = await this.call(`delete ${batch.length} objects`, (abortSignal) =>
-          this.client.send(new DeleteObjectsCommand({ Bucket: this.o.bucket, Delete: { Objects: objects, Quiet: true } }), { abortSignal }),
+          this.client.send(new DeleteObjectsCommand({ Bucket: this.options.bucket, Delete: { Objects: objects, Quiet: true } }), { abortSignal }),
         );
         const failed = new Set((r.Errors ?? []).map((e) => e.Key));
-        for (const k of batch) if (!failed.has(this.o.prefix + k)) gone.add(k);
+        for (const k of batch) if (!failed.has(this.options.prefix + k)) gone.add(k);
       } catch (e) {
         const code = (e as MediaStoreError).code;
         if (code === 'timeout' || CREDENTIAL_CODES.has(code) || code === 'Forbidden' || code === 'NoSuchBucket') throw e;
@@ -343,7 +348,7 @@ export class S3MediaStore implements MediaStore {
 
   /** Readiness: the bucket exists and these credentials may use it. */
   async check(): Promise<void> {
-    await this.call('head bucket', (abortSignal) => this.client.send(new HeadBucketCommand({ Bucket: this.o.bucket }), { abortSignal }));
+    await this.call('head bucket', (abortSignal) => this.client.send(new HeadBucketCommand({ Bucket: this.options.bucket }), { abortSignal }));
   }
 
   async close(): Promise<void> {

@@ -76,39 +76,40 @@ function firstBlocked(addrs: readonly string[]): string | undefined {
   return undefined;
 }
 
-function abortable<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
+function abortable<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
   return new Promise<T>((resolve, reject) => {
     if (signal.aborted) return reject(signal.reason);
     const onAbort = (): void => reject(signal.reason);
     signal.addEventListener('abort', onAbort, { once: true });
-    p.then(
-      (v) => {
+    promise.then(
+      (value) => {
         signal.removeEventListener('abort', onAbort);
-        resolve(v);
+        resolve(value);
       },
-      (e: unknown) => {
+      (error: unknown) => {
         signal.removeEventListener('abort', onAbort);
-        reject(e);
+        reject(error);
       },
     );
   });
 }
 
 /** Drops a response body we will not read. undici's body errors on destroy; nobody is listening. */
-function discard(body: { on(ev: 'error', l: () => void): unknown; destroy(): unknown }): void {
+function discard(body: { on(event: 'error', listener: () => void): unknown; destroy(): unknown }): void {
   body.on('error', () => undefined);
   body.destroy();
 }
 
-function checkOptions(o: SafeFetchOptions): void {
-  if (!Number.isSafeInteger(o.maxBytes) || o.maxBytes < 0) throw new RangeError('safeFetch: maxBytes must be a non-negative integer');
-  if (!Number.isFinite(o.timeoutMs) || o.timeoutMs <= 0 || o.timeoutMs > MAX_TIMEOUT_MS) throw new RangeError('safeFetch: timeoutMs out of range');
-  if (!Number.isInteger(o.maxRedirects) || o.maxRedirects < 0 || o.maxRedirects > MAX_REDIRECTS_CAP)
+function checkOptions(options: SafeFetchOptions): void {
+  if (!Number.isSafeInteger(options.maxBytes) || options.maxBytes < 0) throw new RangeError('safeFetch: maxBytes must be a non-negative integer');
+  if (!Number.isFinite(options.timeoutMs) || options.timeoutMs <= 0 || options.timeoutMs > MAX_TIMEOUT_MS)
+    throw new RangeError('safeFetch: timeoutMs out of range');
+  if (!Number.isInteger(options.maxRedirects) || options.maxRedirects < 0 || options.maxRedirects > MAX_REDIRECTS_CAP)
     throw new RangeError('safeFetch: maxRedirects out of range');
 }
 
-function errorCode(e: unknown): string {
-  let cur: unknown = e;
+function errorCode(error: unknown): string {
+  let cur: unknown = error;
   for (let i = 0; i < 4 && cur !== null && typeof cur === 'object'; i++) {
     const code = (cur as { code?: unknown }).code;
     if (typeof code === 'string') return code;
@@ -214,12 +215,12 @@ function vetConnected(run: FetchRun, raw: Socket, dialled: string | undefined, e
 }
 
 /** TLS on the vetted socket: SNI and certificate checked against the URL's host name. */
-function startTls(run: FetchRun, raw: Socket, hostname: string, ca: string | undefined, settle: (err: Error | null, sock: Socket | null) => void): void {
+function startTls(run: FetchRun, raw: Socket, hostname: string, caPem: string | undefined, settle: (err: Error | null, sock: Socket | null) => void): void {
   const tlsSocket = tlsConnect({
     socket: raw,
     host: hostname, // the name (or IP) the certificate must carry
     servername: isIP(hostname) === 0 ? hostname : undefined,
-    ca,
+    ca: caPem,
     ALPNProtocols: ['http/1.1'],
   });
   run.sockets.add(tlsSocket);
@@ -228,19 +229,19 @@ function startTls(run: FetchRun, raw: Socket, hostname: string, ca: string | und
   tlsSocket.on('error', (e) => settle(e, null));
 }
 
-function createConnector(run: FetchRun, ca: string | undefined): buildConnector.connector {
-  return (o, cb) => {
-    const hostname = bare(o.hostname);
-    const port = o.port === '' ? 443 : Number(o.port);
+function createConnector(run: FetchRun, caPem: string | undefined): buildConnector.connector {
+  return (options, callback) => {
+    const hostname = bare(options.hostname);
+    const port = options.port === '' ? 443 : Number(options.port);
     const exempt = run.allowList.has(`${hostname}:${port}`);
     let settled = false;
     const settle = (err: Error | null, sock: Socket | null): void => {
       if (settled) return;
       settled = true;
-      if (err !== null) cb(err, null);
-      else cb(null, sock!);
+      if (err !== null) callback(err, null);
+      else callback(null, sock!);
     };
-    if (o.protocol !== 'https:') return settle(new Error('https only'), null);
+    if (options.protocol !== 'https:') return settle(new Error('https only'), null);
     // The address the socket is told to use; the connected socket must be there.
     let dialled: string | undefined = isIP(hostname) === 0 ? undefined : hostname;
     const lookup = vettedLookup(run, exempt, (address) => {
@@ -258,7 +259,7 @@ function createConnector(run: FetchRun, ca: string | undefined): buildConnector.
     // `on`, not `once`: a late second error on a socket must never become an uncaught exception.
     raw.on('error', (e) => settle(e, null));
     raw.once('connect', () => {
-      if (vetConnected(run, raw, dialled, exempt)) startTls(run, raw, hostname, ca, settle);
+      if (vetConnected(run, raw, dialled, exempt)) startTls(run, raw, hostname, caPem, settle);
     });
   };
 }
@@ -357,18 +358,18 @@ async function followRedirects(run: FetchRun, agent: Agent, url: URL, opts: Safe
 }
 
 /** Any failure as the refusal the client sees, with the reason (timeout, blocked address, TLS, ...) for the log. */
-function refusalOf(run: FetchRun, e: unknown, timeoutMs: number): ApiError {
+function refusalOf(run: FetchRun, error: unknown, timeoutMs: number): ApiError {
   const fail = run.fail;
-  if (run.timedOut) return fail(`no complete answer within ${timeoutMs} ms`, e);
-  if (e instanceof ApiError) return e;
-  if (run.refusedRange === 'unvetted') return fail('the connection reached an address that was not vetted', e);
-  if (run.refusedRange !== undefined) return fail(`the host resolves to a blocked address (${run.refusedRange})`, e);
-  const code = errorCode(e);
-  if (TLS_CODES.test(code)) return fail(`TLS verification failed (${code})`, e);
-  if (code === 'ENOTFOUND' || code === 'EAI_AGAIN') return fail('the host does not resolve', e);
-  if (code === 'ECONNREFUSED') return fail('the connection was refused', e);
-  if (code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT') return fail(`no complete answer within ${timeoutMs} ms`, e);
-  return fail(code === '' ? 'the fetch failed' : `the fetch failed (${code})`, e);
+  if (run.timedOut) return fail(`no complete answer within ${timeoutMs} ms`, error);
+  if (error instanceof ApiError) return error;
+  if (run.refusedRange === 'unvetted') return fail('the connection reached an address that was not vetted', error);
+  if (run.refusedRange !== undefined) return fail(`the host resolves to a blocked address (${run.refusedRange})`, error);
+  const code = errorCode(error);
+  if (TLS_CODES.test(code)) return fail(`TLS verification failed (${code})`, error);
+  if (code === 'ENOTFOUND' || code === 'EAI_AGAIN') return fail('the host does not resolve', error);
+  if (code === 'ECONNREFUSED') return fail('the connection was refused', error);
+  if (code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT') return fail(`no complete answer within ${timeoutMs} ms`, error);
+  return fail(code === '' ? 'the fetch failed' : `the fetch failed (${code})`, error);
 }
 
 /**

@@ -82,24 +82,24 @@ function matches(addr: Uint8Array, rule: Rule): boolean {
 }
 
 /** Strict dotted-quad only (the form DNS and sockets hand us); undefined otherwise. */
-function parseV4(s: string): Uint8Array | undefined {
-  if (isIP(s) !== 4) return undefined;
-  const parts = s.split('.');
+function parseV4(address: string): Uint8Array | undefined {
+  if (isIP(address) !== 4) return undefined;
+  const parts = address.split('.');
   const out = new Uint8Array(4);
   for (let i = 0; i < 4; i++) out[i] = Number(parts[i]);
   return out;
 }
 
 /** 16 bytes of an IPv6 address without zone id; undefined when node does not call it IPv6. */
-function parseV6(s: string): Uint8Array | undefined {
-  if (isIP(s) !== 6 || s.includes('%')) return undefined;
+function parseV6(address: string): Uint8Array | undefined {
+  if (isIP(address) !== 6 || address.includes('%')) return undefined;
   let tail: Uint8Array | undefined;
-  let text = s;
-  const lastColon = s.lastIndexOf(':');
-  if (s.indexOf('.', lastColon) !== -1) {
-    tail = parseV4(s.slice(lastColon + 1));
+  let text = address;
+  const lastColon = address.lastIndexOf(':');
+  if (address.indexOf('.', lastColon) !== -1) {
+    tail = parseV4(address.slice(lastColon + 1));
     if (tail === undefined) return undefined;
-    text = s.slice(0, lastColon + 1) + '0:0'; // placeholder groups, overwritten below
+    text = address.slice(0, lastColon + 1) + '0:0'; // placeholder groups, overwritten below
   }
   const halves = text.split('::');
   if (halves.length > 2) return undefined;
@@ -119,13 +119,13 @@ function parseV6(s: string): Uint8Array | undefined {
 }
 
 /**
- * 'public' when a socket may be opened to `ip`; otherwise the name of the blocked range.
+ * 'public' when a socket may be opened to `address`; otherwise the name of the blocked range.
  * Accepts a bare address (IPv6 may be in brackets, as URL.hostname spells it). Anything that does
  * not parse is blocked ('unparseable'); IPv6 zone ids are blocked ('scoped'). IPv4-mapped IPv6 is
  * blocked whatever it embeds, and the name says what it embeds (e.g. 'ipv4-mapped:loopback').
  */
-export function classifyAddress(ip: string): 'public' | string {
-  let s = ip;
+export function classifyAddress(address: string): 'public' | string {
+  let s = address;
   if (s.startsWith('[') && s.endsWith(']')) s = s.slice(1, -1);
   const fam = isIP(s);
   if (fam === 4) {
@@ -151,15 +151,15 @@ export function classifyAddress(ip: string): 'public' | string {
 }
 
 /** The 4 (IPv4) or 16 (IPv6, brackets allowed, no zone id) bytes of an address; undefined when it is neither. */
-export function addressBytes(ip: string): Uint8Array | undefined {
-  const s = ip.startsWith('[') && ip.endsWith(']') ? ip.slice(1, -1) : ip;
+export function addressBytes(address: string): Uint8Array | undefined {
+  const s = address.startsWith('[') && address.endsWith(']') ? address.slice(1, -1) : address;
   return isIP(s) === 4 ? parseV4(s) : parseV6(s);
 }
 
 /** True when both strings are the same IP address (any IPv6 spelling, brackets allowed). */
-export function sameAddress(a: string, b: string): boolean {
-  const x = addressBytes(a);
-  const y = addressBytes(b);
+export function sameAddress(left: string, right: string): boolean {
+  const x = addressBytes(left);
+  const y = addressBytes(right);
   if (x === undefined || y === undefined || x.length !== y.length) return false;
   for (let i = 0; i < x.length; i++) if (x[i] !== y[i]) return false;
   return true;

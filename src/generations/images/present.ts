@@ -10,8 +10,8 @@ const SHAPE: ResourceShape = {
   object: IMAGE_OBJECT,
   resultField: 'image',
   progressAndSeed: false,
-  result: (row, l) => ({
-    ...linkFields(l),
+  result: (row, link) => ({
+    ...linkFields(link),
     content_type: row.media_content_type ?? 'image/png',
     width: row.result_width,
     height: row.result_height,

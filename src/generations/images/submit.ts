@@ -19,8 +19,8 @@ export const IMAGE_PRICE_SET = 'per_image';
  * when the lease lapses the job runner runs it (Idempotency-Key bound) or refunds it (nobody has its id).
  */
 async function handOver(services: Services, deps: GenerationDeps, log: Logger, row: GenerationRow): Promise<void> {
-  await markImageQueued(services.pool, row.id, deps.owner, deps.clock()).catch((e: unknown) => {
-    log.warn({ err: (e as Error).message }, 'images.queue_failed');
+  await markImageQueued(services.pool, row.id, deps.owner, deps.clock()).catch((error: unknown) => {
+    log.warn({ err: (error as Error).message }, 'images.queue_failed');
   });
 }
 

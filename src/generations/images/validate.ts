@@ -51,10 +51,10 @@ export type ValidatedImage = Validated<NormalisedImageRequest, ImageModel>;
 
 export function validateImageRequest(body: Record<string, unknown>, catalog: Catalog, opts: ValidateOptions = {}): ValidatedImage {
   const model = requireModel(body.model, (id) => catalog.image(id), 'image model', 'an image model id');
-  refuseUnknownFields(body, KNOWN, (k) =>
-    k === 'n'
+  refuseUnknownFields(body, KNOWN, (field) =>
+    field === 'n'
       ? 'One request makes one image; `n` is not a parameter of image generation.'
-      : `\`${k.slice(0, 100)}\` is not a parameter of image generation in v1.`,
+      : `\`${field.slice(0, 100)}\` is not a parameter of image generation in v1.`,
   );
   const given = givenIn(body);
   const prompt = parsePrompt(given('prompt'), F.prompt);

@@ -10,8 +10,8 @@ const SHAPE: ResourceShape = {
   object: VIDEO_OBJECT,
   resultField: 'video',
   progressAndSeed: true,
-  result(row, l) {
-    const video: Record<string, unknown> = { ...linkFields(l), content_type: row.media_content_type ?? 'video/mp4' };
+  result(row, link) {
+    const video: Record<string, unknown> = { ...linkFields(link), content_type: row.media_content_type ?? 'video/mp4' };
     if (row.result_duration_s !== null) video.duration_seconds = row.result_duration_s;
     if (row.result_resolution !== null) video.resolution = row.result_resolution;
     if (row.result_aspect_ratio !== null) video.aspect_ratio = row.result_aspect_ratio;

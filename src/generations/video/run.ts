@@ -68,8 +68,8 @@ export class VideoRunner {
     if (deps.ark === undefined || model === undefined) {
       return this.fail(log, row, 'provider_failed', 'The generation could not be started: the video vendor is not configured.');
     }
-    await startTask(this.services, deps, log, row, arkInput(row.request as unknown as NormalisedVideoRequest, model.vendorModel), (e) =>
-      this.fail(log, row, 'provider_failed', `The vendor did not start the generation: ${(e as Error).message.slice(0, 300)}`),
+    await startTask(this.services, deps, log, row, arkInput(row.request as unknown as NormalisedVideoRequest, model.vendorModel), (error) =>
+      this.fail(log, row, 'provider_failed', `The vendor did not start the generation: ${(error as Error).message.slice(0, 300)}`),
     );
   }
 
@@ -191,10 +191,10 @@ export class VideoRunner {
         allowList: deps.fetch.allowList,
         resolver: deps.fetch.resolver,
         ca: deps.fetch.ca,
-      }).catch((e: unknown) => {
+      }).catch((error: unknown) => {
         // The reason stays in the log: the failure message is shown to the client.
-        if (e instanceof FetchRefusal) log.warn({ host: url.host, detail: e.detail }, 'video.result_fetch_refused');
-        throw e;
+        if (error instanceof FetchRefusal) log.warn({ host: url.host, detail: error.detail }, 'video.result_fetch_refused');
+        throw error;
       }));
     const declared = res.contentType.split(';')[0]!.trim();
     const contentType = /^video\/[A-Za-z0-9.+-]{1,60}$/.test(declared) ? declared : 'video/mp4';

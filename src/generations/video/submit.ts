@@ -37,9 +37,9 @@ export function arkInput(req: NormalisedVideoRequest, vendorModel: string): ArkC
 async function voidSubmit(services: Services, deps: GenerationDeps, log: Logger, row: GenerationRow, err: ApiError): Promise<void> {
   const code = err.code === 'provider_error' ? 'provider_error' : 'provider_unavailable';
   try {
-    await withTx(services.pool, async (c) => {
-      if (!(await markVoided(c, row.id, deps.owner, code, err.message, deps.clock()))) return; // recovery took it: it refunds
-      const r = await services.ledger.using(c).release(row.request_id, `vendor_${code}`);
+    await withTx(services.pool, async (client) => {
+      if (!(await markVoided(client, row.id, deps.owner, code, err.message, deps.clock()))) return; // recovery took it: it refunds
+      const r = await services.ledger.using(client).release(row.request_id, `vendor_${code}`);
       if (!r.resolved) log.error({ reason: r.reason }, 'video.release_not_open');
     });
   } catch (e) {
@@ -48,19 +48,19 @@ async function voidSubmit(services: Services, deps: GenerationDeps, log: Logger,
   }
 }
 
-function vendorError(e: unknown): ApiError {
-  if (e instanceof ArkError && (e.kind === 'refused' || e.kind === 'protocol' || e.kind === 'not_found')) {
-    return new ApiError('provider_error', { message: `The video vendor refused the request: ${e.message.slice(0, 400)}` });
+function vendorError(error: unknown): ApiError {
+  if (error instanceof ArkError && (error.kind === 'refused' || error.kind === 'protocol' || error.kind === 'not_found')) {
+    return new ApiError('provider_error', { message: `The video vendor refused the request: ${error.message.slice(0, 400)}` });
   }
-  const retry = e instanceof ArkError && e.retryAfterS !== undefined ? Math.min(3600, Math.max(1, e.retryAfterS)) : 30;
+  const retry = error instanceof ArkError && error.retryAfterS !== undefined ? Math.min(3600, Math.max(1, error.retryAfterS)) : 30;
   return new ApiError('provider_unavailable', { message: 'The video vendor is unavailable; retry after Retry-After.', retryAfterS: retry });
 }
 
 /** A few quick tries of a statement whose failure would orphan a vendor task (a store blip). */
-async function retryStore<T>(fn: () => Promise<T>, tries = 3): Promise<T> {
+async function retryStore<T>(run: () => Promise<T>, tries = 3): Promise<T> {
   for (let i = 0; ; i++) {
     try {
-      return await fn();
+      return await run();
     } catch (e) {
       if (i + 1 >= tries || !isStoreUnavailable(e)) throw e;
       await new Promise((r) => setTimeout(r, 100 * (i + 1)));
@@ -80,7 +80,7 @@ export async function startTask(
   log: Logger,
   row: GenerationRow,
   input: ArkCreateInput,
-  refused: (e: unknown) => Promise<void>,
+  refused: (error: unknown) => Promise<void>,
 ): Promise<void> {
   const { pool, config } = services;
   const ark = deps.ark!;
@@ -118,10 +118,10 @@ function createOnPool(ark: VendorPool<ArkClient>, config: Services['config'], in
 }
 
 /** Committed: from here on the row is a recovery point. A vendor that refuses voids the row and answers the client. */
-function createTask(services: Services, deps: GenerationDeps, log: Logger, row: GenerationRow, v: ValidatedVideo): Promise<void> {
-  return startTask(services, deps, log, row, arkInput(v.request, v.model.vendorModel), async (e) => {
-    const err = vendorError(e);
-    log.warn({ err: (e as Error).message }, 'video.vendor_create_failed');
+function createTask(services: Services, deps: GenerationDeps, log: Logger, row: GenerationRow, validated: ValidatedVideo): Promise<void> {
+  return startTask(services, deps, log, row, arkInput(validated.request, validated.model.vendorModel), async (error) => {
+    const err = vendorError(error);
+    log.warn({ err: (error as Error).message }, 'video.vendor_create_failed');
     await voidSubmit(services, deps, log, row, err);
     throw err;
   });
@@ -135,9 +135,9 @@ const VIDEO_SUBMIT: SubmitProduct<NormalisedVideoRequest, ValidatedVideo> = {
     'Video generation is not available on this deployment now. An operator sets INKGATE_ARK_BASE_URL and INKGATE_ARK_API_KEY, then runs `inkgate lane enable video`; `npm run demo` does both against local simulators.',
   validate: validateVideoRequest,
   vendorReady: (deps) => deps.ark !== undefined,
-  price: (v, services) => {
+  price: (validated, services) => {
     const priceSet = services.config.pricing.videoPriceSet;
-    return { priceSet, holdInk: videoClipInk(v.model, v.request.resolution, v.request.duration, priceSet) };
+    return { priceSet, holdInk: videoClipInk(validated.model, validated.request.resolution, validated.request.duration, priceSet) };
   },
   presentAccepted: presentVideoAccepted,
   afterCommit: createTask,

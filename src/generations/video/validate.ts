@@ -70,7 +70,7 @@ const REF_LISTS = [
   ['reference_audio_urls', 'audio'],
 ] as const;
 
-type Given = (k: string) => unknown;
+type Given = (field: string) => unknown;
 
 /** Validates and normalises a submit body; throws the first ApiError in the documented order. */
 export function validateVideoRequest(body: Record<string, unknown>, catalog: Catalog, opts: ValidateOptions = {}): ValidatedVideo {
@@ -177,6 +177,6 @@ function crossFieldRules(model: VideoModel, request: NormalisedVideoRequest): vo
   }
 }
 
-function countRefs(r: NormalisedVideoRequest): number {
-  return (r.reference_image_urls?.length ?? 0) + (r.reference_video_urls?.length ?? 0) + (r.reference_audio_urls?.length ?? 0);
+function countRefs(request: NormalisedVideoRequest): number {
+  return (request.reference_image_urls?.length ?? 0) + (request.reference_video_urls?.length ?? 0) + (request.reference_audio_urls?.length ?? 0);
 }
