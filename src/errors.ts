@@ -114,13 +114,13 @@ export const CLIP_CHARS = 200;
 /** Appended to text that was cut. */
 export const CUT_MARK = '…(cut)';
 
-/** `s` when at most `maxChars` long, else its first `maxChars` UTF-16 units (not splitting a pair) and CUT_MARK. */
-export function clipped(s: string, maxChars: number = CLIP_CHARS): string {
-  if (s.length <= maxChars) return s;
+/** `text` when at most `maxChars` long, else its first `maxChars` UTF-16 units (not splitting a pair) and CUT_MARK. */
+export function clipped(text: string, maxChars: number = CLIP_CHARS): string {
+  if (text.length <= maxChars) return text;
   let end = maxChars;
-  const last = s.charCodeAt(end - 1);
+  const last = text.charCodeAt(end - 1);
   if (last >= 0xd800 && last <= 0xdbff) end--; // a high surrogate whose pair would be cut off
-  return s.slice(0, end) + CUT_MARK;
+  return text.slice(0, end) + CUT_MARK;
 }
 
 /** An error message's most characters (the longest of ours is a few hundred). */

@@ -67,7 +67,7 @@ export interface GatewayOptions {
   /** Injected limiter (tests of a shared limiter across two gateways). */
   limiter?: RateLimiter;
   /** More routes (tests of the server layer). */
-  extraRoutes?: (s: Services) => Route[];
+  extraRoutes?: (services: Services) => Route[];
   /** The generation jobs' (video and images) dependencies and runner (tests inject a clock, fetch allow-list, a runner without timers). */
   jobs?: GenerationDepsOptions & { runner?: JobRunnerOptions };
   /** Where access lines go (the bench); default: `log` when given, else a buffered stdout logger. */
@@ -221,13 +221,13 @@ async function startLedger(
   pool: Pool,
   state: DeploymentState,
   log: Logger,
-  f: { failStop: FailStop; faults: EscrowFaults | undefined },
+  failure: { failStop: FailStop; faults: EscrowFaults | undefined },
   cleanups: Cleanups,
 ): Promise<{ ledger: Ledger; keys: KeyAuthenticator; escrow: Escrow }> {
   // The ledger's (fields, event) callback: each event at the level log-events.ts gives it.
   const ledgerLog = eventSink(log.child({ component: 'ledger' }));
   // Every reserve, the exact path and the generations' own transactions included, stops with the instance.
-  const ledger = new Ledger(pool, { log: ledgerLog, stopped: () => f.failStop.stopped, failStop: (err) => f.failStop.trip(err) });
+  const ledger = new Ledger(pool, { log: ledgerLog, stopped: () => failure.failStop.stopped, failStop: (err) => failure.failStop.trip(err) });
   cleanups.push(() => ledger.close());
   // Key authentication, shared by the server and the escrow (a key changed elsewhere is dropped from its cache).
   const keys = new KeyAuthenticator(pool, config.auth);
@@ -241,27 +241,33 @@ async function startLedger(
     log: ledgerLog,
     onKeyChanged: (keyId) => keys.forgetKey(keyId),
     onSwitchChanged: () => void state.refresh(),
-    failStop: (err) => f.failStop.trip(err),
-    ...(f.faults ? { faults: f.faults } : {}),
+    failStop: (err) => failure.failStop.trip(err),
+    ...(failure.faults ? { faults: failure.faults } : {}),
   });
   cleanups.push(() => escrow.close());
   return { ledger, keys, escrow };
 }
 
 /** Metrics fed from the escrow and the store, and the readiness check the admin listener serves. */
-function startOps(s: Services, metrics: GatewayMetrics, jobs: GenerationDeps, drift: DriftGauge, vendorPools: VendorPools): ReadinessCheck {
+function startOps(services: Services, metrics: GatewayMetrics, jobs: GenerationDeps, drift: DriftGauge, vendorPools: VendorPools): ReadinessCheck {
   const media = jobs.media;
   // The text lanes' pools and the generation vendors' (their clients are the job deps').
   const pools = [vendorPools.anthropic, vendorPools.openai, jobs.ark, jobs.gemini].filter((p) => p !== undefined);
-  metrics.attach({ escrow: s.escrow, drift, store: { db: s.pool }, storeScrapeMs: s.config.admin.storeScrapeMs, vendorPools: () => pools });
+  metrics.attach({
+    escrow: services.escrow,
+    drift,
+    store: { db: services.pool },
+    storeScrapeMs: services.config.admin.storeScrapeMs,
+    vendorPools: () => pools,
+  });
   return new ReadinessCheck({
-    db: s.pool,
+    db: services.pool,
     latestMigration: Math.max(0, ...listMigrations().map((m) => m.version)),
     // A take on a bucket of its own proves the limiter's script runs (a refusal is an answer too).
-    redis: s.limiter.kind === 'redis' ? () => s.limiter.take('probe:ready', 1) : undefined,
+    redis: services.limiter.kind === 'redis' ? () => services.limiter.take('probe:ready', 1) : undefined,
     mediaStore: media.check === undefined ? undefined : () => media.check!(),
     mediaStoreIn: media.location,
-    timeoutMs: s.config.admin.readyTimeoutMs,
+    timeoutMs: services.config.admin.readyTimeoutMs,
     vendors: () => Object.fromEntries(pools.map((p) => [p.vendor, p.view()])),
   });
 }
@@ -272,8 +278,8 @@ export interface VendorPools {
   readonly openai: TextPool | undefined;
 }
 
-function createVendorPools(s: Services, cleanups: Cleanups): VendorPools {
-  const pools = { anthropic: createTextPool('anthropic', s.config, s.log), openai: createTextPool('openai', s.config, s.log) };
+function createVendorPools(services: Services, cleanups: Cleanups): VendorPools {
+  const pools = { anthropic: createTextPool('anthropic', services.config, services.log), openai: createTextPool('openai', services.config, services.log) };
   // Closed after the server drained (cleanups run in reverse): no admitted request meets a closed pool.
   cleanups.push(async () => {
     const all = [pools.anthropic, pools.openai].filter((p) => p !== undefined);
@@ -283,8 +289,12 @@ function createVendorPools(s: Services, cleanups: Cleanups): VendorPools {
 }
 
 /** The ledger drift gauge (ledger/drift.ts): every instance tries its lock each minute; one runs it. */
-function startDrift(s: Services, opts: GatewayOptions, cleanups: Cleanups): DriftGauge {
-  const drift = new DriftGauge({ pool: s.pool, intervalMs: opts.driftCheckMs ?? DRIFT_CHECK_MS, log: eventSink(s.log.child({ component: 'drift' })) });
+function startDrift(services: Services, opts: GatewayOptions, cleanups: Cleanups): DriftGauge {
+  const drift = new DriftGauge({
+    pool: services.pool,
+    intervalMs: opts.driftCheckMs ?? DRIFT_CHECK_MS,
+    log: eventSink(services.log.child({ component: 'drift' })),
+  });
   drift.start();
   cleanups.push(() => drift.stop());
   return drift;
@@ -318,45 +328,45 @@ interface HttpParts {
 }
 
 /** The public server (uWS or node:http: server/engine.ts): the /v1 routes, and beside them the console and the media host. */
-async function serveHttp(services: Services, p: HttpParts, cleanups: Cleanups): Promise<RunningServer> {
+async function serveHttp(services: Services, parts: HttpParts, cleanups: Cleanups): Promise<RunningServer> {
   const { config, log, state, limiter, pool } = services;
   // The console (src/console) is served beside the media host; its playground calls our own /v1.
   let selfUrl = '';
-  const media = mediaHostHandler(p.generationDeps);
+  const media = mediaHostHandler(parts.generationDeps);
   const consolePages = consoleHandler({
     services,
-    mediaSecret: p.generationDeps.mediaSecret,
-    mediaClock: p.generationDeps.clock,
+    mediaSecret: parts.generationDeps.mediaSecret,
+    mediaClock: parts.generationDeps.clock,
     selfUrl: () => selfUrl,
-    routes: () => p.routes,
+    routes: () => parts.routes,
   });
   const { engine, ...server } = config.server;
   // A message between the text body cap and this is refused with an error event; above it the socket closes (1009).
   const listen = { ...server, maxWebSocketMessageBytes: config.limits.textBodyBytes + 1024 * 1024 };
-  const accessLog = startAccessLog(services, p.accessLog, cleanups);
+  const accessLog = startAccessLog(services, parts.accessLog, cleanups);
   const running = await startServer({
     engine,
     listen,
-    router: new Router(p.routes),
+    router: new Router(parts.routes),
     state,
     limiter,
     db: pool,
     requestsPerMinute: config.limits.requestsPerMinute,
-    keys: p.keys,
+    keys: parts.keys,
     publicRequestsPerMinute: config.limits.publicRequestsPerMinute,
     log,
     other: (ctx) => consolePages(ctx) || media(ctx),
     accessLog,
-    metrics: { observe: (m, r, s, sec) => p.metrics.http.observe(m, r, s, sec), rateLimited: (scope) => p.metrics.rateLimited(scope) },
-    clientAddress: (ctx) => p.clientAddress(ctx),
+    metrics: { observe: (m, r, s, sec) => parts.metrics.http.observe(m, r, s, sec), rateLimited: (scope) => parts.metrics.rateLimited(scope) },
+    clientAddress: (ctx) => parts.clientAddress(ctx),
     authFailures: new AuthFailureBudget({
       limiter,
       perMinute: config.limits.authFailuresPerMinute,
       counts: isLookedUpRefusal,
-      onRefused: () => p.metrics.authRefused('over_budget'),
+      onRefused: () => parts.metrics.authRefused('over_budget'),
     }),
     ...(services.tracing ? { tracing: services.tracing } : {}),
-    websockets: { routes: p.websockets, metrics: p.metrics.websockets },
+    websockets: { routes: parts.websockets, metrics: parts.metrics.websockets },
   });
   log.info({ engine: running.engine, reason: running.engineReason }, 'http.engine_chosen');
   selfUrl = selfBaseUrl(config.server.host, running.port);

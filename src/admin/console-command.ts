@@ -8,8 +8,8 @@ export const consoleCommands: Readonly<Record<string, AdminCommand>> = {
   'console link': {
     usage: 'console link --account A',
     summary: 'print a one-time sign-in link to the browser console (single use, 15 minutes)',
-    run: async (a, ctx) => {
-      const account = a.flags.account as string; // required by the usage line (args.ts)
+    run: async (args, ctx) => {
+      const account = args.flags.account as string; // required by the usage line (args.ts)
       const cfg = ctx.config;
       const base = consoleLinkBase(cfg);
       // The link's address is only right when the setting is: say which one it came from.

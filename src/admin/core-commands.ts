@@ -19,15 +19,15 @@ import { migrateAll } from '../store/migrate.js';
 import { need, type ParsedArgs } from './args.js';
 import { UsageError, type AdminCommand, type AdminContext } from './command.js';
 
-const wholeInk = (v: string, name: string): number => {
-  if (!/^\d{1,15}$/.test(v)) throw new UsageError(`--${name} must be a whole number of Ink`);
-  return Number(v);
+const wholeInk = (value: string, name: string): number => {
+  if (!/^\d{1,15}$/.test(value)) throw new UsageError(`--${name} must be a whole number of Ink`);
+  return Number(value);
 };
 
 /** A usage frame flag's value, checked before anything is written. */
-const usageFrameFlag = (v: string): UsageFrame => {
-  if (!isUsageFrame(v)) throw new UsageError(`--usage-frame must be ${USAGE_FRAME_CHOICES}, not ${JSON.stringify(v)}`);
-  return v;
+const usageFrameFlag = (value: string): UsageFrame => {
+  if (!isUsageFrame(value)) throw new UsageError(`--usage-frame must be ${USAGE_FRAME_CHOICES}, not ${JSON.stringify(value)}`);
+  return value;
 };
 
 /**
@@ -44,9 +44,9 @@ async function inForce(ctx: AdminContext, keyId: string): Promise<true> {
 }
 
 /** `key set`'s changes: only the flags given; at least one. */
-function keyChanges(a: ParsedArgs): KeyChanges {
-  const lim = a.flags['ink-limit'];
-  const frame = a.flags['usage-frame'];
+function keyChanges(args: ParsedArgs): KeyChanges {
+  const lim = args.flags['ink-limit'];
+  const frame = args.flags['usage-frame'];
   if (typeof lim !== 'string' && typeof frame !== 'string') throw new UsageError('key set needs --ink-limit or --usage-frame');
   return {
     ...(typeof lim === 'string' ? { inkLimit: lim === 'none' ? null : wholeInk(lim, 'ink-limit') } : {}),
@@ -54,9 +54,9 @@ function keyChanges(a: ParsedArgs): KeyChanges {
   };
 }
 
-const lane = (v: string | undefined): Lane => {
-  if (!v || !(LANES as readonly string[]).includes(v)) throw new UsageError(`lane must be one of ${LANES.join(', ')}`);
-  return v as Lane;
+const lane = (laneName: string | undefined): Lane => {
+  if (!laneName || !(LANES as readonly string[]).includes(laneName)) throw new UsageError(`lane must be one of ${LANES.join(', ')}`);
+  return laneName as Lane;
 };
 
 export const coreCommands: Record<string, AdminCommand> = {
@@ -74,26 +74,26 @@ export const coreCommands: Record<string, AdminCommand> = {
   'account create': {
     usage: 'account create --name N --plan P',
     summary: 'create an account with an empty wallet; prints its usr_ id',
-    run: async (a, ctx) => {
-      const acc = await createAccount(ctx.pool, { name: need(a, 'name'), planId: need(a, 'plan') });
+    run: async (args, ctx) => {
+      const acc = await createAccount(ctx.pool, { name: need(args, 'name'), planId: need(args, 'plan') });
       return { id: acc.id };
     },
   },
   'account set-plan': {
     usage: 'account set-plan --account A --plan P',
     summary: "change an account's plan",
-    run: async (a, ctx) => {
-      await setAccountPlan(ctx.pool, need(a, 'account'), need(a, 'plan'));
+    run: async (args, ctx) => {
+      await setAccountPlan(ctx.pool, need(args, 'account'), need(args, 'plan'));
       return { ok: true };
     },
   },
   'key create': {
     usage: 'key create --account A --name N [--ink-limit N] [--expires ISO] [--usage-frame event|comment|none]',
     summary: 'create a key; prints the raw key once (--usage-frame: how its streams carry the usage frame, default event)',
-    run: async (a, ctx) => {
-      const lim = a.flags['ink-limit'];
-      const exp = a.flags.expires;
-      const frame = a.flags['usage-frame'];
+    run: async (args, ctx) => {
+      const lim = args.flags['ink-limit'];
+      const exp = args.flags.expires;
+      const frame = args.flags['usage-frame'];
       const usageFrame = typeof frame === 'string' ? usageFrameFlag(frame) : undefined;
       let expiresAt: Date | null = null;
       if (typeof exp === 'string') {
@@ -101,8 +101,8 @@ export const coreCommands: Record<string, AdminCommand> = {
         if (Number.isNaN(expiresAt.getTime())) throw new UsageError('--expires must be an ISO 8601 timestamp');
       }
       return createKey(ctx.pool, {
-        accountId: need(a, 'account'),
-        name: need(a, 'name'),
+        accountId: need(args, 'account'),
+        name: need(args, 'name'),
         inkLimit: typeof lim === 'string' ? wholeInk(lim, 'ink-limit') : null,
         expiresAt,
         usageFrame,
@@ -117,8 +117,8 @@ export const coreCommands: Record<string, AdminCommand> = {
   'key revoke': {
     usage: 'key revoke KEY_ID',
     summary: 'refuse the key from the next request on, on every instance (returns once all have it in force)',
-    run: async (a, ctx) => {
-      const id = a.positional[0]!; // required by the usage line (args.ts)
+    run: async (args, ctx) => {
+      const id = args.positional[0]!; // required by the usage line (args.ts)
       await revokeKey(ctx.pool, id);
       return { id, revoked: true, in_force: await inForce(ctx, id) };
     },
@@ -126,9 +126,9 @@ export const coreCommands: Record<string, AdminCommand> = {
   'key set-limit': {
     usage: 'key set-limit KEY_ID --ink-limit N|none',
     summary: "edit a key's lifetime Ink cap",
-    run: async (a, ctx) => {
-      const id = a.positional[0]!; // required by the usage line (args.ts)
-      const v = need(a, 'ink-limit');
+    run: async (args, ctx) => {
+      const id = args.positional[0]!; // required by the usage line (args.ts)
+      const v = need(args, 'ink-limit');
       const limit = v === 'none' ? null : wholeInk(v, 'ink-limit');
       await setKeyLimit(ctx.pool, id, limit);
       return { id, ink_limit: limit, in_force: await inForce(ctx, id) };
@@ -137,9 +137,9 @@ export const coreCommands: Record<string, AdminCommand> = {
   'key set': {
     usage: 'key set KEY_ID [--ink-limit N|none] [--usage-frame event|comment|none]',
     summary: "edit a key's settings: its lifetime Ink cap, how its streams carry the usage frame (one change, all or nothing)",
-    run: async (a, ctx) => {
-      const id = a.positional[0]!; // required by the usage line (args.ts)
-      const changes = keyChanges(a);
+    run: async (args, ctx) => {
+      const id = args.positional[0]!; // required by the usage line (args.ts)
+      const changes = keyChanges(args);
       await updateKey(ctx.pool, id, changes);
       return {
         id,
@@ -152,10 +152,10 @@ export const coreCommands: Record<string, AdminCommand> = {
   'model pause': {
     usage: 'model pause MODEL_ID [--retry-after S]',
     summary: 'mark a model unavailable; submits answer 503 with Retry-After',
-    run: async (a, ctx) => {
-      const id = ctx.catalog().resolveId(a.positional[0] ?? '');
-      if (!id) throw new AdminError(`unknown model ${JSON.stringify(a.positional[0] ?? '')}`);
-      const ra = typeof a.flags['retry-after'] === 'string' ? Number(a.flags['retry-after']) : 300;
+    run: async (args, ctx) => {
+      const id = ctx.catalog().resolveId(args.positional[0] ?? '');
+      if (!id) throw new AdminError(`unknown model ${JSON.stringify(args.positional[0] ?? '')}`);
+      const ra = typeof args.flags['retry-after'] === 'string' ? Number(args.flags['retry-after']) : 300;
       if (!Number.isInteger(ra) || ra < 1 || ra > 86400) throw new UsageError('--retry-after must be 1 to 86400 seconds');
       await pauseModel(ctx.pool, id, ra);
       return { model: id, paused: true, retry_after_s: ra };
@@ -164,9 +164,9 @@ export const coreCommands: Record<string, AdminCommand> = {
   'model resume': {
     usage: 'model resume MODEL_ID',
     summary: 'put a paused model back on sale',
-    run: async (a, ctx) => {
-      const id = ctx.catalog().resolveId(a.positional[0] ?? '');
-      if (!id) throw new AdminError(`unknown model ${JSON.stringify(a.positional[0] ?? '')}`);
+    run: async (args, ctx) => {
+      const id = ctx.catalog().resolveId(args.positional[0] ?? '');
+      if (!id) throw new AdminError(`unknown model ${JSON.stringify(args.positional[0] ?? '')}`);
       await resumeModel(ctx.pool, id);
       return { model: id, paused: false };
     },
@@ -174,8 +174,8 @@ export const coreCommands: Record<string, AdminCommand> = {
   'lane enable': {
     usage: `lane enable ${LANES.join('|')}`,
     summary: 'open a lane (text lanes: after vendor certification)',
-    run: async (a, ctx) => {
-      const l = lane(a.positional[0]);
+    run: async (args, ctx) => {
+      const l = lane(args.positional[0]);
       await setLane(ctx.pool, l, true);
       return { lane: l, enabled: true };
     },
@@ -183,8 +183,8 @@ export const coreCommands: Record<string, AdminCommand> = {
   'lane disable': {
     usage: `lane disable ${LANES.join('|')}`,
     summary: 'close a lane: cards show available: false, calls answer 503',
-    run: async (a, ctx) => {
-      const l = lane(a.positional[0]);
+    run: async (args, ctx) => {
+      const l = lane(args.positional[0]);
       await setLane(ctx.pool, l, false);
       return { lane: l, enabled: false };
     },

@@ -11,8 +11,8 @@ import { UsageError, type AdminCommand } from './command.js';
 
 type Args = Parameters<AdminCommand['run']>[0];
 
-const optionalWhole = (a: Args, name: string, min: number, max: number): number | undefined => {
-  const v = a.flags[name];
+const optionalWhole = (args: Args, name: string, min: number, max: number): number | undefined => {
+  const v = args.flags[name];
   if (v === undefined) return undefined;
   if (typeof v !== 'string' || !/^\d{1,15}$/.test(v) || Number(v) < min || Number(v) > max) {
     throw new UsageError(`--${name} must be a whole number from ${min} to ${max}`);
@@ -64,51 +64,54 @@ export function chargeForRecord(catalog: Catalog): (req: RequestRecord, rec: Ven
   };
 }
 
-function walletSummary(accountId: string, w: { grant_ink: number; payg_ink: number; held_grant_ink: number; held_payg_ink: number; topups_completed: number }) {
+function walletSummary(
+  accountId: string,
+  wallet: { grant_ink: number; payg_ink: number; held_grant_ink: number; held_payg_ink: number; topups_completed: number },
+) {
   return {
     account: accountId,
-    balance_ink: w.grant_ink + w.payg_ink,
-    period_grant_remaining_ink: w.grant_ink,
-    payg_ink: w.payg_ink,
-    held_ink: w.held_grant_ink + w.held_payg_ink,
-    topups_completed: w.topups_completed,
+    balance_ink: wallet.grant_ink + wallet.payg_ink,
+    period_grant_remaining_ink: wallet.grant_ink,
+    payg_ink: wallet.payg_ink,
+    held_ink: wallet.held_grant_ink + wallet.held_payg_ink,
+    topups_completed: wallet.topups_completed,
   };
 }
 
-const holdOut = (h: ReconcileReport['settled']['items'][number]) => ({
-  request_id: h.requestId,
-  vendor_request_id: h.vendorRequestId,
-  hold_ink: h.holdInk,
-  charged_ink: h.chargedInk,
-  released_ink: h.releasedInk,
-  expired_ink: h.expiredInk,
+const holdOut = (hold: ReconcileReport['settled']['items'][number]) => ({
+  request_id: hold.requestId,
+  vendor_request_id: hold.vendorRequestId,
+  hold_ink: hold.holdInk,
+  charged_ink: hold.chargedInk,
+  released_ink: hold.releasedInk,
+  expired_ink: hold.expiredInk,
 });
 
 /** The report in the CLI's snake_case. */
-export function reconcileReportJson(r: ReconcileReport) {
+export function reconcileReportJson(report: ReconcileReport) {
   return {
-    records_read: r.recordsRead,
-    settled: { count: r.settled.count, items: r.settled.items.map(holdOut) },
-    released: { count: r.released.count, items: r.released.items.map(holdOut) },
-    unmatched: { count: r.unmatched.count, items: r.unmatched.items.map((u) => ({ vendor_request_id: u.vendorRequestId, reason: u.reason })) },
+    records_read: report.recordsRead,
+    settled: { count: report.settled.count, items: report.settled.items.map(holdOut) },
+    released: { count: report.released.count, items: report.released.items.map(holdOut) },
+    unmatched: { count: report.unmatched.count, items: report.unmatched.items.map((u) => ({ vendor_request_id: u.vendorRequestId, reason: u.reason })) },
     skipped: {
-      count: r.skipped.count,
-      items: r.skipped.items.map((s) => ({ vendor_request_id: s.vendorRequestId, request_id: s.requestId ?? null, reason: s.reason })),
+      count: report.skipped.count,
+      items: report.skipped.items.map((s) => ({ vendor_request_id: s.vendorRequestId, request_id: s.requestId ?? null, reason: s.reason })),
     },
     stale_open_holds: {
-      older_than: r.stale.olderThan,
-      count: r.stale.count,
-      truncated: r.stale.truncated,
-      items: r.stale.items.map((h) => ({
-        request_id: h.id,
-        account: h.account_id,
-        key: h.key_id,
-        product: h.product,
-        model: h.model,
-        status: h.status,
-        hold_ink: h.hold_ink,
-        vendor_request_id: h.vendor_request_id,
-        created_at: h.created_at,
+      older_than: report.stale.olderThan,
+      count: report.stale.count,
+      truncated: report.stale.truncated,
+      items: report.stale.items.map((hold) => ({
+        request_id: hold.id,
+        account: hold.account_id,
+        key: hold.key_id,
+        product: hold.product,
+        model: hold.model,
+        status: hold.status,
+        hold_ink: hold.hold_ink,
+        vendor_request_id: hold.vendor_request_id,
+        created_at: hold.created_at,
       })),
     },
   };
@@ -118,10 +121,10 @@ export const ledgerCommands: Record<string, AdminCommand> = {
   topup: {
     usage: 'topup --account A --usd X [--note T]',
     summary: 'credit pay-as-you-go Ink: X USD = X*100 Ink (whole cents); counts one completed top-up',
-    run: async (a, ctx) => {
-      const account = need(a, 'account');
-      const ink = usdToInk(need(a, 'usd'));
-      await ctx.ledger.topUp(account, ink, typeof a.flags.note === 'string' ? a.flags.note : 'admin top-up');
+    run: async (args, ctx) => {
+      const account = need(args, 'account');
+      const ink = usdToInk(need(args, 'usd'));
+      await ctx.ledger.topUp(account, ink, typeof args.flags.note === 'string' ? args.flags.note : 'admin top-up');
       const w = await ctx.ledger.walletView(account);
       return { credited_ink: ink, ...walletSummary(account, w!) };
     },
@@ -129,9 +132,9 @@ export const ledgerCommands: Record<string, AdminCommand> = {
   grant: {
     usage: 'grant --account A --ink N',
     summary: "add N Ink to the current period's grant (spent first; lapses at the next roll-over)",
-    run: async (a, ctx) => {
-      const account = need(a, 'account');
-      const ink = optionalWhole(a, 'ink', 1, 1_000_000_000);
+    run: async (args, ctx) => {
+      const account = need(args, 'account');
+      const ink = optionalWhole(args, 'ink', 1, 1_000_000_000);
       if (ink === undefined) throw new UsageError('--ink is required');
       await ctx.ledger.grant(account, ink);
       const w = await ctx.ledger.walletView(account);
@@ -141,8 +144,8 @@ export const ledgerCommands: Record<string, AdminCommand> = {
   'roll-period': {
     usage: 'roll-period --account A',
     summary: "start a new period: the unspent grant lapses, the plan's period grant is credited",
-    run: async (a, ctx) => {
-      const account = need(a, 'account');
+    run: async (args, ctx) => {
+      const account = need(args, 'account');
       const r = await ctx.ledger.rollPeriod(account);
       const w = await ctx.ledger.walletView(account);
       return { expired_ink: r.expiredInk, period_grant_ink: r.grantInk, ...walletSummary(account, w!) };
@@ -151,34 +154,34 @@ export const ledgerCommands: Record<string, AdminCommand> = {
   requests: {
     usage: 'requests --account A [--limit N]',
     summary: "list an account's requests, newest first: hold, split, charge, usage, status",
-    run: async (a, ctx) => {
-      const account = need(a, 'account');
-      const limit = optionalWhole(a, 'limit', 1, 1000) ?? 50;
-      return (await ctx.ledger.listRequests(account, { limit })).map((r) => ({
-        id: r.id,
-        created_at: r.created_at,
-        product: r.product,
-        model: r.model,
-        status: r.status,
-        hold_ink: r.hold_ink,
-        hold_grant_ink: r.hold_grant_ink,
-        hold_payg_ink: r.hold_payg_ink,
-        charged_ink: r.charged_ink,
-        expired_ink: r.expired_ink,
-        usage: r.usage,
-        key: r.key_id,
-        vendor_request_id: r.vendor_request_id,
-        reason: r.reason,
-        resolved_at: r.resolved_at,
+    run: async (args, ctx) => {
+      const account = need(args, 'account');
+      const limit = optionalWhole(args, 'limit', 1, 1000) ?? 50;
+      return (await ctx.ledger.listRequests(account, { limit })).map((request) => ({
+        id: request.id,
+        created_at: request.created_at,
+        product: request.product,
+        model: request.model,
+        status: request.status,
+        hold_ink: request.hold_ink,
+        hold_grant_ink: request.hold_grant_ink,
+        hold_payg_ink: request.hold_payg_ink,
+        charged_ink: request.charged_ink,
+        expired_ink: request.expired_ink,
+        usage: request.usage,
+        key: request.key_id,
+        vendor_request_id: request.vendor_request_id,
+        reason: request.reason,
+        resolved_at: request.resolved_at,
       }));
     },
   },
   reconcile: {
     usage: 'reconcile --file records.jsonl [--older-than-s S]',
     summary: 'settle or release open holds from vendor usage records (JSON lines); list holds older than S s (default 86400) with no record',
-    run: async (a, ctx) => {
-      const records = await readUsageFile(need(a, 'file'));
-      const olderThanS = optionalWhole(a, 'older-than-s', 0, 366 * 86400) ?? 86400;
+    run: async (args, ctx) => {
+      const records = await readUsageFile(need(args, 'file'));
+      const olderThanS = optionalWhole(args, 'older-than-s', 0, 366 * 86400) ?? 86400;
       const report = await ctx.ledger.reconcile(records, { olderThanMs: olderThanS * 1000, chargeFor: chargeForRecord(ctx.catalog()) });
       return reconcileReportJson(report);
     },
@@ -190,17 +193,17 @@ export const ledgerCommands: Record<string, AdminCommand> = {
       const violations = await checkLedger(ctx.pool);
       return { ok: violations.length === 0, rules: LEDGER_RULES.length, violations };
     },
-    failure: (r) => {
-      const v = (r as { violations: { rule: string; count: number }[] }).violations;
+    failure: (result) => {
+      const v = (result as { violations: { rule: string; count: number }[] }).violations;
       return v.length === 0 ? undefined : `ledger check: ${v.length} rule(s) broken: ${v.map((x) => `${x.rule} (${x.count})`).join('; ')}`;
     },
   },
   release: {
     usage: 'release --request R [--reason T]',
     summary: 'release an open hold in full (e.g. a stale hold the vendor confirms never ran); charges nothing',
-    run: async (a, ctx) => {
-      const id = need(a, 'request');
-      const reason = typeof a.flags.reason === 'string' ? a.flags.reason : 'released by operator';
+    run: async (args, ctx) => {
+      const id = need(args, 'request');
+      const reason = typeof args.flags.reason === 'string' ? args.flags.reason : 'released by operator';
       const r = await ctx.ledger.release(id, reason);
       if (!r.resolved) {
         const why = {

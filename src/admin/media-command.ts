@@ -13,18 +13,18 @@ export const mediaCommands: Readonly<Record<string, AdminCommand>> = {
     usage: 'media migrate --to S [--dry-run] [--remove-local]',
     summary:
       'copy live results from the data directory to the S3 bucket of media.s3 (--to s3), each copy verified (size, SHA-256); idempotent; --remove-local deletes each local file once its copy verified',
-    run: async (a, ctx) => {
-      if (a.flags.to !== 's3') throw new UsageError('--to must be s3 (results are copied from the data directory to the bucket)');
+    run: async (args, ctx) => {
+      if (args.flags.to !== 's3') throw new UsageError('--to must be s3 (results are copied from the data directory to the bucket)');
       if (ctx.config.media.s3.bucket === null)
         throw new AdminError('set INKGATE_S3_BUCKET (and INKGATE_S3_ENDPOINT / INKGATE_S3_REGION for a store other than AWS) first');
       const to = await s3MediaStore(ctx.config);
       try {
         await to.check?.(); // the bucket and the credentials, before any copy
         const report = await migrateMedia(ctx.pool, fsMediaStore(ctx.config), to, {
-          dryRun: a.flags['dry-run'] === true,
-          removeSource: a.flags['remove-local'] === true,
+          dryRun: args.flags['dry-run'] === true,
+          removeSource: args.flags['remove-local'] === true,
         });
-        return { ...report, dry_run: a.flags['dry-run'] === true };
+        return { ...report, dry_run: args.flags['dry-run'] === true };
       } finally {
         await to.close?.();
       }

@@ -29,19 +29,19 @@ export const vendorCommands: Readonly<Record<string, AdminCommand>> = {
   'vendor list': {
     usage: 'vendor list [--admin URL]',
     summary: "each vendor deployment: name, host, weight, key prefix, and its state on one instance (its /readyz; default this configuration's admin listener)",
-    run: async (a, ctx) => {
-      const admin = typeof a.flags.admin === 'string' ? a.flags.admin : selfBaseUrl(ctx.config.admin.host, ctx.config.admin.port);
+    run: async (args, ctx) => {
+      const admin = typeof args.flags.admin === 'string' ? args.flags.admin : selfBaseUrl(ctx.config.admin.host, ctx.config.admin.port);
       if (!/^https?:\/\//.test(admin)) throw new UsageError('--admin must be an http(s) URL of an instance admin listener');
       const states = await instanceStates(admin, ctx.note);
       return VENDORS.flatMap((vendor) =>
-        deploymentsOf(ctx.config.vendors, vendor).map((d) => {
-          const seen = states?.[vendor]?.find((s) => s.name === d.name);
+        deploymentsOf(ctx.config.vendors, vendor).map((deployment) => {
+          const seen = states?.[vendor]?.find((s) => s.name === deployment.name);
           return {
             vendor,
-            name: d.name,
-            host: new URL(d.baseUrl).host,
-            weight: d.weight,
-            key: keyPrefixOf(d.apiKey),
+            name: deployment.name,
+            host: new URL(deployment.baseUrl).host,
+            weight: deployment.weight,
+            key: keyPrefixOf(deployment.apiKey),
             state: seen ? seen.state : 'unknown',
             ...(seen && seen.state === 'cooling' ? { reopens_in_s: seen.reopens_in_s } : {}),
           };

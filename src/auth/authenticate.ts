@@ -49,11 +49,11 @@ function authInfo(row: AuthRow | undefined): AuthInfo {
   };
 }
 
-export async function authenticate(db: Queryable, authorization: string | undefined): Promise<AuthInfo> {
+export async function authenticate(database: Queryable, authorization: string | undefined): Promise<AuthInfo> {
   const hash = tokenHash(authorization);
   let row;
   try {
-    row = await findLiveKey(db, hash);
+    row = await findLiveKey(database, hash);
   } catch (e) {
     storeError(e);
   }
@@ -96,11 +96,11 @@ export class KeyAuthenticator {
   onUnknownRefused: (() => void) | undefined;
 
   constructor(
-    db: Queryable,
+    database: Queryable,
     private readonly cacheOpts: KeyCacheOptions = { keyCacheMs: 0, keyCacheEntries: 1 },
     opts: GroupCommitOptions = { maxItems: 128, maxInFlight: 2, maxQueued: 10_000 },
   ) {
-    this.batch = new GroupCommit('key lookup', (hashes) => lookup(db, hashes), opts);
+    this.batch = new GroupCommit('key lookup', (hashes) => lookup(database, hashes), opts);
     this.nowMs = cacheOpts.nowMs ?? (() => performance.now());
     this.unknown = new UnknownKeys({
       unknownKeyMs: cacheOpts.unknownKeyMs ?? 0,
@@ -190,8 +190,8 @@ export class KeyAuthenticator {
 }
 
 /** One read for a batch; the same key sent by many requests is looked up once. */
-async function lookup(db: Queryable, hashes: Buffer[]): Promise<Array<AuthRow | undefined>> {
-  if (hashes.length === 1) return [await findLiveKey(db, hashes[0]!)];
+async function lookup(database: Queryable, hashes: Buffer[]): Promise<Array<AuthRow | undefined>> {
+  if (hashes.length === 1) return [await findLiveKey(database, hashes[0]!)];
   const index = new Map<string, number>();
   const unique: Buffer[] = [];
   const slot = new Array<number>(hashes.length);
@@ -205,6 +205,6 @@ async function lookup(db: Queryable, hashes: Buffer[]): Promise<Array<AuthRow | 
     }
     slot[i] = j;
   }
-  const rows = await findLiveKeys(db, unique);
+  const rows = await findLiveKeys(database, unique);
   return slot.map((j) => rows[j]);
 }

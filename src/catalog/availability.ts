@@ -4,10 +4,10 @@ import type { Config } from '../config/config.js';
 import type { Lane, Snapshot } from '../deployment/state.js';
 import type { CatalogModel, VendorName } from './models.js';
 
-export function laneOf(m: CatalogModel): Lane {
-  if (m.type === 'video') return 'video';
-  if (m.type === 'image') return 'images';
-  return m.protocol === 'anthropic-messages' ? 'messages' : 'responses';
+export function laneOf(model: CatalogModel): Lane {
+  if (model.type === 'video') return 'video';
+  if (model.type === 'image') return 'images';
+  return model.protocol === 'anthropic-messages' ? 'messages' : 'responses';
 }
 
 export function vendorConfigured(cfg: Config, vendor: VendorName): boolean {
@@ -18,9 +18,9 @@ export function vendorConfigured(cfg: Config, vendor: VendorName): boolean {
 export type Unavailable = { reason: 'lane' | 'paused'; retryAfterS: number } | null;
 
 /** null when the model can be used now; otherwise why not, with the Retry-After to send. */
-export function unavailability(cfg: Config, snap: Snapshot, m: CatalogModel): Unavailable {
-  if (!snap.lanes[laneOf(m)] || !vendorConfigured(cfg, m.vendor)) return { reason: 'lane', retryAfterS: 300 };
-  const pausedFor = snap.paused.get(m.id);
+export function unavailability(cfg: Config, snap: Snapshot, model: CatalogModel): Unavailable {
+  if (!snap.lanes[laneOf(model)] || !vendorConfigured(cfg, model.vendor)) return { reason: 'lane', retryAfterS: 300 };
+  const pausedFor = snap.paused.get(model.id);
   if (pausedFor !== undefined) return { reason: 'paused', retryAfterS: pausedFor };
   return null;
 }

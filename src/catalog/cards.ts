@@ -103,63 +103,63 @@ export const IMAGE_PRICING_NOTE = 'One image per request at a fixed price per ou
 
 const inkUsd = (ink: number): InkUsd => ({ ink, usd_payg: inkToUsd(ink) });
 
-const ratesCard = (r: TextRates) => ({
-  input: inkUsd(r.input),
-  output: inkUsd(r.output),
-  cache_read: inkUsd(r.cacheRead),
-  cache_write: inkUsd(r.cacheWrite),
+const ratesCard = (rates: TextRates) => ({
+  input: inkUsd(rates.input),
+  output: inkUsd(rates.output),
+  cache_read: inkUsd(rates.cacheRead),
+  cache_write: inkUsd(rates.cacheWrite),
 });
 
 /** Everything on a card except `available`, built once. */
 type StaticCard = Omit<VideoCard, 'available'> | Omit<TextCard, 'available'> | Omit<ImageCard, 'available'>;
 
-function videoStatic(m: VideoModel, priceSet: VideoPriceSet): Omit<VideoCard, 'available'> {
+function videoStatic(model: VideoModel, priceSet: VideoPriceSet): Omit<VideoCard, 'available'> {
   const inkPerSecond: Partial<Record<VideoResolution, number>> = {};
   const usdPerSecond: Partial<Record<VideoResolution, number>> = {};
   const clip: Partial<Record<VideoResolution, number>> = {};
-  for (const res of m.resolutions) {
-    const display = videoDisplayInkPerSecond(m, res, priceSet);
+  for (const res of model.resolutions) {
+    const display = videoDisplayInkPerSecond(model, res, priceSet);
     inkPerSecond[res] = display;
     // The displayed Ink figure divided by 100, computed from integer tenths so it prints exactly.
     usdPerSecond[res] = Math.round(display * 10) / 1000;
-    clip[res] = videoClipInk(m, res, 5, priceSet);
+    clip[res] = videoClipInk(model, res, 5, priceSet);
   }
   // The cards' field order (docs/api/models.md): a ceiling, when the model has one, sits between aspect_ratios and duration_seconds.
   const constraints: VideoCard['constraints'] = {
-    resolutions: [...m.resolutions],
-    aspect_ratios: [...m.aspectRatios],
-    ...(m.resolutionCeilingByAspect !== null ? { resolution_ceiling_by_aspect: { ...(m.resolutionCeilingByAspect as Record<string, string>) } } : {}),
-    duration_seconds: { ...m.durationSeconds },
-    references: { ...m.references },
+    resolutions: [...model.resolutions],
+    aspect_ratios: [...model.aspectRatios],
+    ...(model.resolutionCeilingByAspect !== null ? { resolution_ceiling_by_aspect: { ...(model.resolutionCeilingByAspect as Record<string, string>) } } : {}),
+    duration_seconds: { ...model.durationSeconds },
+    references: { ...model.references },
   };
   return {
-    id: m.id,
+    id: model.id,
     object: 'model',
     type: 'video',
-    label: m.label,
-    endpoint: m.endpoint,
+    label: model.label,
+    endpoint: model.endpoint,
     pricing: { unit: 'second', ink_per_second: inkPerSecond, usd_payg_per_second: usdPerSecond, ink_per_5_second_clip: clip, note: VIDEO_PRICING_NOTE },
     constraints,
   };
 }
 
-function textStatic(m: TextModel): Omit<TextCard, 'available'> {
+function textStatic(model: TextModel): Omit<TextCard, 'available'> {
   const pricing: TextCard['pricing'] = {
     unit: '1M tokens',
-    ...ratesCard(m.rates),
-    note: m.protocol === 'openai-responses' ? RESPONSES_PRICING_NOTE : MESSAGES_PRICING_NOTE,
+    ...ratesCard(model.rates),
+    note: model.protocol === 'openai-responses' ? RESPONSES_PRICING_NOTE : MESSAGES_PRICING_NOTE,
   };
-  if (m.longContext !== null) pricing.long_context = { above_input_tokens: m.longContext.aboveInputTokens, ...ratesCard(m.longContext.rates) };
-  const c = m.constraints;
+  if (model.longContext !== null) pricing.long_context = { above_input_tokens: model.longContext.aboveInputTokens, ...ratesCard(model.longContext.rates) };
+  const c = model.constraints;
   return {
-    id: m.id,
+    id: model.id,
     object: 'model',
     type: 'text',
-    aliases: [...m.aliases],
-    label: m.label,
-    vendor_label: m.vendorLabel,
-    endpoint: m.endpoint,
-    protocol: m.protocol,
+    aliases: [...model.aliases],
+    label: model.label,
+    vendor_label: model.vendorLabel,
+    endpoint: model.endpoint,
+    protocol: model.protocol,
     pricing,
     constraints: {
       max_input_tokens: c.maxInputTokens,
@@ -171,49 +171,49 @@ function textStatic(m: TextModel): Omit<TextCard, 'available'> {
   };
 }
 
-function imageStatic(m: ImageModel): Omit<ImageCard, 'available'> {
+function imageStatic(model: ImageModel): Omit<ImageCard, 'available'> {
   const ink: Record<string, number> = {};
   const usd: Record<string, number> = {};
-  for (const size of m.sizes) {
-    ink[size] = imageInk(size, m);
+  for (const size of model.sizes) {
+    ink[size] = imageInk(size, model);
     usd[size] = inkToUsd(ink[size]);
   }
   return {
-    id: m.id,
+    id: model.id,
     object: 'model',
     type: 'image',
-    aliases: [...m.aliases],
-    label: m.label,
-    endpoint: m.endpoint,
+    aliases: [...model.aliases],
+    label: model.label,
+    endpoint: model.endpoint,
     pricing: { unit: 'image', ink_per_image: ink, usd_payg_per_image: usd, note: IMAGE_PRICING_NOTE },
     constraints: {
-      sizes: [...m.sizes],
-      default_size: m.defaultSize,
-      aspect_ratios: [...m.aspectRatios],
-      default_aspect_ratio: m.defaultAspectRatio,
-      max_reference_images: m.maxReferenceImages,
+      sizes: [...model.sizes],
+      default_size: model.defaultSize,
+      aspect_ratios: [...model.aspectRatios],
+      default_aspect_ratio: model.defaultAspectRatio,
+      max_reference_images: model.maxReferenceImages,
       images_per_request: 1,
     },
   };
 }
 
-function staticCard(m: CatalogModel, priceSet: VideoPriceSet): StaticCard {
-  switch (m.type) {
+function staticCard(model: CatalogModel, priceSet: VideoPriceSet): StaticCard {
+  switch (model.type) {
     case 'video':
-      return videoStatic(m, priceSet);
+      return videoStatic(model, priceSet);
     case 'text':
-      return textStatic(m);
+      return textStatic(model);
     case 'image':
-      return imageStatic(m);
+      return imageStatic(model);
   }
 }
 
-function deepFreeze<T>(o: T): T {
-  if (typeof o === 'object' && o !== null && !Object.isFrozen(o)) {
-    Object.freeze(o);
-    for (const v of Object.values(o)) deepFreeze(v);
+function deepFreeze<T>(value: T): T {
+  if (typeof value === 'object' && value !== null && !Object.isFrozen(value)) {
+    Object.freeze(value);
+    for (const v of Object.values(value)) deepFreeze(v);
   }
-  return o;
+  return value;
 }
 
 /** Places `available` where docs/api/models.md's tables put it (after endpoint / protocol), on a fresh object. */

@@ -137,27 +137,27 @@ export interface Catalog {
  * Parses an exact decimal string ("10.225") into integer micro-units without floats.
  * The schema has already bounded it to six integer and six fractional digits.
  */
-export function decimalToMicro(s: string): number {
-  const dot = s.indexOf('.');
-  const whole = dot === -1 ? s : s.slice(0, dot);
-  const frac = dot === -1 ? '' : s.slice(dot + 1);
-  if (!/^[0-9]{1,6}$/.test(whole) || !/^[0-9]{0,6}$/.test(frac)) throw new RangeError(`not an exact decimal with at most 6 places: ${JSON.stringify(s)}`);
+export function decimalToMicro(decimal: string): number {
+  const dot = decimal.indexOf('.');
+  const whole = dot === -1 ? decimal : decimal.slice(0, dot);
+  const frac = dot === -1 ? '' : decimal.slice(dot + 1);
+  if (!/^[0-9]{1,6}$/.test(whole) || !/^[0-9]{0,6}$/.test(frac)) throw new RangeError(`not an exact decimal with at most 6 places: ${JSON.stringify(decimal)}`);
   return Number(whole) * MICRO + Number(frac.padEnd(6, '0'));
 }
 
-function deepFreeze<T>(o: T): T {
-  if (typeof o === 'object' && o !== null && !Object.isFrozen(o)) {
-    Object.freeze(o);
-    for (const v of Object.values(o)) deepFreeze(v);
+function deepFreeze<T>(value: T): T {
+  if (typeof value === 'object' && value !== null && !Object.isFrozen(value)) {
+    Object.freeze(value);
+    for (const v of Object.values(value)) deepFreeze(v);
   }
-  return o;
+  return value;
 }
 
-const textRates = (r: Static<typeof TextRatesEntry>): TextRates => ({
-  input: r.input,
-  output: r.output,
-  cacheRead: r.cache_read,
-  cacheWrite: r.cache_write,
+const textRates = (rates: Static<typeof TextRatesEntry>): TextRates => ({
+  input: rates.input,
+  output: rates.output,
+  cacheRead: rates.cache_read,
+  cacheWrite: rates.cache_write,
 });
 
 const PROTOCOL_ENDPOINT: Record<TextProtocol, string> = {
@@ -187,7 +187,7 @@ export function parseCatalog(raw: unknown, source = 'models.json'): Catalog {
 }
 
 /** The fields every product's entry maps the same way (a video entry has no aliases). */
-function entryHead<V extends string, P extends string>(e: {
+function entryHead<V extends string, P extends string>(entry: {
   id: string;
   aliases?: readonly string[];
   label: string;
@@ -196,86 +196,95 @@ function entryHead<V extends string, P extends string>(e: {
   vendor_model: string;
   endpoint: P;
 }) {
-  return { id: e.id, aliases: [...(e.aliases ?? [])], label: e.label, listed: e.listed, vendor: e.vendor, vendorModel: e.vendor_model, endpoint: e.endpoint };
+  return {
+    id: entry.id,
+    aliases: [...(entry.aliases ?? [])],
+    label: entry.label,
+    listed: entry.listed,
+    vendor: entry.vendor,
+    vendorModel: entry.vendor_model,
+    endpoint: entry.endpoint,
+  };
 }
 
 /** A video entry of the file as a model; what is wrong with it is pushed onto `problems`. */
-function videoModel(v: ModelsFile['video'][number], at: string, problems: string[]): VideoModel {
+function videoModel(entry: ModelsFile['video'][number], location: string, problems: string[]): VideoModel {
   const microInkPerSecond = {} as Record<VideoPriceSet, Partial<Record<VideoResolution, number>>>;
   for (const set of VIDEO_PRICE_SETS) {
-    const table = v.ink_per_second[set];
+    const table = entry.ink_per_second[set];
     const out: Partial<Record<VideoResolution, number>> = {};
     for (const res of VIDEO_RESOLUTIONS) {
       const dec = table[res];
-      const offered = v.resolutions.includes(res);
-      if (offered && dec === undefined) problems.push(`${at} ink_per_second.${set} lacks offered resolution ${res}`);
-      if (!offered && dec !== undefined) problems.push(`${at} ink_per_second.${set} prices ${res}, which is not offered`);
+      const offered = entry.resolutions.includes(res);
+      if (offered && dec === undefined) problems.push(`${location} ink_per_second.${set} lacks offered resolution ${res}`);
+      if (!offered && dec !== undefined) problems.push(`${location} ink_per_second.${set} prices ${res}, which is not offered`);
       if (offered && dec !== undefined) {
         const micro = decimalToMicro(dec);
-        if (micro <= 0) problems.push(`${at} ink_per_second.${set}.${res} must be above 0`);
+        if (micro <= 0) problems.push(`${location} ink_per_second.${set}.${res} must be above 0`);
         out[res] = micro;
       }
     }
     microInkPerSecond[set] = out;
   }
-  const ceiling = v.resolution_ceiling_by_aspect;
+  const ceiling = entry.resolution_ceiling_by_aspect;
   if (ceiling) {
     for (const [aspect, res] of Object.entries(ceiling)) {
-      if (!v.aspect_ratios.includes(aspect as VideoAspectRatio)) problems.push(`${at} ceiling names aspect ${aspect}, which is not offered`);
-      if (res !== undefined && !v.resolutions.includes(res)) problems.push(`${at} ceiling for ${aspect} is ${res}, which is not offered`);
+      if (!entry.aspect_ratios.includes(aspect as VideoAspectRatio)) problems.push(`${location} ceiling names aspect ${aspect}, which is not offered`);
+      if (res !== undefined && !entry.resolutions.includes(res)) problems.push(`${location} ceiling for ${aspect} is ${res}, which is not offered`);
     }
   }
-  if (v.duration_seconds.min < 1 || v.duration_seconds.min > v.duration_seconds.max) problems.push(`${at} duration_seconds needs 1 <= min <= max`);
-  const refs = v.references;
-  if (refs.images > refs.total || refs.videos > refs.total || refs.audio > refs.total) problems.push(`${at} a per-kind reference cap is above the total`);
+  if (entry.duration_seconds.min < 1 || entry.duration_seconds.min > entry.duration_seconds.max)
+    problems.push(`${location} duration_seconds needs 1 <= min <= max`);
+  const refs = entry.references;
+  if (refs.images > refs.total || refs.videos > refs.total || refs.audio > refs.total) problems.push(`${location} a per-kind reference cap is above the total`);
   return {
     type: 'video',
-    ...entryHead(v),
-    resolutions: VIDEO_RESOLUTIONS.filter((r) => v.resolutions.includes(r)),
-    aspectRatios: [...v.aspect_ratios],
+    ...entryHead(entry),
+    resolutions: VIDEO_RESOLUTIONS.filter((r) => entry.resolutions.includes(r)),
+    aspectRatios: [...entry.aspect_ratios],
     resolutionCeilingByAspect: ceiling && Object.keys(ceiling).length > 0 ? { ...ceiling } : null,
-    durationSeconds: { ...v.duration_seconds },
+    durationSeconds: { ...entry.duration_seconds },
     references: { ...refs },
-    audioNeedsVisualReference: v.audio_needs_visual_reference,
+    audioNeedsVisualReference: entry.audio_needs_visual_reference,
     microInkPerSecond,
   };
 }
 
 /** A text entry of the file as a model; what is wrong with it is pushed onto `problems`. */
-function textModel(t: ModelsFile['text'][number], at: string, problems: string[]): TextModel {
-  if (PROTOCOL_ENDPOINT[t.protocol] !== t.endpoint)
-    problems.push(`${at} protocol ${t.protocol} is served on ${PROTOCOL_ENDPOINT[t.protocol]}, not ${t.endpoint}`);
-  const rates = textRates(t.ink_per_million_tokens);
+function textModel(entry: ModelsFile['text'][number], location: string, problems: string[]): TextModel {
+  if (PROTOCOL_ENDPOINT[entry.protocol] !== entry.endpoint)
+    problems.push(`${location} protocol ${entry.protocol} is served on ${PROTOCOL_ENDPOINT[entry.protocol]}, not ${entry.endpoint}`);
+  const rates = textRates(entry.ink_per_million_tokens);
   // Holds count the whole prompt at the cache-write rate; that covers any split of the prompt
   // into input / cache read / cache write only if cache write is the dearest prompt bucket.
-  const checkHoldable = (r: TextRates, where: string) => {
-    if (r.cacheWrite < r.input || r.cacheWrite < r.cacheRead)
-      problems.push(`${at} ${where}: cache_write must be the highest prompt rate (holds count the prompt as cache writes)`);
+  const checkHoldable = (tierRates: TextRates, where: string) => {
+    if (tierRates.cacheWrite < tierRates.input || tierRates.cacheWrite < tierRates.cacheRead)
+      problems.push(`${location} ${where}: cache_write must be the highest prompt rate (holds count the prompt as cache writes)`);
   };
   checkHoldable(rates, 'ink_per_million_tokens');
   let longContext: TextModel['longContext'] = null;
-  if (t.long_context) {
-    const lr = textRates(t.long_context.ink_per_million_tokens);
+  if (entry.long_context) {
+    const lr = textRates(entry.long_context.ink_per_million_tokens);
     checkHoldable(lr, 'long_context');
     if (lr.input < rates.input || lr.output < rates.output || lr.cacheRead < rates.cacheRead || lr.cacheWrite < rates.cacheWrite) {
-      problems.push(`${at} long_context rates must not be below the base rates (a hold priced at the lower tier must cover the charge)`);
+      problems.push(`${location} long_context rates must not be below the base rates (a hold priced at the lower tier must cover the charge)`);
     }
-    if (t.long_context.above_input_tokens >= t.constraints.max_input_tokens)
-      problems.push(`${at} long_context.above_input_tokens must be below max_input_tokens`);
-    longContext = { aboveInputTokens: t.long_context.above_input_tokens, rates: lr };
+    if (entry.long_context.above_input_tokens >= entry.constraints.max_input_tokens)
+      problems.push(`${location} long_context.above_input_tokens must be below max_input_tokens`);
+    longContext = { aboveInputTokens: entry.long_context.above_input_tokens, rates: lr };
   }
-  const c = t.constraints;
+  const c = entry.constraints;
   if (c.default_max_output_tokens !== null && c.default_max_output_tokens > c.max_output_tokens)
-    problems.push(`${at} default_max_output_tokens above max_output_tokens`);
-  if (t.hold_output_floor_tokens > c.max_output_tokens) problems.push(`${at} hold_output_floor_tokens above max_output_tokens`);
+    problems.push(`${location} default_max_output_tokens above max_output_tokens`);
+  if (entry.hold_output_floor_tokens > c.max_output_tokens) problems.push(`${location} hold_output_floor_tokens above max_output_tokens`);
   return {
     type: 'text',
-    ...entryHead(t),
-    vendorLabel: t.vendor_label,
-    protocol: t.protocol,
+    ...entryHead(entry),
+    vendorLabel: entry.vendor_label,
+    protocol: entry.protocol,
     rates,
     longContext,
-    holdOutputFloorTokens: t.hold_output_floor_tokens,
+    holdOutputFloorTokens: entry.hold_output_floor_tokens,
     constraints: {
       maxInputTokens: c.max_input_tokens,
       defaultMaxOutputTokens: c.default_max_output_tokens,
@@ -287,25 +296,25 @@ function textModel(t: ModelsFile['text'][number], at: string, problems: string[]
 }
 
 /** An image entry of the file as a model; what is wrong with it is pushed onto `problems`. */
-function imageModel(m: ModelsFile['image'][number], at: string, problems: string[]): ImageModel {
+function imageModel(entry: ModelsFile['image'][number], location: string, problems: string[]): ImageModel {
   const inkPerImage: Partial<Record<ImageSize, number>> = {};
   for (const size of IMAGE_SIZES) {
-    const ink = m.ink_per_image[size];
-    const offered = m.sizes.includes(size);
-    if (offered && ink === undefined) problems.push(`${at} ink_per_image lacks offered size ${size}`);
-    if (!offered && ink !== undefined) problems.push(`${at} ink_per_image prices ${size}, which is not offered`);
+    const ink = entry.ink_per_image[size];
+    const offered = entry.sizes.includes(size);
+    if (offered && ink === undefined) problems.push(`${location} ink_per_image lacks offered size ${size}`);
+    if (!offered && ink !== undefined) problems.push(`${location} ink_per_image prices ${size}, which is not offered`);
     if (offered && ink !== undefined) inkPerImage[size] = ink;
   }
-  if (!m.sizes.includes(m.default_size)) problems.push(`${at} default_size is not offered`);
-  if (!m.aspect_ratios.includes(m.default_aspect_ratio)) problems.push(`${at} default_aspect_ratio is not offered`);
+  if (!entry.sizes.includes(entry.default_size)) problems.push(`${location} default_size is not offered`);
+  if (!entry.aspect_ratios.includes(entry.default_aspect_ratio)) problems.push(`${location} default_aspect_ratio is not offered`);
   return {
     type: 'image',
-    ...entryHead(m),
-    sizes: IMAGE_SIZES.filter((s) => m.sizes.includes(s)),
-    defaultSize: m.default_size,
-    aspectRatios: [...m.aspect_ratios],
-    defaultAspectRatio: m.default_aspect_ratio,
-    maxReferenceImages: m.max_reference_images,
+    ...entryHead(entry),
+    sizes: IMAGE_SIZES.filter((s) => entry.sizes.includes(s)),
+    defaultSize: entry.default_size,
+    aspectRatios: [...entry.aspect_ratios],
+    defaultAspectRatio: entry.default_aspect_ratio,
+    maxReferenceImages: entry.max_reference_images,
     inkPerImage,
   };
 }

@@ -36,11 +36,11 @@ export interface TextUsage {
   readonly cacheWriteTokens: number;
 }
 
-function tokens(name: string, n: number): number {
-  if (!Number.isSafeInteger(n) || n < 0 || n > MAX_TOKENS_PER_BUCKET) {
-    throw new RangeError(`pricing: ${name} must be an integer from 0 to ${MAX_TOKENS_PER_BUCKET}, got ${n}`);
+function tokens(name: string, count: number): number {
+  if (!Number.isSafeInteger(count) || count < 0 || count > MAX_TOKENS_PER_BUCKET) {
+    throw new RangeError(`pricing: ${name} must be an integer from 0 to ${MAX_TOKENS_PER_BUCKET}, got ${count}`);
   }
-  return n;
+  return count;
 }
 
 /** Whole Ink for a non-negative integer micro-Ink amount, rounded up. Integer-only: exact. */
@@ -84,11 +84,11 @@ export function promptTokensOf(usage: TextUsage): number {
  * breakdown (then every input token bills at the input rate). Throws RangeError when the parts
  * exceed the total: an inconsistent receipt is not a usable one.
  */
-export function textUsageFromResponses(u: { inputTokens: number; cachedTokens: number; cacheWriteTokens: number; outputTokens: number }): TextUsage {
-  const uncached = tokens('inputTokens', u.inputTokens) - tokens('cachedTokens', u.cachedTokens) - tokens('cacheWriteTokens', u.cacheWriteTokens);
+export function textUsageFromResponses(usage: { inputTokens: number; cachedTokens: number; cacheWriteTokens: number; outputTokens: number }): TextUsage {
+  const uncached = tokens('inputTokens', usage.inputTokens) - tokens('cachedTokens', usage.cachedTokens) - tokens('cacheWriteTokens', usage.cacheWriteTokens);
   if (uncached < 0)
-    throw new RangeError(`pricing: cached (${u.cachedTokens}) + cache-write (${u.cacheWriteTokens}) tokens exceed input_tokens (${u.inputTokens})`);
-  return { inputTokens: uncached, outputTokens: u.outputTokens, cacheReadTokens: u.cachedTokens, cacheWriteTokens: u.cacheWriteTokens };
+    throw new RangeError(`pricing: cached (${usage.cachedTokens}) + cache-write (${usage.cacheWriteTokens}) tokens exceed input_tokens (${usage.inputTokens})`);
+  return { inputTokens: uncached, outputTokens: usage.outputTokens, cacheReadTokens: usage.cachedTokens, cacheWriteTokens: usage.cacheWriteTokens };
 }
 
 /** The rates that apply to a prompt of `promptTokens`: the long-context tier strictly above its threshold. */
@@ -159,10 +159,10 @@ export function videoMicroInkPerSecond(model: VideoModel | string, resolution: V
   return rate;
 }
 
-function seconds(name: string, s: number): number {
-  if (!Number.isSafeInteger(s) || s < 0 || s > MAX_VIDEO_SECONDS)
-    throw new RangeError(`pricing: ${name} must be whole seconds from 0 to ${MAX_VIDEO_SECONDS}, got ${s}`);
-  return s;
+function seconds(name: string, count: number): number {
+  if (!Number.isSafeInteger(count) || count < 0 || count > MAX_VIDEO_SECONDS)
+    throw new RangeError(`pricing: ${name} must be whole seconds from 0 to ${MAX_VIDEO_SECONDS}, got ${count}`);
+  return count;
 }
 
 /** Whole Ink for a clip: seconds x the precise rate, rounded up once per clip (never per second). */

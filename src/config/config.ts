@@ -30,8 +30,8 @@ const validator = Compile(ConfigSchema);
 
 export type DeepPartial<T> = { [K in keyof T]?: T[K] extends object ? (T[K] extends unknown[] ? T[K] : DeepPartial<T[K]>) : T[K] };
 
-function isPlainObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
+function isPlainObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
 function merge(base: Record<string, unknown>, over: Record<string, unknown>): Record<string, unknown> {
@@ -43,26 +43,26 @@ function merge(base: Record<string, unknown>, over: Record<string, unknown>): Re
   return out;
 }
 
-function deepFreeze<T>(o: T): T {
-  if (isPlainObject(o)) {
-    for (const v of Object.values(o)) deepFreeze(v);
-    Object.freeze(o);
+function deepFreeze<T>(value: T): T {
+  if (isPlainObject(value)) {
+    for (const v of Object.values(value)) deepFreeze(v);
+    Object.freeze(value);
   }
-  return o;
+  return value;
 }
 
-const int = (name: string, v: string | undefined): number | undefined => {
-  if (v === undefined || v === '') return undefined;
-  const n = Number(v);
-  if (!Number.isInteger(n)) throw new Error(`config: ${name} must be an integer, got ${JSON.stringify(v)}`);
+const int = (name: string, value: string | undefined): number | undefined => {
+  if (value === undefined || value === '') return undefined;
+  const n = Number(value);
+  if (!Number.isInteger(n)) throw new Error(`config: ${name} must be an integer, got ${JSON.stringify(value)}`);
   return n;
 };
 const str = (v: string | undefined): string | undefined => (v === undefined || v === '' ? undefined : v);
 const list = (v: string | undefined): string[] | undefined => (v === undefined || v.trim() === '' ? undefined : splitList(v));
-const num = (name: string, v: string | undefined): number | undefined => {
-  if (v === undefined || v.trim() === '') return undefined;
-  const n = Number(v);
-  if (!Number.isFinite(n)) throw new Error(`config: ${name} must be a number, got ${JSON.stringify(v)}`);
+const num = (name: string, value: string | undefined): number | undefined => {
+  if (value === undefined || value.trim() === '') return undefined;
+  const n = Number(value);
+  if (!Number.isFinite(n)) throw new Error(`config: ${name} must be a number, got ${JSON.stringify(value)}`);
   return n;
 };
 /**
@@ -80,9 +80,9 @@ const bool = (v: string | undefined): boolean | undefined => (v === undefined ||
 /** The environment's part of the configuration (these names are part of the interface: docs/configuration.md). */
 function fromEnv(env: Env): Record<string, unknown> {
   // A base URL in the environment replaces the file's deployments (the environment wins).
-  const vendor = (p: string) => {
-    const baseUrl = str(env[`INKGATE_${p}_BASE_URL`]);
-    return { baseUrl, apiKey: str(env[`INKGATE_${p}_API_KEY`]), deployments: baseUrl === undefined ? undefined : [] };
+  const vendor = (vendorName: string) => {
+    const baseUrl = str(env[`INKGATE_${vendorName}_BASE_URL`]);
+    return { baseUrl, apiKey: str(env[`INKGATE_${vendorName}_API_KEY`]), deployments: baseUrl === undefined ? undefined : [] };
   };
   return {
     server: {

@@ -55,8 +55,8 @@ export function vendorBaseUrl(vendor: VendorId, raw: string): string {
 const envName = (vendor: VendorId, what: 'BASE_URL' | 'API_KEY'): string => `INKGATE_${vendor.toUpperCase()}_${what}`;
 
 /** The items of a comma-separated setting, trimmed, empty ones left out. */
-export const splitList = (v: string): string[] =>
-  v
+export const splitList = (setting: string): string[] =>
+  setting
     .split(',')
     .map((x) => x.trim())
     .filter((x) => x !== '');
@@ -73,11 +73,11 @@ function fromLists(vendor: VendorId, baseUrl: string, apiKey: string | null): Ve
     );
   }
   const seen = new Map<string, number>();
-  return urls.map((url, i) => {
+  return urls.map((url, index) => {
     const host = new URL(url).host;
     const n = (seen.get(host) ?? 0) + 1;
     seen.set(host, n);
-    return { name: n === 1 ? host : `${host}-${n}`, baseUrl: url, apiKey: keys.length === 1 ? keys[0]! : keys[i]!, weight: 1, maxConcurrent: null };
+    return { name: n === 1 ? host : `${host}-${n}`, baseUrl: url, apiKey: keys.length === 1 ? keys[0]! : keys[index]!, weight: 1, maxConcurrent: null };
   });
 }
 
@@ -85,36 +85,42 @@ function fromLists(vendor: VendorId, baseUrl: string, apiKey: string | null): Ve
  * Resolves one vendor's entry in place: `deployments` filled (or checked), `baseUrl`/`apiKey` the
  * first deployment's. Throws a start-up error naming the setting (or variable) at fault.
  */
-export function resolveVendorDeployments(vendor: VendorId, v: VendorEntry): void {
+export function resolveVendorDeployments(vendor: VendorId, entry: VendorEntry): void {
   let list: VendorDeployment[];
-  if (v.deployments.length > 0) {
+  if (entry.deployments.length > 0) {
     // A configuration already resolved (baseUrl and apiKey are its first deployment's) reloads as it is.
-    const first = v.deployments[0]!;
-    const resolved = v.baseUrl === vendorBaseUrl(vendor, first.baseUrl) && v.apiKey === first.apiKey;
-    if (!resolved && (v.baseUrl !== null || v.apiKey !== null)) {
+    const first = entry.deployments[0]!;
+    const resolved = entry.baseUrl === vendorBaseUrl(vendor, first.baseUrl) && entry.apiKey === first.apiKey;
+    if (!resolved && (entry.baseUrl !== null || entry.apiKey !== null)) {
       throw new Error(
         `config: vendors.${vendor} sets both deployments and baseUrl/apiKey (${envName(vendor, 'BASE_URL')}, ${envName(vendor, 'API_KEY')}); write one form`,
       );
     }
     const names = new Set<string>();
-    list = v.deployments.map((d) => {
-      if (names.has(d.name)) throw new Error(`config: vendors.${vendor}.deployments names ${JSON.stringify(d.name)} twice`);
-      names.add(d.name);
-      return { name: d.name, baseUrl: vendorBaseUrl(vendor, d.baseUrl), apiKey: d.apiKey, weight: d.weight ?? 1, maxConcurrent: d.maxConcurrent ?? null };
+    list = entry.deployments.map((deployment) => {
+      if (names.has(deployment.name)) throw new Error(`config: vendors.${vendor}.deployments names ${JSON.stringify(deployment.name)} twice`);
+      names.add(deployment.name);
+      return {
+        name: deployment.name,
+        baseUrl: vendorBaseUrl(vendor, deployment.baseUrl),
+        apiKey: deployment.apiKey,
+        weight: deployment.weight ?? 1,
+        maxConcurrent: deployment.maxConcurrent ?? null,
+      };
     });
-  } else if (v.baseUrl !== null) {
-    list = fromLists(vendor, v.baseUrl, v.apiKey);
+  } else if (entry.baseUrl !== null) {
+    list = fromLists(vendor, entry.baseUrl, entry.apiKey);
     // A list without a key leaves the vendor unconfigured, as a single URL without one always did.
     if (list.length === 0) {
-      v.baseUrl = vendorBaseUrl(vendor, splitList(v.baseUrl)[0]!);
+      entry.baseUrl = vendorBaseUrl(vendor, splitList(entry.baseUrl)[0]!);
       return;
     }
   } else {
     return;
   }
-  v.deployments = list;
-  v.baseUrl = list[0]!.baseUrl;
-  v.apiKey = list[0]!.apiKey;
+  entry.deployments = list;
+  entry.baseUrl = list[0]!.baseUrl;
+  entry.apiKey = list[0]!.apiKey;
 }
 
 /** A vendor's deployments after loading (empty: not configured). */

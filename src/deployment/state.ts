@@ -21,8 +21,8 @@ export const CLOSED: Snapshot = Object.freeze({
   paused: new Map(),
 });
 
-export async function readSnapshot(db: Queryable): Promise<Snapshot> {
-  const r = await db.query<{ api_open: boolean; lanes: Record<string, boolean> | null; paused: Record<string, number> | null }>(
+export async function readSnapshot(database: Queryable): Promise<Snapshot> {
+  const r = await database.query<{ api_open: boolean; lanes: Record<string, boolean> | null; paused: Record<string, number> | null }>(
     `SELECT d.api_open,
             (SELECT jsonb_object_agg(lane, enabled) FROM lanes) AS lanes,
             (SELECT jsonb_object_agg(model_id, retry_after_s) FROM model_pauses) AS paused
@@ -44,7 +44,7 @@ export class DeploymentState {
   private loaded = false;
 
   constructor(
-    private readonly db: Queryable,
+    private readonly database: Queryable,
     private readonly refreshMs = 1000,
   ) {}
 
@@ -55,7 +55,7 @@ export class DeploymentState {
   /** Re-reads the switches now. On a store outage the last snapshot stays (fail static, not open). */
   async refresh(): Promise<Snapshot> {
     try {
-      this.snap = await readSnapshot(this.db);
+      this.snap = await readSnapshot(this.database);
       this.loaded = true;
     } catch (e) {
       if (!this.loaded) throw e;
@@ -79,22 +79,22 @@ export class DeploymentState {
 /** Tells every instance to re-read the switches (ledger/recalls.ts: the bus every instance listens on). */
 const SWITCH_NOTIFY = SWITCH_NOTIFY_SQL;
 
-export async function setApiOpen(db: Queryable, open: boolean): Promise<void> {
-  await db.query(
+export async function setApiOpen(database: Queryable, open: boolean): Promise<void> {
+  await database.query(
     `WITH changed AS (UPDATE deployment SET api_open = $1, updated_at = now() RETURNING 1) SELECT ${SWITCH_NOTIFY} FROM (SELECT count(*) FROM changed) c`,
     [open],
   );
 }
 
-export async function setLane(db: Queryable, lane: Lane, enabled: boolean): Promise<void> {
-  await db.query(
+export async function setLane(database: Queryable, lane: Lane, enabled: boolean): Promise<void> {
+  await database.query(
     `WITH changed AS (UPDATE lanes SET enabled = $2, updated_at = now() WHERE lane = $1 RETURNING 1) SELECT ${SWITCH_NOTIFY} FROM (SELECT count(*) FROM changed) c`,
     [lane, enabled],
   );
 }
 
-export async function pauseModel(db: Queryable, modelId: string, retryAfterS: number): Promise<void> {
-  await db.query(
+export async function pauseModel(database: Queryable, modelId: string, retryAfterS: number): Promise<void> {
+  await database.query(
     `WITH changed AS (
        INSERT INTO model_pauses (model_id, retry_after_s) VALUES ($1, $2)
        ON CONFLICT (model_id) DO UPDATE SET retry_after_s = excluded.retry_after_s, paused_at = now() RETURNING 1)
@@ -103,8 +103,9 @@ export async function pauseModel(db: Queryable, modelId: string, retryAfterS: nu
   );
 }
 
-export async function resumeModel(db: Queryable, modelId: string): Promise<void> {
-  await db.query(`WITH changed AS (DELETE FROM model_pauses WHERE model_id = $1 RETURNING 1) SELECT ${SWITCH_NOTIFY} FROM (SELECT count(*) FROM changed) c`, [
-    modelId,
-  ]);
+export async function resumeModel(database: Queryable, modelId: string): Promise<void> {
+  await database.query(
+    `WITH changed AS (DELETE FROM model_pauses WHERE model_id = $1 RETURNING 1) SELECT ${SWITCH_NOTIFY} FROM (SELECT count(*) FROM changed) c`,
+    [modelId],
+  );
 }

@@ -21,10 +21,10 @@ export interface TextRouteDeps {
   readonly openai: TextPool | undefined;
 }
 
-export function textRoutes(services: Services, d: TextRouteDeps): Route[] {
+export function textRoutes(services: Services, deps: TextRouteDeps): Route[] {
   const { config } = services;
   const bodyBytes = config.limits.textBodyBytes;
-  const messages = messagesLane(config, d.catalog);
+  const messages = messagesLane(config, deps.catalog);
   return [
     {
       method: 'POST',
@@ -33,7 +33,7 @@ export function textRoutes(services: Services, d: TextRouteDeps): Route[] {
       keyRecheckedByReserve: true,
       requestIdHeader: 'request-id',
       bodyBytes,
-      handler: createTextHandler(messages, { services, billing: d.billing, upstream: d.anthropic }),
+      handler: createTextHandler(messages, { services, billing: deps.billing, upstream: deps.anthropic }),
     },
     {
       // Not billed, so no reserve re-checks the key: it is looked up on every call.
@@ -47,7 +47,7 @@ export function textRoutes(services: Services, d: TextRouteDeps): Route[] {
         perMinute: config.limits.countTokensPerMinute,
         message: `More than ${config.limits.countTokensPerMinute} token counts per minute on this key (the count_tokens limit, apart from the key's other requests).`,
       },
-      handler: createCountTokensHandler({ services, lane: messages, upstream: d.anthropic }),
+      handler: createCountTokensHandler({ services, lane: messages, upstream: deps.anthropic }),
     },
     {
       method: 'POST',
@@ -55,7 +55,7 @@ export function textRoutes(services: Services, d: TextRouteDeps): Route[] {
       access: 'key',
       keyRecheckedByReserve: true,
       bodyBytes,
-      handler: createTextHandler(responsesLane(config, d.catalog), { services, billing: d.billing, upstream: d.openai }),
+      handler: createTextHandler(responsesLane(config, deps.catalog), { services, billing: deps.billing, upstream: deps.openai }),
     },
   ];
 }

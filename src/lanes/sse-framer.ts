@@ -36,33 +36,33 @@ interface ScanState {
 }
 
 /**
- * Scans `buf` from `from` with state `s` and returns the end offset (exclusive) of the last
+ * Scans `buf` from `from` with `state` and returns the end offset (exclusive) of the last
  * event boundary found in `buf`, or -1. Offset 0 means the boundary was a held CR whose event
  * ended in data scanned before `buf`. Calls `onBoundary(end)` for each boundary when given.
- * Leaves `s` describing the scanner after the last byte of `buf`.
+ * Leaves `state` describing the scanner after the last byte of `buf`.
  */
-function scan(buf: Buffer, s: ScanState, onBoundary?: (end: number) => void): number {
+function scan(buf: Buffer, state: ScanState, onBoundary?: (end: number) => void): number {
   const n = buf.length;
   let last = -1;
   let i = 0;
   if (n === 0) return -1;
-  if (s.afterCr) {
-    s.afterCr = false;
+  if (state.afterCr) {
+    state.afterCr = false;
     if (buf[0] === LF) {
       i = 1;
-      if (s.crBoundaryPending) {
+      if (state.crBoundaryPending) {
         last = 1;
         onBoundary?.(1);
       }
-    } else if (s.crBoundaryPending) {
+    } else if (state.crBoundaryPending) {
       last = 0;
       onBoundary?.(0);
     }
-    s.crBoundaryPending = false;
+    state.crBoundaryPending = false;
   }
   let lf = buf.indexOf(LF, i);
   let cr = buf.indexOf(CR, i);
-  let lineStart = s.lineStart;
+  let lineStart = state.lineStart;
   while (i < n) {
     if (lf !== -1 && lf < i) lf = buf.indexOf(LF, i);
     if (cr !== -1 && cr < i) cr = buf.indexOf(CR, i);
@@ -90,13 +90,13 @@ function scan(buf: Buffer, s: ScanState, onBoundary?: (end: number) => void): nu
           onBoundary?.(last);
         }
       } else {
-        s.afterCr = true;
-        s.crBoundaryPending = wasStart;
+        state.afterCr = true;
+        state.crBoundaryPending = wasStart;
         i = n;
       }
     }
   }
-  s.lineStart = lineStart;
+  state.lineStart = lineStart;
   return last;
 }
 
@@ -222,23 +222,23 @@ export class SseFramer {
 }
 
 /**
- * Calls `cb(event, complete)` for each event in `buf`, which must start at an event start (as
+ * Calls `onEvent(event, complete)` for each event in `buf`, which must start at an event start (as
  * `SseFramer.push`/`end` output does). Complete events include their blank-line terminator. A
  * trailing remainder without a boundary is passed last with `complete = false`; a trailing
  * blank line ended by CR counts as complete (push only returns one once the next byte is known).
  * The slices are views of `buf` (no copy).
  */
-export function forEachEvent(buf: Buffer, cb: (event: Buffer, complete: boolean) => void): void {
+export function forEachEvent(buf: Buffer, onEvent: (event: Buffer, complete: boolean) => void): void {
   const s: ScanState = { lineStart: true, afterCr: false, crBoundaryPending: false };
   let start = 0;
   scan(buf, s, (end) => {
-    cb(buf.subarray(start, end), true);
+    onEvent(buf.subarray(start, end), true);
     start = end;
   });
   if (s.crBoundaryPending) {
-    cb(buf.subarray(start), true);
+    onEvent(buf.subarray(start), true);
   } else if (start < buf.length) {
-    cb(buf.subarray(start), false);
+    onEvent(buf.subarray(start), false);
   }
 }
 
@@ -265,9 +265,9 @@ export function modelRewrite(vendorId: string, productId: string): ModelRewrite 
 const MODEL_KEY = Buffer.from('"model"', 'utf8');
 const COLON = 0x3a;
 
-/** True when the string value starting at `at` follows `"model"` and a colon (spaces and tabs allowed). */
-function afterModelKey(buf: Buffer, at: number): boolean {
-  let i = at - 1;
+/** True when the string value whose opening quote is at `quoteOffset` follows `"model"` and a colon (spaces and tabs allowed). */
+function afterModelKey(buf: Buffer, quoteOffset: number): boolean {
+  let i = quoteOffset - 1;
   while (i >= 0 && (buf[i] === 0x20 || buf[i] === 0x09)) i--;
   if (i < 0 || buf[i] !== COLON) return false;
   i--;
@@ -288,16 +288,16 @@ const BACKSLASH = 0x5c;
  * quote would follow a backslash, not a colon), and a value with an escape or without its closing
  * quote within MAX_MODEL_VALUE_BYTES is left as it is.
  */
-export function rewriteModels(buf: Buffer, rw: ModelRewrite): Buffer {
-  let at = buf.indexOf(rw.value);
+export function rewriteModels(buf: Buffer, rewrite: ModelRewrite): Buffer {
+  let at = buf.indexOf(rewrite.value);
   if (at === -1) return buf;
   const parts: Buffer[] = [];
   let from = 0;
   let total = 0;
   while (at !== -1) {
-    const valueStart = at + rw.value.length;
+    const valueStart = at + rewrite.value.length;
     if (!afterModelKey(buf, at)) {
-      at = buf.indexOf(rw.value, valueStart);
+      at = buf.indexOf(rewrite.value, valueStart);
       continue;
     }
     const limit = Math.min(buf.length, valueStart + MAX_MODEL_VALUE_BYTES);
@@ -311,13 +311,13 @@ export function rewriteModels(buf: Buffer, rw: ModelRewrite): Buffer {
       if (c === BACKSLASH || c < 0x20) break;
     }
     if (end === -1) {
-      at = buf.indexOf(rw.value, valueStart);
+      at = buf.indexOf(rewrite.value, valueStart);
       continue;
     }
-    parts.push(buf.subarray(from, at), rw.replacement);
-    total += at - from + rw.replacement.length;
+    parts.push(buf.subarray(from, at), rewrite.replacement);
+    total += at - from + rewrite.replacement.length;
     from = end;
-    at = buf.indexOf(rw.value, end);
+    at = buf.indexOf(rewrite.value, end);
   }
   if (parts.length === 0) return buf;
   parts.push(buf.subarray(from));

@@ -60,8 +60,8 @@ interface ProxyEnv {
  * The lane's handler, in the two phases of a billed route (server/router.ts): the first checks and
  * parses with nothing held; the serve step it returns starts with the hold, which re-checks the key.
  */
-export function createTextHandler(lane: TextLane, d: TextProxyDeps): (ctx: HttpContext) => Promise<ServeStep> {
-  const { services, billing, upstream } = d;
+export function createTextHandler(lane: TextLane, deps: TextProxyDeps): (ctx: HttpContext) => Promise<ServeStep> {
+  const { services, billing, upstream } = deps;
   const rewrites = new Map<string, ModelRewrite>();
   for (const m of services.catalog.models) {
     if (m.type === 'text') rewrites.set(m.id, modelRewrite(m.vendorModel, m.id));
@@ -120,13 +120,13 @@ async function serve(env: ProxyEnv, ctx: HttpContext, req: ParsedTextRequest, ho
  * another only where the vendor certainly did not start work. One hold, one request id cover
  * every try; the deadline is the one a single try had.
  */
-function sendTries(env: ProxyEnv, r: HttpContext, req: ParsedTextRequest): Promise<TryResult> {
+function sendTries(env: ProxyEnv, ctx: HttpContext, req: ParsedTextRequest): Promise<TryResult> {
   const up = env.services.config.upstream;
   // A non-streaming answer's headers come only when the whole reply is written: a large
   // reply takes minutes (the official SDKs wait 10). A stream's headers come at once.
   const deadlineMs = performance.now() + (req.stream ? up.headersTimeoutMs : up.nonStreamTimeoutMs);
   // Traced: one vendor span covers every try, and its traceparent goes with each (the span records no header).
-  const traced = r.trace?.vendorCall({ system: env.vendor, model: req.model.vendorModel, maxTokens: req.maxTokens });
+  const traced = ctx.trace?.vendorCall({ system: env.vendor, model: req.model.vendorModel, maxTokens: req.maxTokens });
   const extra = traced === undefined ? req.extraHeaders : { ...req.extraHeaders, ...traced };
   return postAcross(env.pool, env.members, { maxTries: up.maxTries, deadlineMs }, req.vendorBody, extra);
 }
@@ -136,14 +136,14 @@ function sendTries(env: ProxyEnv, r: HttpContext, req: ParsedTextRequest): Promi
  * releases the hold, one after sending keeps it. Every deployment down: 503 with the soonest
  * reopening as Retry-After, the hold released.
  */
-async function dispatch(env: ProxyEnv, r: HttpContext, req: ParsedTextRequest): Promise<{ res: Dispatcher.ResponseData; member: number }> {
+async function dispatch(env: ProxyEnv, ctx: HttpContext, req: ParsedTextRequest): Promise<{ res: Dispatcher.ResponseData; member: number }> {
   const { services, billing } = env;
-  const tried = await sendTries(env, r, req);
-  noteTries(r, env.pool, tried);
+  const tried = await sendTries(env, ctx, req);
+  noteTries(ctx, env.pool, tried);
   if (tried.kind === 'answer') return tried;
-  r.trace?.vendorDone(undefined, undefined, tried.kind === 'none' ? new Error('every deployment unavailable') : tried.error);
+  ctx.trace?.vendorDone(undefined, undefined, tried.kind === 'none' ? new Error('every deployment unavailable') : tried.error);
   if (tried.kind === 'none') {
-    await billing.release(r, 'every vendor deployment unavailable before the request was sent');
+    await billing.release(ctx, 'every vendor deployment unavailable before the request was sent');
     throw new ApiError('provider_unavailable', {
       message: 'Every deployment of the vendor is cooling down or refused the request before starting it; nothing was charged.',
       retryAfterS: tried.retryAfterS,
@@ -152,15 +152,15 @@ async function dispatch(env: ProxyEnv, r: HttpContext, req: ParsedTextRequest): 
   const e = tried.error;
   services.metrics?.upstreamError(env.vendor, neverSent(e) ? 'connect' : isTimeout(e) ? 'timeout' : 'dispatch');
   if (neverSent(e)) {
-    await billing.release(r, 'vendor unreachable before the request was sent');
+    await billing.release(ctx, 'vendor unreachable before the request was sent');
     throw new ApiError('provider_unavailable', { message: 'The vendor is unreachable.', retryAfterS: 30, cause: e });
   }
-  await billing.keepOpen(r, { reason: `dispatch failed: ${(e as Error).message.slice(0, 200)}` });
+  await billing.keepOpen(ctx, { reason: `dispatch failed: ${(e as Error).message.slice(0, 200)}` });
   throw new ApiError('provider_error', { message: 'The vendor failed after the request was sent; the hold is kept until reconciled.', cause: e });
 }
 
 /** A vendor answer other than 200: release or keep the hold as the status says, then throw the mapped error. */
-async function refuseVendorStatus(env: ProxyEnv, r: HttpContext, res: Dispatcher.ResponseData): Promise<never> {
+async function refuseVendorStatus(env: ProxyEnv, ctx: HttpContext, res: Dispatcher.ResponseData): Promise<never> {
   const { services, billing } = env;
   let text = '';
   try {
@@ -168,11 +168,11 @@ async function refuseVendorStatus(env: ProxyEnv, r: HttpContext, res: Dispatcher
   } catch {
     /* the status decides; the message is best effort */
   }
-  r.trace?.vendorDone(res.statusCode, undefined);
+  ctx.trace?.vendorDone(res.statusCode, undefined);
   services.metrics?.upstreamError(env.vendor, res.statusCode === 429 ? 'rate_limited' : res.statusCode < 500 ? 'status_4xx' : 'status_5xx');
   const mapped = mapVendorStatus(res.statusCode, text, res.headers, env.lane.promptParam);
-  if (mapped.release) await billing.release(r, `vendor ${res.statusCode}`);
-  else await billing.keepOpen(r, { vendorRequestId: storableId(headerValue(res.headers, VENDOR_ID_HEADERS)), reason: `vendor ${res.statusCode}` });
+  if (mapped.release) await billing.release(ctx, `vendor ${res.statusCode}`);
+  else await billing.keepOpen(ctx, { vendorRequestId: storableId(headerValue(res.headers, VENDOR_ID_HEADERS)), reason: `vendor ${res.statusCode}` });
   throw mapped.error;
 }
 
@@ -217,14 +217,14 @@ async function streamThrough(
   ctx: HttpContext,
   req: ParsedTextRequest,
   res: Dispatcher.ResponseData,
-  rw: ModelRewrite,
+  rewrite: ModelRewrite,
   startedMs: number,
   frame: UsageFrame,
 ): Promise<void> {
   const tally = env.lane.newTally(req);
   ctx.startStream(200, [...STREAM_HEADERS, ['X-Service-Request-Id', ctx.requestId]]);
   const run: StreamRun = { failure: undefined, relaying: true };
-  await pumpStream(env, ctx, res.body, rw, tally, run, startedMs);
+  await pumpStream(env, ctx, res.body, rewrite, tally, run, startedMs);
   tally.end();
   const failure = run.failure;
   ctx.trace?.vendorDone(200, { usage: tally.usage(), finishReason: tally.finishReason() }, failure);
@@ -254,15 +254,15 @@ function pumpStream(
   env: ProxyEnv,
   ctx: HttpContext,
   body: Dispatcher.ResponseData['body'],
-  rw: ModelRewrite,
+  rewrite: ModelRewrite,
   tally: StreamTally,
   run: StreamRun,
   startedMs: number,
 ): Promise<void> {
   const framer = new SseFramer(MAX_PENDING_EVENT_BYTES);
   const relay = createRelay(env, ctx, body, tally, startedMs);
-  const relayEach = (ev: Buffer): void => {
-    if (run.relaying) run.relaying = relay(ev);
+  const relayEach = (event: Buffer): void => {
+    if (run.relaying) run.relaying = relay(event);
   };
   return new Promise<void>((resolveS) => {
     const total = setTimeout(() => body.destroy(new Error('stream exceeded its total time cap')), env.services.config.upstream.streamTotalMs);
@@ -278,7 +278,7 @@ function pumpStream(
         return;
       }
       if (framed === null) return;
-      const out = rewriteModels(framed, rw);
+      const out = rewriteModels(framed, rewrite);
       // Near the cap, one event at a time, so that what comes before the crossing event is relayed.
       if (tally.mayCap(out.length)) forEachEvent(out, relayEach);
       else relayEach(out);
@@ -333,18 +333,18 @@ function createRelay(
  */
 async function settleStream(
   env: ProxyEnv,
-  r: HttpContext,
+  ctx: HttpContext,
   req: ParsedTextRequest,
   tally: StreamTally,
   failure: Error | undefined,
   frame: UsageFrame,
 ): Promise<string> {
   const { lane, billing } = env;
-  const requestId = r.requestId;
+  const requestId = ctx.requestId;
   const outcome = tally.capped ? 'capped' : tally.outcome();
   const charge = outcome === 'capped' ? req.holdInk : outcome === 'usage_unknown' ? undefined : tally.chargeInk();
   if (charge === undefined) {
-    await billing.keepOpen(r, {
+    await billing.keepOpen(ctx, {
       vendorRequestId: storableId(tally.vendorRequestId()),
       reason: failure ? `stream failed: ${failure.message.slice(0, 200)}` : 'no usage receipt',
     });
@@ -355,7 +355,7 @@ async function settleStream(
       tally,
     );
   }
-  const charged = await billing.settle(r, lane.product, req.model.id, charge, tally.usage(), storableId(tally.vendorRequestId()));
+  const charged = await billing.settle(ctx, lane.product, req.model.id, charge, tally.usage(), storableId(tally.vendorRequestId()));
   if (charged === undefined) return lane.errorFrame('usage_unknown', 'The charge could not be recorded; the hold is kept until reconciled.', requestId, tally);
   if (outcome === 'incomplete_stream') {
     return lane.errorFrame(

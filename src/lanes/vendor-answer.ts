@@ -5,8 +5,8 @@ import { ApiError } from '../errors.js';
 import { forEachEvent } from './sse-framer.js';
 
 /** undici's own timeouts (headers, body idle) and our total cap. */
-export function isTimeout(e: unknown): boolean {
-  const code = (e as { code?: unknown }).code;
+export function isTimeout(error: unknown): boolean {
+  const code = (error as { code?: unknown }).code;
   return code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT' || code === 'UND_ERR_CONNECT_TIMEOUT';
 }
 
@@ -74,9 +74,9 @@ export function mapVendorStatus(
 
 /** `event: error` at an event's start or on one of its lines. */
 const ERROR_EVENT = Buffer.from('event: error');
-const isErrorEvent = (ev: Buffer): boolean => {
-  const at = ev.indexOf(ERROR_EVENT);
-  return at === 0 || (at > 0 && (ev[at - 1] === 0x0a || ev[at - 1] === 0x0d));
+const isErrorEvent = (event: Buffer): boolean => {
+  const at = event.indexOf(ERROR_EVENT);
+  return at === 0 || (at > 0 && (event[at - 1] === 0x0a || event[at - 1] === 0x0d));
 };
 
 /**
@@ -87,8 +87,8 @@ const isErrorEvent = (ev: Buffer): boolean => {
 export function withoutErrorEvents(buf: Buffer): Buffer {
   if (buf.indexOf(ERROR_EVENT) === -1) return buf;
   const kept: Buffer[] = [];
-  forEachEvent(buf, (ev) => {
-    if (!isErrorEvent(ev)) kept.push(ev);
+  forEachEvent(buf, (event) => {
+    if (!isErrorEvent(event)) kept.push(event);
   });
   return kept.length === 1 ? kept[0]! : Buffer.concat(kept);
 }

@@ -22,8 +22,8 @@ export interface VendorHeaders {
 export function memberRequests(pool: TextPool, lane: VendorHeaders, vendorPath: string): MemberRequests {
   return {
     paths: pool.members.map((m) => m.client.basePath + vendorPath),
-    headers: pool.members.map((m) => {
-      const [name, value] = lane.keyHeader(m.client.apiKey);
+    headers: pool.members.map((member) => {
+      const [name, value] = lane.keyHeader(member.client.apiKey);
       return Object.freeze({ ...lane.vendorHeaders, [name]: value });
     }),
   };
@@ -40,11 +40,11 @@ export function postAcross(
   body: string,
   extra?: Readonly<Record<string, string>>,
 ): Promise<TryResult> {
-  return tryDeployments(pool, limits, (m, leftMs) =>
-    m.client.pool.request({
-      path: members.paths[m.index]!,
+  return tryDeployments(pool, limits, (member, leftMs) =>
+    member.client.pool.request({
+      path: members.paths[member.index]!,
       method: 'POST',
-      headers: extra ? { ...members.headers[m.index], ...extra } : members.headers[m.index],
+      headers: extra ? { ...members.headers[member.index], ...extra } : members.headers[member.index],
       body,
       headersTimeout: Math.max(1, Math.ceil(leftMs)),
     }),

@@ -15,13 +15,13 @@ export class LedgerAssertionError extends Error {
   }
 }
 
-/** Throws LedgerAssertionError unless `ok`. `figures` is built only when the rule is broken. */
-export function assertLedger(ok: boolean, message: string | (() => string), figures?: () => LedgerFigures): asserts ok {
-  if (!ok) throw new LedgerAssertionError(typeof message === 'string' ? message : message(), figures?.() ?? {});
+/** Throws LedgerAssertionError unless `condition`. `figures` is built only when the rule is broken. */
+export function assertLedger(condition: boolean, message: string | (() => string), figures?: () => LedgerFigures): asserts condition {
+  if (!condition) throw new LedgerAssertionError(typeof message === 'string' ? message : message(), figures?.() ?? {});
 }
 
-export function isLedgerAssertion(e: unknown): e is LedgerAssertionError {
-  return e instanceof LedgerAssertionError;
+export function isLedgerAssertion(error: unknown): error is LedgerAssertionError {
+  return error instanceof LedgerAssertionError;
 }
 
 /**
@@ -32,12 +32,12 @@ export function isLedgerAssertion(e: unknown): e is LedgerAssertionError {
  * answers itself).
  */
 export function schemaViolation(
-  e: unknown,
+  error: unknown,
   what: string,
   figures: LedgerFigures = {},
   races: ReadonlySet<string> = NO_RACES,
 ): LedgerAssertionError | undefined {
-  const err = e as { code?: unknown; message?: unknown; constraint?: unknown; table?: unknown } | null;
+  const err = error as { code?: unknown; message?: unknown; constraint?: unknown; table?: unknown } | null;
   const code = err?.code;
   if (typeof code !== 'string' || !/^23[0-9A-Z]{3}$/.test(code)) return undefined;
   const text = (v: unknown) => (typeof v === 'string' ? v : null);

@@ -19,18 +19,18 @@ export class BackgroundRetries {
   ) {}
 
   /** Background work close() waits for. */
-  track(p: Promise<unknown>): void {
-    const done = p.then(() => undefined);
+  track(promise: Promise<unknown>): void {
+    const done = promise.then(() => undefined);
     this.running.add(done);
     void done.finally(() => this.running.delete(done));
   }
 
   /**
-   * Runs `attempt` again `delaysMs[n]` from now and, while it fails, after each following delay;
+   * Runs `attempt` again `delaysMs[delayIndex]` from now and, while it fails, after each following delay;
    * when the delays run out (or the ledger closes) it logs `gaveUp`.
    */
-  retryLater(gaveUp: LogEvent, requestId: string, attempt: () => Promise<unknown>, n = 0): void {
-    const delay = this.delaysMs[n];
+  retryLater(gaveUp: LogEvent, requestId: string, attempt: () => Promise<unknown>, delayIndex = 0): void {
+    const delay = this.delaysMs[delayIndex];
     if (delay === undefined || this.closed) {
       this.log({ requestId }, gaveUp);
       return;
@@ -40,7 +40,7 @@ export class BackgroundRetries {
       this.track(
         attempt().then(
           () => undefined,
-          (e: unknown) => this.failed(e, gaveUp, requestId, attempt, n + 1),
+          (e: unknown) => this.failed(e, gaveUp, requestId, attempt, delayIndex + 1),
         ),
       );
     }, delay);
@@ -49,9 +49,9 @@ export class BackgroundRetries {
   }
 
   /** An attempt failed: try again later, unless it broke a money rule (the fail-stop has it). */
-  failed(e: unknown, gaveUp: LogEvent, requestId: string, attempt: () => Promise<unknown>, n = 0): void {
-    if (isLedgerAssertion(e)) this.log({ requestId, err: e.message }, gaveUp);
-    else this.retryLater(gaveUp, requestId, attempt, n);
+  failed(error: unknown, gaveUp: LogEvent, requestId: string, attempt: () => Promise<unknown>, delayIndex = 0): void {
+    if (isLedgerAssertion(error)) this.log({ requestId, err: error.message }, gaveUp);
+    else this.retryLater(gaveUp, requestId, attempt, delayIndex);
   }
 
   /** No new retries; waits for the attempts running now. */

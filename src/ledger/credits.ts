@@ -41,10 +41,10 @@ interface Credited {
 }
 
 /** Postconditions of a credit, before its COMMIT. */
-export function assertCredited(what: string, c: Credited): void {
-  const { before, after } = c;
+export function assertCredited(what: string, credited: Credited): void {
+  const { before, after } = credited;
   for (const f of WALLET_FIGURES) {
-    const want = f === 'grant_ink' && c.grantTo !== undefined ? c.grantTo : before[f] + (c.delta[f] ?? 0);
+    const want = f === 'grant_ink' && credited.grantTo !== undefined ? credited.grantTo : before[f] + (credited.delta[f] ?? 0);
     assertLedger(
       whole(after[f]) && after[f] === want,
       () => `${what} ${before.account_id}: ${f} is ${after[f]}, expected ${want}`,
@@ -60,17 +60,17 @@ export function assertCredited(what: string, c: Credited): void {
 }
 
 /** Preconditions of a credit: the wallet as read under its lock is whole Ink everywhere. */
-function assertWallet(what: string, w: WalletView): void {
+function assertWallet(what: string, walletView: WalletView): void {
   for (const f of WALLET_FIGURES)
     assertLedger(
-      whole(w[f]),
-      () => `${what} ${w.account_id}: ${f} is ${w[f]}, not whole`,
-      () => ({ account_id: w.account_id, figure: f, value: w[f] }),
+      whole(walletView[f]),
+      () => `${what} ${walletView.account_id}: ${f} is ${walletView[f]}, not whole`,
+      () => ({ account_id: walletView.account_id, figure: f, value: walletView[f] }),
     );
 }
 
-async function wallet(c: Queryable, accountId: string): Promise<WalletView> {
-  return (await c.query<WalletView>(SQL.WALLET_VIEW, [accountId])).rows[0]!;
+async function wallet(client: Queryable, accountId: string): Promise<WalletView> {
+  return (await client.query<WalletView>(SQL.WALLET_VIEW, [accountId])).rows[0]!;
 }
 
 /**
@@ -78,47 +78,47 @@ async function wallet(c: Queryable, accountId: string): Promise<WalletView> {
  * assert exactly the expected figures moved, then COMMIT (checkedMove rolls back otherwise).
  */
 async function creditMove<T>(
-  m: MoveContext,
+  context: MoveContext,
   what: string,
   accountId: string,
-  apply: (c: Queryable, lock: { grant_ink: number; period_grant_ink: number }) => Promise<{ delta: Delta; grantTo?: number; out: T }>,
+  apply: (client: Queryable, lock: { grant_ink: number; period_grant_ink: number }) => Promise<{ delta: Delta; grantTo?: number; out: T }>,
 ): Promise<T> {
-  const run = async (c: Queryable): Promise<Credited & { out: T }> => {
-    const lock = (await c.query<{ grant_ink: number; period_grant_ink: number }>(SQL.ROLL_LOCK, [accountId])).rows[0];
+  const run = async (client: Queryable): Promise<Credited & { out: T }> => {
+    const lock = (await client.query<{ grant_ink: number; period_grant_ink: number }>(SQL.ROLL_LOCK, [accountId])).rows[0];
     if (!lock) throw new Error(`unknown account ${accountId} (no wallet)`);
-    const before = await wallet(c, accountId);
+    const before = await wallet(client, accountId);
     assertWallet(what, before);
     assertLedger(
       whole(lock.period_grant_ink) && before.grant_ink === lock.grant_ink,
       () => `${what} ${accountId}: the locked wallet disagrees with itself`,
       () => ({ account_id: accountId, grant_ink: lock.grant_ink, view_grant_ink: before.grant_ink, period_grant_ink: lock.period_grant_ink }),
     );
-    const moved = await apply(c, lock);
-    const after = await wallet(c, accountId);
-    if (m.faults !== undefined) after.credited_ink += skew(m, 'credit', accountId);
+    const moved = await apply(client, lock);
+    const after = await wallet(client, accountId);
+    if (context.faults !== undefined) after.credited_ink += skew(context, 'credit', accountId);
     return { before, after, ...moved };
   };
   // On the pool: its own transaction, so the lock holds from the first read to the COMMIT.
-  return (await checkedMove(m, m.pool, run, (r) => assertCredited(what, r))).out;
+  return (await checkedMove(context, context.pool, run, (r) => assertCredited(what, r))).out;
 }
 
 /** Credits pay-as-you-go; counts one completed top-up. */
-export async function topUp(m: MoveContext, now: Date, accountId: string, ink: number, note?: string): Promise<void> {
+export async function topUp(context: MoveContext, now: Date, accountId: string, ink: number, note?: string): Promise<void> {
   wholeInk('ink', ink, 1);
   const n = text('note', note, MAX_REASON_CHARS);
-  await creditMove(m, 'top-up', accountId, async (c) => {
-    const r = await c.query(SQL.TOP_UP, [accountId, ink, now, n]);
+  await creditMove(context, 'top-up', accountId, async (client) => {
+    const r = await client.query(SQL.TOP_UP, [accountId, ink, now, n]);
     assertLedger(r.rowCount === 1, () => `top-up ${accountId}: ${r.rowCount} wallet rows credited`);
     return { delta: { payg_ink: ink, credited_ink: ink, topups_completed: 1 }, out: undefined };
   });
 }
 
 /** Admin: extends the current period's grant by `ink` (adds; never lowers it); spent first, lapses at the next roll-over. */
-export async function grant(m: MoveContext, now: Date, accountId: string, ink: number, note?: string): Promise<void> {
+export async function grant(context: MoveContext, now: Date, accountId: string, ink: number, note?: string): Promise<void> {
   wholeInk('ink', ink, 1);
   const n = text('note', note, MAX_REASON_CHARS) ?? 'admin grant';
-  await creditMove(m, 'grant', accountId, async (c) => {
-    const r = await c.query(SQL.GRANT, [accountId, ink, now, n]);
+  await creditMove(context, 'grant', accountId, async (client) => {
+    const r = await client.query(SQL.GRANT, [accountId, ink, now, n]);
     assertLedger(r.rowCount === 1, () => `grant ${accountId}: ${r.rowCount} wallet rows credited`);
     return { delta: { grant_ink: ink, credited_ink: ink }, out: undefined };
   });
@@ -130,13 +130,13 @@ export async function grant(m: MoveContext, now: Date, accountId: string, ink: n
  * paid for); when they resolve, whatever of their old-period grant part is not charged lapses
  * too instead of returning to the new grant. Pay-as-you-go never lapses.
  */
-export async function rollPeriod(m: MoveContext, now: Date, accountId: string): Promise<{ expiredInk: number; grantInk: number }> {
-  return creditMove(m, 'roll-over', accountId, async (c, row) => {
-    await c.query(SQL.ROLL_APPLY, [accountId, row.period_grant_ink, now]);
+export async function rollPeriod(context: MoveContext, now: Date, accountId: string): Promise<{ expiredInk: number; grantInk: number }> {
+  return creditMove(context, 'roll-over', accountId, async (client, row) => {
+    await client.query(SQL.ROLL_APPLY, [accountId, row.period_grant_ink, now]);
     // Leases keep old-period grant: recalled now, their grant part lapses when it comes back.
-    await c.query(SQL.RECALL_FOR_PERIOD, [accountId, now]);
-    if (row.grant_ink > 0) await c.query(SQL.JOURNAL_EXPIRE, [accountId, row.grant_ink, now]);
-    if (row.period_grant_ink > 0) await c.query(SQL.JOURNAL_PERIOD_GRANT, [accountId, row.period_grant_ink, now]);
+    await client.query(SQL.RECALL_FOR_PERIOD, [accountId, now]);
+    if (row.grant_ink > 0) await client.query(SQL.JOURNAL_EXPIRE, [accountId, row.grant_ink, now]);
+    if (row.period_grant_ink > 0) await client.query(SQL.JOURNAL_PERIOD_GRANT, [accountId, row.period_grant_ink, now]);
     return {
       delta: { expired_ink: row.grant_ink, credited_ink: row.period_grant_ink, grant_period: 1 },
       grantTo: row.period_grant_ink,

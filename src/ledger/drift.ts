@@ -75,8 +75,8 @@ export class DriftGauge {
   private running: Promise<DriftFigures> | undefined;
   private stopped = false;
 
-  constructor(private readonly o: DriftGaugeOptions) {
-    this.now = o.now ?? (() => new Date());
+  constructor(private readonly options: DriftGaugeOptions) {
+    this.now = options.now ?? (() => new Date());
   }
 
   get figures(): DriftFigures {
@@ -84,7 +84,7 @@ export class DriftGauge {
   }
 
   start(): void {
-    this.timer = setInterval(() => void this.checkNow().catch(() => undefined), this.o.intervalMs);
+    this.timer = setInterval(() => void this.checkNow().catch(() => undefined), this.options.intervalMs);
     this.timer.unref();
   }
 
@@ -115,7 +115,7 @@ export class DriftGauge {
         lastCheckS: Math.floor(nowMs / 1000),
       };
       if (drifted.rows.length > 0) {
-        this.o.log(
+        this.options.log(
           {
             accounts: drifted.rows.length,
             sample: drifted.rows.slice(0, SAMPLE_ACCOUNTS).map((r) => r.account_id),
@@ -126,7 +126,7 @@ export class DriftGauge {
       }
       return this.last;
     } catch (e) {
-      this.o.log({ err: (e as Error).message }, 'ledger.drift_check_failed');
+      this.options.log({ err: (e as Error).message }, 'ledger.drift_check_failed');
       this.dropLock(e as Error);
       return this.last;
     }
@@ -135,7 +135,7 @@ export class DriftGauge {
   /** The client holding the lock: kept between runs; taken when free. */
   private async lock(): Promise<PoolClient | undefined> {
     if (this.lockHolder !== undefined) return this.lockHolder;
-    const client = await this.o.pool.connect();
+    const client = await this.options.pool.connect();
     try {
       const r = await client.query<{ locked: boolean }>(TRY_LOCK);
       if (!r.rows[0]!.locked) {

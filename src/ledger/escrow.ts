@@ -87,58 +87,58 @@ export class Escrow implements TextMoves {
   /** Counters for the bench and tests. */
   readonly stats: EscrowStats = { leaseHolds: 0, exactHolds: 0, takes: 0, refills: 0, edges: 0, recalls: 0, recovered: 0 };
 
-  private constructor(private readonly o: EscrowOptions) {
-    this.pool = o.pool;
-    this.ledger = o.ledger;
-    this.cfg = o.config;
-    this.lc = o.config.lease;
-    this.now = o.now ?? (() => new Date());
-    this.log = o.log;
-    this.instanceId = o.instanceId;
-    this.journal = new WriteBehind(o.pool, {
-      instanceId: o.instanceId,
+  private constructor(private readonly options: EscrowOptions) {
+    this.pool = options.pool;
+    this.ledger = options.ledger;
+    this.cfg = options.config;
+    this.lc = options.config.lease;
+    this.now = options.now ?? (() => new Date());
+    this.log = options.log;
+    this.instanceId = options.instanceId;
+    this.journal = new WriteBehind(options.pool, {
+      instanceId: options.instanceId,
       epoch: () => this.epoch,
-      flushMs: o.config.flushMs,
-      flushMaxRecords: o.config.flushMaxRecords,
-      journalMaxRecords: o.config.journalMaxRecords,
-      asyncCommit: o.config.durability === 'write-behind',
+      flushMs: options.config.flushMs,
+      flushMaxRecords: options.config.flushMaxRecords,
+      journalMaxRecords: options.config.journalMaxRecords,
+      asyncCommit: options.config.durability === 'write-behind',
       now: this.now,
-      log: o.log,
+      log: options.log,
       onEndWritten: (r) => this.endWritten(r),
       onViolation: (e) => this.violated(e),
     });
     this.book = new LeaseBook({
-      pool: o.pool,
-      lease: o.config.lease,
-      instanceId: o.instanceId,
+      pool: options.pool,
+      lease: options.config.lease,
+      instanceId: options.instanceId,
       epoch: () => this.epoch,
       now: this.now,
-      log: o.log,
+      log: options.log,
       journal: this.journal,
       stats: this.stats,
       halted: () => this.halted !== undefined,
       violated: (e) => this.violated(e),
-      leasing: o.config.lease.enabled,
+      leasing: options.config.lease.enabled,
       closing: () => this.closing,
-      onKeyChanged: o.onKeyChanged,
-      onSwitchChanged: o.onSwitchChanged,
+      onKeyChanged: options.onKeyChanged,
+      onSwitchChanged: options.onSwitchChanged,
     });
-    this.ends = { journal: this.journal, book: this.book, now: this.now, durability: o.config.durability, faults: o.faults };
+    this.ends = { journal: this.journal, book: this.book, now: this.now, durability: options.config.durability, faults: options.faults };
   }
 
   /** Registers this instance (a new epoch), recovers what an earlier start under the same id left, starts the heartbeat. */
-  static async start(o: EscrowOptions): Promise<Escrow> {
-    const e = new Escrow(o);
-    const r = await o.pool.query<{ epoch: number }>(SQL.INSTANCE_START, [o.instanceId, e.now()]);
+  static async start(options: EscrowOptions): Promise<Escrow> {
+    const e = new Escrow(options);
+    const r = await options.pool.query<{ epoch: number }>(SQL.INSTANCE_START, [options.instanceId, e.now()]);
     e.epoch = r.rows[0]!.epoch;
-    const old = await o.pool.query<{ id: number }>(SQL.OWN_OLD_LEASES, [o.instanceId, e.epoch]);
+    const old = await options.pool.query<{ id: number }>(SQL.OWN_OLD_LEASES, [options.instanceId, e.epoch]);
     for (const row of old.rows) await e.book.recover(row.id, 'instance restarted');
-    if (o.bus) {
+    if (options.bus) {
       e.bus = createRecallBus({
-        ...o.bus,
+        ...options.bus,
         onRecall: (s) => void e.book.heard(s),
-        onError: (err) => o.log({ err }, 'ledger.recall_bus_error'),
-        publishVia: o.pool,
+        onError: (err) => options.log({ err }, 'ledger.recall_bus_error'),
+        publishVia: options.pool,
       });
     }
     e.book.startHeartbeat();
@@ -182,7 +182,7 @@ export class Escrow implements TextMoves {
   }
 
   /** The hold from `lease`, synchronously, or undefined when it is not live, late or short. */
-  private holdFrom(lease: LocalLease, ks: KeyState, input: ReserveInput, nowMs: number): Hold | undefined {
+  private holdFrom(lease: LocalLease, keyState: KeyState, input: ReserveInput, nowMs: number): Hold | undefined {
     if (lease.accountId !== input.accountId) return undefined;
     if (this.journal.full) throw unavailable('The ledger cannot write its journal now; retry after Retry-After.');
     const split = lease.take(input.holdInk, nowMs);
@@ -213,8 +213,8 @@ export class Escrow implements TextMoves {
     this.active.set(input.requestId, { record, lease, hold: new CheckedHold(input.requestId, input.holdInk, split.grantInk, split.paygInk) });
     this.journal.start(record);
     this.stats.leaseHolds++;
-    if (lease.wantsRefill(this.lc.refillBelowPermille) && ks.acquiring === undefined)
-      void this.book.acquire(ks, lease.accountId, lease.keyId, input.holdInk).catch(() => undefined);
+    if (lease.wantsRefill(this.lc.refillBelowPermille) && keyState.acquiring === undefined)
+      void this.book.acquire(keyState, lease.accountId, lease.keyId, input.holdInk).catch(() => undefined);
     return { requestId: input.requestId, holdInk: input.holdInk, grantInk: split.grantInk, paygInk: split.paygInk };
   }
 
@@ -334,13 +334,13 @@ export class Escrow implements TextMoves {
   }
 
   /** The first broken rule halts this escrow at once (no holds, no renewals) and tells the fail-stop. */
-  private violated(e: LedgerAssertionError): void {
+  private violated(error: LedgerAssertionError): void {
     if (this.halted === undefined) {
-      this.halted = e;
+      this.halted = error;
       void this.book.stopHeartbeat();
     }
-    if (this.o.failStop) this.o.failStop(e);
-    else this.log({ err: e.message, figures: e.figures, note: 'no fail-stop handler: moves stopped' }, 'ledger.assertion_failed');
+    if (this.options.failStop) this.options.failStop(error);
+    else this.log({ err: error.message, figures: error.figures, note: 'no fail-stop handler: moves stopped' }, 'ledger.assertion_failed');
   }
 
   /** True once a broken money rule halted this escrow. */
@@ -363,11 +363,11 @@ export class Escrow implements TextMoves {
   }
 
   /** A record's end is in Postgres: a draining lease with nothing left in flight can close. */
-  private endWritten(r: JournalRecord): void {
+  private endWritten(record: JournalRecord): void {
     if (this.halted !== undefined) return; // the halted picture is not trusted: only the journal is written
     // Until now a second end of the same request was answered here; from now on Postgres answers it.
-    if (this.active.get(r.requestId)?.record === r) this.active.delete(r.requestId);
-    this.book.endWritten(r);
+    if (this.active.get(record.requestId)?.record === record) this.active.delete(record.requestId);
+    this.book.endWritten(record);
   }
 
   // ---------------------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ export class FailStop {
   private first: LedgerAssertionError | undefined;
   private done: Promise<void> | undefined;
 
-  constructor(private readonly o: FailStopOptions) {}
+  constructor(private readonly options: FailStopOptions) {}
 
   /** True once a money rule broke: nothing billed is admitted any more. */
   get stopped(): boolean {
@@ -57,18 +57,21 @@ export class FailStop {
   /** The one handler: idempotent, never throws (its callers are catch blocks). */
   trip(err: LedgerAssertionError): void {
     if (this.first !== undefined) {
-      this.o.log({ err: err.message, figures: err.figures }, 'ledger.assertion_after_fail_stop');
+      this.options.log({ err: err.message, figures: err.figures }, 'ledger.assertion_after_fail_stop');
       return;
     }
     this.first = err;
-    this.o.log({ err: err.message, figures: err.figures, stack: err.stack, note: 'admissions stopped; leases left for recovery; exiting' }, 'ledger.fail_stop');
+    this.options.log(
+      { err: err.message, figures: err.figures, stack: err.stack, note: 'admissions stopped; leases left for recovery; exiting' },
+      'ledger.fail_stop',
+    );
     this.done = (async () => {
       try {
-        await this.o.halt();
+        await this.options.halt();
       } catch (e) {
-        this.o.log({ err: (e as Error).message }, 'ledger.fail_stop_halt_failed');
+        this.options.log({ err: (e as Error).message }, 'ledger.fail_stop_halt_failed');
       }
-      this.o.exit(FAIL_STOP_EXIT_CODE);
+      this.options.exit(FAIL_STOP_EXIT_CODE);
     })();
   }
 }

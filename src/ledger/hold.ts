@@ -72,11 +72,11 @@ export class CheckedHold {
     return { request_id: this.requestId, hold_state: this.current, hold_ink: this.holdInk, hold_grant_ink: this.grantInk, hold_payg_ink: this.paygInk };
   }
 
-  private assertMove(to: HoldState): void {
+  private assertMove(target: HoldState): void {
     assertLedger(
-      NEXT[this.current].includes(to),
-      () => `hold ${this.requestId}: ${this.current} -> ${to} is not a transition`,
-      () => ({ ...this.figures(), to }),
+      NEXT[this.current].includes(target),
+      () => `hold ${this.requestId}: ${this.current} -> ${target} is not a transition`,
+      () => ({ ...this.figures(), to: target }),
     );
   }
 

@@ -171,10 +171,10 @@ export interface Violation {
 export const LEDGER_RULES: readonly string[] = CHECKS.map(([rule]) => rule);
 
 /** Every rule over the whole schema; an empty list when the ledger is consistent. */
-export async function checkLedger(db: Queryable, maxRows = 5): Promise<Violation[]> {
+export async function checkLedger(database: Queryable, maxRows = 5): Promise<Violation[]> {
   const out: Violation[] = [];
   for (const [rule, sql] of CHECKS) {
-    const { rows } = await db.query(sql);
+    const { rows } = await database.query(sql);
     if (rows.length > 0) out.push({ rule, count: rows.length, rows: rows.slice(0, maxRows) });
   }
   return out;

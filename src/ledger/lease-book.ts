@@ -52,7 +52,7 @@ export interface LeaseBookOptions {
   /** True once a broken money rule halted the escrow. */
   readonly halted: () => boolean;
   /** A broken money rule met while returning a lease. */
-  readonly violated: (e: LedgerAssertionError) => void;
+  readonly violated: (error: LedgerAssertionError) => void;
   /** Leasing is on (configuration); turned off here when another start takes the instance id. */
   readonly leasing: boolean;
   /** True once the escrow is shutting down: a lease taken then is given back at once. */
@@ -85,8 +85,8 @@ export class LeaseBook {
   private ticking: Promise<void> | undefined;
   private leasingOn: boolean;
 
-  constructor(private readonly o: LeaseBookOptions) {
-    this.leasingOn = o.leasing;
+  constructor(private readonly options: LeaseBookOptions) {
+    this.leasingOn = options.leasing;
   }
 
   /** Leasing on (configuration) and not superseded by another start under our instance id. */
@@ -95,7 +95,7 @@ export class LeaseBook {
   }
 
   startHeartbeat(): void {
-    this.heartbeat = setInterval(() => void this.tick(), this.o.lease.heartbeatMs);
+    this.heartbeat = setInterval(() => void this.tick(), this.options.lease.heartbeatMs);
     this.heartbeat.unref();
   }
 
@@ -131,38 +131,38 @@ export class LeaseBook {
   }
 
   /** One take or refill per key at a time; the requests that arrive meanwhile wait for it. */
-  acquire(ks: KeyState, accountId: string, keyId: string, holdInk: number): Promise<LocalLease | undefined> {
-    if (ks.acquiring) return ks.acquiring;
-    const p = this.take(ks, accountId, keyId, holdInk).finally(() => {
-      if (ks.acquiring === p) ks.acquiring = undefined;
+  acquire(keyState: KeyState, accountId: string, keyId: string, holdInk: number): Promise<LocalLease | undefined> {
+    if (keyState.acquiring) return keyState.acquiring;
+    const p = this.take(keyState, accountId, keyId, holdInk).finally(() => {
+      if (keyState.acquiring === p) keyState.acquiring = undefined;
     });
-    ks.acquiring = p;
+    keyState.acquiring = p;
     return p;
   }
 
-  private async take(ks: KeyState, accountId: string, keyId: string, holdInk: number): Promise<LocalLease | undefined> {
+  private async take(keyState: KeyState, accountId: string, keyId: string, holdInk: number): Promise<LocalLease | undefined> {
     const current = this.byKey.get(keyId);
     const sentMs = performance.now();
     const refill = current !== undefined && current.state === 'live' && !current.noRefill && sentMs < current.deadlineMs;
-    const want = leaseWantInk(this.o.lease, holdInk, ks.rate.inkPerS(sentMs));
+    const want = leaseWantInk(this.options.lease, holdInk, keyState.rate.inkPerS(sentMs));
     let row: { result: string; lease_id: number | null; take_grant_ink: number; take_payg_ink: number; grant_period: number | null };
     try {
-      const r = await this.o.pool.query<typeof row>({
+      const r = await this.options.pool.query<typeof row>({
         name: 'ledger_lease_take',
         text: SQL.LEASE_TAKE,
         values: [
           refill ? current.id : null,
           accountId,
           keyId,
-          this.o.instanceId,
-          this.o.epoch(),
+          this.options.instanceId,
+          this.options.epoch(),
           refill ? 1 : holdInk,
           want,
-          this.o.lease.floorInk,
-          this.o.lease.walletPermille,
-          this.o.lease.keyPermille,
-          this.o.lease.ttlMs,
-          this.o.now(),
+          this.options.lease.floorInk,
+          this.options.lease.walletPermille,
+          this.options.lease.keyPermille,
+          this.options.lease.ttlMs,
+          this.options.now(),
         ],
       });
       row = r.rows[0]!;
@@ -172,23 +172,23 @@ export class LeaseBook {
     }
     switch (row.result) {
       case 'ok': {
-        const deadline = sentMs + this.o.lease.ttlMs - this.o.lease.deadlineMarginMs;
+        const deadline = sentMs + this.options.lease.ttlMs - this.options.lease.deadlineMarginMs;
         if (refill && current.id === row.lease_id) {
           current.add(row.take_grant_ink, row.take_payg_ink);
           current.extend(deadline);
-          this.o.stats.refills++;
+          this.options.stats.refills++;
           return current;
         }
         const lease = new LocalLease(row.lease_id!, accountId, keyId, row.grant_period!, deadline);
         lease.add(row.take_grant_ink, row.take_payg_ink);
         this.adopt(lease, current);
-        this.o.stats.takes++;
-        if (this.o.closing()) void this.retire(lease, 'shutting down');
+        this.options.stats.takes++;
+        if (this.options.closing()) void this.retire(lease, 'shutting down');
         return lease;
       }
       case 'edge':
-        this.o.stats.edges++;
-        ks.edgeUntilMs = performance.now() + this.o.lease.edgeRetryMs;
+        this.options.stats.edges++;
+        keyState.edgeUntilMs = performance.now() + this.options.lease.edgeRetryMs;
         if (refill) current.noRefill = true;
         return undefined;
       case 'key_not_live':
@@ -197,7 +197,7 @@ export class LeaseBook {
         throw new ApiError('invalid_api_key', { message: 'The API key has been revoked or has expired.' });
       case 'lease_gone':
         if (current !== undefined) void this.retire(current, 'recalled');
-        ks.edgeUntilMs = performance.now() + this.o.lease.edgeRetryMs;
+        keyState.edgeUntilMs = performance.now() + this.options.lease.edgeRetryMs;
         return undefined;
       case 'stale_instance':
         this.superseded();
@@ -208,25 +208,25 @@ export class LeaseBook {
   }
 
   /** A recall heard on the bus (or made here): this instance's leases in scope give their spare Ink back. */
-  async heard(s: RecallScope): Promise<void> {
-    if (s.why === 'switch') {
-      this.o.onSwitchChanged?.();
+  async heard(scope: RecallScope): Promise<void> {
+    if (scope.why === 'switch') {
+      this.options.onSwitchChanged?.();
       return;
     }
     const done: Promise<void>[] = [];
-    const edgeUntil = performance.now() + this.o.lease.edgeRetryMs;
+    const edgeUntil = performance.now() + this.options.lease.edgeRetryMs;
     for (const lease of this.byId.values()) {
-      if ((s.accountId !== undefined && lease.accountId === s.accountId) || (s.keyId !== undefined && lease.keyId === s.keyId)) {
+      if ((scope.accountId !== undefined && lease.accountId === scope.accountId) || (scope.keyId !== undefined && lease.keyId === scope.keyId)) {
         this.keyState(lease.keyId).edgeUntilMs = edgeUntil;
-        done.push(this.retire(lease, `recalled (${s.why})`));
+        done.push(this.retire(lease, `recalled (${scope.why})`));
       }
     }
-    if (s.keyId !== undefined && s.why === 'key') this.keyChanged(s.keyId);
+    if (scope.keyId !== undefined && scope.why === 'key') this.keyChanged(scope.keyId);
     await Promise.all(done);
   }
 
   keyChanged(keyId: string): void {
-    this.o.onKeyChanged?.(keyId);
+    this.options.onKeyChanged?.(keyId);
     const waiting = this.keyWaiters.get(keyId);
     if (waiting === undefined) return;
     this.keyWaiters.delete(keyId);
@@ -247,10 +247,10 @@ export class LeaseBook {
    * everything is written. Safe to call again (the heartbeat does, for leases still draining).
    */
   retire(lease: LocalLease, why: string): Promise<void> {
-    if (this.o.halted()) return Promise.resolve(); // left for recovery
-    const p = this.retireOnce(lease, why).catch((e: unknown) => {
-      if (!isLedgerAssertion(e)) throw e;
-      this.o.violated(e);
+    if (this.options.halted()) return Promise.resolve(); // left for recovery
+    const p = this.retireOnce(lease, why).catch((error: unknown) => {
+      if (!isLedgerAssertion(error)) throw error;
+      this.options.violated(error);
     });
     this.returns.add(p);
     void p.finally(() => this.returns.delete(p));
@@ -272,24 +272,27 @@ export class LeaseBook {
    * the caller hears of the settlement, as a durable hold's release would (the refusal that recalled
    * the lease must find it there). Rare: only holds in flight when their lease was recalled.
    */
-  async returnFromDrained(lease: LocalLease, r: JournalRecord): Promise<void> {
-    await this.waitWritten(r); // until then Postgres counts that Ink as the hold, still in the lease
+  async returnFromDrained(lease: LocalLease, record: JournalRecord): Promise<void> {
+    await this.waitWritten(record); // until then Postgres counts that Ink as the hold, still in the lease
     while (lease.returnDone !== undefined) await lease.returnDone;
     if (lease.state === 'draining') await this.retire(lease, 'a recalled hold ended');
   }
 
   /** Waits (bounded) for a record's end to be written; past the bound it stays queued and is logged. */
-  async waitWritten(r: JournalRecord): Promise<void> {
-    if (!(await this.o.journal.whenWritten(r, WRITE_WAIT_MS))) {
-      this.o.log({ request_id: r.requestId, end: r.end, note: 'kept in the journal queue; written when the store answers' }, 'ledger.end_not_yet_written');
+  async waitWritten(record: JournalRecord): Promise<void> {
+    if (!(await this.options.journal.whenWritten(record, WRITE_WAIT_MS))) {
+      this.options.log(
+        { request_id: record.requestId, end: record.end, note: 'kept in the journal queue; written when the store answers' },
+        'ledger.end_not_yet_written',
+      );
     }
   }
 
   /** A record's end is in Postgres: its lease takes the rest back, and closes once drained. */
-  endWritten(r: JournalRecord): void {
-    const lease = this.byId.get(r.leaseId);
+  endWritten(record: JournalRecord): void {
+    const lease = this.byId.get(record.leaseId);
     if (lease === undefined) return;
-    lease.written(r.restGrantInk, r.restPaygInk);
+    lease.written(record.restGrantInk, record.restPaygInk);
     if (lease.state === 'draining' && lease.inFlight === 0 && lease.unwritten === 0) void this.retire(lease, 'drained');
   }
 
@@ -302,26 +305,26 @@ export class LeaseBook {
     lease.returnDone = new Promise<void>((resolve) => (done = resolve));
     // Only what Postgres already sees as spare leaves: Ink an ended hold gave back stays until its
     // end is written, so write those ends first (a recall must get everything back, not most).
-    if (lease.pendingInk > 0) await this.o.journal.flushAll(WRITE_WAIT_MS);
+    if (lease.pendingInk > 0) await this.options.journal.flushAll(WRITE_WAIT_MS);
     const close = lease.inFlight === 0 && lease.unwritten === 0;
     const { grantInk, paygInk } = lease.beginReturn();
     try {
-      const r = await this.o.pool.query<{ result: string }>({
+      const r = await this.options.pool.query<{ result: string }>({
         name: 'ledger_lease_return',
         text: SQL.LEASE_RETURN,
-        values: [lease.id, this.o.instanceId, this.o.epoch(), grantInk, paygInk, close, true, this.o.now()],
+        values: [lease.id, this.options.instanceId, this.options.epoch(), grantInk, paygInk, close, true, this.options.now()],
       });
       const result = r.rows[0]!.result;
       if (result === 'ok') {
         if (close) this.closeLocal(lease);
       } else {
         // lease_gone: recovered meanwhile (its Ink went back there); mismatch: a bug, left to recovery.
-        if (result !== 'lease_gone') this.o.log({ lease_id: lease.id, result, why }, 'ledger.lease_return_refused');
+        if (result !== 'lease_gone') this.options.log({ lease_id: lease.id, result, why }, 'ledger.lease_return_refused');
         this.closeLocal(lease);
       }
     } catch (e) {
       lease.undoReturn(grantInk, paygInk);
-      this.o.log({ lease_id: lease.id, why, err: e as Error }, 'ledger.lease_return_failed');
+      this.options.log({ lease_id: lease.id, why, err: e as Error }, 'ledger.lease_return_failed');
     } finally {
       lease.returning = false;
       lease.returnDone = undefined;
@@ -339,7 +342,7 @@ export class LeaseBook {
   superseded(): void {
     if (!this.leasingOn) return;
     this.leasingOn = false;
-    this.o.log({ instance_id: this.o.instanceId, epoch: this.o.epoch() }, 'ledger.instance_superseded');
+    this.options.log({ instance_id: this.options.instanceId, epoch: this.options.epoch() }, 'ledger.instance_superseded');
     for (const lease of this.byId.values()) {
       lease.expire();
       lease.drain();
@@ -356,13 +359,13 @@ export class LeaseBook {
   }
 
   private async beat(): Promise<void> {
-    const lc = this.o.lease;
+    const lc = this.options.lease;
     const sentMs = performance.now();
     try {
-      const r = await this.o.pool.query<{ lease_id: number | null; give_up: string | null }>({
+      const r = await this.options.pool.query<{ lease_id: number | null; give_up: string | null }>({
         name: 'ledger_heartbeat',
         text: SQL.HEARTBEAT,
-        values: [this.o.instanceId, this.o.epoch(), lc.ttlMs, this.o.now(), [...this.byId.keys()], ORPHAN_AFTER_MS],
+        values: [this.options.instanceId, this.options.epoch(), lc.ttlMs, this.options.now(), [...this.byId.keys()], ORPHAN_AFTER_MS],
       });
       const deadline = sentMs + lc.ttlMs - lc.deadlineMarginMs;
       for (const row of r.rows) {
@@ -390,32 +393,32 @@ export class LeaseBook {
       }
       await this.recoverExpired();
     } catch (e) {
-      this.o.log({ err: e as Error }, 'ledger.heartbeat_failed');
+      this.options.log({ err: e as Error }, 'ledger.heartbeat_failed');
     }
   }
 
   /** Recovers leases anyone left past their expiry (a killed or paused instance). */
   async recoverExpired(): Promise<number> {
-    const cutoff = new Date(this.o.now().getTime() - this.o.lease.recoverGraceMs);
-    const r = await this.o.pool.query<{ id: number }>(SQL.EXPIRED_LEASES, [cutoff, RECOVER_BATCH]);
+    const cutoff = new Date(this.options.now().getTime() - this.options.lease.recoverGraceMs);
+    const r = await this.options.pool.query<{ id: number }>(SQL.EXPIRED_LEASES, [cutoff, RECOVER_BATCH]);
     let n = 0;
     for (const row of r.rows) {
       // One lease that cannot be recovered (its rows disagree: a bug to look at) must not block the rest.
       try {
         if (await this.recover(row.id, 'lease expired')) n++;
       } catch (e) {
-        this.o.log({ lease_id: row.id, err: e as Error }, 'ledger.lease_recover_failed');
+        this.options.log({ lease_id: row.id, err: e as Error }, 'ledger.lease_recover_failed');
       }
     }
     return n;
   }
 
   async recover(leaseId: number, why: string): Promise<boolean> {
-    const r = await this.o.pool.query<{ kept: number | null }>(SQL.LEASE_RECOVER, [leaseId, this.o.now(), `${why}; hold kept for reconciliation`]);
+    const r = await this.options.pool.query<{ kept: number | null }>(SQL.LEASE_RECOVER, [leaseId, this.options.now(), `${why}; hold kept for reconciliation`]);
     const kept = r.rows[0]?.kept;
     if (kept === null || kept === undefined) return false;
-    this.o.stats.recovered++;
-    this.o.log({ lease_id: leaseId, why, holds_kept: kept }, 'ledger.lease_recovered');
+    this.options.stats.recovered++;
+    this.options.log({ lease_id: leaseId, why, holds_kept: kept }, 'ledger.lease_recovered');
     return true;
   }
 

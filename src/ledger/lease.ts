@@ -322,7 +322,7 @@ export interface LeaseSizing {
 }
 
 /** How much a take or refill asks for: a few seconds of the key's holds, at least `minHolds` holds, at most `maxInk`. */
-export function leaseWantInk(s: LeaseSizing, holdInk: number, inkPerS: number): number {
-  const want = Math.max(holdInk * s.minHolds, Math.ceil((inkPerS * s.targetMs) / 1000));
-  return Math.min(Math.max(want, holdInk), Math.max(s.maxInk, holdInk));
+export function leaseWantInk(sizing: LeaseSizing, holdInk: number, inkPerS: number): number {
+  const want = Math.max(holdInk * sizing.minHolds, Math.ceil((inkPerS * sizing.targetMs) / 1000));
+  return Math.min(Math.max(want, holdInk), Math.max(sizing.maxInk, holdInk));
 }

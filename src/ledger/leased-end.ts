@@ -49,23 +49,23 @@ export interface EndDeps {
  * the lease, the record joins the journal. Answered at once, except when its lease was recalled
  * (the freed Ink goes back to the wallet first) or in sync mode (after the write).
  */
-export async function endInLease(d: EndDeps, a: ActiveHold, end: 'settle' | 'release', chargeInk: number, fields: EndFields): Promise<ResolveResult> {
-  const r = a.record;
+export async function endInLease(deps: EndDeps, active: ActiveHold, end: 'settle' | 'release', chargeInk: number, fields: EndFields): Promise<ResolveResult> {
+  const r = active.record;
   // A text lane settles only what it sent (usage exists only for a dispatched request); it does
   // not report the dispatch apart, so a settle of a hold still `reserved` records it first.
   // Preconditions first, nothing changed yet (not the hold, the lease, nor the record): the end
   // is a legal move of the hold, the record's split is the hold's, and the lease would give back
   // exactly what the hold releases, source by source (lease.end refuses before it changes).
-  const o = a.hold.checkEnd(end, chargeInk);
+  const o = active.hold.checkEnd(end, chargeInk);
   assertLedger(
-    r.holdInk === a.hold.holdInk && r.holdGrantInk === a.hold.grantInk && r.end === null,
+    r.holdInk === active.hold.holdInk && r.holdGrantInk === active.hold.grantInk && r.end === null,
     () => `hold ${r.requestId}: its record (${r.holdInk}, grant ${r.holdGrantInk}, end ${r.end}) is not the hold's`,
-    () => a.hold.figures(),
+    () => active.hold.figures(),
   );
-  const leaseCharge = d.faults?.skewLeaseCharge?.(r.requestId, chargeInk) ?? chargeInk;
-  const rest = a.lease.end(r.requestId, r.holdGrantInk, r.holdInk - r.holdGrantInk, leaseCharge, o.releasedGrantInk, o.releasedPaygInk);
-  if (end === 'settle' && a.hold.state === 'reserved') a.hold.dispatch();
-  const done = end === 'settle' ? a.hold.settle(chargeInk) : a.hold.release();
+  const leaseCharge = deps.faults?.skewLeaseCharge?.(r.requestId, chargeInk) ?? chargeInk;
+  const rest = active.lease.end(r.requestId, r.holdGrantInk, r.holdInk - r.holdGrantInk, leaseCharge, o.releasedGrantInk, o.releasedPaygInk);
+  if (end === 'settle' && active.hold.state === 'reserved') active.hold.dispatch();
+  const done = end === 'settle' ? active.hold.settle(chargeInk) : active.hold.release();
   // Postconditions: the hold moved exactly what was checked, and the lease took back exactly what it released.
   assertLedger(
     done.chargedInk === o.chargedInk &&
@@ -74,7 +74,7 @@ export async function endInLease(d: EndDeps, a: ActiveHold, end: 'settle' | 'rel
       done.releasedPaygInk === rest.restPaygInk,
     () =>
       `hold ${r.requestId}: ended charging ${done.chargedInk} and releasing ${done.releasedGrantInk} + ${done.releasedPaygInk}, the lease took back ${rest.restGrantInk} + ${rest.restPaygInk}`,
-    () => ({ ...a.hold.figures(), charged_ink: done.chargedInk, rest_grant_ink: rest.restGrantInk, rest_payg_ink: rest.restPaygInk }),
+    () => ({ ...active.hold.figures(), charged_ink: done.chargedInk, rest_grant_ink: rest.restGrantInk, rest_payg_ink: rest.restPaygInk }),
   );
   if (fields.usage !== undefined) r.usage = fields.usage;
   if (fields.reason !== undefined) r.reason = fields.reason;
@@ -82,29 +82,29 @@ export async function endInLease(d: EndDeps, a: ActiveHold, end: 'settle' | 'rel
   r.restPaygInk = rest.restPaygInk;
   r.end = end;
   r.chargeInk = chargeInk;
-  r.resolvedAt = d.now().toISOString();
-  d.journal.touch(r);
-  if (a.lease.state === 'draining' && chargeInk < r.holdInk) await d.book.returnFromDrained(a.lease, r);
-  else if (d.durability === 'sync') await d.book.waitWritten(r);
+  r.resolvedAt = deps.now().toISOString();
+  deps.journal.touch(r);
+  if (active.lease.state === 'draining' && chargeInk < r.holdInk) await deps.book.returnFromDrained(active.lease, r);
+  else if (deps.durability === 'sync') await deps.book.waitWritten(r);
   return { resolved: true, chargedInk: chargeInk, releasedInk: r.holdInk - chargeInk, expiredInk: 0 };
 }
 
 /** The hold leaves its lease whole (usage unknown); its record is written before this resolves. */
-export async function keepInLease(d: EndDeps, a: ActiveHold, details: { vendorRequestId?: string; reason?: string }): Promise<void> {
-  const r = a.record;
+export async function keepInLease(deps: EndDeps, active: ActiveHold, details: { vendorRequestId?: string; reason?: string }): Promise<void> {
+  const r = active.record;
   const requestId = r.requestId;
   const vendorId = details.vendorRequestId === undefined ? undefined : checkVendorRequestId(details.vendorRequestId);
   assertLedger(
-    !a.hold.ended,
-    () => `hold ${requestId}: ended as ${a.hold.state}, cannot be left open`,
-    () => a.hold.figures(),
+    !active.hold.ended,
+    () => `hold ${requestId}: ended as ${active.hold.state}, cannot be left open`,
+    () => active.hold.figures(),
   );
-  a.lease.endKept(requestId, r.holdGrantInk, r.holdInk - r.holdGrantInk); // asserts before it changes the lease
-  if (a.hold.state === 'reserved') a.hold.dispatch(); // unknown usage is only ever of a request sent
-  a.hold.markUnknown();
+  active.lease.endKept(requestId, r.holdGrantInk, r.holdInk - r.holdGrantInk); // asserts before it changes the lease
+  if (active.hold.state === 'reserved') active.hold.dispatch(); // unknown usage is only ever of a request sent
+  active.hold.markUnknown();
   r.end = 'unknown';
   if (vendorId !== undefined) r.vendorRequestId = vendorId;
   r.reason = (details.reason ?? 'usage unknown').slice(0, 500);
-  d.journal.touch(r);
-  await d.book.waitWritten(r);
+  deps.journal.touch(r);
+  await deps.book.waitWritten(r);
 }

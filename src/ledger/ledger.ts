@@ -137,13 +137,14 @@ export class Ledger {
    * reserves and writes its row in one commit). No batching; the caller commits or rolls back, and
    * a broken figure throws before the caller can commit.
    */
-  using(q: Queryable): LedgerTx {
-    const resolveOn = async (item: ResolveItem): Promise<ResolveResult> => resolveOutcome(item, (await runResolve(this.m, [item], 'first', q))[0]!, this.log);
+  using(client: Queryable): LedgerTx {
+    const resolveOn = async (item: ResolveItem): Promise<ResolveResult> =>
+      resolveOutcome(item, (await runResolve(this.m, [item], 'first', client))[0]!, this.log);
     return {
       reserve: async (input) => {
         checkReserveInput(input);
         if (this.stopped()) throw stoppedAnswer();
-        return reserveOutcome(input, (await runReserve(this.m, [input], 'first', q))[0]!);
+        return reserveOutcome(input, (await runReserve(this.m, [input], 'first', client))[0]!);
       },
       settle: async (requestId, chargeInk, details = {}) => resolveOn(settleItem(requestId, chargeInk, details)),
       release: async (requestId, reason) => resolveOn(returnItem('release', requestId, reason)),

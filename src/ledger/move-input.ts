@@ -29,16 +29,16 @@ export function usageJson(usage: object | undefined): string | null {
   return s;
 }
 
-export function wholeInk(name: string, v: number, min = 0): number {
-  if (!Number.isSafeInteger(v) || v < min || v > MAX_MOVE_INK) {
-    throw new RangeError(`ledger: ${name} must be a whole number of Ink from ${min} to ${MAX_MOVE_INK}, got ${v}`);
+export function wholeInk(name: string, amountInk: number, min = 0): number {
+  if (!Number.isSafeInteger(amountInk) || amountInk < min || amountInk > MAX_MOVE_INK) {
+    throw new RangeError(`ledger: ${name} must be a whole number of Ink from ${min} to ${MAX_MOVE_INK}, got ${amountInk}`);
   }
-  return v;
+  return amountInk;
 }
 
 /** A vendor's request id as the request record stores it (1 to 256 characters), or a RangeError. */
-export function checkVendorRequestId(v: string): string {
-  return text('vendorRequestId', v, 256)!;
+export function checkVendorRequestId(vendorRequestId: string): string {
+  return text('vendorRequestId', vendorRequestId, 256)!;
 }
 
 export function checkRequestId(id: string): void {
@@ -46,10 +46,10 @@ export function checkRequestId(id: string): void {
 }
 
 /** An optional text of 1 to `max` characters (null when absent), or a RangeError. */
-export function text(name: string, v: string | undefined, max: number): string | null {
-  if (v === undefined) return null;
-  if (typeof v !== 'string' || v.length === 0 || v.length > max) throw new RangeError(`ledger: ${name} must be 1 to ${max} characters`);
-  return v;
+export function text(name: string, value: string | undefined, max: number): string | null {
+  if (value === undefined) return null;
+  if (typeof value !== 'string' || value.length === 0 || value.length > max) throw new RangeError(`ledger: ${name} must be 1 to ${max} characters`);
+  return value;
 }
 
 export function checkReserveInput(input: ReserveInput): void {

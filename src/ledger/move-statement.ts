@@ -38,8 +38,8 @@ export interface MoveContext {
 }
 
 /** The test-only skew of one figure (0 unless a fault is injected for this move and id). */
-export function skew(m: MoveContext, move: 'reserve' | 'resolve' | 'credit', id: string): number {
-  return m.faults?.skewFigure?.(move, id) ?? 0;
+export function skew(context: MoveContext, move: 'reserve' | 'resolve' | 'credit', id: string): number {
+  return context.faults?.skewFigure?.(move, id) ?? 0;
 }
 
 export function lockTimedOut(err: unknown): boolean {
@@ -57,9 +57,9 @@ export function retryAlone(err: unknown): boolean {
 }
 
 /** The batch functions' lock-timeout argument for `wait` (null: the session's lock_timeout). */
-export function lockParam(m: MoveContext, n: number, wait: LockWait): number | null {
+export function lockParam(context: MoveContext, itemCount: number, wait: LockWait): number | null {
   if (wait === 'patient') return null;
-  if (wait === 'first') return n > 1 ? m.batchLockTimeoutMs : null;
+  if (wait === 'first') return itemCount > 1 ? context.batchLockTimeoutMs : null;
   return wait;
 }
 
@@ -67,9 +67,9 @@ export const overloaded = (cause: Error): ApiError =>
   new ApiError('provider_unavailable', { message: 'The ledger is overloaded; retry after Retry-After.', retryAfterS: 1, cause });
 
 /** Rows of a batch function, indexed by their 1-based item number. */
-export function byItem<R extends { item: number }>(rows: R[], n: number): R[] {
-  if (rows.length !== n) throw new Error(`ledger: ${rows.length} results for ${n} items`);
-  const out = new Array<R>(n);
+export function byItem<R extends { item: number }>(rows: R[], itemCount: number): R[] {
+  if (rows.length !== itemCount) throw new Error(`ledger: ${rows.length} results for ${itemCount} items`);
+  const out = new Array<R>(itemCount);
   for (const r of rows) out[r.item - 1] = r;
   return out;
 }
@@ -78,31 +78,31 @@ export function byItem<R extends { item: number }>(rows: R[], n: number): R[] {
  * Runs a move's statement and asserts what it answers before the move commits (and `before`, the
  * move's preconditions, before anything is sent). On the pool the
  * move gets its own transaction: BEGIN, the statement, `check`, COMMIT; a broken check rolls it
- * back. In a caller's transaction (`q` is not the pool) `check` runs right after the statement and
+ * back. In a caller's transaction (`database` is not the pool) `check` runs right after the statement and
  * the error rolls the caller's transaction back. Either way the fail-stop hears of it first.
  * Cost: two more round trips per statement on the pool (one per batch under group commit).
  */
 export async function checkedMove<R>(
-  m: MoveContext,
-  q: Queryable,
-  run: (c: Queryable) => Promise<R>,
+  context: MoveContext,
+  database: Queryable,
+  run: (client: Queryable) => Promise<R>,
   check: (out: R) => void,
   before?: () => void,
 ): Promise<R> {
   try {
     before?.(); // preconditions: nothing is sent when one is broken
-    if (q !== m.pool) {
-      const out = await run(q);
+    if (database !== context.pool) {
+      const out = await run(database);
       check(out);
       return out;
     }
-    return await withTx(m.pool, run, check);
+    return await withTx(context.pool, run, check);
   } catch (e) {
     // The schema refusing a move (a CHECK, a foreign key) is a broken rule too, but a request id
     // taken by a concurrent insert is the reserve's own duplicate answer.
     const broken = isLedgerAssertion(e) ? e : schemaViolation(e, 'a ledger move', {}, ID_RACES);
     if (broken === undefined) throw e;
-    m.failStop?.(broken);
+    context.failStop?.(broken);
     throw broken;
   }
 }

@@ -24,8 +24,8 @@ const MAX_MESSAGE_CHARS = 1000;
 /** The channel name carries the schema, so test schemas (and deployments sharing a server) never hear each other. */
 export const recallChannel = busChannel;
 
-export function encodeRecall(s: RecallScope): string {
-  return JSON.stringify({ a: s.accountId, k: s.keyId, w: s.why });
+export function encodeRecall(scope: RecallScope): string {
+  return JSON.stringify({ a: scope.accountId, k: scope.keyId, w: scope.why });
 }
 
 /**
@@ -55,7 +55,7 @@ export function decodeRecall(text: string): RecallScope | undefined {
 
 export interface RecallBus {
   readonly kind: 'redis' | 'postgres';
-  publish(s: RecallScope): Promise<void>;
+  publish(scope: RecallScope): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -65,8 +65,8 @@ export interface RecallBusOptions {
   readonly connectTimeoutMs: number;
   readonly redis: { url: string | null; commandTimeoutMs: number; connectTimeoutMs: number; keyPrefix: string };
   /** Called for every recall heard (also this instance's own). */
-  readonly onRecall: (s: RecallScope) => void;
-  readonly onError?: (e: Error) => void;
+  readonly onRecall: (scope: RecallScope) => void;
+  readonly onError?: (error: Error) => void;
   /** Where a Postgres bus sends its NOTIFYs: the instance's pool. */
   readonly publishVia: { query(text: string, values: unknown[]): Promise<unknown> };
 }
@@ -77,10 +77,10 @@ export interface RecallBusOptions {
  * Postgres: their NOTIFY is sent in the transaction that makes the change and delivered only if it
  * commits, which no Redis message can promise. With Redis, an instance therefore listens on both.
  */
-export function createRecallBus(o: RecallBusOptions): RecallBus {
-  if (!o.redis.url) return new PostgresRecallBus(o);
-  const redis = new RedisRecallBus(o);
-  const pg = new PostgresRecallBus(o);
+export function createRecallBus(options: RecallBusOptions): RecallBus {
+  if (!options.redis.url) return new PostgresRecallBus(options);
+  const redis = new RedisRecallBus(options);
+  const pg = new PostgresRecallBus(options);
   return {
     kind: 'redis',
     publish: (s) => redis.publish(s),
@@ -98,22 +98,22 @@ class PostgresRecallBus implements RecallBus {
   private timer: NodeJS.Timeout | undefined;
   private readonly channel: string;
 
-  constructor(private readonly o: RecallBusOptions) {
-    this.channel = recallChannel(o.dbSchema);
+  constructor(private readonly options: RecallBusOptions) {
+    this.channel = recallChannel(options.dbSchema);
     this.connect();
   }
 
   private connect(): void {
     if (this.closed) return;
     const c = new pg.Client({
-      connectionString: this.o.dbUrl,
-      connectionTimeoutMillis: this.o.connectTimeoutMs,
+      connectionString: this.options.dbUrl,
+      connectionTimeoutMillis: this.options.connectTimeoutMs,
       keepAlive: true,
       application_name: 'inkgate-recalls',
     });
     this.client = c;
-    const retry = (e: Error) => {
-      this.o.onError?.(e);
+    const retry = (error: Error) => {
+      this.options.onError?.(error);
       void c.end().catch(() => undefined);
       if (this.client === c) this.client = undefined;
       if (this.closed || this.timer) return;
@@ -127,9 +127,9 @@ class PostgresRecallBus implements RecallBus {
       this.timer.unref();
     };
     c.on('error', retry);
-    c.on('notification', (m) => {
-      const s = m.payload === undefined ? undefined : decodeRecall(m.payload);
-      if (s) this.o.onRecall(s);
+    c.on('notification', (notification) => {
+      const s = notification.payload === undefined ? undefined : decodeRecall(notification.payload);
+      if (s) this.options.onRecall(s);
     });
     c.connect()
       .then(() => c.query(`LISTEN ${this.channel}`))
@@ -139,8 +139,8 @@ class PostgresRecallBus implements RecallBus {
       .catch(retry);
   }
 
-  async publish(s: RecallScope): Promise<void> {
-    await this.o.publishVia.query('SELECT pg_notify($1, $2)', [this.channel, encodeRecall(s)]);
+  async publish(scope: RecallScope): Promise<void> {
+    await this.options.publishVia.query('SELECT pg_notify($1, $2)', [this.channel, encodeRecall(scope)]);
   }
 
   async close(): Promise<void> {
@@ -156,26 +156,26 @@ class RedisRecallBus implements RecallBus {
   private readonly sub: Redis;
   private readonly channel: string;
 
-  constructor(o: RecallBusOptions) {
+  constructor(options: RecallBusOptions) {
     // The prefix is written into the channel name by hand: ioredis applies keyPrefix to keys, not channels.
-    const opts = redisOptions({ ...o.redis, url: o.redis.url!, keyPrefix: '' });
-    this.channel = `${o.redis.keyPrefix}${recallChannel(o.dbSchema)}`;
-    this.pub = new Redis(o.redis.url!, opts);
-    this.pub.on('error', (e: Error) => o.onError?.(e));
+    const opts = redisOptions({ ...options.redis, url: options.redis.url!, keyPrefix: '' });
+    this.channel = `${options.redis.keyPrefix}${recallChannel(options.dbSchema)}`;
+    this.pub = new Redis(options.redis.url!, opts);
+    this.pub.on('error', (e: Error) => options.onError?.(e));
     // A subscriber connection only listens. It subscribes on every 'ready' itself: ioredis's own
     // re-subscription leaves its promise unhandled when the connection drops again meanwhile.
-    const sub = new Redis(o.redis.url!, { ...opts, autoResubscribe: false, commandTimeout: undefined });
-    sub.on('error', (e: Error) => o.onError?.(e));
-    sub.on('ready', () => void sub.subscribe(this.channel).catch((e: Error) => o.onError?.(e)));
+    const sub = new Redis(options.redis.url!, { ...opts, autoResubscribe: false, commandTimeout: undefined });
+    sub.on('error', (e: Error) => options.onError?.(e));
+    sub.on('ready', () => void sub.subscribe(this.channel).catch((e: Error) => options.onError?.(e)));
     sub.on('message', (_ch: string, text: string) => {
       const s = decodeRecall(text);
-      if (s) o.onRecall(s);
+      if (s) options.onRecall(s);
     });
     this.sub = sub;
   }
 
-  async publish(s: RecallScope): Promise<void> {
-    await this.pub.publish(this.channel, encodeRecall(s));
+  async publish(scope: RecallScope): Promise<void> {
+    await this.pub.publish(this.channel, encodeRecall(scope));
   }
 
   async close(): Promise<void> {

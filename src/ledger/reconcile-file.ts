@@ -31,8 +31,8 @@ const TOKEN_FIELDS = {
   cache_write_tokens: 'cacheWriteTokens',
 } as const;
 
-function whole(v: unknown, max: number): v is number {
-  return typeof v === 'number' && Number.isSafeInteger(v) && v >= 0 && v <= max;
+function whole(value: unknown, max: number): value is number {
+  return typeof value === 'number' && Number.isSafeInteger(value) && value >= 0 && value <= max;
 }
 
 /** Parses one line; throws Error naming the problem. */

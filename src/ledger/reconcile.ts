@@ -24,7 +24,7 @@ const MAX_RECONCILE_RECORDS = 1_000_000;
 const RECONCILE_CHUNK = 500;
 const STALE_SCAN_LIMIT = 10_000;
 
-type Push = <T>(l: ReportList<T>, v: T) => void;
+type Push = <T>(list: ReportList<T>, item: T) => void;
 
 interface Run {
   readonly m: MoveContext;
@@ -40,7 +40,7 @@ interface Run {
  * no record named; those are never charged.
  */
 export async function reconcile(
-  m: MoveContext,
+  context: MoveContext,
   now: Date,
   log: Run['log'],
   records: Iterable<VendorUsageRecord> | AsyncIterable<VendorUsageRecord>,
@@ -49,9 +49,9 @@ export async function reconcile(
   if (!Number.isSafeInteger(opts.olderThanMs) || opts.olderThanMs < 0) throw new RangeError('ledger: olderThanMs must be a whole number >= 0');
   const listLimit = opts.listLimit ?? 1000;
   const cutoff = new Date(now.getTime() - opts.olderThanMs);
-  const push: Push = (l, v) => {
-    l.count++;
-    if (l.items.length < listLimit) l.items.push(v);
+  const push: Push = (list, item) => {
+    list.count++;
+    if (list.items.length < listLimit) list.items.push(item);
   };
   const report: ReconcileReport = {
     recordsRead: 0,
@@ -61,7 +61,7 @@ export async function reconcile(
     skipped: { count: 0, items: [] },
     stale: { count: 0, items: [], olderThan: cutoff.toISOString(), truncated: false },
   };
-  const run: Run = { m, opts, report, push, log };
+  const run: Run = { m: context, opts, report, push, log };
   const named = new Set<string>();
   let chunk: VendorUsageRecord[] = [];
   for await (const rec of records as AsyncIterable<VendorUsageRecord>) {
@@ -79,7 +79,7 @@ export async function reconcile(
   }
   if (chunk.length > 0) await reconcileChunk(run, chunk);
 
-  const stale = (await m.pool.query<RequestRecord>(SQL.STALE_OPEN_HOLDS, [cutoff, STALE_SCAN_LIMIT])).rows;
+  const stale = (await context.pool.query<RequestRecord>(SQL.STALE_OPEN_HOLDS, [cutoff, STALE_SCAN_LIMIT])).rows;
   report.stale.truncated = stale.length === STALE_SCAN_LIMIT;
   for (const r of stale) if (r.vendor_request_id === null || !named.has(r.vendor_request_id)) push(report.stale, r);
   return report;

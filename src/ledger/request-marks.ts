@@ -24,11 +24,11 @@ export class RequestMarks {
 
   constructor(
     private readonly pool: Pool,
-    private readonly bg: BackgroundRetries,
-    private readonly o: RequestMarksOptions,
+    private readonly background: BackgroundRetries,
+    private readonly options: RequestMarksOptions,
   ) {
-    if (o.batch) {
-      this.vendorIdBatch = new GroupCommit('ledger vendor ids', (items) => this.runSetVendorIds(items), { ...o.batch, maxInFlight: 1 });
+    if (options.batch) {
+      this.vendorIdBatch = new GroupCommit('ledger vendor ids', (items) => this.runSetVendorIds(items), { ...options.batch, maxInFlight: 1 });
     }
   }
 
@@ -43,7 +43,7 @@ export class RequestMarks {
     } catch (e) {
       storeError(e);
     }
-    if (n !== 1) this.o.log({ requestId }, 'ledger.usage_unknown_not_open');
+    if (n !== 1) this.options.log({ requestId }, 'ledger.usage_unknown_not_open');
   }
 
   /**
@@ -58,7 +58,7 @@ export class RequestMarks {
     try {
       await this.markUsageUnknown(requestId, details);
     } catch (e) {
-      this.bg.retryLater('ledger.usage_unknown_gave_up', requestId, () => this.markUsageUnknown(requestId, details));
+      this.background.retryLater('ledger.usage_unknown_gave_up', requestId, () => this.markUsageUnknown(requestId, details));
       throw e;
     }
   }

@@ -16,14 +16,14 @@ import type { EventLog } from '../util/log.js';
 export type VoidOutcome = 'voided' | 'released' | 'already_resolved' | 'no_account';
 
 /** Claims the id of a reservation whose outcome is unknown, or releases the hold if it was taken; retried in the background. */
-export function abandonReserve(m: MoveContext, bg: BackgroundRetries, input: ReserveInput, now: () => Date, log: EventLog): void {
+export function abandonReserve(context: MoveContext, background: BackgroundRetries, input: ReserveInput, now: () => Date, log: EventLog): void {
   const requestId = input.requestId;
-  const tryVoid = () => voidReservation(m, input, now).then((outcome) => log({ requestId, outcome }, 'ledger.reserve_abandoned'));
-  bg.track(tryVoid().catch((e: unknown) => bg.failed(e, 'ledger.reserve_abandon_failed', requestId, tryVoid)));
+  const tryVoid = () => voidReservation(context, input, now).then((outcome) => log({ requestId, outcome }, 'ledger.reserve_abandoned'));
+  background.track(tryVoid().catch((e: unknown) => background.failed(e, 'ledger.reserve_abandon_failed', requestId, tryVoid)));
 }
 
-export async function voidReservation(m: MoveContext, input: ReserveInput, now: () => Date): Promise<VoidOutcome> {
-  const r = await m.pool.query<{ key_known: boolean; voided: boolean }>(SQL.VOID_REQUEST, [
+export async function voidReservation(context: MoveContext, input: ReserveInput, now: () => Date): Promise<VoidOutcome> {
+  const r = await context.pool.query<{ key_known: boolean; voided: boolean }>(SQL.VOID_REQUEST, [
     input.requestId,
     input.accountId,
     input.keyId,
@@ -34,7 +34,9 @@ export async function voidReservation(m: MoveContext, input: ReserveInput, now: 
   ]);
   if (!r.rows[0]!.key_known) return 'no_account'; // unknown account/key: nothing could be held
   if (r.rows[0]!.voided) return 'voided';
-  const [row] = await runResolve(m, [{ id: input.requestId, kind: 'release', chargeInk: 0, usage: null, vendorRequestId: null, reason: 'reserve_abandoned' }]);
+  const [row] = await runResolve(context, [
+    { id: input.requestId, kind: 'release', chargeInk: 0, usage: null, vendorRequestId: null, reason: 'reserve_abandoned' },
+  ]);
   if (row instanceof Error) throw row;
   return row!.result === 'ok' ? 'released' : 'already_resolved';
 }

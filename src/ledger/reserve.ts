@@ -30,9 +30,9 @@ export interface ReserveRow {
  * The request id was taken by a concurrent insert after the function's own check (the request
  * row or its reserve journal row, whichever the statement happened to write first).
  */
-const idTaken = (e: unknown): boolean => {
-  const c = (e as { constraint?: unknown }).constraint;
-  return (e as { code?: unknown }).code === '23505' && typeof c === 'string' && ID_RACES.has(c);
+const idTaken = (error: unknown): boolean => {
+  const c = (error as { constraint?: unknown }).constraint;
+  return (error as { code?: unknown }).code === '23505' && typeof c === 'string' && ID_RACES.has(c);
 };
 const DUPLICATE: ReserveRow = Object.freeze({ item: 1, result: 'duplicate', take_grant_ink: 0, take_payg_ink: 0, available_ink: null, key_room_ink: null });
 
@@ -69,15 +69,20 @@ export function assertReserved(items: readonly ReserveInput[], rows: readonly Re
 }
 
 /** The rows as answered, or with a test-only fault's skew (LedgerOptions.faults). */
-function skewed(m: MoveContext, items: readonly ReserveInput[], rows: ReserveRow[]): ReserveRow[] {
-  if (m.faults === undefined) return rows;
-  return rows.map((r, i) => ({ ...r, take_payg_ink: r.take_payg_ink + skew(m, 'reserve', items[i]!.requestId) }));
+function skewed(context: MoveContext, items: readonly ReserveInput[], rows: ReserveRow[]): ReserveRow[] {
+  if (context.faults === undefined) return rows;
+  return rows.map((r, i) => ({ ...r, take_payg_ink: r.take_payg_ink + skew(context, 'reserve', items[i]!.requestId) }));
 }
 
 /** Runs a batch of reserves (or one) as one statement whose answer is asserted before COMMIT. */
-export async function runReserve(m: MoveContext, items: ReserveInput[], wait: LockWait = 'first', q: Queryable = m.pool): Promise<Array<ReserveRow | Error>> {
+export async function runReserve(
+  context: MoveContext,
+  items: ReserveInput[],
+  wait: LockWait = 'first',
+  database: Queryable = context.pool,
+): Promise<Array<ReserveRow | Error>> {
   const n = items.length;
-  if (n === 1 && wait === 'first' && !m.functionForSingles) return [await reserveOne(m, items[0]!, q).catch((e: Error) => e)];
+  if (n === 1 && wait === 'first' && !context.functionForSingles) return [await reserveOne(context, items[0]!, database).catch((e: Error) => e)];
   const ids = new Array<string>(n),
     accounts = new Array<string>(n),
     keys = new Array<string>(n);
@@ -94,35 +99,37 @@ export async function runReserve(m: MoveContext, items: ReserveInput[], wait: Lo
     holds[i] = it.holdInk;
   }
   try {
-    const values = [ids, accounts, keys, products, models, holds, m.nowText(), lockParam(m, n, wait)];
-    const run = async (c: Queryable) => skewed(m, items, byItem((await c.query<ReserveRow>({ name: 'ledger_reserve', text: SQL.RESERVE, values })).rows, n));
+    const values = [ids, accounts, keys, products, models, holds, context.nowText(), lockParam(context, n, wait)];
+    const run = async (client: Queryable) =>
+      skewed(context, items, byItem((await client.query<ReserveRow>({ name: 'ledger_reserve', text: SQL.RESERVE, values })).rows, n));
     return await checkedMove(
-      m,
-      q,
+      context,
+      database,
       run,
       (rows) => assertReserved(items, rows),
       () => assertReservable(items),
     );
   } catch (e) {
     // One bad item (an id that raced in elsewhere, a wedged wallet) must not fail its neighbours.
-    if (n > 1 && wait === 'first' && q === m.pool && lockTimedOut(e)) return runReserve(m, items, 'patient', q);
-    if (n > 1 && retryAlone(e)) return Promise.all(items.map((it) => runReserve(m, [it], m.batchLockTimeoutMs).then((o) => o[0]!)));
+    if (n > 1 && wait === 'first' && database === context.pool && lockTimedOut(e)) return runReserve(context, items, 'patient', database);
+    if (n > 1 && retryAlone(e)) return Promise.all(items.map((it) => runReserve(context, [it], context.batchLockTimeoutMs).then((o) => o[0]!)));
     if (n === 1) return [idTaken(e) ? DUPLICATE : (e as Error)];
     throw e;
   }
 }
 
 /** One reserve, one statement (ledger_reserve_one); same outcomes and the same check as the batch function. */
-async function reserveOne(m: MoveContext, it: ReserveInput, q: Queryable): Promise<ReserveRow> {
-  const values = [it.requestId, it.accountId, it.keyId, it.product, it.model, it.holdInk, m.nowText()];
+async function reserveOne(context: MoveContext, input: ReserveInput, database: Queryable): Promise<ReserveRow> {
+  const values = [input.requestId, input.accountId, input.keyId, input.product, input.model, input.holdInk, context.nowText()];
   try {
-    const run = async (c: Queryable) => skewed(m, [it], (await c.query<ReserveRow>({ name: 'ledger_reserve_one', text: SQL.RESERVE_ONE, values })).rows)[0]!;
+    const run = async (client: Queryable) =>
+      skewed(context, [input], (await client.query<ReserveRow>({ name: 'ledger_reserve_one', text: SQL.RESERVE_ONE, values })).rows)[0]!;
     return await checkedMove(
-      m,
-      q,
+      context,
+      database,
       run,
-      (row) => assertReserved([it], [row]),
-      () => assertReservable([it]),
+      (row) => assertReserved([input], [row]),
+      () => assertReservable([input]),
     );
   } catch (e) {
     if (idTaken(e)) return DUPLICATE;

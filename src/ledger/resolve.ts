@@ -105,15 +105,20 @@ export function assertResolved(items: readonly ResolveItem[], rows: readonly Res
 }
 
 /** The rows as answered, or with a test-only fault's skew (LedgerOptions.faults). */
-function skewed(m: MoveContext, items: readonly ResolveItem[], rows: ResolveRow[]): ResolveRow[] {
-  if (m.faults === undefined) return rows;
-  return rows.map((r, i) => (r.released_total_ink === null ? r : { ...r, released_total_ink: r.released_total_ink + skew(m, 'resolve', items[i]!.id) }));
+function skewed(context: MoveContext, items: readonly ResolveItem[], rows: ResolveRow[]): ResolveRow[] {
+  if (context.faults === undefined) return rows;
+  return rows.map((r, i) => (r.released_total_ink === null ? r : { ...r, released_total_ink: r.released_total_ink + skew(context, 'resolve', items[i]!.id) }));
 }
 
 /** Runs a batch of resolutions (or one) as one statement whose answer is asserted before COMMIT. */
-export async function runResolve(m: MoveContext, items: ResolveItem[], wait: LockWait = 'first', q: Queryable = m.pool): Promise<Array<ResolveRow | Error>> {
+export async function runResolve(
+  context: MoveContext,
+  items: ResolveItem[],
+  wait: LockWait = 'first',
+  database: Queryable = context.pool,
+): Promise<Array<ResolveRow | Error>> {
   const n = items.length;
-  if (n === 1 && wait === 'first' && !m.functionForSingles) return [await resolveOne(m, items[0]!, q).catch((e: Error) => e)];
+  if (n === 1 && wait === 'first' && !context.functionForSingles) return [await resolveOne(context, items[0]!, database).catch((e: Error) => e)];
   const ids = new Array<string>(n),
     kinds = new Array<string>(n),
     amounts = new Array<number>(n);
@@ -130,41 +135,41 @@ export async function runResolve(m: MoveContext, items: ResolveItem[], wait: Loc
     reasons[i] = it.reason;
   }
   try {
-    const alone = q === m.pool;
-    const values = [ids, kinds, amounts, usage, vendorIds, reasons, m.nowText(), lockParam(m, n, wait)];
+    const alone = database === context.pool;
+    const values = [ids, kinds, amounts, usage, vendorIds, reasons, context.nowText(), lockParam(context, n, wait)];
     const statement = { name: alone ? 'ledger_resolve_async_commit' : 'ledger_resolve', text: alone ? SQL.RESOLVE_ASYNC_COMMIT : SQL.RESOLVE, values };
-    const run = async (c: Queryable) => skewed(m, items, byItem((await c.query<ResolveRow>(statement)).rows, n));
+    const run = async (c: Queryable) => skewed(context, items, byItem((await c.query<ResolveRow>(statement)).rows, n));
     return await checkedMove(
-      m,
-      q,
+      context,
+      database,
       run,
       (rows) => assertResolved(items, rows),
       () => assertResolvable(items),
     );
   } catch (e) {
-    if (n > 1 && wait === 'first' && q === m.pool && lockTimedOut(e)) return runResolve(m, items, 'patient', q);
-    if (n > 1 && retryAlone(e)) return Promise.all(items.map((it) => runResolve(m, [it], m.batchLockTimeoutMs).then((o) => o[0]!)));
+    if (n > 1 && wait === 'first' && database === context.pool && lockTimedOut(e)) return runResolve(context, items, 'patient', database);
+    if (n > 1 && retryAlone(e)) return Promise.all(items.map((it) => runResolve(context, [it], context.batchLockTimeoutMs).then((o) => o[0]!)));
     if (n === 1) return [e as Error];
     throw e;
   }
 }
 
 /** One resolution, one statement (ledger_resolve_one); same outcomes and the same check as the batch function. */
-async function resolveOne(m: MoveContext, it: ResolveItem, q: Queryable): Promise<ResolveRow> {
-  const alone = q === m.pool;
-  const values = [it.id, it.kind, it.chargeInk, it.usage, it.vendorRequestId, it.reason, m.nowText()];
+async function resolveOne(context: MoveContext, item: ResolveItem, database: Queryable): Promise<ResolveRow> {
+  const alone = database === context.pool;
+  const values = [item.id, item.kind, item.chargeInk, item.usage, item.vendorRequestId, item.reason, context.nowText()];
   const statement = {
     name: alone ? 'ledger_resolve_one_async_commit' : 'ledger_resolve_one',
     text: alone ? SQL.RESOLVE_ONE_ASYNC_COMMIT : SQL.RESOLVE_ONE,
     values,
   };
-  const run = async (c: Queryable) => skewed(m, [it], (await c.query<ResolveRow>(statement)).rows)[0]!;
+  const run = async (c: Queryable) => skewed(context, [item], (await c.query<ResolveRow>(statement)).rows)[0]!;
   return checkedMove(
-    m,
-    q,
+    context,
+    database,
     run,
-    (row) => assertResolved([it], [row]),
-    () => assertResolvable([it]),
+    (row) => assertResolved([item], [row]),
+    () => assertResolvable([item]),
   );
 }
 

@@ -49,29 +49,33 @@ export class TextBilling {
    * The request's hold. A refusal (insufficient_ink, key_ink_limit_reached, a revoked key) is the
    * client's answer and passes through; a broken money rule is the fail-stop's 503.
    */
-  async hold(r: BillingScope, input: ReserveInput): Promise<void> {
+  async hold(request: BillingScope, input: ReserveInput): Promise<void> {
     try {
-      await within(r.trace?.step('reserve'), this.moves.reserve(input));
+      await within(request.trace?.step('reserve'), this.moves.reserve(input));
     } catch (e) {
       this.stopOn(e);
       throw e;
     }
     this.metrics?.inkHeld(input.product, input.model, input.holdInk);
-    r.trace?.held(input.holdInk);
+    request.trace?.held(input.holdInk);
   }
 
   /** The vendor certainly did not run the request: the hold goes back whole. */
-  release(r: BillingScope, reason: string): Promise<void> {
-    return this.orLog(r, 'release', within(r.trace?.step('release'), this.moves.release(r.requestId, reason)));
+  release(request: BillingScope, reason: string): Promise<void> {
+    return this.orLog(request, 'release', within(request.trace?.step('release'), this.moves.release(request.requestId, reason)));
   }
 
   /**
    * Leaves the hold open for reconciliation (usage_unknown) and says so in the log, with why and
    * the vendor's id: an operator reconciling sees every open hold explained.
    */
-  keepOpen(r: BillingScope, info: KeptOpen): Promise<void> {
-    r.log.warn({ vendor_request_id: info.vendorRequestId ?? null, reason: info.reason }, 'text.hold_left_open');
-    return this.orLog(r, 'markUsageUnknown', within(r.trace?.step('usage_unknown'), this.moves.markUsageUnknownEventually(r.requestId, info)));
+  keepOpen(request: BillingScope, info: KeptOpen): Promise<void> {
+    request.log.warn({ vendor_request_id: info.vendorRequestId ?? null, reason: info.reason }, 'text.hold_left_open');
+    return this.orLog(
+      request,
+      'markUsageUnknown',
+      within(request.trace?.step('usage_unknown'), this.moves.markUsageUnknownEventually(request.requestId, info)),
+    );
   }
 
   /**
@@ -80,7 +84,7 @@ export class TextBilling {
    * reconciliation can match it to the vendor's record. The answer is delivered either way.
    */
   async settle(
-    r: BillingScope,
+    request: BillingScope,
     product: string,
     model: string,
     chargeInk: number,
@@ -88,15 +92,15 @@ export class TextBilling {
     vendorRequestId: string | undefined,
   ): Promise<number | undefined> {
     try {
-      const s = await within(r.trace?.step('settle'), this.moves.settle(r.requestId, chargeInk, { usage, vendorRequestId }));
+      const s = await within(request.trace?.step('settle'), this.moves.settle(request.requestId, chargeInk, { usage, vendorRequestId }));
       if (!s.resolved) return undefined;
       this.metrics?.inkCharged(product, model, s.chargedInk);
-      r.trace?.charged(s.chargedInk);
+      request.trace?.charged(s.chargedInk);
       return s.chargedInk;
     } catch (e) {
       this.stopOn(e);
-      r.log.error({ vendor_request_id: vendorRequestId, charge_ink: chargeInk, usage, err: e as Error }, 'text.settle_failed');
-      await this.keepOpen(r, { vendorRequestId, reason: 'settle failed' });
+      request.log.error({ vendor_request_id: vendorRequestId, charge_ink: chargeInk, usage, err: e as Error }, 'text.settle_failed');
+      await this.keepOpen(request, { vendorRequestId, reason: 'settle failed' });
       return undefined;
     }
   }
@@ -106,8 +110,8 @@ export class TextBilling {
    * mid-stream then leaves a hold that reconciliation can match. A broken rule met here has reached
    * the fail-stop; the stream's own end answers for it.
    */
-  noteVendorId(r: BillingScope, vendorRequestId: string): void {
-    this.orLog(r, 'setVendorRequestId', this.moves.setVendorRequestId(r.requestId, vendorRequestId)).catch(() => undefined);
+  noteVendorId(request: BillingScope, vendorRequestId: string): void {
+    this.orLog(request, 'setVendorRequestId', this.moves.setVendorRequestId(request.requestId, vendorRequestId)).catch(() => undefined);
   }
 
   /** True once a broken money rule stopped the instance. */
@@ -116,19 +120,19 @@ export class TextBilling {
   }
 
   /** A move on a failure path: if it fails, it is logged and the hold stays open. */
-  private async orLog(r: BillingScope, what: string, move: Promise<unknown>): Promise<void> {
+  private async orLog(request: BillingScope, what: string, move: Promise<unknown>): Promise<void> {
     try {
       await move;
     } catch (e) {
       this.stopOn(e);
-      r.log.error({ move: what, err: e as Error }, 'text.ledger_move_failed');
+      request.log.error({ move: what, err: e as Error }, 'text.ledger_move_failed');
     }
   }
 
   /** A broken money rule: to the fail-stop, and out as its 503. Any other error is the caller's. */
-  private stopOn(e: unknown): void {
-    if (!isLedgerAssertion(e)) return;
-    this.failStop?.trip(e);
+  private stopOn(error: unknown): void {
+    if (!isLedgerAssertion(error)) return;
+    this.failStop?.trip(error);
     throw stoppedAnswer();
   }
 }

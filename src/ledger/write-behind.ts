@@ -62,9 +62,9 @@ export interface WriteBehindOptions {
   readonly now: () => Date;
   readonly log: EventLog;
   /** Told when a record's end is written (the escrow closes drained leases then). */
-  readonly onEndWritten: (r: JournalRecord) => void;
+  readonly onEndWritten: (record: JournalRecord) => void;
   /** A broken money rule met while taking in a committed batch: the fail-stop, never a retry. */
-  readonly onViolation?: (e: LedgerAssertionError) => void;
+  readonly onViolation?: (error: LedgerAssertionError) => void;
 }
 
 const FLUSH_ARGS = `$1::text, $2::bigint, $3::timestamptz, $4::text[], $5::text[], $6::text[],
@@ -86,8 +86,8 @@ const FLUSH_ASYNC_COMMIT = `SELECT f.item, f.result FROM set_config('synchronous
  * The LedgerAssertionError for a flush the schema refused (SQLSTATE class 23, from pg's
  * DatabaseError), or undefined for any other failure (an outage: retried).
  */
-export function flushViolation(e: unknown, batch: readonly JournalRecord[]): LedgerAssertionError | undefined {
-  return schemaViolation(e, 'ledger_flush', {
+export function flushViolation(error: unknown, batch: readonly JournalRecord[]): LedgerAssertionError | undefined {
+  return schemaViolation(error, 'ledger_flush', {
     records: batch.length,
     first_request_id: batch[0]?.requestId ?? null,
     first_lease_id: batch[0]?.leaseId ?? null,
@@ -106,15 +106,15 @@ type FlushResult = 'ok' | 'late' | 'deferred';
  * of a set is no promise of SQL). An answer that does not cover every record fails the batch like
  * an error would: nothing says the missing ones were written, and the batch is idempotent to resend.
  */
-export function resultsByItem(rows: ReadonlyArray<{ item: number; result: FlushResult }>, n: number): FlushResult[] {
-  const out = new Array<FlushResult>(n);
+export function resultsByItem(rows: ReadonlyArray<{ item: number; result: FlushResult }>, itemCount: number): FlushResult[] {
+  const out = new Array<FlushResult>(itemCount);
   let seen = 0;
   for (const row of rows) {
-    if (!(row.item >= 1 && row.item <= n) || out[row.item - 1] !== undefined) throw new Error(`ledger_flush answered item ${row.item} of ${n}`);
+    if (!(row.item >= 1 && row.item <= itemCount) || out[row.item - 1] !== undefined) throw new Error(`ledger_flush answered item ${row.item} of ${itemCount}`);
     out[row.item - 1] = row.result;
     seen++;
   }
-  if (seen !== n) throw new Error(`ledger_flush answered ${seen} of ${n} items`);
+  if (seen !== itemCount) throw new Error(`ledger_flush answered ${seen} of ${itemCount} items`);
   return out;
 }
 
@@ -186,7 +186,7 @@ export class WriteBehind {
 
   constructor(
     private readonly pool: Pool,
-    private readonly o: WriteBehindOptions,
+    private readonly options: WriteBehindOptions,
   ) {}
 
   /** Records not fully written (waiting, in flight, or started and not yet ended). */
@@ -195,7 +195,7 @@ export class WriteBehind {
   }
 
   get full(): boolean {
-    return this.live >= this.o.journalMaxRecords;
+    return this.live >= this.options.journalMaxRecords;
   }
 
   get pending(): number {
@@ -203,22 +203,22 @@ export class WriteBehind {
   }
 
   /** A hold came out of a lease: its record starts. */
-  start(r: JournalRecord): void {
+  start(record: JournalRecord): void {
     this.live++;
-    this.enqueue(r);
+    this.enqueue(record);
   }
 
   /** Its end (or vendor id) changed: written by the next batch. */
-  touch(r: JournalRecord): void {
-    this.enqueue(r);
+  touch(record: JournalRecord): void {
+    this.enqueue(record);
   }
 
   /** Resolves once a batch carrying the record's current end has committed (or after `timeoutMs`: false). */
-  whenWritten(r: JournalRecord, timeoutMs: number): Promise<boolean> {
-    if (r.endWritten) return Promise.resolve(true);
+  whenWritten(record: JournalRecord, timeoutMs: number): Promise<boolean> {
+    if (record.endWritten) return Promise.resolve(true);
     return new Promise((resolve) => {
       const t = setTimeout(() => resolve(false), timeoutMs);
-      (r.waiters ??= []).push(() => {
+      (record.waiters ??= []).push(() => {
         clearTimeout(t);
         resolve(true);
       });
@@ -244,27 +244,27 @@ export class WriteBehind {
     return this.stats.violations === 0;
   }
 
-  private enqueue(r: JournalRecord): void {
-    if (this.refused.has(r)) return;
-    if (!r.queued) {
-      r.queued = true;
-      this.queue.push(r);
+  private enqueue(record: JournalRecord): void {
+    if (this.refused.has(record)) return;
+    if (!record.queued) {
+      record.queued = true;
+      this.queue.push(record);
     }
-    if (this.queue.length >= this.o.flushMaxRecords) this.schedule(0);
-    else this.schedule(this.o.flushMs);
+    if (this.queue.length >= this.options.flushMaxRecords) this.schedule(0);
+    else this.schedule(this.options.flushMs);
   }
 
-  private schedule(ms: number): void {
-    if (this.closed && ms > 0) ms = 0;
+  private schedule(delayMs: number): void {
+    if (this.closed && delayMs > 0) delayMs = 0;
     if (this.flushing) return; // the running flush reschedules itself when it ends
     if (this.timer) {
-      if (ms > 0) return;
+      if (delayMs > 0) return;
       clearTimeout(this.timer);
     }
     this.timer = setTimeout(() => {
       this.timer = undefined;
       void this.flushOnce();
-    }, ms);
+    }, delayMs);
   }
 
   private flushOnce(): Promise<void> {
@@ -274,11 +274,11 @@ export class WriteBehind {
       this.timer = undefined;
     }
     if (this.queue.length === 0) return Promise.resolve();
-    const batch = this.queue.length <= this.o.flushMaxRecords ? this.queue : this.queue.slice(0, this.o.flushMaxRecords);
+    const batch = this.queue.length <= this.options.flushMaxRecords ? this.queue : this.queue.slice(0, this.options.flushMaxRecords);
     this.queue = batch === this.queue ? [] : this.queue.slice(batch.length);
     this.flushing = this.write(batch).finally(() => {
       this.flushing = undefined;
-      if (this.queue.length > 0) this.schedule(this.failures > 0 ? RETRY_MS[Math.min(this.failures - 1, RETRY_MS.length - 1)] : this.o.flushMs);
+      if (this.queue.length > 0) this.schedule(this.failures > 0 ? RETRY_MS[Math.min(this.failures - 1, RETRY_MS.length - 1)] : this.options.flushMs);
     });
     return this.flushing;
   }
@@ -286,7 +286,7 @@ export class WriteBehind {
   private async write(batch: JournalRecord[]): Promise<void> {
     const n = batch.length;
     const { cols, ends, anyUnknown } = flushColumns(batch);
-    const durable = anyUnknown || !this.o.asyncCommit;
+    const durable = anyUnknown || !this.options.asyncCommit;
     let results: Array<'ok' | 'late' | 'deferred'>;
     const startedMs = performance.now();
     const traced = this.onFlushStarted?.(batch);
@@ -295,9 +295,9 @@ export class WriteBehind {
         name: durable ? 'ledger_flush' : 'ledger_flush_async_commit',
         text: durable ? FLUSH : FLUSH_ASYNC_COMMIT,
         values: [
-          this.o.instanceId,
-          this.o.epoch(),
-          this.o.now().toISOString(),
+          this.options.instanceId,
+          this.options.epoch(),
+          this.options.now().toISOString(),
           cols.ids,
           cols.accounts,
           cols.keys,
@@ -326,8 +326,8 @@ export class WriteBehind {
       // One failure under load (a lock wait past lock_timeout) is retried and passes: a warning. A
       // run of them is the store in trouble: an error, repeated now and then while it lasts.
       const fields = { records: n, failures: this.failures, err: e as Error };
-      if (this.failures === 1) this.o.log(fields, 'ledger.flush_retried');
-      else if (this.failures === FAILED_AFTER || this.failures % 100 === 0) this.o.log(fields, 'ledger.flush_failed');
+      if (this.failures === 1) this.options.log(fields, 'ledger.flush_retried');
+      else if (this.failures === FAILED_AFTER || this.failures % 100 === 0) this.options.log(fields, 'ledger.flush_failed');
       // Back to the front, in order; a record touched meanwhile is already queued again.
       const again = batch.filter((r) => !r.queued);
       for (const r of again) r.queued = true;
@@ -350,7 +350,7 @@ export class WriteBehind {
       if (result === 'deferred') continue; // its lease was recovered: the start waits for its end (late path)
       if (result === 'late') {
         this.stats.late++;
-        this.o.log({ request_id: r.requestId, lease_id: r.leaseId, end: ends[i], charge_ink: r.chargeInk }, 'ledger.late_flush');
+        this.options.log({ request_id: r.requestId, lease_id: r.leaseId, end: ends[i], charge_ink: r.chargeInk }, 'ledger.late_flush');
       }
       // Once per record, even if it was queued again after its end (a late vendor id): the counters
       // and the lease's bookkeeping must not see the same end twice.
@@ -370,17 +370,21 @@ export class WriteBehind {
     for (const r of batch) this.refused.add(r);
     this.queue = this.queue.filter((r) => !this.refused.has(r));
     this.stats.violations++;
-    if (this.o.onViolation) this.o.onViolation(violation);
-    else this.o.log({ err: violation.message, figures: violation.figures, note: 'no fail-stop handler: the batch is not retried' }, 'ledger.assertion_failed');
+    if (this.options.onViolation) this.options.onViolation(violation);
+    else
+      this.options.log(
+        { err: violation.message, figures: violation.figures, note: 'no fail-stop handler: the batch is not retried' },
+        'ledger.assertion_failed',
+      );
   }
 
   /** Tells the escrow an end is written; a broken rule there goes to the fail-stop, the batch's other records still count. */
-  private ended(r: JournalRecord): void {
+  private ended(record: JournalRecord): void {
     try {
-      this.o.onEndWritten(r);
+      this.options.onEndWritten(record);
     } catch (e) {
-      if (!isLedgerAssertion(e) || this.o.onViolation === undefined) throw e;
-      this.o.onViolation(e);
+      if (!isLedgerAssertion(e) || this.options.onViolation === undefined) throw e;
+      this.options.onViolation(e);
     }
   }
 

@@ -27,7 +27,7 @@ export interface AuthFailureBudgetOptions {
   /** `limits.authFailuresPerMinute`. */
   readonly perMinute: number;
   /** Which failures count: those that cost a store lookup (auth/authenticate.ts's isLookedUpRefusal). */
-  readonly counts: (e: unknown) => boolean;
+  readonly counts: (error: unknown) => boolean;
   readonly maxRefused?: number;
   /** Monotonic milliseconds; tests step a clock of their own. */
   readonly nowMs?: () => number;
@@ -74,15 +74,15 @@ export class AuthFailureBudget {
   private readonly refused: ExpiringKeys;
   private readonly limiter: RateLimiter;
   private readonly perMinute: number;
-  private readonly counts: (e: unknown) => boolean;
+  private readonly counts: (error: unknown) => boolean;
   private readonly onRefused: (() => void) | undefined;
 
-  constructor(o: AuthFailureBudgetOptions) {
-    this.limiter = o.limiter;
-    this.perMinute = o.perMinute;
-    this.counts = o.counts;
-    this.refused = new ExpiringKeys(o.maxRefused ?? DEFAULT_MAX_REFUSED, o.nowMs ?? (() => performance.now()));
-    this.onRefused = o.onRefused;
+  constructor(options: AuthFailureBudgetOptions) {
+    this.limiter = options.limiter;
+    this.perMinute = options.perMinute;
+    this.counts = options.counts;
+    this.refused = new ExpiringKeys(options.maxRefused ?? DEFAULT_MAX_REFUSED, options.nowMs ?? (() => performance.now()));
+    this.onRefused = options.onRefused;
   }
 
   /**

@@ -57,8 +57,8 @@ class Log {
     this.times = new Float64Array(Math.min(limit, INITIAL_RING));
   }
 
-  at(i: number): number {
-    return this.times[(this.head + i) % this.times.length]!;
+  at(index: number): number {
+    return this.times[(this.head + index) % this.times.length]!;
   }
 
   newest(): number {
@@ -72,9 +72,9 @@ class Log {
     }
   }
 
-  push(t: number, limit: number): void {
+  push(timeMs: number, limit: number): void {
     if (this.len === this.times.length) this.grow(limit);
-    this.times[(this.head + this.len) % this.times.length] = t;
+    this.times[(this.head + this.len) % this.times.length] = timeMs;
     this.len++;
   }
 

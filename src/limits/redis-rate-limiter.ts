@@ -118,10 +118,10 @@ export class RedisRateLimiter implements RateLimiter {
   waitReady(timeoutMs: number): Promise<boolean> {
     if (this.client.status === 'ready') return Promise.resolve(true);
     return new Promise((resolve) => {
-      const done = (ok: boolean) => {
+      const done = (ready: boolean) => {
         clearTimeout(timer);
         this.client.off('ready', onReady);
-        resolve(ok);
+        resolve(ready);
       };
       const onReady = () => done(true);
       const timer = setTimeout(() => done(false), timeoutMs);

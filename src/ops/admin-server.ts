@@ -30,23 +30,23 @@ function send(res: ServerResponse, req: IncomingMessage, status: number, type: s
   res.end(req.method === 'HEAD' ? undefined : body);
 }
 
-export function startAdminServer(d: AdminServerDeps): Promise<AdminServer> {
+export function startAdminServer(deps: AdminServerDeps): Promise<AdminServer> {
   const server = createServer({ requestTimeout: REQUEST_TIMEOUT_MS, headersTimeout: HEADERS_TIMEOUT_MS, maxHeaderSize: 8192 }, (req, res) => {
     const path = (req.url ?? '/').split('?')[0];
     if (req.method !== 'GET' && req.method !== 'HEAD') return send(res, req, 405, 'text/plain', 'GET only\n');
     if (path === '/healthz') return send(res, req, 200, 'application/json', '{"status":"ok"}\n');
     if (path === '/readyz') {
-      void d.readiness.check().then(
+      void deps.readiness.check().then(
         (r) => send(res, req, r.ready ? 200 : 503, 'application/json', JSON.stringify(r) + '\n'),
         () => send(res, req, 503, 'application/json', '{"ready":false}\n'),
       );
       return;
     }
     if (path === '/metrics') {
-      void d.metrics.scrape().then(
+      void deps.metrics.scrape().then(
         (m) => send(res, req, 200, m.contentType, m.body),
-        (e: unknown) => {
-          d.log.error({ err: e as Error }, 'ops.metrics_scrape_failed');
+        (error: unknown) => {
+          deps.log.error({ err: error as Error }, 'ops.metrics_scrape_failed');
           send(res, req, 500, 'text/plain', 'scrape failed\n');
         },
       );
@@ -57,10 +57,10 @@ export function startAdminServer(d: AdminServerDeps): Promise<AdminServer> {
   server.keepAliveTimeout = 5_000;
   return new Promise((resolveS, reject) => {
     server.once('error', reject);
-    server.listen(d.port, d.host, () => {
+    server.listen(deps.port, deps.host, () => {
       server.off('error', reject);
       const port = (server.address() as AddressInfo).port;
-      const host = d.host.includes(':') ? `[${d.host}]` : d.host;
+      const host = deps.host.includes(':') ? `[${deps.host}]` : deps.host;
       resolveS({
         port,
         url: `http://${host}:${port}`,

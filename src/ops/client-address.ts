@@ -45,21 +45,21 @@ export function trustedSet(entries: readonly string[]): BlockList {
   return list;
 }
 
-export function clientAddressResolver(o: ClientAddressOptions): (s: AddressSource) => string {
-  const trusted = trustedSet(o.trustedProxies);
-  const useXff = o.trustedProxies.length > 0;
-  const isTrusted = (a: string): boolean => {
-    const f = isIP(a);
-    return f !== 0 && trusted.check(a, f === 6 ? 'ipv6' : 'ipv4');
+export function clientAddressResolver(options: ClientAddressOptions): (exchange: AddressSource) => string {
+  const trusted = trustedSet(options.trustedProxies);
+  const useXff = options.trustedProxies.length > 0;
+  const isTrusted = (address: string): boolean => {
+    const f = isIP(address);
+    return f !== 0 && trusted.check(address, f === 6 ? 'ipv6' : 'ipv4');
   };
-  return (s) => {
-    let peer = s.remoteAddress;
-    if (o.proxyProtocol) {
-      const p = s.proxiedAddress();
+  return (exchange) => {
+    let peer = exchange.remoteAddress;
+    if (options.proxyProtocol) {
+      const p = exchange.proxiedAddress();
       if (p !== '') peer = p;
     }
     if (!useXff || !isTrusted(peer)) return peer;
-    const xff = s.header('x-forwarded-for');
+    const xff = exchange.header('x-forwarded-for');
     if (xff === undefined) return peer;
     const hops = xff.split(',', 64);
     let last = peer;

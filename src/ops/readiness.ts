@@ -51,17 +51,17 @@ export interface Readiness {
 
 const TIMEOUT = Symbol('timeout');
 
-/** Resolves with the check's value, TIMEOUT after `ms`, or rejects with its error. Never hangs. */
-function bounded<T>(p: Promise<T>, ms: number): Promise<T | typeof TIMEOUT> {
+/** Resolves with the check's value, TIMEOUT after `timeoutMs`, or rejects with its error. Never hangs. */
+function bounded<T>(promise: Promise<T>, timeoutMs: number): Promise<T | typeof TIMEOUT> {
   let timer: NodeJS.Timeout | undefined;
-  const t = new Promise<typeof TIMEOUT>((r) => (timer = setTimeout(() => r(TIMEOUT), ms)));
-  return Promise.race([p, t]).finally(() => clearTimeout(timer));
+  const t = new Promise<typeof TIMEOUT>((r) => (timer = setTimeout(() => r(TIMEOUT), timeoutMs)));
+  return Promise.race([promise, t]).finally(() => clearTimeout(timer));
 }
 
 export class ReadinessCheck {
   private drainingSince: number | undefined;
 
-  constructor(private readonly d: ReadinessDeps) {}
+  constructor(private readonly deps: ReadinessDeps) {}
 
   /** From now on /readyz answers 503 (SIGTERM, or an operator's drain). */
   drain(): void {
@@ -74,15 +74,24 @@ export class ReadinessCheck {
 
   async check(): Promise<Readiness> {
     const draining = this.draining;
-    const [pg, redis, mediaStore] = await Promise.all([this.postgres(), this.probe(this.d.redis), this.probe(this.d.mediaStore)]);
+    const [pg, redis, mediaStore] = await Promise.all([this.postgres(), this.probe(this.deps.redis), this.probe(this.deps.mediaStore)]);
     const usable = (c: CheckResult) => c === 'ok' || c === 'not configured';
     const ready = !draining && pg.postgres === 'ok' && pg.migrations === 'ok' && usable(redis) && usable(mediaStore);
-    return { ready, draining, postgres: pg.postgres, migrations: pg.migrations, redis, mediaStore, mediaStoreIn: this.d.mediaStoreIn, vendors: this.vendors() };
+    return {
+      ready,
+      draining,
+      postgres: pg.postgres,
+      migrations: pg.migrations,
+      redis,
+      mediaStore,
+      mediaStoreIn: this.deps.mediaStoreIn,
+      vendors: this.vendors(),
+    };
   }
 
   private vendors(): Readiness['vendors'] {
     const out: Record<string, Readiness['vendors'][string]> = {};
-    for (const [vendor, list] of Object.entries(this.d.vendors?.() ?? {})) {
+    for (const [vendor, list] of Object.entries(this.deps.vendors?.() ?? {})) {
       out[vendor] = list.map((m) => ({ name: m.name, state: m.state, in_flight: m.inFlight, reopens_in_s: m.reopensInS }));
     }
     return out;
@@ -90,10 +99,10 @@ export class ReadinessCheck {
 
   private async postgres(): Promise<{ postgres: CheckResult; migrations: CheckResult }> {
     try {
-      const r = await bounded(this.d.db.query<{ v: number | null }>('SELECT max(version) AS v FROM schema_migrations'), this.d.timeoutMs);
+      const r = await bounded(this.deps.db.query<{ v: number | null }>('SELECT max(version) AS v FROM schema_migrations'), this.deps.timeoutMs);
       if (r === TIMEOUT) return { postgres: 'timeout', migrations: 'timeout' };
       const v = r.rows[0]?.v ?? 0;
-      return { postgres: 'ok', migrations: v >= this.d.latestMigration ? 'ok' : 'behind' };
+      return { postgres: 'ok', migrations: v >= this.deps.latestMigration ? 'ok' : 'behind' };
     } catch {
       return { postgres: 'failed', migrations: 'failed' };
     }
@@ -102,7 +111,7 @@ export class ReadinessCheck {
   private async probe(check: (() => Promise<unknown>) | undefined): Promise<CheckResult> {
     if (check === undefined) return 'not configured';
     try {
-      return (await bounded(check(), this.d.timeoutMs)) === TIMEOUT ? 'timeout' : 'ok';
+      return (await bounded(check(), this.deps.timeoutMs)) === TIMEOUT ? 'timeout' : 'ok';
     } catch (e) {
       // A check with a deadline of its own (the S3 store's) says so in its error's code.
       return (e as { code?: unknown } | null)?.code === 'timeout' ? 'timeout' : 'failed';

@@ -14,17 +14,17 @@ export interface Operated {
   close(): Promise<void>;
 }
 
-export function serveAdmin(gw: Operated, cfg: Config, log: Logger): Promise<AdminServer> {
-  return startAdminServer({ host: cfg.admin.host, port: cfg.admin.port, metrics: gw.ops.metrics, readiness: gw.ops.readiness, log });
+export function serveAdmin(gateway: Operated, cfg: Config, log: Logger): Promise<AdminServer> {
+  return startAdminServer({ host: cfg.admin.host, port: cfg.admin.port, metrics: gateway.ops.metrics, readiness: gateway.ops.readiness, log });
 }
 
 /** /readyz turns 503 now; the public port keeps admitting for drainDelayMs, then drains and the gateway stops. */
-export async function drainAndClose(gw: Operated, cfg: Config, admin: AdminServer | undefined, log: Logger): Promise<void> {
-  gw.ops.readiness.drain();
+export async function drainAndClose(gateway: Operated, cfg: Config, admin: AdminServer | undefined, log: Logger): Promise<void> {
+  gateway.ops.readiness.drain();
   if (cfg.admin.drainDelayMs > 0) {
     log.info({ drain_delay_ms: cfg.admin.drainDelayMs }, 'ops.draining');
     await new Promise((r) => setTimeout(r, cfg.admin.drainDelayMs));
   }
-  await gw.close();
+  await gateway.close();
   await admin?.close();
 }

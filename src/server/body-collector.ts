@@ -8,8 +8,8 @@ export function tooLarge(maxBytes: number): ApiError {
 
 export class BodyCollector {
   readonly promise: Promise<Buffer>;
-  private resolveP!: (b: Buffer) => void;
-  private rejectP!: (e: unknown) => void;
+  private resolveP!: (body: Buffer) => void;
+  private rejectP!: (error: unknown) => void;
   private chunks: Buffer[] = [];
   private fixed: Buffer | undefined;
   private size = 0;
@@ -68,12 +68,12 @@ export class BodyCollector {
     else handOver();
   }
 
-  fail(e: unknown): void {
+  fail(error: unknown): void {
     if (this.failure !== undefined) return;
-    this.failure = e;
+    this.failure = error;
     if (this.finished) return; // a deferred hand-over sees the failure
     this.finished = true;
     this.chunks = [];
-    this.rejectP(e);
+    this.rejectP(error);
   }
 }

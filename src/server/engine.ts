@@ -14,7 +14,7 @@ export interface Engine {
   readonly name: EngineName;
   /** Why this engine serves, for the start-up log. */
   readonly reason: string;
-  listen(o: EngineOptions, onRequest: OnRequest): Promise<EngineListener>;
+  listen(options: EngineOptions, onRequest: OnRequest): Promise<EngineListener>;
 }
 
 /** The engine `choice` names on this Node; throws for `uws` where no native build loads. */

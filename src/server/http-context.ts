@@ -117,12 +117,12 @@ export const connectRefusal = (): ApiError =>
  * on the other one); CONNECT (nothing here tunnels); an Expect other than 100-continue (RFC 9110
  * section 10.1.1: 417).
  */
-export function headRefusal(s: RequestSnapshot): ApiError | undefined {
-  const framing = framingFault(s.contentLengths);
+export function headRefusal(snapshot: RequestSnapshot): ApiError | undefined {
+  const framing = framingFault(snapshot.contentLengths);
   if (framing !== undefined) return new ApiError('invalid_body', { message: framing });
-  if (s.hosts > 1) return new ApiError('invalid_header', { message: 'The request carries more than one Host header.', param: 'Host' });
-  if (s.method === 'CONNECT') return connectRefusal();
-  const expect = s.headers.expect;
+  if (snapshot.hosts > 1) return new ApiError('invalid_header', { message: 'The request carries more than one Host header.', param: 'Host' });
+  if (snapshot.method === 'CONNECT') return connectRefusal();
+  const expect = snapshot.headers.expect;
   if (expect !== undefined && expect.trim().toLowerCase() !== '100-continue')
     return new ApiError('expectation_failed', { message: 'The only Expect the gateway meets is 100-continue.', param: 'Expect' });
   return undefined;
@@ -191,13 +191,13 @@ export abstract class HttpContext {
   private abortHandlers: Array<() => void> = [];
   protected body: BodyCollector | undefined;
 
-  constructor(s: RequestSnapshot) {
-    this.method = s.method;
-    this.path = s.path;
-    this.query = s.query;
-    this.headers = s.headers;
-    this.remoteAddress = s.remoteAddress;
-    this.refusal = s.refusal ?? headRefusal(s);
+  constructor(snapshot: RequestSnapshot) {
+    this.method = snapshot.method;
+    this.path = snapshot.path;
+    this.query = snapshot.query;
+    this.headers = snapshot.headers;
+    this.remoteAddress = snapshot.remoteAddress;
+    this.refusal = snapshot.refusal ?? headRefusal(snapshot);
     this.requestId = newRequestId();
   }
 
@@ -232,9 +232,9 @@ export abstract class HttpContext {
    */
   abstract readonly admitsAfterParse: boolean;
 
-  onAbort(h: () => void): void {
-    if (this.aborted) h();
-    else this.abortHandlers.push(h);
+  onAbort(handler: () => void): void {
+    if (this.aborted) handler();
+    else this.abortHandlers.push(handler);
   }
 
   /** The engine saw the client go away: fail the body read and tell every listener, once. */
@@ -301,8 +301,8 @@ export abstract class HttpContext {
     this.readBodyChunks(this.body);
   }
 
-  /** Feeds the engine's body chunks into `b`; when `b.add` refuses one, answers 413 and closes. */
-  protected abstract readBodyChunks(b: BodyCollector): void;
+  /** Feeds the engine's body chunks into `collector`; when `collector.add` refuses one, answers 413 and closes. */
+  protected abstract readBodyChunks(collector: BodyCollector): void;
 
   /** Answers the cap crossed while the body streamed in. */
   protected bodyTooLarge(): void {
@@ -319,7 +319,7 @@ export abstract class HttpContext {
   }
 
   /** Cache-Control, X-Request-Id (and the route's second name for it), then `extra`. */
-  protected commonHeaders(extra: HeaderList | undefined, into: (k: string, v: string) => void): void {
+  protected commonHeaders(extra: HeaderList | undefined, into: (name: string, value: string) => void): void {
     into('Cache-Control', 'no-store');
     into('X-Request-Id', this.requestId);
     if (this.requestIdHeader !== undefined) into(this.requestIdHeader, this.requestId);

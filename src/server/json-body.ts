@@ -8,13 +8,13 @@ import { parseJsonObject } from './json-parse.js';
 import { PARSE_INLINE_BYTES, parseJsonObjectOffThread } from './json-parse-pool.js';
 
 /** `application/json`, optionally with parameters such as charset=utf-8. */
-export function isJsonContentType(v: string | undefined): boolean {
-  if (v === undefined) return false;
-  const semi = v.indexOf(';');
-  const base = (semi === -1 ? v : v.slice(0, semi)).trim().toLowerCase();
+export function isJsonContentType(contentType: string | undefined): boolean {
+  if (contentType === undefined) return false;
+  const semi = contentType.indexOf(';');
+  const base = (semi === -1 ? contentType : contentType.slice(0, semi)).trim().toLowerCase();
   if (base !== 'application/json') return false;
   if (semi === -1) return true;
-  const cs = /charset\s*=\s*"?([^";\s]+)/i.exec(v.slice(semi));
+  const cs = /charset\s*=\s*"?([^";\s]+)/i.exec(contentType.slice(semi));
   return !cs || cs[1]!.toLowerCase() === 'utf-8' || cs[1]!.toLowerCase() === 'utf8';
 }
 

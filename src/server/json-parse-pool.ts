@@ -41,10 +41,10 @@ class JsonParsePool extends OneWorker<ParseJob, ParseAnswer, Record<string, unkn
     });
   }
 
-  protected answer(m: ParseAnswer, body: Buffer): Record<string, unknown> {
-    if ('value' in m) return m.value;
-    if ('checked' in m) return parseCheckedJsonObject(body);
-    throw new ApiError(m.refusal.code, { param: m.refusal.param, message: m.refusal.message });
+  protected answer(message: ParseAnswer, body: Buffer): Record<string, unknown> {
+    if ('value' in message) return message.value;
+    if ('checked' in message) return parseCheckedJsonObject(body);
+    throw new ApiError(message.refusal.code, { param: message.refusal.param, message: message.refusal.message });
   }
 }
 

@@ -146,15 +146,15 @@ function framesFor(depth: number): Frames {
 const SCAN_BYTES = 128;
 
 /**
- * The byte after the closing quote of the string opening at `at`, or -1 when it is never closed
+ * The byte after the closing quote of the string opening at `start`, or -1 when it is never closed
  * (not JSON: the parse says so). Short strings and escapes byte by byte; past SCAN_BYTES of plain
  * text, the native search for the next quote, its escaping checked by counting the backslashes
  * before it (an escaped quote sends the scan back to bytes, so escapes cannot make it call the
  * search once per quote).
  */
-function stringEnd(buf: Buffer, at: number): number {
+function stringEnd(buf: Buffer, start: number): number {
   const n = buf.length;
-  let i = at + 1;
+  let i = start + 1;
   for (;;) {
     const stop = Math.min(n, i + SCAN_BYTES);
     while (i < stop) {

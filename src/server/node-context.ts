@@ -85,14 +85,14 @@ export class NodeContext extends HttpContext {
     return this.proxied;
   }
 
-  protected readBodyChunks(b: BodyCollector): void {
+  protected readBodyChunks(collector: BodyCollector): void {
     const req = this.req;
     req.on('data', (chunk: Buffer) => {
-      if (b.add(chunk, false, true)) return;
+      if (collector.add(chunk, false, true)) return;
       req.pause();
       this.bodyTooLarge();
     });
-    req.on('end', () => b.add(EMPTY, true, true));
+    req.on('end', () => collector.add(EMPTY, true, true));
   }
 
   /** Node reads a pipelined request as soon as it arrives and holds its answer until this one ends: nothing to hold. */

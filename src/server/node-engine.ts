@@ -50,10 +50,10 @@ function parseRefusal(err: NodeJS.ErrnoException, maxHeaderBytes: number, inBody
  * then closes it and releases its descriptor. A head never became a request: the refusal goes to
  * the server as a SocketContext. A request whose body failed is answered through its own context.
  */
-function answerClientError(err: NodeJS.ErrnoException, socket: Socket, o: EngineOptions, onRequest: OnRequest): void {
+function answerClientError(err: NodeJS.ErrnoException, socket: Socket, options: EngineOptions, onRequest: OnRequest): void {
   const answering = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage;
   const ownBody = answering != null && !answering.headersSent && !answering.req.complete;
-  const e = parseRefusal(err, o.maxHeaderBytes, ownBody);
+  const e = parseRefusal(err, options.maxHeaderBytes, ownBody);
   if (e === undefined || !socket.writable) {
     socket.destroy();
     return;
@@ -74,16 +74,16 @@ function answerClientError(err: NodeJS.ErrnoException, socket: Socket, o: Engine
   onRequest(new SocketContext(socket, methodOf((err as { rawPacket?: Buffer }).rawPacket), e, proxied.get(socket) ?? ''));
 }
 
-function httpServer(o: EngineOptions, onRequest: OnRequest): Server {
+function httpServer(options: EngineOptions, onRequest: OnRequest): Server {
   const server = createServer(
     {
-      maxHeaderSize: o.maxHeaderBytes,
+      maxHeaderSize: options.maxHeaderBytes,
       // Checked by the context, so the refusal is the error envelope, not node's empty 400.
       requireHostHeader: false,
       noDelay: true,
-      keepAliveTimeout: o.keepAliveTimeoutMs,
-      headersTimeout: o.headersTimeoutMs,
-      requestTimeout: o.requestTimeoutMs,
+      keepAliveTimeout: options.keepAliveTimeoutMs,
+      headersTimeout: options.headersTimeoutMs,
+      requestTimeout: options.requestTimeoutMs,
       connectionsCheckingInterval: TIMEOUT_CHECK_MS,
     },
     (req: IncomingMessage, res: ServerResponse) => onRequest(new NodeContext(req, res, proxied.get(req.socket) ?? '')),
@@ -94,13 +94,13 @@ function httpServer(o: EngineOptions, onRequest: OnRequest): Server {
   // request whose caller half-closed. An internal property of node:http (a test fails if a node
   // upgrade drops it); the answer's own framing still ends the exchange.
   (server as Server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true;
-  server.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => answerClientError(err, socket, o, onRequest));
+  server.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => answerClientError(err, socket, options, onRequest));
   // Without these listeners node closes a CONNECT unanswered and sends a bare 417 for an unknown
   // Expect; with them both reach the server, which refuses them with the envelope (headRefusal).
   server.on('connect', (_req: IncomingMessage, socket: Socket) => onRequest(new SocketContext(socket, 'CONNECT', connectRefusal(), proxied.get(socket) ?? '')));
   server.on(
     'upgrade',
-    nodeUpgrades(server, o.maxWebSocketMessageBytes ?? DEFAULT_WS_MESSAGE_BYTES, onRequest, (s) => proxied.get(s) ?? ''),
+    nodeUpgrades(server, options.maxWebSocketMessageBytes ?? DEFAULT_WS_MESSAGE_BYTES, onRequest, (s) => proxied.get(s) ?? ''),
   );
   server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => onRequest(new NodeContext(req, res, proxied.get(req.socket) ?? '')));
   return server;
@@ -137,16 +137,16 @@ function proxyFront(http: Server, headTimeoutMs: number): NetServer {
   });
 }
 
-export function listenNode(o: EngineOptions, onRequest: OnRequest): Promise<EngineListener> {
-  const http = httpServer(o, onRequest);
-  const listening: Server | NetServer = o.proxyProtocol ? proxyFront(http, o.headersTimeoutMs) : http;
+export function listenNode(options: EngineOptions, onRequest: OnRequest): Promise<EngineListener> {
+  const http = httpServer(options, onRequest);
+  const listening: Server | NetServer = options.proxyProtocol ? proxyFront(http, options.headersTimeoutMs) : http;
   return new Promise((resolveL, reject) => {
     listening.once('error', reject);
-    listening.listen({ host: o.host, port: o.port }, () => {
+    listening.listen({ host: options.host, port: options.port }, () => {
       listening.off('error', reject);
       const addr = listening.address();
       resolveL({
-        port: typeof addr === 'object' && addr !== null ? addr.port : o.port,
+        port: typeof addr === 'object' && addr !== null ? addr.port : options.port,
         stopAccepting: () => {
           if (listening !== http) listening.close();
           // Also when the PROXY reader listens: node's close stops its timeout checks and closes idle kept-alive connections.

@@ -22,12 +22,12 @@ const NONE = { kind: 'none' } as const;
 const INCOMPLETE = { kind: 'incomplete' } as const;
 const INVALID = { kind: 'invalid' } as const;
 
-function ipv6Text(b: Buffer, at: number): string {
+function ipv6Text(header: Buffer, offset: number): string {
   // An IPv4 caller mapped into IPv6 is named as the IPv4 address, as the TCP peer would be.
-  if (b.readUInt32BE(at) === 0 && b.readUInt32BE(at + 4) === 0 && b.readUInt32BE(at + 8) === 0xffff)
-    return `${b[at + 12]}.${b[at + 13]}.${b[at + 14]}.${b[at + 15]}`;
+  if (header.readUInt32BE(offset) === 0 && header.readUInt32BE(offset + 4) === 0 && header.readUInt32BE(offset + 8) === 0xffff)
+    return `${header[offset + 12]}.${header[offset + 13]}.${header[offset + 14]}.${header[offset + 15]}`;
   const groups: string[] = [];
-  for (let i = 0; i < 8; i++) groups.push(b.readUInt16BE(at + 2 * i).toString(16));
+  for (let i = 0; i < 8; i++) groups.push(header.readUInt16BE(offset + 2 * i).toString(16));
   // The WHATWG URL parser writes an IPv6 host in its canonical (RFC 5952) form: '::' and all.
   return new URL(`http://[${groups.join(':')}]`).hostname.slice(1, -1);
 }

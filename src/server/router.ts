@@ -101,10 +101,10 @@ export class Router {
   }
 }
 
-function decodeURIComponentSafe(s: string): string {
+function decodeURIComponentSafe(component: string): string {
   try {
-    return decodeURIComponent(s);
+    return decodeURIComponent(component);
   } catch {
-    return s;
+    return component;
   }
 }

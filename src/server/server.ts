@@ -96,16 +96,16 @@ export interface RunningServer {
   close(drainMs?: number): Promise<boolean>;
 }
 
-export function toApiError(e: unknown, ctx: HttpContext): ApiError {
-  if (isApiError(e)) return e;
-  if (isStoreUnavailable(e)) {
+export function toApiError(error: unknown, ctx: HttpContext): ApiError {
+  if (isApiError(error)) return error;
+  if (isStoreUnavailable(error)) {
     try {
-      storeError(e);
+      storeError(error);
     } catch (mapped) {
       return mapped as ApiError;
     }
   }
-  ctx.log.error({ path: clipped(ctx.path), err: e instanceof Error ? e.stack : String(e) }, 'http.unhandled_error');
+  ctx.log.error({ path: clipped(ctx.path), err: error instanceof Error ? error.stack : String(error) }, 'http.unhandled_error');
   return new ApiError('internal_error', { message: `The service failed; quote request id ${ctx.requestId}.` });
 }
 
@@ -123,24 +123,24 @@ interface Admission {
   readonly slices: TurnSlices;
 }
 
-export async function startServer(d: ServerDeps): Promise<RunningServer> {
-  const engine = chooseEngine(d.engine); // throws for `uws` where no native build loads
-  const hub = new WsHub(new Map((d.websockets?.routes ?? []).map((r) => [r.path, r])), d.websockets?.metrics);
+export async function startServer(deps: ServerDeps): Promise<RunningServer> {
+  const engine = chooseEngine(deps.engine); // throws for `uws` where no native build loads
+  const hub = new WsHub(new Map((deps.websockets?.routes ?? []).map((r) => [r.path, r])), deps.websockets?.metrics);
   const admission: Admission = { draining: false, inFlight: 0, drained: undefined, hub, serve: () => undefined, slices: new TurnSlices() };
   // Every request, and every turn of a WebSocket (ws-turn-context.ts), comes through here.
   const serve = (ctx: HttpContext): void => {
     const startedMs = performance.now();
-    ctx.serverLog = d.log;
-    if (d.accessLog && d.clientAddress) ctx.caller = d.clientAddress(ctx);
-    if (d.tracing) ctx.trace = d.tracing.startRequest(ctx.method, ctx.path, ctx.headers, ctx.requestId);
-    const label = handle(d, admission, ctx, startedMs);
+    ctx.serverLog = deps.log;
+    if (deps.accessLog && deps.clientAddress) ctx.caller = deps.clientAddress(ctx);
+    if (deps.tracing) ctx.trace = deps.tracing.startRequest(ctx.method, ctx.path, ctx.headers, ctx.requestId);
+    const label = handle(deps, admission, ctx, startedMs);
     if (label !== undefined) {
-      if (ctx.responded) record(d, ctx, label, startedMs);
+      if (ctx.responded) record(deps, ctx, label, startedMs);
       else endTrace(ctx, label);
     }
   };
   admission.serve = serve;
-  const listener = await engine.listen(d.listen, serve);
+  const listener = await engine.listen(deps.listen, serve);
   return {
     port: listener.port,
     engine: engine.name,
@@ -150,9 +150,9 @@ export async function startServer(d: ServerDeps): Promise<RunningServer> {
 }
 
 /** Counts and logs a finished request under `route`, with 499 for a client that left before its answer was complete. */
-function record(d: ServerDeps, ctx: HttpContext, route: string, startedMs: number, method = ctx.method): void {
-  d.metrics?.observe(method, route, ctx.loggedStatus, (performance.now() - startedMs) / 1000);
-  d.accessLog?.(ctx, route, startedMs);
+function record(deps: ServerDeps, ctx: HttpContext, route: string, startedMs: number, method = ctx.method): void {
+  deps.metrics?.observe(method, route, ctx.loggedStatus, (performance.now() - startedMs) / 1000);
+  deps.accessLog?.(ctx, route, startedMs);
   endTrace(ctx, route);
 }
 
@@ -188,30 +188,30 @@ async function drain(admission: Admission, listener: EngineListener, drainMs: nu
  * Not for a 503 (a store outage, a paused model: no second wait) nor a 429 (a client over its
  * limit must not buy a lookup per refusal).
  */
-async function beforeHoldError(d: ServerDeps, ctx: HttpContext, e: unknown): Promise<unknown> {
-  if (ctx.auth === undefined || !d.keys.caching || ctx.done || !isApiError(e) || e.status >= 500 || e.status === 429) return e;
+async function beforeHoldError(deps: ServerDeps, ctx: HttpContext, error: unknown): Promise<unknown> {
+  if (ctx.auth === undefined || !deps.keys.caching || ctx.done || !isApiError(error) || error.status >= 500 || error.status === 429) return error;
   try {
-    await d.keys.authenticate(ctx.header('authorization'));
+    await deps.keys.authenticate(ctx.header('authorization'));
   } catch (fresh) {
     if (isApiError(fresh) && fresh.code === 'invalid_api_key') return fresh;
   }
-  return e;
+  return error;
 }
 
 /** The error answer of a route that threw. */
-function answerFailure(d: ServerDeps, ctx: HttpContext, r: Route, e: unknown): void {
-  const keys = d.keys;
+function answerFailure(deps: ServerDeps, ctx: HttpContext, route: Route, error: unknown): void {
+  const keys = deps.keys;
   // The key is revoked or expired (found by its hold or just now): forget it, so the next request looks it up.
-  if (r.keyRecheckedByReserve && isApiError(e) && e.code === 'invalid_api_key') keys.forget(ctx.header('authorization'));
+  if (route.keyRecheckedByReserve && isApiError(error) && error.code === 'invalid_api_key') keys.forget(ctx.header('authorization'));
   if (ctx.done) return;
-  ctx.sendError(toApiError(e, ctx));
+  ctx.sendError(toApiError(error, ctx));
 }
 
 /** Takes one request from `bucket`'s per-minute budget, or throws the 429. */
-async function spend(d: ServerDeps, bucket: string, perMinute: number, message?: string): Promise<void> {
-  const decision = await d.limiter.take(bucket, perMinute);
+async function spend(deps: ServerDeps, bucket: string, perMinute: number, message?: string): Promise<void> {
+  const decision = await deps.limiter.take(bucket, perMinute);
   if (decision.allowed) return;
-  d.metrics?.rateLimited(bucket.startsWith('ip:') ? 'address' : 'key');
+  deps.metrics?.rateLimited(bucket.startsWith('ip:') ? 'address' : 'key');
   throw new ApiError('rate_limit_exceeded', { retryAfterS: decision.retryAfterS, message });
 }
 
@@ -223,15 +223,15 @@ async function spend(d: ServerDeps, bucket: string, perMinute: number, message?:
  * A key not remembered is looked up only after the address limit let the call through, so a flood
  * of made-up keys costs the store nothing beyond the address's own budget.
  */
-async function spendPublic(d: ServerDeps, ctx: HttpContext): Promise<void> {
-  const keys = d.keys;
+async function spendPublic(deps: ServerDeps, ctx: HttpContext): Promise<void> {
+  const keys = deps.keys;
   const authorization = ctx.header('authorization');
   let keyId = authorization === undefined ? undefined : keys.peekCached(authorization)?.keyId;
   if (keyId === undefined) {
     await spend(
-      d,
-      'ip:' + (d.clientAddress?.(ctx) ?? ctx.remoteAddress),
-      d.publicRequestsPerMinute,
+      deps,
+      'ip:' + (deps.clientAddress?.(ctx) ?? ctx.remoteAddress),
+      deps.publicRequestsPerMinute,
       'More than the allowed requests per minute from this address on the public catalogue.',
     );
     if (authorization !== undefined)
@@ -240,7 +240,7 @@ async function spendPublic(d: ServerDeps, ctx: HttpContext): Promise<void> {
         () => undefined,
       );
   }
-  if (keyId !== undefined) await spend(d, 'key:' + keyId, d.requestsPerMinute);
+  if (keyId !== undefined) await spend(deps, 'key:' + keyId, deps.requestsPerMinute);
 }
 
 /**
@@ -254,33 +254,36 @@ const X_API_KEY_REFUSAL = new ApiError('invalid_api_key', {
 });
 
 /** Sets ctx.auth from the request's bearer key, or throws the 401 (or the caller address's 429). */
-async function authenticateKey(d: ServerDeps, ctx: HttpContext, cached: boolean): Promise<void> {
+async function authenticateKey(deps: ServerDeps, ctx: HttpContext, cached: boolean): Promise<void> {
   const authorization = ctx.header('authorization');
   const attempt = (): Promise<AuthInfo> => {
     if (authorization === undefined && ctx.header('x-api-key') !== undefined) throw X_API_KEY_REFUSAL;
-    return cached ? d.keys.authenticateCached(authorization) : d.keys.authenticate(authorization);
+    return cached ? deps.keys.authenticateCached(authorization) : deps.keys.authenticate(authorization);
   };
   // A failed authentication counts against the caller's address; a good key pays no round trip for it.
-  const guard = d.authFailures;
-  ctx.auth = await within(ctx.trace?.step('auth'), guard ? guard.guard(() => ctx.caller ?? d.clientAddress?.(ctx) ?? ctx.remoteAddress, attempt) : attempt());
+  const guard = deps.authFailures;
+  ctx.auth = await within(
+    ctx.trace?.step('auth'),
+    guard ? guard.guard(() => ctx.caller ?? deps.clientAddress?.(ctx) ?? ctx.remoteAddress, attempt) : attempt(),
+  );
 }
 
 /** Limit and authentication, then the route's handler. */
-async function run(d: ServerDeps, ctx: HttpContext, r: Route): Promise<void> {
-  if (r.access === 'public') {
-    await within(ctx.trace?.step('limits'), spendPublic(d, ctx));
+async function run(deps: ServerDeps, ctx: HttpContext, route: Route): Promise<void> {
+  if (route.access === 'public') {
+    await within(ctx.trace?.step('limits'), spendPublic(deps, ctx));
   } else {
-    await authenticateKey(d, ctx, r.keyRecheckedByReserve === true);
-    const b = r.rateBucket;
+    await authenticateKey(deps, ctx, route.keyRecheckedByReserve === true);
+    const b = route.rateBucket;
     const keyId = ctx.auth!.keyId;
-    await within(ctx.trace?.step('limits'), b ? spend(d, b.prefix + keyId, b.perMinute, b.message) : spend(d, 'key:' + keyId, d.requestsPerMinute));
+    await within(ctx.trace?.step('limits'), b ? spend(deps, b.prefix + keyId, b.perMinute, b.message) : spend(deps, 'key:' + keyId, deps.requestsPerMinute));
   }
   if (ctx.aborted) return;
   let serve: ServeStep | void;
   try {
-    serve = await r.handler(ctx);
+    serve = await route.handler(ctx);
   } catch (e) {
-    throw r.keyRecheckedByReserve ? await beforeHoldError(d, ctx, e) : e;
+    throw route.keyRecheckedByReserve ? await beforeHoldError(deps, ctx, e) : e;
   }
   if (serve) await serve();
 }
@@ -290,10 +293,10 @@ async function run(d: ServerDeps, ctx: HttpContext, r: Route): Promise<void> {
  * parsed what it read with this head: whatever it made of the bytes behind it (a body it cannot
  * frame, a smuggled request) then ends in the close, and never reaches a route.
  */
-function refuse(d: ServerDeps, ctx: HttpContext, refusal: ApiError, startedMs: number): void {
-  if (ctx.aborted) return void record(d, ctx, FRAMING_ROUTE, startedMs);
+function refuse(deps: ServerDeps, ctx: HttpContext, refusal: ApiError, startedMs: number): void {
+  if (ctx.aborted) return void record(deps, ctx, FRAMING_ROUTE, startedMs);
   ctx.sendError(refusal, true, refusal.code === 'method_not_allowed' ? [['Allow', SERVED_METHODS]] : undefined);
-  record(d, ctx, FRAMING_ROUTE, startedMs);
+  record(deps, ctx, FRAMING_ROUTE, startedMs);
 }
 
 /**
@@ -301,12 +304,12 @@ function refuse(d: ServerDeps, ctx: HttpContext, refusal: ApiError, startedMs: n
  * request to its route. Returns the route label when the answer was given now, to be counted and
  * logged; undefined when the request is counted and logged later, when its answer ends.
  */
-function handle(d: ServerDeps, admission: Admission, ctx: HttpContext, startedMs: number): string | undefined {
+function handle(deps: ServerDeps, admission: Admission, ctx: HttpContext, startedMs: number): string | undefined {
   const path = ctx.path;
   if (ctx.refusal !== undefined) {
     ctx.holdReading();
-    if (ctx.admitsAfterParse) setImmediate(refuse, d, ctx, ctx.refusal, startedMs);
-    else refuse(d, ctx, ctx.refusal, startedMs);
+    if (ctx.admitsAfterParse) setImmediate(refuse, deps, ctx, ctx.refusal, startedMs);
+    else refuse(deps, ctx, ctx.refusal, startedMs);
     return undefined;
   }
   if (admission.draining) {
@@ -315,21 +318,21 @@ function handle(d: ServerDeps, admission: Admission, ctx: HttpContext, startedMs
   }
   if (!(path === '/v1' || path.startsWith('/v1/'))) {
     ctx.holdReading(); // the media host may answer later: no pipelined request read meanwhile
-    const taken = d.other?.(ctx);
+    const taken = deps.other?.(ctx);
     if (taken) {
       // Answered later (or already): counted and logged once the answer has ended.
-      void taken.answered.finally(() => record(d, ctx, taken.route, startedMs));
+      void taken.answered.finally(() => record(deps, ctx, taken.route, startedMs));
       return undefined;
     }
     ctx.sendError(new ApiError('not_found'));
     return UNMATCHED_ROUTE;
   }
-  if (!d.state.current.apiOpen) {
+  if (!deps.state.current.apiOpen) {
     ctx.sendError(new ApiError('external_api_disabled'));
     return UNMATCHED_ROUTE;
   }
-  if (ctx.upgrade !== undefined) return openSocket(d, admission, ctx, startedMs);
-  const m = d.router.match(ctx.method, path);
+  if (ctx.upgrade !== undefined) return openSocket(deps, admission, ctx, startedMs);
+  const m = deps.router.match(ctx.method, path);
   if (m === undefined) {
     ctx.sendError(new ApiError('not_found', { message: `No route ${ctx.method} ${path}.` }));
     return UNMATCHED_ROUTE;
@@ -350,14 +353,14 @@ function handle(d: ServerDeps, admission: Admission, ctx: HttpContext, startedMs
   // On uWS, started once it has parsed everything it read with this request: when that held a
   // pipelined request, uWS has closed the connection (it refuses asynchronous pipelining) and
   // this request is dropped before anything ran or was charged (uws-context.ts, holdReading).
-  if (ctx.admitsAfterParse) setImmediate(admitInSlice, d, admission, ctx, m.route, startedMs);
-  else admitInSlice(d, admission, ctx, m.route, startedMs);
+  if (ctx.admitsAfterParse) setImmediate(admitInSlice, deps, admission, ctx, m.route, startedMs);
+  else admitInSlice(deps, admission, ctx, m.route, startedMs);
   return undefined;
 }
 
 /** Starts an admitted request in the current slice of the thread's time, or in a later turn when it is spent (turn-slices.ts). */
-function admitInSlice(d: ServerDeps, admission: Admission, ctx: HttpContext, r: Route, startedMs: number): void {
-  admission.slices.run(admit, d, admission, ctx, r, startedMs);
+function admitInSlice(deps: ServerDeps, admission: Admission, ctx: HttpContext, route: Route, startedMs: number): void {
+  admission.slices.run(admit, deps, admission, ctx, route, startedMs);
 }
 
 /**
@@ -366,40 +369,40 @@ function admitInSlice(d: ServerDeps, admission: Admission, ctx: HttpContext, r: 
  * connection closes. Counted and logged as one request (101 when the socket opened); each turn on
  * the socket is counted and logged on its own.
  */
-function openSocket(d: ServerDeps, admission: Admission, ctx: HttpContext, startedMs: number): string | undefined {
+function openSocket(deps: ServerDeps, admission: Admission, ctx: HttpContext, startedMs: number): string | undefined {
   const r = admission.hub.route(ctx.path);
   if (r === undefined || ctx.method !== 'GET') {
     ctx.sendError(new ApiError('not_found', { message: `No WebSocket at ${clipped(ctx.method, 16)} ${clipped(ctx.path)}.` }), true);
     return UNMATCHED_ROUTE;
   }
   admission.inFlight++;
-  void authenticateKey(d, ctx, false)
+  void authenticateKey(deps, ctx, false)
     .then(() => {
       if (!ctx.aborted) admission.hub.accept(ctx, r, admission.serve);
     })
-    .catch((e: unknown) => {
-      if (isApiError(e) && e.code === 'invalid_api_key') d.keys.forget(ctx.header('authorization'));
-      ctx.sendError(toApiError(e, ctx), true);
+    .catch((error: unknown) => {
+      if (isApiError(error) && error.code === 'invalid_api_key') deps.keys.forget(ctx.header('authorization'));
+      ctx.sendError(toApiError(error, ctx), true);
     })
     .finally(() => {
-      record(d, ctx, r.path, startedMs);
+      record(deps, ctx, r.path, startedMs);
       if (--admission.inFlight === 0) admission.drained?.();
     });
   return undefined;
 }
 
-function admit(d: ServerDeps, admission: Admission, ctx: HttpContext, r: Route, startedMs: number): void {
+function admit(deps: ServerDeps, admission: Admission, ctx: HttpContext, route: Route, startedMs: number): void {
   if (ctx.aborted) {
-    ended(d, admission, ctx, r, startedMs);
+    ended(deps, admission, ctx, route, startedMs);
     return;
   }
-  void run(d, ctx, r)
-    .catch((e: unknown) => answerFailure(d, ctx, r, e))
+  void run(deps, ctx, route)
+    .catch((e: unknown) => answerFailure(deps, ctx, route, e))
     .catch((e: unknown) => ctx.log.error({ err: e as Error }, 'http.error_answer_failed'))
-    .finally(() => ended(d, admission, ctx, r, startedMs));
+    .finally(() => ended(deps, admission, ctx, route, startedMs));
 }
 
-function ended(d: ServerDeps, admission: Admission, ctx: HttpContext, r: Route, startedMs: number): void {
-  record(d, ctx, r.pattern, startedMs, r.method);
+function ended(deps: ServerDeps, admission: Admission, ctx: HttpContext, route: Route, startedMs: number): void {
+  record(deps, ctx, route.pattern, startedMs, route.method);
   if (--admission.inFlight === 0) admission.drained?.();
 }

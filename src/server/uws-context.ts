@@ -20,12 +20,12 @@ function snapshot(res: HttpResponse, req: HttpRequest): RequestSnapshot {
   let n = 0;
   let contentLengths = 0;
   let hosts = 0;
-  req.forEach((k, v) => {
-    if (k === 'content-length') contentLengths += v.includes(',') ? 2 : 1;
-    else if (k === 'host') hosts++;
+  req.forEach((name, value) => {
+    if (name === 'content-length') contentLengths += value.includes(',') ? 2 : 1;
+    else if (name === 'host') hosts++;
     if (++n > MAX_HEADER_FIELDS) return;
     // uWS lowercases names.
-    if (headers[k] === undefined) headers[k] = v;
+    if (headers[name] === undefined) headers[name] = value;
   });
   return {
     method: req.getCaseSensitiveMethod(),
@@ -55,10 +55,10 @@ export class UwsContext extends HttpContext {
     return this.aborted ? '' : Buffer.from(this.res.getProxiedRemoteAddressAsText()).toString();
   }
 
-  protected readBodyChunks(b: BodyCollector): void {
+  protected readBodyChunks(collector: BodyCollector): void {
     // uWS requires onData attached in the handler's first tick (collectBody is called there).
-    this.res.onData((ab, isLast) => {
-      if (!b.add(Buffer.from(ab), isLast, false)) this.bodyTooLarge();
+    this.res.onData((chunk, isLast) => {
+      if (!collector.add(Buffer.from(chunk), isLast, false)) this.bodyTooLarge();
       else if (isLast) this.holdReading();
     });
   }

@@ -6,14 +6,14 @@ import { UwsContext } from './uws-context.js';
 import { DEFAULT_WS_MESSAGE_BYTES } from './ws-node.js';
 import { uwsWebSockets } from './ws-uws.js';
 
-export function listenUws(uws: UwsModule, o: EngineOptions, onRequest: OnRequest): Promise<EngineListener> {
+export function listenUws(uws: UwsModule, options: EngineOptions, onRequest: OnRequest): Promise<EngineListener> {
   const app = uws.App();
-  app.ws('/*', uwsWebSockets(uws, o.maxWebSocketMessageBytes ?? DEFAULT_WS_MESSAGE_BYTES, onRequest));
+  app.ws('/*', uwsWebSockets(uws, options.maxWebSocketMessageBytes ?? DEFAULT_WS_MESSAGE_BYTES, onRequest));
   app.any('/*', (res, req) => onRequest(new UwsContext(res, req)));
   return new Promise((resolveL, reject) => {
-    app.listen(o.host, o.port, (sock: UsListenSocket | false) => {
+    app.listen(options.host, options.port, (sock: UsListenSocket | false) => {
       if (!sock) {
-        reject(new Error(`cannot listen on ${o.host}:${o.port}`));
+        reject(new Error(`cannot listen on ${options.host}:${options.port}`));
         return;
       }
       let listening = true;

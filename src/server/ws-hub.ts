@@ -44,20 +44,23 @@ export class WsHub implements SessionOwner {
    * Opens the socket for an authenticated request (`ctx.auth` set), or throws the refusal. `serve`
    * takes each turn through the server's request path.
    */
-  accept(ctx: HttpContext, r: WebSocketRoute, serve: (turn: HttpContext) => void): void {
+  accept(ctx: HttpContext, route: WebSocketRoute, serve: (turn: HttpContext) => void): void {
     const upgrade = ctx.upgrade!;
     if (this.draining) throw new ApiError('provider_unavailable', { message: 'This instance is shutting down; retry.', retryAfterS: 1 });
-    r.check(ctx);
+    route.check(ctx);
     const keyId = ctx.auth!.keyId;
     const n = this.perKey.get(keyId) ?? 0;
-    if (n >= r.maxSocketsPerKey)
-      throw new ApiError('concurrency_limit', { message: `At most ${r.maxSocketsPerKey} WebSockets may be open per key; close one first.`, retryAfterS: 1 });
+    if (n >= route.maxSocketsPerKey)
+      throw new ApiError('concurrency_limit', {
+        message: `At most ${route.maxSocketsPerKey} WebSockets may be open per key; close one first.`,
+        retryAfterS: 1,
+      });
     const carried: Record<string, string> = {};
     for (const h of CARRIED) {
       const v = ctx.header(h);
       if (v !== undefined) carried[h] = v;
     }
-    const origin = { path: r.path, keyId, remoteAddress: ctx.remoteAddress, proxied: ctx.proxiedAddress(), carried };
+    const origin = { path: route.path, keyId, remoteAddress: ctx.remoteAddress, proxied: ctx.proxiedAddress(), carried };
     // Counted before the handshake completes, so concurrent upgrades cannot pass the cap together.
     this.perKey.set(keyId, n + 1);
     let counted = true;
@@ -70,7 +73,7 @@ export class WsHub implements SessionOwner {
     };
     ctx.onAbort(uncount);
     upgrade.accept((peer) => {
-      const s = new WsSession(peer, origin, r, this, serve);
+      const s = new WsSession(peer, origin, route, this, serve);
       s.release = uncount;
       this.sessions.add(s);
       this.metrics?.socketOpened();
@@ -79,9 +82,9 @@ export class WsHub implements SessionOwner {
     });
   }
 
-  closed(s: WsSession): void {
-    if (!this.sessions.delete(s)) return;
-    s.release();
+  closed(session: WsSession): void {
+    if (!this.sessions.delete(session)) return;
+    session.release();
     this.metrics?.socketClosed();
   }
 

@@ -22,14 +22,14 @@ class NodePeer implements WsPeer {
   private waiters: Array<() => void> = [];
   private closed = false;
 
-  constructor(private readonly ws: WebSocket) {}
+  constructor(private readonly socket: WebSocket) {}
 
   send(text: Uint8Array | string): boolean {
     if (this.closed) return true;
-    const over = this.ws.bufferedAmount + text.length > WS_HIGH_WATER_BYTES;
+    const over = this.socket.bufferedAmount + text.length > WS_HIGH_WATER_BYTES;
     // Only a send past the mark asks to hear when it left: everything before it left by then.
-    if (over) this.ws.send(text, TEXT, this.flushed);
-    else this.ws.send(text, TEXT);
+    if (over) this.socket.send(text, TEXT, this.flushed);
+    else this.socket.send(text, TEXT);
     return !over;
   }
 
@@ -40,12 +40,12 @@ class NodePeer implements WsPeer {
   };
 
   waitDrained(): Promise<void> {
-    if (this.closed || this.ws.bufferedAmount <= WS_HIGH_WATER_BYTES) return Promise.resolve();
+    if (this.closed || this.socket.bufferedAmount <= WS_HIGH_WATER_BYTES) return Promise.resolve();
     return new Promise((resolveW) => this.waiters.push(resolveW));
   }
 
   close(code: number, reason: string): void {
-    if (!this.closed) this.ws.close(code, reason);
+    if (!this.closed) this.socket.close(code, reason);
   }
 
   markClosed(): void {
@@ -79,16 +79,16 @@ class UpgradeContext extends RawSocketContext {
     // Marked upgraded only once `ws` has taken the socket: a handshake it refuses itself (a bad
     // Sec-WebSocket-Key or version, a client already gone) ends in a close that must count as an
     // abort, or the key's socket slot taken for this request would never be given back.
-    this.wss.handleUpgrade(this.req, this.socket, this.head, (ws) => {
+    this.wss.handleUpgrade(this.req, this.socket, this.head, (webSocket) => {
       this.upgraded = true;
-      const peer = new NodePeer(ws);
+      const peer = new NodePeer(webSocket);
       const h = open(peer);
-      ws.on('message', (data, isBinary) => h.message(data as Buffer, isBinary));
-      ws.once('close', (code) => {
+      webSocket.on('message', (data, isBinary) => h.message(data as Buffer, isBinary));
+      webSocket.once('close', (code) => {
         peer.markClosed();
         h.closed(code);
       });
-      ws.on('error', () => ws.terminate());
+      webSocket.on('error', () => webSocket.terminate());
     });
   }
 }
@@ -120,7 +120,7 @@ export function nodeUpgrades(
   server: Server,
   maxMessageBytes: number,
   onRequest: (ctx: HttpContext) => void,
-  proxiedOf: (s: Socket) => string,
+  proxiedOf: (socket: Socket) => string,
 ): (req: IncomingMessage, socket: Socket, head: Buffer) => void {
   const wss = new WebSocketServer({ noServer: true, maxPayload: maxMessageBytes, perMessageDeflate: false, clientTracking: false });
   return (req, socket, head) => {

@@ -17,7 +17,7 @@ export interface SessionTimes {
 /** What a session tells the registry (ws-hub.ts) that keeps every open socket. */
 export interface SessionOwner {
   readonly draining: boolean;
-  closed(s: WsSession): void;
+  closed(session: WsSession): void;
   turnEnded(ctx: HttpContext): void;
 }
 

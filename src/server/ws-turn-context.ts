@@ -52,8 +52,8 @@ export class WsTurnContext extends HttpContext {
     return this.socket.proxied;
   }
 
-  protected readBodyChunks(b: BodyCollector): void {
-    b.add(this.message, true, true);
+  protected readBodyChunks(collector: BodyCollector): void {
+    collector.add(this.message, true, true);
   }
 
   holdReading(): void {}
@@ -140,9 +140,9 @@ export class WsTurnContext extends HttpContext {
   }
 }
 
-/** True when `buf[at, end)` starts with `prefix` (compared in place: no view made). */
-function startsWith(buf: Buffer, at: number, end: number, prefix: Buffer): boolean {
-  return end - at >= prefix.length && buf.compare(prefix, 0, prefix.length, at, at + prefix.length) === 0;
+/** True when `buf[start, end)` starts with `prefix` (compared in place: no view made). */
+function startsWith(buf: Buffer, start: number, end: number, prefix: Buffer): boolean {
+  return end - start >= prefix.length && buf.compare(prefix, 0, prefix.length, start, start + prefix.length) === 0;
 }
 
 /** An event's data lines joined by a newline, as an SSE reader joins them (rare: a vendor writes one data line). */

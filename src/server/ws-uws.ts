@@ -25,34 +25,34 @@ class UwsPeer implements WsPeer {
   private pending: Uint8Array | string = '';
   private sendStatus = 1;
 
-  constructor(private readonly ws: UwsSocket) {}
+  constructor(private readonly socket: UwsSocket) {}
 
   send(text: Uint8Array | string): boolean {
     if (this.closed) return true;
     this.pending = text;
-    this.ws.cork(this.corkedSend);
+    this.socket.cork(this.corkedSend);
     this.pending = '';
-    return this.sendStatus === 1 && this.ws.getBufferedAmount() <= WS_HIGH_WATER_BYTES;
+    return this.sendStatus === 1 && this.socket.getBufferedAmount() <= WS_HIGH_WATER_BYTES;
   }
 
   private readonly corkedSend = (): void => {
-    this.sendStatus = this.ws.send(this.pending, false);
+    this.sendStatus = this.socket.send(this.pending, false);
   };
 
   waitDrained(): Promise<void> {
-    if (this.closed || this.ws.getBufferedAmount() <= WS_HIGH_WATER_BYTES) return Promise.resolve();
+    if (this.closed || this.socket.getBufferedAmount() <= WS_HIGH_WATER_BYTES) return Promise.resolve();
     return new Promise((resolveW) => this.waiters.push(resolveW));
   }
 
   drained(): void {
-    if (!this.closed && this.ws.getBufferedAmount() > WS_HIGH_WATER_BYTES) return;
+    if (!this.closed && this.socket.getBufferedAmount() > WS_HIGH_WATER_BYTES) return;
     const ws = this.waiters;
     this.waiters = [];
     for (const w of ws) w();
   }
 
   close(code: number, reason: string): void {
-    if (!this.closed) this.ws.end(code, reason);
+    if (!this.closed) this.socket.end(code, reason);
   }
 
   markClosed(): void {
@@ -90,16 +90,16 @@ export function uwsWebSockets(
       }
       onRequest(ctx);
     },
-    open: (ws) => {
-      const d = ws.getUserData();
-      d.peer = new UwsPeer(ws);
+    open: (socket) => {
+      const d = socket.getUserData();
+      d.peer = new UwsPeer(socket);
       d.handlers = d.open(d.peer);
     },
     // uWS lends the message only during this call: copied.
     message: (ws, ab, isBinary) => ws.getUserData().handlers?.message(Buffer.from(new Uint8Array(ab)), isBinary),
     drain: (ws) => ws.getUserData().peer?.drained(),
-    close: (ws, code) => {
-      const d = ws.getUserData();
+    close: (socket, code) => {
+      const d = socket.getUserData();
       d.peer?.markClosed();
       d.handlers?.closed(code);
     },

@@ -96,10 +96,10 @@ function canEnter(dir: string, user: PostgresUser): boolean {
 }
 
 /** Hard links where the file system allows, copies elsewhere; symlinks kept as they are. */
-function linkTree(from: string, to: string): void {
-  mkdirSync(to, { mode: 0o755 });
+function linkTree(from: string, destination: string): void {
+  mkdirSync(destination, { mode: 0o755 });
   for (const e of readdirSync(from, { withFileTypes: true })) {
-    const [src, dst] = [join(from, e.name), join(to, e.name)];
+    const [src, dst] = [join(from, e.name), join(destination, e.name)];
     if (e.isDirectory()) linkTree(src, dst);
     else if (e.isSymbolicLink()) symlinkSync(readlinkSync(src), dst);
     else {

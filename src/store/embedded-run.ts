@@ -31,8 +31,8 @@ export class PlacedPostgres extends EmbeddedPostgres {
   }
 
   /** The package's stop() signals and awaits the process it knows by this (private) field. */
-  private set child(c: ChildProcess | undefined) {
-    (this as unknown as { process: ChildProcess | undefined }).process = c;
+  private set child(childProcess: ChildProcess | undefined) {
+    (this as unknown as { process: ChildProcess | undefined }).process = childProcess;
   }
 
   private get child(): ChildProcess | undefined {
@@ -83,8 +83,8 @@ export class PlacedPostgres extends EmbeddedPostgres {
     });
     await new Promise<void>((resolveP, reject) => {
       let tail = '';
-      child.stderr?.on('data', (d: Buffer) => {
-        const text = d.toString('utf8');
+      child.stderr?.on('data', (chunk: Buffer) => {
+        const text = chunk.toString('utf8');
         this.opts.onLog?.(text);
         tail = (tail + text).slice(-OUTPUT_CHARS);
         if (tail.includes(READY_LINE)) resolveP();

@@ -20,8 +20,8 @@ export interface GroupCommitOptions {
 
 interface Pending<I, O> {
   readonly item: I;
-  readonly resolve: (o: O) => void;
-  readonly reject: (e: unknown) => void;
+  readonly resolve: (output: O) => void;
+  readonly reject: (error: unknown) => void;
 }
 
 export class QueueFullError extends Error {

@@ -75,8 +75,9 @@ export function listMigrations(dir = MIGRATIONS_DIR): Migration[] {
   }
   // Versions only need to increase (gaps are allowed: 008, 009 and 016 were never used); a
   // duplicate number is a mistake.
-  out.forEach((m, i) => {
-    if (i > 0 && m.version <= out[i - 1]!.version) throw new Error(`migrations: duplicate or unordered version ${m.version}_${m.name}`);
+  out.forEach((migration, index) => {
+    if (index > 0 && migration.version <= out[index - 1]!.version)
+      throw new Error(`migrations: duplicate or unordered version ${migration.version}_${migration.name}`);
   });
   return out;
 }
@@ -95,30 +96,30 @@ export function listFunctionFiles(dir = FUNCTIONS_DIR): FunctionFile[] {
 
 type Q = <R extends QueryResultRow = QueryResultRow>(text: string, values?: unknown[]) => Promise<{ rows: R[] }>;
 
-/** Runs fn in one transaction on the migration's own session: committed whole, or rolled back. */
-async function inTx(q: Q, fn: () => Promise<void>): Promise<void> {
-  await q('BEGIN');
+/** Runs `run` in one transaction on the migration's own session: committed whole, or rolled back. */
+async function inTx(query: Q, run: () => Promise<void>): Promise<void> {
+  await query('BEGIN');
   try {
-    await fn();
-    await q('COMMIT');
+    await run();
+    await query('COMMIT');
   } catch (e) {
-    await q('ROLLBACK');
+    await query('ROLLBACK');
     throw e;
   }
 }
 
-async function applyMigrations(q: Q): Promise<{ applied: number[]; ahead: boolean }> {
-  await q('CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())');
-  const done = new Set((await q<{ version: number }>('SELECT version FROM schema_migrations')).rows.map((r) => r.version));
+async function applyMigrations(query: Q): Promise<{ applied: number[]; ahead: boolean }> {
+  await query('CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())');
+  const done = new Set((await query<{ version: number }>('SELECT version FROM schema_migrations')).rows.map((r) => r.version));
   const all = listMigrations();
   const known = new Set(all.map((m) => m.version));
   const applied: number[] = [];
   for (const m of all) {
     if (done.has(m.version)) continue;
     try {
-      await inTx(q, async () => {
-        await q(m.sql);
-        await q('INSERT INTO schema_migrations (version, name) VALUES ($1, $2)', [m.version, m.name]);
+      await inTx(query, async () => {
+        await query(m.sql);
+        await query('INSERT INTO schema_migrations (version, name) VALUES ($1, $2)', [m.version, m.name]);
       });
     } catch (e) {
       throw new Error(`migration ${m.version}_${m.name} failed: ${(e as Error).message}`, { cause: e });
@@ -129,28 +130,28 @@ async function applyMigrations(q: Q): Promise<{ applied: number[]; ahead: boolea
 }
 
 /** Applies the function files whose text differs from what schema_functions recorded; returns their names. */
-async function applyFunctions(q: Q, dir: string): Promise<string[]> {
-  await q('CREATE TABLE IF NOT EXISTS schema_functions (name text PRIMARY KEY, sha256 text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())');
+async function applyFunctions(query: Q, dir: string): Promise<string[]> {
+  await query('CREATE TABLE IF NOT EXISTS schema_functions (name text PRIMARY KEY, sha256 text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())');
   const files = listFunctionFiles(dir);
-  const recorded = new Map((await q<{ name: string; sha256: string }>('SELECT name, sha256 FROM schema_functions')).rows.map((r) => [r.name, r.sha256]));
+  const recorded = new Map((await query<{ name: string; sha256: string }>('SELECT name, sha256 FROM schema_functions')).rows.map((r) => [r.name, r.sha256]));
   const changed = files.filter((f) => recorded.get(f.name) !== f.sha256);
   const gone = [...recorded.keys()].filter((n) => !files.some((f) => f.name === n));
   if (changed.length === 0 && gone.length === 0) return [];
-  await inTx(q, async () => {
+  await inTx(query, async () => {
     for (const f of changed) {
       try {
-        await q(f.sql);
+        await query(f.sql);
       } catch (e) {
         throw new Error(`function file ${f.name}.sql failed: ${(e as Error).message}`, { cause: e });
       }
-      await q(
+      await query(
         `INSERT INTO schema_functions (name, sha256) VALUES ($1, $2)
                ON CONFLICT (name) DO UPDATE SET sha256 = EXCLUDED.sha256, applied_at = now()`,
         [f.name, f.sha256],
       );
     }
     // A file removed: its function is dropped by a numbered migration (a schema change); only the record goes here.
-    if (gone.length > 0) await q('DELETE FROM schema_functions WHERE name = ANY($1)', [gone]);
+    if (gone.length > 0) await query('DELETE FROM schema_functions WHERE name = ANY($1)', [gone]);
   });
   return changed.map((f) => f.name);
 }

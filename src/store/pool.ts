@@ -20,9 +20,9 @@ export type Queryable = Pick<pg.Pool, 'query'> | Pick<pg.PoolClient, 'query'>;
 
 // BIGINT (int8) comes back as a string by default; our amounts are whole Ink far below 2^53,
 // so parse them as numbers, and fail loudly rather than lose precision.
-pg.types.setTypeParser(20, (v: string) => {
-  const n = Number(v);
-  if (!Number.isSafeInteger(n)) throw new Error(`int8 out of safe range: ${v}`);
+pg.types.setTypeParser(20, (text: string) => {
+  const n = Number(text);
+  if (!Number.isSafeInteger(n)) throw new Error(`int8 out of safe range: ${text}`);
   return n;
 });
 
@@ -110,18 +110,18 @@ export function outcomeUnknown(err: unknown): boolean {
 }
 
 /**
- * Runs fn inside one transaction on one connection, then `check` on its result before COMMIT (the
- * ledger's postconditions: a broken one rolls the move back). A failed fn or check is rolled back
+ * Runs `run` inside one transaction on one connection, then `check` on its result before COMMIT (the
+ * ledger's postconditions: a broken one rolls the move back). A failed `run` or `check` is rolled back
  * before the error goes on. A store that stopped answering (a timeout, a dropped connection) gets
  * no ROLLBACK to wait for: the connection is destroyed instead, which ends the transaction on the
  * server just the same, so an outage is answered within one query timeout.
  */
-export async function withTx<T>(pool: Pool, fn: (c: PoolClient) => Promise<T>, check?: (out: T) => void): Promise<T> {
+export async function withTx<T>(pool: Pool, run: (client: PoolClient) => Promise<T>, check?: (out: T) => void): Promise<T> {
   const client = await pool.connect();
   let broken = false;
   try {
     await client.query('BEGIN');
-    const out = await fn(client);
+    const out = await run(client);
     check?.(out);
     await client.query('COMMIT');
     return out;

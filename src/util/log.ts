@@ -88,12 +88,12 @@ function fieldsOut(fields: Record<string, unknown>): Record<string, unknown> {
  * (BUFFERED_MAX_BYTES), and `flush` writes it out at shutdown. Other loggers write each line at
  * once: an error line must not wait. Warn lines and worse carry `loopDelayMs` (loopDelayField).
  */
-export function createLogger(level: LogLevel, write?: (line: string) => void, buffered = false, fd = 1): Logger {
+export function createLogger(level: LogLevel, write?: (line: string) => void, buffered = false, fileDescriptor = 1): Logger {
   if (level !== 'silent') startLoopDelayProbe();
   const stdout = write
     ? undefined
     : pino.destination({
-        dest: fd,
+        dest: fileDescriptor,
         sync: !buffered,
         ...(buffered ? { minLength: BUFFERED_MIN_BYTES, maxWrite: BUFFERED_MAX_WRITE_BYTES, maxLength: BUFFERED_MAX_BYTES } : {}),
       });
@@ -162,30 +162,35 @@ export function createLogger(level: LogLevel, write?: (line: string) => void, bu
  * no closures per child (a request gets one).
  */
 class PinoWrap implements Logger {
-  constructor(private readonly p: PinoLogger) {}
-  debug(a: LogFields | LogEvent, msg?: LogEvent): void {
-    write(this.p, 'debug', a, msg);
+  constructor(private readonly pinoLogger: PinoLogger) {}
+  debug(fieldsOrEvent: LogFields | LogEvent, msg?: LogEvent): void {
+    write(this.pinoLogger, 'debug', fieldsOrEvent, msg);
   }
-  info(a: LogFields | LogEvent, msg?: LogEvent): void {
-    write(this.p, 'info', a, msg);
+  info(fieldsOrEvent: LogFields | LogEvent, msg?: LogEvent): void {
+    write(this.pinoLogger, 'info', fieldsOrEvent, msg);
   }
-  warn(a: LogFields | LogEvent, msg?: LogEvent): void {
-    write(this.p, 'warn', a, msg);
+  warn(fieldsOrEvent: LogFields | LogEvent, msg?: LogEvent): void {
+    write(this.pinoLogger, 'warn', fieldsOrEvent, msg);
   }
-  error(a: LogFields | LogEvent, msg?: LogEvent): void {
-    write(this.p, 'error', a, msg);
+  error(fieldsOrEvent: LogFields | LogEvent, msg?: LogEvent): void {
+    write(this.pinoLogger, 'error', fieldsOrEvent, msg);
   }
-  fatal(a: LogFields | LogEvent, msg?: LogEvent): void {
-    write(this.p, 'fatal', a, msg);
+  fatal(fieldsOrEvent: LogFields | LogEvent, msg?: LogEvent): void {
+    write(this.pinoLogger, 'fatal', fieldsOrEvent, msg);
   }
   child(bindings: LogFields): Logger {
-    return new PinoWrap(this.p.child(fieldsOut(bindings)));
+    return new PinoWrap(this.pinoLogger.child(fieldsOut(bindings)));
   }
 }
 
-function write(p: PinoLogger, level: 'debug' | 'info' | 'warn' | 'error' | 'fatal', a: LogFields | LogEvent, msg: LogEvent | undefined): void {
-  if (typeof a === 'string') p[level](a);
-  else p[level](fieldsOut(a), msg);
+function write(
+  pinoLogger: PinoLogger,
+  level: 'debug' | 'info' | 'warn' | 'error' | 'fatal',
+  fieldsOrEvent: LogFields | LogEvent,
+  msg: LogEvent | undefined,
+): void {
+  if (typeof fieldsOrEvent === 'string') pinoLogger[level](fieldsOrEvent);
+  else pinoLogger[level](fieldsOut(fieldsOrEvent), msg);
 }
 
 /**

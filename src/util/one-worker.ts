@@ -71,7 +71,7 @@ export interface Outgoing<Job> {
 interface Pending<Context, Result> {
   readonly context: Context;
   resolve(result: Result): void;
-  reject(e: unknown): void;
+  reject(error: unknown): void;
   readonly size: number;
   readonly timer: NodeJS.Timeout;
 }
@@ -113,18 +113,18 @@ export abstract class OneWorker<Job, Answer extends { readonly id: number }, Res
     // Under the test runner the user's module is TypeScript and so is the thread's; built, both are .js.
     const ext = base.endsWith('.ts') ? '.ts' : '.js';
     const w = new Worker(new URL(`./${thread}${ext}`, base), { workerData: this.options.workerData, execArgv: threadExecArgv() });
-    w.on('message', (m: Answer) => {
-      const p = this.pending.get(m.id);
+    w.on('message', (answer: Answer) => {
+      const p = this.pending.get(answer.id);
       if (!p) return;
-      this.settle(m.id, p);
+      this.settle(answer.id, p);
       try {
-        p.resolve(this.answer(m, p.context));
+        p.resolve(this.answer(answer, p.context));
       } catch (e) {
         p.reject(e);
       }
     });
-    w.on('error', (e) => {
-      if (this.worker === w) this.fail(e);
+    w.on('error', (error) => {
+      if (this.worker === w) this.fail(error);
     });
     w.on('exit', () => {
       if (this.worker === w) this.fail(new Error(exitMessage));
@@ -135,20 +135,20 @@ export abstract class OneWorker<Job, Answer extends { readonly id: number }, Res
     return w;
   }
 
-  private settle(id: number, p: Pending<Context, Result>): void {
-    clearTimeout(p.timer);
+  private settle(id: number, job: Pending<Context, Result>): void {
+    clearTimeout(job.timer);
     this.pending.delete(id);
-    this.queued -= p.size;
+    this.queued -= job.size;
   }
 
   /** Fails every waiting job and drops the worker; the next job starts a fresh one. */
-  private fail(e: unknown): void {
+  private fail(error: unknown): void {
     const w = this.worker;
     this.worker = undefined;
     if (w) void w.terminate();
     for (const [id, p] of [...this.pending]) {
       this.settle(id, p);
-      p.reject(e);
+      p.reject(error);
     }
   }
 }

@@ -76,33 +76,33 @@ export function fieldTable<T extends Record<string, FieldRule>>(table: T): Reado
 export const bad = (code: ErrorCode, param: string, message: string): ApiError => new ApiError(code, { param, message });
 
 /** Characters as the user sees them: code points, not UTF-16 units (counting stops past `stopAbove`). */
-export function charCount(s: string, stopAbove: number): number {
-  if (s.length <= stopAbove) return s.length; // code points <= UTF-16 units
+export function charCount(text: string, stopAbove: number): number {
+  if (text.length <= stopAbove) return text.length; // code points <= UTF-16 units
   let n = 0;
-  for (const _ of s) if (++n > stopAbove) return n;
+  for (const _ of text) if (++n > stopAbove) return n;
   return n;
 }
 
-/** Whether `v` is of the JSON type `t` (number: finite; integer: without a fraction; object: not an array). */
-export function isJsonType(v: unknown, t: JsonType): boolean {
-  switch (t) {
+/** Whether `value` is of the JSON type `jsonType` (number: finite; integer: without a fraction; object: not an array). */
+export function isJsonType(value: unknown, jsonType: JsonType): boolean {
+  switch (jsonType) {
     case 'string':
-      return typeof v === 'string';
+      return typeof value === 'string';
     case 'boolean':
-      return typeof v === 'boolean';
+      return typeof value === 'boolean';
     case 'number':
-      return typeof v === 'number' && Number.isFinite(v);
+      return typeof value === 'number' && Number.isFinite(value);
     case 'integer':
-      return typeof v === 'number' && Number.isInteger(v);
+      return typeof value === 'number' && Number.isInteger(value);
     case 'object':
-      return typeof v === 'object' && v !== null && !Array.isArray(v);
+      return typeof value === 'object' && value !== null && !Array.isArray(value);
     case 'array':
-      return Array.isArray(v);
+      return Array.isArray(value);
   }
 }
 
-function hasType(rule: FieldRule, v: unknown): boolean {
-  for (const t of rule.types) if (isJsonType(v, t)) return true;
+function hasType(rule: FieldRule, value: unknown): boolean {
+  for (const t of rule.types) if (isJsonType(value, t)) return true;
   return false;
 }
 
@@ -120,20 +120,20 @@ function enumWords(values: readonly string[]): string {
   return q.length === 1 ? q[0]! : `${q.slice(0, -1).join(', ')} or ${q.at(-1)}`;
 }
 
-function checkString(key: string, rule: FieldRule, v: string, valueMessage: (() => string) | undefined): void {
-  const why = rule.refused?.[v];
-  if (why !== undefined) throw bad('unsupported_parameter', key, `\`${key}\` ${JSON.stringify(v)} is not supported in v1: ${why}.`);
-  if (rule.enum !== undefined && !rule.enum.includes(v)) {
+function checkString(key: string, rule: FieldRule, value: string, valueMessage: (() => string) | undefined): void {
+  const why = rule.refused?.[value];
+  if (why !== undefined) throw bad('unsupported_parameter', key, `\`${key}\` ${JSON.stringify(value)} is not supported in v1: ${why}.`);
+  if (rule.enum !== undefined && !rule.enum.includes(value)) {
     throw bad(rule.code ?? 'invalid_enum', key, valueMessage?.() ?? rule.message ?? `\`${key}\` must be ${enumWords(rule.enum)}.`);
   }
-  if (rule.maxLength !== undefined && charCount(v, rule.maxLength) > rule.maxLength) {
+  if (rule.maxLength !== undefined && charCount(value, rule.maxLength) > rule.maxLength) {
     throw bad('too_long', key, `\`${key}\` is longer than ${rule.maxLength} characters.`);
   }
 }
 
-function checkNumber(key: string, rule: FieldRule, v: number, valueMessage: (() => string) | undefined): void {
+function checkNumber(key: string, rule: FieldRule, value: number, valueMessage: (() => string) | undefined): void {
   const { minimum: min, maximum: max } = rule;
-  if ((min !== undefined && v < min) || (max !== undefined && v > max)) {
+  if ((min !== undefined && value < min) || (max !== undefined && value > max)) {
     const range = min !== undefined && max !== undefined ? `from ${min} to ${max}` : min !== undefined ? `at least ${min}` : `at most ${max}`;
     throw bad(rule.code ?? 'invalid_value', key, valueMessage?.() ?? rule.message ?? `\`${key}\` must be ${range}.`);
   }
@@ -147,22 +147,23 @@ function checkNumber(key: string, rule: FieldRule, v: number, valueMessage: (() 
  * from the row. Array items are the caller's (checkFieldItem, or a URL list's parser), in its own
  * walk, so the order errors are found in stays the product's.
  */
-export function checkField(key: string, rule: FieldRule, v: unknown, valueMessage?: () => string): void {
-  if (v === undefined || (rule.nonEmpty === true && isEmpty(v))) {
+export function checkField(key: string, rule: FieldRule, value: unknown, valueMessage?: () => string): void {
+  if (value === undefined || (rule.nonEmpty === true && isEmpty(value))) {
     if (rule.required) throw bad(rule.missing?.code ?? rule.code ?? 'invalid_type', key, rule.missing?.message ?? rule.message ?? `\`${key}\` is required.`);
     return;
   }
-  if (!hasType(rule, v)) throw bad(rule.code ?? 'invalid_type', key, typeMessage(key, rule, valueMessage));
-  if (typeof v === 'string') checkString(key, rule, v, valueMessage);
-  else if (typeof v === 'number') checkNumber(key, rule, v, valueMessage);
-  if (rule.maxJsonBytes !== undefined && Buffer.byteLength(JSON.stringify(v)) > rule.maxJsonBytes) {
+  if (!hasType(rule, value)) throw bad(rule.code ?? 'invalid_type', key, typeMessage(key, rule, valueMessage));
+  if (typeof value === 'string') checkString(key, rule, value, valueMessage);
+  else if (typeof value === 'number') checkNumber(key, rule, value, valueMessage);
+  if (rule.maxJsonBytes !== undefined && Buffer.byteLength(JSON.stringify(value)) > rule.maxJsonBytes) {
     throw bad('too_long', key, `\`${key}\` is larger than ${rule.maxJsonBytes} bytes of JSON.`);
   }
 }
 
-/** Checks item `i` of an array field against the row's item type. */
-export function checkFieldItem(key: string, rule: FieldRule, item: unknown, i: number): void {
-  if (rule.items !== undefined && !isJsonType(item, rule.items.type)) throw bad(rule.code ?? 'invalid_type', `${key}.${i}`, typeMessage(key, rule, undefined));
+/** Checks item `index` of an array field against the row's item type. */
+export function checkFieldItem(key: string, rule: FieldRule, item: unknown, index: number): void {
+  if (rule.items !== undefined && !isJsonType(item, rule.items.type))
+    throw bad(rule.code ?? 'invalid_type', `${key}.${index}`, typeMessage(key, rule, undefined));
 }
 
 /** What a table cannot know, from the catalogue. */
@@ -173,23 +174,23 @@ export interface SchemaContext {
   readonly maxOutputTokens?: number;
 }
 
-function typeSchema(rule: FieldRule, t: JsonType, ctx: SchemaContext, key: string): JsonSchema {
-  const s: JsonSchema = { type: t };
-  if (t === 'string') {
+function typeSchema(rule: FieldRule, jsonType: JsonType, ctx: SchemaContext, key: string): JsonSchema {
+  const s: JsonSchema = { type: jsonType };
+  if (jsonType === 'string') {
     const values = key === 'model' ? ctx.modelIds : rule.enum;
     if (values !== undefined) s.enum = [...values];
     if (rule.nonEmpty) s.minLength = 1;
     if (rule.maxLength !== undefined) s.maxLength = rule.maxLength;
     if (rule.format !== undefined) s.format = rule.format;
-  } else if (t === 'integer' || t === 'number') {
+  } else if (jsonType === 'integer' || jsonType === 'number') {
     if (rule.minimum !== undefined) s.minimum = rule.minimum;
     const max = rule.modelMaximum ? ctx.maxOutputTokens : rule.maximum;
     if (max !== undefined) s.maximum = max;
-  } else if (t === 'array') {
+  } else if (jsonType === 'array') {
     if (rule.nonEmpty) s.minItems = 1;
     if (rule.maxItems !== undefined) s.maxItems = rule.maxItems;
     s.items = rule.items !== undefined ? { ...rule.items } : { type: 'object', additionalProperties: true };
-  } else if (t === 'object') {
+  } else if (jsonType === 'object') {
     s.additionalProperties = true;
   }
   return s;
@@ -217,21 +218,21 @@ export function fieldsSchema(table: FieldTable, ctx: SchemaContext): JsonSchema 
 /** Names longer than this get no suggestion: the comparison's cost stays bounded whatever a client sends. */
 const SUGGEST_MAX_CHARS = 64;
 
-/** Edit distance of `a` and `b` (insertions, deletions, substitutions), or `limit + 1` once it is above `limit`. */
-function editDistance(a: string, b: string, limit: number): number {
-  if (Math.abs(a.length - b.length) > limit) return limit + 1;
-  let prev = Array.from({ length: b.length + 1 }, (_, j) => j);
-  for (let i = 1; i <= a.length; i++) {
+/** Edit distance of `source` and `target` (insertions, deletions, substitutions), or `limit + 1` once it is above `limit`. */
+function editDistance(source: string, target: string, limit: number): number {
+  if (Math.abs(source.length - target.length) > limit) return limit + 1;
+  let prev = Array.from({ length: target.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= source.length; i++) {
     const row = [i];
     let best = i;
-    for (let j = 1; j <= b.length; j++) {
-      row[j] = Math.min(prev[j]! + 1, row[j - 1]! + 1, prev[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1));
+    for (let j = 1; j <= target.length; j++) {
+      row[j] = Math.min(prev[j]! + 1, row[j - 1]! + 1, prev[j - 1]! + (source[i - 1] === target[j - 1] ? 0 : 1));
       best = Math.min(best, row[j]!);
     }
     if (best > limit) return limit + 1;
     prev = row;
   }
-  return prev[b.length]!;
+  return prev[target.length]!;
 }
 
 /**

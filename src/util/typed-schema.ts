@@ -74,79 +74,83 @@ const MAX_PROBLEMS = 200;
 const pointer = (path: string, key: string | number): string => `${path}/${String(key).replaceAll('~', '~0').replaceAll('/', '~1')}`;
 const isPlainObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
-function checkBounds(s: Bounds, v: number, path: string, out: Problem[]): void {
-  if (s.minimum !== undefined && v < s.minimum) out.push({ instancePath: path, message: `must be >= ${s.minimum}` });
-  if (s.maximum !== undefined && v > s.maximum) out.push({ instancePath: path, message: `must be <= ${s.maximum}` });
+function checkBounds(bounds: Bounds, value: number, path: string, out: Problem[]): void {
+  if (bounds.minimum !== undefined && value < bounds.minimum) out.push({ instancePath: path, message: `must be >= ${bounds.minimum}` });
+  if (bounds.maximum !== undefined && value > bounds.maximum) out.push({ instancePath: path, message: `must be <= ${bounds.maximum}` });
 }
 
-function checkString(s: StringBounds, v: string, path: string, out: Problem[]): void {
-  const length = [...v].length;
-  if (s.minLength !== undefined && length < s.minLength) out.push({ instancePath: path, message: `must NOT have fewer than ${s.minLength} characters` });
-  if (s.maxLength !== undefined && length > s.maxLength) out.push({ instancePath: path, message: `must NOT have more than ${s.maxLength} characters` });
-  if (s.pattern !== undefined && !new RegExp(s.pattern).test(v)) out.push({ instancePath: path, message: `must match pattern "${s.pattern}"` });
+function checkString(bounds: StringBounds, value: string, path: string, out: Problem[]): void {
+  const length = [...value].length;
+  if (bounds.minLength !== undefined && length < bounds.minLength)
+    out.push({ instancePath: path, message: `must NOT have fewer than ${bounds.minLength} characters` });
+  if (bounds.maxLength !== undefined && length > bounds.maxLength)
+    out.push({ instancePath: path, message: `must NOT have more than ${bounds.maxLength} characters` });
+  if (bounds.pattern !== undefined && !new RegExp(bounds.pattern).test(value))
+    out.push({ instancePath: path, message: `must match pattern "${bounds.pattern}"` });
 }
 
-function checkArray(s: Extract<Node, { kind: 'array' }>, v: unknown[], path: string, out: Problem[]): void {
-  if (s.minItems !== undefined && v.length < s.minItems) out.push({ instancePath: path, message: `must NOT have fewer than ${s.minItems} items` });
-  if (s.maxItems !== undefined && v.length > s.maxItems) out.push({ instancePath: path, message: `must NOT have more than ${s.maxItems} items` });
-  if (s.uniqueItems && new Set(v.map((x) => JSON.stringify(x))).size !== v.length) out.push({ instancePath: path, message: 'must NOT have duplicate items' });
-  for (let i = 0; i < v.length; i++) walk(s.items, v[i], pointer(path, i), out);
+function checkArray(node: Extract<Node, { kind: 'array' }>, value: unknown[], path: string, out: Problem[]): void {
+  if (node.minItems !== undefined && value.length < node.minItems) out.push({ instancePath: path, message: `must NOT have fewer than ${node.minItems} items` });
+  if (node.maxItems !== undefined && value.length > node.maxItems) out.push({ instancePath: path, message: `must NOT have more than ${node.maxItems} items` });
+  if (node.uniqueItems && new Set(value.map((x) => JSON.stringify(x))).size !== value.length)
+    out.push({ instancePath: path, message: 'must NOT have duplicate items' });
+  for (let i = 0; i < value.length; i++) walk(node.items, value[i], pointer(path, i), out);
 }
 
-function checkObject(s: Extract<Node, { kind: 'object' }>, v: Record<string, unknown>, path: string, out: Problem[]): void {
-  for (const [key, prop] of Object.entries(s.properties)) {
-    if (v[key] === undefined) {
+function checkObject(node: Extract<Node, { kind: 'object' }>, value: Record<string, unknown>, path: string, out: Problem[]): void {
+  for (const [key, prop] of Object.entries(node.properties)) {
+    if (value[key] === undefined) {
       if (!prop.optional) out.push({ instancePath: path, message: `must have required property '${key}'` });
-    } else walk(prop, v[key], pointer(path, key), out);
+    } else walk(prop, value[key], pointer(path, key), out);
   }
-  if (s.additionalProperties === false) {
-    for (const key of Object.keys(v))
-      if (!(key in s.properties)) out.push({ instancePath: pointer(path, key), message: 'must NOT be here (unknown property)' });
+  if (node.additionalProperties === false) {
+    for (const key of Object.keys(value))
+      if (!(key in node.properties)) out.push({ instancePath: pointer(path, key), message: 'must NOT be here (unknown property)' });
   }
 }
 
-function walk(s: Schema, v: unknown, path: string, out: Problem[]): void {
+function walk(node: Schema, value: unknown, path: string, out: Problem[]): void {
   if (out.length >= MAX_PROBLEMS) return;
-  switch (s.kind) {
+  switch (node.kind) {
     case 'integer':
     case 'number':
-      if (typeof v !== 'number' || !Number.isFinite(v) || (s.kind === 'integer' && !Number.isInteger(v)))
-        out.push({ instancePath: path, message: `must be ${s.kind}` });
-      else checkBounds(s, v, path, out);
+      if (typeof value !== 'number' || !Number.isFinite(value) || (node.kind === 'integer' && !Number.isInteger(value)))
+        out.push({ instancePath: path, message: `must be ${node.kind}` });
+      else checkBounds(node, value, path, out);
       return;
     case 'string':
-      if (typeof v !== 'string') out.push({ instancePath: path, message: 'must be string' });
-      else checkString(s, v, path, out);
+      if (typeof value !== 'string') out.push({ instancePath: path, message: 'must be string' });
+      else checkString(node, value, path, out);
       return;
     case 'boolean':
     case 'null':
-      if (s.kind === 'null' ? v !== null : typeof v !== 'boolean') out.push({ instancePath: path, message: `must be ${s.kind}` });
+      if (node.kind === 'null' ? value !== null : typeof value !== 'boolean') out.push({ instancePath: path, message: `must be ${node.kind}` });
       return;
     case 'literal':
-      if (v !== s.value) out.push({ instancePath: path, message: `must be ${JSON.stringify(s.value)}` });
+      if (value !== node.value) out.push({ instancePath: path, message: `must be ${JSON.stringify(node.value)}` });
       return;
     case 'union':
-      if (!s.anyOf.some((alt) => problemsOf(alt, v).length === 0))
-        out.push({ instancePath: path, message: `must be one of: ${s.anyOf.map(describe).join(', ')}` });
+      if (!node.anyOf.some((alt) => problemsOf(alt, value).length === 0))
+        out.push({ instancePath: path, message: `must be one of: ${node.anyOf.map(describe).join(', ')}` });
       return;
     case 'array':
-      if (!Array.isArray(v)) out.push({ instancePath: path, message: 'must be array' });
-      else checkArray(s, v, path, out);
+      if (!Array.isArray(value)) out.push({ instancePath: path, message: 'must be array' });
+      else checkArray(node, value, path, out);
       return;
     case 'object':
-      if (!isPlainObject(v)) out.push({ instancePath: path, message: 'must be object' });
-      else checkObject(s, v, path, out);
+      if (!isPlainObject(value)) out.push({ instancePath: path, message: 'must be object' });
+      else checkObject(node, value, path, out);
   }
 }
 
 /** A few words for a union's alternative in a message. */
-function describe(s: Schema): string {
-  return s.kind === 'literal' ? JSON.stringify(s.value) : s.kind;
+function describe(alternative: Schema): string {
+  return alternative.kind === 'literal' ? JSON.stringify(alternative.value) : alternative.kind;
 }
 
-function problemsOf(s: Schema, v: unknown): Problem[] {
+function problemsOf(node: Schema, value: unknown): Problem[] {
   const out: Problem[] = [];
-  walk(s, v, '', out);
+  walk(node, value, '', out);
   return out;
 }
 
@@ -157,10 +161,10 @@ export interface Checker<T> {
   Errors(value: unknown): Problem[];
 }
 
-/** A checker for `s` (the name kept from the library it replaces). */
-export function Compile<S extends Schema>(s: S): Checker<Static<S>> {
+/** A checker for `root` (the name kept from the library it replaces). */
+export function Compile<S extends Schema>(root: S): Checker<Static<S>> {
   return {
-    Check: (value): value is Static<S> => problemsOf(s, value).length === 0,
-    Errors: (value) => problemsOf(s, value),
+    Check: (value): value is Static<S> => problemsOf(root, value).length === 0,
+    Errors: (value) => problemsOf(root, value),
   };
 }

@@ -9,18 +9,18 @@ export interface VendorAgentOptions {
 }
 
 /** Every wait bounded: connect, headers and the idle time between body chunks. */
-export function vendorAgent(o: VendorAgentOptions): Agent {
+export function vendorAgent(options: VendorAgentOptions): Agent {
   return new Agent({
-    connect: { timeout: o.connectTimeoutMs ?? 5_000 },
-    headersTimeout: o.timeoutMs,
-    bodyTimeout: o.timeoutMs,
-    connections: o.connections ?? 64,
+    connect: { timeout: options.connectTimeoutMs ?? 5_000 },
+    headersTimeout: options.timeoutMs,
+    bodyTimeout: options.timeoutMs,
+    connections: options.connections ?? 64,
   });
 }
 
 /** Retry-After in whole seconds, when the vendor sent a plain number. */
-export function retryAfterSeconds(h: string | string[] | undefined): number | undefined {
-  const v = Array.isArray(h) ? h[0] : h;
+export function retryAfterSeconds(header: string | string[] | undefined): number | undefined {
+  const v = Array.isArray(header) ? header[0] : header;
   if (v === undefined || !/^\d{1,6}$/.test(v)) return undefined;
   return Number(v);
 }
@@ -37,21 +37,21 @@ export function readBounded(body: Dispatcher.ResponseData['body'], maxBytes: num
     let n = 0;
     let settled = false;
     const total = totalMs === undefined ? undefined : setTimeout(() => body.destroy(new Error(`vendor body not complete within ${totalMs} ms`)), totalMs);
-    const done = (e: Error | undefined): void => {
+    const done = (error: Error | undefined): void => {
       if (settled) return;
       settled = true;
       if (total !== undefined) clearTimeout(total);
-      if (e === undefined) resolveB(parts.length === 1 ? parts[0]! : Buffer.concat(parts, n));
-      else rejectB(e);
+      if (error === undefined) resolveB(parts.length === 1 ? parts[0]! : Buffer.concat(parts, n));
+      else rejectB(error);
     };
-    body.on('data', (c: Buffer) => {
-      n += c.length;
+    body.on('data', (chunk: Buffer) => {
+      n += chunk.length;
       if (n > maxBytes) {
         done(new Error(`vendor body above ${maxBytes} bytes`));
         body.destroy();
         return;
       }
-      parts.push(c);
+      parts.push(chunk);
     });
     body.once('end', () => done(undefined));
     body.once('error', (e: Error) => done(e));

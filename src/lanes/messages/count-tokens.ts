@@ -35,8 +35,8 @@ export interface CountTokensDeps {
   readonly upstream: TextPool | undefined;
 }
 
-export function createCountTokensHandler(d: CountTokensDeps): (ctx: HttpContext) => Promise<void> {
-  const { services, lane, upstream } = d;
+export function createCountTokensHandler(deps: CountTokensDeps): (ctx: HttpContext) => Promise<void> {
+  const { services, lane, upstream } = deps;
   const closedMessage = closedLaneMessage(lane, upstream !== undefined);
   const members = upstream === undefined ? undefined : memberRequests(upstream, lane, VENDOR_COUNT_PATH);
   return async (ctx) => {

@@ -12,14 +12,14 @@ import { MessagesUsageTally, tallyMessageBody, type MessagesUsage } from './usag
 import type { TextModel } from '../../catalog/models.js';
 
 /** Prices a Messages receipt; input and output must be reported, absent cache buckets mean none used. */
-function charge(model: TextModel, u: MessagesUsage): number | undefined {
-  if (u.inputTokens === undefined || u.outputTokens === undefined) return undefined;
+function charge(model: TextModel, usage: MessagesUsage): number | undefined {
+  if (usage.inputTokens === undefined || usage.outputTokens === undefined) return undefined;
   try {
     return textChargeInk(model, {
-      inputTokens: u.inputTokens,
-      outputTokens: u.outputTokens,
-      cacheReadTokens: u.cacheReadTokens ?? 0,
-      cacheWriteTokens: u.cacheWriteTokens ?? 0,
+      inputTokens: usage.inputTokens,
+      outputTokens: usage.outputTokens,
+      cacheReadTokens: usage.cacheReadTokens ?? 0,
+      cacheWriteTokens: usage.cacheWriteTokens ?? 0,
     });
   } catch {
     return undefined; // a receipt outside any sane range is not usable

@@ -284,66 +284,68 @@ function checkMessages(value: unknown, walk: Walk): void {
  * coding agents (Claude Code) send one and drop it on retry only when the refusal reads like the
  * vendor's, and its `param` is in the index form those clients print (`messages[1].role`).
  */
-function refuseRole(role: unknown, i: number, at: string): never {
-  if (role === 'system') fail('invalid_message', `messages[${i}].role`, SYSTEM_ROLE_MESSAGE);
-  fail('invalid_message', `${at}.role`, `\`${at}.role\` must be "user" or "assistant".`);
+function refuseRole(role: unknown, index: number, path: string): never {
+  if (role === 'system') fail('invalid_message', `messages[${index}].role`, SYSTEM_ROLE_MESSAGE);
+  fail('invalid_message', `${path}.role`, `\`${path}.role\` must be "user" or "assistant".`);
 }
 
 /** The vendor's message for a `system` turn inside `messages`, word for word. */
 export const SYSTEM_ROLE_MESSAGE = 'Unexpected role "system". The Messages API accepts a top-level `system` parameter, not "system" as an input message role.';
 
-function checkBlock(b: unknown, role: 'user' | 'assistant', at: string, walk: Walk): void {
-  if (!isObj(b)) fail('invalid_message', at, `\`${at}\` must be a content block object.`);
-  const type = b.type;
-  if (typeof type !== 'string') fail('invalid_message', `${at}.type`, `\`${at}.type\` is required.`);
+function checkBlock(block: unknown, role: 'user' | 'assistant', path: string, walk: Walk): void {
+  if (!isObj(block)) fail('invalid_message', path, `\`${path}\` must be a content block object.`);
+  const type = block.type;
+  if (typeof type !== 'string') fail('invalid_message', `${path}.type`, `\`${path}.type\` is required.`);
   switch (type) {
     case 'text':
-      if (typeof b.text !== 'string') fail('invalid_message', `${at}.text`, `\`${at}.text\` must be a string.`);
-      walk.verbatimChars += b.text.length;
+      if (typeof block.text !== 'string') fail('invalid_message', `${path}.text`, `\`${path}.text\` must be a string.`);
+      walk.verbatimChars += block.text.length;
       return;
     case 'tool_use':
-      onlyIn(role, 'assistant', type, at);
-      if (typeof b.id !== 'string' || b.id.length === 0) fail('invalid_message', `${at}.id`, `\`${at}.id\` must be a non-empty string.`);
-      if (typeof b.name !== 'string' || b.name.length === 0) fail('invalid_message', `${at}.name`, `\`${at}.name\` must be a non-empty string.`);
-      if (!isObj(b.input)) fail('invalid_message', `${at}.input`, `\`${at}.input\` must be an object.`);
+      onlyIn(role, 'assistant', type, path);
+      if (typeof block.id !== 'string' || block.id.length === 0) fail('invalid_message', `${path}.id`, `\`${path}.id\` must be a non-empty string.`);
+      if (typeof block.name !== 'string' || block.name.length === 0) fail('invalid_message', `${path}.name`, `\`${path}.name\` must be a non-empty string.`);
+      if (!isObj(block.input)) fail('invalid_message', `${path}.input`, `\`${path}.input\` must be an object.`);
       return;
     case 'tool_result':
-      onlyIn(role, 'user', type, at);
-      if (typeof b.tool_use_id !== 'string' || b.tool_use_id.length === 0) {
-        fail('invalid_message', `${at}.tool_use_id`, `\`${at}.tool_use_id\` must be a non-empty string.`);
+      onlyIn(role, 'user', type, path);
+      if (typeof block.tool_use_id !== 'string' || block.tool_use_id.length === 0) {
+        fail('invalid_message', `${path}.tool_use_id`, `\`${path}.tool_use_id\` must be a non-empty string.`);
       }
-      if (b.is_error !== undefined && typeof b.is_error !== 'boolean') fail('invalid_message', `${at}.is_error`, `\`${at}.is_error\` must be a boolean.`);
-      checkToolResultContent(b.content, `${at}.content`, walk);
+      if (block.is_error !== undefined && typeof block.is_error !== 'boolean')
+        fail('invalid_message', `${path}.is_error`, `\`${path}.is_error\` must be a boolean.`);
+      checkToolResultContent(block.content, `${path}.content`, walk);
       return;
     case 'thinking':
-      onlyIn(role, 'assistant', type, at);
-      if (typeof b.thinking !== 'string') fail('invalid_message', `${at}.thinking`, `\`${at}.thinking\` must be a string.`);
-      if (typeof b.signature !== 'string') fail('invalid_message', `${at}.signature`, `\`${at}.signature\` must be a string.`);
+      onlyIn(role, 'assistant', type, path);
+      if (typeof block.thinking !== 'string') fail('invalid_message', `${path}.thinking`, `\`${path}.thinking\` must be a string.`);
+      if (typeof block.signature !== 'string') fail('invalid_message', `${path}.signature`, `\`${path}.signature\` must be a string.`);
       return;
     case 'redacted_thinking':
-      onlyIn(role, 'assistant', type, at);
-      if (typeof b.data !== 'string') fail('invalid_message', `${at}.data`, `\`${at}.data\` must be a string.`);
+      onlyIn(role, 'assistant', type, path);
+      if (typeof block.data !== 'string') fail('invalid_message', `${path}.data`, `\`${path}.data\` must be a string.`);
       return;
     default:
-      if (UNSUPPORTED_BLOCKS.has(type)) fail('unsupported_parameter', `${at}.type`, `\`${type}\` blocks are not supported in v1 (text only, no server tools).`);
-      fail('invalid_message', `${at}.type`, `Unknown content block type ${JSON.stringify(type.slice(0, 100))}.`);
+      if (UNSUPPORTED_BLOCKS.has(type))
+        fail('unsupported_parameter', `${path}.type`, `\`${type}\` blocks are not supported in v1 (text only, no server tools).`);
+      fail('invalid_message', `${path}.type`, `Unknown content block type ${JSON.stringify(type.slice(0, 100))}.`);
   }
 }
 
-function onlyIn(role: 'user' | 'assistant', allowed: 'user' | 'assistant', type: string, at: string): void {
-  if (role !== allowed) fail('invalid_message', `${at}.type`, `\`${type}\` blocks belong in ${allowed} turns.`);
+function onlyIn(role: 'user' | 'assistant', allowed: 'user' | 'assistant', type: string, path: string): void {
+  if (role !== allowed) fail('invalid_message', `${path}.type`, `\`${type}\` blocks belong in ${allowed} turns.`);
 }
 
-function checkToolResultContent(content: unknown, at: string, walk: Walk): void {
+function checkToolResultContent(content: unknown, path: string, walk: Walk): void {
   if (content === undefined || content === null) return; // optional in the protocol
   if (typeof content === 'string') {
     walk.verbatimChars += content.length;
     return;
   }
-  if (!Array.isArray(content)) fail('invalid_message', at, `\`${at}\` must be a string or an array of text blocks.`);
+  if (!Array.isArray(content)) fail('invalid_message', path, `\`${path}\` must be a string or an array of text blocks.`);
   for (let k = 0; k < content.length; k++) {
     const c = content[k];
-    const cat = `${at}.${k}`;
+    const cat = `${path}.${k}`;
     if (!isObj(c)) fail('invalid_message', cat, `\`${cat}\` must be a content block object.`);
     const type = c.type;
     if (type === 'text') {

@@ -53,12 +53,12 @@ export type MessagesOutcome = 'complete' | 'usage_unknown' | 'incomplete_stream'
 /** Default cap on characters eventsource-parser may buffer for one incomplete line/event. */
 export const DEFAULT_TALLY_MAX_BUFFER_CHARS = 1 << 20;
 
-function count(v: unknown): number | undefined {
-  return typeof v === 'number' && Number.isInteger(v) && v >= 0 ? v : undefined;
+function count(value: unknown): number | undefined {
+  return typeof value === 'number' && Number.isInteger(value) && value >= 0 ? value : undefined;
 }
 
-function str(v: unknown): string | undefined {
-  return typeof v === 'string' ? v : undefined;
+function str(value: unknown): string | undefined {
+  return typeof value === 'string' ? value : undefined;
 }
 
 export class MessagesUsageTally {
@@ -128,15 +128,15 @@ export class MessagesUsageTally {
     return this.state.messageStop ? 'complete' : 'incomplete_stream';
   }
 
-  private onEvent(ev: EventSourceMessage): void {
+  private onEvent(event: EventSourceMessage): void {
     if (this.state.messageStop) return;
-    const name = ev.event;
+    const name = event.event;
     if (name !== undefined && name !== 'message_start' && name !== 'message_delta' && name !== 'message_stop' && name !== 'error') {
       return;
     }
     let data: any;
     try {
-      data = JSON.parse(ev.data);
+      data = JSON.parse(event.data);
     } catch {
       if (name === 'error') this.recordError(undefined);
       else this.malformedEvents++;

@@ -14,27 +14,27 @@ import { countRequestTexts } from './token-count-pool.js';
 import { ResponsesUsageTally, tallyResponseBody, type ResponsesUsage } from './usage-tally.js';
 import { turnBody } from './ws-turn.js';
 
-function toParsed(r: ResponsesRequest): ParsedTextRequest {
+function toParsed(request: ResponsesRequest): ParsedTextRequest {
   return {
-    model: r.model,
-    stream: r.stream,
-    holdInk: responsesHoldInk(r.promptTokensForHold, r.maxOutputTokens, r.model),
-    vendorBody: r.vendorBody,
-    maxTokens: r.maxOutputTokens,
+    model: request.model,
+    stream: request.stream,
+    holdInk: responsesHoldInk(request.promptTokensForHold, request.maxOutputTokens, request.model),
+    vendorBody: request.vendorBody,
+    maxTokens: request.maxOutputTokens,
   };
 }
 
 /** Prices a Responses receipt (input includes the cached and cache-write parts); undefined when unusable. */
-function charge(model: TextModel, u: ResponsesUsage): number | undefined {
-  if (u.inputTokens === undefined || u.outputTokens === undefined) return undefined;
+function charge(model: TextModel, usage: ResponsesUsage): number | undefined {
+  if (usage.inputTokens === undefined || usage.outputTokens === undefined) return undefined;
   try {
     return textChargeInk(
       model,
       textUsageFromResponses({
-        inputTokens: u.inputTokens,
-        cachedTokens: u.cachedTokens ?? 0,
-        cacheWriteTokens: u.cacheWriteTokens ?? 0,
-        outputTokens: u.outputTokens,
+        inputTokens: usage.inputTokens,
+        cachedTokens: usage.cachedTokens ?? 0,
+        cacheWriteTokens: usage.cacheWriteTokens ?? 0,
+        outputTokens: usage.outputTokens,
       }),
     );
   } catch {
@@ -42,13 +42,13 @@ function charge(model: TextModel, u: ResponsesUsage): number | undefined {
   }
 }
 
-function usageRecord(u: ResponsesUsage): Record<string, number> {
+function usageRecord(usage: ResponsesUsage): Record<string, number> {
   const r: Record<string, number> = {};
-  if (u.inputTokens !== undefined) r.input_tokens = u.inputTokens;
-  if (u.cachedTokens !== undefined) r.cached_tokens = u.cachedTokens;
-  if (u.cacheWriteTokens !== undefined) r.cache_write_tokens = u.cacheWriteTokens;
-  if (u.outputTokens !== undefined) r.output_tokens = u.outputTokens;
-  if (u.reasoningTokens !== undefined) r.reasoning_tokens = u.reasoningTokens;
+  if (usage.inputTokens !== undefined) r.input_tokens = usage.inputTokens;
+  if (usage.cachedTokens !== undefined) r.cached_tokens = usage.cachedTokens;
+  if (usage.cacheWriteTokens !== undefined) r.cache_write_tokens = usage.cacheWriteTokens;
+  if (usage.outputTokens !== undefined) r.output_tokens = usage.outputTokens;
+  if (usage.reasoningTokens !== undefined) r.reasoning_tokens = usage.reasoningTokens;
   return r;
 }
 
@@ -91,9 +91,9 @@ function responsesTally(req: ParsedTextRequest, capChars: number): StreamTally {
   const t = new ResponsesUsageTally({ keepOutput: true });
   const tally = {
     capped: false,
-    push: (c: Buffer) => {
+    push: (chunk: Buffer) => {
       t.markOutput();
-      t.feed(c);
+      t.feed(chunk);
       if (t.visibleTextChars > capChars && !t.sawTerminal) {
         tally.capped = true;
         // The proxy does not relay the chunk that passed the cap: the final response must not carry it either.

@@ -27,17 +27,17 @@ export function hashBytes(buf: Uint8Array, start: number, end: number): number {
 }
 
 /** Spreads the polynomial hash over the table (murmur3's finalizer); the caller masks it to the table's size. */
-export function mixHash(h: number): number {
-  h ^= h >>> 16;
-  h = Math.imul(h, 0x85ebca6b);
-  h ^= h >>> 13;
-  h = Math.imul(h, 0xc2b2ae35);
-  h ^= h >>> 16;
-  return h;
+export function mixHash(hash: number): number {
+  hash ^= hash >>> 16;
+  hash = Math.imul(hash, 0x85ebca6b);
+  hash ^= hash >>> 13;
+  hash = Math.imul(hash, 0xc2b2ae35);
+  hash ^= hash >>> 16;
+  return hash;
 }
 
 /** Typed arrays over shared memory, so the table crosses threads without a copy. */
-function shared<T extends Int32Array | Uint8Array>(Kind: { new (b: SharedArrayBuffer): T; readonly BYTES_PER_ELEMENT: number }, length: number): T {
+function shared<T extends Int32Array | Uint8Array>(Kind: { new (buffer: SharedArrayBuffer): T; readonly BYTES_PER_ELEMENT: number }, length: number): T {
   return new Kind(new SharedArrayBuffer(length * Kind.BYTES_PER_ELEMENT));
 }
 
@@ -105,13 +105,13 @@ export function buildRankTableOffThread(): Promise<RankTable> {
       reject(new Error(`the o200k rank table was not built within ${BUILD_TIMEOUT_MS} ms`));
       void w.terminate();
     }, BUILD_TIMEOUT_MS);
-    w.once('message', (t: RankTable) => {
+    w.once('message', (table: RankTable) => {
       clearTimeout(timer);
-      resolve(t);
+      resolve(table);
     });
-    w.once('error', (e) => {
+    w.once('error', (error) => {
       clearTimeout(timer);
-      reject(e);
+      reject(error);
     });
     w.once('exit', (code) => {
       clearTimeout(timer);

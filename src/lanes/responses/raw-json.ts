@@ -2,12 +2,12 @@
 // that reads one integer field from an event's raw JSON text without parsing it (the hot path).
 
 /** A non-negative safe integer, or undefined (not reported: never read as 0). */
-export function count(v: unknown): number | undefined {
-  return typeof v === 'number' && Number.isSafeInteger(v) && v >= 0 ? v : undefined;
+export function count(value: unknown): number | undefined {
+  return typeof value === 'number' && Number.isSafeInteger(value) && value >= 0 ? value : undefined;
 }
 
-export function isObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
+export function isObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
 /** Reads `"<key>":N` (key given with its quotes and colon) from raw JSON without parsing it (the key cannot occur unescaped inside a string). */

@@ -98,21 +98,21 @@ export class RelayedOutput {
     this.owners.push(part);
   }
 
-  itemEvent(type: string, ev: Record<string, unknown>): void {
+  itemEvent(type: string, event: Record<string, unknown>): void {
     if (this.frozen) return;
-    const oi = count(ev.output_index);
+    const oi = count(event.output_index);
     if (oi === undefined) return;
     if (type === 'response.content_part.added') {
       const kept = this.items[oi];
-      const ci = count(ev.content_index);
-      if (kept === undefined || kept.done || ci === undefined || !isObject(ev.part) || ev.part.type !== 'output_text') return;
-      this.set(kept.parts, ci, { part: ev.part });
+      const ci = count(event.content_index);
+      if (kept === undefined || kept.done || ci === undefined || !isObject(event.part) || event.part.type !== 'output_text') return;
+      this.set(kept.parts, ci, { part: event.part });
       this.recount();
       return;
     }
-    if (!isObject(ev.item)) return;
+    if (!isObject(event.item)) return;
     const done = type === 'response.output_item.done';
-    this.set(this.items, oi, { item: ev.item, done, parts: [] });
+    this.set(this.items, oi, { item: event.item, done, parts: [] });
     this.recount();
   }
 
@@ -131,9 +131,9 @@ export class RelayedOutput {
     this.sole = n <= 1 ? found : null;
   }
 
-  private set<T>(arr: Array<T | undefined>, i: number, v: T): void {
-    this.journal.push(arr, i, arr[i]);
-    arr[i] = v;
+  private set<T>(arr: Array<T | undefined>, index: number, value: T): void {
+    this.journal.push(arr, index, arr[index]);
+    arr[index] = value;
   }
 
   /** Joins the pieces since the last compaction, run by run of the same part. */

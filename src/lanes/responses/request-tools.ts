@@ -66,44 +66,44 @@ function checkTools(tools: unknown[], count: Count): void {
 }
 
 /** One tool definition: a function tool, or (at the top level only) a namespace of them. */
-function checkTool(t: unknown, path: string, count: Count, seen: { definitions: number }, inNamespace: boolean): void {
+function checkTool(tool: unknown, path: string, count: Count, seen: { definitions: number }, inNamespace: boolean): void {
   if (++seen.definitions > MAX_TOOL_DEFINITIONS)
     fail('too_long', 'tools', `\`tools\` may hold at most ${MAX_TOOL_DEFINITIONS} tool definitions, those inside namespaces counted.`);
-  if (!isObject(t)) fail('invalid_tool', path, `\`${path}\` must be a tool object.`);
-  const type = t.type;
+  if (!isObject(tool)) fail('invalid_tool', path, `\`${path}\` must be a tool object.`);
+  const type = tool.type;
   if (type === 'namespace' && !inNamespace) {
-    checkNamespace(t, path, count, seen);
+    checkNamespace(tool, path, count, seen);
     return;
   }
   if (type !== 'function') refuseToolType(type, path, inNamespace);
-  const name = t.name;
+  const name = tool.name;
   if (typeof name !== 'string' || name.length === 0) fail('invalid_tool', `${path}.name`, `\`${path}.name\` must be a non-empty string.`);
   addVerbatim(count, name);
-  addDescription(t, path, count);
-  const parameters = t.parameters;
+  addDescription(tool, path, count);
+  const parameters = tool.parameters;
   if (parameters !== undefined && parameters !== null) {
     if (!isObject(parameters)) fail('invalid_type', `${path}.parameters`, `\`${path}.parameters\` must be a JSON Schema object.`);
     count.holdTexts.push(JSON.stringify(parameters));
   }
-  const strict = t.strict;
+  const strict = tool.strict;
   if (strict !== undefined && strict !== null && typeof strict !== 'boolean') fail('invalid_type', `${path}.strict`, `\`${path}.strict\` must be a boolean.`);
   count.extra += HOLD_TOOL_OVERHEAD_TOKENS;
 }
 
 /** `{type: "namespace", name, description?, tools}`: client function tools grouped under a name. */
-function checkNamespace(t: Obj, path: string, count: Count, seen: { definitions: number }): void {
-  const name = t.name;
+function checkNamespace(tool: Obj, path: string, count: Count, seen: { definitions: number }): void {
+  const name = tool.name;
   if (typeof name !== 'string' || name.length === 0) fail('invalid_tool', `${path}.name`, `\`${path}.name\` must be a non-empty string.`);
   addVerbatim(count, name);
-  addDescription(t, path, count);
-  const inner = t.tools;
+  addDescription(tool, path, count);
+  const inner = tool.tools;
   if (!Array.isArray(inner) || inner.length === 0) fail('invalid_tool', `${path}.tools`, `\`${path}.tools\` must be a non-empty array of function tools.`);
   for (let k = 0; k < inner.length; k++) checkTool(inner[k], `${path}.tools.${k}`, count, seen, true);
   count.extra += HOLD_TOOL_OVERHEAD_TOKENS;
 }
 
-function addDescription(t: Obj, path: string, count: Count): void {
-  const description = t.description;
+function addDescription(tool: Obj, path: string, count: Count): void {
+  const description = tool.description;
   if (description === undefined || description === null) return;
   if (typeof description !== 'string') fail('invalid_type', `${path}.description`, `\`${path}.description\` must be a string.`);
   addVerbatim(count, description);
@@ -124,15 +124,17 @@ function refuseToolType(type: unknown, path: string, inNamespace: boolean): neve
   fail('unsupported_parameter', `${path}.type`, `Tools of type ${shown} are not supported in v1: ${WHY_TOOLS}.`);
 }
 
-function checkToolChoice(tc: unknown): void {
-  if (typeof tc === 'string') {
-    if (!TOOL_CHOICE_MODES.has(tc)) fail('invalid_enum', 'tool_choice', '`tool_choice` must be "auto", "none", "required" or {type: "function", name}.');
+function checkToolChoice(toolChoice: unknown): void {
+  if (typeof toolChoice === 'string') {
+    if (!TOOL_CHOICE_MODES.has(toolChoice))
+      fail('invalid_enum', 'tool_choice', '`tool_choice` must be "auto", "none", "required" or {type: "function", name}.');
     return;
   }
-  if (!isObject(tc)) fail('invalid_type', 'tool_choice', '`tool_choice` must be a string or an object.');
-  const type = tc.type;
+  if (!isObject(toolChoice)) fail('invalid_type', 'tool_choice', '`tool_choice` must be a string or an object.');
+  const type = toolChoice.type;
   if (type === 'function') {
-    if (typeof tc.name !== 'string' || tc.name.length === 0) fail('invalid_type', 'tool_choice.name', '`tool_choice.name` must be a non-empty string.');
+    if (typeof toolChoice.name !== 'string' || toolChoice.name.length === 0)
+      fail('invalid_type', 'tool_choice.name', '`tool_choice.name` must be a non-empty string.');
     return;
   }
   if (typeof type === 'string' && TOOL_CHOICE_UNSUPPORTED.has(type)) {

@@ -302,9 +302,9 @@ function buildVendorBody(body: Obj, model: TextModel, maxOutputTokens: number, o
 }
 
 /** The envelope check (413) and the hold, once the texts are counted. */
-export function finishResponsesRequest(p: PreparedResponsesRequest, counts: TextCounts): ResponsesRequest {
+export function finishResponsesRequest(prepared: PreparedResponsesRequest, counts: TextCounts): ResponsesRequest {
   // Envelope: the verbatim count is exact and the vendor's count is at least it.
-  const model = p.model;
+  const model = prepared.model;
   const promptTokens = counts.verbatim;
   if (promptTokens > model.constraints.maxInputTokens) {
     fail('payload_too_large', 'input', `The prompt is ${promptTokens} tokens, above the ${model.constraints.maxInputTokens}-token input limit of ${model.id}.`);
@@ -314,13 +314,21 @@ export function finishResponsesRequest(p: PreparedResponsesRequest, counts: Text
   // characters / 4, which for repetitive text is far above the exact o200k count (a run of one
   // letter is about one o200k token per 8 characters); a hold below the reported usage would cap
   // the charge at the hold and price a long-context prompt at the base tier.
-  let extra = p.extra;
-  for (let i = 0; i < p.holdTexts.length; i++) extra += holdTokensOf(p.holdTexts[i]!, counts.hold[i] ?? 0);
-  const raw = Math.max(counts.verbatim, Math.ceil(p.chars / HOLD_CHARS_PER_TOKEN)) + extra;
+  let extra = prepared.extra;
+  for (let i = 0; i < prepared.holdTexts.length; i++) extra += holdTokensOf(prepared.holdTexts[i]!, counts.hold[i] ?? 0);
+  const raw = Math.max(counts.verbatim, Math.ceil(prepared.chars / HOLD_CHARS_PER_TOKEN)) + extra;
   const promptTokensForHold = raw + Math.ceil((raw * HOLD_MARGIN_PERCENT) / 100) + HOLD_MARGIN_TOKENS;
-  const holdInk = responsesHoldInk(promptTokensForHold, p.maxOutputTokens, model);
+  const holdInk = responsesHoldInk(promptTokensForHold, prepared.maxOutputTokens, model);
 
-  return { model, stream: p.stream, maxOutputTokens: p.maxOutputTokens, promptTokens, promptTokensForHold, holdInk, vendorBody: p.vendorBody };
+  return {
+    model,
+    stream: prepared.stream,
+    maxOutputTokens: prepared.maxOutputTokens,
+    promptTokens,
+    promptTokensForHold,
+    holdInk,
+    vendorBody: prepared.vendorBody,
+  };
 }
 
 function checkText(text: Obj, count: Count): void {

@@ -43,8 +43,8 @@ export class TokenCountPool extends OneWorker<CountJob, CountAnswer, TextCounts,
     return this.run(chars, undefined, (id) => ({ job: { id, verbatim, hold } }));
   }
 
-  protected answer(m: CountAnswer): TextCounts {
-    return { verbatim: m.verbatim, hold: m.hold };
+  protected answer(message: CountAnswer): TextCounts {
+    return { verbatim: message.verbatim, hold: message.hold };
   }
 }
 

@@ -41,10 +41,10 @@ export const O200K_MAX_TOKEN_BYTES: number = tokenLength.reduce((m, l) => Math.m
 
 const slotOf = (h: number): number => mixHash(h) & slotMask;
 
-/** The rank of the byte string buf[start, end) whose hash is `h`, or -1 when it is not a token. */
-function rankOfHashed(buf: Uint8Array, start: number, end: number, h: number): number {
+/** The rank of the byte string buf[start, end) whose hash is `stringHash`, or -1 when it is not a token. */
+function rankOfHashed(buf: Uint8Array, start: number, end: number, stringHash: number): number {
   const len = end - start;
-  let i = slotOf(h);
+  let i = slotOf(stringHash);
   for (;;) {
     const s = slots[i]!;
     if (s === 0) return -1;
@@ -125,10 +125,10 @@ function pop(): number {
   return top;
 }
 
-/** Rank of part i joined to part j (its successor, ending at e), or -1. */
-function pairRankOf(i: number, j: number, e: number): number {
-  if (e - i > O200K_MAX_TOKEN_BYTES) return -1;
-  return rankOfHashed(mergeBuf, mergeStart + i, mergeStart + e, (Math.imul(hash[i]!, POW[e - j]!) + hash[j]!) | 0);
+/** Rank of part `left` joined to part `right` (its successor, ending at `rightEnd`), or -1. */
+function pairRankOf(left: number, right: number, rightEnd: number): number {
+  if (rightEnd - left > O200K_MAX_TOKEN_BYTES) return -1;
+  return rankOfHashed(mergeBuf, mergeStart + left, mergeStart + rightEnd, (Math.imul(hash[left]!, POW[rightEnd - right]!) + hash[right]!) | 0);
 }
 
 /**
@@ -214,14 +214,14 @@ const splitRegex = new RegExp(
   O200K_TOKEN_SPLIT_REGEX.flags.includes('g') ? O200K_TOKEN_SPLIT_REGEX.flags : `${O200K_TOKEN_SPLIT_REGEX.flags}g`,
 );
 
-/** UTF-8 length of text[from, to) as Buffer.from encodes it (a lone surrogate becomes U+FFFD, 3 bytes). */
-function utf8Length(text: string, from: number, to: number): number {
+/** UTF-8 length of text[from, end) as Buffer.from encodes it (a lone surrogate becomes U+FFFD, 3 bytes). */
+function utf8Length(text: string, from: number, end: number): number {
   let bytes = 0;
-  for (let i = from; i < to; i++) {
+  for (let i = from; i < end; i++) {
     const c = text.charCodeAt(i);
     if (c < 0x80) bytes += 1;
     else if (c < 0x800) bytes += 2;
-    else if (c >= 0xd800 && c <= 0xdbff && i + 1 < to) {
+    else if (c >= 0xd800 && c <= 0xdbff && i + 1 < end) {
       const d = text.charCodeAt(i + 1);
       if (d >= 0xdc00 && d <= 0xdfff) {
         bytes += 4;

@@ -66,12 +66,12 @@ export function emptyUsage(): ResponsesUsage {
   };
 }
 
-export function str(v: unknown): string | undefined {
-  return typeof v === 'string' ? v : undefined;
+export function str(value: unknown): string | undefined {
+  return typeof value === 'string' ? value : undefined;
 }
 
-function strOrNull(v: unknown): string | null {
-  return typeof v === 'string' ? v : null;
+function strOrNull(value: unknown): string | null {
+  return typeof value === 'string' ? value : null;
 }
 
 /** Reads a Responses `usage` object; returns the buckets and whether they are usable for settlement. */
@@ -104,7 +104,7 @@ export function readErrorEvent(data: Record<string, unknown>): ResponsesErrorInf
   return { code: strOrNull(data.code), message: str(data.message) ?? '', param: strOrNull(data.param), shape: 'flat' };
 }
 
-export function readResponseError(v: unknown): { code: string | null; message: string } | undefined {
-  if (!isObject(v)) return undefined;
-  return { code: strOrNull(v.code), message: str(v.message) ?? '' };
+export function readResponseError(error: unknown): { code: string | null; message: string } | undefined {
+  if (!isObject(error)) return undefined;
+  return { code: strOrNull(error.code), message: str(error.message) ?? '' };
 }

@@ -156,15 +156,15 @@ export class ResponsesUsageTally {
     return this.stopped;
   }
 
-  private onEvent(ev: EventSourceMessage): void {
+  private onEvent(event: EventSourceMessage): void {
     if (this.stopped) return;
-    const data = ev.data;
+    const data = event.data;
     if (data === '[DONE]') {
       this._sawDone = true;
       return;
     }
     this._eventCount++;
-    const name = ev.event;
+    const name = event.event;
     if (this.skipped(name, data)) return;
     // Text deltas are most of a stream's events: count their text without building objects.
     if (name === 'response.output_text.delta' && this.scannedTextDelta(data)) return;

@@ -77,25 +77,25 @@ export function neutralisePrompt(prompt: string): string {
 }
 
 /** The create body: only the fields below, in the vendor's names. */
-export function arkCreateBody(i: ArkCreateInput): Record<string, unknown> {
+export function arkCreateBody(input: ArkCreateInput): Record<string, unknown> {
   const content: Array<Record<string, unknown>> = [];
-  if (i.prompt !== undefined && i.prompt !== '') content.push({ type: 'text', text: neutralisePrompt(i.prompt) });
-  if (i.firstFrameUrl !== undefined) content.push({ type: 'image_url', image_url: { url: i.firstFrameUrl }, role: 'first_frame' });
-  if (i.lastFrameUrl !== undefined) content.push({ type: 'image_url', image_url: { url: i.lastFrameUrl }, role: 'last_frame' });
-  for (const url of i.referenceImageUrls ?? []) content.push({ type: 'image_url', image_url: { url }, role: 'reference_image' });
-  for (const url of i.referenceVideoUrls ?? []) content.push({ type: 'video_url', video_url: { url }, role: 'reference_video' });
-  for (const url of i.referenceAudioUrls ?? []) content.push({ type: 'audio_url', audio_url: { url }, role: 'reference_audio' });
+  if (input.prompt !== undefined && input.prompt !== '') content.push({ type: 'text', text: neutralisePrompt(input.prompt) });
+  if (input.firstFrameUrl !== undefined) content.push({ type: 'image_url', image_url: { url: input.firstFrameUrl }, role: 'first_frame' });
+  if (input.lastFrameUrl !== undefined) content.push({ type: 'image_url', image_url: { url: input.lastFrameUrl }, role: 'last_frame' });
+  for (const url of input.referenceImageUrls ?? []) content.push({ type: 'image_url', image_url: { url }, role: 'reference_image' });
+  for (const url of input.referenceVideoUrls ?? []) content.push({ type: 'video_url', video_url: { url }, role: 'reference_video' });
+  for (const url of input.referenceAudioUrls ?? []) content.push({ type: 'audio_url', audio_url: { url }, role: 'reference_audio' });
   const body: Record<string, unknown> = {
-    model: i.vendorModel,
+    model: input.vendorModel,
     content,
-    resolution: i.resolution,
-    ratio: i.ratio,
-    duration: i.durationS,
-    generate_audio: i.generateAudio,
+    resolution: input.resolution,
+    ratio: input.ratio,
+    duration: input.durationS,
+    generate_audio: input.generateAudio,
     // Our product has no watermark option; say so rather than take the vendor default.
     watermark: false,
   };
-  if (i.seed !== undefined) body.seed = i.seed;
+  if (input.seed !== undefined) body.seed = input.seed;
   return body;
 }
 
@@ -129,8 +129,8 @@ export function parseTask(raw: unknown): ArkTask {
 }
 
 /** A request that failed before any answer (refused, unreachable, timed out). */
-export function unreachable(e: unknown): ArkError {
-  return new ArkError('unavailable', `the vendor could not be reached: ${(e as Error).message}`);
+export function unreachable(error: unknown): ArkError {
+  return new ArkError('unavailable', `the vendor could not be reached: ${(error as Error).message}`);
 }
 
 export class ArkClient {
@@ -199,19 +199,22 @@ export class ArkClient {
    * on a private address. Results on other hosts (Ark's object store) go through safeFetch. No
    * key is sent, no redirect is followed, and the size and total time are bounded.
    */
-  async downloadOwnResult(url: URL, o: { maxBytes: number; timeoutMs: number; accept: string }): Promise<{ bytes: Buffer; contentType: string } | undefined> {
+  async downloadOwnResult(
+    url: URL,
+    options: { maxBytes: number; timeoutMs: number; accept: string },
+  ): Promise<{ bytes: Buffer; contentType: string } | undefined> {
     if (url.origin !== this.origin || url.username !== '' || url.password !== '') return undefined;
     const res = await request(url, {
       method: 'GET',
       dispatcher: this.agent,
-      headers: { accept: o.accept, 'accept-encoding': 'identity' },
-      signal: AbortSignal.timeout(o.timeoutMs),
+      headers: { accept: options.accept, 'accept-encoding': 'identity' },
+      signal: AbortSignal.timeout(options.timeoutMs),
     });
     if (res.statusCode !== 200) {
       res.body.destroy();
       throw new Error(`the vendor's result URL answered ${res.statusCode}`);
     }
-    const bytes = await readBounded(res.body, o.maxBytes, o.timeoutMs);
+    const bytes = await readBounded(res.body, options.maxBytes, options.timeoutMs);
     const ct = res.headers['content-type'];
     return { bytes, contentType: (Array.isArray(ct) ? ct[0] : ct) ?? '' };
   }

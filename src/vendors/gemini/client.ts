@@ -81,30 +81,30 @@ const SAFETY_REASONS: ReadonlySet<string> = new Set([
 ]);
 
 /** The generateContent body: only the fields below, in the vendor's names. */
-export function geminiRequestBody(i: GeminiImageInput): Record<string, unknown> {
-  const parts: Array<Record<string, unknown>> = [{ text: i.prompt }];
-  for (const r of i.references ?? []) parts.push({ inlineData: { mimeType: r.mimeType, data: r.data.toString('base64') } });
+export function geminiRequestBody(input: GeminiImageInput): Record<string, unknown> {
+  const parts: Array<Record<string, unknown>> = [{ text: input.prompt }];
+  for (const r of input.references ?? []) parts.push({ inlineData: { mimeType: r.mimeType, data: r.data.toString('base64') } });
   const generationConfig: Record<string, unknown> = {
     responseModalities: ['TEXT', 'IMAGE'],
-    imageConfig: { aspectRatio: i.aspectRatio, imageSize: i.imageSize },
+    imageConfig: { aspectRatio: input.aspectRatio, imageSize: input.imageSize },
   };
-  if (i.seed !== undefined && i.seed >= 0) generationConfig.seed = i.seed;
+  if (input.seed !== undefined && input.seed >= 0) generationConfig.seed = input.seed;
   return { contents: [{ role: 'user', parts }], generationConfig };
 }
 
 const num = (v: unknown): number | undefined => (typeof v === 'number' && Number.isFinite(v) && v >= 0 ? v : undefined);
 const str = (v: unknown, max = 4096): string | undefined => (typeof v === 'string' && v.length > 0 && v.length <= max ? v : undefined);
-const obj = (v: unknown): Record<string, unknown> | undefined =>
-  typeof v === 'object' && v !== null && !Array.isArray(v) ? (v as Record<string, unknown>) : undefined;
+const obj = (value: unknown): Record<string, unknown> | undefined =>
+  typeof value === 'object' && value !== null && !Array.isArray(value) ? (value as Record<string, unknown>) : undefined;
 /**
  * A field by its JSON name (lowerCamelCase, what the REST API writes) or its proto name
  * (snake_case, which the API also accepts and which servers built from the proto or the Python
- * types write): `f(o, 'inlineData')` also finds `inline_data`.
+ * types write): `f(object, 'inlineData')` also finds `inline_data`.
  */
-const f = (o: Record<string, unknown> | undefined, camel: string): unknown => {
-  if (o === undefined) return undefined;
-  const v = o[camel];
-  return v !== undefined ? v : o[camel.replace(/[A-Z]/g, (c) => '_' + c.toLowerCase())];
+const f = (object: Record<string, unknown> | undefined, camel: string): unknown => {
+  if (object === undefined) return undefined;
+  const v = object[camel];
+  return v !== undefined ? v : object[camel.replace(/[A-Z]/g, (c) => '_' + c.toLowerCase())];
 };
 
 export function parseUsage(raw: unknown): GeminiUsage {
@@ -155,9 +155,9 @@ export function parseImageResponse(raw: unknown): GeminiImageResult {
 }
 
 /** A request that failed before any answer (refused, unreachable, timed out), or a bad model id. */
-export function geminiUnreachable(e: unknown): GeminiError {
-  if (e instanceof GeminiError) return e;
-  return new GeminiError('unavailable', `the vendor could not be reached: ${(e as Error).message}`);
+export function geminiUnreachable(error: unknown): GeminiError {
+  if (error instanceof GeminiError) return error;
+  return new GeminiError('unavailable', `the vendor could not be reached: ${(error as Error).message}`);
 }
 
 export class GeminiClient {

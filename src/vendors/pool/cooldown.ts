@@ -29,7 +29,7 @@ export class DeploymentHealth {
   /** Half-open: its one trial request is out. */
   private trialOut = false;
 
-  constructor(private readonly s: CooldownSettings) {}
+  constructor(private readonly settings: CooldownSettings) {}
 
   /** May a request be sent now? A cooldown that ran out turns half-open here. */
   usable(nowMs: number): boolean {
@@ -64,11 +64,11 @@ export class DeploymentHealth {
     this.failures++;
     if (this.state === 'cooling') return false;
     if (this.state === 'half_open') {
-      this.backoffMs = Math.min(Math.max(this.backoffMs * 2, this.s.minMs), this.s.maxMs);
+      this.backoffMs = Math.min(Math.max(this.backoffMs * 2, this.settings.minMs), this.settings.maxMs);
       return this.cool(nowMs + this.backoffMs, 'failures');
     }
-    if (this.failures < this.s.failures) return false;
-    this.backoffMs = this.s.minMs;
+    if (this.failures < this.settings.failures) return false;
+    this.backoffMs = this.settings.minMs;
     return this.cool(nowMs + this.backoffMs, 'failures');
   }
 

@@ -13,21 +13,21 @@ function cooldownOf(cfg: Config): PoolOptions['cooldown'] {
 
 /** `vendor.deployment_cooling` and `vendor.deployment_recovered` (docs/operations.md#logs). */
 function logPoolChanges(log: Logger): NonNullable<PoolOptions['onChange']> {
-  return (change, m, vendor) => {
+  return (change, member, vendor) => {
     if (change === 'recovered') {
-      log.info({ vendor, deployment: m.name }, 'vendor.deployment_recovered');
+      log.info({ vendor, deployment: member.name }, 'vendor.deployment_recovered');
       return;
     }
-    const h = m.health;
+    const h = member.health;
     log.warn(
-      { vendor, deployment: m.name, reason: h.reason, failures: h.failures, reopens_in_ms: Math.max(0, Math.round(h.reopensAtMs - performance.now())) },
+      { vendor, deployment: member.name, reason: h.reason, failures: h.failures, reopens_in_ms: Math.max(0, Math.round(h.reopensAtMs - performance.now())) },
       'vendor.deployment_cooling',
     );
   };
 }
 
 /** The vendor's pool, or undefined when it has no deployment (its lane or submits then say it is not configured). */
-export function createVendorPool<C>(vendor: VendorId, cfg: Config, log: Logger, makeClient: (d: VendorDeployment) => C): VendorPool<C> | undefined {
+export function createVendorPool<C>(vendor: VendorId, cfg: Config, log: Logger, makeClient: (deployment: VendorDeployment) => C): VendorPool<C> | undefined {
   const list = deploymentsOf(cfg.vendors, vendor);
   if (list.length === 0) return undefined;
   return new VendorPool(vendor, list, makeClient, { cooldown: cooldownOf(cfg), onChange: logPoolChanges(log) });

@@ -70,20 +70,20 @@ export class VendorPool<C> {
   constructor(
     readonly vendor: VendorId,
     deployments: readonly VendorDeployment[],
-    makeClient: (d: VendorDeployment) => C,
+    makeClient: (deployment: VendorDeployment) => C,
     private readonly opts: PoolOptions,
   ) {
     if (deployments.length === 0 || deployments.length > MAX_DEPLOYMENTS) throw new Error(`a vendor pool takes 1 to ${MAX_DEPLOYMENTS} deployments`);
     this.clock = opts.clock ?? (() => performance.now());
     this.random = opts.random ?? Math.random;
-    this.members = deployments.map((d, index) => ({
+    this.members = deployments.map((deployment, index) => ({
       index,
-      name: d.name,
-      host: new URL(d.baseUrl).host,
-      weight: d.weight,
-      maxConcurrent: d.maxConcurrent ?? Number.POSITIVE_INFINITY,
-      keyPrefix: keyPrefixOf(d.apiKey),
-      client: makeClient(d),
+      name: deployment.name,
+      host: new URL(deployment.baseUrl).host,
+      weight: deployment.weight,
+      maxConcurrent: deployment.maxConcurrent ?? Number.POSITIVE_INFINITY,
+      keyPrefix: keyPrefixOf(deployment.apiKey),
+      client: makeClient(deployment),
       health: new DeploymentHealth(opts.cooldown),
       inFlight: 0,
       requests: 0,
@@ -115,49 +115,49 @@ export class VendorPool<C> {
     return best;
   }
 
-  private usable(i: number, tried: number, now: number): boolean {
-    const m = this.members[i]!;
-    return (tried & (1 << i)) === 0 && m.inFlight < m.maxConcurrent && m.health.usable(now);
+  private usable(index: number, tried: number, now: number): boolean {
+    const m = this.members[index]!;
+    return (tried & (1 << index)) === 0 && m.inFlight < m.maxConcurrent && m.health.usable(now);
   }
 
   /** Fewer in flight per unit of weight; a tie keeps the first (the weighted draw). */
-  private lighter(a: number, b: number): number {
-    const ma = this.members[a]!;
-    const mb = this.members[b]!;
-    return ma.inFlight * mb.weight <= mb.inFlight * ma.weight ? a : b;
+  private lighter(first: number, second: number): number {
+    const ma = this.members[first]!;
+    const mb = this.members[second]!;
+    return ma.inFlight * mb.weight <= mb.inFlight * ma.weight ? first : second;
   }
 
-  /** A try goes to member `i`: counted in flight until `end`. */
-  begin(i: number): void {
-    const m = this.members[i]!;
+  /** A try goes to member `index`: counted in flight until `end`. */
+  begin(index: number): void {
+    const m = this.members[index]!;
     m.inFlight++;
     m.requests++;
     m.health.started();
   }
 
-  end(i: number): void {
-    this.members[i]!.inFlight--;
+  end(index: number): void {
+    this.members[index]!.inFlight--;
   }
 
   /** It answered with something other than a failure (a 2xx, a 4xx). */
-  answered(i: number): void {
-    const m = this.members[i]!;
+  answered(index: number): void {
+    const m = this.members[index]!;
     if (this.members.length > 1 && m.health.answered()) this.opts.onChange?.('recovered', m, this.vendor);
   }
 
   /** A refused connection, a 5xx, a timeout: counts toward a cooldown. */
-  failed(i: number): void {
-    if (this.members.length > 1) this.cooled(i, this.members[i]!.health.failed(this.clock()));
+  failed(index: number): void {
+    if (this.members.length > 1) this.cooled(index, this.members[index]!.health.failed(this.clock()));
   }
 
   /** 429, 529 or 503 with the vendor's Retry-After. */
-  retryAfter(i: number, waitMs: number): void {
-    if (this.members.length > 1) this.cooled(i, this.members[i]!.health.retryAfter(this.clock(), waitMs));
+  retryAfter(index: number, waitMs: number): void {
+    if (this.members.length > 1) this.cooled(index, this.members[index]!.health.retryAfter(this.clock(), waitMs));
   }
 
-  private cooled(i: number, entered: boolean): void {
+  private cooled(index: number, entered: boolean): void {
     if (!entered) return;
-    const m = this.members[i]!;
+    const m = this.members[index]!;
     m.cooldowns[m.health.reason!]++;
     this.opts.onChange?.('cooling', m, this.vendor);
   }
@@ -178,16 +178,16 @@ export class VendorPool<C> {
   /** Each deployment as operators see it (/readyz, `inkgate vendor list`). */
   view(): MemberView[] {
     const now = this.clock();
-    return this.members.map((m) => {
+    return this.members.map((member) => {
       // Reading the state turns a cooldown that ran out half-open, as the next pick would.
-      m.health.usable(now);
-      const h = m.health;
+      member.health.usable(now);
+      const h = member.health;
       return {
-        name: m.name,
-        host: m.host,
-        weight: m.weight,
+        name: member.name,
+        host: member.host,
+        weight: member.weight,
         state: h.state,
-        inFlight: m.inFlight,
+        inFlight: member.inFlight,
         reopensInS: h.state === 'cooling' ? Math.max(0, Math.ceil((h.reopensAtMs - now) / 1000)) : 0,
       };
     });
