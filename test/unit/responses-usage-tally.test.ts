@@ -1,7 +1,8 @@
 import t from 'tap';
 import fc from 'fast-check';
 import { readFileSync } from 'node:fs';
-import { scanTextDeltaChars, ResponsesUsageTally, tallyResponseBody, type ResponsesTallyResult } from '../../src/lanes/responses/usage-tally.js';
+import { tallyResponseBody } from '../../src/lanes/responses/body-tally.js';
+import { scanTextDeltaChars, ResponsesUsageTally, type ResponsesTallyResult } from '../../src/lanes/responses/usage-tally.js';
 
 const fixtureDir = new URL('../fixtures/openai/', import.meta.url);
 const load = (name: string): Buffer => readFileSync(new URL(name, fixtureDir));

@@ -93,7 +93,7 @@ export function messagesLane(cfg: Config, catalog: Catalog): TextLane {
 function messagesTally(req: ParsedTextRequest): StreamTally {
   const t = new MessagesUsageTally();
   return {
-    push: (c) => t.push(c),
+    push: (events) => t.pushEvents(events),
     mayCap: () => false,
     capped: false,
     get sawTerminal(): boolean {

@@ -16,6 +16,11 @@
 // scan per chunk. An SSE event with no `event:` field is parsed to read its `type`.
 
 import { createParser, type EventSourceMessage, type EventSourceParser } from 'eventsource-parser';
+import { eventOpening, splitEvents } from '../sse-plain-event.js';
+
+/** Events the tally never reads, passed over from their bytes when they have the usual shape (pushEvents). */
+const SKIPPED_OPENINGS: readonly Buffer[] = ['content_block_delta', 'ping', 'content_block_start', 'content_block_stop'].map(eventOpening);
+const passOver = (): boolean => true;
 
 export interface MessagesUsage {
   inputTokens?: number;
@@ -83,6 +88,10 @@ export class MessagesUsageTally {
   private readonly parser: EventSourceParser;
   private readonly decoder = new TextDecoder('utf-8');
   private ended = false;
+  /** The last character the parser got was a CR, which may still end an event. */
+  private heldCr = false;
+  /** Events pushEvents passed over from their bytes, not through the parser. */
+  plainEvents = 0;
 
   constructor(maxBufferChars: number = DEFAULT_TALLY_MAX_BUFFER_CHARS) {
     this.parser = createParser({
@@ -98,8 +107,23 @@ export class MessagesUsageTally {
   push(chunk: Buffer | Uint8Array): void {
     if (this.ended || this.overflowed) return;
     const text = this.decoder.decode(chunk, { stream: true });
-    if (text.length > 0) this.parser.feed(text);
+    if (text.length === 0) return;
+    this.heldCr = text.charCodeAt(text.length - 1) === 13;
+    this.parser.feed(text);
   }
+
+  /**
+   * Feeds the relay's whole events (the framer's chunks): the events the tally never reads are
+   * passed over from their bytes, the rest goes to the parser in order, as `push` would.
+   */
+  pushEvents(events: Buffer): void {
+    if (this.ended || this.overflowed) return;
+    // A CR the parser holds may still end an event: the parser must see the next byte first.
+    if (this.heldCr) this.push(events);
+    else this.plainEvents += splitEvents(events, SKIPPED_OPENINGS, passOver, this.pushParsed);
+  }
+
+  private readonly pushParsed = (bytes: Buffer): void => this.push(bytes);
 
   /**
    * Marks the end of the vendor stream. An incomplete trailing event (no blank line after it)

@@ -11,7 +11,8 @@ import type { BodyResult, ParsedTextRequest, StreamTally, TextLane } from '../te
 import { usageFrameText } from '../usage-frame.js';
 import { finishResponsesRequest, prepareResponsesRequest, type ResponsesRequest } from './request.js';
 import { countRequestTexts } from './token-count-pool.js';
-import { ResponsesUsageTally, tallyResponseBody, type ResponsesUsage } from './usage-tally.js';
+import { tallyResponseBody } from './body-tally.js';
+import { ResponsesUsageTally, type ResponsesUsage } from './usage-tally.js';
 import { turnBody } from './ws-turn.js';
 
 function toParsed(request: ResponsesRequest): ParsedTextRequest {
@@ -93,7 +94,7 @@ function responsesTally(req: ParsedTextRequest, capChars: number): StreamTally {
     capped: false,
     push: (chunk: Buffer) => {
       t.markOutput();
-      t.feed(chunk);
+      t.feedEvents(chunk);
       if (t.visibleTextChars > capChars && !t.sawTerminal) {
         tally.capped = true;
         // The proxy does not relay the chunk that passed the cap: the final response must not carry it either.

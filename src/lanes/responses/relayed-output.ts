@@ -1,9 +1,13 @@
 // What a Responses stream relayed of its output, for the terminal snapshot of a stream the
 // service stops at its own output cap (see RelayedOutput).
 import { count, isObject, scanCount } from './raw-json.js';
+import type { DeltaSpan } from './delta-scan.js';
+import { scanCountBytes } from './delta-scan-bytes.js';
 
 const OUTPUT_INDEX_KEY = '"output_index":';
 const CONTENT_INDEX_KEY = '"content_index":';
+const OUTPUT_INDEX_BYTES = Buffer.from(OUTPUT_INDEX_KEY, 'latin1');
+const CONTENT_INDEX_BYTES = Buffer.from(CONTENT_INDEX_KEY, 'latin1');
 
 /** Item events the output keeper parses (a few per output item; the text itself comes from the deltas). */
 export const KEPT_ITEM_EVENTS: ReadonlySet<string> = new Set(['response.output_item.added', 'response.content_part.added', 'response.output_item.done']);
@@ -86,6 +90,18 @@ export class RelayedOutput {
     const part = this.sole !== null ? this.sole : this.items[scanCount(data, OUTPUT_INDEX_KEY)]?.parts[scanCount(data, CONTENT_INDEX_KEY)];
     if (part === undefined) return;
     this.pieces.push(data.slice(start, end));
+    this.owners.push(part);
+  }
+
+  /** `delta` for an event read from its bytes: its data is `bytes[dataStart, dataEnd)`, its escaped text at `text`. */
+  deltaBytes(bytes: Buffer, dataStart: number, dataEnd: number, text: DeltaSpan): void {
+    if (this.frozen) return;
+    const part =
+      this.sole !== null
+        ? this.sole
+        : this.items[scanCountBytes(bytes, dataStart, dataEnd, OUTPUT_INDEX_BYTES)]?.parts[scanCountBytes(bytes, dataStart, dataEnd, CONTENT_INDEX_BYTES)];
+    if (part === undefined) return;
+    this.pieces.push(bytes.toString('utf8', text.start, text.end));
     this.owners.push(part);
   }
 

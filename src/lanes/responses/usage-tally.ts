@@ -34,6 +34,8 @@
 import { createParser, type EventSourceMessage, type EventSourceParser } from 'eventsource-parser';
 import { count, isObject } from './raw-json.js';
 import { type DeltaSpan, scanSequenceNumber, scanTextDelta } from './delta-scan.js';
+import { SEQUENCE_NUMBER_KEY, scanCountBytes, scanTextDeltaBytes } from './delta-scan-bytes.js';
+import { eventOpening, splitEvents } from '../sse-plain-event.js';
 import {
   emptyUsage,
   str,
@@ -66,6 +68,9 @@ export interface ResponsesUsageTallyOptions {
 }
 
 const DEFAULT_MAX_EVENT_CHARS = 16 * 1024 * 1024;
+
+/** The one event read from the relayed bytes (feedEvents): a text delta of the usual shape. */
+const TEXT_DELTA_OPENING: readonly Buffer[] = [eventOpening('response.output_text.delta')];
 
 // Events whose JSON we parse; everything else named only has its sequence_number scanned.
 const PARSED_EVENTS: ReadonlySet<string> = new Set([
@@ -107,6 +112,8 @@ export class ResponsesUsageTally {
   /** Until the terminal event (then dropped: a stream that has its receipt is never capped). */
   private kept: RelayedOutput | undefined;
   private readonly span: DeltaSpan = { start: 0, end: 0 };
+  /** Events feedEvents read from their bytes, not through the parser. */
+  plainEvents = 0;
 
   constructor(opts: ResponsesUsageTallyOptions = {}) {
     if (opts.keepOutput) this.kept = new RelayedOutput();
@@ -128,6 +135,34 @@ export class ResponsesUsageTally {
     this.lastCharWasCr = text.charCodeAt(text.length - 1) === 13;
     this.parser.feed(text);
   }
+
+  /**
+   * Feeds the relay's whole events (the framer's chunks): text deltas of the usual shape are read
+   * from their bytes, the rest goes to the parser in order, so the tally ends as `feed` leaves it.
+   */
+  feedEvents(events: Buffer): void {
+    if (this.stopped || this.ended) return;
+    // A CR the parser holds may still end an event: the parser must see the next byte first.
+    if (this.lastCharWasCr) this.feed(events);
+    else this.plainEvents += splitEvents(events, TEXT_DELTA_OPENING, this.readPlainDelta, this.feedParsed);
+  }
+
+  private readonly feedParsed = (bytes: Buffer): void => this.feed(bytes);
+
+  /** A text delta read from its bytes, as onEvent and scannedTextDelta read it decoded; false: parse it. */
+  private readonly readPlainDelta = (bytes: Buffer, dataStart: number, dataEnd: number): boolean => {
+    if (this.stopped) return false;
+    const chars = scanTextDeltaBytes(bytes, dataStart, dataEnd, this.span);
+    if (chars === -1) return false;
+    this._eventCount++;
+    const seq = scanCountBytes(bytes, dataStart, dataEnd, SEQUENCE_NUMBER_KEY);
+    if (seq > this._maxSequenceNumber) this._maxSequenceNumber = seq;
+    if (this._terminalEvent === undefined) {
+      this._visibleTextChars += chars;
+      this.kept?.deltaBytes(bytes, dataStart, dataEnd, this.span);
+    }
+    return true;
+  };
 
   /** Marks the upstream body as ended; an event without its closing blank line is dropped. */
   end(): void {
@@ -356,65 +391,4 @@ export class ResponsesUsageTally {
       parseError: this._parseError,
     };
   }
-}
-
-/**
- * Tallies a non-streaming Responses body (the response object). Accepts the raw bytes/text or an
- * already-parsed value. Outcome: 'complete' when usage is usable, otherwise 'usage_unknown' (a
- * 2xx body that is not a response object, or not JSON, is also 'usage_unknown': the vendor was
- * reached and may have run). `terminalEvent` stays undefined; visibleTextChars sums the
- * `output_text` parts of message items.
- */
-export function tallyResponseBody(body: Uint8Array | string | unknown): ResponsesTallyResult {
-  const result: ResponsesTallyResult = {
-    outcome: 'usage_unknown',
-    terminalEvent: undefined,
-    status: undefined,
-    usage: emptyUsage(),
-    usageUsable: false,
-    responseId: undefined,
-    model: undefined,
-    incompleteReason: undefined,
-    error: undefined,
-    responseError: undefined,
-    maxSequenceNumber: -1,
-    visibleTextChars: 0,
-    eventCount: 0,
-    sawDone: false,
-    parseError: undefined,
-  };
-  let value: unknown = body;
-  if (typeof body === 'string' || body instanceof Uint8Array) {
-    const text = typeof body === 'string' ? body : new TextDecoder('utf-8').decode(body);
-    try {
-      value = JSON.parse(text);
-    } catch {
-      result.parseError = 'body is not JSON';
-      return result;
-    }
-  }
-  if (!isObject(value)) {
-    result.parseError = 'body is not a JSON object';
-    return result;
-  }
-  result.responseId = str(value.id);
-  result.model = str(value.model);
-  result.status = str(value.status);
-  const { usage, usable } = readResponsesUsage(value.usage);
-  result.usage = usage;
-  result.usageUsable = usable;
-  if (isObject(value.incomplete_details)) result.incompleteReason = str(value.incomplete_details.reason);
-  result.responseError = readResponseError(value.error);
-  if (Array.isArray(value.output)) {
-    for (const item of value.output) {
-      if (!isObject(item) || item.type !== 'message' || !Array.isArray(item.content)) continue;
-      for (const part of item.content) {
-        if (isObject(part) && part.type === 'output_text' && typeof part.text === 'string') {
-          result.visibleTextChars += part.text.length;
-        }
-      }
-    }
-  }
-  result.outcome = usable ? 'complete' : 'usage_unknown';
-  return result;
 }
