@@ -55,8 +55,12 @@ export function readBounded(body: Dispatcher.ResponseData['body'], maxBytes: num
     });
     body.once('end', () => done(undefined));
     body.once('error', (e: Error) => done(e));
-    // Destroyed without an error (a cap crossed above, or by its owner): never a hang.
-    body.once('close', () => done(new Error('vendor body closed before its end')));
+    // Destroyed without an error (a cap crossed above, or by its owner): never a hang. The error is
+    // made only then: 'close' follows every 'end', and an Error's stack trace cost every answer
+    // 3.6 % of the gateway's CPU in the request budget's profile.
+    body.once('close', () => {
+      if (!settled) done(new Error('vendor body closed before its end'));
+    });
   });
 }
 
