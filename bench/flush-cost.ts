@@ -86,6 +86,7 @@ const record = (): JournalRecord => {
     reason: null,
     resolvedAt: now,
     queued: false,
+    startWindow: 0,
     endWritten: false,
     waiters: undefined,
   };

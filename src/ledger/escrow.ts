@@ -207,6 +207,7 @@ export class Escrow implements TextMoves {
       reason: null,
       resolvedAt: null,
       queued: false,
+      startWindow: 0,
       endWritten: false,
       waiters: undefined,
     };

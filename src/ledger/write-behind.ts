@@ -4,7 +4,11 @@
 // ends (settle, release, usage unknown) or learns its vendor id, unless it is already waiting.
 // Every `flushMs` (or at once when `flushMaxRecords` are waiting) one ledger_flush statement
 // writes a batch in one transaction: a request that started and ended inside the window costs one
-// row. ledger_flush is idempotent on request id, so a batch whose answer was lost (timeout,
+// row. A start that joined during the window a flush closes waits for the next flush (unless the
+// queue is at its bound, or the caller needs everything written): most requests end within one
+// period, and then their start and end are one row insert instead of an insert and an update,
+// which was most of what billing cost Postgres at the default period. So a start is in Postgres
+// within two periods of its request starting, an end within one. ledger_flush is idempotent on request id, so a batch whose answer was lost (timeout,
 // dropped connection) is simply sent again with whatever its records hold by then.
 //
 // Bounded: `journalMaxRecords` counts every record not yet fully written, waiting or in flight;
@@ -45,6 +49,8 @@ export interface JournalRecord {
   resolvedAt: string | null;
   /** Waiting for the next batch. */
   queued: boolean;
+  /** The flush window its start joined (WriteBehind.start sets it): a start waits while that window is the one closing. */
+  startWindow: number;
   /** A batch carrying the record's end has committed (an end never changes once set). */
   endWritten: boolean;
   /** Resolved once a batch carrying the record's end has committed. */
@@ -175,6 +181,8 @@ export class WriteBehind {
   private timer: NodeJS.Timeout | undefined;
   private failures = 0;
   private closed = false;
+  /** The window the next flush closes; a start joining now is written by the flush after it. */
+  private window = 0;
   /** Records of a batch the schema refused: never sent again (left for lease recovery, as after a kill). */
   private readonly refused = new WeakSet<JournalRecord>();
   /** Flushes committed, and records they carried; failures retried; batches refused by the schema (for the bench and tests). */
@@ -205,6 +213,7 @@ export class WriteBehind {
   /** A hold came out of a lease: its record starts. */
   start(record: JournalRecord): void {
     this.live++;
+    record.startWindow = this.window;
     this.enqueue(record);
   }
 
@@ -235,7 +244,7 @@ export class WriteBehind {
     while (this.queue.length > 0 || this.flushing) {
       if (performance.now() > until) return false;
       if (this.flushing) await this.flushing;
-      else await this.flushOnce();
+      else await this.flushOnce(true);
       if (this.failures > 0 && this.queue.length > 0) {
         if (performance.now() + RETRY_MS[0] > until) return false;
         await new Promise((r) => setTimeout(r, RETRY_MS[Math.min(this.failures - 1, RETRY_MS.length - 1)]));
@@ -267,20 +276,47 @@ export class WriteBehind {
     }, delayMs);
   }
 
-  private flushOnce(): Promise<void> {
+  /** One flush; `everything`: young starts too (flushAll: a shutdown, a lease's return, a view). */
+  private flushOnce(everything = false): Promise<void> {
     if (this.flushing) return this.flushing;
     if (this.timer) {
       clearTimeout(this.timer);
       this.timer = undefined;
     }
     if (this.queue.length === 0) return Promise.resolve();
-    const batch = this.queue.length <= this.options.flushMaxRecords ? this.queue : this.queue.slice(0, this.options.flushMaxRecords);
-    this.queue = batch === this.queue ? [] : this.queue.slice(batch.length);
+    const batch = this.takeBatch(everything);
+    if (batch.length === 0) {
+      // Only young starts wait: the next window's flush writes them.
+      this.schedule(this.options.flushMs);
+      return Promise.resolve();
+    }
     this.flushing = this.write(batch).finally(() => {
       this.flushing = undefined;
       if (this.queue.length > 0) this.schedule(this.failures > 0 ? RETRY_MS[Math.min(this.failures - 1, RETRY_MS.length - 1)] : this.options.flushMs);
     });
     return this.flushing;
+  }
+
+  /**
+   * The records the flush closing this window writes: all of them when asked or when the queue is
+   * at its bound, else all but the starts (no end yet) that joined during this window.
+   */
+  private takeBatch(everything: boolean): JournalRecord[] {
+    const closing = this.window++;
+    const max = this.options.flushMaxRecords;
+    if (everything || this.queue.length >= max) {
+      const batch = this.queue.length <= max ? this.queue : this.queue.slice(0, max);
+      this.queue = batch === this.queue ? [] : this.queue.slice(batch.length);
+      return batch;
+    }
+    const batch: JournalRecord[] = [];
+    const young: JournalRecord[] = [];
+    for (const record of this.queue) {
+      if (record.end === null && record.startWindow === closing) young.push(record);
+      else batch.push(record);
+    }
+    this.queue = young;
+    return batch;
   }
 
   private async write(batch: JournalRecord[]): Promise<void> {

@@ -52,6 +52,7 @@ function settled(lease: Lease, accountId: string, keyId: string): JournalRecord 
     reason: null,
     resolvedAt: now,
     queued: false,
+    startWindow: 0,
     endWritten: false,
     waiters: undefined,
   };

@@ -118,6 +118,7 @@ t.test('an outage keeps the retry path: connection refused, then a lock wait cut
     reason: null,
     resolvedAt: null,
     queued: false,
+    startWindow: 0,
     endWritten: false,
     waiters: undefined,
   };
