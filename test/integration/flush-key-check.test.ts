@@ -13,6 +13,7 @@ import { Ledger } from '../../src/ledger/ledger.js';
 import { type JournalRecord, WriteBehind } from '../../src/ledger/write-behind.js';
 import type { Pool } from '../../src/store/pool.js';
 import { testDb } from '../helpers/db.js';
+import { startedRecord } from '../helpers/journal-record.js';
 import { assertLedgerInvariant, newRequestId, seedAccount } from '../helpers/ledger-invariant.js';
 
 interface Lease {
@@ -32,30 +33,18 @@ async function takeLease(pool: Pool, instance: string, epoch: number, accountId:
 /** A request that started and settled inside one flush window, as the escrow queues it. */
 function settled(lease: Lease, accountId: string, keyId: string): JournalRecord {
   const now = new Date().toISOString();
-  return {
-    requestId: newRequestId(),
+  return startedRecord({
     accountId,
     keyId,
-    product: 'messages',
-    model: 'sonnet',
     leaseId: lease.id,
-    holdInk: 100,
-    holdGrantInk: 0,
     grantPeriod: lease.period,
     createdAt: now,
-    vendorRequestId: null,
     end: 'settle',
     chargeInk: 10,
-    restGrantInk: 0,
     restPaygInk: 90,
     usage: '{"input_tokens":10,"output_tokens":20}',
-    reason: null,
     resolvedAt: now,
-    queued: false,
-    startWindow: 0,
-    endWritten: false,
-    waiters: undefined,
-  };
+  });
 }
 
 function journal(t: Test, pool: Pool, instanceId: string, epoch: number, violations: LedgerAssertionError[]): WriteBehind {

@@ -11,6 +11,7 @@ import { Ledger, type ReserveInput } from '../../src/ledger/ledger.js';
 import { flushViolation, WriteBehind, type JournalRecord } from '../../src/ledger/write-behind.js';
 import { createPool } from '../../src/store/pool.js';
 import { testDb, type TestDb } from '../helpers/db.js';
+import { startedRecord } from '../helpers/journal-record.js';
 import { assertLedgerInvariant, newRequestId, seedAccount } from '../helpers/ledger-invariant.js';
 
 async function escrow(t: Test, db: TestDb, violations: LedgerAssertionError[]): Promise<Escrow> {
@@ -98,30 +99,8 @@ t.test('an outage keeps the retry path: connection refused, then a lock wait cut
   // Nothing listens on port 1: every flush is refused before it reaches a server.
   const away = createPool({ ...db.dbConfig, url: 'postgres://postgres@127.0.0.1:1/test', connectionTimeoutMs: 500 });
   t.teardown(() => away.end());
-  const record: JournalRecord = {
-    requestId: newRequestId(),
-    accountId: 'usr_x',
-    keyId: 'key_x',
-    product: 'messages',
-    model: 'sonnet',
-    leaseId: 1,
-    holdInk: 10,
-    holdGrantInk: 0,
-    grantPeriod: 0,
-    createdAt: new Date().toISOString(),
-    vendorRequestId: null,
-    end: null,
-    chargeInk: 0,
-    restGrantInk: 0,
-    restPaygInk: 0,
-    usage: null,
-    reason: null,
-    resolvedAt: null,
-    queued: false,
-    startWindow: 0,
-    endWritten: false,
-    waiters: undefined,
-  };
+  const record = startedRecord({ accountId: 'usr_x', keyId: 'key_x', leaseId: 1, grantPeriod: 0, holdInk: 10 });
+
   const logged: Array<[string, number]> = [];
   const wb = new WriteBehind(away, {
     instanceId: 'x',

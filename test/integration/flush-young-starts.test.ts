@@ -7,7 +7,8 @@ import t, { type Test } from 'tap';
 import { type JournalRecord, WriteBehind } from '../../src/ledger/write-behind.js';
 import type { Pool } from '../../src/store/pool.js';
 import { testDb } from '../helpers/db.js';
-import { assertLedgerInvariant, newRequestId, seedAccount } from '../helpers/ledger-invariant.js';
+import { startedRecord } from '../helpers/journal-record.js';
+import { assertLedgerInvariant, seedAccount } from '../helpers/ledger-invariant.js';
 
 interface Setup {
   readonly pool: Pool;
@@ -36,30 +37,7 @@ async function setup(t: Test): Promise<Setup> {
 
 /** A request's record as the escrow makes it when its hold comes out of the lease: a start, no end yet. */
 function started(s: Setup): JournalRecord {
-  return {
-    requestId: newRequestId(),
-    accountId: s.accountId,
-    keyId: s.keyId,
-    product: 'messages',
-    model: 'sonnet',
-    leaseId: s.leaseId,
-    holdInk: 100,
-    holdGrantInk: 0,
-    grantPeriod: s.period,
-    createdAt: new Date().toISOString(),
-    vendorRequestId: null,
-    end: null,
-    chargeInk: 0,
-    restGrantInk: 0,
-    restPaygInk: 0,
-    usage: null,
-    reason: null,
-    resolvedAt: null,
-    queued: false,
-    startWindow: 0,
-    endWritten: false,
-    waiters: undefined,
-  };
+  return startedRecord({ accountId: s.accountId, keyId: s.keyId, leaseId: s.leaseId, grantPeriod: s.period });
 }
 
 /** Its settlement, as the escrow records it (charge 10 of the hold of 100). */

@@ -4,6 +4,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { MessagesUsageTally, tallyMessageBody } from '../../src/lanes/messages/usage-tally.js';
 import { forEachEvent } from '../../src/lanes/sse-framer.js';
+import { messagesTallyState } from '../helpers/tally-state.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const dir = join(here, '..', 'fixtures', 'anthropic');
@@ -16,20 +17,6 @@ const FIXTURES = [
   'official_fixtures/python_sdk__tool_use_response.txt',
   'official_fixtures/ts_sdk__fable-fallback__stream-a-refusal.sse',
 ];
-
-function snapshot(tally: MessagesUsageTally): unknown {
-  return {
-    usage: tally.usage(),
-    state: { ...tally.state },
-    outcome: tally.outcome(),
-    receipt: tally.hasUsageReceipt,
-    stopReason: tally.stopReason,
-    id: tally.vendorMessageId,
-    model: tally.vendorModel,
-    error: tally.errorEvent,
-    malformed: tally.malformedEvents,
-  };
-}
 
 function tallyOf(chunks: Buffer[]): MessagesUsageTally {
   const tally = new MessagesUsageTally();
@@ -64,9 +51,9 @@ const terminated = (b: Buffer): Buffer => (b.toString().endsWith('\n\n') ? b : B
 t.test('every fixture gives identical results whole, byte by byte and split at CR/LF', async (t) => {
   for (const f of FIXTURES) {
     for (const [vName, input] of Object.entries(variants(read(f)))) {
-      const ref = snapshot(tallyOf([input]));
+      const ref = messagesTallyState(tallyOf([input]));
       for (const [fName, chunks] of Object.entries(feedings(input))) {
-        t.same(snapshot(tallyOf(chunks)), ref, `${f} ${vName} ${fName}`);
+        t.same(messagesTallyState(tallyOf(chunks)), ref, `${f} ${vName} ${fName}`);
       }
     }
   }

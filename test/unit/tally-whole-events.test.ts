@@ -11,6 +11,7 @@ import t from 'tap';
 import { MessagesUsageTally } from '../../src/lanes/messages/usage-tally.js';
 import { ResponsesUsageTally } from '../../src/lanes/responses/usage-tally.js';
 import { forEachEvent } from '../../src/lanes/sse-framer.js';
+import { messagesTallyState } from '../helpers/tally-state.js';
 
 const fixture = (path: string): Buffer => readFileSync(new URL(`../fixtures/${path}`, import.meta.url));
 const RESPONSES_FIXTURES = [
@@ -68,20 +69,6 @@ function responsesBoth(chunks: Buffer[]): { viaParser: unknown; viaEvents: unkno
   };
 }
 
-function messagesState(tally: MessagesUsageTally): unknown {
-  return {
-    usage: tally.usage(),
-    state: { ...tally.state },
-    outcome: tally.outcome(),
-    receipt: tally.hasUsageReceipt,
-    stopReason: tally.stopReason,
-    id: tally.vendorMessageId,
-    model: tally.vendorModel,
-    error: tally.errorEvent,
-    malformed: tally.malformedEvents,
-  };
-}
-
 function messagesBoth(chunks: Buffer[]): { viaParser: unknown; viaEvents: unknown; plain: number } {
   const parser = new MessagesUsageTally();
   const events = new MessagesUsageTally();
@@ -91,7 +78,7 @@ function messagesBoth(chunks: Buffer[]): { viaParser: unknown; viaEvents: unknow
   }
   parser.end();
   events.end();
-  return { viaParser: messagesState(parser), viaEvents: messagesState(events), plain: events.plainEvents };
+  return { viaParser: messagesTallyState(parser), viaEvents: messagesTallyState(events), plain: events.plainEvents };
 }
 
 const crlf = (b: Buffer): Buffer => Buffer.from(b.toString('utf8').replace(/\n/g, '\r\n'));
