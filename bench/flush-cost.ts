@@ -13,7 +13,8 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createAccount, createKey } from '../src/accounts/accounts.js';
 import { Ledger } from '../src/ledger/ledger.js';
-import { WriteBehind, type JournalRecord } from '../src/ledger/write-behind.js';
+import { startedRecord, type JournalRecord } from '../src/ledger/journal-record.js';
+import { WriteBehind } from '../src/ledger/write-behind.js';
 import { newRequestId } from '../src/server/http-context.js';
 import { FUNCTIONS_DIR, migrate } from '../src/store/migrate.js';
 import { createPool } from '../src/store/pool.js';
@@ -66,7 +67,7 @@ const wb = new WriteBehind(pool, {
 
 const record = (): JournalRecord => {
   const now = new Date().toISOString();
-  return {
+  const started = startedRecord({
     requestId: newRequestId(),
     accountId: acc.id,
     keyId: key.id,
@@ -77,18 +78,16 @@ const record = (): JournalRecord => {
     holdGrantInk: 0,
     grantPeriod: take.grant_period,
     createdAt: now,
+  });
+  // Its settlement, in the same window: one record carries start and end.
+  return {
+    ...started,
     vendorRequestId: 'msg_0123456789abcdef',
     end: 'settle',
     chargeInk: 10,
-    restGrantInk: 0,
     restPaygInk: 90,
     usage: '{"input_tokens":10,"output_tokens":20}',
-    reason: null,
     resolvedAt: now,
-    queued: false,
-    startWindow: 0,
-    endWritten: false,
-    waiters: undefined,
   };
 };
 

@@ -34,7 +34,8 @@ export type { EscrowFaults } from './leased-end.js';
 import { createRecallBus, type RecallBus, type RecallScope } from './recalls.js';
 import * as SQL from './statements.js';
 import type { TextMoves } from './text-billing.js';
-import { WriteBehind, type JournalRecord } from './write-behind.js';
+import { startedRecord, type JournalRecord } from './journal-record.js';
+import { WriteBehind } from './write-behind.js';
 import type { EventLog } from '../util/log.js';
 
 type LedgerConfig = Config['ledger'];
@@ -187,7 +188,7 @@ export class Escrow implements TextMoves {
     if (this.journal.full) throw unavailable('The ledger cannot write its journal now; retry after Retry-After.');
     const split = lease.take(input.holdInk, nowMs);
     if (split === undefined) return undefined;
-    const record: JournalRecord = {
+    const record = startedRecord({
       requestId: input.requestId,
       accountId: input.accountId,
       keyId: input.keyId,
@@ -198,19 +199,7 @@ export class Escrow implements TextMoves {
       holdGrantInk: split.grantInk,
       grantPeriod: lease.grantPeriod,
       createdAt: this.now().toISOString(),
-      vendorRequestId: null,
-      end: null,
-      chargeInk: 0,
-      restGrantInk: 0,
-      restPaygInk: 0,
-      usage: null,
-      reason: null,
-      resolvedAt: null,
-      queued: false,
-      startWindow: 0,
-      endWritten: false,
-      waiters: undefined,
-    };
+    });
     this.active.set(input.requestId, { record, lease, hold: new CheckedHold(input.requestId, input.holdInk, split.grantInk, split.paygInk) });
     this.journal.start(record);
     this.stats.leaseHolds++;

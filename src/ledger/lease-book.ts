@@ -18,7 +18,8 @@ import { storeError, type Pool } from '../store/pool.js';
 import { HoldRate, leaseWantInk, LocalLease } from './lease.js';
 import type { RecallScope } from './recalls.js';
 import * as SQL from './statements.js';
-import type { JournalRecord, WriteBehind } from './write-behind.js';
+import type { JournalRecord } from './journal-record.js';
+import type { WriteBehind } from './write-behind.js';
 
 /** What the holds of one key need to know between requests. */
 export interface KeyState {

@@ -15,7 +15,8 @@ import type { LeaseBook } from './lease-book.js';
 import type { LocalLease } from './lease.js';
 import type { ResolveResult } from './ledger.js';
 import { checkVendorRequestId } from './move-input.js';
-import type { JournalRecord, WriteBehind } from './write-behind.js';
+import type { JournalRecord } from './journal-record.js';
+import type { WriteBehind } from './write-behind.js';
 
 export interface EscrowFaults {
   /** The charge the lease is told for this request in place of the hold's (undefined: the true one). */

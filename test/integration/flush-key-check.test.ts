@@ -10,10 +10,11 @@ import { isLedgerAssertion, type LedgerAssertionError } from '../../src/ledger/a
 import { Escrow } from '../../src/ledger/escrow.js';
 import { checkLedger } from '../../src/ledger/invariant.js';
 import { Ledger } from '../../src/ledger/ledger.js';
-import { type JournalRecord, WriteBehind } from '../../src/ledger/write-behind.js';
+import type { JournalRecord } from '../../src/ledger/journal-record.js';
+import { WriteBehind } from '../../src/ledger/write-behind.js';
 import type { Pool } from '../../src/store/pool.js';
 import { testDb } from '../helpers/db.js';
-import { startedRecord } from '../helpers/journal-record.js';
+import { testRecord } from '../helpers/journal-record.js';
 import { assertLedgerInvariant, newRequestId, seedAccount } from '../helpers/ledger-invariant.js';
 
 interface Lease {
@@ -33,7 +34,7 @@ async function takeLease(pool: Pool, instance: string, epoch: number, accountId:
 /** A request that started and settled inside one flush window, as the escrow queues it. */
 function settled(lease: Lease, accountId: string, keyId: string): JournalRecord {
   const now = new Date().toISOString();
-  return startedRecord({
+  return testRecord({
     accountId,
     keyId,
     leaseId: lease.id,

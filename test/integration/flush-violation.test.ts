@@ -8,10 +8,11 @@ import { loadConfig } from '../../src/config/config.js';
 import { isLedgerAssertion, type LedgerAssertionError } from '../../src/ledger/assertion.js';
 import { Escrow } from '../../src/ledger/escrow.js';
 import { Ledger, type ReserveInput } from '../../src/ledger/ledger.js';
-import { flushViolation, WriteBehind, type JournalRecord } from '../../src/ledger/write-behind.js';
+import type { JournalRecord } from '../../src/ledger/journal-record.js';
+import { flushViolation, WriteBehind } from '../../src/ledger/write-behind.js';
 import { createPool } from '../../src/store/pool.js';
 import { testDb, type TestDb } from '../helpers/db.js';
-import { startedRecord } from '../helpers/journal-record.js';
+import { testRecord } from '../helpers/journal-record.js';
 import { assertLedgerInvariant, newRequestId, seedAccount } from '../helpers/ledger-invariant.js';
 
 async function escrow(t: Test, db: TestDb, violations: LedgerAssertionError[]): Promise<Escrow> {
@@ -99,7 +100,7 @@ t.test('an outage keeps the retry path: connection refused, then a lock wait cut
   // Nothing listens on port 1: every flush is refused before it reaches a server.
   const away = createPool({ ...db.dbConfig, url: 'postgres://postgres@127.0.0.1:1/test', connectionTimeoutMs: 500 });
   t.teardown(() => away.end());
-  const record = startedRecord({ accountId: 'usr_x', keyId: 'key_x', leaseId: 1, grantPeriod: 0, holdInk: 10 });
+  const record = testRecord({ accountId: 'usr_x', keyId: 'key_x', leaseId: 1, grantPeriod: 0, holdInk: 10 });
 
   const logged: Array<[string, number]> = [];
   const wb = new WriteBehind(away, {

@@ -4,10 +4,11 @@
 // (a shutdown, a lease's return, a view), and at once when the queue reaches its bound; an end is
 // never held back; and a request whose start and end meet in one batch is carried by one batch.
 import t, { type Test } from 'tap';
-import { type JournalRecord, WriteBehind } from '../../src/ledger/write-behind.js';
+import type { JournalRecord } from '../../src/ledger/journal-record.js';
+import { WriteBehind } from '../../src/ledger/write-behind.js';
 import type { Pool } from '../../src/store/pool.js';
 import { testDb } from '../helpers/db.js';
-import { startedRecord } from '../helpers/journal-record.js';
+import { testRecord } from '../helpers/journal-record.js';
 import { assertLedgerInvariant, seedAccount } from '../helpers/ledger-invariant.js';
 
 interface Setup {
@@ -37,7 +38,7 @@ async function setup(t: Test): Promise<Setup> {
 
 /** A request's record as the escrow makes it when its hold comes out of the lease: a start, no end yet. */
 function started(s: Setup): JournalRecord {
-  return startedRecord({ accountId: s.accountId, keyId: s.keyId, leaseId: s.leaseId, grantPeriod: s.period });
+  return testRecord({ accountId: s.accountId, keyId: s.keyId, leaseId: s.leaseId, grantPeriod: s.period });
 }
 
 /** Its settlement, as the escrow records it (charge 10 of the hold of 100). */
