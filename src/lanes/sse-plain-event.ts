@@ -50,7 +50,7 @@ function plainOpening(events: Buffer, from: number, end: number, openings: reado
 }
 
 /** Reads an event of the usual shape (its data `[dataStart, dataEnd)`) from its bytes: false hands it to the parser. */
-export type PlainReader = (events: Buffer, dataStart: number, dataEnd: number, opening: number) => boolean;
+export type PlainReader = (events: Buffer, dataStart: number, dataEnd: number) => boolean;
 
 /**
  * Hands a chunk of whole events to `read` where an event has the usual shape with one of
@@ -71,7 +71,7 @@ export function splitEvents(events: Buffer, openings: readonly Buffer[], read: P
       // What comes before this event reaches the parser before this event is read.
       if (parseFrom < at) parse(events.subarray(parseFrom, at));
       parseFrom = at;
-      if (read(events, at + openings[which]!.length, end - 2, which)) {
+      if (read(events, at + openings[which]!.length, end - 2)) {
         taken++;
         parseFrom = end;
       }

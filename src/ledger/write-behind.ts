@@ -8,8 +8,9 @@
 // queue is at its bound, or the caller needs everything written): most requests end within one
 // period, and then their start and end are one row insert instead of an insert and an update,
 // which was most of what billing cost Postgres at the default period. So a start is in Postgres
-// within two periods of its request starting, an end within one. ledger_flush is idempotent on request id, so a batch whose answer was lost (timeout,
-// dropped connection) is simply sent again with whatever its records hold by then.
+// within two periods of its request starting, an end within one. ledger_flush is idempotent on
+// request id, so a batch whose answer was lost (timeout, dropped connection) is simply sent again
+// with whatever its records hold by then.
 //
 // Bounded: `journalMaxRecords` counts every record not yet fully written, waiting or in flight;
 // once it is reached `full` is true and the escrow refuses new admissions (503) rather than let

@@ -349,6 +349,25 @@ t.test('only the first terminal event counts', async (t) => {
   t.equal(r.outcome, 'complete');
 });
 
+t.test('text deltas after the terminal event move the sequence number, not the visible text', async (t) => {
+  const delta = (seq: number, text: string) => ({ type: 'response.output_text.delta', sequence_number: seq, output_index: 0, content_index: 0, delta: text });
+  const s =
+    frame(created) +
+    frame(delta(1, 'abc')) +
+    frame(terminal('response.completed', 2, { status: 'completed', usage: { input_tokens: 5, output_tokens: 7 } })) +
+    frame(delta(3, 'late text'));
+  for (const how of ['feed', 'feedEvents'] as const) {
+    const tally = new ResponsesUsageTally({ keepOutput: true });
+    // feedEvents takes whole events, as the relay hands them: here the whole stream in one chunk.
+    tally[how](Buffer.from(s));
+    tally.end();
+    const r = tally.result();
+    t.equal(r.visibleTextChars, 3, `${how}: only the text before the receipt`);
+    t.equal(r.maxSequenceNumber, 3, `${how}: the late delta's sequence number`);
+    t.equal(r.eventCount, 4, `${how}: every event counted`);
+  }
+});
+
 t.test('multi-byte UTF-8 deltas split across chunks are counted in UTF-16 units', async (t) => {
   const deltas = ['héllo ', '🙂', ' 日本語', 'ü'];
   let s = frame(created);

@@ -8,7 +8,7 @@ import { readBounded } from '../../src/vendors/vendor-http.js';
 
 const asBody = (stream: Readable): Dispatcher.ResponseData['body'] => stream as unknown as Dispatcher.ResponseData['body'];
 
-t.test('a body that ends is read whole, and its later close changes nothing', async (t) => {
+t.test('a body that ends is read whole, its chunks in order, and then closes', async (t) => {
   const stream = Readable.from([Buffer.from('{"a":'), Buffer.from('1}')], { objectMode: false });
   const closed = new Promise((resolveClose) => stream.once('close', resolveClose));
   const bytes = await readBounded(asBody(stream), 1024);

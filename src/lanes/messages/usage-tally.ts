@@ -89,7 +89,7 @@ export class MessagesUsageTally {
   private readonly decoder = new TextDecoder('utf-8');
   private ended = false;
   /** The last character the parser got was a CR, which may still end an event. */
-  private heldCr = false;
+  private lastCharWasCr = false;
   /** Events pushEvents passed over from their bytes, not through the parser. */
   plainEvents = 0;
 
@@ -108,7 +108,7 @@ export class MessagesUsageTally {
     if (this.ended || this.overflowed) return;
     const text = this.decoder.decode(chunk, { stream: true });
     if (text.length === 0) return;
-    this.heldCr = text.charCodeAt(text.length - 1) === 13;
+    this.lastCharWasCr = text.charCodeAt(text.length - 1) === 13;
     this.parser.feed(text);
   }
 
@@ -119,7 +119,7 @@ export class MessagesUsageTally {
   pushEvents(events: Buffer): void {
     if (this.ended || this.overflowed) return;
     // A CR the parser holds may still end an event: the parser must see the next byte first.
-    if (this.heldCr) this.push(events);
+    if (this.lastCharWasCr) this.push(events);
     else this.plainEvents += splitEvents(events, SKIPPED_OPENINGS, passOver, this.pushParsed);
   }
 

@@ -155,12 +155,7 @@ export class ResponsesUsageTally {
     const chars = scanTextDeltaBytes(bytes, dataStart, dataEnd, this.span);
     if (chars === -1) return false;
     this._eventCount++;
-    const seq = scanCountBytes(bytes, dataStart, dataEnd, SEQUENCE_NUMBER_KEY);
-    if (seq > this._maxSequenceNumber) this._maxSequenceNumber = seq;
-    if (this._terminalEvent === undefined) {
-      this._visibleTextChars += chars;
-      this.kept?.deltaBytes(bytes, dataStart, dataEnd, this.span);
-    }
+    if (this.countedDelta(chars, scanCountBytes(bytes, dataStart, dataEnd, SEQUENCE_NUMBER_KEY))) this.kept?.deltaBytes(bytes, dataStart, dataEnd, this.span);
     return true;
   };
 
@@ -238,12 +233,15 @@ export class ResponsesUsageTally {
   private scannedTextDelta(data: string): boolean {
     const chars = scanTextDelta(data, this.span);
     if (chars === -1) return false;
-    const seq = scanSequenceNumber(data);
+    if (this.countedDelta(chars, scanSequenceNumber(data))) this.kept?.delta(data, this.span.start, this.span.end);
+    return true;
+  }
+
+  /** A scanned text delta's sequence number and characters; true when its text is kept (before the terminal event). */
+  private countedDelta(chars: number, seq: number): boolean {
     if (seq > this._maxSequenceNumber) this._maxSequenceNumber = seq;
-    if (this._terminalEvent === undefined) {
-      this._visibleTextChars += chars;
-      this.kept?.delta(data, this.span.start, this.span.end);
-    }
+    if (this._terminalEvent !== undefined) return false;
+    this._visibleTextChars += chars;
     return true;
   }
 
