@@ -8,6 +8,7 @@
 // chain can quote what a vendor or a client sent.
 import { pino, type Logger as PinoLogger } from 'pino';
 import { levelOf, type LogEvent } from './log-events.js';
+import { LinesPerTurn } from './lines-per-turn.js';
 import { loopDelayMs, startLoopDelayProbe } from './loop-delay.js';
 
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error' | 'fatal' | 'silent';
@@ -82,8 +83,9 @@ function fieldsOut(fields: Record<string, unknown>): Record<string, unknown> {
 
 /**
  * A logger at `level`. `write` (tests, the bench) receives each line without its newline instead
- * of stdout. `buffered` (the access log: a line per request) writes stdout asynchronously, in writes of at
- * least 32 KiB or once a second, so a busy instance does not make a system call per
+ * of stdout. `buffered` (the access log: a line per request) collects a loop turn's lines into one
+ * string (util/lines-per-turn.ts) and writes stdout asynchronously, in writes of at least 32 KiB or
+ * once a second, so a busy instance does not make a system call per
  * request nor wait on a slow reader of its stdout; what is held is bounded and dropped beyond
  * (BUFFERED_MAX_BYTES), and `flush` writes it out at shutdown. Other loggers write each line at
  * once: an error line must not wait. Warn lines and worse carry `loopDelayMs` (loopDelayField).
@@ -97,7 +99,8 @@ export function createLogger(level: LogLevel, write?: (line: string) => void, bu
         sync: !buffered,
         ...(buffered ? { minLength: BUFFERED_MIN_BYTES, maxWrite: BUFFERED_MAX_WRITE_BYTES, maxLength: BUFFERED_MAX_BYTES } : {}),
       });
-  const destination = write ? { write: (s: string) => write(s.endsWith('\n') ? s.slice(0, -1) : s) } : stdout!;
+  const turns = buffered && stdout ? new LinesPerTurn(stdout) : undefined;
+  const destination = write ? { write: (s: string) => write(s.endsWith('\n') ? s.slice(0, -1) : s) } : (turns ?? stdout!);
   const p: PinoLogger = pino(
     {
       level,
@@ -132,6 +135,7 @@ export function createLogger(level: LogLevel, write?: (line: string) => void, bu
     timer.unref();
     logger.flush = () => {
       clearInterval(timer);
+      turns?.drain();
       return new Promise<void>((resolve) => {
         const bound = setTimeout(resolve, BUFFERED_FLUSH_WAIT_MS);
         bound.unref();

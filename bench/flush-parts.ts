@@ -1,0 +1,176 @@
+// Where a journal record's Postgres CPU goes inside ledger_flush: the same batches of settled
+// leased requests (start and end in one record, as most are under load) written through the
+// write-behind into schemas that differ from the shipped one in one part each, round by round in
+// alternating order so that a shared machine's drift falls on every variant alike. Each schema has
+// its own backend, and the figure is that backend's own CPU (/proc) per record.
+//
+// The variants peel the flush apart (the first four) and bound what a cheaper `requests` table
+// could save (the last three; the index-light table for leased requests would be one of these):
+// - shipped: the schema as migrated;
+// - call only: ledger_flush answers 'ok' for every record and does nothing else (the call, its
+//   array arguments, its answer, the transaction);
+// - dispatcher: ledger_flush_leased does nothing (adds the lease check, the locks, the late path);
+// - plain insert: ledger_flush_leased is one INSERT of the rows from the arrays (adds the row; no
+//   lease, wallet, key or journal move);
+// - no secondary index: `requests` with its primary key only;
+// - no CHECK: `requests` without its CHECK constraints;
+// - primary key only: neither secondary indexes nor CHECKs.
+// The variants that change what is written are for measuring only: their ledgers do not balance.
+//   DATABASE_URL=... node --import ./test/loader/register.js bench/flush-parts.ts [--batch 100] [--records 10000] [--rounds 5]
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { createAccount, createKey } from '../src/accounts/accounts.js';
+import { Ledger } from '../src/ledger/ledger.js';
+import { startedRecord, type JournalRecord } from '../src/ledger/journal-record.js';
+import { WriteBehind } from '../src/ledger/write-behind.js';
+import { newRequestId } from '../src/server/http-context.js';
+import { FUNCTIONS_DIR, migrate } from '../src/store/migrate.js';
+import { createPool, type Pool } from '../src/store/pool.js';
+import { benchDatabaseUrl } from './lib/env.js';
+
+const argv = process.argv.slice(2);
+const arg = (name: string, fallback: number): number => {
+  const at = argv.indexOf(`--${name}`);
+  return at >= 0 ? Number(argv[at + 1]) : fallback;
+};
+const BATCH = arg('batch', 100);
+const RECORDS = arg('records', 10_000);
+const ROUNDS = arg('rounds', 5);
+
+const FLUSH_SQL = readFileSync(join(FUNCTIONS_DIR, 'ledger_flush.sql'), 'utf8');
+const LEASED_SQL = readFileSync(join(FUNCTIONS_DIR, 'ledger_flush_leased.sql'), 'utf8');
+
+/** ledger_flush_leased with `body` in place of its own. */
+function leasedWithBody(body: string): string {
+  const start = LEASED_SQL.indexOf('BEGIN\n');
+  const end = LEASED_SQL.lastIndexOf('END\n$function$');
+  if (start < 0 || end < 0) throw new Error("ledger_flush_leased.sql: its body was not found; update this bench's pattern");
+  return LEASED_SQL.slice(0, start + 'BEGIN\n'.length) + body + LEASED_SQL.slice(end);
+}
+
+const PLAIN_INSERT = `  INSERT INTO requests (id, account_id, key_id, product, model, hold_state, status, hold_ink, hold_grant_ink,
+                        hold_payg_ink, grant_period, charged_ink, charged_grant_ink, charged_payg_ink, usage,
+                        vendor_request_id, reason, created_at, resolved_at, lease_id, leased)
+  SELECT a.id, a.account_id, a.key_id, a.product, a.model, 'settled', 'settled', a.hold, a.hold_g, a.hold - a.hold_g,
+         a.period, a.charge, 0, a.charge, a.usage, a.vid, a.reason, a.created, a.resolved, a.lease_id, false
+    FROM unnest(p_ids, p_accounts, p_keys, p_products, p_models, p_leases, p_holds, p_hold_grants, p_periods,
+                p_created, p_vendor_ids, p_ends, p_charges, p_usage, p_reasons, p_resolved)
+         AS a(id, account_id, key_id, product, model, lease_id, hold, hold_g, period, created, vid, e, charge, usage, reason, resolved)
+  ON CONFLICT (id) DO NOTHING;
+`;
+const CALL_ONLY_AT = /\n {2}IF n = 0 THEN RETURN; END IF;/;
+if (!CALL_ONLY_AT.test(FLUSH_SQL)) throw new Error("ledger_flush.sql: its first statement was not found; update this bench's pattern");
+const DROP_SECONDARY = `DROP INDEX requests_account_created, requests_leased, requests_open_created, requests_vendor_request, requests_open_unleased_account`;
+const DROP_CHECKS = `DO $$ DECLARE c text; BEGIN
+  FOR c IN SELECT conname FROM pg_constraint WHERE conrelid = 'requests'::regclass AND contype = 'c' LOOP
+    EXECUTE format('ALTER TABLE requests DROP CONSTRAINT %I', c);
+  END LOOP; END $$`;
+
+const VARIANTS: Record<string, string[]> = {
+  shipped: [],
+  'call only': [FLUSH_SQL.replace(CALL_ONLY_AT, "\n  RETURN QUERY SELECT g::integer, 'ok'::text FROM generate_series(1, n) g; RETURN;")],
+  dispatcher: [leasedWithBody('  NULL;\n')],
+  'plain insert': [leasedWithBody(PLAIN_INSERT)],
+  'no secondary index': [DROP_SECONDARY],
+  'no CHECK': [DROP_CHECKS],
+  'primary key only': [DROP_SECONDARY, DROP_CHECKS],
+};
+
+interface Variant {
+  readonly perRecordUs: () => Promise<number>;
+  readonly close: () => Promise<void>;
+}
+
+/** A migrated schema changed by `changes`, with an account, a key, a live lease and a write-behind of its own. */
+async function variant(url: string, tag: string, changes: string[]): Promise<Variant> {
+  const schema = `bench_parts_${tag}_${process.pid}`;
+  const pool: Pool = createPool({
+    url,
+    schema,
+    poolMax: 1,
+    connectionTimeoutMs: 5000,
+    queryTimeoutMs: 60_000,
+    lockTimeoutMs: 5000,
+    statementTimeoutMs: 60_000,
+  });
+  await migrate(pool, schema);
+  for (const sql of changes) await pool.query(sql);
+  const account = await createAccount(pool, { name: 'b', planId: 'pro' });
+  const ledger = new Ledger(pool);
+  await ledger.topUp(account.id, 1_000_000_000, 'b');
+  await ledger.close();
+  const key = await createKey(pool, { accountId: account.id, name: 'b' });
+  const epoch = Number((await pool.query('SELECT ledger_instance_start($1, now(), 0) AS e', ['bench'])).rows[0].e);
+  const take = (
+    await pool.query(`SELECT * FROM ledger_lease_take(NULL, $1, $2, 'bench', $3, 1, 500000000, 0, 1000, 1000, 3600000, now())`, [account.id, key.id, epoch])
+  ).rows[0] as { result: string; lease_id: string; grant_period: number };
+  if (take.result !== 'ok') throw new Error(`lease take: ${take.result}`);
+  const pid = (await pool.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
+  const cpuUs = (): number => {
+    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+    return (Number(fields[11]) + Number(fields[12])) * 10_000;
+  };
+  const journal = new WriteBehind(pool, {
+    instanceId: 'bench',
+    epoch: () => epoch,
+    flushMs: 60_000,
+    flushMaxRecords: 100_000,
+    journalMaxRecords: 10_000_000,
+    asyncCommit: true,
+    now: () => new Date(),
+    log: (fields, event) => console.error(event, fields),
+    onEndWritten: () => undefined,
+  });
+  const record = (): JournalRecord => {
+    const now = new Date().toISOString();
+    const started = startedRecord({
+      requestId: newRequestId(),
+      accountId: account.id,
+      keyId: key.id,
+      product: 'messages',
+      model: 'sonnet',
+      leaseId: Number(take.lease_id),
+      holdInk: 100,
+      holdGrantInk: 0,
+      grantPeriod: take.grant_period,
+      createdAt: now,
+    });
+    const vendorRequestId = `msg_01${started.requestId.slice(4)}`;
+    return { ...started, vendorRequestId, end: 'settle', chargeInk: 10, restPaygInk: 90, usage: '{"input_tokens":10,"output_tokens":20}', resolvedAt: now };
+  };
+  const perRecordUs = async (): Promise<number> => {
+    const flushes = Math.max(1, Math.round(RECORDS / BATCH));
+    const startUs = cpuUs();
+    for (let i = 0; i < flushes; i++) {
+      for (let j = 0; j < BATCH; j++) journal.start(record());
+      if (!(await journal.flushAll(30_000))) throw new Error('flush failed');
+    }
+    return (cpuUs() - startUs) / (flushes * BATCH);
+  };
+  const close = async (): Promise<void> => {
+    journal.close();
+    await pool.query(`DROP SCHEMA ${schema} CASCADE`);
+    await pool.end();
+  };
+  return { perRecordUs, close };
+}
+
+const db = await benchDatabaseUrl();
+const names = Object.keys(VARIANTS);
+const variants = new Map<string, Variant>();
+for (const [i, name] of names.entries()) variants.set(name, await variant(db.url, String(i), VARIANTS[name]!));
+for (const v of variants.values()) await v.perRecordUs(); // warm-up: plans cached, pages in memory
+const runs = new Map<string, number[]>(names.map((name) => [name, []]));
+for (let round = 0; round < ROUNDS; round++) {
+  for (const name of round % 2 === 0 ? names : [...names].reverse()) runs.get(name)!.push(await variants.get(name)!.perRecordUs());
+}
+const median = (values: number[]): number => [...values].sort((left, right) => left - right)[values.length >> 1]!;
+console.log(`# ledger_flush by part: ${BATCH} records per flush, ${RECORDS} records per round, ${ROUNDS} alternated rounds (${db.kind})`);
+console.log('| variant | µs per record, median | rounds |');
+console.log('|---|---|---|');
+for (const name of names) {
+  const values = runs.get(name)!;
+  console.log(`| ${name} | ${median(values).toFixed(1)} | ${values.map((v) => v.toFixed(1)).join(', ')} |`);
+}
+for (const v of variants.values()) await v.close();
+await db.stop();
