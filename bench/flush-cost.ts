@@ -11,98 +11,21 @@
 //   node --import ./test/loader/register.js bench/flush-cost.ts
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { createAccount, createKey } from '../src/accounts/accounts.js';
-import { Ledger } from '../src/ledger/ledger.js';
-import { startedRecord, type JournalRecord } from '../src/ledger/journal-record.js';
-import { WriteBehind } from '../src/ledger/write-behind.js';
 import { newRequestId } from '../src/server/http-context.js';
-import { FUNCTIONS_DIR, migrate } from '../src/store/migrate.js';
-import { createPool } from '../src/store/pool.js';
+import { FUNCTIONS_DIR } from '../src/store/migrate.js';
 import { benchDatabaseUrl } from './lib/env.js';
+import { flushFixture } from './lib/flush-fixture.js';
 
 const RECORDS = Number(process.env.FLUSH_COST_RECORDS ?? 20_000);
 const AB_ROUNDS = Number(process.env.FLUSH_COST_AB_ROUNDS ?? 5);
 const db = await benchDatabaseUrl();
-const schema = 'bench_flush_' + process.pid;
-const pool = createPool({
-  url: db.url,
-  schema,
-  poolMax: 1,
-  connectionTimeoutMs: 5000,
-  queryTimeoutMs: 30_000,
-  lockTimeoutMs: 5000,
-  statementTimeoutMs: 30_000,
-});
-await migrate(pool, schema);
-const acc = await createAccount(pool, { name: 'b', planId: 'pro' });
-const ledger = new Ledger(pool);
-await ledger.topUp(acc.id, 1_000_000_000, 'b');
-await ledger.close();
-const key = await createKey(pool, { accountId: acc.id, name: 'b' });
-const epoch = Number((await pool.query('SELECT ledger_instance_start($1, now(), 0) AS e', ['bench'])).rows[0].e);
-const take = (
-  await pool.query(`SELECT * FROM ledger_lease_take(NULL, $1, $2, 'bench', $3, 1, 500000000, 0, 1000, 1000, 3600000, now())`, [acc.id, key.id, epoch])
-).rows[0] as { result: string; lease_id: string; take_grant_ink: string; grant_period: number };
-if (take.result !== 'ok') throw new Error(`lease take: ${take.result}`);
-const leaseId = Number(take.lease_id);
-const pid = (await pool.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
-
-/** The backend's user + system CPU, µs (/proc ticks of 10 ms). */
-const cpuUs = (): number => {
-  const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-  return (Number(f[11]) + Number(f[12])) * 10_000;
-};
-
-const wb = new WriteBehind(pool, {
-  instanceId: 'bench',
-  epoch: () => epoch,
-  flushMs: 60_000,
-  flushMaxRecords: 100_000,
-  journalMaxRecords: 10_000_000,
-  asyncCommit: true,
-  now: () => new Date(),
-  log: (fields, event) => console.error(event, fields),
-  onEndWritten: () => undefined,
-});
-
-const record = (): JournalRecord => {
-  const now = new Date().toISOString();
-  const started = startedRecord({
-    requestId: newRequestId(),
-    accountId: acc.id,
-    keyId: key.id,
-    product: 'messages',
-    model: 'sonnet',
-    leaseId,
-    holdInk: 100,
-    holdGrantInk: 0,
-    grantPeriod: take.grant_period,
-    createdAt: now,
-  });
-  // Its settlement, in the same window: one record carries start and end.
-  return {
-    ...started,
-    vendorRequestId: 'msg_0123456789abcdef',
-    end: 'settle',
-    chargeInk: 10,
-    restPaygInk: 90,
-    usage: '{"input_tokens":10,"output_tokens":20}',
-    resolvedAt: now,
-  };
-};
+const fixture = await flushFixture(db.url, 'bench_flush_' + process.pid);
+const { pool, accountId, keyId, leaseId, grantPeriod, cpuUs } = fixture;
 
 /** Small batches cost a round trip each: at most 2,000 of them (still hundreds of /proc ticks). */
 const roundsFor = (batch: number): number => Math.min(2000, Math.max(1, Math.round(RECORDS / batch)));
 
-async function flushes(batch: number): Promise<number> {
-  const rounds = roundsFor(batch);
-  const t0 = cpuUs();
-  for (let i = 0; i < rounds; i++) {
-    for (let j = 0; j < batch; j++) wb.start(record());
-    if (!(await wb.flushAll(30_000))) throw new Error('flush failed');
-  }
-  return (cpuUs() - t0) / (rounds * batch);
-}
+const flushes = (batch: number): Promise<number> => fixture.perRecordUs(batch, roundsFor(batch));
 
 const INSERT = `INSERT INTO %T (id, account_id, key_id, product, model, hold_state, status, hold_ink, hold_grant_ink, hold_payg_ink,
     grant_period, charged_ink, charged_grant_ink, charged_payg_ink, usage, vendor_request_id, created_at, resolved_at, lease_id, leased)
@@ -116,7 +39,7 @@ async function inserts(table: string, batch: number): Promise<number> {
   const t0 = cpuUs();
   for (let i = 0; i < rounds; i++) {
     const ids = Array.from({ length: batch }, () => newRequestId());
-    await pool.query(text, [ids, acc.id, key.id, take.grant_period, leaseId]);
+    await pool.query(text, [ids, accountId, keyId, grantPeriod, leaseId]);
   }
   return (cpuUs() - t0) / (rounds * batch);
 }
@@ -174,7 +97,5 @@ console.log(
   `alternated rounds, µs/record: before 024 ${runs.before.map((x) => x.toFixed(1)).join(', ')}; 024 ${runs.after.map((x) => x.toFixed(1)).join(', ')}`,
 );
 console.log(`(up to ${RECORDS} records per line, backend CPU from /proc, ${db.kind})`);
-wb.close();
-await pool.query(`DROP SCHEMA ${schema} CASCADE`);
-await pool.end();
+await fixture.close();
 await db.stop();

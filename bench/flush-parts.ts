@@ -19,14 +19,9 @@
 //   DATABASE_URL=... node --import ./test/loader/register.js bench/flush-parts.ts [--batch 100] [--records 10000] [--rounds 5]
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { createAccount, createKey } from '../src/accounts/accounts.js';
-import { Ledger } from '../src/ledger/ledger.js';
-import { startedRecord, type JournalRecord } from '../src/ledger/journal-record.js';
-import { WriteBehind } from '../src/ledger/write-behind.js';
-import { newRequestId } from '../src/server/http-context.js';
-import { FUNCTIONS_DIR, migrate } from '../src/store/migrate.js';
-import { createPool, type Pool } from '../src/store/pool.js';
+import { FUNCTIONS_DIR } from '../src/store/migrate.js';
 import { benchDatabaseUrl } from './lib/env.js';
+import { type FlushFixture, flushFixture } from './lib/flush-fixture.js';
 
 const argv = process.argv.slice(2);
 const arg = (name: string, fallback: number): number => {
@@ -76,93 +71,15 @@ const VARIANTS: Record<string, string[]> = {
   'primary key only': [DROP_SECONDARY, DROP_CHECKS],
 };
 
-interface Variant {
-  readonly perRecordUs: () => Promise<number>;
-  readonly close: () => Promise<void>;
-}
-
-/** A migrated schema changed by `changes`, with an account, a key, a live lease and a write-behind of its own. */
-async function variant(url: string, tag: string, changes: string[]): Promise<Variant> {
-  const schema = `bench_parts_${tag}_${process.pid}`;
-  const pool: Pool = createPool({
-    url,
-    schema,
-    poolMax: 1,
-    connectionTimeoutMs: 5000,
-    queryTimeoutMs: 60_000,
-    lockTimeoutMs: 5000,
-    statementTimeoutMs: 60_000,
-  });
-  await migrate(pool, schema);
-  for (const sql of changes) await pool.query(sql);
-  const account = await createAccount(pool, { name: 'b', planId: 'pro' });
-  const ledger = new Ledger(pool);
-  await ledger.topUp(account.id, 1_000_000_000, 'b');
-  await ledger.close();
-  const key = await createKey(pool, { accountId: account.id, name: 'b' });
-  const epoch = Number((await pool.query('SELECT ledger_instance_start($1, now(), 0) AS e', ['bench'])).rows[0].e);
-  const take = (
-    await pool.query(`SELECT * FROM ledger_lease_take(NULL, $1, $2, 'bench', $3, 1, 500000000, 0, 1000, 1000, 3600000, now())`, [account.id, key.id, epoch])
-  ).rows[0] as { result: string; lease_id: string; grant_period: number };
-  if (take.result !== 'ok') throw new Error(`lease take: ${take.result}`);
-  const pid = (await pool.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
-  const cpuUs = (): number => {
-    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-    return (Number(fields[11]) + Number(fields[12])) * 10_000;
-  };
-  const journal = new WriteBehind(pool, {
-    instanceId: 'bench',
-    epoch: () => epoch,
-    flushMs: 60_000,
-    flushMaxRecords: 100_000,
-    journalMaxRecords: 10_000_000,
-    asyncCommit: true,
-    now: () => new Date(),
-    log: (fields, event) => console.error(event, fields),
-    onEndWritten: () => undefined,
-  });
-  const record = (): JournalRecord => {
-    const now = new Date().toISOString();
-    const started = startedRecord({
-      requestId: newRequestId(),
-      accountId: account.id,
-      keyId: key.id,
-      product: 'messages',
-      model: 'sonnet',
-      leaseId: Number(take.lease_id),
-      holdInk: 100,
-      holdGrantInk: 0,
-      grantPeriod: take.grant_period,
-      createdAt: now,
-    });
-    const vendorRequestId = `msg_01${started.requestId.slice(4)}`;
-    return { ...started, vendorRequestId, end: 'settle', chargeInk: 10, restPaygInk: 90, usage: '{"input_tokens":10,"output_tokens":20}', resolvedAt: now };
-  };
-  const perRecordUs = async (): Promise<number> => {
-    const flushes = Math.max(1, Math.round(RECORDS / BATCH));
-    const startUs = cpuUs();
-    for (let i = 0; i < flushes; i++) {
-      for (let j = 0; j < BATCH; j++) journal.start(record());
-      if (!(await journal.flushAll(30_000))) throw new Error('flush failed');
-    }
-    return (cpuUs() - startUs) / (flushes * BATCH);
-  };
-  const close = async (): Promise<void> => {
-    journal.close();
-    await pool.query(`DROP SCHEMA ${schema} CASCADE`);
-    await pool.end();
-  };
-  return { perRecordUs, close };
-}
-
 const db = await benchDatabaseUrl();
 const names = Object.keys(VARIANTS);
-const variants = new Map<string, Variant>();
-for (const [i, name] of names.entries()) variants.set(name, await variant(db.url, String(i), VARIANTS[name]!));
-for (const v of variants.values()) await v.perRecordUs(); // warm-up: plans cached, pages in memory
+const variants = new Map<string, FlushFixture>();
+for (const [i, name] of names.entries()) variants.set(name, await flushFixture(db.url, `bench_parts_${i}_${process.pid}`, VARIANTS[name]!));
+const flushes = Math.max(1, Math.round(RECORDS / BATCH));
+for (const v of variants.values()) await v.perRecordUs(BATCH, flushes); // warm-up: plans cached, pages in memory
 const runs = new Map<string, number[]>(names.map((name) => [name, []]));
 for (let round = 0; round < ROUNDS; round++) {
-  for (const name of round % 2 === 0 ? names : [...names].reverse()) runs.get(name)!.push(await variants.get(name)!.perRecordUs());
+  for (const name of round % 2 === 0 ? names : [...names].reverse()) runs.get(name)!.push(await variants.get(name)!.perRecordUs(BATCH, flushes));
 }
 const median = (values: number[]): number => [...values].sort((left, right) => left - right)[values.length >> 1]!;
 console.log(`# ledger_flush by part: ${BATCH} records per flush, ${RECORDS} records per round, ${ROUNDS} alternated rounds (${db.kind})`);
