@@ -22,15 +22,11 @@ import { join } from 'node:path';
 import { FUNCTIONS_DIR } from '../src/store/migrate.js';
 import { benchDatabaseUrl } from './lib/env.js';
 import { type FlushFixture, flushFixture } from './lib/flush-fixture.js';
+import { numberArg } from './lib/argv.js';
 
-const argv = process.argv.slice(2);
-const arg = (name: string, fallback: number): number => {
-  const at = argv.indexOf(`--${name}`);
-  return at >= 0 ? Number(argv[at + 1]) : fallback;
-};
-const BATCH = arg('batch', 100);
-const RECORDS = arg('records', 10_000);
-const ROUNDS = arg('rounds', 5);
+const BATCH = numberArg('batch', 100);
+const RECORDS = numberArg('records', 10_000);
+const ROUNDS = numberArg('rounds', 5);
 
 const FLUSH_SQL = readFileSync(join(FUNCTIONS_DIR, 'ledger_flush.sql'), 'utf8');
 const LEASED_SQL = readFileSync(join(FUNCTIONS_DIR, 'ledger_flush_leased.sql'), 'utf8');

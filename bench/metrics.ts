@@ -14,15 +14,11 @@ import { performance } from 'node:perf_hooks';
 import { Counter, Histogram, Registry } from 'prom-client';
 import { GatewayMetrics } from '../src/metrics/metrics.js';
 import { DURATION_BUCKETS_S } from '../src/metrics/request-metrics.js';
+import { numberArg } from './lib/argv.js';
 
-const argv = process.argv.slice(2);
-const arg = (name: string, dflt: number): number => {
-  const i = argv.indexOf(`--${name}`);
-  return i >= 0 ? Number(argv[i + 1]) : dflt;
-};
-const N = arg('n', 2_000_000);
-const REPEAT = arg('repeat', 5);
-const JSON_OUT = argv.includes('--json');
+const N = numberArg('n', 2_000_000);
+const REPEAT = numberArg('repeat', 5);
+const JSON_OUT = process.argv.slice(2).includes('--json');
 
 const ROUTES: ReadonlyArray<readonly [string, string]> = [
   ['POST', '/v1/messages'],

@@ -23,14 +23,10 @@ import { checkJsonShape } from '../src/server/json-shape.js';
 import { parseJsonObject } from '../src/server/json-parse.js';
 import { createLogger } from '../src/util/log.js';
 import { startBillingGateway } from './lib/billing-gateway.js';
+import { numberArg } from './lib/argv.js';
 
-const argv = process.argv.slice(2);
-const arg = (name: string, dflt: number): number => {
-  const i = argv.indexOf(`--${name}`);
-  return i >= 0 ? Number(argv[i + 1]) : dflt;
-};
-const N = arg('n', 20_000);
-const REPEAT = arg('repeat', 5);
+const N = numberArg('n', 20_000);
+const REPEAT = numberArg('repeat', 5);
 
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 const cpuUs = (): number => {
