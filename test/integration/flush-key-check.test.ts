@@ -14,22 +14,8 @@ import type { JournalRecord } from '../../src/ledger/journal-record.js';
 import { WriteBehind } from '../../src/ledger/write-behind.js';
 import type { Pool } from '../../src/store/pool.js';
 import { testDb } from '../helpers/db.js';
-import { testRecord } from '../helpers/journal-record.js';
+import { type TestLease as Lease, takeLease, testRecord } from '../helpers/journal-record.js';
 import { assertLedgerInvariant, newRequestId, seedAccount } from '../helpers/ledger-invariant.js';
-
-interface Lease {
-  readonly id: number;
-  readonly period: number;
-}
-
-async function takeLease(pool: Pool, instance: string, epoch: number, accountId: string, keyId: string, wantInk = 5000): Promise<Lease> {
-  const r = await pool.query<{ result: string; lease_id: string; grant_period: number }>(
-    `SELECT * FROM ledger_lease_take(NULL, $1, $2, $3, $4, 1, $5, 0, 1000, 1000, 3600000, now())`,
-    [accountId, keyId, instance, epoch, wantInk],
-  );
-  if (r.rows[0]!.result !== 'ok') throw new Error(`lease take: ${r.rows[0]!.result}`);
-  return { id: Number(r.rows[0]!.lease_id), period: r.rows[0]!.grant_period };
-}
 
 /** A request that started and settled inside one flush window, as the escrow queues it. */
 function settled(lease: Lease, accountId: string, keyId: string): JournalRecord {

@@ -8,7 +8,7 @@ import type { JournalRecord } from '../../src/ledger/journal-record.js';
 import { WriteBehind } from '../../src/ledger/write-behind.js';
 import type { Pool } from '../../src/store/pool.js';
 import { testDb } from '../helpers/db.js';
-import { testRecord } from '../helpers/journal-record.js';
+import { takeLease, testRecord } from '../helpers/journal-record.js';
 import { assertLedgerInvariant, seedAccount } from '../helpers/ledger-invariant.js';
 
 interface Setup {
@@ -28,12 +28,8 @@ async function setup(t: Test): Promise<Setup> {
   const epoch = Number((await db.pool.query('SELECT ledger_instance_start($1, now(), 0) AS e', [instance])).rows[0].e);
   const accountId = seeded.accountId;
   const keyId = seeded.keyIds[0]!;
-  const r = await db.pool.query<{ result: string; lease_id: string; grant_period: number }>(
-    `SELECT * FROM ledger_lease_take(NULL, $1, $2, $3, $4, 1, 50000, 0, 1000, 1000, 3600000, now())`,
-    [accountId, keyId, instance, epoch],
-  );
-  if (r.rows[0]!.result !== 'ok') throw new Error(`lease take: ${r.rows[0]!.result}`);
-  return { pool: db.pool, instance, epoch, accountId, keyId, leaseId: Number(r.rows[0]!.lease_id), period: r.rows[0]!.grant_period };
+  const lease = await takeLease(db.pool, instance, epoch, accountId, keyId, 50_000);
+  return { pool: db.pool, instance, epoch, accountId, keyId, leaseId: lease.id, period: lease.period };
 }
 
 /** A request's record as the escrow makes it when its hold comes out of the lease: a start, no end yet. */
