@@ -15,6 +15,7 @@ import { newRequestId } from '../src/server/http-context.js';
 import { FUNCTIONS_DIR } from '../src/store/migrate.js';
 import { benchDatabaseUrl } from './lib/env.js';
 import { flushFixture } from './lib/flush-fixture.js';
+import { median } from './lib/stats.js';
 
 const RECORDS = Number(process.env.FLUSH_COST_RECORDS ?? 20_000);
 const AB_ROUNDS = Number(process.env.FLUSH_COST_AB_ROUNDS ?? 5);
@@ -87,7 +88,6 @@ for (let i = 0; i < AB_ROUNDS; i++) {
     runs[kind].push(await flushes(160));
   }
 }
-const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[xs.length >> 1]!;
 for (const kind of ['before', 'after'] as const) {
   const what = kind === 'before' ? 'foreign key, no lease check (before 024)' : 'lease check, no foreign key (024)';
   out.push([`ledger_flush, 160 per flush, ${what}, median of ${AB_ROUNDS}`, median(runs[kind])]);

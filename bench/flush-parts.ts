@@ -23,6 +23,7 @@ import { FUNCTIONS_DIR } from '../src/store/migrate.js';
 import { benchDatabaseUrl } from './lib/env.js';
 import { type FlushFixture, flushFixture } from './lib/flush-fixture.js';
 import { numberArg } from './lib/argv.js';
+import { median } from './lib/stats.js';
 
 const BATCH = numberArg('batch', 100);
 const RECORDS = numberArg('records', 10_000);
@@ -77,7 +78,6 @@ const runs = new Map<string, number[]>(names.map((name) => [name, []]));
 for (let round = 0; round < ROUNDS; round++) {
   for (const name of round % 2 === 0 ? names : [...names].reverse()) runs.get(name)!.push(await variants.get(name)!.perRecordUs(BATCH, flushes));
 }
-const median = (values: number[]): number => [...values].sort((left, right) => left - right)[values.length >> 1]!;
 console.log(`# ledger_flush by part: ${BATCH} records per flush, ${RECORDS} records per round, ${ROUNDS} alternated rounds (${db.kind})`);
 console.log('| variant | µs per record, median | rounds |');
 console.log('|---|---|---|');

@@ -15,6 +15,7 @@ import { Counter, Histogram, Registry } from 'prom-client';
 import { GatewayMetrics } from '../src/metrics/metrics.js';
 import { DURATION_BUCKETS_S } from '../src/metrics/request-metrics.js';
 import { numberArg } from './lib/argv.js';
+import { median } from './lib/stats.js';
 
 const N = numberArg('n', 2_000_000);
 const REPEAT = numberArg('repeat', 5);
@@ -35,11 +36,6 @@ function time(run: (i: number) => void): number {
   const t0 = performance.now();
   for (let i = 0; i < N; i++) run(i);
   return ((performance.now() - t0) * 1e6) / N;
-}
-
-function median(xs: number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.floor(s.length / 2)]!;
 }
 
 const m = new GatewayMetrics();

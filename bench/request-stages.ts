@@ -24,11 +24,11 @@ import { parseJsonObject } from '../src/server/json-parse.js';
 import { createLogger } from '../src/util/log.js';
 import { startBillingGateway } from './lib/billing-gateway.js';
 import { numberArg } from './lib/argv.js';
+import { median } from './lib/stats.js';
 
 const N = numberArg('n', 20_000);
 const REPEAT = numberArg('repeat', 5);
 
-const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 const cpuUs = (): number => {
   const u = process.cpuUsage();
   return u.user + u.system;
