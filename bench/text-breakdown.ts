@@ -1,5 +1,5 @@
 // Where inkgate's added latency goes on a text lane, at concurrency 1 (a profiling aid).
-//   node --import ./test/loader/register.js bench/text-breakdown.ts [--lane messages|responses] [--n 3000] [--stream] [--conns 1]
+//   node --import ./test/loader/register.js bench/text-breakdown.ts [--lane messages|responses] [--n 3000] [--stream] [--conns 1] [--engine node|uws]
 // The simulators run in a child (bench/lib/sims-child.ts); the gateway and the load run
 // here, so wrapped calls (each pg query, the ledger moves, the vendor request) time themselves.
 // Numbers are wall time around each await, which at c=1 is the round trip plus event-loop turns.
@@ -15,6 +15,8 @@ const lane = arg('--lane', 'messages');
 const n = Number(arg('--n', '3000'));
 const conns = Number(arg('--conns', '1'));
 const stream = process.argv.includes('--stream');
+// --engine node|uws: the HTTP engine measured (default: the configuration's auto).
+const engine = process.argv.includes('--engine') ? (arg('--engine', 'node') as 'node' | 'uws') : undefined;
 // --load-child: the load generator runs in a child, so this process's CPU (and a --cpu-prof of
 // it) is the gateway's alone; the step timings are still taken here.
 const loadChild = process.argv.includes('--load-child');
@@ -42,7 +44,7 @@ async function main(): Promise<void> {
   const simsChild = fileURLToPath(new URL('./lib/sims-child.ts', import.meta.url));
   const simsP = fork(simsChild, [], { execArgv: process.execArgv });
   const sims = await new Promise<{ anthropic: string; openai: string }>((r) => simsP.once('message', r as never));
-  const stack = await startBillingGateway(sims, 'bench_brk');
+  const stack = await startBillingGateway(sims, 'bench_brk', engine === undefined ? {} : { server: { engine } });
   const gw = stack.gw;
   const pool = gw.services.pool;
 

@@ -320,6 +320,7 @@ function createRelay(
     const out = withoutErrorEvents(events);
     if (out.length === 0) return true;
     firstByte.relayed();
+    if (tally.sawTerminal) ctx.holdTail();
     writer.write(out);
     // Said on every chunk from the receipt on (the few after it): marking it is idempotent.
     if (tally.sawTerminal) ctx.receiptRelayed();

@@ -407,6 +407,14 @@ export abstract class HttpContext {
   receiptRelayed(): void {}
 
   /**
+   * The chunk about to be written holds the stream's receipt: only the service's frame and the end
+   * follow, in this same loop turn when the settle is in memory. The engine may keep that chunk and
+   * send it with the end in one write (a syscall less per stream; the proxy's one-read answers go
+   * out in one); it sends it by the next loop turn at the latest. Idempotent.
+   */
+  holdTail(): void {}
+
+  /**
    * Cuts a started stream whose source failed: the connection is closed without the body's end,
    * so the client sees the answer incomplete (a chunked body ended cleanly would look whole).
    */

@@ -144,6 +144,27 @@ export class NodeContext extends HttpContext {
     return this.res.write(chunk);
   }
 
+  /** 0: not held; 1: the socket corked by holdTail; 2: released (once, by end or the next turn). */
+  private tail = 0;
+
+  override holdTail(): void {
+    if (this.tail !== 0 || this.aborted) return;
+    const socket = this.res.socket;
+    if (socket === null) return;
+    // One cork level over node's own per-write cork: the writes stay in the socket's buffer until
+    // releaseTail, with the end's bytes when end comes first. Nothing is copied or reordered.
+    this.tail = 1;
+    socket.cork();
+    setImmediate(releaseTail, this);
+  }
+
+  /** Undoes holdTail's cork, once. */
+  releaseTail(): void {
+    if (this.tail !== 1) return;
+    this.tail = 2;
+    this.res.socket?.uncork();
+  }
+
   waitWritable(): Promise<void> {
     if (this.aborted || !this.res.writableNeedDrain) return Promise.resolve();
     return new Promise((resolveW) => {
@@ -154,7 +175,12 @@ export class NodeContext extends HttpContext {
   }
 
   end(last?: Uint8Array | string): void {
-    if (this.aborted) return;
+    if (this.aborted) return this.releaseTail();
     this.res.end(last);
+    this.releaseTail();
   }
+}
+
+function releaseTail(ctx: NodeContext): void {
+  ctx.releaseTail();
 }

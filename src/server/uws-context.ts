@@ -7,6 +7,9 @@ import type { HttpRequest, HttpResponse } from './uws-loader.js';
 
 /** Placeholder for the chunk field between writes (keeps no chunk alive). */
 const EMPTY_CHUNK = new Uint8Array(0);
+const EMPTY_BUFFER = Buffer.alloc(0);
+/** At most this much of a stream's tail is kept to go out with its end (holdTail). */
+const MAX_TAIL_BYTES = 64 * 1024;
 
 /**
  * Refused before any route on uWS: a chunked body. This uWS build's chunk parser does not check
@@ -152,12 +155,41 @@ export class UwsContext extends HttpContext {
   write(chunk: Uint8Array | string): boolean {
     if (this.aborted) return true;
     if (this.sized !== undefined) return this.writeSized(this.sized, typeof chunk === 'string' ? Buffer.from(chunk) : chunk);
+    if (this.tail === 1) return this.keepTail(chunk);
     // The chunk and the answer travel through fields so that the corked callback is made once per
     // response, not once per relayed chunk (the stream hot path allocates nothing per chunk).
     this.pendingChunk = chunk;
     this.res.cork(this.corkedWrite);
     this.pendingChunk = EMPTY_CHUNK;
     return this.writeOk;
+  }
+
+  /** 0: not held; 1: holdTail keeps what is written; 2: released (once, by end or the next turn). */
+  private tail = 0;
+  /** What was written while held: copies, as the caller owns its chunks. */
+  private tailBytes: Buffer = EMPTY_BUFFER;
+
+  override holdTail(): void {
+    if (this.tail !== 0 || this.aborted || this.sized !== undefined) return;
+    this.tail = 1;
+    setImmediate(flushTail, this);
+  }
+
+  private keepTail(chunk: Uint8Array | string): boolean {
+    const copy = Buffer.from(chunk as Uint8Array);
+    this.tailBytes = this.tailBytes.length === 0 ? copy : Buffer.concat([this.tailBytes, copy]);
+    // Bounded: a vendor writing on after its receipt gets its bytes sent at once.
+    if (this.tailBytes.length > MAX_TAIL_BYTES) this.flushTail();
+    return true;
+  }
+
+  /** Sends what holdTail kept, once (the next turn's call, or too much kept). */
+  flushTail(): void {
+    if (this.tail !== 1) return;
+    this.tail = 2;
+    const kept = this.tailBytes;
+    this.tailBytes = EMPTY_BUFFER;
+    if (kept.length > 0) this.write(kept);
   }
 
   private pendingChunk: Uint8Array | string = EMPTY_CHUNK;
@@ -223,12 +255,20 @@ export class UwsContext extends HttpContext {
     // that got fewer bytes than it declared cannot end cleanly: the connection is cut.
     if (this.sized?.done === true) return;
     if (this.sized !== undefined && this.sized.totalBytes > 0) return this.cutStream();
+    const kept = this.tailBytes;
+    this.tail = 2;
+    this.tailBytes = EMPTY_BUFFER;
     this.res.cork(() => {
       this.writePendingHead();
+      if (kept.length > 0) this.res.write(kept);
       this.releaseReading();
       this.res.end(last);
     });
   }
+}
+
+function flushTail(ctx: UwsContext): void {
+  ctx.flushTail();
 }
 
 /** The state of a stream declared by its length (uWS tryEnd). */
