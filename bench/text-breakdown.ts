@@ -109,7 +109,7 @@ async function main(): Promise<void> {
       fileURLToPath(import.meta.url),
       ['--role', 'load', '--url', gw.url, '--path', path, '--body', body, '--key', stack.key, '--n', String(n), '--conns', String(conns)],
       {
-        execArgv: process.execArgv.filter((a) => !a.startsWith('--cpu-prof')),
+        execArgv: withoutProfiling(process.execArgv),
       },
     );
     total.push(...(await new Promise<number[]>((r) => c.once('message', r as never))));
@@ -160,3 +160,14 @@ async function load(): Promise<void> {
 
 if (arg('--role', 'main') === 'load') void load();
 else void main();
+
+/** `argv` without the CPU profiler's flags, and the value after a flag written apart from it (`--cpu-prof-dir DIR`). */
+function withoutProfiling(argv: readonly string[]): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i]!;
+    if (!a.startsWith('--cpu-prof')) out.push(a);
+    else if (a !== '--cpu-prof' && !a.includes('=')) i++;
+  }
+  return out;
+}

@@ -12,8 +12,8 @@
 // for it (a null, negative, fractional or non-number value counts as not reported).
 //
 // Only the four events that matter are JSON-parsed; content_block_delta (the bulk of the
-// stream) is skipped by its event name, so the tally costs one UTF-8 decode and one SSE line
-// scan per chunk. An SSE event with no `event:` field is parsed to read its `type`.
+// stream) is skipped by its event name, so the tally costs one SSE line scan per chunk and a
+// UTF-8 decode of the events it reads. An SSE event with no `event:` field is parsed to read its `type`.
 
 import { createParser, type EventSourceMessage, type EventSourceParser } from 'eventsource-parser';
 import { eventOpening, splitEvents } from '../sse-plain-event.js';
@@ -86,7 +86,12 @@ export class MessagesUsageTally {
   overflowed = false;
 
   private readonly parser: EventSourceParser;
-  private readonly decoder = new TextDecoder('utf-8');
+  /**
+   * Made by the first `push` of arbitrary bytes, which may split a UTF-8 sequence. Whole events
+   * (pushEvents) never do, so they are decoded without one: a relayed stream makes no decoder
+   * (making one costs a few µs a stream in ICU's converter set-up).
+   */
+  private decoder: TextDecoder | undefined = undefined;
   private ended = false;
   /** The last character the parser got was a CR, which may still end an event. */
   private lastCharWasCr = false;
@@ -106,7 +111,17 @@ export class MessagesUsageTally {
   /** Feeds forwarded bytes (any chunking). */
   push(chunk: Buffer | Uint8Array): void {
     if (this.ended || this.overflowed) return;
-    const text = this.decoder.decode(chunk, { stream: true });
+    this.decoder ??= new TextDecoder('utf-8');
+    this.feedText(this.decoder.decode(chunk, { stream: true }));
+  }
+
+  /** Whole events' bytes: decoded alone unless a `push` left the decoder mid-sequence. */
+  private pushWhole(bytes: Buffer): void {
+    if (this.decoder !== undefined) this.push(bytes);
+    else this.feedText(bytes.toString('utf8'));
+  }
+
+  private feedText(text: string): void {
     if (text.length === 0) return;
     this.lastCharWasCr = text.charCodeAt(text.length - 1) === 13;
     this.parser.feed(text);
@@ -119,11 +134,11 @@ export class MessagesUsageTally {
   pushEvents(events: Buffer): void {
     if (this.ended || this.overflowed) return;
     // A CR the parser holds may still end an event: the parser must see the next byte first.
-    if (this.lastCharWasCr) this.push(events);
+    if (this.lastCharWasCr) this.pushWhole(events);
     else this.plainEvents += splitEvents(events, SKIPPED_OPENINGS, passOver, this.pushParsed);
   }
 
-  private readonly pushParsed = (bytes: Buffer): void => this.push(bytes);
+  private readonly pushParsed = (bytes: Buffer): void => this.pushWhole(bytes);
 
   /**
    * Marks the end of the vendor stream. An incomplete trailing event (no blank line after it)
@@ -131,7 +146,7 @@ export class MessagesUsageTally {
    */
   end(): void {
     if (this.ended) return;
-    if (!this.overflowed) {
+    if (!this.overflowed && this.decoder !== undefined) {
       const text = this.decoder.decode();
       if (text.length > 0) this.parser.feed(text);
     }

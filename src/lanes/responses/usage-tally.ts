@@ -90,7 +90,8 @@ const PARSED_EVENTS: ReadonlySet<string> = new Set([
  */
 export class ResponsesUsageTally {
   private readonly parser: EventSourceParser;
-  private readonly decoder = new TextDecoder('utf-8');
+  /** Made by the first `feed` of arbitrary bytes; whole events (feedEvents) are decoded without one (the Messages tally says why). */
+  private decoder: TextDecoder | undefined = undefined;
   private lastCharWasCr = false;
   private ended = false;
   private stopped = false;
@@ -130,7 +131,18 @@ export class ResponsesUsageTally {
   /** Feeds upstream bytes (or already-decoded text; do not mix the two in one stream). */
   feed(chunk: Uint8Array | string): void {
     if (this.stopped || this.ended) return;
-    const text = typeof chunk === 'string' ? chunk : this.decoder.decode(chunk, { stream: true });
+    if (typeof chunk === 'string') return this.feedText(chunk);
+    this.decoder ??= new TextDecoder('utf-8');
+    this.feedText(this.decoder.decode(chunk, { stream: true }));
+  }
+
+  /** Whole events' bytes: decoded alone unless a `feed` left the decoder mid-sequence. */
+  private feedWhole(bytes: Buffer): void {
+    if (this.decoder !== undefined) this.feed(bytes);
+    else if (!this.stopped && !this.ended) this.feedText(bytes.toString('utf8'));
+  }
+
+  private feedText(text: string): void {
     if (text.length === 0) return;
     this.lastCharWasCr = text.charCodeAt(text.length - 1) === 13;
     this.parser.feed(text);
@@ -143,11 +155,11 @@ export class ResponsesUsageTally {
   feedEvents(events: Buffer): void {
     if (this.stopped || this.ended) return;
     // A CR the parser holds may still end an event: the parser must see the next byte first.
-    if (this.lastCharWasCr) this.feed(events);
+    if (this.lastCharWasCr) this.feedWhole(events);
     else this.plainEvents += splitEvents(events, TEXT_DELTA_OPENING, this.readPlainDelta, this.feedParsed);
   }
 
-  private readonly feedParsed = (bytes: Buffer): void => this.feed(bytes);
+  private readonly feedParsed = (bytes: Buffer): void => this.feedWhole(bytes);
 
   /** A text delta read from its bytes, as onEvent and scannedTextDelta read it decoded; false: parse it. */
   private readonly readPlainDelta = (bytes: Buffer, dataStart: number, dataEnd: number): boolean => {
@@ -163,7 +175,7 @@ export class ResponsesUsageTally {
   end(): void {
     if (this.ended) return;
     if (!this.stopped) {
-      const rest = this.decoder.decode();
+      const rest = this.decoder?.decode() ?? '';
       if (rest.length > 0) {
         this.lastCharWasCr = rest.charCodeAt(rest.length - 1) === 13;
         this.parser.feed(rest);
