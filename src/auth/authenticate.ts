@@ -17,13 +17,20 @@ import { ApiError, isApiError } from '../errors.js';
 import { GroupCommit, type GroupCommitOptions } from '../store/group-commit.js';
 import type { AuthInfo } from '../server/http-context.js';
 import { storeError, type Queryable } from '../store/pool.js';
-import { bearerToken, hashKey, isWellFormedKey } from '../accounts/api-key.js';
+import { bearerToken, hashKey, isWellFormedKey, keyDigest } from '../accounts/api-key.js';
 import { UnknownKeys } from './unknown-keys.js';
 
 function tokenHash(authorization: string | undefined): Buffer {
   const token = bearerToken(authorization);
   if (token === undefined || !isWellFormedKey(token)) throw new ApiError('invalid_api_key');
   return hashKey(token);
+}
+
+/** tokenHash as the key cache's id (keyDigest). */
+function tokenDigest(authorization: string | undefined): string {
+  const token = bearerToken(authorization);
+  if (token === undefined || !isWellFormedKey(token)) throw new ApiError('invalid_api_key');
+  return keyDigest(token);
 }
 
 /** The cause a 401 carries when the store was asked and has no live key with this hash. */
@@ -118,15 +125,14 @@ export class KeyAuthenticator {
    * lookup whose answer is remembered. Unknown keys are never remembered.
    */
   async authenticateCached(authorization: string | undefined): Promise<AuthInfo> {
-    const hash = tokenHash(authorization);
-    if (this.cacheOpts.keyCacheMs === 0) return this.lookupHash(hash);
-    const id = hash.toString('latin1');
+    if (this.cacheOpts.keyCacheMs === 0) return this.lookupHash(tokenHash(authorization));
+    const id = tokenDigest(authorization);
     const hit = this.cache.get(id);
     const nowMs = this.nowMs();
     if (hit !== undefined && hit.untilMs > nowMs) return hit.info;
     let info: AuthInfo;
     try {
-      info = await this.lookupHash(hash, id);
+      info = await this.lookupHash(Buffer.from(id, 'latin1'), id);
     } catch (e) {
       // The store cannot answer (paused, failing over): a key remembered until recently is still
       // taken, for at most one more keyCacheMs. Its holds still need a live Ink lease (or the store),
@@ -145,7 +151,7 @@ export class KeyAuthenticator {
     if (this.cacheOpts.keyCacheMs === 0) return undefined;
     const token = bearerToken(authorization);
     if (token === undefined || !isWellFormedKey(token)) return undefined;
-    const hit = this.cache.get(hashKey(token).toString('latin1'));
+    const hit = this.cache.get(keyDigest(token));
     return hit !== undefined && hit.untilMs > this.nowMs() ? hit.info : undefined;
   }
 
@@ -157,7 +163,7 @@ export class KeyAuthenticator {
   /** Drops a key from the cache (its reserve found it revoked or expired). */
   forget(authorization: string | undefined): void {
     const token = bearerToken(authorization);
-    if (token !== undefined && isWellFormedKey(token)) this.cache.delete(hashKey(token).toString('latin1'));
+    if (token !== undefined && isWellFormedKey(token)) this.cache.delete(keyDigest(token));
   }
 
   /** Drops every remembered answer for a key (revoked, expired or changed on another instance). */
