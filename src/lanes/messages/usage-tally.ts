@@ -17,6 +17,7 @@
 
 import { createParser, type EventSourceMessage, type EventSourceParser } from 'eventsource-parser';
 import { eventOpening, splitEvents } from '../sse-plain-event.js';
+import { TallyText } from '../tally-text.js';
 
 /** Events the tally never reads, passed over from their bytes when they have the usual shape (pushEvents). */
 const SKIPPED_OPENINGS: readonly Buffer[] = ['content_block_delta', 'ping', 'content_block_start', 'content_block_stop'].map(eventOpening);
@@ -86,12 +87,7 @@ export class MessagesUsageTally {
   overflowed = false;
 
   private readonly parser: EventSourceParser;
-  /**
-   * Made by the first `push` of arbitrary bytes, which may split a UTF-8 sequence. Whole events
-   * (pushEvents) never do, so they are decoded without one: a relayed stream makes no decoder
-   * (making one costs a few µs a stream in ICU's converter set-up).
-   */
-  private decoder: TextDecoder | undefined = undefined;
+  private readonly text = new TallyText();
   private ended = false;
   /** The last character the parser got was a CR, which may still end an event. */
   private lastCharWasCr = false;
@@ -111,14 +107,12 @@ export class MessagesUsageTally {
   /** Feeds forwarded bytes (any chunking). */
   push(chunk: Buffer | Uint8Array): void {
     if (this.ended || this.overflowed) return;
-    this.decoder ??= new TextDecoder('utf-8');
-    this.feedText(this.decoder.decode(chunk, { stream: true }));
+    this.feedText(this.text.of(chunk));
   }
 
-  /** Whole events' bytes: decoded alone unless a `push` left the decoder mid-sequence. */
   private pushWhole(bytes: Buffer): void {
-    if (this.decoder !== undefined) this.push(bytes);
-    else this.feedText(bytes.toString('utf8'));
+    if (this.ended || this.overflowed) return;
+    this.feedText(this.text.ofWhole(bytes));
   }
 
   private feedText(text: string): void {
@@ -146,8 +140,8 @@ export class MessagesUsageTally {
    */
   end(): void {
     if (this.ended) return;
-    if (!this.overflowed && this.decoder !== undefined) {
-      const text = this.decoder.decode();
+    if (!this.overflowed) {
+      const text = this.text.rest();
       if (text.length > 0) this.parser.feed(text);
     }
     this.ended = true;

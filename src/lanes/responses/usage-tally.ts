@@ -36,6 +36,7 @@ import { count, isObject } from './raw-json.js';
 import { type DeltaSpan, scanSequenceNumber, scanTextDelta } from './delta-scan.js';
 import { SEQUENCE_NUMBER_KEY, scanCountBytes, scanTextDeltaBytes } from './delta-scan-bytes.js';
 import { eventOpening, splitEvents } from '../sse-plain-event.js';
+import { TallyText } from '../tally-text.js';
 import {
   emptyUsage,
   str,
@@ -90,8 +91,7 @@ const PARSED_EVENTS: ReadonlySet<string> = new Set([
  */
 export class ResponsesUsageTally {
   private readonly parser: EventSourceParser;
-  /** Made by the first `feed` of arbitrary bytes; whole events (feedEvents) are decoded without one (the Messages tally says why). */
-  private decoder: TextDecoder | undefined = undefined;
+  private readonly text = new TallyText();
   private lastCharWasCr = false;
   private ended = false;
   private stopped = false;
@@ -131,15 +131,12 @@ export class ResponsesUsageTally {
   /** Feeds upstream bytes (or already-decoded text; do not mix the two in one stream). */
   feed(chunk: Uint8Array | string): void {
     if (this.stopped || this.ended) return;
-    if (typeof chunk === 'string') return this.feedText(chunk);
-    this.decoder ??= new TextDecoder('utf-8');
-    this.feedText(this.decoder.decode(chunk, { stream: true }));
+    this.feedText(typeof chunk === 'string' ? chunk : this.text.of(chunk));
   }
 
-  /** Whole events' bytes: decoded alone unless a `feed` left the decoder mid-sequence. */
   private feedWhole(bytes: Buffer): void {
-    if (this.decoder !== undefined) this.feed(bytes);
-    else if (!this.stopped && !this.ended) this.feedText(bytes.toString('utf8'));
+    if (this.stopped || this.ended) return;
+    this.feedText(this.text.ofWhole(bytes));
   }
 
   private feedText(text: string): void {
@@ -175,7 +172,7 @@ export class ResponsesUsageTally {
   end(): void {
     if (this.ended) return;
     if (!this.stopped) {
-      const rest = this.decoder?.decode() ?? '';
+      const rest = this.text.rest();
       if (rest.length > 0) {
         this.lastCharWasCr = rest.charCodeAt(rest.length - 1) === 13;
         this.parser.feed(rest);
