@@ -20,17 +20,16 @@ import { storeError, type Queryable } from '../store/pool.js';
 import { bearerToken, hashKey, isWellFormedKey, keyDigest } from '../accounts/api-key.js';
 import { UnknownKeys } from './unknown-keys.js';
 
-function tokenHash(authorization: string | undefined): Buffer {
+/** The header's bearer key when it has the key's form, else undefined (no lookup can find it). */
+function wellFormedKey(authorization: string | undefined): string | undefined {
   const token = bearerToken(authorization);
-  if (token === undefined || !isWellFormedKey(token)) throw new ApiError('invalid_api_key');
-  return hashKey(token);
+  return token !== undefined && isWellFormedKey(token) ? token : undefined;
 }
 
-/** tokenHash as the key cache's id (keyDigest). */
-function tokenDigest(authorization: string | undefined): string {
-  const token = bearerToken(authorization);
-  if (token === undefined || !isWellFormedKey(token)) throw new ApiError('invalid_api_key');
-  return keyDigest(token);
+function tokenKey(authorization: string | undefined): string {
+  const token = wellFormedKey(authorization);
+  if (token === undefined) throw new ApiError('invalid_api_key');
+  return token;
 }
 
 /** The cause a 401 carries when the store was asked and has no live key with this hash. */
@@ -57,7 +56,7 @@ function authInfo(row: AuthRow | undefined): AuthInfo {
 }
 
 export async function authenticate(database: Queryable, authorization: string | undefined): Promise<AuthInfo> {
-  const hash = tokenHash(authorization);
+  const hash = hashKey(tokenKey(authorization));
   let row;
   try {
     row = await findLiveKey(database, hash);
@@ -117,7 +116,7 @@ export class KeyAuthenticator {
   }
 
   async authenticate(authorization: string | undefined): Promise<AuthInfo> {
-    return this.lookupHash(tokenHash(authorization));
+    return this.lookupHash(hashKey(tokenKey(authorization)));
   }
 
   /**
@@ -125,8 +124,8 @@ export class KeyAuthenticator {
    * lookup whose answer is remembered. Unknown keys are never remembered.
    */
   async authenticateCached(authorization: string | undefined): Promise<AuthInfo> {
-    if (this.cacheOpts.keyCacheMs === 0) return this.lookupHash(tokenHash(authorization));
-    const id = tokenDigest(authorization);
+    if (this.cacheOpts.keyCacheMs === 0) return this.lookupHash(hashKey(tokenKey(authorization)));
+    const id = keyDigest(tokenKey(authorization));
     const hit = this.cache.get(id);
     const nowMs = this.nowMs();
     if (hit !== undefined && hit.untilMs > nowMs) return hit.info;
@@ -149,8 +148,8 @@ export class KeyAuthenticator {
   /** The remembered answer for this header, if any and still fresh; never a lookup. */
   peekCached(authorization: string | undefined): AuthInfo | undefined {
     if (this.cacheOpts.keyCacheMs === 0) return undefined;
-    const token = bearerToken(authorization);
-    if (token === undefined || !isWellFormedKey(token)) return undefined;
+    const token = wellFormedKey(authorization);
+    if (token === undefined) return undefined;
     const hit = this.cache.get(keyDigest(token));
     return hit !== undefined && hit.untilMs > this.nowMs() ? hit.info : undefined;
   }
@@ -162,8 +161,8 @@ export class KeyAuthenticator {
 
   /** Drops a key from the cache (its reserve found it revoked or expired). */
   forget(authorization: string | undefined): void {
-    const token = bearerToken(authorization);
-    if (token !== undefined && isWellFormedKey(token)) this.cache.delete(keyDigest(token));
+    const token = wellFormedKey(authorization);
+    if (token !== undefined) this.cache.delete(keyDigest(token));
   }
 
   /** Drops every remembered answer for a key (revoked, expired or changed on another instance). */
