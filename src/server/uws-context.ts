@@ -176,7 +176,7 @@ export class UwsContext extends HttpContext {
   }
 
   private keepTail(chunk: Uint8Array | string): boolean {
-    const copy = Buffer.from(chunk as Uint8Array);
+    const copy = typeof chunk === 'string' ? Buffer.from(chunk, 'utf8') : Buffer.from(chunk);
     this.tailBytes = this.tailBytes.length === 0 ? copy : Buffer.concat([this.tailBytes, copy]);
     // Bounded: a vendor writing on after its receipt gets its bytes sent at once.
     if (this.tailBytes.length > MAX_TAIL_BYTES) this.flushTail();
