@@ -12,6 +12,7 @@ import { WriteBehind } from '../../src/ledger/write-behind.js';
 import { newRequestId } from '../../src/server/http-context.js';
 import { migrate } from '../../src/store/migrate.js';
 import { createPool, type Pool } from '../../src/store/pool.js';
+import { takeLease } from '../../test/helpers/journal-record.js';
 
 export interface FlushFixture {
   readonly pool: Pool;
@@ -37,11 +38,8 @@ export async function flushFixture(url: string, schema: string, changes: readonl
   await ledger.close();
   const key = await createKey(pool, { accountId: account.id, name: 'b' });
   const epoch = Number((await pool.query('SELECT ledger_instance_start($1, now(), 0) AS e', ['bench'])).rows[0].e);
-  const take = (
-    await pool.query(`SELECT * FROM ledger_lease_take(NULL, $1, $2, 'bench', $3, 1, 500000000, 0, 1000, 1000, 3600000, now())`, [account.id, key.id, epoch])
-  ).rows[0] as { result: string; lease_id: string; grant_period: number };
-  if (take.result !== 'ok') throw new Error(`lease take: ${take.result}`);
-  const leaseId = Number(take.lease_id);
+  const lease = await takeLease(pool, 'bench', epoch, account.id, key.id, 500_000_000);
+  const leaseId = lease.id;
   const pid = (await pool.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
   const cpuUs = (): number => {
     const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
@@ -69,7 +67,7 @@ export async function flushFixture(url: string, schema: string, changes: readonl
       leaseId,
       holdInk: 100,
       holdGrantInk: 0,
-      grantPeriod: take.grant_period,
+      grantPeriod: lease.period,
       createdAt: now,
     });
     const vendorRequestId = `msg_01${started.requestId.slice(4)}`;
@@ -88,5 +86,5 @@ export async function flushFixture(url: string, schema: string, changes: readonl
     await pool.query(`DROP SCHEMA ${schema} CASCADE`);
     await pool.end();
   };
-  return { pool, accountId: account.id, keyId: key.id, leaseId, grantPeriod: take.grant_period, cpuUs, perRecordUs, close };
+  return { pool, accountId: account.id, keyId: key.id, leaseId, grantPeriod: lease.period, cpuUs, perRecordUs, close };
 }
