@@ -22,6 +22,7 @@
 // forever: it goes to the fail-stop as a LedgerAssertionError, and its records are never sent again.
 import type { Pool } from '../store/pool.js';
 import { isLedgerAssertion, type LedgerAssertionError, schemaViolation } from './assertion.js';
+import { int4Array, int8Array, jsonbArray, textArray } from '../store/binary-array.js';
 import { type EndKind, flushColumns, type JournalRecord } from './journal-record.js';
 import type { EventLog } from '../util/log.js';
 
@@ -41,9 +42,11 @@ export interface WriteBehindOptions {
   readonly onViolation?: (error: LedgerAssertionError) => void;
 }
 
+// The column arrays go as binary parameters (store/binary-array.ts); the two of timestamps as
+// text[], each element then read by timestamptz's own input, as a text array's would be.
 const FLUSH_ARGS = `$1::text, $2::bigint, $3::timestamptz, $4::text[], $5::text[], $6::text[],
-  $7::text[], $8::text[], $9::bigint[], $10::bigint[], $11::bigint[], $12::integer[], $13::timestamptz[], $14::text[], $15::text[],
-  $16::bigint[], $17::jsonb[], $18::text[], $19::timestamptz[]`;
+  $7::text[], $8::text[], $9::bigint[], $10::bigint[], $11::bigint[], $12::integer[], $13::text[]::timestamptz[], $14::text[], $15::text[],
+  $16::bigint[], $17::jsonb[], $18::text[], $19::text[]::timestamptz[]`;
 const FLUSH = `SELECT item, result FROM ledger_flush(${FLUSH_ARGS})`;
 /**
  * The same without waiting for the WAL flush (write-behind mode, and no unknown usage in the batch).
@@ -252,22 +255,22 @@ export class WriteBehind {
           this.options.instanceId,
           this.options.epoch(),
           this.options.now().toISOString(),
-          cols.ids,
-          cols.accounts,
-          cols.keys,
-          cols.products,
-          cols.models,
-          cols.leases,
-          cols.holds,
-          cols.holdGrants,
-          cols.periods,
-          cols.created,
-          cols.vids,
-          ends,
-          cols.charges,
-          cols.usage,
-          cols.reasons,
-          cols.resolved,
+          textArray(cols.ids),
+          textArray(cols.accounts),
+          textArray(cols.keys),
+          textArray(cols.products),
+          textArray(cols.models),
+          int8Array(cols.leases),
+          int8Array(cols.holds),
+          int8Array(cols.holdGrants),
+          int4Array(cols.periods),
+          textArray(cols.created),
+          textArray(cols.vids),
+          textArray(ends),
+          int8Array(cols.charges),
+          jsonbArray(cols.usage),
+          textArray(cols.reasons),
+          textArray(cols.resolved),
         ],
       });
       results = resultsByItem(res.rows, n);
