@@ -67,34 +67,36 @@ export function jsonbArray(values: ReadonlyArray<string | null>): Buffer {
   return stringArray(values, JSONB_OID, 1);
 }
 
-/** A `bigint[]` parameter of safe integers (a non-integer would be sent as another number: refused here). */
-export function int8Array(values: readonly number[]): Buffer {
+const isInt8 = (v: number): boolean => Number.isSafeInteger(v);
+const isInt4 = (v: number): boolean => Number.isInteger(v) && v >= -2_147_483_648 && v <= 2_147_483_647;
+
+/** Integers of one width, each checked by `fits` first: a value the column cannot hold is refused here, not sent as another number. */
+function integerArray(values: readonly number[], oid: number, width: 4 | 8, fits: (value: number) => boolean): Buffer {
   const n = values.length;
-  const buf = Buffer.allocUnsafe(HEADER_BYTES + 12 * n);
-  let at = header(buf, false, INT8_OID, n);
+  const buf = Buffer.allocUnsafe(HEADER_BYTES + (4 + width) * n);
+  let at = header(buf, false, oid, n);
   for (let i = 0; i < n; i++) {
     const v = values[i]!;
-    if (!Number.isSafeInteger(v)) throw new RangeError(`bigint array element ${i} is not a safe integer: ${v}`);
-    const high = Math.floor(v / TWO_32);
-    buf.writeInt32BE(8, at);
-    buf.writeInt32BE(high, at + 4);
-    buf.writeUInt32BE(v - high * TWO_32, at + 8);
-    at += 12;
+    if (!fits(v)) throw new RangeError(`element ${i} of an array of ${width * 8}-bit integers cannot hold ${v}`);
+    buf.writeInt32BE(width, at);
+    if (width === 4) buf.writeInt32BE(v, at + 4);
+    else {
+      // Two's complement in two halves: Buffer's 64-bit writers take only BigInt.
+      const high = Math.floor(v / TWO_32);
+      buf.writeInt32BE(high, at + 4);
+      buf.writeUInt32BE(v - high * TWO_32, at + 8);
+    }
+    at += 4 + width;
   }
   return buf;
 }
 
-/** An `integer[]` parameter (each element a 32-bit integer: refused here otherwise). */
+/** A `bigint[]` parameter of safe integers. */
+export function int8Array(values: readonly number[]): Buffer {
+  return integerArray(values, INT8_OID, 8, isInt8);
+}
+
+/** An `integer[]` parameter of 32-bit integers. */
 export function int4Array(values: readonly number[]): Buffer {
-  const n = values.length;
-  const buf = Buffer.allocUnsafe(HEADER_BYTES + 8 * n);
-  let at = header(buf, false, INT4_OID, n);
-  for (let i = 0; i < n; i++) {
-    const v = values[i]!;
-    if (!Number.isInteger(v) || v < -2_147_483_648 || v > 2_147_483_647) throw new RangeError(`integer array element ${i} is not a 32-bit integer: ${v}`);
-    buf.writeInt32BE(4, at);
-    buf.writeInt32BE(v, at + 4);
-    at += 8;
-  }
-  return buf;
+  return integerArray(values, INT4_OID, 4, isInt4);
 }
