@@ -87,10 +87,8 @@ export class MessagesUsageTally {
   overflowed = false;
 
   private readonly parser: EventSourceParser;
-  private readonly text = new TallyText();
+  private readonly text: TallyText;
   private ended = false;
-  /** The last character the parser got was a CR, which may still end an event. */
-  private lastCharWasCr = false;
   /** Events pushEvents passed over from their bytes, not through the parser. */
   plainEvents = 0;
 
@@ -102,23 +100,18 @@ export class MessagesUsageTally {
         if (err.type === 'max-buffer-size-exceeded') this.overflowed = true;
       },
     });
+    this.text = new TallyText(this.parser);
   }
 
   /** Feeds forwarded bytes (any chunking). */
   push(chunk: Buffer | Uint8Array): void {
     if (this.ended || this.overflowed) return;
-    this.feedText(this.text.of(chunk));
+    this.text.feedBytes(chunk);
   }
 
   private pushWhole(bytes: Buffer): void {
     if (this.ended || this.overflowed) return;
-    this.feedText(this.text.ofWhole(bytes));
-  }
-
-  private feedText(text: string): void {
-    if (text.length === 0) return;
-    this.lastCharWasCr = text.charCodeAt(text.length - 1) === 13;
-    this.parser.feed(text);
+    this.text.feedWhole(bytes);
   }
 
   /**
@@ -128,7 +121,7 @@ export class MessagesUsageTally {
   pushEvents(events: Buffer): void {
     if (this.ended || this.overflowed) return;
     // A CR the parser holds may still end an event: the parser must see the next byte first.
-    if (this.lastCharWasCr) this.pushWhole(events);
+    if (this.text.heldCr) this.pushWhole(events);
     else this.plainEvents += splitEvents(events, SKIPPED_OPENINGS, passOver, this.pushParsed);
   }
 
@@ -140,10 +133,7 @@ export class MessagesUsageTally {
    */
   end(): void {
     if (this.ended) return;
-    if (!this.overflowed) {
-      const text = this.text.rest();
-      if (text.length > 0) this.parser.feed(text);
-    }
+    if (!this.overflowed) this.text.feedRest();
     this.ended = true;
   }
 

@@ -91,8 +91,7 @@ const PARSED_EVENTS: ReadonlySet<string> = new Set([
  */
 export class ResponsesUsageTally {
   private readonly parser: EventSourceParser;
-  private readonly text = new TallyText();
-  private lastCharWasCr = false;
+  private readonly text: TallyText;
   private ended = false;
   private stopped = false;
 
@@ -126,23 +125,19 @@ export class ResponsesUsageTally {
       },
       maxBufferSize: opts.maxEventChars ?? DEFAULT_MAX_EVENT_CHARS,
     });
+    this.text = new TallyText(this.parser);
   }
 
   /** Feeds upstream bytes (or already-decoded text; do not mix the two in one stream). */
   feed(chunk: Uint8Array | string): void {
     if (this.stopped || this.ended) return;
-    this.feedText(typeof chunk === 'string' ? chunk : this.text.of(chunk));
+    if (typeof chunk === 'string') this.text.feed(chunk);
+    else this.text.feedBytes(chunk);
   }
 
   private feedWhole(bytes: Buffer): void {
     if (this.stopped || this.ended) return;
-    this.feedText(this.text.ofWhole(bytes));
-  }
-
-  private feedText(text: string): void {
-    if (text.length === 0) return;
-    this.lastCharWasCr = text.charCodeAt(text.length - 1) === 13;
-    this.parser.feed(text);
+    this.text.feedWhole(bytes);
   }
 
   /**
@@ -152,7 +147,7 @@ export class ResponsesUsageTally {
   feedEvents(events: Buffer): void {
     if (this.stopped || this.ended) return;
     // A CR the parser holds may still end an event: the parser must see the next byte first.
-    if (this.lastCharWasCr) this.feedWhole(events);
+    if (this.text.heldCr) this.feedWhole(events);
     else this.plainEvents += splitEvents(events, TEXT_DELTA_OPENING, this.readPlainDelta, this.feedParsed);
   }
 
@@ -172,14 +167,10 @@ export class ResponsesUsageTally {
   end(): void {
     if (this.ended) return;
     if (!this.stopped) {
-      const rest = this.text.rest();
-      if (rest.length > 0) {
-        this.lastCharWasCr = rest.charCodeAt(rest.length - 1) === 13;
-        this.parser.feed(rest);
-      }
+      this.text.feedRest();
       // eventsource-parser holds a trailing CR back in case LF follows; at EOF it is a complete
       // line break (CR-only streams end in "\r\r"). Feeding LF completes that same break.
-      if (this.lastCharWasCr && !this.stopped) this.parser.feed('\n');
+      if (this.text.heldCr && !this.stopped) this.parser.feed('\n');
     }
     this.ended = true;
   }
