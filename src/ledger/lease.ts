@@ -4,7 +4,7 @@
 // Durable view of the same lease (leases row) = spare + holds in flight + charges not yet flushed.
 // Every change below happens in one synchronous block: check and subtract with no await between.
 
-import { LedgerAssertionError } from './assertion.js';
+import { LedgerAssertionError, wholeNonNegative as whole } from './assertion.js';
 
 export type LeaseState = 'live' | 'draining' | 'closed';
 
@@ -15,7 +15,6 @@ export interface LeaseRest {
 }
 
 const NOTHING_BACK: LeaseRest = Object.freeze({ restGrantInk: 0, restPaygInk: 0 });
-const whole = (n: number): boolean => Number.isSafeInteger(n) && n >= 0;
 
 /**
  * One lease, guarding itself: its amounts are private and change only through the methods below.
